@@ -1,0 +1,10 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kiln::cli {
+
+// `kiln info MODEL`: what a checkpoint file or model folder holds.
+void add_info_command(CLI::App& app);
+
+}  // namespace kiln::cli

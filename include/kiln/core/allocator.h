@@ -1,0 +1,36 @@
+// Per-device memory: aligned allocations with current and peak byte counters that tests and benchmarks read.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln {
+
+struct MemoryStats {
+  int64_t current_bytes = 0;  // bytes held by live allocations now
+  int64_t peak_bytes = 0;     // high-water mark since start or the last reset_peak()
+  int64_t allocations = 0;    // number of allocate() calls
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns memory aligned to at least 64 bytes; throws kiln::Error when the device is out of memory.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr, size_t bytes) = 0;
+
+  MemoryStats stats() const;
+  void reset_peak();
+
+ protected:
+  void record_allocate(size_t bytes);
+  void record_deallocate(size_t bytes);
+
+ private:
+  std::atomic<int64_t> current_{0};
+  std::atomic<int64_t> peak_{0};
+  std::atomic<int64_t> count_{0};
+};
+
+}  // namespace kiln

@@ -1,0 +1,26 @@
+// The per-device services: allocator and stream. One DeviceRuntime exists for each device in use.
+#pragma once
+
+#include "kiln/core/allocator.h"
+#include "kiln/core/device.h"
+#include "kiln/core/stream.h"
+
+namespace kiln {
+
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime() = default;
+  virtual Device device() const = 0;
+  virtual Allocator& allocator() = 0;
+  virtual Stream& stream() = 0;
+};
+
+// The runtime for `device`; throws kiln::Error when no backend for that device type is built in.
+DeviceRuntime& device_runtime(Device device);
+
+MemoryStats memory_stats(Device device = cpu);
+void reset_peak_memory(Device device = cpu);
+// Waits for all work queued on `device`.
+void synchronize(Device device = cpu);
+
+}  // namespace kiln

@@ -1,0 +1,58 @@
+// Reference-counted bytes on a device. A Storage either owns an allocation from the device's allocator
+// or borrows memory owned elsewhere (a memory-mapped file) and keeps that owner alive.
+#pragma once
+
+#include <any>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+
+#include "kiln/core/device.h"
+
+namespace kiln {
+
+class Storage {
+ public:
+  // Allocates `bytes` on `device` (counted by its allocator).
+  static std::shared_ptr<Storage> allocate(size_t bytes, Device device);
+  // Wraps memory kept alive by `owner` (for example an mmap'ed file); not counted as allocated.
+  static std::shared_ptr<Storage> borrow(void* data, size_t bytes, Device device, std::shared_ptr<void> owner);
+
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+  bool is_borrowed() const { return borrowed_; }
+
+  // A slot where a backend keeps a derived form of this storage (a weight prepacked for matmul), so it
+  // is built once and freed together with the storage.
+  template <class T, class Make>
+  std::shared_ptr<T> derived(Make&& make) {
+    std::lock_guard<std::mutex> lock(derived_mutex_);
+    if (auto* p = std::any_cast<std::shared_ptr<T>>(&derived_)) return *p;
+    auto made = make();
+    derived_ = made;
+    return made;
+  }
+  void clear_derived() {
+    std::lock_guard<std::mutex> lock(derived_mutex_);
+    derived_.reset();
+  }
+
+ private:
+  Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner, bool borrowed)
+      : data_(data), bytes_(bytes), device_(device), owner_(std::move(owner)), borrowed_(borrowed) {}
+
+  void* data_;
+  size_t bytes_;
+  Device device_;
+  std::shared_ptr<void> owner_;
+  bool borrowed_;
+  std::mutex derived_mutex_;
+  std::any derived_;
+};
+
+}  // namespace kiln

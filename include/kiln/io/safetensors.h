@@ -1,0 +1,62 @@
+// Reader for the safetensors format (https://huggingface.co/docs/safetensors): an 8-byte little-endian header
+// length, a JSON header mapping names to {dtype, shape, data_offsets}, then the raw bytes.
+// The file is memory-mapped; tensors are read lazily and, where the layout allows, returned as zero-copy
+// views that keep the mapping alive. The header is validated strictly before anything is trusted.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln::io {
+
+struct TensorInfo {
+  std::string name;
+  std::string stored_dtype;  // as written in the file: "BF16", "F8_E4M3", ...
+  DType dtype;               // the Kiln dtype it is read as (F8 formats and unsigned widen losslessly)
+  Shape shape;
+  uint64_t begin = 0;  // byte offsets relative to the start of the data section
+  uint64_t end = 0;
+};
+
+class MappedFile;
+
+class SafetensorsFile {
+ public:
+  // Maps and validates `path`; throws kiln::Error naming the file and the problem.
+  explicit SafetensorsFile(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  // Tensor names in file order (by data offset).
+  const std::vector<std::string>& names() const { return names_; }
+  bool contains(const std::string& name) const { return infos_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // The whole tensor: a view into the mapping when its stored dtype is native and aligned, otherwise a copy.
+  Tensor tensor(const std::string& name) const;
+  // Rows [start, end) along dimension 0, reading only those bytes.
+  Tensor rows(const std::string& name, int64_t start, int64_t end) const;
+  // Columns [start, end) along the last dimension (a strided view; contiguous() copies only those bytes).
+  Tensor columns(const std::string& name, int64_t start, int64_t end) const;
+
+ private:
+  const char* tensor_bytes(const TensorInfo& info) const;
+
+  std::string path_;
+  std::shared_ptr<MappedFile> file_;
+  uint64_t data_start_ = 0;
+  std::vector<std::string> names_;
+  std::map<std::string, TensorInfo> infos_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes tensors (any Kiln dtype) to `path` atomically: a temporary file renamed into place.
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace kiln::io

@@ -1,0 +1,3 @@
+#pragma once
+
+#include "kiln/core/tensor.h"

@@ -1,0 +1,19 @@
+// What the CPU we run on can do, detected once at run time. Vectorized kernels exist in an AVX-512 build
+// and a portable build (src/backends/cpu/isa/); use_avx512() picks between them.
+#pragma once
+
+namespace kiln::cpu_kernels {
+
+struct CpuFeatures {
+  bool avx512 = false;       // F, BW, VL, DQ
+  bool avx512_bf16 = false;  // VDPBF16PS / VCVTNE2PS2BF16
+  bool fma = false;
+};
+
+const CpuFeatures& cpu_features();
+// True when the AVX-512 kernel variants should run: the CPU has them and KILN_CPU_ISA is not "generic".
+bool use_avx512();
+// "avx512" or "generic": the variant in use, for logs and benchmark output.
+const char* cpu_isa_name();
+
+}  // namespace kiln::cpu_kernels

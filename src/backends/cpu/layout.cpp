@@ -1,0 +1,7 @@
+#include "backends/cpu/register_kernels.h"
+
+namespace kiln::cpu_kernels {
+
+void register_layout_kernels(runtime::KernelRegistry& registry) {}
+
+}  // namespace kiln::cpu_kernels

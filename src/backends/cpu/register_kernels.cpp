@@ -1,0 +1,15 @@
+#include "backends/cpu/register_kernels.h"
+
+namespace kiln::cpu_kernels {
+
+void register_kernels(runtime::KernelRegistry& registry) {
+  register_copy_kernels(registry);
+  register_elementwise_kernels(registry);
+  register_reduction_kernels(registry);
+  register_layout_kernels(registry);
+  register_matmul_kernels(registry);
+  register_conv_kernels(registry);
+  register_attention_kernels(registry);
+}
+
+}  // namespace kiln::cpu_kernels

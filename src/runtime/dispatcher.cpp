@@ -1,0 +1,67 @@
+#include "runtime/dispatcher.h"
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "backends/cpu/register_kernels.h"
+#include "kiln/core/device_runtime.h"
+
+namespace kiln::runtime {
+
+namespace {
+struct RegistryTable {
+  std::map<std::pair<std::string, DeviceType>, Kernel, std::less<>> kernels;
+};
+RegistryTable& table() {
+  static RegistryTable t;
+  return t;
+}
+}  // namespace
+
+void KernelRegistry::add(std::string_view op, DeviceType device, Kernel kernel) {
+  table().kernels[{std::string(op), device}] = kernel;
+}
+
+Kernel KernelRegistry::find(std::string_view op, DeviceType device) const {
+  auto& k = table().kernels;
+  auto it = k.find(std::pair<std::string, DeviceType>{std::string(op), device});
+  return it == k.end() ? nullptr : it->second;
+}
+
+KernelRegistry& kernel_registry() {
+  static KernelRegistry registry;
+  static std::once_flag once;
+  std::call_once(once, [] { cpu_kernels::register_kernels(registry); });
+  return registry;
+}
+
+std::string OpCall::describe() const {
+  std::string s(op);
+  s += "(";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (i) s += ", ";
+    s += inputs[i].defined() ? std::string(dtype_name(inputs[i].dtype())) + shape_str(inputs[i].shape()) : "None";
+  }
+  s += ")";
+  if (!outputs.empty()) {
+    s += " -> ";
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (i) s += ", ";
+      s += std::string(dtype_name(outputs[i].dtype())) + shape_str(outputs[i].shape());
+    }
+  }
+  return s;
+}
+
+void dispatch(OpCall call) {
+  const Tensor& anchor = !call.outputs.empty() ? call.outputs.front() : call.inputs.front();
+  const Device device = anchor.device();
+  Kernel kernel = kernel_registry().find(call.op, device.type);
+  KILN_CHECK(kernel != nullptr, call.op << ": no kernel for device " << device.str());
+  auto shared = std::make_shared<OpCall>(std::move(call));
+  device_runtime(device).stream().enqueue([shared, kernel] { kernel(*shared); },
+                                          [shared] { return shared->describe(); });
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,109 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/core/device_runtime.h"
+#include "kiln/core/tensor.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+TEST(Tensor, ContiguousStridesAndNumel) {
+  Tensor t = Tensor::zeros({2, 3, 4});
+  EXPECT_EQ(t.strides(), (Strides{12, 4, 1}));
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.nbytes(), 96u);
+}
+
+TEST(Tensor, PermuteSliceExpandAreViews) {
+  Tensor t = Tensor::arange(24, float32).view({2, 3, 4});
+  Tensor p = t.permute({2, 0, 1});
+  EXPECT_EQ(p.shape(), (Shape{4, 2, 3}));
+  EXPECT_FALSE(p.is_contiguous());
+  EXPECT_EQ(p.storage(), t.storage());
+  // p[1][1][2] = t[1][2][1] = 1*12 + 2*4 + 1 = 21
+  EXPECT_EQ(p.select(0, 1).select(0, 1).select(0, 2).item(), 21.0);
+  Tensor s = t.slice(2, 1, 4, 2);  // columns 1 and 3
+  EXPECT_EQ(s.shape(), (Shape{2, 3, 2}));
+  EXPECT_EQ(s.contiguous().to_vector<float>()[0], 1.0f);
+  EXPECT_EQ(s.contiguous().to_vector<float>()[1], 3.0f);
+  Tensor e = Tensor::arange(3, float32).view({3, 1}).expand({3, 5});
+  EXPECT_EQ(e.strides(), (Strides{1, 0}));
+  const auto v = e.contiguous().to_vector<float>();
+  EXPECT_EQ(v[4], 0.0f);
+  EXPECT_EQ(v[5], 1.0f);
+  EXPECT_EQ(v[14], 2.0f);
+}
+
+TEST(Tensor, ReshapeCopiesOnlyWhenNeeded) {
+  Tensor t = Tensor::arange(12, float32).view({3, 4});
+  EXPECT_EQ(t.reshape({4, 3}).storage(), t.storage());
+  Tensor tt = t.transpose(0, 1);  // [4, 3], not viewable as [12]
+  EXPECT_THROW(tt.view({12}), Error);
+  Tensor r = tt.reshape({12});
+  EXPECT_NE(r.storage(), t.storage());
+  EXPECT_EQ(r.to_vector<float>()[1], 4.0f);
+  EXPECT_EQ(t.reshape({-1, 2}).shape(), (Shape{6, 2}));
+  EXPECT_THROW(t.reshape({5, -1}), Error);
+}
+
+TEST(Tensor, CastRoundsToNearestEven) {
+  // 1 + 2^-8 lies exactly between two bfloat16 values (1 and 1 + 2^-7): ties go to the even mantissa, 1.
+  // 1 + 3*2^-8 lies between 1 + 2^-7 and 1 + 2^-6: ties to even gives 1 + 2^-6.
+  Tensor f = Tensor::from_vector<float>({1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -2.5f, 65504.0f}, {4});
+  const auto b = f.to(bfloat16).to_vector<float>();
+  EXPECT_EQ(b[0], 1.0f);
+  EXPECT_EQ(b[1], 1.0f + 1.0f / 64);
+  EXPECT_EQ(b[2], -2.5f);
+  const auto h = f.to(float16).to_vector<float>();
+  EXPECT_EQ(h[3], 65504.0f);
+  EXPECT_EQ(Tensor::from_vector<float>({65520.0f}, {1}).to(float16).item(), INFINITY);
+  EXPECT_EQ(Tensor::from_vector<float>({2.5f, -1.7f}, {2}).to(int32).to_vector<int32_t>(), (std::vector<int32_t>{2, -1}));
+}
+
+TEST(Tensor, ErrorsNameTheOpAndShapes) {
+  Tensor t = Tensor::zeros({2, 3});
+  try {
+    t.permute({0, 0});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("permute"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(t.narrow(1, 2, 2), Error);
+  EXPECT_THROW(t.expand({4, 3}), Error);
+  EXPECT_THROW(t.size(2), Error);
+}
+
+TEST(Device, ParsesAndRejects) {
+  EXPECT_EQ(Device("cpu"), cpu);
+  EXPECT_EQ(Device("cuda:1").index, 1);
+  EXPECT_THROW(Device("tpu"), Error);
+  EXPECT_THROW(Device("cpu:x"), Error);
+  EXPECT_THROW(Tensor::zeros({2}, float32, Device("cuda:0")), Error);
+}
+
+TEST(Device, CountsCurrentAndPeakBytes) {
+  const auto before = memory_stats(cpu);
+  reset_peak_memory(cpu);
+  {
+    Tensor a = Tensor::empty({1024, 1024}, float32);  // 4 MiB
+    EXPECT_EQ(memory_stats(cpu).current_bytes - before.current_bytes, 4 << 20);
+  }
+  const auto after = memory_stats(cpu);
+  EXPECT_EQ(after.current_bytes, before.current_bytes);
+  EXPECT_GE(after.peak_bytes - before.current_bytes, 4 << 20);
+}
+
+TEST(DType, PromotionFollowsTorch) {
+  EXPECT_EQ(promote_types(bfloat16, float16), float32);
+  EXPECT_EQ(promote_types(bfloat16, float32), float32);
+  EXPECT_EQ(promote_types(int64, bfloat16), bfloat16);
+  EXPECT_EQ(promote_types(boolean, int32), int32);
+  EXPECT_EQ(promote_types(uint8, int8), int16);
+  EXPECT_THROW(parse_dtype("f8"), Error);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,78 @@
+#include "support/test_data.h"
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+namespace kiln::testing {
+
+std::string data_path(const std::string& relative) { return std::string(KILN_TEST_DATA_DIR) + "/" + relative; }
+
+std::string temp_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kiln_test_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+namespace {
+::testing::AssertionResult same_shape(const Tensor& a, const Tensor& e) {
+  if (a.shape() != e.shape())
+    return ::testing::AssertionFailure() << "shape " << shape_str(a.shape()) << " != expected " << shape_str(e.shape());
+  return ::testing::AssertionSuccess();
+}
+std::string index_str(int64_t flat, const Shape& shape) {
+  Shape idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = flat % std::max<int64_t>(shape[d], 1);
+    flat /= std::max<int64_t>(shape[d], 1);
+  }
+  return shape_str(idx);
+}
+}  // namespace
+
+::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double rtol, double atol) {
+  if (auto r = same_shape(actual, expected); !r) return r;
+  const auto a = actual.to_vector<double>();
+  const auto e = expected.to_vector<double>();
+  int64_t bad = 0, first = -1;
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool both_nan = std::isnan(a[i]) && std::isnan(e[i]);
+    const bool same_inf = std::isinf(a[i]) && a[i] == e[i];
+    if (both_nan || same_inf) continue;
+    const double diff = std::abs(a[i] - e[i]);
+    if (!(diff <= atol + rtol * std::abs(e[i]))) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++bad;
+      if (!(diff <= worst)) worst = diff;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << a.size() << " elements differ (rtol " << rtol << ", atol "
+                                       << atol << "); first at " << index_str(first, actual.shape()) << ": "
+                                       << a[first] << " vs expected " << e[first] << "; worst |diff| " << worst;
+}
+
+::testing::AssertionResult rel_max_error_within(const Tensor& actual, const Tensor& expected, double tolerance) {
+  if (auto r = same_shape(actual, expected); !r) return r;
+  const auto a = actual.to_vector<double>();
+  const auto e = expected.to_vector<double>();
+  double max_diff = 0, max_ref = 0;
+  int64_t where = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::abs(a[i] - e[i]);
+    if (!(d <= max_diff)) {
+      max_diff = d;
+      where = static_cast<int64_t>(i);
+    }
+    max_ref = std::max(max_ref, std::abs(e[i]));
+  }
+  const double rel = max_diff / std::max(max_ref, 1e-30);
+  if (rel <= tolerance) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "relative max error " << rel << " > " << tolerance << " (max |diff| "
+                                       << max_diff << " at " << index_str(where, actual.shape()) << ": " << a[where]
+                                       << " vs " << e[where] << "; max |expected| " << max_ref << ")";
+}
+
+}  // namespace kiln::testing
