@@ -1,0 +1,31 @@
+// WeightSource over the safetensors files of one model folder (diffusers or transformers layout): a single
+// file or shards listed by an *.safetensors.index.json.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kiln/nn/module.h"
+
+namespace kiln::nn {
+
+class CheckpointWeights final : public WeightSource {
+ public:
+  // `path` is a component folder (transformer/, text_encoder/, ...), a .safetensors file or an index.json.
+  explicit CheckpointWeights(const std::string& path);
+  ~CheckpointWeights() override;
+
+  bool contains(const std::string& name) const override;
+  Shape shape(const std::string& name) const override;
+  Tensor load(const std::string& name) const override;
+  std::vector<std::string> names() const override;
+  std::string description() const override;
+  // The dtype the checkpoint stores `name` in.
+  DType stored_dtype(const std::string& name) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::nn

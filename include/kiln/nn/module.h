@@ -1,0 +1,75 @@
+// Module: a named tree of parameters, like torch.nn.Module, so that a model's weights load from a
+// diffusers/transformers checkpoint by the same dotted names ("transformer_blocks.0.attn.to_q.weight").
+// Modules register their parameter tensors and child modules (members) in their constructor; since the
+// registry keeps pointers to those members, modules are neither copyable nor movable — hold them by value
+// inside their parent or by unique_ptr in lists.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln::nn {
+
+// Where weights come from: a checkpoint addressed by tensor name (one file or shards).
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool contains(const std::string& name) const = 0;
+  virtual Shape shape(const std::string& name) const = 0;
+  // The tensor as stored (a zero-copy view where possible).
+  virtual Tensor load(const std::string& name) const = 0;
+  virtual std::vector<std::string> names() const = 0;
+  // Names the source in errors ("transformer/diffusion_pytorch_model.safetensors").
+  virtual std::string description() const = 0;
+};
+
+struct LoadOptions {
+  DType dtype = float32;  // parameters are converted to this dtype (no copy when already stored so)
+  // Checkpoint tensors that no parameter uses are an error unless they match one of these name prefixes
+  // (for tensors a pipeline deliberately ignores, such as an unused encoder).
+  std::vector<std::string> ignore_prefixes;
+  // Called with (name, bytes) after each parameter is loaded; used for progress reporting.
+  std::function<void(const std::string&, size_t)> on_loaded;
+};
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Every parameter with its full dotted name, in registration order.
+  std::vector<std::pair<std::string, Tensor*>> named_parameters(const std::string& prefix = "");
+  int64_t num_parameters();
+  // Bytes the parameters occupy (after loading) or would occupy in `dtype`.
+  size_t parameter_bytes(DType dtype);
+
+  // Loads every parameter from `source`, checking that each exists with the registered shape, and that the
+  // source holds nothing unexpected. Errors name the tensor, the source, and the expected and found shapes.
+  void load_weights(const WeightSource& source, const LoadOptions& options = {});
+
+ protected:
+  // Registers `slot` (a member) as parameter `name` of shape `shape`. Optional parameters may be absent
+  // from the checkpoint, in which case the slot stays undefined.
+  void register_parameter(const std::string& name, Tensor* slot, Shape shape, bool optional = false);
+  void register_module(const std::string& name, Module* child);
+
+ private:
+  struct Parameter {
+    std::string name;
+    Tensor* slot;
+    Shape shape;
+    bool optional;
+  };
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, const Parameter*>>& out) const;
+
+  std::vector<Parameter> parameters_;
+  std::vector<std::pair<std::string, Module*>> children_;
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,77 @@
+#include "kiln/nn/module.h"
+
+#include <set>
+
+namespace kiln::nn {
+
+void Module::register_parameter(const std::string& name, Tensor* slot, Shape shape, bool optional) {
+  parameters_.push_back(Parameter{name, slot, std::move(shape), optional});
+}
+
+void Module::register_module(const std::string& name, Module* child) { children_.emplace_back(name, child); }
+
+void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, const Parameter*>>& out) const {
+  for (const auto& p : parameters_) out.emplace_back(prefix + p.name, &p);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_parameters(const std::string& prefix) {
+  std::vector<std::pair<std::string, const Parameter*>> all;
+  collect(prefix, all);
+  std::vector<std::pair<std::string, Tensor*>> out;
+  out.reserve(all.size());
+  for (const auto& [name, p] : all) out.emplace_back(name, p->slot);
+  return out;
+}
+
+int64_t Module::num_parameters() {
+  std::vector<std::pair<std::string, const Parameter*>> all;
+  collect("", all);
+  int64_t n = 0;
+  for (const auto& [name, p] : all) n += shape_numel(p->shape);
+  return n;
+}
+
+size_t Module::parameter_bytes(DType dtype) { return static_cast<size_t>(num_parameters()) * dtype_size(dtype); }
+
+void Module::load_weights(const WeightSource& source, const LoadOptions& options) {
+  std::vector<std::pair<std::string, const Parameter*>> all;
+  collect("", all);
+  std::set<std::string> used;
+  std::vector<std::string> missing;
+  for (const auto& [name, p] : all) {
+    if (!source.contains(name)) {
+      if (!p->optional) missing.push_back(name);
+      continue;
+    }
+    const Shape stored = source.shape(name);
+    KILN_CHECK(stored == p->shape, source.description() << ": tensor '" << name << "' has shape " << shape_str(stored)
+                                                        << " but the model config expects " << shape_str(p->shape));
+    Tensor t = source.load(name);
+    *p->slot = t.to(options.dtype);
+    used.insert(name);
+    if (options.on_loaded) options.on_loaded(name, p->slot->nbytes());
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (size_t i = 0; i < missing.size() && i < 5; ++i) list += (i ? ", " : "") + missing[i];
+    if (missing.size() > 5) list += ", ...";
+    KILN_FAIL(source.description() << ": " << missing.size() << " tensor(s) the model needs are missing: " << list);
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& name : source.names()) {
+    if (used.count(name)) continue;
+    bool ignored = false;
+    for (const auto& prefix : options.ignore_prefixes) ignored |= name.rfind(prefix, 0) == 0;
+    if (!ignored) unexpected.push_back(name);
+  }
+  if (!unexpected.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unexpected.size() && i < 5; ++i) list += (i ? ", " : "") + unexpected[i];
+    if (unexpected.size() > 5) list += ", ...";
+    KILN_FAIL(source.description() << ": " << unexpected.size()
+                                   << " tensor(s) do not belong to the model described by its config: " << list);
+  }
+}
+
+}  // namespace kiln::nn
