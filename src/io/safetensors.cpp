@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
+#include "io/atomic_file.h"
 #include "io/mapped_file.h"
 #include "kiln/core/device_runtime.h"
 
@@ -18,20 +16,46 @@ namespace {
 
 // Headers of real checkpoints are a few hundred KB; anything this large is corrupt (the spec's own limit).
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+// No real tensor has 2^62 elements; the bound keeps every later size computation free of overflow.
+constexpr uint64_t kMaxElements = 1ull << 62;
+
+// How a stored element becomes a Kiln element: natively (same bytes), or widened losslessly.
+enum class Widen { None, F8E4M3, F8E5M2, F8E4M3Fnuz, F8E5M2Fnuz, F8E8M0, F4E2M1, U16, U32, U64 };
 
 struct StoredDType {
   const char* name;
-  size_t bytes;
+  uint32_t bits;
   DType read_as;
+  Widen widen;
 };
 
 constexpr StoredDType kStoredDTypes[] = {
-    {"F64", 8, DType::Float64},    {"F32", 4, DType::Float32},   {"F16", 2, DType::Float16},
-    {"BF16", 2, DType::BFloat16},  {"I64", 8, DType::Int64},     {"I32", 4, DType::Int32},
-    {"I16", 2, DType::Int16},      {"I8", 1, DType::Int8},       {"U8", 1, DType::UInt8},
-    {"BOOL", 1, DType::Bool},      {"U16", 2, DType::Int32},     {"U32", 4, DType::Int64},
-    {"U64", 8, DType::Int64},      {"F8_E4M3", 1, DType::BFloat16}, {"F8_E5M2", 1, DType::BFloat16},
+    {"F64", 64, DType::Float64, Widen::None},
+    {"F32", 32, DType::Float32, Widen::None},
+    {"F16", 16, DType::Float16, Widen::None},
+    {"BF16", 16, DType::BFloat16, Widen::None},
+    {"I64", 64, DType::Int64, Widen::None},
+    {"I32", 32, DType::Int32, Widen::None},
+    {"I16", 16, DType::Int16, Widen::None},
+    {"I8", 8, DType::Int8, Widen::None},
+    {"U8", 8, DType::UInt8, Widen::None},
+    {"BOOL", 8, DType::Bool, Widen::None},
+    {"U16", 16, DType::Int32, Widen::U16},
+    {"U32", 32, DType::Int64, Widen::U32},
+    {"U64", 64, DType::Int64, Widen::U64},
+    // Every value of these small float formats is exactly representable in bfloat16.
+    {"F8_E4M3", 8, DType::BFloat16, Widen::F8E4M3},
+    {"F8_E5M2", 8, DType::BFloat16, Widen::F8E5M2},
+    {"F8_E4M3FNUZ", 8, DType::BFloat16, Widen::F8E4M3Fnuz},
+    {"F8_E5M2FNUZ", 8, DType::BFloat16, Widen::F8E5M2Fnuz},
+    {"F8_E8M0", 8, DType::BFloat16, Widen::F8E8M0},
+    {"F4", 4, DType::BFloat16, Widen::F4E2M1},
 };
+
+constexpr const char* kKnownDTypes =
+    "F64, F32, F16, BF16, I64, I32, I16, I8, U8, U16, U32, U64, BOOL, F8_E4M3, F8_E5M2, F8_E4M3FNUZ, "
+    "F8_E5M2FNUZ, "
+    "F8_E8M0 or F4";
 
 const StoredDType* find_stored_dtype(const std::string& name) {
   for (const auto& d : kStoredDTypes)
@@ -41,87 +65,143 @@ const StoredDType* find_stored_dtype(const std::string& name) {
 
 const char* stored_name(DType d) {
   switch (d) {
-    case DType::Float64: return "F64";
-    case DType::Float32: return "F32";
-    case DType::Float16: return "F16";
-    case DType::BFloat16: return "BF16";
-    case DType::Int64: return "I64";
-    case DType::Int32: return "I32";
-    case DType::Int16: return "I16";
-    case DType::Int8: return "I8";
-    case DType::UInt8: return "U8";
-    case DType::Bool: return "BOOL";
+    case DType::Float64:
+      return "F64";
+    case DType::Float32:
+      return "F32";
+    case DType::Float16:
+      return "F16";
+    case DType::BFloat16:
+      return "BF16";
+    case DType::Int64:
+      return "I64";
+    case DType::Int32:
+      return "I32";
+    case DType::Int16:
+      return "I16";
+    case DType::Int8:
+      return "I8";
+    case DType::UInt8:
+      return "U8";
+    case DType::Bool:
+      return "BOOL";
   }
   return "?";
 }
 
-bool stored_natively(const std::string& stored, DType read_as) { return stored == stored_name(read_as); }
-
-float f8_e4m3_to_f32(uint8_t b) {
-  const uint32_t sign = b >> 7, exp = (b >> 3) & 0xf, man = b & 0x7;
-  float mag;
-  if (exp == 0xf && man == 0x7) mag = std::numeric_limits<float>::quiet_NaN();  // e4m3fn has no infinity
-  else if (exp == 0) mag = std::ldexp(static_cast<float>(man), -9);
-  else mag = std::ldexp(1.0f + static_cast<float>(man) / 8.0f, static_cast<int>(exp) - 7);
+// A float with `man_bits` of mantissa and exponent bias `bias`, no special values (callers handle those).
+float minifloat(uint32_t sign, uint32_t exp, uint32_t man, int man_bits, int bias) {
+  const float mag = exp == 0 ? std::ldexp(static_cast<float>(man), 1 - bias - man_bits)
+                             : std::ldexp(static_cast<float>((1u << man_bits) | man),
+                                          static_cast<int>(exp) - bias - man_bits);
   return sign ? -mag : mag;
 }
 
-float f8_e5m2_to_f32(uint8_t b) { return f16_to_f32(f16_t{static_cast<uint16_t>(b << 8)}); }
-
-// Converts `count` stored elements into `dst` of the widened dtype.
-void widen(const std::string& stored, const char* src, void* dst, int64_t count, const std::string& where) {
-  if (stored == "F8_E4M3" || stored == "F8_E5M2") {
-    auto* out = static_cast<bf16_t*>(dst);
-    const bool e4m3 = stored == "F8_E4M3";
-    for (int64_t i = 0; i < count; ++i) {
-      const auto b = static_cast<uint8_t>(src[i]);
-      out[i] = f32_to_bf16(e4m3 ? f8_e4m3_to_f32(b) : f8_e5m2_to_f32(b));  // exact: bf16 holds every f8 value
-    }
-  } else if (stored == "U16") {
-    auto* out = static_cast<int32_t*>(dst);
-    for (int64_t i = 0; i < count; ++i) {
-      uint16_t v;
-      std::memcpy(&v, src + 2 * i, 2);
-      out[i] = v;
-    }
-  } else if (stored == "U32") {
-    auto* out = static_cast<int64_t*>(dst);
-    for (int64_t i = 0; i < count; ++i) {
-      uint32_t v;
-      std::memcpy(&v, src + 4 * i, 4);
-      out[i] = v;
-    }
-  } else if (stored == "U64") {
-    auto* out = static_cast<int64_t*>(dst);
-    for (int64_t i = 0; i < count; ++i) {
-      uint64_t v;
-      std::memcpy(&v, src + 8 * i, 8);
-      KILN_CHECK(v <= static_cast<uint64_t>(INT64_MAX),
-                 where << ": U64 value " << v << " at element " << i << " does not fit in int64");
-      out[i] = static_cast<int64_t>(v);
-    }
-  } else {
-    KILN_FAIL(where << ": internal: no conversion for stored dtype " << stored);
+float decode_small_float(Widen kind, uint8_t b) {
+  constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+  switch (kind) {
+    case Widen::F8E4M3:  // e4m3fn: no infinity, only S.1111.111 is NaN
+      return (b & 0x7f) == 0x7f ? nan : minifloat(b >> 7, (b >> 3) & 0xf, b & 0x7, 3, 7);
+    case Widen::F8E5M2:  // the top byte of an IEEE half
+      return f16_to_f32(f16_t{static_cast<uint16_t>(b << 8)});
+    case Widen::F8E4M3Fnuz:  // "fnuz": no infinity, no negative zero; the negative-zero pattern is NaN
+      return b == 0x80 ? nan : minifloat(b >> 7, (b >> 3) & 0xf, b & 0x7, 3, 8);
+    case Widen::F8E5M2Fnuz:
+      return b == 0x80 ? nan : minifloat(b >> 7, (b >> 2) & 0x1f, b & 0x3, 2, 16);
+    case Widen::F8E8M0:  // an unsigned power of two (MX block scales)
+      return b == 0xff ? nan : std::ldexp(1.0f, static_cast<int>(b) - 127);
+    case Widen::F4E2M1:  // one nibble: S.EE.M, bias 1, no special values
+      return minifloat((b >> 3) & 1, (b >> 1) & 0x3, b & 0x1, 1, 1);
+    default:
+      break;
   }
+  KILN_FAIL("safetensors: internal: not a small float format");
+}
+
+// Converts elements [first, first + count) of a tensor stored at `src` into `dst` of the widened dtype.
+void widen(const StoredDType& stored, const char* src, uint64_t first, int64_t count, void* dst,
+           const std::string& where) {
+  switch (stored.widen) {
+    case Widen::U16: {
+      auto* out = static_cast<int32_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) {
+        uint16_t v;
+        std::memcpy(&v, src + 2 * (first + i), 2);
+        out[i] = v;
+      }
+      return;
+    }
+    case Widen::U32: {
+      auto* out = static_cast<int64_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) {
+        uint32_t v;
+        std::memcpy(&v, src + 4 * (first + i), 4);
+        out[i] = v;
+      }
+      return;
+    }
+    case Widen::U64: {
+      auto* out = static_cast<int64_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) {
+        uint64_t v;
+        std::memcpy(&v, src + 8 * (first + i), 8);
+        KILN_CHECK(v <= static_cast<uint64_t>(INT64_MAX),
+                   where << ": U64 value " << v << " at element " << first + i << " does not fit in int64");
+        out[i] = static_cast<int64_t>(v);
+      }
+      return;
+    }
+    case Widen::F4E2M1: {
+      // Two elements per byte, the first in the low nibble (torch's float4_e2m1fn_x2).
+      auto* out = static_cast<bf16_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) {
+        const uint64_t e = first + i;
+        const auto byte = static_cast<uint8_t>(src[e / 2]);
+        out[i] = f32_to_bf16(decode_small_float(Widen::F4E2M1, (e % 2 == 0 ? byte : byte >> 4) & 0xf));
+      }
+      return;
+    }
+    case Widen::None:
+      break;
+    default: {
+      auto* out = static_cast<bf16_t*>(dst);
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = f32_to_bf16(decode_small_float(stored.widen, static_cast<uint8_t>(src[first + i])));
+      return;
+    }
+  }
+  KILN_FAIL(where << ": internal: no conversion for stored dtype " << stored.name);
+}
+
+// A BOOL byte other than 0 or 1 is not a valid C++ bool: reject it rather than hand out undefined values.
+void check_bools(const char* p, int64_t count, uint64_t first, const std::string& where) {
+  for (int64_t i = 0; i < count; ++i)
+    KILN_CHECK(static_cast<uint8_t>(p[i]) <= 1, where << ": BOOL element " << first + i << " has byte value "
+                                                      << static_cast<int>(static_cast<uint8_t>(p[i]))
+                                                      << " (expected 0 or 1)");
 }
 
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(MappedFile::open(path)) {
   const size_t size = file_->size();
-  KILN_CHECK(size >= 8, path << ": not a safetensors file: " << size << " bytes is shorter than the 8-byte header length");
+  KILN_CHECK(size >= 8, path << ": not a safetensors file: " << size
+                             << " bytes is shorter than the 8-byte header length");
   uint64_t header_len;
   std::memcpy(&header_len, file_->data(), 8);
-  KILN_CHECK(header_len <= kMaxHeaderBytes,
-             path << ": header length " << header_len << " exceeds the " << kMaxHeaderBytes << "-byte limit (corrupt file?)");
-  KILN_CHECK(header_len <= size - 8, path << ": truncated: header claims " << header_len << " bytes but the file has only "
-                                          << size - 8 << " after the length field");
+  KILN_CHECK(header_len <= kMaxHeaderBytes, path << ": header length " << header_len << " exceeds the "
+                                                 << kMaxHeaderBytes << "-byte limit (corrupt file?)");
+  KILN_CHECK(header_len <= size - 8, path << ": truncated: header length " << header_len
+                                          << " is larger than the file, which has only " << size - 8
+                                          << " bytes after the length field");
   data_start_ = 8 + header_len;
   const uint64_t data_size = size - data_start_;
 
-  nlohmann::json header = nlohmann::json::parse(file_->data() + 8, file_->data() + data_start_, nullptr, false);
+  nlohmann::json header =
+      nlohmann::json::parse(file_->data() + 8, file_->data() + data_start_, nullptr, false);
   KILN_CHECK(!header.is_discarded(), path << ": header is not valid JSON");
-  KILN_CHECK(header.is_object(), path << ": header is JSON but not an object");
+  KILN_CHECK(header.is_object(),
+             path << ": header is JSON but not an object (got " << header.type_name() << ")");
 
   std::vector<const TensorInfo*> by_offset;
   for (auto& [name, entry] : header.items()) {
@@ -135,38 +215,53 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(M
     }
     const std::string where = path + ": tensor '" + name + "'";
     KILN_CHECK(entry.is_object(), where << ": entry is not an object");
-    KILN_CHECK(entry.contains("dtype") && entry["dtype"].is_string(), where << ": missing string field 'dtype'");
-    KILN_CHECK(entry.contains("shape") && entry["shape"].is_array(), where << ": missing array field 'shape'");
-    KILN_CHECK(entry.contains("data_offsets") && entry["data_offsets"].is_array() && entry["data_offsets"].size() == 2,
+    KILN_CHECK(entry.contains("dtype") && entry["dtype"].is_string(),
+               where << ": missing string field 'dtype'");
+    KILN_CHECK(entry.contains("shape") && entry["shape"].is_array(),
+               where << ": missing array field 'shape'");
+    KILN_CHECK(entry.contains("data_offsets") && entry["data_offsets"].is_array() &&
+                   entry["data_offsets"].size() == 2,
                where << ": missing field 'data_offsets' of two integers");
     TensorInfo info;
     info.name = name;
     info.stored_dtype = entry["dtype"].get<std::string>();
     const StoredDType* stored = find_stored_dtype(info.stored_dtype);
-    KILN_CHECK(stored != nullptr, where << ": unknown dtype '" << info.stored_dtype
-                                        << "' (expected F64, F32, F16, BF16, I64, I32, I16, I8, U8, U16, U32, U64, BOOL, F8_E4M3 or F8_E5M2)");
+    KILN_CHECK(info.stored_dtype != "C64",
+               where << ": dtype C64 (complex64) is not supported: Kiln has no complex tensors");
+    KILN_CHECK(stored != nullptr,
+               where << ": unknown dtype '" << info.stored_dtype << "' (expected " << kKnownDTypes << ")");
     info.dtype = stored->read_as;
     uint64_t numel = 1;
     for (auto& d : entry["shape"]) {
       KILN_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0),
-                 where << ": shape entries must be non-negative integers, got " << d.dump());
+                 where << ": shape entries must be non-negative integers, got " << entry["shape"].dump());
+      // Each dimension is bounded on its own too: a zero elsewhere in the shape would hide a huge one.
       const uint64_t v = d.get<uint64_t>();
-      KILN_CHECK(!__builtin_mul_overflow(numel, v, &numel) && numel <= (1ull << 62),
-                 where << ": shape " << entry["shape"].dump() << " is too large");
+      KILN_CHECK(
+          v <= kMaxElements && !__builtin_mul_overflow(numel, v, &numel) && numel <= kMaxElements,
+          where << ": shape " << entry["shape"].dump() << " is too large (overflows the element count)");
       info.shape.push_back(static_cast<int64_t>(v));
     }
     for (auto& o : entry["data_offsets"])
-      KILN_CHECK(o.is_number_unsigned() || (o.is_number_integer() && o.get<int64_t>() >= 0),
-                 where << ": data_offsets must be non-negative integers, got " << entry["data_offsets"].dump());
+      KILN_CHECK(
+          o.is_number_unsigned() || (o.is_number_integer() && o.get<int64_t>() >= 0),
+          where << ": data_offsets must be non-negative integers, got " << entry["data_offsets"].dump());
     info.begin = entry["data_offsets"][0].get<uint64_t>();
     info.end = entry["data_offsets"][1].get<uint64_t>();
-    KILN_CHECK(info.begin <= info.end, where << ": data_offsets [" << info.begin << ", " << info.end << "] are reversed");
-    KILN_CHECK(info.end <= data_size, where << ": data_offsets end " << info.end << " is past the end of the data ("
-                                            << data_size << " bytes; file truncated?)");
-    uint64_t expected = 0;
-    KILN_CHECK(!__builtin_mul_overflow(numel, stored->bytes, &expected) && expected == info.end - info.begin,
-               where << ": shape " << shape_str(info.shape) << " of " << info.stored_dtype << " needs "
-                     << numel * stored->bytes << " bytes but data_offsets span " << info.end - info.begin);
+    KILN_CHECK(info.begin <= info.end,
+               where << ": data_offsets [" << info.begin << ", " << info.end << "] are reversed");
+    KILN_CHECK(info.end <= data_size, where << ": data_offsets end " << info.end
+                                            << " is past the end of the data section (" << data_size
+                                            << " bytes; file truncated?)");
+    uint64_t bits = 0;
+    KILN_CHECK(!__builtin_mul_overflow(numel, stored->bits, &bits),
+               where << ": shape " << entry["shape"].dump() << " is too large (overflows the byte count)");
+    KILN_CHECK(bits % 8 == 0, where << ": shape " << shape_str(info.shape) << " of " << info.stored_dtype
+                                    << " does not fill a whole number of bytes");
+    KILN_CHECK(bits / 8 == info.end - info.begin,
+               where << ": shape/size mismatch: shape " << shape_str(info.shape) << " of "
+                     << info.stored_dtype << " needs " << bits / 8 << " bytes but data_offsets span "
+                     << info.end - info.begin);
     auto [it, inserted] = infos_.emplace(name, std::move(info));
     by_offset.push_back(&it->second);
   }
@@ -176,24 +271,32 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(M
   });
   uint64_t cursor = 0;
   for (const TensorInfo* info : by_offset) {
-    KILN_CHECK(info->begin >= cursor, path << ": tensor '" << info->name << "' overlaps the previous tensor (starts at "
-                                           << info->begin << ", previous ends at " << cursor << ")");
-    KILN_CHECK(info->begin == cursor, path << ": gap in the data section before tensor '" << info->name << "' (bytes "
-                                           << cursor << " to " << info->begin << " belong to no tensor)");
+    KILN_CHECK(info->begin >= cursor, path << ": tensor '" << info->name
+                                           << "' overlaps the previous tensor (starts at " << info->begin
+                                           << ", previous ends at " << cursor << ")");
+    KILN_CHECK(info->begin == cursor, path << ": gap in the data section before tensor '" << info->name
+                                           << "' (bytes " << cursor << " to " << info->begin
+                                           << " belong to no tensor)");
     cursor = info->end;
     names_.push_back(info->name);
   }
-  KILN_CHECK(cursor == data_size, path << ": " << data_size - cursor << " bytes after the last tensor belong to no tensor");
+  KILN_CHECK(cursor == data_size,
+             path << ": " << data_size - cursor << " bytes after the last tensor belong to no tensor");
 }
 
 const TensorInfo& SafetensorsFile::info(const std::string& name) const {
   auto it = infos_.find(name);
-  KILN_CHECK(it != infos_.end(), path_ << ": no tensor named '" << name << "' (the file has " << infos_.size() << " tensors)");
+  KILN_CHECK(it != infos_.end(),
+             path_ << ": no tensor named '" << name << "' (the file has " << infos_.size() << " tensors)");
   return it->second;
 }
 
 const char* SafetensorsFile::tensor_bytes(const TensorInfo& info) const {
   return file_->data() + data_start_ + info.begin;
+}
+
+uint64_t SafetensorsFile::file_size() const {
+  return file_->size();
 }
 
 Tensor SafetensorsFile::tensor(const std::string& name) const {
@@ -210,40 +313,44 @@ Tensor SafetensorsFile::rows(const std::string& name, int64_t start, int64_t end
   Shape shape = i.shape;
   if (!shape.empty()) shape[0] = end - start;
   const int64_t row_elems = i.shape.empty() ? 1 : shape_numel(Shape(i.shape.begin() + 1, i.shape.end()));
-  const size_t stored_bytes = find_stored_dtype(i.stored_dtype)->bytes;
-  const char* src = tensor_bytes(i) + static_cast<size_t>(start * row_elems) * stored_bytes;
+  const StoredDType& stored = *find_stored_dtype(i.stored_dtype);
+  const uint64_t first = static_cast<uint64_t>(start * row_elems);
   const int64_t count = (end - start) * row_elems;
-  if (stored_natively(i.stored_dtype, i.dtype)) {
+  if (stored.widen == Widen::None) {
+    const size_t bytes = stored.bits / 8;
+    const char* src = tensor_bytes(i) + first * bytes;
+    if (i.dtype == DType::Bool) check_bools(src, count, first, where);
     // Zero-copy when aligned for the element type; unaligned views would be undefined behaviour.
-    if (reinterpret_cast<uintptr_t>(src) % stored_bytes == 0) {
-      auto storage = Storage::borrow(const_cast<char*>(src), static_cast<size_t>(count) * stored_bytes, cpu, file_);
+    if (reinterpret_cast<uintptr_t>(src) % bytes == 0) {
+      auto storage = Storage::borrow(const_cast<char*>(src), static_cast<size_t>(count) * bytes, cpu, file_);
       return Tensor(storage, shape, contiguous_strides(shape), 0, i.dtype);
     }
     return Tensor::from_blob(src, shape, i.dtype);
   }
   Tensor out = Tensor::empty(shape, i.dtype);
-  widen(i.stored_dtype, src, out.raw_data(), count, where);
+  widen(stored, tensor_bytes(i), first, count, out.raw_data(), where);
   return out;
 }
 
 Tensor SafetensorsFile::columns(const std::string& name, int64_t start, int64_t end) const {
   const TensorInfo& i = info(name);
-  KILN_CHECK(!i.shape.empty(), path_ << ": tensor '" << name << "' is a scalar and has no columns");
+  const std::string where = path_ + ": tensor '" + name + "'";
+  KILN_CHECK(!i.shape.empty(), where << " is a scalar and has no columns");
   const int64_t n = i.shape.back();
-  KILN_CHECK(0 <= start && start <= end && end <= n, path_ << ": tensor '" << name << "': columns [" << start << ", "
-                                                           << end << ") out of range for last dimension of size " << n);
-  if (stored_natively(i.stored_dtype, i.dtype)) return tensor(name).slice(-1, start, end);
+  KILN_CHECK(0 <= start && start <= end && end <= n, where << ": columns [" << start << ", " << end
+                                                           << ") out of range for last dimension of size "
+                                                           << n);
+  const StoredDType& stored = *find_stored_dtype(i.stored_dtype);
+  if (stored.widen == Widen::None) return tensor(name).slice(-1, start, end);
   // Widened dtypes: convert only the selected columns, row by row.
-  const size_t stored_bytes = find_stored_dtype(i.stored_dtype)->bytes;
   Shape shape = i.shape;
   shape.back() = end - start;
   Tensor out = Tensor::empty(shape, i.dtype);
   const int64_t rows = shape_numel(i.shape) / std::max<int64_t>(n, 1);
   char* dst = static_cast<char*>(out.raw_data());
-  for (int64_t r = 0; r < rows; ++r) {
-    widen(i.stored_dtype, tensor_bytes(i) + static_cast<size_t>(r * n + start) * stored_bytes,
-          dst + static_cast<size_t>(r * (end - start)) * out.element_size(), end - start, path_ + ": tensor '" + name + "'");
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    widen(stored, tensor_bytes(i), static_cast<uint64_t>(r * n + start), end - start,
+          dst + static_cast<size_t>(r * (end - start)) * out.element_size(), where);
   return out;
 }
 
@@ -254,33 +361,28 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   std::vector<Tensor> contiguous;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    KILN_CHECK(t.defined(), "save_safetensors: tensor '" << name << "' is undefined");
-    KILN_CHECK(!header.contains(name), "save_safetensors: duplicate tensor name '" << name << "'");
+    KILN_CHECK(t.defined(), "save_safetensors: " << path << ": tensor '" << name << "' is undefined");
+    KILN_CHECK(name != "__metadata__", "save_safetensors: " << path << ": '__metadata__' is reserved");
+    KILN_CHECK(!header.contains(name),
+               "save_safetensors: " << path << ": duplicate tensor name '" << name << "'");
     Tensor c = t.contiguous();
-    header[name] = {{"dtype", stored_name(c.dtype())}, {"shape", c.shape()}, {"data_offsets", {offset, offset + c.nbytes()}}};
+    header[name] = {{"dtype", stored_name(c.dtype())},
+                    {"shape", c.shape()},
+                    {"data_offsets", {offset, offset + c.nbytes()}}};
     offset += c.nbytes();
     contiguous.push_back(c);
   }
   std::string text = header.dump();
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');  // keep the data section 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    KILN_CHECK(out.good(), path << ": cannot open for writing");
-    const uint64_t len = text.size();
-    out.write(reinterpret_cast<const char*>(&len), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const Tensor& c : contiguous) {
-      synchronize(c.device());
-      out.write(static_cast<const char*>(c.raw_data()), static_cast<std::streamsize>(c.nbytes()));
-    }
-    out.flush();
-    if (!out.good()) {
-      std::remove(tmp.c_str());
-      KILN_FAIL(path << ": write failed");
-    }
+  AtomicFile out(path);
+  const uint64_t len = text.size();
+  out.write(&len, 8);
+  out.write(text.data(), text.size());
+  for (const Tensor& c : contiguous) {
+    synchronize(c.device());
+    out.write(c.raw_data(), c.nbytes());
   }
-  std::filesystem::rename(tmp, path);
+  out.commit();
 }
 
 }  // namespace kiln::io

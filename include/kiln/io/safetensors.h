@@ -16,8 +16,10 @@ namespace kiln::io {
 
 struct TensorInfo {
   std::string name;
-  std::string stored_dtype;  // as written in the file: "BF16", "F8_E4M3", ...
-  DType dtype;               // the Kiln dtype it is read as (F8 formats and unsigned widen losslessly)
+  std::string stored_dtype;  // as written in the file: "BF16", "F8_E4M3", "F4", ...
+  // The Kiln dtype it is read as. Stored types Kiln lacks widen losslessly: F8_* and F4 to bfloat16,
+  // U16 to int32, U32 to int64, U64 to int64 (values above INT64_MAX are rejected when read).
+  DType dtype;
   Shape shape;
   uint64_t begin = 0;  // byte offsets relative to the start of the data section
   uint64_t end = 0;
@@ -36,8 +38,11 @@ class SafetensorsFile {
   bool contains(const std::string& name) const { return infos_.count(name) != 0; }
   const TensorInfo& info(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Size of the file in bytes (header included).
+  uint64_t file_size() const;
 
   // The whole tensor: a view into the mapping when its stored dtype is native and aligned, otherwise a copy.
+  // BOOL tensors are checked to hold only 0 and 1.
   Tensor tensor(const std::string& name) const;
   // Rows [start, end) along dimension 0, reading only those bytes.
   Tensor rows(const std::string& name, int64_t start, int64_t end) const;
