@@ -1,7 +1,123 @@
+// "linear" and "matmul" on oneDNN's matmul primitive.
+//  linear: inputs x [M, K], weight [N, K], optional bias [N] (output dtype or float32); output [M, N]
+//          dense; attr "prepack" (bool).
+//  matmul: inputs a [batch..., M, K], b [batch..., K, N] with equal ranks and batch dims equal or 1;
+//          output [batch..., M, N] dense.
+// The front end (src/ops/linalg.cpp) guarantees each operand's last two dims are row- or column-major.
+#include "backends/cpu/onednn_util.h"
 #include "backends/cpu/register_kernels.h"
 
 namespace kiln::cpu_kernels {
 
-void register_matmul_kernels(runtime::KernelRegistry& registry) {}
+namespace {
+
+using dnnl::memory;
+using Md = memory::desc;
+
+// float16 has no oneDNN kernels on this CPU: it is computed in float32.
+memory::data_type compute_type(DType dtype) {
+  return dtype == bfloat16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
+// `t` as oneDNN memory in the compute type: in place, or converted into a dense float32 copy (float16).
+struct Operand {
+  Md desc;
+  memory mem;
+  Tensor holder;  // keeps the converted copy alive
+};
+
+Operand operand(const Tensor& t, const Shape& shape, const Strides& strides, const char* op) {
+  const Md md = onednn::plain_desc(shape, strides, t.dtype(), op);
+  memory src(md, onednn::engine(), t.raw_data());
+  if (t.dtype() != float16) return {md, src, {}};
+  Tensor copy = Tensor::empty(shape, float32);
+  const Md dense = onednn::dense_desc(shape, memory::data_type::f32);
+  memory dst(dense, onednn::engine(), copy.raw_data());
+  onednn::reorder(src, dst);
+  return {dense, dst, copy};
+}
+
+Operand operand(const Tensor& t, const char* op) {
+  return operand(t, t.shape(), t.strides(), op);
+}
+
+// Output memory: the output itself, or a float32 buffer rounded into it afterwards (float16).
+struct Result {
+  Md desc;
+  memory mem;
+  Tensor buffer;
+  const Tensor* out;
+
+  explicit Result(const Tensor& t) : out(&t) {
+    if (t.dtype() == float16) {
+      buffer = Tensor::empty(t.shape(), float32);
+      desc = onednn::dense_desc(t.shape(), memory::data_type::f32);
+      mem = memory(desc, onednn::engine(), buffer.raw_data());
+    } else {
+      desc = onednn::dense_desc(t.shape(), onednn::data_type(t.dtype(), "matmul"));
+      mem = memory(desc, onednn::engine(), t.raw_data());
+    }
+  }
+  void finish() const {
+    if (!buffer.defined()) return;
+    memory dst(onednn::dense_desc(out->shape(), memory::data_type::f16), onednn::engine(), out->raw_data());
+    onednn::reorder(mem, dst);
+  }
+};
+
+void linear_kernel(const runtime::OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const Tensor& w = call.inputs[1];
+  const Tensor* bias = call.inputs.size() > 2 ? &call.inputs[2] : nullptr;
+  const Tensor& out = call.outputs[0];
+  const int64_t k = x.size(1), n = w.size(0);
+  const memory::data_type ct = compute_type(x.dtype());
+
+  const Operand src = operand(x, "linear");
+  // oneDNN's weights are [K, N]: the stored [N, K] weight is its transpose ("ba"), used as is or packed.
+  const Md w_plain = onednn::plain_desc({k, n}, {w.stride(1), w.stride(0)}, w.dtype(), "linear");
+  const bool pack = call.attrs.get_bool("prepack") || w.dtype() == float16;
+  const Md w_md = pack ? Md({k, n}, ct, memory::format_tag::any) : w_plain;
+  Operand b;
+  if (bias != nullptr) b = operand(*bias, {1, n}, {n, 1}, "linear");
+  const Result dst(out);
+
+  onednn::KeyBuilder key("linear");
+  key.add(src.desc).add(w_md).add(dst.desc);
+  if (bias != nullptr) key.add(b.desc);
+  auto cached = onednn::PrimitiveCache<dnnl::matmul>::get(key.str(), [&] {
+    const dnnl::matmul::desc desc = bias != nullptr ? dnnl::matmul::desc(src.desc, w_md, b.desc, dst.desc)
+                                                    : dnnl::matmul::desc(src.desc, w_md, dst.desc);
+    return dnnl::matmul::primitive_desc(desc, onednn::default_attr(), onednn::engine());
+  });
+  const memory weights = pack ? onednn::packed_weight(w, w_plain, cached->pd.weights_desc())
+                              : memory(w_plain, onednn::engine(), w.raw_data());
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, src.mem}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst.mem}};
+  if (bias != nullptr) args.insert({DNNL_ARG_BIAS, b.mem});
+  onednn::execute(cached->primitive, cached->pd, std::move(args));
+  dst.finish();
+}
+
+void matmul_kernel(const runtime::OpCall& call) {
+  const Operand a = operand(call.inputs[0], "matmul");
+  const Operand b = operand(call.inputs[1], "matmul");
+  const Result dst(call.outputs[0]);
+  const std::string key = onednn::KeyBuilder("matmul").add(a.desc).add(b.desc).add(dst.desc).str();
+  auto cached = onednn::PrimitiveCache<dnnl::matmul>::get(key, [&] {
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a.desc, b.desc, dst.desc), onednn::default_attr(),
+                                        onednn::engine());
+  });
+  onednn::execute(cached->primitive, cached->pd,
+                  {{DNNL_ARG_SRC, a.mem}, {DNNL_ARG_WEIGHTS, b.mem}, {DNNL_ARG_DST, dst.mem}});
+  dst.finish();
+}
+
+}  // namespace
+
+void register_matmul_kernels(runtime::KernelRegistry& registry) {
+  registry.add("linear", DeviceType::CPU, linear_kernel);
+  registry.add("matmul", DeviceType::CPU, matmul_kernel);
+}
 
 }  // namespace kiln::cpu_kernels

@@ -1,0 +1,192 @@
+#include "backends/cpu/onednn_util.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "kiln/core/error.h"
+
+namespace kiln::cpu_kernels::onednn {
+
+const dnnl::engine& engine() {
+  static const dnnl::engine cpu_engine(dnnl::engine::kind::cpu, 0);
+  return cpu_engine;
+}
+
+dnnl::memory::data_type data_type(DType dtype, const char* op) {
+  switch (dtype) {
+    case DType::Float32:
+      return dnnl::memory::data_type::f32;
+    case DType::BFloat16:
+      return dnnl::memory::data_type::bf16;
+    case DType::Float16:
+      return dnnl::memory::data_type::f16;
+    default:
+      break;
+  }
+  KILN_FAIL(op << ": dtype " << dtype_name(dtype)
+               << " is not supported (expected float32, bfloat16 or float16)");
+}
+
+dnnl::memory::desc plain_desc(const Shape& shape, const Strides& strides, DType dtype, const char* op) {
+  KILN_CHECK(shape.size() <= DNNL_MAX_NDIMS,
+             op << ": at most " << DNNL_MAX_NDIMS << " dims are supported, got " << shape_str(shape));
+  int64_t span = 1;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] > 1) span = std::max(span, strides[i] * shape[i]);
+  Strides canonical = strides;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] == 1) canonical[i] = span;
+  return dnnl::memory::desc(shape, data_type(dtype, op), canonical);
+}
+
+dnnl::memory::desc plain_desc(const Tensor& t, const char* op) {
+  return plain_desc(t.shape(), t.strides(), t.dtype(), op);
+}
+
+dnnl::memory::desc dense_desc(const Shape& shape, dnnl::memory::data_type dt) {
+  Strides strides(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  return dnnl::memory::desc(shape, dt, strides);
+}
+
+KeyBuilder& KeyBuilder::add(int64_t v) {
+  key_ += '|';
+  key_ += std::to_string(v);
+  return *this;
+}
+
+KeyBuilder& KeyBuilder::add(const std::vector<int64_t>& v) {
+  key_ += '[';
+  for (int64_t x : v) {
+    key_ += std::to_string(x);
+    key_ += ',';
+  }
+  key_ += ']';
+  return *this;
+}
+
+KeyBuilder& KeyBuilder::add(const dnnl::memory::desc& md) {
+  // Field by field rather than the struct's bytes: padding and unused union members are not guaranteed
+  // to be zero, and two equal descriptors must give one key.
+  const dnnl_memory_desc_t& d = md.data;
+  key_ += '#';
+  add(d.ndims).add(static_cast<int64_t>(d.data_type)).add(static_cast<int64_t>(d.format_kind)).add(d.offset0);
+  for (int i = 0; i < d.ndims; ++i) add(d.dims[i]).add(d.padded_dims[i]).add(d.padded_offsets[i]);
+  if (d.format_kind == dnnl_blocked) {
+    const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+    for (int i = 0; i < d.ndims; ++i) add(b.strides[i]);
+    add(b.inner_nblks);
+    for (int i = 0; i < b.inner_nblks; ++i) add(b.inner_blks[i]).add(b.inner_idxs[i]);
+  }
+  add(static_cast<int64_t>(d.extra.flags)).add(d.extra.compensation_mask);
+  return *this;
+}
+
+dnnl::primitive_attr default_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+namespace {
+
+// Grows to the largest scratchpad this thread has needed; 64-byte aligned as oneDNN expects.
+class Scratchpad {
+ public:
+  ~Scratchpad() { std::free(data_); }
+  void* get(size_t bytes) {
+    if (bytes > capacity_) {
+      std::free(data_);
+      capacity_ = (bytes + 4095) / 4096 * 4096;
+      data_ = std::aligned_alloc(64, capacity_);
+      KILN_CHECK(data_ != nullptr, "onednn: out of memory allocating a " << bytes << "-byte scratchpad");
+    }
+    return data_;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(engine());
+  return stream;
+}
+
+}  // namespace
+
+void execute(const dnnl::primitive& primitive, const dnnl::primitive_desc_base& pd,
+             std::unordered_map<int, dnnl::memory> args) {
+  thread_local Scratchpad scratchpad;
+  const dnnl::memory::desc scratch_md = pd.scratchpad_desc();
+  const size_t scratch_bytes = scratch_md.get_size();
+  if (scratch_bytes > 0) {
+    args.insert({DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_md, engine(), scratchpad.get(scratch_bytes))});
+  }
+  dnnl::stream& stream = thread_stream();
+  primitive.execute(stream, args);
+  stream.wait();
+}
+
+void reorder(const dnnl::memory& src, const dnnl::memory& dst) {
+  const dnnl::memory::desc src_md = src.get_desc();
+  const dnnl::memory::desc dst_md = dst.get_desc();
+  const std::string key = KeyBuilder("reorder").add(src_md).add(dst_md).str();
+  auto cached = PrimitiveCache<dnnl::reorder>::get(
+      key, [&] { return dnnl::reorder::primitive_desc(engine(), src_md, engine(), dst_md, default_attr()); });
+  execute(cached->primitive, cached->pd, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
+}
+
+namespace {
+
+struct PackedEntry {
+  int64_t offset;
+  Shape shape;
+  Strides strides;
+  DType dtype;
+  dnnl::memory::desc target;
+  std::shared_ptr<Storage> bytes;  // counted by the CPU allocator, unlike memory oneDNN allocates itself
+  dnnl::memory memory;
+};
+
+// Lives in the weight Storage's derived slot; one per Storage.
+class PackedWeights {
+ public:
+  dnnl::memory get(const Tensor& weight, const dnnl::memory::desc& source_desc,
+                   const dnnl::memory::desc& target_desc) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const PackedEntry& e : entries_) {
+      if (e.offset == weight.offset() && e.shape == weight.shape() && e.strides == weight.strides() &&
+          e.dtype == weight.dtype() && e.target == target_desc)
+        return e.memory;
+    }
+    // Packed under the lock: concurrent first calls on one weight must not pack (and hold) it twice.
+    auto bytes = Storage::allocate(target_desc.get_size(), cpu);
+    dnnl::memory packed(target_desc, engine(), bytes->data());
+    dnnl::memory source(source_desc, engine(), weight.raw_data());
+    reorder(source, packed);
+    entries_.push_back({weight.offset(), weight.shape(), weight.strides(), weight.dtype(), target_desc,
+                        std::move(bytes), packed});
+    return packed;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<PackedEntry> entries_;
+};
+
+}  // namespace
+
+dnnl::memory packed_weight(const Tensor& weight, const dnnl::memory::desc& source_desc,
+                           const dnnl::memory::desc& target_desc) {
+  auto packs = weight.storage()->derived<PackedWeights>([] { return std::make_shared<PackedWeights>(); });
+  return packs->get(weight, source_desc, target_desc);
+}
+
+}  // namespace kiln::cpu_kernels::onednn
