@@ -134,7 +134,8 @@ def run_case(pipe, name, prompt_key, height, width, steps, guidance, seed, max_s
         captured["vae_out"] = output[0].clone()
 
     h1 = pipe.transformer.register_forward_hook(transformer_hook, with_kwargs=True)
-    h2 = pipe.vae.decoder.register_forward_hook(lambda m, a, o: captured.update(vae_decoder_out=o.clone()))
+    h2 = pipe.vae.decoder.register_forward_hook(
+        lambda m, a, o: captured.update(vae_decoder_in=a[0].clone(), vae_decoder_out=o.clone()))
 
     def on_step_end(p, i, t, kw):
         captured.setdefault("latents_steps", []).append(kw["latents"].clone())
@@ -158,6 +159,7 @@ def run_case(pipe, name, prompt_key, height, width, steps, guidance, seed, max_s
     if "transformer_in_guidance" in captured:
         out["transformer_in_guidance"] = captured["transformer_in_guidance"]
     out["latents_final"] = captured["latents_steps"][-1]
+    out["vae_decoder_in"] = captured["vae_decoder_in"]
     out["vae_decoder_out"] = captured["vae_decoder_out"]
     out["image"] = torch.from_numpy(np.ascontiguousarray(images[0])).float()  # HWC in [0, 1]
     out["image_u8"] = torch.from_numpy((images[0] * 255).round().astype("uint8"))  # what the PIL path saves
@@ -182,7 +184,10 @@ def real_layouts():
         vae = AutoencoderKL(**{k: v for k, v in configs["vae"].items() if not k.startswith("_")})
         layouts["vae"] = {k: list(v.shape) for k, v in vae.state_dict().items()}
         clip = CLIPTextModel(CLIPTextConfig(**configs["text_encoder"]))
-        layouts["text_encoder"] = {k: list(v.shape) for k, v in clip.state_dict().items()}
+        # transformers >= 5 drops the "text_model." prefix when saving, but the real FLUX repos were written
+        # by older versions and keep it: record the names as they are in the real files.
+        layouts["text_encoder"] = {("" if k.startswith("text_model.") else "text_model.") + k: list(v.shape)
+                                   for k, v in clip.state_dict().items()}
         t5 = T5EncoderModel(T5Config(**configs["text_encoder_2"]))
         # The real file stores the embedding once, as shared.weight (encoder.embed_tokens.weight is tied to it).
         layouts["text_encoder_2"] = {k: list(v.shape) for k, v in t5.state_dict().items()
@@ -222,6 +227,16 @@ def main():
         tensors, meta = run_case(pipes[pipe_name], pipe_name, prompt_key, h, w, steps, g, seed, max_seq)
         save_file(tensors, os.path.join(GOLDENS, name + ".safetensors"), metadata=meta)
         print("wrote", name, {k: tuple(v.shape) for k, v in tensors.items()})
+
+    # The VAE encoder (image-to-image needs it; text-to-image never runs it).
+    for pipe_name in ("flux-tiny-schnell", "flux-tiny-dev-bf16"):
+        pipe = pipes[pipe_name]
+        g = torch.Generator("cpu").manual_seed(11)
+        image = (torch.rand(1, 3, 64, 48, generator=g) * 2 - 1).to(pipe.vae.dtype)
+        with torch.no_grad():
+            dist = pipe.vae.encode(image).latent_dist
+        save_file({"image": image.contiguous(), "mean": dist.mean.contiguous(), "logvar": dist.logvar.contiguous()},
+                  os.path.join(GOLDENS, f"vae_encode_{pipe_name}.safetensors"))
 
     with open(os.path.join(GOLDENS, "real_layouts.json"), "w") as f:
         json.dump(real_layouts(), f, indent=0, sort_keys=True)

@@ -57,6 +57,7 @@ class Module {
   // Registers `slot` (a member) as parameter `name` of shape `shape`. Optional parameters may be absent
   // from the checkpoint, in which case the slot stays undefined.
   void register_parameter(const std::string& name, Tensor* slot, Shape shape, bool optional = false);
+  // `name` may be dotted ("self_attn.q_proj") to reproduce a checkpoint's nesting without scope modules.
   void register_module(const std::string& name, Module* child);
 
  private:
