@@ -3,23 +3,21 @@
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/ops.h"
 #include "kiln/ops/attention.h"
-#include "models/config_fields.h"
+#include "kiln/io/json_config.h"
 
 namespace kiln::models {
 
 namespace {
 constexpr double kEps = 1e-6;  // every GroupNorm of diffusers' Encoder/Decoder
 
-void check_block_types(const ConfigFields& f, const char* key, const char* expected) {
-  if (!f.has(key)) return;
-  for (const auto& t : f.json()[key])
-    KILN_CHECK(t.is_string() && t.get<std::string>() == expected,
-               f.path() << ": " << key << " entry " << t.dump() << " is not supported (expected " << expected << ")");
+void check_block_types(const io::JsonConfig& f, const char* key, const char* expected) {
+  for (const auto& t : f.get_or<std::vector<std::string>>(key, {}))
+    KILN_CHECK(t == expected, f.where(key) << ": block type '" << t << "' is not supported (expected " << expected << ")");
 }
 }  // namespace
 
 AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
-  const auto f = ConfigFields::load(path);
+  const auto f = io::JsonConfig::load(path);
   AutoencoderKLConfig c;
   c.in_channels = f.get_or<int64_t>("in_channels", 3);
   c.out_channels = f.get_or<int64_t>("out_channels", 3);

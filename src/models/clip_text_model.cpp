@@ -6,12 +6,12 @@
 #include "kiln/ops/attention.h"
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/nn/renamed_weights.h"
-#include "models/config_fields.h"
+#include "kiln/io/json_config.h"
 
 namespace kiln::models {
 
 ClipTextConfig ClipTextConfig::from_file(const std::string& path) {
-  const auto f = ConfigFields::load(path);
+  const auto f = io::JsonConfig::load(path);
   ClipTextConfig c;
   c.vocab_size = f.get<int64_t>("vocab_size");
   c.hidden_size = f.get<int64_t>("hidden_size");
@@ -23,8 +23,9 @@ ClipTextConfig ClipTextConfig::from_file(const std::string& path) {
   c.layer_norm_eps = f.get_or<double>("layer_norm_eps", 1e-5);
   c.eos_token_id = f.get_or<int64_t>("eos_token_id", 2);
   c.projection_dim = f.get_or<int64_t>("projection_dim", c.hidden_size);
-  if (f.has("architectures") && f.json()["architectures"].is_array() && !f.json()["architectures"].empty()) {
-    const auto arch = f.json()["architectures"][0].get<std::string>();
+  const auto architectures = f.get_or<std::vector<std::string>>("architectures", {});
+  if (!architectures.empty()) {
+    const std::string& arch = architectures.front();
     KILN_CHECK(arch == "CLIPTextModel" || arch == "CLIPTextModelWithProjection",
                path << ": architecture '" << arch << "' is not a CLIP text model (expected CLIPTextModel or CLIPTextModelWithProjection)");
     c.with_projection = arch == "CLIPTextModelWithProjection";

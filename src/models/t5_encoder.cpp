@@ -6,12 +6,12 @@
 #include "kiln/ops/attention.h"
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/nn/renamed_weights.h"
-#include "models/config_fields.h"
+#include "kiln/io/json_config.h"
 
 namespace kiln::models {
 
 T5EncoderConfig T5EncoderConfig::from_file(const std::string& path) {
-  const auto f = ConfigFields::load(path);
+  const auto f = io::JsonConfig::load(path);
   T5EncoderConfig c;
   c.vocab_size = f.get<int64_t>("vocab_size");
   c.d_model = f.get<int64_t>("d_model");
