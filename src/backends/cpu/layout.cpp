@@ -1,7 +1,138 @@
+// CPU kernels for the layout ops: "concat", "embedding", "upsample_nearest2d" (byte copies, any dtype) and
+// "rope" (vectorized, in isa/rope_kernels.cpp).
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/reduction_kernels.h"
 #include "backends/cpu/register_kernels.h"
 
 namespace kiln::cpu_kernels {
 
-void register_layout_kernels(runtime::KernelRegistry& registry) {}
+namespace {
+
+// Copies below this many bytes run on one thread.
+constexpr int64_t kParallelBytes = 1 << 18;
+
+// inputs: contiguous tensors of the output's dtype; attrs: dim.
+void concat_kernel(const runtime::OpCall& call) {
+  const Tensor& out = call.outputs[0];
+  const int64_t d = call.attrs.get_int("dim");
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < d; ++k) outer *= out.size(k);
+  for (int64_t k = d + 1; k < out.dim(); ++k) inner *= out.size(k);
+  const int64_t es = static_cast<int64_t>(out.element_size());
+  const int64_t out_row = out.size(d) * inner * es;
+  char* dst = static_cast<char*>(out.raw_data());
+  int64_t offset = 0;
+  for (const Tensor& t : call.inputs) {
+    const int64_t row = t.size(d) * inner * es;
+    const char* src = static_cast<const char*>(t.raw_data());
+#pragma omp parallel for schedule(static) if (outer * row >= kParallelBytes && outer > 1)
+    for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * out_row + offset, src + o * row, row);
+    offset += row;
+  }
+}
+
+// inputs: weight [V, D] contiguous, ids contiguous int32/int64; output [*ids, D].
+void embedding_kernel(const runtime::OpCall& call) {
+  const Tensor& weight = call.inputs[0];
+  const Tensor& ids = call.inputs[1];
+  const Tensor& out = call.outputs[0];
+  const int64_t vocab = weight.size(0), n = ids.numel();
+  const size_t row = static_cast<size_t>(weight.size(1)) * weight.element_size();
+  auto id_at = [&](int64_t i) {
+    return ids.dtype() == int64 ? static_cast<const int64_t*>(ids.raw_data())[i]
+                                : static_cast<int64_t>(static_cast<const int32_t*>(ids.raw_data())[i]);
+  };
+  // Validate before copying: an exception must not escape an OpenMP region.
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = id_at(i);
+    KILN_CHECK(id >= 0 && id < vocab, "embedding: id " << id << " at position " << i << " of ids "
+                                                       << shape_str(ids.shape()) << " is out of range [0, "
+                                                       << vocab << ")");
+  }
+  const char* w = static_cast<const char*>(weight.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+#pragma omp parallel for schedule(static) if (n * static_cast <int64_t>(row) >= kParallelBytes)
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * row, w + id_at(i) * row, row);
+}
+
+// torch's nearest source index (aten/src/ATen/native/UpSample.h: nearest_idx), including its float rounding.
+int64_t nearest_source(int64_t dst, int64_t in, int64_t out, int64_t scale) {
+  if (out == in) return dst;
+  if (out == 2 * in) return dst >> 1;
+  const float ratio = scale > 0 ? static_cast<float>(1.0 / static_cast<double>(scale))
+                                : static_cast<float>(in) / static_cast<float>(out);
+  const auto idx = static_cast<int64_t>(std::floor(static_cast<float>(dst) * ratio));
+  return idx < in - 1 ? idx : in - 1;
+}
+
+template <class T>
+void upsample_typed(const T* x, T* y, int64_t planes, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                    const std::vector<int64_t>& src_y, const std::vector<int64_t>& src_x) {
+#pragma omp parallel for schedule(static) if (planes * oh * ow * static_cast <int64_t>(sizeof(T)) >= \
+                                              kParallelBytes)
+  for (int64_t task = 0; task < planes * oh; ++task) {
+    const int64_t p = task / oh, oy = task % oh;
+    const T* in_row = x + (p * ih + src_y[oy]) * iw;
+    T* out_row = y + task * ow;
+    for (int64_t ox = 0; ox < ow; ++ox) out_row[ox] = in_row[src_x[ox]];
+  }
+}
+
+// inputs: x [N, C, H, W] contiguous; attrs: scale (0 when an output size was given).
+void upsample_nearest2d_kernel(const runtime::OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const Tensor& y = call.outputs[0];
+  const int64_t scale = call.attrs.get_int("scale");
+  const int64_t ih = x.size(2), iw = x.size(3), oh = y.size(2), ow = y.size(3);
+  std::vector<int64_t> src_y(oh), src_x(ow);
+  for (int64_t i = 0; i < oh; ++i) src_y[i] = nearest_source(i, ih, oh, scale);
+  for (int64_t i = 0; i < ow; ++i) src_x[i] = nearest_source(i, iw, ow, scale);
+  const int64_t planes = x.size(0) * x.size(1);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    upsample_typed(static_cast<const T*>(x.raw_data()), static_cast<T*>(y.raw_data()), planes, ih, iw, oh, ow,
+                   src_y, src_x);
+  };
+  switch (x.element_size()) {
+    case 1:
+      run(uint8_t{});
+      break;
+    case 2:
+      run(uint16_t{});
+      break;
+    case 4:
+      run(uint32_t{});
+      break;
+    case 8:
+      run(uint64_t{});
+      break;
+    default:
+      KILN_FAIL("upsample_nearest2d: unsupported element size " << x.element_size());
+  }
+}
+
+// inputs: x [B, H, S, D] (last dim contiguous), cos and sin float32 [S, D]; output [B, H, S, D]; attrs:
+// style.
+void rope_kernel(const runtime::OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  RopeShape shape{x.size(0), x.size(1), x.size(2), x.size(3), {x.stride(0), x.stride(1), x.stride(2)}};
+  KILN_ISA_CALL(rope)
+  (static_cast<RopeStyle>(call.attrs.get_int("style")), x.dtype(), x.raw_data(), shape,
+   static_cast<const float*>(call.inputs[1].raw_data()), static_cast<const float*>(call.inputs[2].raw_data()),
+   call.outputs[0].raw_data());
+}
+
+}  // namespace
+
+void register_layout_kernels(runtime::KernelRegistry& registry) {
+  registry.add("concat", DeviceType::CPU, concat_kernel);
+  registry.add("embedding", DeviceType::CPU, embedding_kernel);
+  registry.add("upsample_nearest2d", DeviceType::CPU, upsample_nearest2d_kernel);
+  registry.add("rope", DeviceType::CPU, rope_kernel);
+}
 
 }  // namespace kiln::cpu_kernels

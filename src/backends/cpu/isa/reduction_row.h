@@ -1,0 +1,127 @@
+// Row primitives shared by the reduction, norm and rope kernels of one ISA variant: typed dispatch over the
+// float storage types, f32 rounding to a storage type, and accurate vectorized row sums.
+#pragma once
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backends/cpu/isa/vec.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+
+namespace kiln::cpu_kernels::KILN_ISA {
+
+// Calls f(T{}) for the float storage types the vectorized kernels handle.
+template <class F>
+decltype(auto) visit_float(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::Float32:
+      return f(float{});
+    case DType::BFloat16:
+      return f(bf16_t{});
+    case DType::Float16:
+      return f(f16_t{});
+    default:
+      KILN_FAIL("internal: vectorized kernel called with dtype " << dtype_name(dtype));
+  }
+}
+
+template <class T>
+inline T from_float(float v) {
+  if constexpr (std::is_same_v<T, bf16_t>)
+    return f32_to_bf16(v);
+  else if constexpr (std::is_same_v<T, f16_t>)
+    return f32_to_f16(v);
+  else
+    return v;
+}
+template <class T>
+inline float to_float(T v) {
+  if constexpr (std::is_same_v<T, bf16_t>)
+    return bf16_to_f32(v);
+  else if constexpr (std::is_same_v<T, f16_t>)
+    return f16_to_f32(v);
+  else
+    return v;
+}
+
+// Rounds every lane to the storage type T and back, as torch's .to(T) does between two float32 ops.
+template <class T>
+inline f32x16 round_to(f32x16 v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    T tmp[kLanes];
+    store(tmp, v);
+    return load(tmp);
+  }
+}
+
+// Elements summed in float32 lanes before the partial sum moves to double: keeps a float32 row sum accurate
+// to ~1e-7 relative however long the row is, at no measurable cost.
+inline constexpr int64_t kSumBlock = 4096;
+
+// Sum of f(x[i]) over one block (n <= kSumBlock) with four independent vector accumulators.
+template <class T, class F>
+inline float block_sum(const T* x, int64_t n, F f) {
+  f32x16 a0{}, a1{}, a2{}, a3{};
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    a0 += f(load(x + i));
+    a1 += f(load(x + i + kLanes));
+    a2 += f(load(x + i + 2 * kLanes));
+    a3 += f(load(x + i + 3 * kLanes));
+  }
+  for (; i + kLanes <= n; i += kLanes) a0 += f(load(x + i));
+  if (i < n) {
+    const int rest = static_cast<int>(n - i);
+    f32x16 v = f(load_partial(x + i, rest));
+    for (int l = rest; l < kLanes; ++l) v[l] = 0.0f;  // f(0) need not be 0
+    a1 += v;
+  }
+  return reduce_add((a0 + a1) + (a2 + a3));
+}
+
+// Sum of f(x[i]) over a row of any length, block partials accumulated in double.
+template <class T, class F>
+inline double row_sum(const T* x, int64_t n, F f) {
+  double s = 0;
+  for (int64_t i = 0; i < n; i += kSumBlock) s += block_sum(x + i, n - i < kSumBlock ? n - i : kSumBlock, f);
+  return s;
+}
+
+struct Identity {
+  f32x16 operator()(f32x16 v) const { return v; }
+};
+
+// Maximum of a row (n >= 1); NaN when any element is NaN, as torch.max.
+template <class T>
+inline float row_max(const T* x, int64_t n) {
+  const f32x16 ninf = splat(-__builtin_inff());
+  f32x16 m0 = ninf, m1 = ninf;
+  i32x16 nan{};
+  int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    const f32x16 v0 = load(x + i), v1 = load(x + i + kLanes);
+    nan |= (v0 != v0) | (v1 != v1);
+    m0 = vmax(m0, v0);
+    m1 = vmax(m1, v1);
+  }
+  for (; i + kLanes <= n; i += kLanes) {
+    const f32x16 v = load(x + i);
+    nan |= v != v;
+    m0 = vmax(m0, v);
+  }
+  if (i < n) {
+    const f32x16 v = load_partial(x + i, static_cast<int>(n - i), -__builtin_inff());
+    nan |= v != v;
+    m1 = vmax(m1, v);
+  }
+  for (int l = 0; l < kLanes; ++l)
+    if (nan[l]) return __builtin_nanf("");
+  return reduce_max(vmax(m0, m1));
+}
+
+}  // namespace kiln::cpu_kernels::KILN_ISA
