@@ -14,6 +14,8 @@
 
 #include <cmath>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "kiln/core/device_runtime.h"
 #include "kiln/ops/linalg.h"
@@ -140,21 +142,46 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, LinearLayouts, ::testing::Values("f32", "bf16")
 TEST(Linear, PacksEachWeightOnceAndFreesItWithTheWeight) {
   set_weight_prepacking(true);
   const Tensor x = load("linear_bf16_m11_k200.x");
-  const Tensor w = load("linear_bf16_m11_k200.weight").clone();  // its own Storage, owned by this test
-  linear(x, w);
-  const int64_t after_first = memory_stats().current_bytes;
-  for (int i = 0; i < 3; ++i) linear(x, w);
-  linear(x.slice(0, 0, 5), w);  // another M reuses the same packed form
-  EXPECT_EQ(memory_stats().current_bytes, after_first);
+  const Tensor bias = load("linear_bf16_m11_k200.bias");
+  const Tensor expected = load("linear_bf16_m11_k200.expected");
+  const int64_t baseline = memory_stats().current_bytes;
+  {
+    const Tensor w = load("linear_bf16_m11_k200.weight").clone();  // its own Storage, owned by this test
+    const int64_t weight_bytes = memory_stats().current_bytes - baseline;
+    linear(x, w);
+    const int64_t after_first = memory_stats().current_bytes;
+    EXPECT_GE(after_first - baseline, 2 * weight_bytes);  // the packed copy is at least as large
+    for (int i = 0; i < 3; ++i) linear(x, w);
+    linear(x.slice(0, 0, 5), w);  // another M reuses the same packed form
+    EXPECT_EQ(memory_stats().current_bytes, after_first);
+  }
+  EXPECT_EQ(memory_stats().current_bytes, baseline);  // freed together with the weight's Storage
   // Two views of one Storage get separate packed forms, each correct.
+  const Tensor w = load("linear_bf16_m11_k200.weight");
   const Tensor both = Tensor::empty({2 * w.size(0), w.size(1)}, bfloat16);
   both.narrow(0, 0, w.size(0)).copy_(w);
-  both.narrow(0, w.size(0), w.size(0)).copy_(w);
-  const Tensor expected = load("linear_bf16_m11_k200.expected");
-  EXPECT_TRUE(testing::all_close(both.narrow(0, 0, w.size(0)), w, 0, 0));
-  const Tensor bias = load("linear_bf16_m11_k200.bias");
+  both.narrow(0, w.size(0), w.size(0)).copy_(Tensor::zeros(w.shape(), bfloat16));
   EXPECT_TRUE(close_to_torch(linear(x, both.narrow(0, 0, w.size(0)), bias), expected));
-  EXPECT_TRUE(close_to_torch(linear(x, both.narrow(0, w.size(0), w.size(0)), bias), expected));
+  const Tensor second = linear(x, both.narrow(0, w.size(0), w.size(0)), bias);  // zero weight: bias only
+  EXPECT_TRUE(testing::all_close(second, bias.unsqueeze(0).expand(second.shape()).contiguous(), 0, 0));
+}
+
+TEST(Linear, ConcurrentCallsShareOneWeight) {
+  set_weight_prepacking(true);
+  const Tensor x = load("linear_f32_m11_k200.x"), bias = load("linear_f32_m11_k200.bias");
+  const Tensor w = load("linear_f32_m11_k200.weight").clone();  // packed for the first time below
+  const Tensor expected = load("linear_f32_m11_k200.expected");
+  std::vector<Tensor> results(8);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < results.size(); ++i) {
+    // Different M per thread: different primitives, one packed weight.
+    threads.emplace_back(
+        [&, i] { results[i] = linear(x.slice(0, 0, 4 + static_cast<int64_t>(i)), w, bias); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < results.size(); ++i)
+    EXPECT_TRUE(close_to_torch(results[i], expected.slice(0, 0, 4 + static_cast<int64_t>(i)).contiguous()))
+        << i;
 }
 
 TEST(Linear, EmptyDims) {

@@ -1,0 +1,149 @@
+// kiln::linear against a raw oneDNN matmul in its best configuration (cpu-limits.md section 2: weights
+// reordered once into the layout oneDNN picks for format `any`, output in the input dtype), on the DiT
+// shapes M x K x N = 4096 x 3072 x {3072, 12288} and 4096 x 12288 x 3072, bf16 and f32. Also times
+// kiln::linear with prepacking off (the [N, K] weight used in place), the evidence behind the default.
+//
+// The three variants run interleaved, repetition by repetition, so that load from other tenants of the
+// host hits them alike. Prints GFLOP/s (best and median), % of peak (bf16 880, f32 440 GFLOP/s) and
+// kiln / oneDNN. Usage: bench_matmul [repetitions=5] [bf16|f32|all]
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+#include "kiln/ops/linalg.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(const std::function<void()>& f) {
+  const auto t0 = Clock::now();
+  f();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+kiln::Tensor random_tensor(const kiln::Shape& shape, kiln::DType dtype, float scale, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(static_cast<size_t>(kiln::shape_numel(shape)));
+  for (float& x : v) x = dist(gen);
+  return kiln::Tensor::from_vector(v, shape).to(dtype);
+}
+
+// The best raw oneDNN configuration: src [M, K] row-major, weights prepacked once (outside the timing),
+// dst [M, N] row-major in the compute dtype, library-managed scratchpad.
+class RawOnednn {
+ public:
+  RawOnednn(const kiln::Tensor& x, const kiln::Tensor& w, const kiln::Tensor& y)
+      : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    using dnnl::memory;
+    const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+    const auto dt = x.dtype() == kiln::bfloat16 ? memory::data_type::bf16 : memory::data_type::f32;
+    const memory::desc src_md({m, k}, dt, memory::format_tag::ab);
+    const memory::desc w_plain({k, n}, dt, memory::format_tag::ba);  // torch's [N, K] weight
+    const memory::desc w_any({k, n}, dt, memory::format_tag::any);
+    const memory::desc dst_md({m, n}, dt, memory::format_tag::ab);
+    pd_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, w_any, dst_md), engine_);
+    prim_ = dnnl::matmul(pd_);
+    packed_ = memory(pd_.weights_desc(), engine_);
+    memory w_mem(w_plain, engine_, w.raw_data());
+    dnnl::reorder(w_mem, packed_).execute(stream_, w_mem, packed_);
+    src_ = memory(src_md, engine_, x.raw_data());
+    dst_ = memory(dst_md, engine_, y.raw_data());
+    stream_.wait();
+  }
+  void run() {
+    prim_.execute(stream_, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, packed_}, {DNNL_ARG_DST, dst_}});
+    stream_.wait();
+  }
+  const char* impl() const { return pd_.impl_info_str(); }
+
+ private:
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  dnnl::matmul::primitive_desc pd_;
+  dnnl::matmul prim_;
+  dnnl::memory packed_, src_, dst_;
+};
+
+struct Stats {
+  std::vector<double> gflops;
+  double best() const { return *std::max_element(gflops.begin(), gflops.end()); }
+  double median() const {
+    std::vector<double> s = gflops;
+    std::sort(s.begin(), s.end());
+    return s[s.size() / 2];
+  }
+};
+
+double max_rel_diff(const kiln::Tensor& a, const kiln::Tensor& b) {
+  const auto va = a.to_vector<float>(), vb = b.to_vector<float>();
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < va.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::abs(va[i] - vb[i])));
+    ref = std::max(ref, static_cast<double>(std::abs(vb[i])));
+  }
+  return diff / std::max(ref, 1e-30);
+}
+
+void bench(int64_t m, int64_t k, int64_t n, kiln::DType dtype, int reps) {
+  const double peak = dtype == kiln::bfloat16 ? 880.0 : 440.0;
+  const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+  const kiln::Tensor x = random_tensor({m, k}, dtype, 1.0f, 1);
+  const kiln::Tensor w = random_tensor({n, k}, dtype, 1.0f / std::sqrt(static_cast<float>(k)), 2);
+  // Same bytes, separate Storage: prepacking off must not find the packed copy cached on `w`.
+  const kiln::Tensor w_inplace = w.clone();
+  const kiln::Tensor y_raw = kiln::Tensor::empty({m, n}, dtype);
+
+  RawOnednn raw(x, w, y_raw);
+  Stats s_raw, s_kiln, s_inplace;
+  kiln::Tensor y_kiln, y_inplace;
+  // Warm-up: primitive creation, packing, JIT, page faults on the outputs.
+  raw.run();
+  kiln::set_weight_prepacking(true);
+  y_kiln = kiln::linear(x, w);
+  kiln::set_weight_prepacking(false);
+  y_inplace = kiln::linear(x, w_inplace);
+  for (int r = 0; r < reps; ++r) {
+    s_raw.gflops.push_back(flop / seconds([&] { raw.run(); }) * 1e-9);
+    kiln::set_weight_prepacking(true);
+    s_kiln.gflops.push_back(flop / seconds([&] { y_kiln = kiln::linear(x, w); }) * 1e-9);
+    kiln::set_weight_prepacking(false);
+    s_inplace.gflops.push_back(flop / seconds([&] { y_inplace = kiln::linear(x, w_inplace); }) * 1e-9);
+  }
+  std::printf(
+      "%5lld x %5lld x %5lld %-8s | oneDNN %6.0f (%3.0f%%) med %6.0f | kiln %6.0f (%3.0f%%) med %6.0f"
+      " | kiln/oneDNN %.3f (med %.3f) | kiln in-place %6.0f (%3.0f%%) med %6.0f, %.3f of packed"
+      " | max rel diff %.1e\n",
+      static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),
+      std::string(kiln::dtype_name(dtype)).c_str(), s_raw.best(), 100 * s_raw.best() / peak, s_raw.median(),
+      s_kiln.best(), 100 * s_kiln.best() / peak, s_kiln.median(), s_kiln.best() / s_raw.best(),
+      s_kiln.median() / s_raw.median(), s_inplace.best(), 100 * s_inplace.best() / peak, s_inplace.median(),
+      s_inplace.best() / s_kiln.best(), max_rel_diff(y_kiln, y_raw));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
+  const std::string which = argc > 2 ? argv[2] : "all";
+  std::printf(
+      "GFLOP/s, best of %d (%% of peak: bf16 880, f32 440) and median; oneDNN = raw matmul with B "
+      "prepacked, same shapes\n",
+      reps);
+  const int64_t shapes[][3] = {{4096, 3072, 3072}, {4096, 3072, 12288}, {4096, 12288, 3072}};
+  for (kiln::DType dtype : {kiln::bfloat16, kiln::float32}) {
+    if (which != "all" && which != (dtype == kiln::bfloat16 ? "bf16" : "f32")) continue;
+    for (const auto& s : shapes) bench(s[0], s[1], s[2], dtype, reps);
+  }
+  return 0;
+}
