@@ -1,0 +1,192 @@
+#include "models/flux_blocks.h"
+
+#include "kiln/ops/attention.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/layout.h"
+#include "kiln/ops/nn.h"
+
+namespace kiln::models {
+
+namespace {
+
+// LayerNorm(elementwise_affine=False, eps=1e-6), used by every norm of the model.
+constexpr double kLayerNormEps = 1e-6;
+// FluxAttention's QK RMSNorm eps in both block kinds.
+constexpr double kQkNormEps = 1e-6;
+// float16's largest finite value: diffusers clips float16 streams to it so that overflow saturates.
+constexpr double kFloat16Max = 65504.0;
+
+Tensor layer_norm_plain(const Tensor& x) {
+  return layer_norm(x, 1, Tensor(), Tensor(), kLayerNormEps);
+}
+
+// norm(x) * (1 + scale[:, None]) + shift[:, None], rounded op by op as diffusers is.
+Tensor modulate(const Tensor& normed, const Tensor& scale, const Tensor& shift) {
+  return add(mul(normed, add(1.0, scale).unsqueeze(1)), shift.unsqueeze(1));
+}
+
+Tensor clip_if_float16(const Tensor& x) {
+  return x.dtype() == float16 ? clamp(x, -kFloat16Max, kFloat16Max) : x;
+}
+
+}  // namespace
+
+FluxModulation::FluxModulation(int64_t dim, int64_t chunks) : linear(dim, chunks * dim), chunks_(chunks) {
+  register_module("linear", &linear);
+}
+
+std::vector<Tensor> FluxModulation::forward(const Tensor& silu_temb) const {
+  return chunk(linear(silu_temb), chunks_, 1);
+}
+
+FluxAdaLayerNormContinuous::FluxAdaLayerNormContinuous(int64_t dim) : linear_(dim, 2 * dim) {
+  register_module("linear", &linear_);
+}
+
+Tensor FluxAdaLayerNormContinuous::forward(const Tensor& x, const Tensor& silu_temb) const {
+  const std::vector<Tensor> m = chunk(linear_(silu_temb.to(x.dtype())), 2, 1);
+  return modulate(layer_norm_plain(x), /*scale=*/m[0], /*shift=*/m[1]);
+}
+
+FluxFeedForward::FluxFeedForward(int64_t dim, int64_t hidden) : proj_(dim, hidden), out_(hidden, dim) {
+  register_module("net.0.proj", &proj_);
+  register_module("net.2", &out_);
+}
+
+Tensor FluxFeedForward::forward(const Tensor& x) const {
+  return out_(gelu(proj_(x), GeluApproximate::Tanh));
+}
+
+FluxAttention::FluxAttention(int64_t dim, int64_t heads, int64_t head_dim, bool added_kv, bool pre_only)
+    : heads_(heads),
+      head_dim_(head_dim),
+      norm_q_(head_dim, kQkNormEps),
+      norm_k_(head_dim, kQkNormEps),
+      to_q_(dim, heads * head_dim),
+      to_k_(dim, heads * head_dim),
+      to_v_(dim, heads * head_dim) {
+  const int64_t inner = heads * head_dim;
+  register_module("norm_q", &norm_q_);
+  register_module("norm_k", &norm_k_);
+  register_module("to_q", &to_q_);
+  register_module("to_k", &to_k_);
+  register_module("to_v", &to_v_);
+  if (!pre_only) {
+    to_out0_ = std::make_unique<nn::Linear>(inner, dim);
+    register_module("to_out.0", to_out0_.get());
+  }
+  if (added_kv) {
+    norm_added_q_ = std::make_unique<nn::RMSNorm>(head_dim, kQkNormEps);
+    norm_added_k_ = std::make_unique<nn::RMSNorm>(head_dim, kQkNormEps);
+    add_q_proj_ = std::make_unique<nn::Linear>(dim, inner);
+    add_k_proj_ = std::make_unique<nn::Linear>(dim, inner);
+    add_v_proj_ = std::make_unique<nn::Linear>(dim, inner);
+    to_add_out_ = std::make_unique<nn::Linear>(inner, dim);
+    register_module("norm_added_q", norm_added_q_.get());
+    register_module("norm_added_k", norm_added_k_.get());
+    register_module("add_q_proj", add_q_proj_.get());
+    register_module("add_k_proj", add_k_proj_.get());
+    register_module("add_v_proj", add_v_proj_.get());
+    register_module("to_add_out", to_add_out_.get());
+  }
+}
+
+Tensor FluxAttention::heads(const nn::Linear& proj, const Tensor& x) const {
+  return proj(x).view({x.size(0), x.size(1), heads_, head_dim_});
+}
+
+Tensor FluxAttention::heads_normed(const nn::Linear& proj, const nn::RMSNorm& norm, const Tensor& x) const {
+  const Tensor h = heads(proj, x);
+  // torch.nn.RMSNorm multiplies by the weight in float32 and rounds once to x's dtype; a float32 weight makes
+  // rms_norm do exactly that (a bfloat16 weight would round x * rsqrt(...) to bfloat16 first).
+  return rms_norm(h, norm.weight.to(float32), kQkNormEps, RmsNormStyle::Diffusers).to(h.dtype());
+}
+
+Tensor FluxAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const FluxRopeTables& rope) const {
+  const int64_t batch = q.size(0), seq = q.size(1);
+  // apply_rope and attention work on [B, H, S, D]; the transposes are views of the [B, S, H, D] projections.
+  const Tensor qr = apply_rope(q.transpose(1, 2), rope.cos, rope.sin, RopeStyle::Interleaved);
+  const Tensor kr = apply_rope(k.transpose(1, 2), rope.cos, rope.sin, RopeStyle::Interleaved);
+  const Tensor out = scaled_dot_product_attention(qr, kr, v.transpose(1, 2));
+  // Head-major features (head * D + d), as hidden_states.flatten(2, 3) gives.
+  return out.transpose(1, 2).reshape({batch, seq, heads_ * head_dim_});
+}
+
+std::pair<Tensor, Tensor> FluxAttention::forward_joint(const Tensor& x, const Tensor& c,
+                                                       const FluxRopeTables& rope) const {
+  // Text first along the sequence, for q, k, v and the rotary tables alike.
+  const Tensor q =
+      concat({heads_normed(*add_q_proj_, *norm_added_q_, c), heads_normed(to_q_, norm_q_, x)}, 1);
+  const Tensor k =
+      concat({heads_normed(*add_k_proj_, *norm_added_k_, c), heads_normed(to_k_, norm_k_, x)}, 1);
+  const Tensor v = concat({heads(*add_v_proj_, c), heads(to_v_, x)}, 1);
+  const Tensor out = attend(q, k, v, rope);
+  const int64_t text = c.size(1), image = x.size(1);
+  return {(*to_out0_)(out.narrow(1, text, image)), (*to_add_out_)(out.narrow(1, 0, text))};
+}
+
+Tensor FluxAttention::forward_self(const Tensor& s, const FluxRopeTables& rope) const {
+  return attend(heads_normed(to_q_, norm_q_, s), heads_normed(to_k_, norm_k_, s), heads(to_v_, s), rope);
+}
+
+FluxTransformerBlock::FluxTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim)
+    : norm1_(dim, 6),
+      norm1_context_(dim, 6),
+      attn_(dim, heads, head_dim, /*added_kv=*/true, /*pre_only=*/false),
+      ff_(dim, 4 * dim),
+      ff_context_(dim, 4 * dim) {
+  register_module("norm1", &norm1_);
+  register_module("norm1_context", &norm1_context_);
+  register_module("attn", &attn_);
+  register_module("ff", &ff_);
+  register_module("ff_context", &ff_context_);
+}
+
+std::pair<Tensor, Tensor> FluxTransformerBlock::forward(const Tensor& x, const Tensor& c,
+                                                        const Tensor& silu_temb,
+                                                        const FluxRopeTables& rope) const {
+  // AdaLayerNormZero chunk order: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp.
+  enum { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
+  const std::vector<Tensor> m = norm1_.forward(silu_temb);
+  const std::vector<Tensor> mc = norm1_context_.forward(silu_temb);
+  const Tensor nx = modulate(layer_norm_plain(x), m[kScaleMsa], m[kShiftMsa]);
+  const Tensor nc = modulate(layer_norm_plain(c), mc[kScaleMsa], mc[kShiftMsa]);
+  const auto [attn_x, attn_c] = attn_.forward_joint(nx, nc, rope);
+
+  Tensor x1 = add(x, mul(m[kGateMsa].unsqueeze(1), attn_x));
+  const Tensor ff_x = ff_.forward(modulate(layer_norm_plain(x1), m[kScaleMlp], m[kShiftMlp]));
+  x1 = add(x1, mul(m[kGateMlp].unsqueeze(1), ff_x));
+
+  Tensor c1 = add(c, mul(mc[kGateMsa].unsqueeze(1), attn_c));
+  const Tensor ff_c = ff_context_.forward(modulate(layer_norm_plain(c1), mc[kScaleMlp], mc[kShiftMlp]));
+  c1 = add(c1, mul(mc[kGateMlp].unsqueeze(1), ff_c));
+  // diffusers clips only the text stream in this block.
+  return {x1, clip_if_float16(c1)};
+}
+
+FluxSingleTransformerBlock::FluxSingleTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim,
+                                                       int64_t mlp_hidden)
+    : norm_(dim, 3),
+      proj_mlp_(dim, mlp_hidden),
+      proj_out_(dim + mlp_hidden, dim),
+      attn_(dim, heads, head_dim, /*added_kv=*/false, /*pre_only=*/true) {
+  register_module("norm", &norm_);
+  register_module("proj_mlp", &proj_mlp_);
+  register_module("proj_out", &proj_out_);
+  register_module("attn", &attn_);
+}
+
+Tensor FluxSingleTransformerBlock::forward(const Tensor& s, const Tensor& silu_temb,
+                                           const FluxRopeTables& rope) const {
+  // AdaLayerNormZeroSingle chunk order: shift, scale, gate.
+  const std::vector<Tensor> m = norm_.forward(silu_temb);
+  const Tensor n = modulate(layer_norm_plain(s), m[1], m[0]);
+  const Tensor mlp = gelu(proj_mlp_(n), GeluApproximate::Tanh);
+  const Tensor attn = attn_.forward_self(n, rope);
+  // proj_out reads [attention | mlp] along the features.
+  const Tensor out = proj_out_(concat({attn, mlp}, 2));
+  return clip_if_float16(add(s, mul(m[2].unsqueeze(1), out)));
+}
+
+}  // namespace kiln::models

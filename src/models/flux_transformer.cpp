@@ -1,0 +1,146 @@
+#include "kiln/models/flux_transformer.h"
+
+#include <tuple>
+
+#include "kiln/nn/checkpoint_weights.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/layout.h"
+#include "models/flux_blocks.h"
+#include "models/flux_embeddings.h"
+
+namespace kiln::models {
+
+namespace {
+
+// FluxPosEmbed(theta=10000, ...): diffusers hard-codes theta; it is not a config key.
+constexpr double kRopeTheta = 10000.0;
+// FluxSingleTransformerBlock's mlp_ratio (not a config key either).
+constexpr double kSingleMlpRatio = 4.0;
+
+std::string describe(const Tensor& t) {
+  return t.defined() ? t.str() : std::string("undefined");
+}
+
+}  // namespace
+
+FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& config)
+    : config_((config.validate("FluxTransformer2DModel config"), config)),
+      context_embedder_(config.joint_attention_dim, config.inner_dim()),
+      x_embedder_(config.in_channels, config.inner_dim()),
+      proj_out_(config.inner_dim(), config.patch_size * config.patch_size * config.out_channels) {
+  const int64_t dim = config.inner_dim();
+  time_text_embed_ =
+      std::make_unique<FluxTimeTextEmbedding>(dim, config.pooled_projection_dim, config.guidance_embeds);
+  register_module("time_text_embed", time_text_embed_.get());
+  register_module("context_embedder", &context_embedder_);
+  register_module("x_embedder", &x_embedder_);
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    transformer_blocks_.push_back(
+        std::make_unique<FluxTransformerBlock>(dim, config.num_attention_heads, config.attention_head_dim));
+    register_module("transformer_blocks." + std::to_string(i), transformer_blocks_.back().get());
+  }
+  const auto mlp_hidden = static_cast<int64_t>(static_cast<double>(dim) * kSingleMlpRatio);
+  for (int64_t i = 0; i < config.num_single_layers; ++i) {
+    single_transformer_blocks_.push_back(std::make_unique<FluxSingleTransformerBlock>(
+        dim, config.num_attention_heads, config.attention_head_dim, mlp_hidden));
+    register_module("single_transformer_blocks." + std::to_string(i),
+                    single_transformer_blocks_.back().get());
+  }
+  norm_out_ = std::make_unique<FluxAdaLayerNormContinuous>(dim);
+  register_module("norm_out", norm_out_.get());
+  register_module("proj_out", &proj_out_);
+}
+
+FluxTransformer2DModel::~FluxTransformer2DModel() = default;
+
+Tensor FluxTransformer2DModel::forward(const Tensor& hidden, const Tensor& encoder_hidden,
+                                       const Tensor& pooled, const Tensor& timestep, const Tensor& guidance,
+                                       const Tensor& txt_ids, const Tensor& img_ids) const {
+  const FluxTransformerConfig& c = config_;
+  const char* op = "FluxTransformer2DModel";
+  KILN_CHECK(x_embedder_.weight.defined(), op << ": the weights are not loaded (call load_weights first)");
+  KILN_CHECK(hidden.defined() && hidden.dim() == 3 && hidden.size(2) == c.in_channels,
+             op << ": expected hidden_states [B, N, " << c.in_channels << "], got " << describe(hidden));
+  const int64_t batch = hidden.size(0), image = hidden.size(1);
+  const DType dtype = x_embedder_.weight.dtype();
+  KILN_CHECK(hidden.dtype() == dtype, op << ": hidden_states is " << dtype_name(hidden.dtype())
+                                         << " but the weights are " << dtype_name(dtype)
+                                         << "; the model computes in its weights' dtype");
+  KILN_CHECK(encoder_hidden.defined() && encoder_hidden.dim() == 3 && encoder_hidden.size(0) == batch &&
+                 encoder_hidden.size(2) == c.joint_attention_dim && encoder_hidden.dtype() == dtype,
+             op << ": expected encoder_hidden_states [" << batch << ", L, " << c.joint_attention_dim << "] "
+                << dtype_name(dtype) << ", got " << describe(encoder_hidden));
+  const int64_t text = encoder_hidden.size(1);
+  KILN_CHECK(pooled.defined() && pooled.dim() == 2 && pooled.size(0) == batch &&
+                 pooled.size(1) == c.pooled_projection_dim && pooled.dtype() == dtype,
+             op << ": expected pooled_projections [" << batch << ", " << c.pooled_projection_dim << "] "
+                << dtype_name(dtype) << ", got " << describe(pooled));
+  KILN_CHECK(
+      timestep.defined() && timestep.dim() == 1 && timestep.size(0) == batch && is_floating(timestep.dtype()),
+      op << ": expected a floating timestep [" << batch << "], got " << describe(timestep));
+  if (c.guidance_embeds) {
+    KILN_CHECK(
+        guidance.defined() && guidance.dim() == 1 && guidance.size(0) == batch &&
+            is_floating(guidance.dtype()),
+        op << ": this model embeds the guidance scale (guidance_embeds = true, FLUX.1-dev); expected a "
+              "floating guidance ["
+           << batch << "], got " << describe(guidance));
+  } else {
+    KILN_CHECK(!guidance.defined(), op << ": this model has no guidance embedding (guidance_embeds = false, "
+                                          "FLUX.1-schnell); pass an undefined guidance, got "
+                                       << describe(guidance));
+  }
+  const auto axes = static_cast<int64_t>(c.axes_dims_rope.size());
+  KILN_CHECK(txt_ids.defined() && txt_ids.dim() == 2 && txt_ids.size(0) == text && txt_ids.size(1) == axes,
+             op << ": expected txt_ids [" << text << ", " << axes << "], got " << describe(txt_ids));
+  KILN_CHECK(img_ids.defined() && img_ids.dim() == 2 && img_ids.size(0) == image && img_ids.size(1) == axes,
+             op << ": expected img_ids [" << image << ", " << axes << "], got " << describe(img_ids));
+
+  Tensor x = x_embedder_(hidden);
+  // diffusers: timestep.to(hidden_states.dtype) * 1000 (likewise guidance), each step rounded to that dtype.
+  const Tensor t = mul(timestep.to(dtype), 1000.0);
+  const Tensor g = guidance.defined() ? mul(guidance.to(dtype), 1000.0) : Tensor();
+  const Tensor temb = time_text_embed_->forward(t, g, pooled);
+  Tensor ctx = context_embedder_(encoder_hidden);
+  // ids = cat(txt_ids, img_ids) (promoting like torch.cat), read as float32.
+  const FluxRopeTables rope = flux_rope_tables(concat({txt_ids, img_ids}, 0), c.axes_dims_rope, kRopeTheta);
+  const Tensor silu_temb = silu(temb);
+
+  for (const auto& block : transformer_blocks_) std::tie(x, ctx) = block->forward(x, ctx, silu_temb, rope);
+  // The single-stream blocks see [text; image]; diffusers concatenates and splits around every block, which
+  // moves the same values, so the joint sequence is built once.
+  Tensor joint = concat({ctx, x}, 1);
+  for (const auto& block : single_transformer_blocks_) joint = block->forward(joint, silu_temb, rope);
+  x = joint.narrow(1, text, image);
+  return proj_out_(norm_out_->forward(x, silu_temb));
+}
+
+std::unique_ptr<FluxTransformer2DModel> load_flux_transformer(const std::string& folder, DType dtype) {
+  auto model = std::make_unique<FluxTransformer2DModel>(FluxTransformerConfig::from_file(folder));
+  nn::LoadOptions options;
+  options.dtype = dtype;
+  model->load_weights(nn::CheckpointWeights(folder), options);
+  return model;
+}
+
+Tensor flux_latent_image_ids(int64_t grid_height, int64_t grid_width, DType dtype) {
+  KILN_CHECK(grid_height > 0 && grid_width > 0, "flux_latent_image_ids: expected a positive grid size, got "
+                                                    << grid_height << " x " << grid_width);
+  std::vector<float> ids(static_cast<size_t>(grid_height * grid_width * 3), 0.0f);
+  for (int64_t r = 0; r < grid_height; ++r) {
+    for (int64_t col = 0; col < grid_width; ++col) {
+      const auto i = static_cast<size_t>((r * grid_width + col) * 3);
+      ids[i + 1] = static_cast<float>(r);
+      ids[i + 2] = static_cast<float>(col);
+    }
+  }
+  // Built in float32 and cast, as the pipeline does (bfloat16 then rounds large coordinates the same way).
+  return Tensor::from_vector(ids, {grid_height * grid_width, 3}).to(dtype);
+}
+
+Tensor flux_text_ids(int64_t length, DType dtype) {
+  KILN_CHECK(length >= 0, "flux_text_ids: expected a non-negative length, got " << length);
+  return Tensor::zeros({length, 3}, dtype);
+}
+
+}  // namespace kiln::models
