@@ -1,29 +1,112 @@
+// `kiln info MODEL`: what a checkpoint file, component folder, pipeline folder or cached repo holds.
 #include <cstdio>
 #include <map>
 #include <string>
 
 #include "cli/commands.h"
-#include "kiln/io/safetensors.h"
+#include "kiln/io/model_summary.h"
 
 namespace kiln::cli {
 
-void add_info_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "Print what a checkpoint holds");
-  auto path = std::make_shared<std::string>();
-  cmd->add_option("model", *path, "a .safetensors file")->required();
-  cmd->callback([path] {
-    io::SafetensorsFile file(*path);
-    std::map<std::string, int64_t> params_by_dtype;
-    int64_t total = 0;
-    for (const auto& name : file.names()) {
-      const auto& info = file.info(name);
-      const int64_t n = shape_numel(info.shape);
-      params_by_dtype[info.stored_dtype] += n;
-      total += n;
+namespace {
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string dtype_list(const std::map<std::string, int64_t>& by_dtype, bool with_counts) {
+  std::string s;
+  for (const auto& [dtype, n] : by_dtype) {
+    if (!s.empty()) s += ", ";
+    s += with_counts ? dtype + " " + with_commas(n) : dtype;
+  }
+  return s.empty() ? "-" : s;
+}
+
+void print_weights(const io::WeightsSummary& w, const char* indent) {
+  std::printf("%sweights: %s%s\n", indent, w.path.c_str(),
+              w.shards > 1 ? (" (" + std::to_string(w.shards) + " shards)").c_str() : "");
+  std::printf("%s  %s parameters in %s tensors; dtype %s\n", indent, with_commas(w.parameters).c_str(),
+              with_commas(w.tensors).c_str(),
+              dtype_list(w.parameters_by_dtype, w.parameters_by_dtype.size() > 1).c_str());
+  std::printf("%s  %s on disk, %s in memory\n", indent, human_bytes(w.bytes_on_disk).c_str(),
+              human_bytes(w.bytes_in_memory).c_str());
+}
+
+void print_summary(const std::string& ref, const io::ModelSummary& s) {
+  std::printf("%s\n", ref.c_str());
+  if (s.source.from_cache())
+    std::printf("  from the Hugging Face cache: %s@%s (commit %s)\n  folder: %s\n", s.source.repo_id.c_str(),
+                s.source.revision.c_str(), s.source.commit.c_str(), s.source.path.c_str());
+  switch (s.kind) {
+    case io::ModelSummary::Kind::Checkpoint:
+      print_weights(s.components.front().weights, "  ");
+      return;
+    case io::ModelSummary::Kind::Component: {
+      const auto& c = s.components.front();
+      std::printf("  component: %s%s\n",
+                  c.class_name.empty() ? "(no class in its config)" : c.class_name.c_str(),
+                  c.note.empty() ? "" : (" (" + c.note + ")").c_str());
+      if (c.has_weights) print_weights(c.weights, "  ");
+      return;
     }
-    std::printf("%s\n  tensors: %zu\n  parameters: %lld\n", path->c_str(), file.names().size(),
-                static_cast<long long>(total));
-    for (const auto& [dtype, n] : params_by_dtype) std::printf("    %-8s %lld\n", dtype.c_str(), static_cast<long long>(n));
+    case io::ModelSummary::Kind::Pipeline:
+      break;
+  }
+  std::printf("  pipeline: %s\n  components:\n", s.class_name.c_str());
+  for (const auto& c : s.components) {
+    std::string what = c.class_name.empty() ? "-" : c.class_name;
+    if (!c.library.empty()) what += " (" + c.library + ")";
+    if (!c.present)
+      what += "  [absent: " + c.note + "]";
+    else if (!c.note.empty())
+      what += "  [" + c.note + "]";
+    std::printf("    %-18s %s\n", c.name.c_str(), what.c_str());
+    if (c.has_weights) print_weights(c.weights, "      ");
+  }
+  std::printf("  total: %s parameters (%s); %s on disk, %s in memory\n",
+              with_commas(s.total.parameters).c_str(), dtype_list(s.total.parameters_by_dtype, true).c_str(),
+              human_bytes(s.total.bytes_on_disk).c_str(), human_bytes(s.total.bytes_in_memory).c_str());
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("info", "Print what a checkpoint or model holds");
+  struct Args {
+    std::string model, revision, variant;
+  };
+  auto args = std::make_shared<Args>();
+  cmd->add_option(
+         "model", args->model,
+         "a .safetensors file, a *.safetensors.index.json, a component or pipeline folder, or a Hugging "
+         "Face repo id in the local cache (org/name[@revision])")
+      ->required();
+  cmd->add_option("--revision", args->revision,
+                  "branch, tag or commit of a cached Hugging Face repo (default main)");
+  cmd->add_option("--variant", args->variant,
+                  "weights variant, e.g. fp16 or bf16 (diffusion_pytorch_model.fp16.safetensors)");
+  cmd->callback([args] {
+    const auto summary = io::summarize_model(args->model, {.revision = args->revision}, args->variant);
+    print_summary(args->model, summary);
   });
 }
 
