@@ -2,6 +2,7 @@
 // op, the shapes and what was expected), allocate their outputs and dispatch to the device's kernels.
 #pragma once
 
+#include "kiln/ops/attention.h"    // scaled_dot_product_attention (tiled, online softmax)
 #include "kiln/ops/elementwise.h"  // unary, binary with broadcasting and promotion, where, clamp, casts
 #include "kiln/ops/layout.h"       // concat, split, stack, embedding, upsampling, rope
 #include "kiln/ops/linalg.h"       // matmul, linear, conv2d

@@ -1,7 +1,150 @@
+// "scaled_dot_product_attention" on the CPU: splits the work into (batch, head, query tile) items across
+// OpenMP threads, packs each head's K and V once per thread into the micro-kernels' layouts, and runs the
+// per-ISA tile kernel (isa/attention_tile.cpp) on each query tile. Scores exist only one tile at a time.
+#include "backends/cpu/attention.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "backends/cpu/attention_tile.h"
 #include "backends/cpu/register_kernels.h"
 
 namespace kiln::cpu_kernels {
 
-void register_attention_kernels(runtime::KernelRegistry& registry) {}
+namespace {
+
+// Queries per tile: the Q tile (64 x 128 bf16 = 16 KiB) and a 16-column block of the score tile stay in L1
+// while a key block is multiplied, and 64 rows amortise each pass over packed K and V.
+constexpr int64_t kQueryTile = 64;
+// Keys per online-softmax step: long enough that the per-step rescale and the micro-kernels' prologue are
+// small, short enough that scores and probabilities of a tile (64 x 256 x 6 B) stay in L2.
+constexpr int64_t kKeyTile = 256;
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+std::unique_ptr<char, FreeDeleter> aligned_buffer(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  KILN_CHECK(p != nullptr, "scaled_dot_product_attention: out of memory allocating " << bytes << " bytes");
+  return std::unique_ptr<char, FreeDeleter>(static_cast<char*>(p));
+}
+
+struct TileKernels {
+  void (*pack_rows)(const AttnMatrix&, AttnMath, void*, int64_t);
+  void (*pack_keys)(const AttnMatrix&, AttnMath, void*, int64_t, int64_t);
+  void (*pack_values)(const AttnMatrix&, AttnMath, void*, int64_t, int64_t);
+  void (*query_tile)(const AttnTileArgs&);
+};
+
+TileKernels tile_kernels(bool avx512) {
+  if (avx512) {
+    return {avx512::attn_pack_rows, avx512::attn_pack_keys, avx512::attn_pack_values,
+            avx512::attn_query_tile};
+  }
+  return {generic::attn_pack_rows, generic::attn_pack_keys, generic::attn_pack_values,
+          generic::attn_query_tile};
+}
+
+// Address of element (b, h, i, 0) of a 4-d tensor.
+const char* element(const Tensor& t, int64_t b, int64_t h, int64_t i) {
+  return static_cast<const char*>(t.raw_data()) +
+         (b * t.stride(0) + h * t.stride(1) + i * t.stride(2)) * static_cast<int64_t>(t.element_size());
+}
+
+void attention_kernel(const runtime::OpCall& call) {
+  const Tensor bias = call.inputs.size() > 3 ? call.inputs[3] : Tensor();
+  attention_forward(call.inputs[0], call.inputs[1], call.inputs[2], bias, call.outputs[0],
+                    call.attrs.get_float("scale"), call.attrs.get_bool("is_causal"), use_avx512());
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                       const Tensor& out, double scale, bool causal, bool avx512) {
+  const int64_t batch = q.size(0), heads = q.size(1), sq = q.size(2), d = q.size(3);
+  const int64_t skv = k.size(2), dv = v.size(3);
+  if (out.numel() == 0) return;
+  const TileKernels kernels = tile_kernels(avx512);
+  const AttnMath math = q.dtype() == bfloat16 ? AttnMath::BF16 : AttnMath::F32;
+  const size_t elem = attn_elem_size(math);
+  const int64_t d_pad = attn_round_up(d, attn_pair(math));
+  const int64_t skv_pad = attn_round_up(skv, kAttnBlock);
+  const int64_t dv_pad = attn_round_up(dv, kAttnBlock);
+  const int64_t q_tile = std::min(kQueryTile, sq);
+  const int64_t q_tiles = (sq + q_tile - 1) / q_tile;
+  const int64_t items = batch * heads * q_tiles;
+
+  // Per-thread buffers, allocated up front so that nothing inside the parallel region can throw.
+  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), items));
+  const size_t k_bytes = attn_round_up(static_cast<int64_t>(skv_pad * d_pad * elem), 64);
+  const size_t v_bytes = attn_round_up(static_cast<int64_t>(skv_pad * dv_pad * elem), 64);
+  const size_t q_bytes = attn_round_up(static_cast<int64_t>(q_tile * d_pad * elem), 64);
+  const size_t scratch_bytes =
+      attn_round_up(static_cast<int64_t>(attn_scratch_floats(q_tile, kKeyTile, dv_pad) * sizeof(float)), 64);
+  const size_t per_thread = k_bytes + v_bytes + q_bytes + scratch_bytes;
+  auto buffers = aligned_buffer(per_thread * static_cast<size_t>(threads));
+
+  AttnTileArgs base;
+  base.math = math;
+  base.d_pad = d_pad;
+  base.skv = skv;
+  base.skv_pad = skv_pad;
+  base.dv = dv;
+  base.dv_pad = dv_pad;
+  base.key_tile = kKeyTile;
+  base.scale = static_cast<float>(scale);
+  base.causal = causal;
+  if (bias.defined()) {
+    base.bias_dtype = bias.dtype();
+    base.bias_row_stride = bias.stride(2);
+    base.bias_col_stride = bias.stride(3);
+  }
+  base.out_dtype = out.dtype();
+  base.out_row_stride = out.stride(2);
+
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    // Contiguous ranges of items: a thread meets each of its heads once and packs its K and V once.
+    const int64_t begin = items * t / nt, end = items * (t + 1) / nt;
+    char* mine = buffers.get() + per_thread * static_cast<size_t>(t);
+    void* k_pack = mine;
+    void* v_pack = mine + k_bytes;
+    void* q_pack = mine + k_bytes + v_bytes;
+    float* scratch = reinterpret_cast<float*>(mine + k_bytes + v_bytes + q_bytes);
+    int64_t packed_head = -1;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t bh = item / q_tiles, b = bh / heads, h = bh % heads;
+      const int64_t q_first = (item % q_tiles) * q_tile;
+      const int64_t rows = std::min(q_tile, sq - q_first);
+      if (bh != packed_head) {
+        kernels.pack_keys({element(k, b, h, 0), k.dtype(), skv, d, k.stride(2)}, math, k_pack, skv_pad,
+                          d_pad);
+        kernels.pack_values({element(v, b, h, 0), v.dtype(), skv, dv, v.stride(2)}, math, v_pack, skv_pad,
+                            dv_pad);
+        packed_head = bh;
+      }
+      kernels.pack_rows({element(q, b, h, q_first), q.dtype(), rows, d, q.stride(2)}, math, q_pack, d_pad);
+      AttnTileArgs args = base;
+      args.q = q_pack;
+      args.rows = rows;
+      args.q_first = q_first;
+      args.k = k_pack;
+      args.v = v_pack;
+      if (bias.defined()) args.bias = element(bias, b, h, q_first);
+      args.out = const_cast<char*>(element(out, b, h, q_first));
+      args.scratch = scratch;
+      kernels.query_tile(args);
+    }
+  }
+}
+
+void register_attention_kernels(runtime::KernelRegistry& registry) {
+  registry.add("scaled_dot_product_attention", DeviceType::CPU, attention_kernel);
+}
 
 }  // namespace kiln::cpu_kernels

@@ -1,0 +1,412 @@
+// Attention on one query tile: the two products (scores S = Q K^T and O = O * alpha + P V) as
+// register-blocked micro-kernels over packed operands, and the online softmax between them, all in float32
+// accumulators. The AVX-512 variant multiplies bfloat16 pairs with VDPBF16PS and float32 with FMA; the
+// generic variant runs the same loops on portable vectors, widening bfloat16 pairs to float.
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "backends/cpu/attention_tile.h"
+#include "backends/cpu/isa/vec.h"
+
+namespace kiln::cpu_kernels::KILN_ISA {
+
+namespace {
+
+// ---- packing helpers
+
+template <class T>
+inline float to_float(T v) {
+  if constexpr (std::is_same_v<T, float>)
+    return v;
+  else if constexpr (std::is_same_v<T, bf16_t>)
+    return bf16_to_f32(v);
+  else
+    return f16_to_f32(v);
+}
+
+// Element (r, c) of a source matrix as the math's storage: raw bf16 bits, or float.
+template <class T>
+inline float source_float(const AttnMatrix& m, int64_t r, int64_t c) {
+  return to_float(static_cast<const T*>(m.data)[r * m.row_stride + c]);
+}
+inline uint16_t source_bf16_bits(const AttnMatrix& m, int64_t r, int64_t c) {
+  return static_cast<const bf16_t*>(m.data)[r * m.row_stride + c].bits;
+}
+
+// Calls f(T{}) for the float types a float32-math operand may be stored in.
+template <class F>
+void visit_float_source(DType dtype, F&& f) {
+  if (dtype == float16)
+    f(f16_t{});
+  else if (dtype == bfloat16)
+    f(bf16_t{});
+  else
+    f(float{});
+}
+
+// Writes packed element `value_of(r, c)` for every (r, c) of a rows_pad x cols_pad grid, zero outside the
+// source, at `index(r, c)`.
+template <class Out, class Value, class Index>
+void pack_grid(const AttnMatrix& src, Out* dst, int64_t rows_pad, int64_t cols_pad, Value&& value_of,
+               Index&& index) {
+  for (int64_t r = 0; r < rows_pad; ++r) {
+    const bool row_in = r < src.rows;
+    for (int64_t c = 0; c < cols_pad; ++c) {
+      dst[index(r, c)] = row_in && c < src.cols ? value_of(r, c) : Out{};
+    }
+  }
+}
+
+template <class Index>
+void pack_any(const AttnMatrix& src, AttnMath math, void* dst, int64_t rows_pad, int64_t cols_pad,
+              Index&& index) {
+  if (math == AttnMath::BF16) {
+    pack_grid(
+        src, static_cast<uint16_t*>(dst), rows_pad, cols_pad,
+        [&](int64_t r, int64_t c) { return source_bf16_bits(src, r, c); }, index);
+  } else {
+    visit_float_source(src.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      pack_grid(
+          src, static_cast<float*>(dst), rows_pad, cols_pad,
+          [&](int64_t r, int64_t c) { return source_float<T>(src, r, c); }, index);
+    });
+  }
+}
+
+// ---- the multiply-accumulate step of each math, on one 16-lane accumulator
+
+// Float32: a broadcast float times a vector of 16 floats.
+struct F32Math {
+  using Elem = float;
+  static constexpr int kPair = 1;
+  using AVal = f32x16;
+  using BVal = f32x16;
+  static AVal load_a(const float* p) { return splat(*p); }
+  static BVal load_b(const float* p) { return load(p); }
+  static f32x16 madd(f32x16 acc, AVal a, BVal b) {
+#if defined(__AVX512F__)
+    return _mm512_fmadd_ps(a, b, acc);
+#else
+    return acc + a * b;
+#endif
+  }
+};
+
+// BFloat16: a broadcast pair (x[k], x[k+1]) times 16 pairs, summed pairwise into each float lane.
+struct Bf16Math {
+  using Elem = uint16_t;
+  static constexpr int kPair = 2;
+#if defined(__AVX512BF16__)
+  using AVal = __m512i;
+  using BVal = __m512i;
+  static AVal load_a(const uint16_t* p) {
+    int32_t w;
+    std::memcpy(&w, p, sizeof w);
+    return _mm512_set1_epi32(w);
+  }
+  static BVal load_b(const uint16_t* p) {
+    return _mm512_loadu_si512(p);
+  }
+  static f32x16 madd(f32x16 acc, AVal a, BVal b) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+  }
+#else
+  struct AVal {
+    float even, odd;
+  };
+  struct BVal {
+    f32x16 even, odd;
+  };
+  static AVal load_a(const uint16_t* p) {
+    return {bf16_to_f32(bf16_t{p[0]}), bf16_to_f32(bf16_t{p[1]})};
+  }
+  static BVal load_b(const uint16_t* p) {
+    u32x16 w;
+    std::memcpy(&w, p, sizeof w);
+    return {bits_to_f32(w << 16), bits_to_f32(w & 0xffff0000u)};
+  }
+  static f32x16 madd(f32x16 acc, AVal a, BVal b) {
+    return acc + a.even * b.even + a.odd * b.odd;
+  }
+#endif
+};
+
+// Register block of the products: MR rows x NR vectors of 16 columns, 24 accumulators at most so that the
+// B vectors and one broadcast still fit in the 32 AVX-512 registers.
+constexpr int kMR = 6;
+constexpr int kNR = 4;
+
+// c[MR][NR * 16] = (row_scale ? c * row_scale[m] : 0) + sum_k a[m][k] * b[k][n] over `ksteps` steps of
+// M::kPair elements. a rows are a_stride elements apart; B's column blocks are b_stride elements apart,
+// each holding ksteps consecutive groups of 16 * kPair elements.
+template <class M, int MR, int NR>
+void micro_kernel(int64_t ksteps, const typename M::Elem* __restrict a, int64_t a_stride,
+                  const typename M::Elem* __restrict b, int64_t b_stride, float* __restrict c,
+                  int64_t c_stride, const float* __restrict row_scale) {
+  f32x16 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) {
+      acc[m][n] = row_scale ? load(c + m * c_stride + n * kLanes) * row_scale[m] : splat(0.0f);
+    }
+  }
+  for (int64_t k = 0; k < ksteps; ++k) {
+    typename M::BVal bv[NR];
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) bv[n] = M::load_b(b + n * b_stride + k * kLanes * M::kPair);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const typename M::AVal av = M::load_a(a + m * a_stride + k * M::kPair);
+#pragma GCC unroll 8
+      for (int n = 0; n < NR; ++n) acc[m][n] = M::madd(acc[m][n], av, bv[n]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) store(c + m * c_stride + n * kLanes, acc[m][n]);
+  }
+}
+
+template <class M>
+using MicroKernel = void (*)(int64_t, const typename M::Elem*, int64_t, const typename M::Elem*, int64_t,
+                             float*, int64_t, const float*);
+
+template <class M, size_t... I>
+constexpr std::array<MicroKernel<M>, sizeof...(I)> make_kernels(std::index_sequence<I...>) {
+  return {&micro_kernel<M, static_cast<int>(I / kNR) + 1, static_cast<int>(I % kNR) + 1>...};
+}
+
+// The whole product of a tile: rows x (col_blocks * 16), in register blocks; the B block of NR column blocks
+// stays in L1 while all rows pass over it.
+template <class M>
+void tile_product(int64_t rows, int64_t col_blocks, int64_t ksteps, const typename M::Elem* a,
+                  int64_t a_stride, const typename M::Elem* b, int64_t b_stride, float* c, int64_t c_stride,
+                  const float* row_scale) {
+  static constexpr auto kernels = make_kernels<M>(std::make_index_sequence<kMR * kNR>());
+  for (int64_t n0 = 0; n0 < col_blocks; n0 += kNR) {
+    const int nr = static_cast<int>(std::min<int64_t>(kNR, col_blocks - n0));
+    for (int64_t m0 = 0; m0 < rows; m0 += kMR) {
+      const int mr = static_cast<int>(std::min<int64_t>(kMR, rows - m0));
+      kernels[(mr - 1) * kNR + (nr - 1)](ksteps, a + m0 * a_stride, a_stride, b + n0 * b_stride, b_stride,
+                                         c + m0 * c_stride + n0 * kLanes, c_stride,
+                                         row_scale ? row_scale + m0 : nullptr);
+    }
+  }
+}
+
+// ---- online softmax
+
+inline f32x16 lane_index() {
+  f32x16 v;
+  for (int i = 0; i < kLanes; ++i) v[i] = static_cast<float>(i);
+  return v;
+}
+
+// Bias values for columns [j, j + n) of one row (n <= 16, missing lanes 0), as float; bool masks become 0
+// (attend) or -inf (masked).
+template <class T>
+inline f32x16 load_bias(const T* p, int n) {
+  if constexpr (std::is_same_v<T, bool>) {
+    uint8_t bytes[kLanes] = {};
+    std::memcpy(bytes, p, static_cast<size_t>(n));
+    f32x16 v;
+    for (int i = 0; i < kLanes; ++i) v[i] = bytes[i] || i >= n ? 0.0f : -__builtin_inff();
+    return v;
+  } else {
+    return n == kLanes ? load(p) : load_partial(p, n);
+  }
+}
+template <class T>
+inline float bias_scalar(const T* p) {
+  if constexpr (std::is_same_v<T, bool>)
+    return *p ? 0.0f : -__builtin_inff();
+  else
+    return to_float(*p);
+}
+
+inline void store_probabilities(float* p, f32x16 v) {
+  store(p, v);
+}
+inline void store_probabilities(uint16_t* p, f32x16 v) {
+#if defined(__AVX512BF16__)
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
+#else
+  store(reinterpret_cast<bf16_t*>(p), v);
+#endif
+}
+
+struct TileState {
+  float* scores;  // [rows][key_tile]
+  void* probs;    // [rows][key_tile] of the math's element type
+  float* acc;     // [rows][dv_pad]
+  float* max;     // running max of each row (of the scaled, biased scores)
+  float* sum;     // running sum of exp(score - max)
+  float* alpha;   // exp(old max - new max): how much this step shrinks earlier contributions
+};
+
+// Scores of keys [j0, j0 + nk) (already in st.scores, nk_pad columns) -> scaled, biased, masked; updates the
+// running max and sum and writes the probabilities exp(s - max) for the P V product.
+template <class P, class BiasT>
+void softmax_step(const AttnTileArgs& a, const TileState& st, int64_t j0, int64_t nk, int64_t nk_pad) {
+  const f32x16 lanes = lane_index();
+  const f32x16 neg_inf = splat(-__builtin_inff());
+  P* probs = static_cast<P*>(st.probs);
+  for (int64_t g0 = 0; g0 < a.rows; g0 += kLanes) {
+    const int64_t g1 = std::min(a.rows, g0 + kLanes);
+    // Pass 1 over each row of the group: scale, bias, mask, row max.
+    f32x16 old_max = splat(0.0f), new_max = splat(0.0f);
+    for (int64_t i = g0; i < g1; ++i) {
+      float* s = st.scores + i * a.key_tile;
+      int64_t limit = nk;
+      if (a.causal) limit = std::clamp<int64_t>(a.q_first + i - j0 + 1, 0, nk);
+      const f32x16 limit_v = splat(static_cast<float>(limit));
+      const BiasT* bias_row = nullptr;
+      if constexpr (!std::is_void_v<BiasT>) {
+        bias_row = static_cast<const BiasT*>(a.bias) + i * a.bias_row_stride + j0 * a.bias_col_stride;
+      }
+      f32x16 mx = neg_inf;
+      for (int64_t j = 0; j < nk_pad; j += kLanes) {
+        f32x16 x = load(s + j) * a.scale;
+        if constexpr (!std::is_void_v<BiasT>) {
+          if (a.bias_col_stride == 0) {
+            x += splat(bias_scalar(bias_row));
+          } else if (j < nk) {
+            x += load_bias(bias_row + j, static_cast<int>(std::min<int64_t>(kLanes, nk - j)));
+          }
+        }
+        x = lanes + static_cast<float>(j) < limit_v ? x : neg_inf;
+        store(s + j, x);
+        mx = vmax(mx, x);
+      }
+      const float m_old = st.max[i];
+      const float m_new = std::max(m_old, reduce_max(mx));
+      st.max[i] = m_new;
+      old_max[i - g0] = m_old;
+      // While every score so far is masked, subtract 0 so exp(-inf - max) gives 0 instead of NaN.
+      new_max[i - g0] = m_new == -__builtin_inff() ? 0.0f : m_new;
+    }
+    const f32x16 alpha = vexp(old_max - new_max);
+    // Pass 2: probabilities and their sum (in float, before P is rounded for the product, as torch does).
+    for (int64_t i = g0; i < g1; ++i) {
+      const float* s = st.scores + i * a.key_tile;
+      P* p = probs + i * a.key_tile;
+      const f32x16 m = splat(new_max[i - g0]);
+      f32x16 sum = splat(0.0f);
+      for (int64_t j = 0; j < nk_pad; j += kLanes) {
+        const f32x16 e = vexp(load(s + j) - m);
+        sum += e;
+        store_probabilities(p + j, e);
+      }
+      st.alpha[i] = alpha[i - g0];
+      st.sum[i] = st.sum[i] * alpha[i - g0] + reduce_add(sum);
+    }
+  }
+}
+
+template <class T>
+void store_row(T* out, const float* acc, int64_t n, float factor) {
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) store(out + c, load(acc + c) * factor);
+  if (c < n) store_partial(out + c, load(acc + c) * factor, static_cast<int>(n - c));
+}
+
+template <class M>
+void query_tile(const AttnTileArgs& a) {
+  using Elem = typename M::Elem;
+  const int64_t rows_pad16 = attn_round_up(a.rows, kAttnBlock);
+  TileState st;
+  st.scores = a.scratch;
+  st.probs = a.scratch + a.rows * a.key_tile;
+  st.acc = a.scratch + 2 * a.rows * a.key_tile;
+  st.max = st.acc + a.rows * a.dv_pad;
+  st.sum = st.max + rows_pad16;
+  st.alpha = st.sum + rows_pad16;
+  std::fill(st.max, st.max + a.rows, -__builtin_inff());
+  std::fill(st.sum, st.sum + a.rows, 0.0f);
+
+  const Elem* q = static_cast<const Elem*>(a.q);
+  const Elem* k = static_cast<const Elem*>(a.k);
+  const Elem* v = static_cast<const Elem*>(a.v);
+  // With the causal mask no query of this tile sees keys past its last row.
+  const int64_t kv_end = a.causal ? std::min(a.skv, a.q_first + a.rows) : a.skv;
+  const int64_t dv_blocks = a.dv_pad / kAttnBlock;
+  if (kv_end <= 0) std::fill(st.acc, st.acc + a.rows * a.dv_pad, 0.0f);
+  for (int64_t j0 = 0; j0 < kv_end; j0 += a.key_tile) {
+    const int64_t nk = std::min(a.key_tile, kv_end - j0);
+    const int64_t nk_pad = attn_round_up(nk, kAttnBlock);
+    // S = Q K^T for keys [j0, j0 + nk_pad): packed K holds 16-key blocks of d_pad * 16 elements.
+    tile_product<M>(a.rows, nk_pad / kAttnBlock, a.d_pad / M::kPair, q, a.d_pad, k + j0 * a.d_pad,
+                    a.d_pad * kAttnBlock, st.scores, a.key_tile, nullptr);
+    auto step = [&](auto bias_tag) { softmax_step<Elem, decltype(bias_tag)>(a, st, j0, nk, nk_pad); };
+    if (!a.bias) {
+      softmax_step<Elem, void>(a, st, j0, nk, nk_pad);
+    } else if (a.bias_dtype == float32) {
+      step(float{});
+    } else if (a.bias_dtype == bfloat16) {
+      step(bf16_t{});
+    } else if (a.bias_dtype == float16) {
+      step(f16_t{});
+    } else {
+      step(bool{});
+    }
+    // O = O * alpha + P V; packed V holds 16-column blocks of skv_pad * 16 elements.
+    tile_product<M>(a.rows, dv_blocks, nk_pad / M::kPair, static_cast<const Elem*>(st.probs), a.key_tile,
+                    v + j0 * kAttnBlock, a.skv_pad * kAttnBlock, st.acc, a.dv_pad,
+                    j0 == 0 ? nullptr : st.alpha);
+  }
+
+  for (int64_t i = 0; i < a.rows; ++i) {
+    // A row whose keys were all masked has sum 0 and gives zeros, as torch does.
+    const float inv = st.sum[i] > 0.0f ? 1.0f / st.sum[i] : 0.0f;
+    const float* acc = st.acc + i * a.dv_pad;
+    char* out =
+        static_cast<char*>(a.out) + i * a.out_row_stride * static_cast<int64_t>(dtype_size(a.out_dtype));
+    if (a.out_dtype == float32)
+      store_row(reinterpret_cast<float*>(out), acc, a.dv, inv);
+    else if (a.out_dtype == bfloat16)
+      store_row(reinterpret_cast<bf16_t*>(out), acc, a.dv, inv);
+    else
+      store_row(reinterpret_cast<f16_t*>(out), acc, a.dv, inv);
+  }
+}
+
+}  // namespace
+
+void attn_pack_rows(const AttnMatrix& src, AttnMath math, void* dst, int64_t cols_pad) {
+  pack_any(src, math, dst, src.rows, cols_pad, [&](int64_t r, int64_t c) { return r * cols_pad + c; });
+}
+
+void attn_pack_keys(const AttnMatrix& src, AttnMath math, void* dst, int64_t rows_pad, int64_t cols_pad) {
+  const int64_t pair = attn_pair(math);
+  const int64_t block = cols_pad * kAttnBlock;  // elements per 16 keys
+  pack_any(src, math, dst, rows_pad, cols_pad, [&](int64_t r, int64_t c) {
+    return (r / kAttnBlock) * block + (c / pair) * kAttnBlock * pair + (r % kAttnBlock) * pair + c % pair;
+  });
+}
+
+void attn_pack_values(const AttnMatrix& src, AttnMath math, void* dst, int64_t rows_pad, int64_t cols_pad) {
+  const int64_t pair = attn_pair(math);
+  const int64_t block = rows_pad * kAttnBlock;  // elements per 16 columns
+  pack_any(src, math, dst, rows_pad, cols_pad, [&](int64_t r, int64_t c) {
+    return (c / kAttnBlock) * block + (r / pair) * kAttnBlock * pair + (c % kAttnBlock) * pair + r % pair;
+  });
+}
+
+void attn_query_tile(const AttnTileArgs& args) {
+  if (args.math == AttnMath::BF16)
+    query_tile<Bf16Math>(args);
+  else
+    query_tile<F32Math>(args);
+}
+
+}  // namespace kiln::cpu_kernels::KILN_ISA
