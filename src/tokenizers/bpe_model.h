@@ -1,0 +1,48 @@
+// Byte-pair-encoding model (HF tokenizers' BPE without dropout): a word starts as its characters, the last
+// one carrying the end-of-word suffix (CLIP's "</w>"), and the adjacent pair with the lowest merge rank is
+// merged (leftmost first on ties) until no listed merge applies. Results are cached per word.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace kiln::tokenizers {
+
+class BpeModel {
+ public:
+  // `source` names the files for error messages. Every merge and its result must be in the vocabulary.
+  BpeModel(std::unordered_map<std::string, int64_t> vocab,
+           const std::vector<std::pair<std::string, std::string>>& merges, std::string end_of_word_suffix,
+           std::optional<int64_t> unk_id, const std::string& source);
+
+  // Appends the ids of one pre-token to `ids`.
+  void encode(std::string_view word, std::vector<int64_t>& ids) const;
+
+  size_t vocab_size() const { return vocab_.size(); }
+  // -1 when absent.
+  int64_t id_of(std::string_view token) const;
+
+ private:
+  std::vector<int64_t> merge_word(std::string_view word) const;
+
+  std::unordered_map<std::string, int64_t> vocab_;
+  struct Merge {
+    int64_t rank;
+    int64_t result;
+  };
+  std::unordered_map<uint64_t, Merge> merges_;  // key: (left id << 32) | right id
+  std::string suffix_;
+  std::optional<int64_t> unk_id_;
+
+  static constexpr size_t kCacheCapacity = 10000;
+  mutable std::mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
+};
+
+}  // namespace kiln::tokenizers

@@ -1,0 +1,28 @@
+// What transformers reads from tokenizer_config.json and special_tokens_map.json: the special tokens (bos,
+// eos, unk, pad, each a string or an AddedToken dict), added_tokens_decoder and model_max_length.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tokenizers/added_vocabulary.h"
+
+namespace kiln::tokenizers {
+
+struct TokenizerConfig {
+  // "bos_token", "eos_token", "unk_token", "pad_token" -> token (id unset: the caller resolves it).
+  std::map<std::string, AddedToken> special_tokens;
+  std::vector<AddedToken> added_tokens;  // from added_tokens_decoder, ids set
+  std::optional<int64_t> model_max_length;
+
+  // Either path may be empty or name a missing file; special_tokens_map.json overrides tokenizer_config.json.
+  static TokenizerConfig load(const std::filesystem::path& tokenizer_config,
+                              const std::filesystem::path& special_tokens_map);
+  const AddedToken* special(const std::string& key) const;
+};
+
+}  // namespace kiln::tokenizers

@@ -1,0 +1,121 @@
+#include "tokenizers/unigram_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+#include "kiln/core/error.h"
+#include "tokenizers/unicode.h"
+
+namespace kiln::tokenizers {
+namespace {
+constexpr double kUnknownPenalty = 10.0;
+}
+
+UnigramModel::UnigramModel(std::vector<Entry> vocab, int64_t unk_id, bool byte_fallback,
+                           const std::string& source)
+    : vocab_(std::move(vocab)), unk_id_(unk_id), byte_fallback_(byte_fallback) {
+  KILN_CHECK(!vocab_.empty(), source << ": Unigram vocabulary is empty (at least <unk> is needed)");
+  KILN_CHECK(unk_id_ >= 0 && unk_id_ < static_cast<int64_t>(vocab_.size()),
+             source << ": Unigram unk_id " << unk_id_ << " is outside the vocabulary of " << vocab_.size());
+  min_score_ = std::numeric_limits<double>::infinity();
+  for (size_t id = 0; id < vocab_.size(); ++id) {
+    const std::string& p = vocab_[id].piece;
+    // A later duplicate wins, as in HF's token -> id map.
+    ids_.insert_or_assign(p, static_cast<int64_t>(id));
+    for (size_t n = 1; n <= p.size(); ++n) prefixes_.insert(p.substr(0, n));
+    min_score_ = std::min(min_score_, vocab_[id].score);
+  }
+}
+
+int64_t UnigramModel::id_of(std::string_view piece) const {
+  auto it = ids_.find(std::string(piece));
+  return it == ids_.end() ? -1 : it->second;
+}
+
+std::vector<std::string> UnigramModel::segment(std::string_view text) const {
+  std::vector<std::string> result;
+  if (text.empty()) return result;
+  struct Best {
+    int64_t id = 0;
+    double score = 0.0;
+    size_t start = std::numeric_limits<size_t>::max();  // max: not reached yet
+  };
+  const size_t n = text.size();
+  const double unk_score = min_score_ - kUnknownPenalty;
+  std::vector<Best> best(n + 1);
+  std::string key;
+  for (size_t start = 0; start < n;) {
+    const double base = best[start].score;
+    const size_t char_len = unicode::utf8_length(static_cast<unsigned char>(text[start]));
+    bool has_single = false;
+    key.clear();
+    // Pieces starting here, shortest first.
+    for (size_t end = start; end < n;) {
+      key.push_back(text[end++]);
+      if (!prefixes_.count(key)) break;
+      auto it = ids_.find(key);
+      if (it == ids_.end()) continue;
+      const double candidate = base + vocab_[static_cast<size_t>(it->second)].score;
+      Best& target = best[end];
+      if (target.start == std::numeric_limits<size_t>::max() || candidate > target.score) {
+        target = Best{it->second, candidate, start};
+      }
+      if (end - start == char_len) has_single = true;
+    }
+    if (!has_single) {
+      Best& target = best[std::min(start + char_len, n)];
+      const double candidate = base + unk_score;
+      if (target.start == std::numeric_limits<size_t>::max() || candidate > target.score) {
+        target = Best{unk_id_, candidate, start};
+      }
+    }
+    start += char_len;
+  }
+  // Backtrack; runs of unknown pieces become one piece.
+  std::string unknown;
+  for (size_t end = n; end > 0;) {
+    const Best& node = best[end];
+    const std::string_view piece = text.substr(node.start, end - node.start);
+    if (node.id == unk_id_) {
+      unknown.insert(0, piece);
+    } else {
+      if (!unknown.empty()) {
+        result.push_back(std::move(unknown));
+        unknown.clear();
+      }
+      result.emplace_back(piece);
+    }
+    end = node.start;
+  }
+  if (!unknown.empty()) result.push_back(std::move(unknown));
+  std::reverse(result.begin(), result.end());
+  return result;
+}
+
+void UnigramModel::encode(std::string_view text, std::vector<int64_t>& ids) const {
+  for (const std::string& piece : segment(text)) {
+    const int64_t id = id_of(piece);
+    if (id >= 0) {
+      ids.push_back(id);
+      continue;
+    }
+    if (byte_fallback_) {
+      std::vector<int64_t> bytes;
+      for (char c : piece) {
+        char name[8];
+        std::snprintf(name, sizeof(name), "<0x%02X>", static_cast<unsigned>(static_cast<unsigned char>(c)));
+        const int64_t b = id_of(name);
+        if (b < 0) break;
+        bytes.push_back(b);
+      }
+      if (bytes.size() == piece.size()) {
+        ids.insert(ids.end(), bytes.begin(), bytes.end());
+        continue;
+      }
+    }
+    ids.push_back(unk_id_);
+  }
+}
+
+}  // namespace kiln::tokenizers
