@@ -217,12 +217,38 @@ PROMPTS = [
 ]
 
 
+def random_prompts(count=40, seed=7):
+    """Seeded random strings mixing the scripts and character kinds the normalisers and pre-tokenisers treat
+    specially: combining marks, Hangul jamo, Indic conjuncts, emoji modifiers/ZWJ/flags, full-width and
+    compatibility characters, unusual whitespace and controls, apostrophes, digits, special-token fragments."""
+    rng = random.Random(seed)
+    pools = [
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789", " ", "  \t\n\r\u3000\u00a0\u2009\u0085",
+        "'''sdtmlrev", ".,;:!?-()[]{}<>|/\\@#$%^&*_+=~`\"", "\u0300\u0301\u0308\u0323\u0327\u030a\u0345\u05b0",
+        "àéîõüçñÅøßæœİıΣσςΑΩЖжЯ", "\u1100\u1161\u11a8\uac00\ud55c", "\u0915\u094d\u0937\u093f\u0928\u200d",
+        "\U0001F600\U0001F44D\U0001F3FD\u200d\u2764\ufe0f\U0001F1EF\U0001F1F5\U0001F468\U0001F469",
+        "東京中文日本語カタカナひらがな", "ＡＢＣａｂｃ１２３ﬁﬂ①½™℃㍿ｶﾞﾊﾟ", "\x00\x07\x1b\u200b\u00ad\ufeff\u2028",
+        "\u0e01\u0e33\u0627\u0644\u05e9", "\U00010400\U0001D400\U00020000"]
+    specials = ["<|endoftext|>", "<|startoftext|>", "</s>", "<pad>", "<extra_id_3>", "<unk>", "<|", "</"]
+    out = []
+    for _ in range(count):
+        parts = []
+        for _ in range(rng.randint(1, 40)):
+            if rng.random() < 0.04:
+                parts.append(rng.choice(specials))
+            else:
+                pool = rng.choice(pools)
+                parts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 6))))
+        out.append("".join(parts))
+    return out
+
+
 def make_refs():
     from tokenizers import Tokenizer
     from transformers import CLIPTokenizer, CLIPTokenizerFast, T5Tokenizer, T5TokenizerFast
     import transformers
 
-    prompts = PROMPTS
+    prompts = PROMPTS + random_prompts()
     out = {"transformers": transformers.__version__, "prompts": prompts, "cases": []}
 
     def add(name, fixture, max_length, results):
