@@ -127,7 +127,10 @@ def make_t5_fixture():
     from transformers import T5TokenizerFast
 
     os.makedirs(T5_DIR, exist_ok=True)
-    work = tempfile.mkdtemp()
+    # A fixed work folder: the trainer records the corpus path inside spiece.model, so this keeps it reproducible.
+    work = os.path.join(tempfile.gettempdir(), "kiln-t5-fixture")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
     corpus = os.path.join(work, "corpus.txt")
     with open(corpus, "w", encoding="utf-8") as f:
         f.write("\n".join(t5_corpus()) + "\n")
