@@ -20,6 +20,10 @@ The torch version is recorded in the file metadata. x86 torch builds run the AVX
 (also on AVX-512 machines); an ARM build would give different float32 values.
 """
 import os
+import sys
+
+# tools/refs/tokenizers.py would shadow the `tokenizers` package that transformers (imported by diffusers) needs.
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 import numpy as np
 import torch
