@@ -6,5 +6,7 @@ namespace kiln::cli {
 
 // `kiln info MODEL`: what a checkpoint file or model folder holds.
 void add_info_command(CLI::App& app);
+// `kiln generate --model M --prompt P ...`: text to image.
+void add_generate_command(CLI::App& app);
 
 }  // namespace kiln::cli

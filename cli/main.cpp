@@ -10,11 +10,12 @@ int main(int argc, char** argv) {
   CLI::App app{"Kiln: diffusion transformers from diffusers checkpoints, in C++"};
   app.require_subcommand(1);
   kiln::cli::add_info_command(app);
+  kiln::cli::add_generate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const kiln::Error& e) {
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln: error: %s\n", e.what());
     return 1;
   }

@@ -1,0 +1,106 @@
+// FluxPipeline: FLUX.1-schnell / FLUX.1-dev text-to-image, as diffusers' FluxPipeline, from a diffusers folder
+// or a Hugging Face repo id in the local cache:
+//
+//   auto pipe = kiln::FluxPipeline::from_pretrained("black-forest-labs/FLUX.1-schnell", {.dtype = kiln::bfloat16});
+//   auto result = pipe({.prompt = "a golden retriever surfing a wave", .height = 1024, .width = 1024,
+//                       .num_inference_steps = 4, .guidance_scale = 0.0f, .generator = kiln::Generator(0)});
+//   result.images[0].save("output.png");
+//
+// The same seed gives diffusers' initial noise, and every stage follows diffusers' dtype path, so Kiln's image
+// matches diffusers' for the same inputs.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/pipelines/generator.h"
+#include "kiln/pipelines/image.h"
+
+namespace kiln {
+
+namespace models {
+class ClipTextModel;
+class T5EncoderModel;
+class FluxTransformer2DModel;
+class AutoencoderKL;
+}  // namespace models
+namespace tokenizers {
+class ClipTokenizer;
+class T5Tokenizer;
+}  // namespace tokenizers
+class FlowMatchEulerDiscreteScheduler;
+
+struct PipelineLoadOptions {
+  DType dtype = float32;    // every component is run in this dtype (weights converted when stored otherwise)
+  std::string revision;     // for repo ids: branch, tag or commit in the local Hugging Face cache
+  // Called as each component finishes loading: (component name, index, count).
+  std::function<void(const std::string&, int, int)> on_component_loaded;
+};
+
+struct FluxPipelineCall {
+  std::string prompt;
+  std::optional<std::string> prompt_2;  // the T5 prompt; the CLIP prompt is used when absent (as diffusers)
+  int64_t height = 1024;
+  int64_t width = 1024;
+  int num_inference_steps = 28;
+  float guidance_scale = 3.5f;  // ignored by models without guidance embeddings (schnell)
+  std::optional<Generator> generator;  // torch's default seed when absent
+  int64_t max_sequence_length = 512;
+  int num_images_per_prompt = 1;
+  // Called after each denoising step with (step index from 0, total steps, seconds the step took).
+  std::function<void(int, int, double)> on_step_end;
+};
+
+struct PipelineOutput {
+  std::vector<Image> images;
+};
+
+class FluxPipeline {
+ public:
+  // `model` is a diffusers folder or a repo id ("black-forest-labs/FLUX.1-dev") in the local HF cache.
+  static FluxPipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
+  FluxPipeline(FluxPipeline&&) noexcept;
+  FluxPipeline& operator=(FluxPipeline&&) noexcept;
+  ~FluxPipeline();
+
+  PipelineOutput operator()(const FluxPipelineCall& call);
+
+  // ---- the stages, as diffusers names them (public so each can be checked against diffusers)
+  struct PromptEmbeddings {
+    Tensor prompt_embeds;         // [B, L, joint_attention_dim] (T5)
+    Tensor pooled_prompt_embeds;  // [B, pooled_projection_dim] (CLIP)
+    Tensor text_ids;              // [L, 3]
+    std::vector<int64_t> clip_ids, t5_ids;  // the token ids of the (first) prompt
+  };
+  PromptEmbeddings encode_prompt(const std::string& prompt, const std::optional<std::string>& prompt_2,
+                                 int num_images_per_prompt, int64_t max_sequence_length) const;
+  // Packed noise [B, N, in_channels] and its image ids [N, 3], drawn as diffusers' prepare_latents does.
+  std::pair<Tensor, Tensor> prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
+                                            Generator& generator) const;
+  // Packed latents -> float image [B, H, W, 3] in [0, 1] (diffusers' output_type="np").
+  Tensor decode_latents(const Tensor& latents, int64_t height, int64_t width) const;
+
+  const models::FluxTransformer2DModel& transformer() const { return *transformer_; }
+  DType dtype() const { return dtype_; }
+  const std::string& model_path() const { return path_; }
+
+ private:
+  FluxPipeline();
+  void check_call(const FluxPipelineCall& call) const;
+
+  std::string path_;
+  std::string name_;  // what the user asked for (repo id or folder), recorded in image metadata
+  DType dtype_ = float32;
+  std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_;
+  std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_2_;
+  std::unique_ptr<models::ClipTextModel> text_encoder_;
+  std::unique_ptr<models::T5EncoderModel> text_encoder_2_;
+  std::unique_ptr<models::FluxTransformer2DModel> transformer_;
+  std::unique_ptr<models::AutoencoderKL> vae_;
+  std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
+};
+
+}  // namespace kiln
