@@ -30,6 +30,10 @@ ReducePlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims, boo
     reduced[static_cast<size_t>(nd)] = true;
   }
   ReducePlan plan;
+  if (rank == 0) {  // Tensor::view cannot reshape a 0-d tensor, so build the [1, 1, 1] view directly.
+    plan.x3 = Tensor(x.storage(), {1, 1, 1}, {1, 1, 1}, x.offset(), x.dtype());
+    return plan;
+  }
   std::vector<int64_t> kept_dims, reduced_dims;
   for (int64_t d = 0; d < rank; ++d) {
     if (reduced[static_cast<size_t>(d)]) {
@@ -72,12 +76,17 @@ ReducePlan plan_reduction(const Tensor& x, const std::vector<int64_t>& dims, boo
   return plan;
 }
 
+// Runs the kernel into a contiguous [outer, inner] buffer and returns it with the user-visible shape (built
+// directly, since a 0-d result cannot be reached through view).
+Tensor dispatch_reduction(const char* op, const ReducePlan& plan, DType out_dtype, runtime::Attrs attrs) {
+  Tensor out = Tensor::empty({plan.outer, plan.inner}, out_dtype, plan.x3.device());
+  runtime::dispatch(runtime::OpCall{op, {plan.x3}, {out}, std::move(attrs)});
+  return Tensor(out.storage(), plan.out_shape, contiguous_strides(plan.out_shape), 0, out_dtype);
+}
+
 Tensor run_reduction(const char* op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
                      DType out_dtype, runtime::Attrs attrs = {}) {
-  ReducePlan plan = plan_reduction(x, dims, keepdim, op);
-  Tensor out = Tensor::empty(plan.out_shape, out_dtype, x.device());
-  runtime::dispatch(runtime::OpCall{op, {plan.x3}, {out.view({plan.outer, plan.inner})}, std::move(attrs)});
-  return out;
+  return dispatch_reduction(op, plan_reduction(x, dims, keepdim, op), out_dtype, std::move(attrs));
 }
 
 void check_floating(const Tensor& x, const char* op) {
@@ -102,9 +111,7 @@ Tensor max(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   KILN_CHECK(plan.r > 0 || plan.outer * plan.inner == 0, "max: cannot reduce over an empty extent: input "
                                                              << shape_str(x.shape()) << ", dims "
                                                              << shape_str(dims));
-  Tensor out = Tensor::empty(plan.out_shape, x.dtype(), x.device());
-  runtime::dispatch(runtime::OpCall{"max", {plan.x3}, {out.view({plan.outer, plan.inner})}, {}});
-  return out;
+  return dispatch_reduction("max", plan, x.dtype(), {});
 }
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {

@@ -77,9 +77,10 @@ void layer_norm_typed(const T* x, const float* w, const float* b, T* y, int64_t 
                                                  }) /
                                          static_cast<double>(n));
     const float rstd = 1.0f / std::sqrt(var + eps);
-    const float shift = -mean * rstd;
+    // (x - mean) * rstd rather than x * rstd - mean * rstd: the subtraction is exact for x near the mean, so
+    // rows with a large mean keep their precision.
     map_row(xr, yr, n, [=](f32x16 v, int64_t i, int count) {
-      return (v * rstd + shift) * param(w, i, count, 1.0f) + param(b, i, count, 0.0f);
+      return (v - mean) * rstd * param(w, i, count, 1.0f) + param(b, i, count, 0.0f);
     });
   }
 }
@@ -118,9 +119,9 @@ void group_norm_typed(const T* x, const float* w, const float* b, T* y, int64_t 
     for (int64_t c = 0; c < per_group; ++c) {
       const int64_t channel = (task % groups) * per_group + c;
       const float scale = rstd * (w ? w[channel] : 1.0f);
-      const float shift = (b ? b[channel] : 0.0f) - scale * mean;
+      const float shift = b ? b[channel] : 0.0f;
       const int64_t off = base + c * spatial;
-      map_row(x + off, y + off, spatial, [=](f32x16 v, int64_t, int) { return v * scale + shift; });
+      map_row(x + off, y + off, spatial, [=](f32x16 v, int64_t, int) { return (v - mean) * scale + shift; });
     }
   }
 }
