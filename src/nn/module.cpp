@@ -24,6 +24,15 @@ std::vector<std::pair<std::string, Tensor*>> Module::named_parameters(const std:
   return out;
 }
 
+std::vector<std::pair<std::string, Shape>> Module::parameter_shapes(const std::string& prefix) {
+  std::vector<std::pair<std::string, const Parameter*>> all;
+  collect(prefix, all);
+  std::vector<std::pair<std::string, Shape>> out;
+  out.reserve(all.size());
+  for (const auto& [name, p] : all) out.emplace_back(name, p->shape);
+  return out;
+}
+
 int64_t Module::num_parameters() {
   std::vector<std::pair<std::string, const Parameter*>> all;
   collect("", all);

@@ -45,6 +45,8 @@ class Module {
 
   // Every parameter with its full dotted name, in registration order.
   std::vector<std::pair<std::string, Tensor*>> named_parameters(const std::string& prefix = "");
+  // Every parameter's full dotted name and registered shape (what the checkpoint must hold).
+  std::vector<std::pair<std::string, Shape>> parameter_shapes(const std::string& prefix = "");
   int64_t num_parameters();
   // Bytes the parameters occupy (after loading) or would occupy in `dtype`.
   size_t parameter_bytes(DType dtype);
