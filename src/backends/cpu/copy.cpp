@@ -2,12 +2,20 @@
 #include <cstring>
 #include <type_traits>
 
+#include "backends/cpu/isa_dispatch.h"
 #include "backends/cpu/register_kernels.h"
 #include "backends/cpu/strided_loop.h"
 
 namespace kiln::cpu_kernels {
 
+KILN_ISA_DECLARE(bool, cast_contiguous, (const void* src, DType from, void* dst, DType to, int64_t n));
+
 namespace {
+
+// The dtypes whose contiguous conversions cast_contiguous (isa/cast.cpp) vectorizes.
+template <class T>
+inline constexpr bool is_vector_float =
+    std::is_same_v<T, float> || std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>;
 
 template <class From, class To>
 inline To convert(From v) {
@@ -23,7 +31,8 @@ inline To convert(From v) {
     return f16_to_f32(v);
   } else if constexpr (std::is_same_v<To, bool>) {
     return scalar_to_double(v) != 0.0;
-  } else if constexpr (std::is_floating_point_v<To> || std::is_same_v<To, bf16_t> || std::is_same_v<To, f16_t>) {
+  } else if constexpr (std::is_floating_point_v<To> || std::is_same_v<To, bf16_t> ||
+                       std::is_same_v<To, f16_t>) {
     // Through double: exact for every source except int64 beyond 2^53, where torch rounds the same way.
     if constexpr (std::is_same_v<To, bf16_t> || std::is_same_v<To, f16_t>) {
       return scalar_from_double<To>(static_cast<float>(scalar_to_double(v)));
@@ -45,6 +54,8 @@ void copy_run(const char* src, char* dst, int64_t n, int64_t src_stride, int64_t
   if (src_stride == sizeof(From) && dst_stride == sizeof(To)) {
     if constexpr (std::is_same_v<From, To>) {
       std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(To));
+    } else if constexpr (is_vector_float<From> && is_vector_float<To>) {
+      KILN_ISA_CALL(cast_contiguous)(src, dtype_of_v<From>, dst, dtype_of_v<To>, n);
     } else {
       const From* __restrict s = reinterpret_cast<const From*>(src);
       To* __restrict d = reinterpret_cast<To*>(dst);

@@ -223,7 +223,7 @@ inline f32x16 vtanh(f32x16 x) {
                                  0.020653141662478447f, -0.005718979053199291f};
   const f32x16 ax = vabs(x);
   const f32x16 x2 = x * x;
-  const f32x16 small = x + x * x2 * vpoly(x2, kP);
+  const f32x16 small = vcopysign(x + x * x2 * vpoly(x2, kP), x);  // keeps tanh(-0) = -0
   const f32x16 big = vcopysign(1.0f - 2.0f / (vexp(ax + ax) + 1.0f), x);
   return ax < 0.625f ? small : big;  // NaN fails the test and propagates through vexp
 }
