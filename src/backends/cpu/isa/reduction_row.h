@@ -52,6 +52,12 @@ template <class T>
 inline f32x16 round_to(f32x16 v) {
   if constexpr (std::is_same_v<T, float>) {
     return v;
+  } else if constexpr (std::is_same_v<T, bf16_t>) {
+    // In registers, with f32_to_bf16's rounding (nearest even; NaNs stay NaN): a store/load round trip
+    // through memory costs twice as much in rms_norm's write loop.
+    const u32x16 u = f32_to_bits(v);
+    const u32x16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return bits_to_f32((u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & 0xffff0000u : rounded);
   } else {
     T tmp[kLanes];
     store(tmp, v);
