@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/attention.h"
+#include "backends/cpu/attention_tile.h"
 #include "backends/cpu/cpu_features.h"
 #include "kiln/io/safetensors.h"
 #include "support/test_data.h"
@@ -253,6 +254,36 @@ TEST(Attention, RowConstantBiasChangesNothing) {
   const Tensor bias = Tensor::from_vector(per_row, {in.q.size(2), 1});
   const Tensor out = scaled_dot_product_attention(in.q, in.k, in.v, options(c, bias));
   EXPECT_TRUE(testing::rel_max_error_within(out, refs().tensor("clip.f32"), 1e-5));
+}
+
+// The softmax's exp (arguments <= 0; -inf for masked scores must give exactly 0), in both variants.
+TEST(Attention, SoftmaxExpIsAccurate) {
+  std::vector<float> x;
+  for (float v = -104.0f; v <= 0.0f; v += 0.0093f) x.push_back(v);
+  x.push_back(0.0f);
+  x.push_back(-0.0f);
+  x.push_back(-__builtin_inff());
+  x.push_back(__builtin_nanf(""));
+  std::vector<void (*)(const float*, float*, int64_t)> variants{cpu_kernels::generic::attn_softmax_exp};
+  if (cpu_features().avx512) variants.push_back(cpu_kernels::avx512::attn_softmax_exp);
+  for (auto fn : variants) {
+    std::vector<float> y(x.size());
+    fn(x.data(), y.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double ref = std::exp(static_cast<double>(x[i]));
+      if (std::isnan(x[i])) {
+        EXPECT_TRUE(std::isnan(y[i]));
+      } else if (ref < 1.2e-38) {
+        EXPECT_LE(y[i], 1.2e-38f) << x[i];
+        if (std::isinf(x[i])) {
+          EXPECT_EQ(y[i], 0.0f);
+        }
+      } else {
+        EXPECT_LE(std::abs(y[i] - ref) / ref, 3e-7)
+            << "exp(" << x[i] << ") = " << y[i] << ", expected " << ref;
+      }
+    }
+  }
 }
 
 TEST(Attention, EmptyShapes) {

@@ -31,53 +31,91 @@ inline float to_float(T v) {
     return f16_to_f32(v);
 }
 
-// Element (r, c) of a source matrix as the math's storage: raw bf16 bits, or float.
-template <class T>
-inline float source_float(const AttnMatrix& m, int64_t r, int64_t c) {
-  return to_float(static_cast<const T*>(m.data)[r * m.row_stride + c]);
-}
-inline uint16_t source_bf16_bits(const AttnMatrix& m, int64_t r, int64_t c) {
-  return static_cast<const bf16_t*>(m.data)[r * m.row_stride + c].bits;
-}
-
-// Calls f(T{}) for the float types a float32-math operand may be stored in.
-template <class F>
-void visit_float_source(DType dtype, F&& f) {
-  if (dtype == float16)
-    f(f16_t{});
-  else if (dtype == bfloat16)
-    f(bf16_t{});
+// A source element as stored for the math: raw bfloat16 bits, or float.
+template <class Out, class T>
+inline Out packed(T v) {
+  if constexpr (std::is_same_v<Out, uint16_t>)
+    return v.bits;
   else
-    f(float{});
+    return to_float(v);
 }
 
-// Writes packed element `value_of(r, c)` for every (r, c) of a rows_pad x cols_pad grid, zero outside the
-// source, at `index(r, c)`.
-template <class Out, class Value, class Index>
-void pack_grid(const AttnMatrix& src, Out* dst, int64_t rows_pad, int64_t cols_pad, Value&& value_of,
-               Index&& index) {
-  for (int64_t r = 0; r < rows_pad; ++r) {
-    const bool row_in = r < src.rows;
-    for (int64_t c = 0; c < cols_pad; ++c) {
-      dst[index(r, c)] = row_in && c < src.cols ? value_of(r, c) : Out{};
+// The math's element and the dtype it packs from: BF16 math packs bfloat16 bits; F32 math converts
+// float32, float16 or bfloat16 sources to float. Calls f(Out{}, T{}).
+template <class F>
+void visit_packing(AttnMath math, DType src, F&& f) {
+  if (math == AttnMath::BF16)
+    f(uint16_t{}, bf16_t{});
+  else if (src == float16)
+    f(float{}, f16_t{});
+  else if (src == bfloat16)
+    f(float{}, bf16_t{});
+  else
+    f(float{}, float{});
+}
+
+template <class Out>
+constexpr int64_t pair_of() {
+  return std::is_same_v<Out, uint16_t> ? 2 : 1;
+}
+
+template <class Out, class T>
+void pack_rows_as(const AttnMatrix& src, Out* dst, int64_t cols_pad) {
+  for (int64_t r = 0; r < src.rows; ++r) {
+    const T* row = static_cast<const T*>(src.data) + r * src.row_stride;
+    Out* o = dst + r * cols_pad;
+    for (int64_t c = 0; c < src.cols; ++c) o[c] = packed<Out>(row[c]);
+    for (int64_t c = src.cols; c < cols_pad; ++c) o[c] = Out{};
+  }
+}
+
+// Each 16-key block is a [cols_pad / pair][16][pair] tile (element (lane, c) at c * 16 + lane * pair + c %
+// pair): a key's row is scattered 16 * pair elements apart, and the block (16 * cols_pad elements) stays in
+// L1 while it is written.
+template <class Out, class T>
+void pack_keys_as(const AttnMatrix& src, Out* dst, int64_t rows_pad, int64_t cols_pad) {
+  constexpr int64_t pair = pair_of<Out>();
+  const int64_t full = src.cols / pair * pair;
+  for (int64_t r0 = 0; r0 < rows_pad; r0 += kAttnBlock) {
+    Out* block = dst + r0 * cols_pad;
+    for (int64_t lane = 0; lane < kAttnBlock; ++lane) {
+      const int64_t r = r0 + lane;
+      Out* o = block + lane * pair;
+      const T* row = r < src.rows ? static_cast<const T*>(src.data) + r * src.row_stride : nullptr;
+      int64_t c = 0;
+      if (row) {
+        for (; c < full; c += pair) {
+          for (int64_t t = 0; t < pair; ++t) o[c * kAttnBlock + t] = packed<Out>(row[c + t]);
+        }
+      }
+      for (; c < cols_pad; c += pair) {
+        for (int64_t t = 0; t < pair; ++t) {
+          o[c * kAttnBlock + t] = row && c + t < src.cols ? packed<Out>(row[c + t]) : Out{};
+        }
+      }
     }
   }
 }
 
-template <class Index>
-void pack_any(const AttnMatrix& src, AttnMath math, void* dst, int64_t rows_pad, int64_t cols_pad,
-              Index&& index) {
-  if (math == AttnMath::BF16) {
-    pack_grid(
-        src, static_cast<uint16_t*>(dst), rows_pad, cols_pad,
-        [&](int64_t r, int64_t c) { return source_bf16_bits(src, r, c); }, index);
-  } else {
-    visit_float_source(src.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      pack_grid(
-          src, static_cast<float*>(dst), rows_pad, cols_pad,
-          [&](int64_t r, int64_t c) { return source_float<T>(src, r, c); }, index);
-    });
+// Each 16-column block is a [rows_pad / pair][16][pair] tile: `pair` consecutive rows interleaved.
+template <class Out, class T>
+void pack_values_as(const AttnMatrix& src, Out* dst, int64_t rows_pad, int64_t cols_pad) {
+  constexpr int64_t pair = pair_of<Out>();
+  for (int64_t r0 = 0; r0 < rows_pad; r0 += pair) {
+    for (int64_t t = 0; t < pair; ++t) {
+      const int64_t r = r0 + t;
+      const T* row = r < src.rows ? static_cast<const T*>(src.data) + r * src.row_stride : nullptr;
+      for (int64_t c0 = 0; c0 < cols_pad; c0 += kAttnBlock) {
+        Out* o = dst + c0 * rows_pad + r0 * kAttnBlock + t;
+        if (row && c0 + kAttnBlock <= src.cols) {
+          for (int64_t c = 0; c < kAttnBlock; ++c) o[c * pair] = packed<Out>(row[c0 + c]);
+        } else {
+          for (int64_t c = 0; c < kAttnBlock; ++c) {
+            o[c * pair] = row && c0 + c < src.cols ? packed<Out>(row[c0 + c]) : Out{};
+          }
+        }
+      }
+    }
   }
 }
 
@@ -206,6 +244,34 @@ void tile_product(int64_t rows, int64_t col_blocks, int64_t ksteps, const typena
 
 // ---- online softmax
 
+// exp for the softmax, where arguments are <= 0 or -inf (masked). The generic variant uses vec.h's vexp.
+// The AVX-512 variant evaluates the same reduction and polynomial as vexp with FMA, and scales by 2^n with
+// VSCALEFPS instead of assembling exponent bits and selecting the special cases: 13 instructions instead
+// of about 40. vexp took 17% of the attention time (S = 1536, bf16); this takes about a third of that.
+// Accuracy: <= 2 ulp like vexp (same polynomial, fewer roundings); exp(-inf) = 0 exactly, NaN stays NaN.
+inline f32x16 softmax_exp(f32x16 x) {
+#if defined(__AVX512F__)
+  // (maskz forms: the unmasked ones trip GCC 12's -Wmaybe-uninitialized.)
+  // Below -110 the result underflows to 0 whatever the polynomial gives; the clamp keeps r finite for -inf.
+  // (VMAXPS returns its second operand when either is NaN, so a NaN x passes through.)
+  const __m512 xc = _mm512_maskz_max_ps(0xffff, _mm512_set1_ps(-110.0f), x);
+  const __m512 n = _mm512_maskz_roundscale_ps(0xffff, _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(0xffff, y, n);
+#else
+  return vexp(x);
+#endif
+}
+
 inline f32x16 lane_index() {
   f32x16 v;
   for (int i = 0; i < kLanes; ++i) v[i] = static_cast<float>(i);
@@ -295,7 +361,7 @@ void softmax_step(const AttnTileArgs& a, const TileState& st, int64_t j0, int64_
       // While every score so far is masked, subtract 0 so exp(-inf - max) gives 0 instead of NaN.
       new_max[i - g0] = m_new == -__builtin_inff() ? 0.0f : m_new;
     }
-    const f32x16 alpha = vexp(old_max - new_max);
+    const f32x16 alpha = softmax_exp(old_max - new_max);
     // Pass 2: probabilities and their sum (in float, before P is rounded for the product, as torch does).
     for (int64_t i = g0; i < g1; ++i) {
       const float* s = st.scores + i * a.key_tile;
@@ -303,7 +369,7 @@ void softmax_step(const AttnTileArgs& a, const TileState& st, int64_t j0, int64_
       const f32x16 m = splat(new_max[i - g0]);
       f32x16 sum = splat(0.0f);
       for (int64_t j = 0; j < nk_pad; j += kLanes) {
-        const f32x16 e = vexp(load(s + j) - m);
+        const f32x16 e = softmax_exp(load(s + j) - m);
         sum += e;
         store_probabilities(p + j, e);
       }
@@ -383,23 +449,28 @@ void query_tile(const AttnTileArgs& a) {
 }  // namespace
 
 void attn_pack_rows(const AttnMatrix& src, AttnMath math, void* dst, int64_t cols_pad) {
-  pack_any(src, math, dst, src.rows, cols_pad, [&](int64_t r, int64_t c) { return r * cols_pad + c; });
+  visit_packing(math, src.dtype, [&](auto out, auto in) {
+    pack_rows_as<decltype(out), decltype(in)>(src, static_cast<decltype(out)*>(dst), cols_pad);
+  });
 }
 
 void attn_pack_keys(const AttnMatrix& src, AttnMath math, void* dst, int64_t rows_pad, int64_t cols_pad) {
-  const int64_t pair = attn_pair(math);
-  const int64_t block = cols_pad * kAttnBlock;  // elements per 16 keys
-  pack_any(src, math, dst, rows_pad, cols_pad, [&](int64_t r, int64_t c) {
-    return (r / kAttnBlock) * block + (c / pair) * kAttnBlock * pair + (r % kAttnBlock) * pair + c % pair;
+  visit_packing(math, src.dtype, [&](auto out, auto in) {
+    pack_keys_as<decltype(out), decltype(in)>(src, static_cast<decltype(out)*>(dst), rows_pad, cols_pad);
   });
 }
 
 void attn_pack_values(const AttnMatrix& src, AttnMath math, void* dst, int64_t rows_pad, int64_t cols_pad) {
-  const int64_t pair = attn_pair(math);
-  const int64_t block = rows_pad * kAttnBlock;  // elements per 16 columns
-  pack_any(src, math, dst, rows_pad, cols_pad, [&](int64_t r, int64_t c) {
-    return (c / kAttnBlock) * block + (r / pair) * kAttnBlock * pair + (c % kAttnBlock) * pair + r % pair;
+  visit_packing(math, src.dtype, [&](auto out, auto in) {
+    pack_values_as<decltype(out), decltype(in)>(src, static_cast<decltype(out)*>(dst), rows_pad, cols_pad);
   });
+}
+
+void attn_softmax_exp(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) store(y + i, softmax_exp(load(x + i)));
+  if (i < n)
+    store_partial(y + i, softmax_exp(load_partial(x + i, static_cast<int>(n - i))), static_cast<int>(n - i));
 }
 
 void attn_query_tile(const AttnTileArgs& args) {

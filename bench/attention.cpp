@@ -1,0 +1,135 @@
+// kiln::scaled_dot_product_attention on the FLUX.1 attention shapes: batch 1, 24 heads x 128, S = 4608
+// (1024x1024 image + 512 text tokens) and S = 1536 (512x512), with q, k, v as heads split out of
+// [B, S, H, D] projections (the layout models produce). FLOPs = 4 B H S^2 D (the two products).
+// Prints time (best and median of the repetitions), GFLOP/s and % of the bf16 peak of this machine
+// (880 GFLOP/s: 2 Zen 5 cores x 128 bf16 FLOP/cycle x 3.45 GHz, see shared/reference/cpu-limits.md) and,
+// for float32, of the f32 peak (440).
+// The host is shared: besides wall-clock figures it prints the process CPU time per thread, which is what
+// the kernel would take on otherwise idle cores (CPU-time GFLOP/s = FLOPs / (CPU seconds / threads)).
+// Other tenants of the host also slow the cores themselves (a register-only VDPBF16PS loop has been seen
+// at 234 instead of 410 GFLOP/s per core), so it also measures that loop, the machine's bf16 ceiling at
+// the moment, on every thread, and prints the kernel's CPU-time rate as a fraction of it.
+// Usage: bench_attention [repetitions=3] [bf16|f32|all=all] [S ...=4608 1536]
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#include "backends/cpu/cpu_features.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/attention.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// 24 independent VDPBF16PS chains on registers: FLOPs per second of CPU time on this core right now.
+__attribute__((target("avx512f,avx512bf16"))) double dpbf16_rate() {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  __m512i a = _mm512_set1_epi32(0x3f803f80), b = _mm512_set1_epi32(0x00010001);
+  constexpr long kIterations = 4000000;
+  const double t0 = thread_cpu_seconds();
+  for (long i = 0; i < kIterations; ++i) {
+    asm volatile("" : "+v"(a), "+v"(b));  // keeps the operands opaque so the loop is not folded
+#pragma GCC unroll 24
+    for (int j = 0; j < 24; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)a, (__m512bh)b);
+  }
+  const double t = thread_cpu_seconds() - t0;
+  float sink = 0;
+  for (int i = 0; i < 24; ++i) sink += acc[i][0];
+  asm volatile("" : : "x"(sink));
+  return kIterations * 24 * 64.0 / t;
+}
+
+// The bf16 ceiling of all threads together, as measured now (0 without AVX-512 BF16).
+double measured_bf16_peak() {
+  if (!kiln::cpu_kernels::cpu_features().avx512_bf16) return 0;
+  double total = 0;
+#pragma omp parallel reduction(+ : total)
+  total += dpbf16_rate();
+  return total;
+}
+
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+constexpr double kBf16Peak = 880e9;
+constexpr double kF32Peak = 440e9;
+
+// [B, S, H, D] filled with uniform noise, returned as the [B, H, S, D] head-split view.
+kiln::Tensor heads_view(int64_t s, int64_t h, int64_t d, kiln::DType dtype, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(s * h * d));
+  for (float& x : v) x = dist(gen);
+  return kiln::Tensor::from_vector(v, {1, s, h, d}).to(dtype).permute({0, 2, 1, 3});
+}
+
+void run(int64_t s, kiln::DType dtype, int repetitions) {
+  constexpr int64_t heads = 24, d = 128;
+  const kiln::Tensor q = heads_view(s, heads, d, dtype, 1);
+  const kiln::Tensor k = heads_view(s, heads, d, dtype, 2);
+  const kiln::Tensor v = heads_view(s, heads, d, dtype, 3);
+  const double flops = 4.0 * heads * static_cast<double>(s) * static_cast<double>(s) * d;
+  const double peak = dtype == kiln::bfloat16 ? kBf16Peak : kF32Peak;
+
+  kiln::scaled_dot_product_attention(q, k, v);  // warm-up: page faults of the buffers, thread start
+  std::vector<double> times, cpu_times;
+  const int threads = omp_get_max_threads();
+  for (int r = 0; r < repetitions; ++r) {
+    const auto t0 = Clock::now();
+    const double c0 = cpu_seconds();
+    const kiln::Tensor out = kiln::scaled_dot_product_attention(q, k, v);
+    cpu_times.push_back((cpu_seconds() - c0) / threads);
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  const double ceiling = measured_bf16_peak();
+  std::sort(times.begin(), times.end());
+  std::sort(cpu_times.begin(), cpu_times.end());
+  const double best = times.front(), median = times[times.size() / 2], cpu = cpu_times.front();
+  // Peaks scale with the threads used (the table's figures are for the machine's 2 cores).
+  const double used_peak = peak * std::min(threads, 2) / 2.0;
+  std::printf(
+      "%-8s S=%-5lld H=%lld D=%lld thr=%d  wall best %7.1f ms median %7.1f ms: %6.1f GFLOP/s = %5.1f%% "
+      "of %s peak (median %5.1f%%) | CPU time/thread %7.1f ms: %6.1f GFLOP/s = %5.1f%% | measured bf16 "
+      "ceiling %5.0f GFLOP/s, CPU-time rate = %5.1f%% of it\n",
+      std::string(kiln::dtype_name(dtype)).c_str(), static_cast<long long>(s), static_cast<long long>(heads),
+      static_cast<long long>(d), threads, best * 1e3, median * 1e3, flops / best * 1e-9,
+      100.0 * flops / best / used_peak, dtype == kiln::bfloat16 ? "bf16" : "f32",
+      100.0 * flops / median / used_peak, cpu * 1e3, flops / cpu * 1e-9, 100.0 * flops / cpu / used_peak,
+      ceiling * 1e-9, 100.0 * flops / cpu * threads / ceiling);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repetitions = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
+  const std::string which = argc > 2 ? argv[2] : "all";
+  std::vector<int64_t> lengths;
+  for (int i = 3; i < argc; ++i) lengths.push_back(std::atoll(argv[i]));
+  if (lengths.empty()) lengths = {4608, 1536};
+  std::printf("kernel variant: %s\n", kiln::cpu_kernels::cpu_isa_name());
+  for (int64_t s : lengths) {
+    if (which == "all" || which == "bf16") run(s, kiln::bfloat16, repetitions);
+    if (which == "all" || which == "f32") run(s, kiln::float32, repetitions);
+  }
+  return 0;
+}
