@@ -104,7 +104,8 @@ Shape infer_shape(const Shape& requested, int64_t numel, const char* op, const S
 // (the same chunk-matching rule torch uses for view).
 bool view_strides(const Shape& shape, const Strides& strides, const Shape& new_shape, Strides& out) {
   out.assign(new_shape.size(), 0);
-  if (shape_numel(shape) == 0) {
+  // Zero or one element (a 0-d tensor included): strides are irrelevant, any shape of that size is a view.
+  if (shape_numel(shape) <= 1) {
     out = contiguous_strides(new_shape);
     return true;
   }

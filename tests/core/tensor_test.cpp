@@ -49,6 +49,14 @@ TEST(Tensor, ReshapeCopiesOnlyWhenNeeded) {
   EXPECT_THROW(t.reshape({5, -1}), Error);
 }
 
+TEST(Tensor, ScalarsAndSingleElementsViewAsAnyShape) {
+  Tensor s = Tensor::full({}, 3.0);
+  EXPECT_EQ(s.dim(), 0);
+  EXPECT_EQ(s.view({1, 1}).shape(), (Shape{1, 1}));
+  EXPECT_EQ(s.reshape({1}).item(), 3.0);
+  EXPECT_EQ(Tensor::full({1, 1}, 2.0).view({}).dim(), 0);
+}
+
 TEST(Tensor, CastRoundsToNearestEven) {
   // 1 + 2^-8 lies exactly between two bfloat16 values (1 and 1 + 2^-7): ties go to the even mantissa, 1.
   // 1 + 3*2^-8 lies between 1 + 2^-7 and 1 + 2^-6: ties to even gives 1 + 2^-6.

@@ -115,6 +115,17 @@ TEST(FluxPipelineBfloat16, MatchesDiffusersWithinBf16Rounding) {
   EXPECT_LE(total / static_cast<double>(ref.size()), 2.0) << "mean absolute difference in 8-bit levels";
 }
 
+// The README's example, word for word but for the model and the size.
+TEST(FluxPipeline, ReadmeExampleRuns) {
+  auto pipe = kiln::FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-schnell"), {.dtype = kiln::bfloat16});
+  auto result = pipe({.prompt = "a golden retriever surfing a wave, photorealistic", .height = 32, .width = 32,
+                      .num_inference_steps = 4, .guidance_scale = 0.0f, .generator = kiln::Generator(0)});
+  const std::string path = testing::temp_dir("flux_readme") + "/output.png";
+  result.images[0].save(path);
+  EXPECT_TRUE(std::filesystem::exists(path));
+  EXPECT_EQ(io::read_png(path).text.at("dtype"), "bfloat16");
+}
+
 TEST(FluxPipeline, LongPromptIsTruncatedWithAWarning) {
   auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-schnell"));
   std::vector<std::string> warnings;
