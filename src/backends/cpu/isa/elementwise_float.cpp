@@ -129,6 +129,12 @@ void scatter(const float* src, char* out, int64_t stride, DType dtype, int n) {
 template <class F>
 void map1(const float* a, float* y, int n, F f) {
   int i = 0;
+  // Two independent vectors per iteration: the long dependency chains of exp/tanh/erf overlap.
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    const f32x16 r0 = f(load(a + i)), r1 = f(load(a + i + kLanes));
+    store(y + i, r0);
+    store(y + i + kLanes, r1);
+  }
   for (; i + kLanes <= n; i += kLanes) store(y + i, f(load(a + i)));
   if (i < n) store_partial(y + i, f(load_partial(a + i, n - i)), n - i);
 }
