@@ -59,9 +59,33 @@ constexpr int64_t pair_of() {
   return std::is_same_v<Out, uint16_t> ? 2 : 1;
 }
 
+// Rows of q, k and v are usually heads of a [B, S, H, D] projection: each row sits on its own page, so
+// neither the hardware prefetcher (which stops at page boundaries) nor out-of-order execution keeps enough
+// misses in flight, and packing ran at under 1 GB/s. Prefetching a row kPrefetchRows ahead fixes that.
+constexpr int64_t kPrefetchRows = 12;
+
+// GCC 12's dead-code elimination drops __builtin_prefetch / _mm_prefetch in these loops; asm volatile stays.
+inline void prefetch(const char* p) {
+#if defined(__x86_64__)
+  asm volatile("prefetcht0 %0" : : "m"(*p));
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
+template <class T>
+inline void prefetch_row(const AttnMatrix& src, int64_t r) {
+  if (r >= src.rows) return;
+  const char* p = reinterpret_cast<const char*>(static_cast<const T*>(src.data) + r * src.row_stride);
+  const int64_t bytes = src.cols * static_cast<int64_t>(sizeof(T));
+  for (int64_t b = 0; b < bytes; b += 64) prefetch(p + b);
+  prefetch(p + bytes - 1);
+}
+
 template <class Out, class T>
 void pack_rows_as(const AttnMatrix& src, Out* dst, int64_t cols_pad) {
   for (int64_t r = 0; r < src.rows; ++r) {
+    prefetch_row<T>(src, r + kPrefetchRows);
     const T* row = static_cast<const T*>(src.data) + r * src.row_stride;
     Out* o = dst + r * cols_pad;
     for (int64_t c = 0; c < src.cols; ++c) o[c] = packed<Out>(row[c]);
@@ -81,6 +105,7 @@ void pack_keys_as(const AttnMatrix& src, Out* dst, int64_t rows_pad, int64_t col
     for (int64_t lane = 0; lane < kAttnBlock; ++lane) {
       const int64_t r = r0 + lane;
       Out* o = block + lane * pair;
+      prefetch_row<T>(src, r + kPrefetchRows);
       const T* row = r < src.rows ? static_cast<const T*>(src.data) + r * src.row_stride : nullptr;
       int64_t c = 0;
       if (row) {
@@ -104,6 +129,7 @@ void pack_values_as(const AttnMatrix& src, Out* dst, int64_t rows_pad, int64_t c
   for (int64_t r0 = 0; r0 < rows_pad; r0 += pair) {
     for (int64_t t = 0; t < pair; ++t) {
       const int64_t r = r0 + t;
+      prefetch_row<T>(src, r + kPrefetchRows);
       const T* row = r < src.rows ? static_cast<const T*>(src.data) + r * src.row_stride : nullptr;
       for (int64_t c0 = 0; c0 < cols_pad; c0 += kAttnBlock) {
         Out* o = dst + c0 * rows_pad + r0 * kAttnBlock + t;
