@@ -133,15 +133,15 @@ void bench(int64_t m, int64_t k, int64_t n, kiln::DType dtype, int reps, int thr
   kiln::Tensor y_kiln, y_inplace;
   // Warm-up: primitive creation, packing, JIT, page faults on the outputs.
   raw.run();
-  kiln::set_weight_prepacking(true);
+  kiln::set_weight_prepacking(kiln::WeightPrepacking::Always);
   y_kiln = kiln::linear(x, w);
-  kiln::set_weight_prepacking(false);
+  kiln::set_weight_prepacking(kiln::WeightPrepacking::Never);
   y_inplace = kiln::linear(x, w_inplace);
   for (int r = 0; r < reps; ++r) {
     s_raw.add(flop, time_of([&] { raw.run(); }), threads);
-    kiln::set_weight_prepacking(true);
+    kiln::set_weight_prepacking(kiln::WeightPrepacking::Always);
     s_kiln.add(flop, time_of([&] { y_kiln = kiln::linear(x, w); }), threads);
-    kiln::set_weight_prepacking(false);
+    kiln::set_weight_prepacking(kiln::WeightPrepacking::Never);
     s_inplace.add(flop, time_of([&] { y_inplace = kiln::linear(x, w_inplace); }), threads);
   }
   std::printf(

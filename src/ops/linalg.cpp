@@ -12,20 +12,31 @@ namespace kiln {
 
 namespace {
 
-// Prepacking default, from measurements on this machine (2 Zen 5 cores, bench/matmul.cpp, shapes
-// 4096x3072x{3072,12288}): bf16 with the weight used in place as [N, K] ("ba") runs 5-12% slower than with
-// the weight reordered once into oneDNN's blocked layout, and f32 about 3-5% slower. The packed copy costs
-// as many bytes as the weight; a model whose weights are memory-mapped only keeps the packed copy hot
-// (the file pages are clean page cache the kernel can drop), so on by default, with KILN_PREPACK_WEIGHTS=0
-// (or set_weight_prepacking(false)) for machines where two copies of the weights do not fit.
-std::atomic<int> g_prepack{-1};  // -1: not decided yet
+// The prepacking policy (see linalg.h). Its Auto rule comes from cpu-limits.md section 2 (quiet host,
+// 2 threads, 4096 x 3072 x {3072, 12288}): bf16 with the weight in place ("ba") 655-675 GFLOP/s against
+// 743-753 packed; f32 377-383 against 380-395. bench/matmul.cpp measures the same comparison through
+// kiln::linear. -1: not read from the environment yet.
+std::atomic<int> g_prepack{-1};
 
-bool prepack_from_env() {
+WeightPrepacking prepack_from_env() {
   const char* v = std::getenv("KILN_PREPACK_WEIGHTS");
-  if (v == nullptr || *v == '\0') return true;
+  if (v == nullptr || *v == '\0') return WeightPrepacking::Auto;
   const std::string s(v);
-  KILN_CHECK(s == "0" || s == "1", "KILN_PREPACK_WEIGHTS: expected 0 or 1, got '" << s << "'");
-  return s == "1";
+  KILN_CHECK(s == "auto" || s == "0" || s == "1",
+             "KILN_PREPACK_WEIGHTS: expected auto, 0 or 1, got '" << s << "'");
+  return s == "auto" ? WeightPrepacking::Auto : s == "1" ? WeightPrepacking::Always : WeightPrepacking::Never;
+}
+
+bool prepack_weight(DType dtype) {
+  switch (weight_prepacking()) {
+    case WeightPrepacking::Always:
+      return true;
+    case WeightPrepacking::Never:
+      return false;
+    case WeightPrepacking::Auto:
+      break;
+  }
+  return dtype == bfloat16;
 }
 
 void check_floating(const char* op, const char* name, const Tensor& t) {
@@ -81,17 +92,17 @@ Tensor bias_or_zeros(const Shape& shape, DType dtype, const Tensor& bias) {
 
 }  // namespace
 
-void set_weight_prepacking(bool enabled) {
-  g_prepack.store(enabled ? 1 : 0);
+void set_weight_prepacking(WeightPrepacking policy) {
+  g_prepack.store(static_cast<int>(policy));
 }
 
-bool weight_prepacking() {
+WeightPrepacking weight_prepacking() {
   int v = g_prepack.load();
   if (v < 0) {
-    v = prepack_from_env() ? 1 : 0;
+    v = static_cast<int>(prepack_from_env());
     g_prepack.store(v);
   }
-  return v == 1;
+  return static_cast<WeightPrepacking>(v);
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -121,8 +132,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor out = Tensor::empty(out_shape, x.dtype());
   std::vector<Tensor> inputs{as_matrix_operand(x.reshape({m, k})), as_matrix_operand(weight)};
   if (b.defined()) inputs.push_back(b);
-  runtime::dispatch(runtime::OpCall{
-      "linear", std::move(inputs), {out.view({m, n})}, runtime::Attrs().set("prepack", weight_prepacking())});
+  runtime::dispatch(runtime::OpCall{"linear",
+                                    std::move(inputs),
+                                    {out.view({m, n})},
+                                    runtime::Attrs().set("prepack", prepack_weight(weight.dtype()))});
   return out;
 }
 

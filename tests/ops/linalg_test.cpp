@@ -67,13 +67,28 @@ std::string error_of(F&& f) {
   return "";
 }
 
+// Sets a prepacking policy for one scope.
+class PrepackingScope {
+ public:
+  explicit PrepackingScope(WeightPrepacking policy) : saved_(weight_prepacking()) {
+    set_weight_prepacking(policy);
+  }
+  ~PrepackingScope() { set_weight_prepacking(saved_); }
+
+ private:
+  WeightPrepacking saved_;
+};
+
 // Runs the body with prepacking on and off, restoring the setting afterwards.
 template <class F>
 void with_both_packings(F&& body) {
-  const bool saved = weight_prepacking();
-  for (bool pack : {true, false}) {
-    SCOPED_TRACE(pack ? "prepacked weight" : "weight in place");
-    set_weight_prepacking(pack);
+  const WeightPrepacking saved = weight_prepacking();
+  for (WeightPrepacking policy :
+       {WeightPrepacking::Always, WeightPrepacking::Never, WeightPrepacking::Auto}) {
+    SCOPED_TRACE(policy == WeightPrepacking::Always  ? "prepacked weight"
+                 : policy == WeightPrepacking::Never ? "weight in place"
+                                                     : "auto");
+    set_weight_prepacking(policy);
     body();
   }
   set_weight_prepacking(saved);
@@ -140,7 +155,7 @@ TEST_P(LinearLayouts, NonContiguousOperands) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, LinearLayouts, ::testing::Values("f32", "bf16"));
 
 TEST(Linear, PacksEachWeightOnceAndFreesItWithTheWeight) {
-  set_weight_prepacking(true);
+  const PrepackingScope packing(WeightPrepacking::Always);
   const Tensor x = load("linear_bf16_m11_k200.x");
   const Tensor bias = load("linear_bf16_m11_k200.bias");
   const Tensor expected = load("linear_bf16_m11_k200.expected");
@@ -167,7 +182,7 @@ TEST(Linear, PacksEachWeightOnceAndFreesItWithTheWeight) {
 }
 
 TEST(Linear, ConcurrentCallsShareOneWeight) {
-  set_weight_prepacking(true);
+  const PrepackingScope packing(WeightPrepacking::Always);
   const Tensor x = load("linear_f32_m11_k200.x"), bias = load("linear_f32_m11_k200.bias");
   const Tensor w = load("linear_f32_m11_k200.weight").clone();  // packed for the first time below
   const Tensor expected = load("linear_f32_m11_k200.expected");
@@ -182,6 +197,23 @@ TEST(Linear, ConcurrentCallsShareOneWeight) {
   for (size_t i = 0; i < results.size(); ++i)
     EXPECT_TRUE(close_to_torch(results[i], expected.slice(0, 0, 4 + static_cast<int64_t>(i)).contiguous()))
         << i;
+}
+
+TEST(Linear, AutoPolicyPacksBf16AndKeepsF32InPlace) {
+  const PrepackingScope packing(WeightPrepacking::Auto);
+  for (DType dtype : {bfloat16, float32, float16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor x = load("linear_f32_m11_k200.x").to(dtype);
+    const Tensor w = load("linear_f32_m11_k200.weight").to(dtype);
+    const int64_t before = memory_stats().current_bytes;
+    const Tensor y = linear(x, w);
+    const int64_t extra = memory_stats().current_bytes - before - static_cast<int64_t>(y.nbytes());
+    if (dtype == float32) {
+      EXPECT_EQ(extra, 0);
+    } else {  // bf16 packed; f16 converted to a packed f32 copy
+      EXPECT_GE(extra, static_cast<int64_t>(w.numel() * (dtype == bfloat16 ? 2 : 4)));
+    }
+  }
 }
 
 TEST(Linear, EmptyDims) {
