@@ -1,0 +1,347 @@
+#include "kiln/pipelines/sd3_pipeline.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "kiln/core/device_runtime.h"
+#include "kiln/core/log.h"
+#include "kiln/io/model_index.h"
+#include "kiln/io/model_ref.h"
+#include "kiln/models/autoencoder_kl.h"
+#include "kiln/models/clip_text_model.h"
+#include "kiln/models/sd3_transformer.h"
+#include "kiln/models/t5_encoder.h"
+#include "kiln/ops.h"
+#include "kiln/schedulers/flow_match_euler.h"
+#include "kiln/schedulers/timestep_shift.h"
+#include "kiln/tokenizers/clip_tokenizer.h"
+#include "kiln/tokenizers/t5_tokenizer.h"
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kName = "StableDiffusion3Pipeline";
+
+// Python's `a or b` for optional strings: an absent or empty string falls back.
+std::string or_else(const std::optional<std::string>& value, const std::string& fallback) {
+  return value && !value->empty() ? *value : fallback;
+}
+
+// x.repeat(1, n, ...).view(n * B, ...) for B = 1: n copies along the batch.
+Tensor repeat_batch(const Tensor& x, int n) {
+  if (n == 1) return x;
+  Shape shape = x.shape();
+  shape[0] = n;
+  return x.expand(shape).contiguous();
+}
+
+}  // namespace
+
+StableDiffusion3Pipeline::StableDiffusion3Pipeline() = default;
+StableDiffusion3Pipeline::StableDiffusion3Pipeline(StableDiffusion3Pipeline&&) noexcept = default;
+StableDiffusion3Pipeline& StableDiffusion3Pipeline::operator=(StableDiffusion3Pipeline&&) noexcept = default;
+StableDiffusion3Pipeline::~StableDiffusion3Pipeline() = default;
+
+StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::string& model,
+                                                                   const PipelineLoadOptions& options) {
+  KILN_CHECK(
+      options.dtype == float32 || options.dtype == bfloat16 || options.dtype == float16,
+      kName << ": dtype " << dtype_name(options.dtype) << " is not supported (expected f32, bf16 or f16)");
+  io::ResolveOptions resolve;
+  resolve.revision = options.revision;
+  const io::ResolvedModel resolved = io::resolve_model(model, resolve);
+  const io::ModelIndex index = io::load_model_index(resolved.path);
+  KILN_CHECK(index.class_name == kName,
+             index.path << ": pipeline class is '" << index.class_name << "', but this is " << kName);
+  auto present = [&](const char* name) {
+    const io::PipelineComponent* c = index.find(name);
+    return c != nullptr && c->present();
+  };
+  auto need = [&](const char* name, std::initializer_list<const char*> classes) {
+    const io::PipelineComponent* c = index.find(name);
+    KILN_CHECK(c != nullptr && c->present(), index.path << ": component '" << name << "' is missing");
+    bool known = false;
+    for (const char* cls : classes) known = known || c->class_name == cls;
+    KILN_CHECK(known, index.path << ": component '" << name << "' is a " << c->class_name << ", expected "
+                                 << *classes.begin());
+    const std::string dir = (fs::path(resolved.path) / name).string();
+    KILN_CHECK(fs::is_directory(dir), index.path << ": component folder '" << dir << "' does not exist");
+    return dir;
+  };
+  const bool with_t5 = present("text_encoder_3");
+  KILN_CHECK(with_t5 == present("tokenizer_3"),
+             index.path << ": text_encoder_3 and tokenizer_3 must both be present or both absent");
+
+  StableDiffusion3Pipeline pipe;
+  pipe.path_ = resolved.path;
+  pipe.name_ = model;
+  pipe.dtype_ = options.dtype;
+  const int count = with_t5 ? 9 : 7;
+  int loaded = 0;
+  auto done = [&](const char* name) {
+    if (options.on_component_loaded) options.on_component_loaded(name, ++loaded, count);
+  };
+  pipe.scheduler_ =
+      std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
+          need("scheduler", {"FlowMatchEulerDiscreteScheduler"})));
+  done("scheduler");
+  pipe.tokenizer_ = std::make_unique<tokenizers::ClipTokenizer>(
+      tokenizers::ClipTokenizer::from_directory(need("tokenizer", {"CLIPTokenizer", "CLIPTokenizerFast"})));
+  done("tokenizer");
+  pipe.tokenizer_2_ = std::make_unique<tokenizers::ClipTokenizer>(
+      tokenizers::ClipTokenizer::from_directory(need("tokenizer_2", {"CLIPTokenizer", "CLIPTokenizerFast"})));
+  done("tokenizer_2");
+  if (with_t5) {
+    pipe.tokenizer_3_ = std::make_unique<tokenizers::T5Tokenizer>(
+        tokenizers::T5Tokenizer::from_directory(need("tokenizer_3", {"T5TokenizerFast", "T5Tokenizer"})));
+    done("tokenizer_3");
+  }
+  pipe.text_encoder_ =
+      models::load_clip_text_model(need("text_encoder", {"CLIPTextModelWithProjection"}), options.dtype);
+  done("text_encoder");
+  pipe.text_encoder_2_ =
+      models::load_clip_text_model(need("text_encoder_2", {"CLIPTextModelWithProjection"}), options.dtype);
+  done("text_encoder_2");
+  if (with_t5) {
+    pipe.text_encoder_3_ = models::load_t5_encoder(need("text_encoder_3", {"T5EncoderModel"}), options.dtype);
+    done("text_encoder_3");
+  }
+  pipe.transformer_ =
+      models::load_sd3_transformer(need("transformer", {"SD3Transformer2DModel"}), options.dtype);
+  done("transformer");
+  pipe.vae_ = models::load_autoencoder_kl(need("vae", {"AutoencoderKL"}), options.dtype);
+  done("vae");
+
+  const auto& tc = pipe.transformer_->config();
+  const auto& l = pipe.text_encoder_->config();
+  const auto& g = pipe.text_encoder_2_->config();
+  KILN_CHECK(l.with_projection && g.with_projection,
+             pipe.path_ << ": text_encoder and text_encoder_2 must be CLIPTextModelWithProjection");
+  KILN_CHECK(tc.pooled_projection_dim == l.projection_dim + g.projection_dim,
+             pipe.path_ << ": transformer pooled_projection_dim " << tc.pooled_projection_dim
+                        << " is not the sum of the CLIP projection dims " << l.projection_dim << " + "
+                        << g.projection_dim);
+  KILN_CHECK(l.hidden_size + g.hidden_size <= tc.joint_attention_dim,
+             pipe.path_ << ": the CLIP hidden sizes " << l.hidden_size << " + " << g.hidden_size
+                        << " exceed the transformer's joint_attention_dim " << tc.joint_attention_dim);
+  if (with_t5)
+    KILN_CHECK(tc.joint_attention_dim == pipe.text_encoder_3_->config().d_model,
+               pipe.path_ << ": transformer joint_attention_dim " << tc.joint_attention_dim
+                          << " does not match text_encoder_3 d_model "
+                          << pipe.text_encoder_3_->config().d_model);
+  KILN_CHECK(tc.in_channels == pipe.vae_->config().latent_channels,
+             pipe.path_ << ": transformer in_channels " << tc.in_channels
+                        << " is not the VAE's latent_channels " << pipe.vae_->config().latent_channels);
+  return pipe;
+}
+
+int64_t StableDiffusion3Pipeline::default_image_size() const {
+  return transformer_->config().sample_size * vae_->config().scale_factor();
+}
+
+StableDiffusion3Pipeline::TextEmbeddings StableDiffusion3Pipeline::encode_text(
+    const std::string& prompt, const std::string& prompt_2, const std::string& prompt_3,
+    int num_images_per_prompt, int64_t max_sequence_length) const {
+  TextEmbeddings out;
+  // Both CLIP towers use the first tokenizer's model_max_length (77), as diffusers' tokenizer_max_length.
+  const int64_t clip_max = tokenizer_->model_max_length();
+  tokenizers::EncodeOptions clip_options;
+  clip_options.max_length = clip_max;
+  // CLIP: projected pooled vector (text_embeds) and the penultimate layer's hidden states, without the final
+  // layer norm and without a padding mask (pads attend causally, as in diffusers).
+  auto clip = [&](const tokenizers::ClipTokenizer& tokenizer, const models::ClipTextModel& encoder,
+                  const std::string& text, std::vector<int64_t>& ids, Tensor& hidden, Tensor& pooled) {
+    if (static_cast<int64_t>(tokenizer.tokenize(text).size()) + 2 > clip_max)
+      warn("the prompt is longer than CLIP's " + std::to_string(clip_max) +
+           " tokens and was truncated for CLIP");
+    ids = tokenizer.encode(text, clip_options).ids;
+    const models::ClipTextOutput o =
+        encoder.forward(Tensor::from_vector(ids, {1, static_cast<int64_t>(ids.size())}), true);
+    hidden = o.hidden_states.at(o.hidden_states.size() - 2).to(dtype_);
+    pooled = o.pooled;
+  };
+  clip(*tokenizer_, *text_encoder_, prompt, out.clip_l_ids, out.clip_l_hidden, out.clip_l_pooled);
+  clip(*tokenizer_2_, *text_encoder_2_, prompt_2, out.clip_g_ids, out.clip_g_hidden, out.clip_g_pooled);
+
+  const int64_t joint = transformer_->config().joint_attention_dim;
+  if (text_encoder_3_) {
+    if (static_cast<int64_t>(tokenizer_3_->tokenize(prompt_3).size()) + 1 > max_sequence_length)
+      warn("the prompt is longer than max_sequence_length (" + std::to_string(max_sequence_length) +
+           " tokens) and was truncated for T5");
+    tokenizers::EncodeOptions t5_options;
+    t5_options.max_length = max_sequence_length;
+    out.t5_ids = tokenizer_3_->encode(prompt_3, t5_options).ids;
+    // No attention mask: every token, pads included, attends to all positions.
+    out.t5_hidden = text_encoder_3_->forward(
+        Tensor::from_vector(out.t5_ids, {1, static_cast<int64_t>(out.t5_ids.size())}));
+  } else {
+    out.t5_hidden = Tensor::zeros({1, max_sequence_length, joint}, dtype_);
+  }
+
+  // [CLIP-L | CLIP-G] features, zero-padded on the right to T5's width, then stacked before the T5 tokens.
+  const Tensor clip_seq = concat({out.clip_l_hidden, out.clip_g_hidden}, 2);
+  const int64_t pad = out.t5_hidden.size(2) - clip_seq.size(2);
+  const Tensor clip_padded =
+      pad > 0 ? concat({clip_seq, Tensor::zeros({1, clip_seq.size(1), pad}, clip_seq.dtype())}, 2) : clip_seq;
+  out.prompt_embeds = concat({clip_padded, out.t5_hidden}, 1);
+  out.pooled_prompt_embeds = concat({out.clip_l_pooled, out.clip_g_pooled}, 1);
+
+  const int n = num_images_per_prompt;
+  for (Tensor* t : {&out.prompt_embeds, &out.pooled_prompt_embeds, &out.clip_l_hidden, &out.clip_l_pooled,
+                    &out.clip_g_hidden, &out.clip_g_pooled, &out.t5_hidden})
+    *t = repeat_batch(*t, n);
+  return out;
+}
+
+StableDiffusion3Pipeline::PromptEmbeddings StableDiffusion3Pipeline::encode_prompt(
+    const StableDiffusion3PipelineCall& call) const {
+  PromptEmbeddings out;
+  out.positive =
+      encode_text(call.prompt, or_else(call.prompt_2, call.prompt), or_else(call.prompt_3, call.prompt),
+                  call.num_images_per_prompt, call.max_sequence_length);
+  if (call.guidance_scale > 1.0f) {
+    const std::string negative = call.negative_prompt.value_or("");
+    out.negative = encode_text(negative, or_else(call.negative_prompt_2, negative),
+                               or_else(call.negative_prompt_3, negative), call.num_images_per_prompt,
+                               call.max_sequence_length);
+  }
+  return out;
+}
+
+Tensor StableDiffusion3Pipeline::prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
+                                                 Generator& generator) const {
+  const int64_t f = vae_->config().scale_factor();
+  return randn_tensor({batch, transformer_->config().in_channels, height / f, width / f}, generator, dtype);
+}
+
+Tensor StableDiffusion3Pipeline::predict_velocity(const Tensor& latents, float timestep, int step,
+                                                  const PromptEmbeddings& prompt,
+                                                  const StableDiffusion3PipelineCall& call) const {
+  const int64_t batch = latents.size(0);
+  const TextEmbeddings& pos = prompt.positive;
+  if (!prompt.negative) {
+    return transformer_->forward(latents, pos.prompt_embeds, pos.pooled_prompt_embeds,
+                                 Tensor::full({batch}, static_cast<double>(timestep), float32));
+  }
+  // Classifier-free guidance: [negative; positive] as one batch.
+  const Tensor velocity = transformer_->forward(
+      concat({latents, latents}, 0), concat({prompt.negative->prompt_embeds, pos.prompt_embeds}, 0),
+      concat({prompt.negative->pooled_prompt_embeds, pos.pooled_prompt_embeds}, 0),
+      Tensor::full({2 * batch}, static_cast<double>(timestep), float32));
+  const Tensor uncond = velocity.narrow(0, 0, batch), text = velocity.narrow(0, batch, batch);
+  Tensor guided = add(uncond, mul(static_cast<double>(call.guidance_scale), sub(text, uncond)));
+  // Skip-layer guidance (diffusers compares the step index with steps * start / stop in Python floats).
+  const double steps = call.num_inference_steps;
+  if (!call.skip_guidance_layers.empty() && step > steps * call.skip_layer_guidance_start &&
+      step < steps * call.skip_layer_guidance_stop) {
+    const Tensor skipped = transformer_->forward(
+        latents, pos.prompt_embeds, pos.pooled_prompt_embeds,
+        Tensor::full({batch}, static_cast<double>(timestep), float32), call.skip_guidance_layers);
+    guided = add(guided, mul(sub(text, skipped), call.skip_layer_guidance_scale));
+  }
+  return guided;
+}
+
+Tensor StableDiffusion3Pipeline::decode_latents(const Tensor& latents) const {
+  const auto& vc = vae_->config();
+  // diffusers: latents / scaling_factor + shift_factor, in the latents' dtype (the VAE runs in its load
+  // dtype; this pipeline does not upcast it).
+  const Tensor image = vae_->decode(add(div(latents, vc.scaling_factor), vc.shift_factor));
+  // VaeImageProcessor.postprocess: (x / 2 + 0.5).clamp(0, 1) in the tensor's dtype, then NHWC float32.
+  const Tensor denorm = clamp(add(div(image, 2.0), 0.5), 0.0, 1.0);
+  return denorm.permute({0, 2, 3, 1}).to(float32).contiguous();
+}
+
+StableDiffusion3PipelineCall StableDiffusion3Pipeline::resolved(
+    const StableDiffusion3PipelineCall& call) const {
+  StableDiffusion3PipelineCall c = call;
+  if (c.height == 0) c.height = default_image_size();
+  if (c.width == 0) c.width = default_image_size();
+  const int64_t multiple = vae_->config().scale_factor() * transformer_->config().patch_size;
+  KILN_CHECK(c.height > 0 && c.width > 0 && c.height % multiple == 0 && c.width % multiple == 0,
+             kName << ": height and width must be positive multiples of " << multiple << ", got " << c.height
+                   << "x" << c.width);
+  const int64_t max_side = transformer_->config().pos_embed_max_size * multiple;
+  KILN_CHECK(c.height <= max_side && c.width <= max_side,
+             kName << ": " << c.height << "x" << c.width
+                   << " is larger than this transformer's position table allows (" << max_side
+                   << " pixels per side)");
+  KILN_CHECK(c.num_inference_steps >= 1 && c.num_inference_steps <= 1000,
+             kName << ": num_inference_steps must be between 1 and 1000, got " << c.num_inference_steps);
+  KILN_CHECK(c.max_sequence_length >= 1 && c.max_sequence_length <= 512,
+             kName << ": max_sequence_length must be between 1 and 512, got " << c.max_sequence_length);
+  KILN_CHECK(c.num_images_per_prompt >= 1 && c.num_images_per_prompt <= 64,
+             kName << ": num_images_per_prompt must be between 1 and 64, got " << c.num_images_per_prompt);
+  KILN_CHECK(std::isfinite(c.guidance_scale) && c.guidance_scale >= 0,
+             kName << ": guidance_scale must be a finite value >= 0, got " << c.guidance_scale);
+  KILN_CHECK(std::isfinite(c.skip_layer_guidance_scale) && std::isfinite(c.skip_layer_guidance_start) &&
+                 std::isfinite(c.skip_layer_guidance_stop),
+             kName << ": the skip-layer guidance scale, start and stop must be finite");
+  for (int64_t layer : c.skip_guidance_layers)
+    KILN_CHECK(layer >= 0 && layer < transformer_->config().num_layers,
+               kName << ": skip_guidance_layers holds " << layer << ", but the transformer has blocks 0.."
+                     << transformer_->config().num_layers - 1);
+  return c;
+}
+
+PipelineOutput StableDiffusion3Pipeline::operator()(const StableDiffusion3PipelineCall& request) {
+  const StableDiffusion3PipelineCall call = resolved(request);
+  const PromptEmbeddings prompt = encode_prompt(call);
+  Generator generator = call.generator ? *call.generator : Generator();
+  const uint64_t seed = generator.initial_seed();
+  const int64_t batch = call.num_images_per_prompt;
+  Tensor latents =
+      prepare_latents(batch, call.height, call.width, prompt.positive.prompt_embeds.dtype(), generator);
+
+  const auto& sc = scheduler_->config();
+  std::optional<double> mu;
+  if (sc.use_dynamic_shifting) {
+    const int64_t p = transformer_->config().patch_size;
+    mu = calculate_shift((latents.size(2) / p) * (latents.size(3) / p), sc.base_image_seq_len,
+                         sc.max_image_seq_len, sc.base_shift.value_or(0.5), sc.max_shift.value_or(1.16));
+  }
+  scheduler_->set_timesteps(call.num_inference_steps, std::nullopt, mu);
+
+  const auto& timesteps = scheduler_->timesteps();
+  for (size_t i = 0; i < timesteps.size(); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    const Tensor velocity = predict_velocity(latents, timesteps[i], static_cast<int>(i), prompt, call);
+    latents = scheduler_->step(velocity, static_cast<int>(i), latents);
+    synchronize(latents.device());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (call.on_step_end) call.on_step_end(static_cast<int>(i), static_cast<int>(timesteps.size()), seconds);
+  }
+
+  const Tensor images = decode_latents(latents);
+  PipelineOutput out;
+  for (int64_t b = 0; b < batch; ++b) {
+    Image image = Image::from_float(images.select(0, b));
+    image.metadata = {{"prompt", call.prompt},
+                      {"model", name_},
+                      {"pipeline", kName},
+                      {"seed", std::to_string(seed)},
+                      {"steps", std::to_string(call.num_inference_steps)},
+                      {"guidance_scale", std::to_string(call.guidance_scale)},
+                      {"height", std::to_string(call.height)},
+                      {"width", std::to_string(call.width)},
+                      {"max_sequence_length", std::to_string(call.max_sequence_length)},
+                      {"dtype", std::string(dtype_name(dtype_))},
+                      {"software", "Kiln"}};
+    if (call.guidance_scale > 1.0f) image.metadata["negative_prompt"] = call.negative_prompt.value_or("");
+    if (call.prompt_2) image.metadata["prompt_2"] = *call.prompt_2;
+    if (call.prompt_3) image.metadata["prompt_3"] = *call.prompt_3;
+    if (!call.skip_guidance_layers.empty()) {
+      std::string layers;
+      for (int64_t l : call.skip_guidance_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+      image.metadata["skip_guidance_layers"] = layers;
+    }
+    out.images.push_back(std::move(image));
+  }
+  return out;
+}
+
+}  // namespace kiln
