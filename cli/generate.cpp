@@ -1,4 +1,5 @@
-// `kiln generate`: text to image with the pipeline named in the model's model_index.json.
+// `kiln generate`: text to image with the pipeline named in the model's model_index.json (FluxPipeline or
+// StableDiffusion3Pipeline). Options left out take that pipeline's diffusers defaults.
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -9,6 +10,7 @@
 #include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
 #include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/pipelines/sd3_pipeline.h"
 
 namespace kiln::cli {
 
@@ -18,13 +20,13 @@ struct GenerateArgs {
   std::string model;
   std::string prompt;
   std::string prompt_2;
-  int64_t height = 1024;
-  int64_t width = 1024;
+  std::optional<std::string> negative_prompt;
+  std::optional<int64_t> height, width;
   int steps = 28;
-  float guidance = 3.5f;
+  std::optional<float> guidance;
   std::optional<uint64_t> seed;
   std::string dtype = "bf16";
-  int64_t max_sequence_length = 512;
+  std::optional<int64_t> max_sequence_length;
   std::string output = "output.png";
 };
 
@@ -34,30 +36,27 @@ std::string format_seconds(double s) {
   return buf;
 }
 
-void run_generate(const GenerateArgs& args) {
-  const io::ResolvedModel resolved = io::resolve_model(args.model);
-  const io::ModelIndex index = io::load_model_index(resolved.path);
-  KILN_CHECK(index.class_name == "FluxPipeline",
-             index.path << ": pipeline class '" << index.class_name << "' is not supported (Kiln runs FluxPipeline)");
-
+// Loads the pipeline with a progress bar, runs `call` (fields common to both pipelines filled from `args`)
+// with a denoising progress bar, and saves the first image.
+template <typename Pipeline, typename Call>
+void load_and_run(const GenerateArgs& args, Call call, int components) {
   PipelineLoadOptions load;
   load.dtype = parse_dtype(args.dtype);
-  ProgressBar loading("loading", 7);
-  load.on_component_loaded = [&](const std::string& name, int i, int n) { loading.update(i, name); };
-  FluxPipeline pipe = FluxPipeline::from_pretrained(args.model, load);
+  ProgressBar loading("loading", components);
+  load.on_component_loaded = [&](const std::string& name, int i, int) { loading.update(i, name); };
+  Pipeline pipe = Pipeline::from_pretrained(args.model, load);
   loading.finish();
 
-  FluxPipelineCall call;
   call.prompt = args.prompt;
-  if (!args.prompt_2.empty()) call.prompt_2 = args.prompt_2;
-  call.height = args.height;
-  call.width = args.width;
   call.num_inference_steps = args.steps;
-  call.guidance_scale = args.guidance;
-  call.max_sequence_length = args.max_sequence_length;
+  if (args.height) call.height = *args.height;
+  if (args.width) call.width = *args.width;
+  if (args.guidance) call.guidance_scale = *args.guidance;
+  if (args.max_sequence_length) call.max_sequence_length = *args.max_sequence_length;
   // Like diffusers without a generator the noise is random, but the seed is reported and stored, so any
   // image can be made again.
-  const uint64_t seed = args.seed ? *args.seed : (uint64_t{std::random_device{}()} << 16) ^ std::random_device{}();
+  const uint64_t seed =
+      args.seed ? *args.seed : (uint64_t{std::random_device{}()} << 16) ^ std::random_device{}();
   call.generator = Generator(seed);
   ProgressBar denoising("denoising", args.steps);
   double total = 0;
@@ -73,23 +72,55 @@ void run_generate(const GenerateArgs& args) {
                out.images.front().height, static_cast<unsigned long long>(seed));
 }
 
+void run_generate(const GenerateArgs& args) {
+  const io::ResolvedModel resolved = io::resolve_model(args.model);
+  const io::ModelIndex index = io::load_model_index(resolved.path);
+  if (index.class_name == "FluxPipeline") {
+    KILN_CHECK(!args.negative_prompt,
+               "--negative-prompt: FluxPipeline has no negative prompt (FLUX.1 is "
+               "guidance-distilled; it runs without classifier-free guidance)");
+    FluxPipelineCall call;
+    if (!args.prompt_2.empty()) call.prompt_2 = args.prompt_2;
+    load_and_run<FluxPipeline>(args, call, 7);
+  } else if (index.class_name == "StableDiffusion3Pipeline") {
+    StableDiffusion3PipelineCall call;
+    if (!args.prompt_2.empty())
+      call.prompt_3 = args.prompt_2;  // --prompt-2 is the T5 prompt in both pipelines
+    call.negative_prompt = args.negative_prompt;
+    const io::PipelineComponent* t5 = index.find("text_encoder_3");
+    load_and_run<StableDiffusion3Pipeline>(args, call, t5 != nullptr && t5->present() ? 9 : 7);
+  } else {
+    KILN_FAIL(index.path << ": pipeline class '" << index.class_name
+                         << "' is not supported (Kiln runs FluxPipeline and StableDiffusion3Pipeline)");
+  }
+}
+
 }  // namespace
 
 void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "Generate an image from a text prompt");
-  cmd->add_option("--model", args->model, "diffusers folder or Hugging Face repo id in the local cache")->required();
+  cmd->add_option("--model", args->model, "diffusers folder or Hugging Face repo id in the local cache")
+      ->required();
   cmd->add_option("--prompt", args->prompt, "the prompt")->required();
   cmd->add_option("--prompt-2", args->prompt_2, "a separate prompt for the T5 encoder (default: --prompt)");
-  cmd->add_option("--height", args->height, "image height in pixels, a multiple of 16")->capture_default_str();
-  cmd->add_option("--width", args->width, "image width in pixels, a multiple of 16")->capture_default_str();
+  cmd->add_option("--negative-prompt", args->negative_prompt,
+                  "what the image should not show (StableDiffusion3Pipeline; default: empty)");
+  cmd->add_option("--height", args->height,
+                  "image height in pixels, a multiple of 16 (default: the model's, 1024)");
+  cmd->add_option("--width", args->width,
+                  "image width in pixels, a multiple of 16 (default: the model's, 1024)");
   cmd->add_option("--steps", args->steps, "number of denoising steps")->capture_default_str();
-  cmd->add_option("--guidance", args->guidance, "guidance scale (models with guidance embeddings)")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "random seed (as torch.Generator(\"cpu\").manual_seed); random when absent");
+  cmd->add_option("--guidance", args->guidance,
+                  "guidance scale (default: 3.5 for FLUX.1-dev's guidance embedding, 7.0 for SD3's "
+                  "classifier-free guidance)");
+  cmd->add_option("--seed", args->seed,
+                  "random seed (as torch.Generator(\"cpu\").manual_seed); random when absent");
   cmd->add_option("--dtype", args->dtype, "compute dtype: bf16, f32 or f16")
       ->check(CLI::IsMember({"bf16", "f32", "f16", "bfloat16", "float32", "float16"}))
       ->capture_default_str();
-  cmd->add_option("--max-sequence-length", args->max_sequence_length, "T5 tokens (at most 512)")->capture_default_str();
+  cmd->add_option("--max-sequence-length", args->max_sequence_length,
+                  "T5 tokens, at most 512 (default: 512 for FLUX, 256 for SD3)");
   cmd->add_option("--output", args->output, "PNG file to write")->capture_default_str();
   cmd->callback([args] { run_generate(*args); });
 }
