@@ -17,6 +17,7 @@
 #include "backends/cpu/attention.h"
 #include "backends/cpu/attention_tile.h"
 #include "backends/cpu/cpu_features.h"
+#include "kiln/core/device_runtime.h"
 #include "kiln/io/safetensors.h"
 #include "support/test_data.h"
 
@@ -82,13 +83,16 @@ AttentionOptions options(const Case& c, const Tensor& bias) {
   return o;
 }
 
-// The CPU kernel with a chosen ISA variant, prepared the way the front end prepares it.
-Tensor run_variant(const Inputs& in, const Case& c, bool avx512) {
+// The CPU kernel with a chosen ISA variant and tiling, prepared the way the front end prepares it.
+Tensor run_variant(const Inputs& in, const Case& c, bool avx512,
+                   const cpu_kernels::AttentionTiling& tiling = {}) {
   const Shape scores{in.q.size(0), in.q.size(1), in.q.size(2), in.k.size(2)};
   Tensor out = Tensor::empty({in.q.size(0), in.q.size(1), in.q.size(2), in.v.size(3)}, in.q.dtype());
   const double scale = c.scale.value_or(1.0 / std::sqrt(static_cast<double>(in.q.size(3))));
+  synchronize();  // the inputs come from ops that may still be queued on the stream; the kernel reads them
+                  // now
   cpu_kernels::attention_forward(in.q, in.k, in.v, in.bias.defined() ? in.bias.expand(scores) : Tensor(), out,
-                                 scale, c.causal, avx512);
+                                 scale, c.causal, avx512, tiling);
   return out;
 }
 
@@ -97,6 +101,14 @@ std::vector<bool> variants() {
   std::vector<bool> v{false};
   if (cpu_features().avx512 && cpu_features().avx512_bf16) v.push_back(true);
   return v;
+}
+
+// Small tilings besides the default, so that the reference cases (at most 300 keys) cross many query-tile
+// and key-tile edges: the online rescale, tiles skipped or cut by the causal mask, ragged last tiles.
+const std::vector<cpu_kernels::AttentionTiling> kTilings{{64, 512}, {5, 16}, {16, 48}, {40, 112}};
+
+std::string tiling_name(const cpu_kernels::AttentionTiling& t) {
+  return std::to_string(t.query_tile) + "x" + std::to_string(t.key_tile);
 }
 
 const char* variant_name(bool avx512) {
@@ -119,8 +131,10 @@ TEST(Attention, Float32MatchesTorch) {
     EXPECT_EQ(out.dtype(), float32);
     EXPECT_TRUE(testing::rel_max_error_within(out, expected, 1e-5));
     for (bool avx512 : variants()) {
-      SCOPED_TRACE(variant_name(avx512));
-      EXPECT_TRUE(testing::rel_max_error_within(run_variant(in, c, avx512), expected, 1e-5));
+      for (const auto& tiling : kTilings) {
+        SCOPED_TRACE(std::string(variant_name(avx512)) + " " + tiling_name(tiling));
+        EXPECT_TRUE(testing::rel_max_error_within(run_variant(in, c, avx512, tiling), expected, 1e-5));
+      }
     }
   }
 }
@@ -168,7 +182,12 @@ TEST(Attention, BFloat16MatchesTorch) {
     const Tensor out = scaled_dot_product_attention(in.q, in.k, in.v, options(c, in.bias));
     EXPECT_EQ(out.dtype(), bfloat16);
     std::vector<std::pair<std::string, Tensor>> outputs{{"op", out}};
-    for (bool avx512 : variants()) outputs.emplace_back(variant_name(avx512), run_variant(in, c, avx512));
+    for (bool avx512 : variants()) {
+      for (const auto& tiling : kTilings) {
+        outputs.emplace_back(std::string(variant_name(avx512)) + " " + tiling_name(tiling),
+                             run_variant(in, c, avx512, tiling));
+      }
+    }
     for (const auto& [name, o] : outputs) {
       SCOPED_TRACE(name);
       EXPECT_TRUE(within_bf16_bound(o, reference, abs_attention));

@@ -77,8 +77,8 @@ input_set("q1", (1, 1, 1, 64))
 input_set("clip", (1, 1, 77, 64), (1, 1, 77, 64), (1, 1, 77, 64))
 # D = 128 with Sq != Skv.
 input_set("d128", (1, 1, 20, 128), (1, 1, 33, 128), (1, 1, 33, 128))
-# Several query tiles and two key tiles (kernel tiles are 64 queries x 256 keys), Sq = 260 != Skv = 300,
-# D = 40 (not a multiple of 16), Dv = 24 != D.
+# Several query tiles (64 rows by default; the test also runs smaller query and key tiles), Sq = 260 !=
+# Skv = 300, D = 40 (not a multiple of 16), Dv = 24 != D.
 # Queries scaled up so the row max moves between key tiles and the online rescale matters.
 input_set("long", (1, 1, 260, 40), (1, 1, 300, 40), (1, 1, 300, 24), q_scale=2.0)
 # An odd D = 5 (bfloat16 pairs need padding) and Dv = 3.

@@ -15,13 +15,6 @@ namespace kiln::cpu_kernels {
 
 namespace {
 
-// Queries per tile: the Q tile (64 x 128 bf16 = 16 KiB) and a 16-column block of the score tile stay in L1
-// while a key block is multiplied, and 64 rows amortise each pass over packed K and V.
-constexpr int64_t kQueryTile = 64;
-// Keys per online-softmax step: long enough that the per-step rescale and the micro-kernels' prologue are
-// small, short enough that scores and probabilities of a tile (64 x 256 x 6 B) stay in L2.
-constexpr int64_t kKeyTile = 256;
-
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
@@ -64,7 +57,12 @@ void attention_kernel(const runtime::OpCall& call) {
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                       const Tensor& out, double scale, bool causal, bool avx512) {
+                       const Tensor& out, double scale, bool causal, bool avx512,
+                       const AttentionTiling& tiling) {
+  KILN_CHECK(tiling.query_tile > 0 && tiling.key_tile > 0 && tiling.key_tile % kAttnBlock == 0,
+             "scaled_dot_product_attention: bad tiling " << tiling.query_tile << " x " << tiling.key_tile
+                                                         << ": expected positive sizes, keys a multiple of "
+                                                         << kAttnBlock);
   const int64_t batch = q.size(0), heads = q.size(1), sq = q.size(2), d = q.size(3);
   const int64_t skv = k.size(2), dv = v.size(3);
   if (out.numel() == 0) return;
@@ -74,7 +72,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const int64_t d_pad = attn_round_up(d, attn_pair(math));
   const int64_t skv_pad = attn_round_up(skv, kAttnBlock);
   const int64_t dv_pad = attn_round_up(dv, kAttnBlock);
-  const int64_t q_tile = std::min(kQueryTile, sq);
+  const int64_t q_tile = std::min(tiling.query_tile, sq);
   const int64_t q_tiles = (sq + q_tile - 1) / q_tile;
   const int64_t items = batch * heads * q_tiles;
 
@@ -83,8 +81,8 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const size_t k_bytes = attn_round_up(static_cast<int64_t>(skv_pad * d_pad * elem), 64);
   const size_t v_bytes = attn_round_up(static_cast<int64_t>(skv_pad * dv_pad * elem), 64);
   const size_t q_bytes = attn_round_up(static_cast<int64_t>(q_tile * d_pad * elem), 64);
-  const size_t scratch_bytes =
-      attn_round_up(static_cast<int64_t>(attn_scratch_floats(q_tile, kKeyTile, dv_pad) * sizeof(float)), 64);
+  const size_t scratch_bytes = attn_round_up(
+      static_cast<int64_t>(attn_scratch_floats(q_tile, tiling.key_tile, dv_pad) * sizeof(float)), 64);
   const size_t per_thread = k_bytes + v_bytes + q_bytes + scratch_bytes;
   auto buffers = aligned_buffer(per_thread * static_cast<size_t>(threads));
 
@@ -95,7 +93,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   base.skv_pad = skv_pad;
   base.dv = dv;
   base.dv_pad = dv_pad;
-  base.key_tile = kKeyTile;
+  base.key_tile = tiling.key_tile;
   base.scale = static_cast<float>(scale);
   base.causal = causal;
   if (bias.defined()) {

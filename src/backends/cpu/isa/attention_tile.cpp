@@ -346,42 +346,73 @@ struct TileState {
   float* alpha;   // exp(old max - new max): how much this step shrinks earlier contributions
 };
 
-// Scores of keys [j0, j0 + nk) (already in st.scores, nk_pad columns) -> scaled, biased, masked; updates the
+// x * c - m, with one rounding where FMA exists.
+inline f32x16 mul_sub(f32x16 x, float c, f32x16 m) {
+#if defined(__AVX512F__)
+  return _mm512_fmsub_ps(x, _mm512_set1_ps(c), m);
+#else
+  return x * c - m;
+#endif
+}
+
+// Scores of keys [j0, j0 + nk) (in st.scores, nk_pad columns) -> scaled, biased, masked; updates the
 // running max and sum and writes the probabilities exp(s - max) for the P V product.
+// Without a bias and with scale > 0 (the usual case), max(s * scale) = max(s) * scale, so pass 1 only
+// reads the scores and pass 2 scales them inside the exp's argument; otherwise pass 1 writes the scaled,
+// biased scores back. Either way only the vectors holding masked keys (causal, or past the last key) pay
+// for the mask.
 template <class P, class BiasT>
 void softmax_step(const AttnTileArgs& a, const TileState& st, int64_t j0, int64_t nk, int64_t nk_pad) {
+  constexpr bool kHasBias = !std::is_void_v<BiasT>;
+  const bool scaled_in_exp = !kHasBias && a.scale > 0.0f;
+  const float pass1_scale = scaled_in_exp ? 1.0f : a.scale;
+  const float pass2_scale = scaled_in_exp ? a.scale : 1.0f;
   const f32x16 lanes = lane_index();
   const f32x16 neg_inf = splat(-__builtin_inff());
   P* probs = static_cast<P*>(st.probs);
   for (int64_t g0 = 0; g0 < a.rows; g0 += kLanes) {
     const int64_t g1 = std::min(a.rows, g0 + kLanes);
-    // Pass 1 over each row of the group: scale, bias, mask, row max.
+    // Pass 1 over each row of the group: row max (of the scaled, biased, masked scores).
     f32x16 old_max = splat(0.0f), new_max = splat(0.0f);
     for (int64_t i = g0; i < g1; ++i) {
       float* s = st.scores + i * a.key_tile;
       int64_t limit = nk;
       if (a.causal) limit = std::clamp<int64_t>(a.q_first + i - j0 + 1, 0, nk);
+      const int64_t unmasked = limit / kLanes * kLanes;
       const f32x16 limit_v = splat(static_cast<float>(limit));
       const BiasT* bias_row = nullptr;
-      if constexpr (!std::is_void_v<BiasT>) {
+      if constexpr (kHasBias) {
         bias_row = static_cast<const BiasT*>(a.bias) + i * a.bias_row_stride + j0 * a.bias_col_stride;
       }
-      f32x16 mx = neg_inf;
-      for (int64_t j = 0; j < nk_pad; j += kLanes) {
-        f32x16 x = load(s + j) * a.scale;
-        if constexpr (!std::is_void_v<BiasT>) {
+      auto biased = [&](f32x16 x, int64_t j) {
+        if constexpr (kHasBias) {
           if (a.bias_col_stride == 0) {
             x += splat(bias_scalar(bias_row));
           } else if (j < nk) {
             x += load_bias(bias_row + j, static_cast<int>(std::min<int64_t>(kLanes, nk - j)));
           }
         }
+        return x;
+      };
+      f32x16 mx = neg_inf;
+      int64_t j = 0;
+      if (scaled_in_exp) {
+        for (; j < unmasked; j += kLanes) mx = vmax(mx, load(s + j));
+      } else {
+        for (; j < unmasked; j += kLanes) {
+          const f32x16 x = biased(load(s + j) * pass1_scale, j);
+          store(s + j, x);
+          mx = vmax(mx, x);
+        }
+      }
+      for (; j < nk_pad; j += kLanes) {
+        f32x16 x = biased(load(s + j) * pass1_scale, j);
         x = lanes + static_cast<float>(j) < limit_v ? x : neg_inf;
         store(s + j, x);
         mx = vmax(mx, x);
       }
       const float m_old = st.max[i];
-      const float m_new = std::max(m_old, reduce_max(mx));
+      const float m_new = std::max(m_old, reduce_max(mx) * pass2_scale);
       st.max[i] = m_new;
       old_max[i - g0] = m_old;
       // While every score so far is masked, subtract 0 so exp(-inf - max) gives 0 instead of NaN.
@@ -395,7 +426,7 @@ void softmax_step(const AttnTileArgs& a, const TileState& st, int64_t j0, int64_
       const f32x16 m = splat(new_max[i - g0]);
       f32x16 sum = splat(0.0f);
       for (int64_t j = 0; j < nk_pad; j += kLanes) {
-        const f32x16 e = softmax_exp(load(s + j) - m);
+        const f32x16 e = softmax_exp(mul_sub(load(s + j), pass2_scale, m));
         sum += e;
         store_probabilities(p + j, e);
       }
