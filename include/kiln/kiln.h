@@ -16,5 +16,6 @@
 #include "kiln/ops.h"
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/generator.h"
+#include "kiln/pipelines/sd3_pipeline.h"
 #include "kiln/schedulers/flow_match_euler.h"
 #include "kiln/schedulers/timestep_shift.h"
