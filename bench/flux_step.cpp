@@ -18,52 +18,14 @@
 #include "kiln/models/flux_transformer.h"
 #include "kiln/ops/attention.h"
 #include "kiln/pipelines/flux_pipeline.h"
+#include "bench_util.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using kiln::bench::best_of;
+using kiln::bench::random;
+using kiln::bench::RandomWeights;
 constexpr double kBf16PeakGflops = 880.0;  // 2 Zen 5 cores, vdpbf16ps (reference/cpu-limits.md)
-
-double best_of(int reps, const std::function<void()>& f) {
-  f();  // warm-up: primitive creation, weight prepacking
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    kiln::synchronize();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
-
-kiln::Tensor random(const kiln::Shape& shape, kiln::DType dtype, kiln::Generator& gen, double scale = 0.02) {
-  return kiln::mul(kiln::randn(shape, kiln::float32, gen), scale).to(dtype);
-}
-
-// Random weights for every registered parameter (values ~N(0, 0.02^2); norm scales at 1).
-class RandomWeights : public kiln::nn::WeightSource {
- public:
-  explicit RandomWeights(kiln::nn::Module& model) {
-    for (auto& [name, shape] : model.parameter_shapes()) shapes_[name] = shape;
-  }
-  bool contains(const std::string& n) const override { return shapes_.count(n) != 0; }
-  kiln::Shape shape(const std::string& n) const override { return shapes_.at(n); }
-  kiln::Tensor load(const std::string& n) const override {
-    const kiln::Shape& s = shapes_.at(n);
-    if (n.find("norm") != std::string::npos && s.size() == 1) return kiln::Tensor::full(s, 1.0, kiln::bfloat16);
-    return random(s, kiln::bfloat16, gen_);
-  }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    for (const auto& [name, shape] : shapes_) out.push_back(name);
-    return out;
-  }
-  std::string description() const override { return "random weights"; }
-
- private:
-  std::map<std::string, kiln::Shape> shapes_;
-  mutable kiln::Generator gen_{1};
-};
 
 void tiny(const std::string& data, int reps) {
   const std::string dir = data + "/models/flux-tiny-schnell";
@@ -96,7 +58,7 @@ void flux_shaped(int reps) {
   kiln::models::FluxTransformer2DModel model(config);
   kiln::nn::LoadOptions options;
   options.dtype = bfloat16;
-  model.load_weights(RandomWeights(model), options);
+  model.load_weights(RandomWeights(model, bfloat16), options);
 
   const int64_t N = 1024, L = 512, S = N + L, D = config.inner_dim(), H = config.num_attention_heads,
                 Dh = config.attention_head_dim, F = 4 * D;
