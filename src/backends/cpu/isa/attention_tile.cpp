@@ -270,32 +270,10 @@ void tile_product(int64_t rows, int64_t col_blocks, int64_t ksteps, const typena
 
 // ---- online softmax
 
-// exp for the softmax, where arguments are <= 0 or -inf (masked). The generic variant uses vec.h's vexp.
-// The AVX-512 variant evaluates the same reduction and polynomial as vexp with FMA, and scales by 2^n with
-// VSCALEFPS instead of assembling exponent bits and selecting the special cases: 13 instructions instead
-// of about 40. vexp took 17% of the attention time (S = 1536, bf16); this takes about a third of that.
-// Accuracy: <= 2 ulp like vexp (same polynomial, fewer roundings); exp(-inf) = 0 exactly, NaN stays NaN.
+// The softmax's exp: vec.h's vexp (FMA and VSCALEFPS in the AVX-512 variant). Masked scores are -inf and
+// must give exactly 0, which vexp does (its test: Attention.SoftmaxExpIsAccurate).
 inline f32x16 softmax_exp(f32x16 x) {
-#if defined(__AVX512F__)
-  // (maskz forms: the unmasked ones trip GCC 12's -Wmaybe-uninitialized.)
-  // Below -110 the result underflows to 0 whatever the polynomial gives; the clamp keeps r finite for -inf.
-  // (VMAXPS returns its second operand when either is NaN, so a NaN x passes through.)
-  const __m512 xc = _mm512_maskz_max_ps(0xffff, _mm512_set1_ps(-110.0f), x);
-  const __m512 n = _mm512_maskz_roundscale_ps(0xffff, _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  return _mm512_maskz_scalef_ps(0xffff, y, n);
-#else
   return vexp(x);
-#endif
 }
 
 inline f32x16 lane_index() {
