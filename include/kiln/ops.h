@@ -6,5 +6,5 @@
 #include "kiln/ops/elementwise.h"  // unary, binary with broadcasting and promotion, where, clamp, casts
 #include "kiln/ops/layout.h"       // concat, split, stack, embedding, upsampling, rope
 #include "kiln/ops/linalg.h"       // matmul, linear, conv2d
-#include "kiln/ops/nn.h"           // softmax, layer_norm, rms_norm, group_norm, scaled_dot_product_attention
+#include "kiln/ops/nn.h"           // softmax, layer_norm, rms_norm, group_norm
 #include "kiln/ops/reduction.h"    // sum, mean, max, var
