@@ -4,7 +4,9 @@
 // Each distinct region costs one compile (~1-2 s), so the tests reuse a few regions.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "graph/cpu_codegen.h"
 #include "graph/cpu_jit.h"
+#include "kiln/core/device_runtime.h"
 #include "kiln/core/log.h"
 #include "kiln/ops.h"
 #include "support/test_data.h"
@@ -484,6 +487,49 @@ TEST(FusedJitIsa, GenericVariantMatchesGenericUnfusedKernels) {
     EXPECT_TRUE(bitwise_equal(outs[0], expected));
   else
     EXPECT_TRUE(testing::all_close(outs[0], expected, 1e-6, 1e-7));
+}
+
+}  // namespace
+}  // namespace kiln::graph
+
+namespace kiln::graph {
+namespace {
+
+// Not run by default (timing on a shared host): --gtest_also_run_disabled_tests --gtest_filter='*Timing*'.
+// The adaLN-style bf16 chain gelu_tanh(x * (1 + scale) + shift) on [1, 4096, 3072], fused vs unfused.
+TEST(FusedJitTiming, DISABLED_AdaLnChainFusedVsUnfused) {
+  CpuJit jit(options_in("timing"));
+  if (!jit.available()) GTEST_SKIP() << "no C++ compiler on this machine";
+  const Tensor x = random_tensor({1, 4096, 3072}, bfloat16, 1);
+  const Tensor scale = random_tensor({1, 1, 3072}, bfloat16, 2, -1, 1);
+  const Tensor shift = random_tensor({1, 1, 3072}, bfloat16, 3, -1, 1);
+  ElementwiseRegion r(x.shape());
+  const ValueId xv = input_of(r, x), sv = input_of(r, scale), hv = input_of(r, shift);
+  const ValueId t = r.binary(FusedOp::Add, r.scalar(bfloat16), sv, bfloat16);
+  r.output(r.unary(FusedOp::GeluTanh,
+                   r.binary(FusedOp::Add, r.binary(FusedOp::Mul, xv, t, bfloat16), hv, bfloat16), bfloat16));
+  const auto outs = empty_outputs(r);
+  auto time_ms = [](auto&& fn) {
+    fn();
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      fn();
+      best = std::min(
+          best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  };
+  Tensor expected;
+  const double unfused = time_ms([&] {
+    expected = gelu(add(mul(x, add(1.0, scale)), shift), GeluApproximate::Tanh);
+    synchronize(cpu);
+  });
+  const double fused = time_ms([&] { ASSERT_TRUE(jit.run(r, {x, scale, shift}, {1.0}, outs)); });
+  EXPECT_TRUE(bitwise_equal(outs[0], expected));
+  std::printf(
+      "adaLN gelu_tanh chain bf16 [4096, 3072]: unfused %.2f ms, fused %.2f ms (%.2fx), fused %.1f GB/s\n",
+      unfused, fused, unfused / fused, 2.0 * 4096 * 3072 * 2 / (fused * 1e6));
 }
 
 }  // namespace
