@@ -1,0 +1,15 @@
+#!/bin/sh
+# Regenerates docs/images/shapes_*.png (the README's pictures) with Kiln's CLI from models/kiln-shapes-64.
+# Usage: tools/train_tiny_flux/readme_images.sh [path/to/kiln]   (default: build/kiln)
+set -e
+cd "$(dirname "$0")/../.."
+KILN=${1:-build/kiln}
+gen() {
+  "$KILN" generate --model models/kiln-shapes-64 --prompt "$2" --height 64 --width 64 --steps 4 --guidance 0 \
+    --max-sequence-length 40 --seed 0 --dtype f32 --output "docs/images/$1.png"
+}
+mkdir -p docs/images
+gen shapes_default "a big red circle on the left, on a yellow background"
+gen shapes_blue_triangle "a small blue triangle at the top, on a white background"
+gen shapes_white_square "a big white square in the center, on a black background"
+gen shapes_purple_circle "a small purple circle at the bottom, on an orange background"
