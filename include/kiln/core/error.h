@@ -29,4 +29,11 @@ namespace detail {
     }                                                                         \
   } while (0)
 
-#define KILN_FAIL(msg) KILN_CHECK(false, msg)
+// Unconditional failure. Not KILN_CHECK(false, ...): an unoptimised build must see the noreturn call directly,
+// or -Wreturn-type fires after a KILN_FAIL at the end of a function.
+#define KILN_FAIL(msg)                                                        \
+  do {                                                                        \
+    std::ostringstream kiln_fail_stream_;                                     \
+    kiln_fail_stream_ << msg;                                                 \
+    ::kiln::detail::throw_error(__FILE__, __LINE__, kiln_fail_stream_.str()); \
+  } while (0)
