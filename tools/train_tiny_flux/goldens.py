@@ -19,7 +19,7 @@ MAX_SEQ = 40
 
 CASES = [
     # name, prompt, seed, steps
-    ("default_s0", "a big red circle on the left, on a yellow background", 0, 4),
+    ("default_s0", "a big yellow triangle at the top, on a blue background", 0, 4),
     ("seen_s42", "a small blue triangle at the top, on a white background", 42, 4),
     ("square_s7_8steps", "a big green square in the center, on a black background", 7, 8),
 ]

@@ -9,7 +9,7 @@ gen() {
     --max-sequence-length 40 --seed 0 --dtype f32 --output "docs/images/$1.png"
 }
 mkdir -p docs/images
-gen shapes_default "a big red circle on the left, on a yellow background"
-gen shapes_blue_triangle "a small blue triangle at the top, on a white background"
-gen shapes_white_square "a big white square in the center, on a black background"
-gen shapes_purple_circle "a small purple circle at the bottom, on an orange background"
+gen shapes_default "a big yellow triangle at the top, on a blue background"
+gen shapes_white_circle "a big white circle on the right, on a black background"
+gen shapes_red_square "a small red square in the center, on an orange background"
+gen shapes_purple_circle "a small purple circle at the bottom, on a white background"

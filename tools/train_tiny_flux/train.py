@@ -207,7 +207,9 @@ def encode_captions(captions, clip_tok, clip, t5_tok, t5):
     return out
 
 
-def train_transformer(transformer, latents, caption_idx, text_embeds, pooled, steps, batch, seed, ckpt):
+def train_transformer(transformer, latents, caption_idx, text_embeds, pooled, steps, extra_steps, batch, seed, ckpt):
+    """`steps` with lr 1e-3 (cosine to 1e-4) and EMA 0.999, then one more cosine cycle from 3e-4 with EMA 0.995
+    per entry of `extra_steps` (warm restarts, which also let the EMA catch up with the weights)."""
     from diffusers import FluxPipeline
 
     ema = copy.deepcopy(transformer).requires_grad_(False)
@@ -238,8 +240,15 @@ def train_transformer(transformer, latents, caption_idx, text_embeds, pooled, st
         draw()
     transformer.train()
     t0 = time.time()
-    for step in range(start, steps):
-        lr = 1e-3 * min(1.0, (step + 1) / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+    total = steps + sum(extra_steps)
+    cycle_starts = [steps + sum(extra_steps[:i]) for i in range(len(extra_steps))]
+    for step in range(start, total):
+        if step < steps:
+            lr = 1e-3 * min(1.0, (step + 1) / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        else:
+            i = max(j for j, c in enumerate(cycle_starts) if c <= step)
+            k = (step - cycle_starts[i]) / extra_steps[i]
+            lr = 3e-4 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * k)))
         for group in opt.param_groups:
             group["lr"] = lr
         idx, noise, sig = draw()
@@ -257,14 +266,14 @@ def train_transformer(transformer, latents, caption_idx, text_embeds, pooled, st
         loss.backward()
         torch.nn.utils.clip_grad_norm_(transformer.parameters(), 1.0)
         opt.step()
-        decay = min(0.999, (1 + step) / (10 + step))
+        decay = min(0.999, (1 + step) / (10 + step)) if step < steps else 0.995
         with torch.no_grad():
             for pe, p in zip(ema.parameters(), transformer.parameters()):
                 pe.lerp_(p, 1 - decay)
-        if step % 25 == 0 or step == steps - 1:
-            log(f"transformer step {step}/{steps} loss {loss.item():.4f} "
+        if step % 25 == 0 or step == total - 1:
+            log(f"transformer step {step}/{total} loss {loss.item():.4f} "
                 f"({(time.time() - t0) / (step - start + 1):.2f}s/step)")
-        if (step + 1) % 100 == 0 or step == steps - 1:
+        if (step + 1) % 100 == 0 or step == total - 1:
             save_ckpt(ckpt, model=transformer.state_dict(), ema=ema.state_dict(), opt=opt.state_dict(),
                       step=step + 1)
     return ema.eval()
@@ -295,6 +304,7 @@ def main():
     ap.add_argument("--decoder-steps", type=int, default=800)
     ap.add_argument("--vae-batch", type=int, default=16)
     ap.add_argument("--transformer-steps", type=int, default=1200)
+    ap.add_argument("--transformer-extra-steps", type=int, nargs="*", default=[600, 600])
     ap.add_argument("--transformer-batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--stop-after", choices=["vae", "decoder", "all"], default="all")
@@ -339,7 +349,7 @@ def main():
     caption_idx = torch.tensor([pos[c] for c in captions])
 
     transformer = build_transformer(args.seed)
-    ema = train_transformer(transformer, latents, caption_idx, text_embeds, pooled, args.transformer_steps,
+    ema = train_transformer(transformer, latents, caption_idx, text_embeds, pooled, args.transformer_steps, args.transformer_extra_steps,
                             args.transformer_batch, args.seed, os.path.join(args.work, "transformer.pt"))
 
     pipe = FluxPipeline(scheduler=build_scheduler(), text_encoder=clip, tokenizer=clip_tok, text_encoder_2=t5,
