@@ -165,10 +165,9 @@ TEST(ShapesModel, HeldOutCombinationsFollowThePrompt) {
     for (uint64_t seed : {0u, 1u}) {
       SCOPED_TRACE(prompt + ", seed " + std::to_string(seed));
       const auto a = analyse(pipe(shapes_call(prompt, seed, 4)).images[0]);
-      // The background colour (the dominant colour), a shape of about the asked size, and its position. The
-      // shape's own colour is NOT asserted here: on held-out combinations the model often draws it in another
-      // colour (see the model card); on trained combinations it is checked below.
+      // The background (dominant) colour, the shape's colour, a shape of about the asked size, its position.
       EXPECT_EQ(a.background, c.background);
+      EXPECT_EQ(a.shape_color, c.color);
       // A small shape covers about 100-200 pixels, a big one 300-600 (of 4096); the model draws them smaller.
       const bool big = std::string(c.size) == "big";
       EXPECT_GE(a.area, big ? 120 : 40);

@@ -304,7 +304,7 @@ def main():
     ap.add_argument("--decoder-steps", type=int, default=800)
     ap.add_argument("--vae-batch", type=int, default=16)
     ap.add_argument("--transformer-steps", type=int, default=1200)
-    ap.add_argument("--transformer-extra-steps", type=int, nargs="*", default=[600, 600])
+    ap.add_argument("--transformer-extra-steps", type=int, nargs="*", default=[600, 600, 600])
     ap.add_argument("--transformer-batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--stop-after", choices=["vae", "decoder", "all"], default="all")
