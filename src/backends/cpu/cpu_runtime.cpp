@@ -1,10 +1,11 @@
-// The CPU device: an aligned allocator with byte counters and an in-order stream whose tasks run on a
-// worker thread (kernels parallelise inside it with OpenMP).
+// The CPU device: an aligned allocator with byte counters and an in-order stream.
 #include <cstdlib>
+#include <exception>
+#include <memory>
+#include <mutex>
 
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
-#include "runtime/worker_stream.h"
 
 namespace kiln {
 
@@ -17,8 +18,7 @@ class CpuAllocator final : public Allocator {
     const size_t rounded = (bytes + 63) / 64 * 64;
     void* p = rounded == 0 ? nullptr : std::aligned_alloc(64, rounded);
     KILN_CHECK(rounded == 0 || p != nullptr, "cpu: out of memory allocating " << bytes << " bytes ("
-                                                                              << stats().current_bytes
-                                                                              << " bytes already in use)");
+                                                 << stats().current_bytes << " bytes already in use)");
     record_allocate(bytes);
     return p;
   }
@@ -26,6 +26,21 @@ class CpuAllocator final : public Allocator {
     std::free(ptr);
     record_deallocate(bytes);
   }
+};
+
+// Runs each task when it is enqueued, in order, on the calling thread; kernels parallelise inside.
+class InlineStream final : public Stream {
+ public:
+  void enqueue(std::function<void()> task, std::function<std::string()> describe) override {
+    try {
+      task();
+    } catch (const Error& e) {
+      throw Error(describe() + ": " + e.what());
+    } catch (const std::exception& e) {
+      throw Error(describe() + " failed: " + e.what());
+    }
+  }
+  void synchronize() override {}
 };
 
 class CpuRuntime final : public DeviceRuntime {
@@ -38,7 +53,7 @@ class CpuRuntime final : public DeviceRuntime {
  private:
   Device device_;
   CpuAllocator allocator_;
-  runtime::WorkerStream stream_;
+  InlineStream stream_;
 };
 
 }  // namespace
@@ -47,10 +62,8 @@ DeviceRuntime& device_runtime(Device device) {
   KILN_CHECK(device.type == DeviceType::CPU,
              "device " << device.str() << " is not available: this build of Kiln has the cpu backend only");
   KILN_CHECK(device.index == 0, "device " << device.str() << " does not exist: the cpu device is cpu:0");
-  // Never destroyed: tensors held by other statics free their storage through this allocator during exit,
-  // in whatever order those statics go; the stream's worker is stopped by the exit hook instead.
-  static CpuRuntime* runtime = new CpuRuntime(cpu);
-  return *runtime;
+  static CpuRuntime runtime(cpu);
+  return runtime;
 }
 
 }  // namespace kiln
