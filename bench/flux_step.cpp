@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "kiln/kiln.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/ops/attention.h"
 #include "kiln/pipelines/flux_pipeline.h"
-#include "bench_util.h"
 
 namespace {
 
@@ -35,7 +35,8 @@ void tiny(const std::string& data, int reps) {
   auto [latents, ids] = pipe.prepare_latents(1, 64, 64, kiln::float32, gen);
   const kiln::Tensor t = kiln::Tensor::full({1}, 1.0, kiln::float32);
   const double step = best_of(reps, [&] {
-    pipe.transformer().forward(latents, prompt.prompt_embeds, prompt.pooled_prompt_embeds, t, {}, prompt.text_ids, ids);
+    pipe.transformer().forward(latents, prompt.prompt_embeds, prompt.pooled_prompt_embeds, t, {},
+                               prompt.text_ids, ids);
   });
   kiln::FluxPipelineCall call;
   call.prompt = "a photo of a cat";
@@ -70,16 +71,18 @@ void flux_shaped(int reps) {
   const kiln::Tensor g = kiln::Tensor::full({1}, 3.5, kiln::float32);
   const kiln::Tensor txt_ids = kiln::models::flux_text_ids(L, bfloat16);
   const kiln::Tensor img_ids = kiln::models::flux_latent_image_ids(32, 32, bfloat16);
-  const double step =
-      best_of(reps, [&] { model.forward(hidden, text, pooled, t, g, txt_ids, img_ids); });
+  const double step = best_of(reps, [&] { model.forward(hidden, text, pooled, t, g, txt_ids, img_ids); });
 
   // The step's matmuls, each timed alone on its shape (M rows x K -> N): per double block the image and
   // text streams each have q, k, v, out (D -> D) and the MLP (D -> F -> D); the single block has q, k, v
   // (D -> D), proj_mlp (D -> F) and proj_out (D + F -> D) over all S tokens. Modulation and embedding
   // linears run on one row and are left out.
-  struct Shape3 { int64_t m, k, n, count; };
-  const std::vector<Shape3> linears = {{N, D, D, 4}, {N, D, F, 1}, {N, F, D, 1}, {L, D, D, 4}, {L, D, F, 1},
-                                       {L, F, D, 1}, {S, D, D, 3},  {S, D, F, 1}, {S, D + F, D, 1}};
+  struct Shape3 {
+    int64_t m, k, n, count;
+  };
+  const std::vector<Shape3> linears = {{N, D, D, 4}, {N, D, F, 1}, {N, F, D, 1},
+                                       {L, D, D, 4}, {L, D, F, 1}, {L, F, D, 1},
+                                       {S, D, D, 3}, {S, D, F, 1}, {S, D + F, D, 1}};
   double matmul = 0, linear_flops = 0;
   for (const auto& s : linears) {
     const kiln::Tensor x = random({s.m, s.k}, bfloat16, gen, 1.0);
@@ -93,11 +96,12 @@ void flux_shaped(int reps) {
   const double attention_flops = 2 * 4.0 * S * S * D;
   const double flops = linear_flops + attention_flops;
 
-  std::printf("FLUX.1-shaped transformer (1 double + 1 single block, width %lld), bf16, 512x512 (%lld image + %lld "
-              "text tokens):\n",
-              static_cast<long long>(D), static_cast<long long>(N), static_cast<long long>(L));
-  std::printf("  step                 %8.1f ms  %6.1f GFLOP  %6.1f GFLOP/s  %5.1f%% of bf16 peak\n", step * 1e3,
-              flops / 1e9, flops / step / 1e9, 100 * flops / step / 1e9 / kBf16PeakGflops);
+  std::printf(
+      "FLUX.1-shaped transformer (1 double + 1 single block, width %lld), bf16, 512x512 (%lld image + %lld "
+      "text tokens):\n",
+      static_cast<long long>(D), static_cast<long long>(N), static_cast<long long>(L));
+  std::printf("  step                 %8.1f ms  %6.1f GFLOP  %6.1f GFLOP/s  %5.1f%% of bf16 peak\n",
+              step * 1e3, flops / 1e9, flops / step / 1e9, 100 * flops / step / 1e9 / kBf16PeakGflops);
   std::printf("  matmuls alone        %8.1f ms  (%.0f%% of the step, %.1f GFLOP/s)\n", matmul * 1e3,
               100 * matmul / step, linear_flops / matmul / 1e9);
   std::printf("  attention alone      %8.1f ms  (%.0f%% of the step, %.1f GFLOP/s)\n", attention * 1e3,

@@ -43,9 +43,11 @@ void run(int64_t image, int reps) {
   const double block = 24.0 * S * D * D + 4.0 * S * S * D;
   const double dual_extra = 8.0 * N * D * D + 4.0 * N * N * D;
   const double flops = B * (config.num_layers * block + dual_extra);
-  std::printf("SD3.5-Medium-shaped, 2 blocks (1 dual), bf16, %lldx%lld, CFG batch 2, %lld image + %lld text tokens:\n",
-              static_cast<long long>(image), static_cast<long long>(image), static_cast<long long>(N),
-              static_cast<long long>(L));
+  std::printf(
+      "SD3.5-Medium-shaped, 2 blocks (1 dual), bf16, %lldx%lld, CFG batch 2, %lld image + %lld text "
+      "tokens:\n",
+      static_cast<long long>(image), static_cast<long long>(image), static_cast<long long>(N),
+      static_cast<long long>(L));
   std::printf("  step %8.1f ms  %6.1f GFLOP/s  %5.1f%% of bf16 peak\n", step * 1e3, flops / step / 1e9,
               100 * flops / step / 1e9 / kBf16PeakGflops);
   // Medium has 24 blocks, 13 of them dual (dual_attention_layers 0..12).

@@ -7,7 +7,9 @@
 namespace kiln::cli {
 
 ProgressBar::ProgressBar(std::string label, int total)
-    : label_(std::move(label)), total_(total), tty_(::isatty(STDERR_FILENO) != 0),
+    : label_(std::move(label)),
+      total_(total),
+      tty_(::isatty(STDERR_FILENO) != 0),
       start_(std::chrono::steady_clock::now()) {}
 
 double ProgressBar::elapsed() const {
@@ -19,8 +21,8 @@ void ProgressBar::update(int done, const std::string& detail) {
   const int filled = total_ > 0 ? done * kWidth / total_ : kWidth;
   std::string bar(static_cast<size_t>(filled), '#');
   bar.resize(kWidth, '.');
-  std::fprintf(stderr, "%s%-10s [%s] %d/%d %s%s", tty_ ? "\r\033[K" : "", label_.c_str(), bar.c_str(), done, total_,
-               detail.c_str(), tty_ ? "" : "\n");
+  std::fprintf(stderr, "%s%-10s [%s] %d/%d %s%s", tty_ ? "\r\033[K" : "", label_.c_str(), bar.c_str(), done,
+               total_, detail.c_str(), tty_ ? "" : "\n");
   std::fflush(stderr);
 }
 

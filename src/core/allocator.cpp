@@ -6,7 +6,9 @@ MemoryStats Allocator::stats() const {
   return MemoryStats{current_.load(), peak_.load(), count_.load()};
 }
 
-void Allocator::reset_peak() { peak_.store(current_.load()); }
+void Allocator::reset_peak() {
+  peak_.store(current_.load());
+}
 
 void Allocator::record_allocate(size_t bytes) {
   const int64_t now = current_.fetch_add(static_cast<int64_t>(bytes)) + static_cast<int64_t>(bytes);
@@ -16,6 +18,8 @@ void Allocator::record_allocate(size_t bytes) {
   }
 }
 
-void Allocator::record_deallocate(size_t bytes) { current_.fetch_sub(static_cast<int64_t>(bytes)); }
+void Allocator::record_deallocate(size_t bytes) {
+  current_.fetch_sub(static_cast<int64_t>(bytes));
+}
 
 }  // namespace kiln

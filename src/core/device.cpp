@@ -16,9 +16,12 @@ Device::Device(std::string_view spec) {
     KILN_CHECK(ec == std::errc() && ptr == num.data() + num.size() && idx >= 0,
                "invalid device '" << spec << "': expected an index >= 0 after ':'");
   }
-  if (kind == "cpu") type = DeviceType::CPU;
-  else if (kind == "cuda") type = DeviceType::CUDA;
-  else KILN_FAIL("unknown device '" << spec << "': expected cpu, cpu:N, cuda or cuda:N");
+  if (kind == "cpu")
+    type = DeviceType::CPU;
+  else if (kind == "cuda")
+    type = DeviceType::CUDA;
+  else
+    KILN_FAIL("unknown device '" << spec << "': expected cpu, cpu:N, cuda or cuda:N");
   index = idx;
 }
 

@@ -7,31 +7,45 @@ namespace kiln {
 size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::Float64:
-    case DType::Int64: return 8;
+    case DType::Int64:
+      return 8;
     case DType::Float32:
-    case DType::Int32: return 4;
+    case DType::Int32:
+      return 4;
     case DType::BFloat16:
     case DType::Float16:
-    case DType::Int16: return 2;
+    case DType::Int16:
+      return 2;
     case DType::Int8:
     case DType::UInt8:
-    case DType::Bool: return 1;
+    case DType::Bool:
+      return 1;
   }
   KILN_FAIL("dtype_size: unknown dtype " << static_cast<int>(dtype));
 }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::Float32: return "float32";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Float16: return "float16";
-    case DType::Float64: return "float64";
-    case DType::Int64: return "int64";
-    case DType::Int32: return "int32";
-    case DType::Int16: return "int16";
-    case DType::Int8: return "int8";
-    case DType::UInt8: return "uint8";
-    case DType::Bool: return "bool";
+    case DType::Float32:
+      return "float32";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Float16:
+      return "float16";
+    case DType::Float64:
+      return "float64";
+    case DType::Int64:
+      return "int64";
+    case DType::Int32:
+      return "int32";
+    case DType::Int16:
+      return "int16";
+    case DType::Int8:
+      return "int8";
+    case DType::UInt8:
+      return "uint8";
+    case DType::Bool:
+      return "bool";
   }
   return "unknown";
 }
@@ -55,28 +69,39 @@ DType parse_dtype(std::string_view name) {
   if (name == "i8" || name == "int8") return DType::Int8;
   if (name == "u8" || name == "uint8") return DType::UInt8;
   if (name == "bool") return DType::Bool;
-  KILN_FAIL("unknown dtype '" << name << "': expected one of f32, bf16, f16, f64, i64, i32, i16, i8, u8, bool");
+  KILN_FAIL("unknown dtype '" << name
+                              << "': expected one of f32, bf16, f16, f64, i64, i32, i16, i8, u8, bool");
 }
 
 namespace {
 int float_rank(DType d) {
   switch (d) {
     case DType::Float16:
-    case DType::BFloat16: return 1;
-    case DType::Float32: return 2;
-    case DType::Float64: return 3;
-    default: return 0;
+    case DType::BFloat16:
+      return 1;
+    case DType::Float32:
+      return 2;
+    case DType::Float64:
+      return 3;
+    default:
+      return 0;
   }
 }
 int int_rank(DType d) {
   switch (d) {
-    case DType::Bool: return 0;
+    case DType::Bool:
+      return 0;
     case DType::UInt8:
-    case DType::Int8: return 1;
-    case DType::Int16: return 2;
-    case DType::Int32: return 3;
-    case DType::Int64: return 4;
-    default: return -1;
+    case DType::Int8:
+      return 1;
+    case DType::Int16:
+      return 2;
+    case DType::Int32:
+      return 3;
+    case DType::Int64:
+      return 4;
+    default:
+      return -1;
   }
 }
 }  // namespace

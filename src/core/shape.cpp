@@ -33,9 +33,8 @@ std::string shape_str(const Shape& shape) {
 
 int64_t normalize_dim(int64_t dim, int64_t rank, const char* op) {
   const int64_t lo = rank == 0 ? -1 : -rank, hi = rank == 0 ? 0 : rank - 1;
-  KILN_CHECK(dim >= lo && dim <= hi,
-             op << ": dimension " << dim << " out of range for a " << rank << "-D tensor (expected " << lo
-                << " to " << hi << ")");
+  KILN_CHECK(dim >= lo && dim <= hi, op << ": dimension " << dim << " out of range for a " << rank
+                                        << "-D tensor (expected " << lo << " to " << hi << ")");
   return dim < 0 ? dim + std::max<int64_t>(rank, 1) : dim;
 }
 
@@ -45,9 +44,9 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   for (size_t i = 0; i < rank; ++i) {
     const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    KILN_CHECK(da == db || da == 1 || db == 1,
-               op << ": shapes " << shape_str(a) << " and " << shape_str(b)
-                  << " cannot be broadcast together (dimension " << i << ": " << da << " vs " << db << ")");
+    KILN_CHECK(da == db || da == 1 || db == 1, op << ": shapes " << shape_str(a) << " and " << shape_str(b)
+                                                  << " cannot be broadcast together (dimension " << i << ": "
+                                                  << da << " vs " << db << ")");
     out[i] = da == 1 ? db : da;
   }
   return out;

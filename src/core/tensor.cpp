@@ -19,7 +19,8 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, i
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t d : shape) KILN_CHECK(d >= 0, "Tensor::empty: negative dimension in shape " << shape_str(shape));
+  for (int64_t d : shape)
+    KILN_CHECK(d >= 0, "Tensor::empty: negative dimension in shape " << shape_str(shape));
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   return Tensor(Storage::allocate(bytes, device), shape, contiguous_strides(shape), 0, dtype);
 }
@@ -58,9 +59,15 @@ Tensor Tensor::arange(int64_t n, DType dtype) {
   return t;
 }
 
-int64_t Tensor::size(int64_t d) const { return shape_[normalize_dim(d, dim(), "Tensor::size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides_[normalize_dim(d, dim(), "Tensor::stride")]; }
-Device Tensor::device() const { return storage_ ? storage_->device() : cpu; }
+int64_t Tensor::size(int64_t d) const {
+  return shape_[normalize_dim(d, dim(), "Tensor::size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  return strides_[normalize_dim(d, dim(), "Tensor::stride")];
+}
+Device Tensor::device() const {
+  return storage_ ? storage_->device() : cpu;
+}
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -95,8 +102,8 @@ Shape infer_shape(const Shape& requested, int64_t numel, const char* op, const S
                op << ": cannot reshape " << shape_str(from) << " into " << shape_str(requested));
     shape[infer] = numel / known;
   }
-  KILN_CHECK(shape_numel(shape) == numel, op << ": cannot reshape " << shape_str(from) << " ("
-                                             << numel << " elements) into " << shape_str(requested));
+  KILN_CHECK(shape_numel(shape) == numel, op << ": cannot reshape " << shape_str(from) << " (" << numel
+                                             << " elements) into " << shape_str(requested));
   return shape;
 }
 
@@ -135,9 +142,10 @@ bool view_strides(const Shape& shape, const Strides& strides, const Shape& new_s
 Tensor Tensor::view(const Shape& shape) const {
   const Shape s = infer_shape(shape, numel(), "view", shape_);
   Strides st;
-  KILN_CHECK(view_strides(shape_, strides_, s, st),
-             "view: cannot view a tensor of shape " << shape_str(shape_) << " with strides " << shape_str(strides_)
-                                                    << " as " << shape_str(s) << "; use reshape (copies)");
+  KILN_CHECK(view_strides(shape_, strides_, s, st), "view: cannot view a tensor of shape "
+                                                        << shape_str(shape_) << " with strides "
+                                                        << shape_str(strides_) << " as " << shape_str(s)
+                                                        << "; use reshape (copies)");
   return Tensor(storage_, s, st, offset_, dtype_);
 }
 
@@ -149,8 +157,8 @@ Tensor Tensor::reshape(const Shape& shape) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
-  KILN_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: got " << dims.size() << " dims for a "
-                                                                         << dim() << "-D tensor");
+  KILN_CHECK(static_cast<int64_t>(dims.size()) == dim(),
+             "permute: got " << dims.size() << " dims for a " << dim() << "-D tensor");
   Shape s(dims.size());
   Strides st(dims.size());
   std::vector<bool> seen(dims.size(), false);
@@ -197,8 +205,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 Tensor Tensor::select(int64_t d, int64_t index) const {
   d = normalize_dim(d, dim(), "select");
   const int64_t n = shape_[d];
-  KILN_CHECK(index >= -n && index < n, "select: index " << index << " out of range for dimension " << d
-                                                        << " of size " << n);
+  KILN_CHECK(index >= -n && index < n,
+             "select: index " << index << " out of range for dimension " << d << " of size " << n);
   if (index < 0) index += n;
   Shape s = shape_;
   Strides st = strides_;
@@ -208,8 +216,8 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 }
 
 Tensor Tensor::expand(const Shape& shape) const {
-  KILN_CHECK(shape.size() >= shape_.size(), "expand: cannot expand " << shape_str(shape_) << " to fewer dims "
-                                                                     << shape_str(shape));
+  KILN_CHECK(shape.size() >= shape_.size(),
+             "expand: cannot expand " << shape_str(shape_) << " to fewer dims " << shape_str(shape));
   const size_t lead = shape.size() - shape_.size();
   Shape s(shape.size());
   Strides st(shape.size(), 0);
@@ -221,8 +229,9 @@ Tensor Tensor::expand(const Shape& shape) const {
     }
     const int64_t cur = shape_[i - lead];
     const int64_t want = shape[i] == -1 ? cur : shape[i];
-    KILN_CHECK(cur == want || cur == 1, "expand: cannot expand " << shape_str(shape_) << " to " << shape_str(shape)
-                                                                 << " (dimension " << i << " is " << cur << ")");
+    KILN_CHECK(cur == want || cur == 1, "expand: cannot expand " << shape_str(shape_) << " to "
+                                                                 << shape_str(shape) << " (dimension " << i
+                                                                 << " is " << cur << ")");
     s[i] = want;
     st[i] = cur == want ? strides_[i - lead] : 0;
   }
@@ -264,8 +273,8 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 
 void* Tensor::host_data() const {
   KILN_CHECK(defined(), "Tensor::data: tensor is undefined");
-  KILN_CHECK(device().type == DeviceType::CPU, "Tensor::data: tensor is on " << device().str()
-                                                                             << "; copy it with .to(kiln::cpu)");
+  KILN_CHECK(device().type == DeviceType::CPU,
+             "Tensor::data: tensor is on " << device().str() << "; copy it with .to(kiln::cpu)");
   synchronize(device());
   return raw_data();
 }

@@ -1,9 +1,9 @@
 #include "kiln/models/autoencoder_kl.h"
 
+#include "kiln/io/json_config.h"
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/ops.h"
 #include "kiln/ops/attention.h"
-#include "kiln/io/json_config.h"
 
 namespace kiln::models {
 
@@ -12,7 +12,8 @@ constexpr double kEps = 1e-6;  // every GroupNorm of diffusers' Encoder/Decoder
 
 void check_block_types(const io::JsonConfig& f, const char* key, const char* expected) {
   for (const auto& t : f.get_or<std::vector<std::string>>(key, {}))
-    KILN_CHECK(t == expected, f.where(key) << ": block type '" << t << "' is not supported (expected " << expected << ")");
+    KILN_CHECK(t == expected,
+               f.where(key) << ": block type '" << t << "' is not supported (expected " << expected << ")");
 }
 }  // namespace
 
@@ -35,8 +36,9 @@ AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
   check_block_types(f, "down_block_types", "DownEncoderBlock2D");
   check_block_types(f, "up_block_types", "UpDecoderBlock2D");
   for (int64_t ch : c.block_out_channels)
-    KILN_CHECK(ch % c.norm_num_groups == 0,
-               path << ": block_out_channels entry " << ch << " is not divisible by norm_num_groups " << c.norm_num_groups);
+    KILN_CHECK(ch % c.norm_num_groups == 0, path << ": block_out_channels entry " << ch
+                                                 << " is not divisible by norm_num_groups "
+                                                 << c.norm_num_groups);
   return c;
 }
 
@@ -74,7 +76,7 @@ AutoencoderKL::MidAttention::MidAttention(int64_t channels, int64_t groups)
 Tensor AutoencoderKL::MidAttention::forward(const Tensor& x) const {
   // One head over all h*w positions, width = channels, with a residual connection.
   const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  const Tensor tokens = group_norm(x).view({B, C, H * W}).transpose(1, 2);  // [B, HW, C]
+  const Tensor tokens = group_norm(x).view({B, C, H * W}).transpose(1, 2);        // [B, HW, C]
   auto head = [&](const nn::Linear& proj) { return proj(tokens).unsqueeze(1); };  // [B, 1, HW, C]
   const Tensor attn = scaled_dot_product_attention(head(to_q), head(to_k), head(to_v)).squeeze(1);
   const Tensor out = to_out(attn).transpose(1, 2).reshape({B, C, H, W});
@@ -178,14 +180,17 @@ AutoencoderKL::LatentDistribution AutoencoderKL::encode(const Tensor& image) con
              "AutoencoderKL.encode: expected images [B, " << config_.in_channels << ", H, W], got "
                                                           << shape_str(image.shape()));
   const int64_t f = config_.scale_factor();
-  KILN_CHECK(image.size(2) % f == 0 && image.size(3) % f == 0,
-             "AutoencoderKL.encode: image size " << image.size(2) << "x" << image.size(3) << " is not a multiple of " << f);
+  KILN_CHECK(image.size(2) % f == 0 && image.size(3) % f == 0, "AutoencoderKL.encode: image size "
+                                                                   << image.size(2) << "x" << image.size(3)
+                                                                   << " is not a multiple of " << f);
   Tensor x = enc_conv_in_(image);
   for (const auto& stage : down_) {
     for (const auto& r : stage->resnets) x = r->forward(x);
     if (stage->resample) {
-      // diffusers' Downsample2D pads one zero row and column at the bottom/right, then convolves with stride 2.
-      Tensor padded = Tensor::zeros({x.size(0), x.size(1), x.size(2) + 1, x.size(3) + 1}, x.dtype(), x.device());
+      // diffusers' Downsample2D pads one zero row and column at the bottom/right, then convolves with
+      // stride 2.
+      Tensor padded =
+          Tensor::zeros({x.size(0), x.size(1), x.size(2) + 1, x.size(3) + 1}, x.dtype(), x.device());
       padded.narrow(2, 0, x.size(2)).narrow(3, 0, x.size(3)).copy_(x);
       x = (*stage->resample)(padded);
     }

@@ -2,11 +2,11 @@
 
 #include <cmath>
 
-#include "kiln/ops.h"
-#include "kiln/ops/attention.h"
+#include "kiln/io/json_config.h"
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/nn/renamed_weights.h"
-#include "kiln/io/json_config.h"
+#include "kiln/ops.h"
+#include "kiln/ops/attention.h"
 
 namespace kiln::models {
 
@@ -27,13 +27,15 @@ ClipTextConfig ClipTextConfig::from_file(const std::string& path) {
   if (!architectures.empty()) {
     const std::string& arch = architectures.front();
     KILN_CHECK(arch == "CLIPTextModel" || arch == "CLIPTextModelWithProjection",
-               path << ": architecture '" << arch << "' is not a CLIP text model (expected CLIPTextModel or CLIPTextModelWithProjection)");
+               path << ": architecture '" << arch
+                    << "' is not a CLIP text model (expected CLIPTextModel or CLIPTextModelWithProjection)");
     c.with_projection = arch == "CLIPTextModelWithProjection";
   }
   KILN_CHECK(c.hidden_act == "quick_gelu" || c.hidden_act == "gelu",
              path << ": hidden_act '" << c.hidden_act << "' is not supported (expected quick_gelu or gelu)");
   KILN_CHECK(c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0,
-             path << ": hidden_size " << c.hidden_size << " is not divisible by num_attention_heads " << c.num_attention_heads);
+             path << ": hidden_size " << c.hidden_size << " is not divisible by num_attention_heads "
+                  << c.num_attention_heads);
   return c;
 }
 
@@ -78,10 +80,12 @@ Tensor ClipTextModel::activation(const Tensor& x) const {
 }
 
 ClipTextOutput ClipTextModel::forward(const Tensor& ids, bool output_hidden_states) const {
-  KILN_CHECK(ids.dim() == 2, "CLIPTextModel: expected token ids [batch, seq], got " << shape_str(ids.shape()));
+  KILN_CHECK(ids.dim() == 2,
+             "CLIPTextModel: expected token ids [batch, seq], got " << shape_str(ids.shape()));
   const int64_t B = ids.size(0), S = ids.size(1), D = config_.hidden_size, H = config_.num_attention_heads;
-  KILN_CHECK(S <= config_.max_position_embeddings, "CLIPTextModel: " << S << " tokens exceed max_position_embeddings "
-                                                                     << config_.max_position_embeddings);
+  KILN_CHECK(
+      S <= config_.max_position_embeddings,
+      "CLIPTextModel: " << S << " tokens exceed max_position_embeddings " << config_.max_position_embeddings);
   ClipTextOutput out;
   const Tensor positions = position_embedding_.weight.narrow(0, 0, S);
   Tensor x = add(token_embedding_(ids), positions);
@@ -130,7 +134,8 @@ std::unique_ptr<ClipTextModel> load_clip_text_model(const std::string& folder, D
   options.dtype = dtype;
   options.ignore_prefixes = {"text_model.embeddings.position_ids"};  // a buffer older transformers saved
   const nn::RenamedWeights prefixed(weights, [](const std::string& name) {
-    return name.rfind("text_model.", 0) == 0 || name.rfind("text_projection.", 0) == 0 ? name : "text_model." + name;
+    return name.rfind("text_model.", 0) == 0 || name.rfind("text_projection.", 0) == 0 ? name
+                                                                                       : "text_model." + name;
   });
   model->load_weights(prefixed, options);
   return model;

@@ -2,11 +2,11 @@
 
 #include <cmath>
 
-#include "kiln/ops.h"
-#include "kiln/ops/attention.h"
+#include "kiln/io/json_config.h"
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/nn/renamed_weights.h"
-#include "kiln/io/json_config.h"
+#include "kiln/ops.h"
+#include "kiln/ops/attention.h"
 
 namespace kiln::models {
 
@@ -27,8 +27,9 @@ T5EncoderConfig T5EncoderConfig::from_file(const std::string& path) {
   const std::string act = c.gated ? proj.substr(6) : proj;
   // transformers maps "gated-gelu" to the tanh approximation (gelu_new) for backwards compatibility.
   c.dense_act_fn = act == "gelu" && c.gated ? "gelu_new" : f.get_or<std::string>("dense_act_fn", act);
-  KILN_CHECK(c.dense_act_fn == "gelu_new" || c.dense_act_fn == "relu" || c.dense_act_fn == "gelu_pytorch_tanh",
-             path << ": activation '" << c.dense_act_fn << "' is not supported (expected gelu_new or relu)");
+  KILN_CHECK(
+      c.dense_act_fn == "gelu_new" || c.dense_act_fn == "relu" || c.dense_act_fn == "gelu_pytorch_tanh",
+      path << ": activation '" << c.dense_act_fn << "' is not supported (expected gelu_new or relu)");
   return c;
 }
 
@@ -47,7 +48,8 @@ T5EncoderModel::Block::Block(const T5EncoderConfig& c, bool has_relative_bias)
   register_module("layer.0.SelfAttention.k", &k);
   register_module("layer.0.SelfAttention.v", &v);
   register_module("layer.0.SelfAttention.o", &o);
-  if (has_relative_bias) register_module("layer.0.SelfAttention.relative_attention_bias", &relative_attention_bias);
+  if (has_relative_bias)
+    register_module("layer.0.SelfAttention.relative_attention_bias", &relative_attention_bias);
   register_module("layer.0.layer_norm", &attn_norm);
   if (c.gated) {
     register_module("layer.1.DenseReluDense.wi_0", &wi_0);
@@ -101,7 +103,8 @@ Tensor T5EncoderModel::activation(const Tensor& x) const {
 }
 
 Tensor T5EncoderModel::forward(const Tensor& ids) const {
-  KILN_CHECK(ids.dim() == 2, "T5EncoderModel: expected token ids [batch, seq], got " << shape_str(ids.shape()));
+  KILN_CHECK(ids.dim() == 2,
+             "T5EncoderModel: expected token ids [batch, seq], got " << shape_str(ids.shape()));
   const int64_t B = ids.size(0), S = ids.size(1), H = config_.num_heads, Dk = config_.d_kv;
   Tensor x = shared_(ids);
   // Position bias [1, H, S, S], computed once from block 0's table and shared by every block.
@@ -114,7 +117,8 @@ Tensor T5EncoderModel::forward(const Tensor& ids) const {
   for (const auto& block : blocks_) {
     const Tensor h = block->attn_norm(x);
     auto heads = [&](const nn::Linear& proj) { return proj(h).view({B, S, H, Dk}).permute({0, 2, 1, 3}); };
-    const Tensor attn = scaled_dot_product_attention(heads(block->q), heads(block->k), heads(block->v), options);
+    const Tensor attn =
+        scaled_dot_product_attention(heads(block->q), heads(block->k), heads(block->v), options);
     x = add(x, block->o(attn.permute({0, 2, 1, 3}).reshape({B, S, H * Dk})));
     const Tensor f = block->ff_norm(x);
     Tensor inner = activation(block->wi_0(f));

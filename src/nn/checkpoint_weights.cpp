@@ -15,11 +15,23 @@ CheckpointWeights::CheckpointWeights(const std::string& path)
           Impl{io::Checkpoint(std::filesystem::is_directory(path) ? io::find_checkpoint(path) : path)})) {}
 CheckpointWeights::~CheckpointWeights() = default;
 
-bool CheckpointWeights::contains(const std::string& name) const { return impl_->checkpoint.contains(name); }
-Shape CheckpointWeights::shape(const std::string& name) const { return impl_->checkpoint.info(name).shape; }
-Tensor CheckpointWeights::load(const std::string& name) const { return impl_->checkpoint.tensor(name); }
-std::vector<std::string> CheckpointWeights::names() const { return impl_->checkpoint.names(); }
-std::string CheckpointWeights::description() const { return impl_->checkpoint.path(); }
-DType CheckpointWeights::stored_dtype(const std::string& name) const { return impl_->checkpoint.info(name).dtype; }
+bool CheckpointWeights::contains(const std::string& name) const {
+  return impl_->checkpoint.contains(name);
+}
+Shape CheckpointWeights::shape(const std::string& name) const {
+  return impl_->checkpoint.info(name).shape;
+}
+Tensor CheckpointWeights::load(const std::string& name) const {
+  return impl_->checkpoint.tensor(name);
+}
+std::vector<std::string> CheckpointWeights::names() const {
+  return impl_->checkpoint.names();
+}
+std::string CheckpointWeights::description() const {
+  return impl_->checkpoint.path();
+}
+DType CheckpointWeights::stored_dtype(const std::string& name) const {
+  return impl_->checkpoint.info(name).dtype;
+}
 
 }  // namespace kiln::nn

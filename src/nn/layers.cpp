@@ -5,12 +5,15 @@
 
 namespace kiln::nn {
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias) : in_(in_features), out_(out_features) {
+Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
+    : in_(in_features), out_(out_features) {
   register_parameter("weight", &weight, {out_features, in_features});
   if (with_bias) register_parameter("bias", &bias, {out_features});
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) const {
+  return linear(x, weight, bias);
+}
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool affine, bool with_bias) : eps_(eps) {
   if (affine) {
@@ -19,13 +22,17 @@ LayerNorm::LayerNorm(int64_t dim, double eps, bool affine, bool with_bias) : eps
   }
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, 1, weight, bias, eps_); }
+Tensor LayerNorm::forward(const Tensor& x) const {
+  return layer_norm(x, 1, weight, bias, eps_);
+}
 
 RMSNorm::RMSNorm(int64_t dim, double eps, bool affine, RmsNormStyle style) : eps_(eps), style_(style) {
   if (affine) register_parameter("weight", &weight, {dim});
 }
 
-Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, weight, eps_, style_); }
+Tensor RMSNorm::forward(const Tensor& x) const {
+  return rms_norm(x, weight, eps_, style_);
+}
 
 GroupNorm::GroupNorm(int64_t num_groups, int64_t channels, double eps) : groups_(num_groups), eps_(eps) {
   KILN_CHECK(num_groups > 0 && channels % num_groups == 0,
@@ -34,7 +41,9 @@ GroupNorm::GroupNorm(int64_t num_groups, int64_t channels, double eps) : groups_
   register_parameter("bias", &bias, {channels});
 }
 
-Tensor GroupNorm::forward(const Tensor& x) const { return group_norm(x, groups_, weight, bias, eps_); }
+Tensor GroupNorm::forward(const Tensor& x) const {
+  return group_norm(x, groups_, weight, bias, eps_);
+}
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
                bool with_bias)
@@ -51,6 +60,8 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim) {
   register_parameter("weight", &weight, {num_embeddings, dim});
 }
 
-Tensor Embedding::forward(const Tensor& ids) const { return embedding(weight, ids); }
+Tensor Embedding::forward(const Tensor& ids) const {
+  return embedding(weight, ids);
+}
 
 }  // namespace kiln::nn

@@ -8,9 +8,12 @@ void Module::register_parameter(const std::string& name, Tensor* slot, Shape sha
   parameters_.push_back(Parameter{name, slot, std::move(shape), optional});
 }
 
-void Module::register_module(const std::string& name, Module* child) { children_.emplace_back(name, child); }
+void Module::register_module(const std::string& name, Module* child) {
+  children_.emplace_back(name, child);
+}
 
-void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, const Parameter*>>& out) const {
+void Module::collect(const std::string& prefix,
+                     std::vector<std::pair<std::string, const Parameter*>>& out) const {
   for (const auto& p : parameters_) out.emplace_back(prefix + p.name, &p);
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
 }
@@ -41,7 +44,9 @@ int64_t Module::num_parameters() {
   return n;
 }
 
-size_t Module::parameter_bytes(DType dtype) { return static_cast<size_t>(num_parameters()) * dtype_size(dtype); }
+size_t Module::parameter_bytes(DType dtype) {
+  return static_cast<size_t>(num_parameters()) * dtype_size(dtype);
+}
 
 void Module::load_weights(const WeightSource& source, const LoadOptions& options) {
   std::vector<std::pair<std::string, const Parameter*>> all;
@@ -54,8 +59,9 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
       continue;
     }
     const Shape stored = source.shape(name);
-    KILN_CHECK(stored == p->shape, source.description() << ": tensor '" << name << "' has shape " << shape_str(stored)
-                                                        << " but the model config expects " << shape_str(p->shape));
+    KILN_CHECK(stored == p->shape, source.description()
+                                       << ": tensor '" << name << "' has shape " << shape_str(stored)
+                                       << " but the model config expects " << shape_str(p->shape));
     Tensor t = source.load(name);
     *p->slot = t.to(options.dtype);
     used.insert(name);
@@ -65,7 +71,8 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
     std::string list;
     for (size_t i = 0; i < missing.size() && i < 5; ++i) list += (i ? ", " : "") + missing[i];
     if (missing.size() > 5) list += ", ...";
-    KILN_FAIL(source.description() << ": " << missing.size() << " tensor(s) the model needs are missing: " << list);
+    KILN_FAIL(source.description() << ": " << missing.size()
+                                   << " tensor(s) the model needs are missing: " << list);
   }
   std::vector<std::string> unexpected;
   for (const auto& name : source.names()) {
@@ -79,7 +86,8 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
     for (size_t i = 0; i < unexpected.size() && i < 5; ++i) list += (i ? ", " : "") + unexpected[i];
     if (unexpected.size() > 5) list += ", ...";
     KILN_FAIL(source.description() << ": " << unexpected.size()
-                                   << " tensor(s) do not belong to the model described by its config: " << list);
+                                   << " tensor(s) do not belong to the model described by its config: "
+                                   << list);
   }
 }
 

@@ -4,7 +4,8 @@
 
 namespace kiln::nn {
 
-RenamedWeights::RenamedWeights(const WeightSource& inner, std::function<std::string(const std::string&)> to_model)
+RenamedWeights::RenamedWeights(const WeightSource& inner,
+                               std::function<std::string(const std::string&)> to_model)
     : inner_(inner) {
   for (const auto& name : inner.names()) model_to_checkpoint_.emplace_back(to_model(name), name);
   std::sort(model_to_checkpoint_.begin(), model_to_checkpoint_.end());
@@ -24,8 +25,12 @@ bool RenamedWeights::contains(const std::string& name) const {
   return it != model_to_checkpoint_.end() && it->first == name;
 }
 
-Shape RenamedWeights::shape(const std::string& name) const { return inner_.shape(checkpoint_name(name)); }
-Tensor RenamedWeights::load(const std::string& name) const { return inner_.load(checkpoint_name(name)); }
+Shape RenamedWeights::shape(const std::string& name) const {
+  return inner_.shape(checkpoint_name(name));
+}
+Tensor RenamedWeights::load(const std::string& name) const {
+  return inner_.load(checkpoint_name(name));
+}
 
 std::vector<std::string> RenamedWeights::names() const {
   std::vector<std::string> out;

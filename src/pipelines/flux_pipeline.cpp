@@ -28,8 +28,9 @@ FluxPipeline& FluxPipeline::operator=(FluxPipeline&&) noexcept = default;
 FluxPipeline::~FluxPipeline() = default;
 
 FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const PipelineLoadOptions& options) {
-  KILN_CHECK(options.dtype == float32 || options.dtype == bfloat16 || options.dtype == float16,
-             "FluxPipeline: dtype " << dtype_name(options.dtype) << " is not supported (expected f32, bf16 or f16)");
+  KILN_CHECK(
+      options.dtype == float32 || options.dtype == bfloat16 || options.dtype == float16,
+      "FluxPipeline: dtype " << dtype_name(options.dtype) << " is not supported (expected f32, bf16 or f16)");
   io::ResolveOptions resolve;
   resolve.revision = options.revision;
   const io::ResolvedModel resolved = io::resolve_model(model, resolve);
@@ -39,7 +40,8 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
   auto need = [&](const char* name, const char* cls) {
     const io::PipelineComponent* c = index.find(name);
     KILN_CHECK(c != nullptr && c->present(), index.path << ": component '" << name << "' is missing");
-    KILN_CHECK(c->class_name == cls || (std::string(cls) == "T5TokenizerFast" && c->class_name == "T5Tokenizer") ||
+    KILN_CHECK(c->class_name == cls ||
+                   (std::string(cls) == "T5TokenizerFast" && c->class_name == "T5Tokenizer") ||
                    (std::string(cls) == "CLIPTokenizer" && c->class_name == "CLIPTokenizerFast"),
                index.path << ": component '" << name << "' is a " << c->class_name << ", expected " << cls);
     const std::string dir = (fs::path(resolved.path) / name).string();
@@ -68,20 +70,23 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
   done("text_encoder");
   pipe.text_encoder_2_ = models::load_t5_encoder(need("text_encoder_2", "T5EncoderModel"), options.dtype);
   done("text_encoder_2");
-  pipe.transformer_ = models::load_flux_transformer(need("transformer", "FluxTransformer2DModel"), options.dtype);
+  pipe.transformer_ =
+      models::load_flux_transformer(need("transformer", "FluxTransformer2DModel"), options.dtype);
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", "AutoencoderKL"), options.dtype);
   done("vae");
   const auto& tc = pipe.transformer_->config();
   KILN_CHECK(tc.joint_attention_dim == pipe.text_encoder_2_->config().d_model,
              pipe.path_ << ": transformer joint_attention_dim " << tc.joint_attention_dim
-                        << " does not match text_encoder_2 d_model " << pipe.text_encoder_2_->config().d_model);
+                        << " does not match text_encoder_2 d_model "
+                        << pipe.text_encoder_2_->config().d_model);
   KILN_CHECK(tc.pooled_projection_dim == pipe.text_encoder_->config().hidden_size,
              pipe.path_ << ": transformer pooled_projection_dim " << tc.pooled_projection_dim
-                        << " does not match text_encoder hidden_size " << pipe.text_encoder_->config().hidden_size);
+                        << " does not match text_encoder hidden_size "
+                        << pipe.text_encoder_->config().hidden_size);
   KILN_CHECK(tc.in_channels == 4 * pipe.vae_->config().latent_channels,
-             pipe.path_ << ": transformer in_channels " << tc.in_channels << " is not 4 x vae latent_channels "
-                        << pipe.vae_->config().latent_channels);
+             pipe.path_ << ": transformer in_channels " << tc.in_channels
+                        << " is not 4 x vae latent_channels " << pipe.vae_->config().latent_channels);
   return pipe;
 }
 
@@ -93,7 +98,8 @@ FluxPipeline::PromptEmbeddings FluxPipeline::encode_prompt(const std::string& pr
   // CLIP: only its pooled vector is used. 77 tokens at most (the tokenizer's model_max_length).
   const int64_t clip_max = tokenizer_->model_max_length();
   if (static_cast<int64_t>(tokenizer_->tokenize(prompt).size()) + 2 > clip_max)
-    warn("the prompt is longer than CLIP's " + std::to_string(clip_max) + " tokens and was truncated for CLIP");
+    warn("the prompt is longer than CLIP's " + std::to_string(clip_max) +
+         " tokens and was truncated for CLIP");
   tokenizers::EncodeOptions clip_options;
   clip_options.max_length = clip_max;
   out.clip_ids = tokenizer_->encode(prompt, clip_options).ids;
@@ -120,15 +126,16 @@ FluxPipeline::PromptEmbeddings FluxPipeline::encode_prompt(const std::string& pr
   return out;
 }
 
-std::pair<Tensor, Tensor> FluxPipeline::prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
-                                                        Generator& generator) const {
+std::pair<Tensor, Tensor> FluxPipeline::prepare_latents(int64_t batch, int64_t height, int64_t width,
+                                                        DType dtype, Generator& generator) const {
   const int64_t f = vae_->config().scale_factor();
   const int64_t h = 2 * (height / (f * 2)), w = 2 * (width / (f * 2));
   const int64_t c = transformer_->config().in_channels / 4;
   const Tensor noise = randn_tensor({batch, c, h, w}, generator, dtype);
   // 2x2 patches: [B, C, h/2, 2, w/2, 2] -> [B, h/2, w/2, C, 2, 2] -> [B, (h/2)(w/2), 4C]
-  const Tensor packed =
-      noise.view({batch, c, h / 2, 2, w / 2, 2}).permute({0, 2, 4, 1, 3, 5}).reshape({batch, (h / 2) * (w / 2), c * 4});
+  const Tensor packed = noise.view({batch, c, h / 2, 2, w / 2, 2})
+                            .permute({0, 2, 4, 1, 3, 5})
+                            .reshape({batch, (h / 2) * (w / 2), c * 4});
   return {packed, models::flux_latent_image_ids(h / 2, w / 2, dtype)};
 }
 
@@ -150,14 +157,16 @@ Tensor FluxPipeline::decode_latents(const Tensor& latents, int64_t height, int64
 void FluxPipeline::check_call(const FluxPipelineCall& call) const {
   const int64_t multiple = vae_->config().scale_factor() * 2;
   KILN_CHECK(call.height > 0 && call.width > 0 && call.height % multiple == 0 && call.width % multiple == 0,
-             "FluxPipeline: height and width must be positive multiples of " << multiple << ", got " << call.height
-                                                                             << "x" << call.width);
-  KILN_CHECK(call.num_inference_steps >= 1 && call.num_inference_steps <= 1000,
-             "FluxPipeline: num_inference_steps must be between 1 and 1000, got " << call.num_inference_steps);
+             "FluxPipeline: height and width must be positive multiples of "
+                 << multiple << ", got " << call.height << "x" << call.width);
+  KILN_CHECK(
+      call.num_inference_steps >= 1 && call.num_inference_steps <= 1000,
+      "FluxPipeline: num_inference_steps must be between 1 and 1000, got " << call.num_inference_steps);
   KILN_CHECK(call.max_sequence_length >= 1 && call.max_sequence_length <= 512,
              "FluxPipeline: max_sequence_length must be between 1 and 512, got " << call.max_sequence_length);
-  KILN_CHECK(call.num_images_per_prompt >= 1 && call.num_images_per_prompt <= 64,
-             "FluxPipeline: num_images_per_prompt must be between 1 and 64, got " << call.num_images_per_prompt);
+  KILN_CHECK(
+      call.num_images_per_prompt >= 1 && call.num_images_per_prompt <= 64,
+      "FluxPipeline: num_images_per_prompt must be between 1 and 64, got " << call.num_images_per_prompt);
   KILN_CHECK(std::isfinite(call.guidance_scale) && call.guidance_scale >= 0,
              "FluxPipeline: guidance_scale must be a finite value >= 0, got " << call.guidance_scale);
 }
@@ -186,8 +195,8 @@ PipelineOutput FluxPipeline::operator()(const FluxPipelineCall& call) {
     const auto start = std::chrono::steady_clock::now();
     // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
     const Tensor t = div(Tensor::full({batch}, timesteps[i], float32).to(latents.dtype()), 1000.0);
-    const Tensor velocity = transformer_->forward(latents, prompt.prompt_embeds, prompt.pooled_prompt_embeds, t,
-                                                  guidance, prompt.text_ids, image_ids);
+    const Tensor velocity = transformer_->forward(latents, prompt.prompt_embeds, prompt.pooled_prompt_embeds,
+                                                  t, guidance, prompt.text_ids, image_ids);
     latents = scheduler_->step(velocity, static_cast<int>(i), latents);
     synchronize(latents.device());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -7,14 +7,16 @@
 namespace kiln {
 
 void Image::save(const std::string& path) const {
-  KILN_CHECK(static_cast<int64_t>(pixels.size()) == int64_t{width} * height * channels,
-             "Image::save: " << pixels.size() << " bytes do not fill " << width << "x" << height << "x" << channels);
+  KILN_CHECK(
+      static_cast<int64_t>(pixels.size()) == int64_t{width} * height * channels,
+      "Image::save: " << pixels.size() << " bytes do not fill " << width << "x" << height << "x" << channels);
   io::write_png(path, pixels, width, height, channels, metadata);
 }
 
 Image Image::from_float(const Tensor& hwc) {
   KILN_CHECK(hwc.dim() == 3 && (hwc.size(2) == 1 || hwc.size(2) == 3 || hwc.size(2) == 4),
-             "Image::from_float: expected [height, width, channels] with 1, 3 or 4 channels, got " << shape_str(hwc.shape()));
+             "Image::from_float: expected [height, width, channels] with 1, 3 or 4 channels, got "
+                 << shape_str(hwc.shape()));
   Image image;
   image.height = static_cast<int>(hwc.size(0));
   image.width = static_cast<int>(hwc.size(1));
@@ -24,7 +26,8 @@ Image Image::from_float(const Tensor& hwc) {
   for (size_t i = 0; i < values.size(); ++i) {
     // numpy: (images * 255).round().astype("uint8") in float32; values are already clamped to [0, 1].
     const float scaled = values[i] * 255.0f;
-    const float r = std::nearbyint(std::min(std::max(scaled, 0.0f), 255.0f));  // default rounding: ties to even
+    const float r =
+        std::nearbyint(std::min(std::max(scaled, 0.0f), 255.0f));  // default rounding: ties to even
     image.pixels[i] = static_cast<uint8_t>(r);
   }
   return image;

@@ -41,7 +41,8 @@ std::string OpCall::describe() const {
   s += "(";
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i) s += ", ";
-    s += inputs[i].defined() ? std::string(dtype_name(inputs[i].dtype())) + shape_str(inputs[i].shape()) : "None";
+    s += inputs[i].defined() ? std::string(dtype_name(inputs[i].dtype())) + shape_str(inputs[i].shape())
+                             : "None";
   }
   s += ")";
   if (!outputs.empty()) {

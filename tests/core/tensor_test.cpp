@@ -68,7 +68,8 @@ TEST(Tensor, CastRoundsToNearestEven) {
   const auto h = f.to(float16).to_vector<float>();
   EXPECT_EQ(h[3], 65504.0f);
   EXPECT_EQ(Tensor::from_vector<float>({65520.0f}, {1}).to(float16).item(), INFINITY);
-  EXPECT_EQ(Tensor::from_vector<float>({2.5f, -1.7f}, {2}).to(int32).to_vector<int32_t>(), (std::vector<int32_t>{2, -1}));
+  EXPECT_EQ(Tensor::from_vector<float>({2.5f, -1.7f}, {2}).to(int32).to_vector<int32_t>(),
+            (std::vector<int32_t>{2, -1}));
 }
 
 TEST(Tensor, ErrorsNameTheOpAndShapes) {

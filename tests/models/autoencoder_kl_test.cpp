@@ -9,7 +9,8 @@ namespace kiln {
 namespace {
 
 TEST(AutoencoderKL, DecoderMatchesDiffusersFloat32) {
-  for (const char* golden : {"schnell_cat_64x64_s0", "schnell_unicode_64x96_s42", "dev_unicode_80x48_s1234"}) {
+  for (const char* golden :
+       {"schnell_cat_64x64_s0", "schnell_unicode_64x96_s42", "dev_unicode_80x48_s1234"}) {
     io::SafetensorsFile g(testing::data_path(std::string("goldens/flux/") + golden + ".safetensors"));
     const std::string pipeline = g.metadata().at("pipeline");
     auto vae = models::load_autoencoder_kl(testing::data_path("models/" + pipeline + "/vae"), float32);

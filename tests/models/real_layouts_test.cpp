@@ -8,8 +8,8 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/clip_text_model.h"
@@ -39,8 +39,10 @@ void expect_same_layout(nn::Module& model, const nlohmann::json& expected) {
   std::vector<std::string> missing, extra;
   std::set_difference(want.begin(), want.end(), mine.begin(), mine.end(), std::back_inserter(missing));
   std::set_difference(mine.begin(), mine.end(), want.begin(), want.end(), std::back_inserter(extra));
-  EXPECT_TRUE(missing.empty()) << missing.size() << " real tensors not in the model, e.g. " << missing.front();
-  EXPECT_TRUE(extra.empty()) << extra.size() << " model parameters not in the real checkpoint, e.g. " << extra.front();
+  EXPECT_TRUE(missing.empty()) << missing.size() << " real tensors not in the model, e.g. "
+                               << missing.front();
+  EXPECT_TRUE(extra.empty()) << extra.size() << " model parameters not in the real checkpoint, e.g. "
+                             << extra.front();
 }
 
 // Loads a checkpoint made of the real layout's names and shapes (values irrelevant) through the strict

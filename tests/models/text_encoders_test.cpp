@@ -30,7 +30,8 @@ TEST(ClipTextModel, PooledOutputMatchesTransformersFloat32) {
     io::SafetensorsFile golden(testing::data_path(std::string("goldens/flux/") + c.golden + ".safetensors"));
     auto model = models::load_clip_text_model(model_dir(c, "text_encoder"), float32);
     const auto out = model->forward(golden.tensor("clip_ids"));
-    EXPECT_TRUE(testing::rel_max_error_within(out.pooled, golden.tensor("pooled_prompt_embeds"), 1e-4)) << c.golden;
+    EXPECT_TRUE(testing::rel_max_error_within(out.pooled, golden.tensor("pooled_prompt_embeds"), 1e-4))
+        << c.golden;
   }
 }
 
@@ -79,7 +80,8 @@ TEST(T5EncoderModel, RelativePositionBucketsMatchTransformers) {
 }
 
 TEST(TextEncoders, MissingOrMismatchedWeightsAreClearErrors) {
-  EXPECT_THROW(models::load_t5_encoder(testing::data_path("models/flux-tiny-schnell/text_encoder"), float32), Error);
+  EXPECT_THROW(models::load_t5_encoder(testing::data_path("models/flux-tiny-schnell/text_encoder"), float32),
+               Error);
   try {
     models::load_clip_text_model(testing::data_path("models/does-not-exist"), float32);
     FAIL();

@@ -46,14 +46,17 @@ struct GoldenCase {
   }
 };
 
-std::vector<int64_t> ids_of(const Tensor& t) { return t.to_vector<int64_t>(); }
+std::vector<int64_t> ids_of(const Tensor& t) {
+  return t.to_vector<int64_t>();
+}
 
 // Share of pixels (channel values) within one 8-bit level of the reference.
 double share_within_one_level(const Image& image, const Tensor& reference_u8) {
   const auto ref = reference_u8.to_vector<uint8_t>();
   EXPECT_EQ(ref.size(), image.pixels.size());
   size_t ok = 0;
-  for (size_t i = 0; i < ref.size() && i < image.pixels.size(); ++i) ok += std::abs(int(ref[i]) - int(image.pixels[i])) <= 1;
+  for (size_t i = 0; i < ref.size() && i < image.pixels.size(); ++i)
+    ok += std::abs(int(ref[i]) - int(image.pixels[i])) <= 1;
   return static_cast<double>(ok) / static_cast<double>(ref.size());
 }
 
@@ -67,18 +70,19 @@ TEST_P(FluxPipelineFloat32, EveryStageMatchesDiffusers) {
   EXPECT_EQ(prompt.clip_ids, ids_of(g.file.tensor("clip_ids")));
   EXPECT_EQ(prompt.t5_ids, ids_of(g.file.tensor("t5_ids")));
   EXPECT_TRUE(testing::rel_max_error_within(prompt.prompt_embeds, g.file.tensor("prompt_embeds"), 1e-4));
-  EXPECT_TRUE(testing::rel_max_error_within(prompt.pooled_prompt_embeds, g.file.tensor("pooled_prompt_embeds"), 1e-4));
+  EXPECT_TRUE(testing::rel_max_error_within(prompt.pooled_prompt_embeds,
+                                            g.file.tensor("pooled_prompt_embeds"), 1e-4));
 
   Generator gen(g.seed);
   const auto [latents, image_ids] = pipe.prepare_latents(1, g.height, g.width, float32, gen);
-  EXPECT_TRUE(testing::all_close(latents, g.file.tensor("latents_init"), 0, 0)) << "initial noise must be bit-exact";
+  EXPECT_TRUE(testing::all_close(latents, g.file.tensor("latents_init"), 0, 0))
+      << "initial noise must be bit-exact";
 
   Tensor guidance;
   if (pipe.transformer().config().guidance_embeds) guidance = g.file.tensor("transformer_in_guidance");
-  const Tensor v0 = pipe.transformer().forward(latents, g.file.tensor("prompt_embeds"),
-                                               g.file.tensor("pooled_prompt_embeds"),
-                                               g.file.tensor("transformer_in_timestep"), guidance, prompt.text_ids,
-                                               image_ids);
+  const Tensor v0 = pipe.transformer().forward(
+      latents, g.file.tensor("prompt_embeds"), g.file.tensor("pooled_prompt_embeds"),
+      g.file.tensor("transformer_in_timestep"), guidance, prompt.text_ids, image_ids);
   EXPECT_TRUE(testing::rel_max_error_within(v0, g.file.tensor("transformer_out_step0"), 1e-4));
 
   const Tensor image = pipe.decode_latents(g.file.tensor("latents_final"), g.height, g.width);
@@ -93,8 +97,9 @@ TEST_P(FluxPipelineFloat32, EveryStageMatchesDiffusers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, FluxPipelineFloat32,
-                         ::testing::Values("schnell_cat_64x64_s0", "schnell_unicode_64x96_s42", "schnell_long_96x64_s7",
-                                           "dev_cat_64x64_s0", "dev_unicode_80x48_s1234"));
+                         ::testing::Values("schnell_cat_64x64_s0", "schnell_unicode_64x96_s42",
+                                           "schnell_long_96x64_s7", "dev_cat_64x64_s0",
+                                           "dev_unicode_80x48_s1234"));
 
 // bfloat16: the noise is drawn in bf16 bit-exactly; the rest rounds to 8 significant bits at every op (as
 // diffusers' bf16 run does, but not always at the same points), so the latents after 3 steps agree to a few
@@ -107,7 +112,8 @@ TEST(FluxPipelineBfloat16, MatchesDiffusersWithinBf16Rounding) {
   Generator gen(g.seed);
   const auto [latents, image_ids] = pipe.prepare_latents(1, g.height, g.width, bfloat16, gen);
   EXPECT_EQ(latents.dtype(), bfloat16);
-  EXPECT_TRUE(testing::all_close(latents, g.file.tensor("latents_init"), 0, 0)) << "bf16 noise must be bit-exact";
+  EXPECT_TRUE(testing::all_close(latents, g.file.tensor("latents_init"), 0, 0))
+      << "bf16 noise must be bit-exact";
   const PipelineOutput out = pipe(g.call());
   const auto ref = g.file.tensor("image_u8").to_vector<uint8_t>();
   double total = 0;
@@ -117,9 +123,14 @@ TEST(FluxPipelineBfloat16, MatchesDiffusersWithinBf16Rounding) {
 
 // The README's example, word for word but for the model and the size.
 TEST(FluxPipeline, ReadmeExampleRuns) {
-  auto pipe = kiln::FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-schnell"), {.dtype = kiln::bfloat16});
-  auto result = pipe({.prompt = "a golden retriever surfing a wave, photorealistic", .height = 32, .width = 32,
-                      .num_inference_steps = 4, .guidance_scale = 0.0f, .generator = kiln::Generator(0)});
+  auto pipe = kiln::FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-schnell"),
+                                                  {.dtype = kiln::bfloat16});
+  auto result = pipe({.prompt = "a golden retriever surfing a wave, photorealistic",
+                      .height = 32,
+                      .width = 32,
+                      .num_inference_steps = 4,
+                      .guidance_scale = 0.0f,
+                      .generator = kiln::Generator(0)});
   const std::string path = testing::temp_dir("flux_readme") + "/output.png";
   result.images[0].save(path);
   EXPECT_TRUE(std::filesystem::exists(path));
@@ -184,13 +195,15 @@ TEST(FluxPipeline, BadInputGivesClearErrors) {
   c = base;
   c.max_sequence_length = 513;
   expect_error(c, "max_sequence_length");
-  EXPECT_THROW(FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-schnell/transformer")), Error);
+  EXPECT_THROW(FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-schnell/transformer")),
+               Error);
   EXPECT_THROW(FluxPipeline::from_pretrained(testing::data_path("models/tiny-dit")), Error);
 }
 
 TEST(FluxPipeline, MissingComponentIsNamed) {
   const std::string dir = testing::temp_dir("flux_missing");
-  std::filesystem::copy(testing::data_path("models/flux-tiny-schnell"), dir, std::filesystem::copy_options::recursive);
+  std::filesystem::copy(testing::data_path("models/flux-tiny-schnell"), dir,
+                        std::filesystem::copy_options::recursive);
   std::filesystem::remove_all(dir + "/vae");
   try {
     FluxPipeline::from_pretrained(dir);

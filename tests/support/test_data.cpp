@@ -6,10 +6,13 @@
 
 namespace kiln::testing {
 
-std::string data_path(const std::string& relative) { return std::string(KILN_TEST_DATA_DIR) + "/" + relative; }
+std::string data_path(const std::string& relative) {
+  return std::string(KILN_TEST_DATA_DIR) + "/" + relative;
+}
 
 std::string temp_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("kiln_test_" + std::to_string(::getpid()) + "_" + name);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kiln_test_" + std::to_string(::getpid()) + "_" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
@@ -18,7 +21,8 @@ std::string temp_dir(const std::string& name) {
 namespace {
 ::testing::AssertionResult same_shape(const Tensor& a, const Tensor& e) {
   if (a.shape() != e.shape())
-    return ::testing::AssertionFailure() << "shape " << shape_str(a.shape()) << " != expected " << shape_str(e.shape());
+    return ::testing::AssertionFailure()
+           << "shape " << shape_str(a.shape()) << " != expected " << shape_str(e.shape());
   return ::testing::AssertionSuccess();
 }
 std::string index_str(int64_t flat, const Shape& shape) {
@@ -49,12 +53,14 @@ std::string index_str(int64_t flat, const Shape& shape) {
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << a.size() << " elements differ (rtol " << rtol << ", atol "
-                                       << atol << "); first at " << index_str(first, actual.shape()) << ": "
-                                       << a[first] << " vs expected " << e[first] << "; worst |diff| " << worst;
+  return ::testing::AssertionFailure()
+         << bad << " of " << a.size() << " elements differ (rtol " << rtol << ", atol " << atol
+         << "); first at " << index_str(first, actual.shape()) << ": " << a[first] << " vs expected "
+         << e[first] << "; worst |diff| " << worst;
 }
 
-::testing::AssertionResult rel_max_error_within(const Tensor& actual, const Tensor& expected, double tolerance) {
+::testing::AssertionResult rel_max_error_within(const Tensor& actual, const Tensor& expected,
+                                                double tolerance) {
   if (auto r = same_shape(actual, expected); !r) return r;
   const auto a = actual.to_vector<double>();
   const auto e = expected.to_vector<double>();
@@ -70,9 +76,10 @@ std::string index_str(int64_t flat, const Shape& shape) {
   }
   const double rel = max_diff / std::max(max_ref, 1e-30);
   if (rel <= tolerance) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "relative max error " << rel << " > " << tolerance << " (max |diff| "
-                                       << max_diff << " at " << index_str(where, actual.shape()) << ": " << a[where]
-                                       << " vs " << e[where] << "; max |expected| " << max_ref << ")";
+  return ::testing::AssertionFailure()
+         << "relative max error " << rel << " > " << tolerance << " (max |diff| " << max_diff << " at "
+         << index_str(where, actual.shape()) << ": " << a[where] << " vs " << e[where] << "; max |expected| "
+         << max_ref << ")";
 }
 
 }  // namespace kiln::testing

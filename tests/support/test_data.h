@@ -16,9 +16,11 @@ std::string data_path(const std::string& relative);
 // A fresh empty directory for the calling test (removed and re-created on each call).
 std::string temp_dir(const std::string& name);
 
-// Passes when |actual - expected| <= atol + rtol * |expected| everywhere (NaNs must match); shapes must match.
+// Passes when |actual - expected| <= atol + rtol * |expected| everywhere (NaNs must match); shapes must
+// match.
 ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double rtol, double atol);
 // Passes when max|a - e| / max(max|e|, tiny) <= tolerance: the "relative max error" used by the issues.
-::testing::AssertionResult rel_max_error_within(const Tensor& actual, const Tensor& expected, double tolerance);
+::testing::AssertionResult rel_max_error_within(const Tensor& actual, const Tensor& expected,
+                                                double tolerance);
 
 }  // namespace kiln::testing

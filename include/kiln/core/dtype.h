@@ -35,16 +35,46 @@ DType promote_types(DType a, DType b);
 
 template <class T>
 struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
-template <> struct dtype_of<bf16_t> { static constexpr DType value = DType::BFloat16; };
-template <> struct dtype_of<f16_t> { static constexpr DType value = DType::Float16; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::Int32; };
-template <> struct dtype_of<int16_t> { static constexpr DType value = DType::Int16; };
-template <> struct dtype_of<int8_t> { static constexpr DType value = DType::Int8; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::UInt8; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::Float32;
+};
+template <>
+struct dtype_of<bf16_t> {
+  static constexpr DType value = DType::BFloat16;
+};
+template <>
+struct dtype_of<f16_t> {
+  static constexpr DType value = DType::Float16;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::Float64;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::Int64;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::Int32;
+};
+template <>
+struct dtype_of<int16_t> {
+  static constexpr DType value = DType::Int16;
+};
+template <>
+struct dtype_of<int8_t> {
+  static constexpr DType value = DType::Int8;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::UInt8;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::Bool;
+};
 template <class T>
 inline constexpr DType dtype_of_v = dtype_of<T>::value;
 
@@ -52,16 +82,26 @@ inline constexpr DType dtype_of_v = dtype_of<T>::value;
 template <class F>
 decltype(auto) visit_dtype(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::Float32: return f(float{});
-    case DType::BFloat16: return f(bf16_t{});
-    case DType::Float16: return f(f16_t{});
-    case DType::Float64: return f(double{});
-    case DType::Int64: return f(int64_t{});
-    case DType::Int32: return f(int32_t{});
-    case DType::Int16: return f(int16_t{});
-    case DType::Int8: return f(int8_t{});
-    case DType::UInt8: return f(uint8_t{});
-    case DType::Bool: return f(bool{});
+    case DType::Float32:
+      return f(float{});
+    case DType::BFloat16:
+      return f(bf16_t{});
+    case DType::Float16:
+      return f(f16_t{});
+    case DType::Float64:
+      return f(double{});
+    case DType::Int64:
+      return f(int64_t{});
+    case DType::Int32:
+      return f(int32_t{});
+    case DType::Int16:
+      return f(int16_t{});
+    case DType::Int8:
+      return f(int8_t{});
+    case DType::UInt8:
+      return f(uint8_t{});
+    case DType::Bool:
+      return f(bool{});
   }
   __builtin_unreachable();
 }
@@ -69,16 +109,23 @@ decltype(auto) visit_dtype(DType dtype, F&& f) {
 // Scalar conversion through float/double with the same rounding as the cast kernels.
 template <class To>
 To scalar_from_double(double v) {
-  if constexpr (std::is_same_v<To, bf16_t>) return f32_to_bf16(static_cast<float>(v));
-  else if constexpr (std::is_same_v<To, f16_t>) return f32_to_f16(static_cast<float>(v));
-  else if constexpr (std::is_same_v<To, bool>) return v != 0.0;
-  else return static_cast<To>(v);
+  if constexpr (std::is_same_v<To, bf16_t>)
+    return f32_to_bf16(static_cast<float>(v));
+  else if constexpr (std::is_same_v<To, f16_t>)
+    return f32_to_f16(static_cast<float>(v));
+  else if constexpr (std::is_same_v<To, bool>)
+    return v != 0.0;
+  else
+    return static_cast<To>(v);
 }
 template <class From>
 double scalar_to_double(From v) {
-  if constexpr (std::is_same_v<From, bf16_t>) return bf16_to_f32(v);
-  else if constexpr (std::is_same_v<From, f16_t>) return f16_to_f32(v);
-  else return static_cast<double>(v);
+  if constexpr (std::is_same_v<From, bf16_t>)
+    return bf16_to_f32(v);
+  else if constexpr (std::is_same_v<From, f16_t>)
+    return f16_to_f32(v);
+  else
+    return static_cast<double>(v);
 }
 
 }  // namespace kiln

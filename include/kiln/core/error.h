@@ -20,17 +20,17 @@ namespace detail {
 }  // namespace kiln
 
 // KILN_CHECK(cond, "op: expected ... got " << value): builds the message only when the check fails.
-#define KILN_CHECK(cond, msg)                                                 \
-  do {                                                                        \
-    if (!(cond)) [[unlikely]] {                                               \
-      std::ostringstream kiln_check_stream_;                                  \
-      kiln_check_stream_ << msg;                                              \
+#define KILN_CHECK(cond, msg)                                                    \
+  do {                                                                           \
+    if (!(cond)) [[unlikely]] {                                                  \
+      std::ostringstream kiln_check_stream_;                                     \
+      kiln_check_stream_ << msg;                                                 \
       ::kiln::detail::throw_error(__FILE__, __LINE__, kiln_check_stream_.str()); \
-    }                                                                         \
+    }                                                                            \
   } while (0)
 
-// Unconditional failure. Not KILN_CHECK(false, ...): an unoptimised build must see the noreturn call directly,
-// or -Wreturn-type fires after a KILN_FAIL at the end of a function.
+// Unconditional failure. Not KILN_CHECK(false, ...): an unoptimised build must see the noreturn call
+// directly, or -Wreturn-type fires after a KILN_FAIL at the end of a function.
 #define KILN_FAIL(msg)                                                        \
   do {                                                                        \
     std::ostringstream kiln_fail_stream_;                                     \

@@ -14,7 +14,9 @@ struct f16_t {
   uint16_t bits;
 };
 
-inline float bf16_to_f32(bf16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v.bits) << 16); }
+inline float bf16_to_f32(bf16_t v) {
+  return std::bit_cast<float>(static_cast<uint32_t>(v.bits) << 16);
+}
 
 inline bf16_t f32_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
@@ -41,7 +43,7 @@ inline f16_t f32_to_f16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return f16_t{static_cast<uint16_t>(sign | 0x7e00u)};  // NaN
+  if (abs > 0x7f800000u) return f16_t{static_cast<uint16_t>(sign | 0x7e00u)};   // NaN
   if (abs >= 0x477ff000u) return f16_t{static_cast<uint16_t>(sign | 0x7c00u)};  // overflow to inf
   if (abs < 0x38800000u) {
     // Result is subnormal or zero: let the FPU round |f| * 2^24 to an integer (ties to even).
@@ -50,7 +52,7 @@ inline f16_t f32_to_f16(float f) {
     return f16_t{static_cast<uint16_t>(sign | static_cast<uint16_t>(rounded))};
   }
   uint32_t r = abs + 0xfffu + ((abs >> 13) & 1u);  // round mantissa from 23 to 10 bits
-  r -= 112u << 23;                                  // rebias exponent 127 -> 15
+  r -= 112u << 23;                                 // rebias exponent 127 -> 15
   return f16_t{static_cast<uint16_t>(sign | (r >> 13))};
 }
 

@@ -16,7 +16,8 @@ class Storage {
   // Allocates `bytes` on `device` (counted by its allocator).
   static std::shared_ptr<Storage> allocate(size_t bytes, Device device);
   // Wraps memory kept alive by `owner` (for example an mmap'ed file); not counted as allocated.
-  static std::shared_ptr<Storage> borrow(void* data, size_t bytes, Device device, std::shared_ptr<void> owner);
+  static std::shared_ptr<Storage> borrow(void* data, size_t bytes, Device device,
+                                         std::shared_ptr<void> owner);
 
   ~Storage();
   Storage(const Storage&) = delete;

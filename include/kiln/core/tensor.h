@@ -54,13 +54,13 @@ class Tensor {
   std::string str() const;  // "bfloat16[2, 3] on cpu"
 
   // ---- views (no copy)
-  Tensor view(const Shape& shape) const;  // requires a compatible layout; -1 infers one dimension
+  Tensor view(const Shape& shape) const;     // requires a compatible layout; -1 infers one dimension
   Tensor reshape(const Shape& shape) const;  // view when possible, otherwise a contiguous copy
   Tensor permute(const std::vector<int64_t>& dims) const;
   Tensor transpose(int64_t a, int64_t b) const;
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;  // python-style clamping
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;                // strict bounds
-  Tensor select(int64_t dim, int64_t index) const;                                 // drops `dim`
+  Tensor select(int64_t dim, int64_t index) const;                                // drops `dim`
   Tensor expand(const Shape& shape) const;  // broadcast size-1 dims (stride 0); -1 keeps a dim
   Tensor unsqueeze(int64_t dim) const;
   Tensor squeeze(int64_t dim) const;

@@ -32,8 +32,8 @@ struct AutoencoderKLConfig {
 class AutoencoderKL : public nn::Module {
  public:
   explicit AutoencoderKL(const AutoencoderKLConfig& config);
-  // z [B, latent_channels, h, w] (already unscaled: z / scaling_factor + shift_factor) -> image [B, out, 8h, 8w]
-  // in [-1, 1] (not clamped), in z's dtype.
+  // z [B, latent_channels, h, w] (already unscaled: z / scaling_factor + shift_factor) -> image [B, out, 8h,
+  // 8w] in [-1, 1] (not clamped), in z's dtype.
   Tensor decode(const Tensor& z) const;
   // image [B, in, H, W] in [-1, 1] -> the latent distribution's mean and log-variance [B, latent, H/8, W/8].
   struct LatentDistribution {

@@ -1,5 +1,5 @@
-// transformers' CLIPTextModel / CLIPTextModelWithProjection: the CLIP text tower that FLUX uses for its pooled
-// prompt vector and SD3 for pooled and per-token embeddings.
+// transformers' CLIPTextModel / CLIPTextModelWithProjection: the CLIP text tower that FLUX uses for its
+// pooled prompt vector and SD3 for pooled and per-token embeddings.
 #pragma once
 
 #include <memory>

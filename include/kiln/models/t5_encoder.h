@@ -19,7 +19,7 @@ struct T5EncoderConfig {
   int64_t relative_attention_num_buckets = 32;
   int64_t relative_attention_max_distance = 128;
   double layer_norm_epsilon = 1e-6;
-  bool gated = true;                   // feed_forward_proj "gated-*"
+  bool gated = true;                      // feed_forward_proj "gated-*"
   std::string dense_act_fn = "gelu_new";  // gelu_new (tanh GELU) or relu
 
   static T5EncoderConfig from_file(const std::string& config_json);

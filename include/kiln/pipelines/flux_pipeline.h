@@ -1,13 +1,14 @@
-// FluxPipeline: FLUX.1-schnell / FLUX.1-dev text-to-image, as diffusers' FluxPipeline, from a diffusers folder
-// or a Hugging Face repo id in the local cache:
+// FluxPipeline: FLUX.1-schnell / FLUX.1-dev text-to-image, as diffusers' FluxPipeline, from a diffusers
+// folder or a Hugging Face repo id in the local cache:
 //
-//   auto pipe = kiln::FluxPipeline::from_pretrained("black-forest-labs/FLUX.1-schnell", {.dtype = kiln::bfloat16});
-//   auto result = pipe({.prompt = "a golden retriever surfing a wave", .height = 1024, .width = 1024,
+//   auto pipe = kiln::FluxPipeline::from_pretrained("black-forest-labs/FLUX.1-schnell", {.dtype =
+//   kiln::bfloat16}); auto result = pipe({.prompt = "a golden retriever surfing a wave", .height = 1024,
+//   .width = 1024,
 //                       .num_inference_steps = 4, .guidance_scale = 0.0f, .generator = kiln::Generator(0)});
 //   result.images[0].save("output.png");
 //
-// The same seed gives diffusers' initial noise, and every stage follows diffusers' dtype path, so Kiln's image
-// matches diffusers' for the same inputs.
+// The same seed gives diffusers' initial noise, and every stage follows diffusers' dtype path, so Kiln's
+// image matches diffusers' for the same inputs.
 #pragma once
 
 #include <functional>
@@ -34,8 +35,8 @@ class T5Tokenizer;
 class FlowMatchEulerDiscreteScheduler;
 
 struct PipelineLoadOptions {
-  DType dtype = float32;    // every component is run in this dtype (weights converted when stored otherwise)
-  std::string revision;     // for repo ids: branch, tag or commit in the local Hugging Face cache
+  DType dtype = float32;  // every component is run in this dtype (weights converted when stored otherwise)
+  std::string revision;   // for repo ids: branch, tag or commit in the local Hugging Face cache
   // Called as each component finishes loading: (component name, index, count).
   std::function<void(const std::string&, int, int)> on_component_loaded;
 };
@@ -46,7 +47,7 @@ struct FluxPipelineCall {
   int64_t height = 1024;
   int64_t width = 1024;
   int num_inference_steps = 28;
-  float guidance_scale = 3.5f;  // ignored by models without guidance embeddings (schnell)
+  float guidance_scale = 3.5f;         // ignored by models without guidance embeddings (schnell)
   std::optional<Generator> generator;  // torch's default seed when absent
   int64_t max_sequence_length = 512;
   int num_images_per_prompt = 1;
@@ -70,9 +71,9 @@ class FluxPipeline {
 
   // ---- the stages, as diffusers names them (public so each can be checked against diffusers)
   struct PromptEmbeddings {
-    Tensor prompt_embeds;         // [B, L, joint_attention_dim] (T5)
-    Tensor pooled_prompt_embeds;  // [B, pooled_projection_dim] (CLIP)
-    Tensor text_ids;              // [L, 3]
+    Tensor prompt_embeds;                   // [B, L, joint_attention_dim] (T5)
+    Tensor pooled_prompt_embeds;            // [B, pooled_projection_dim] (CLIP)
+    Tensor text_ids;                        // [L, 3]
     std::vector<int64_t> clip_ids, t5_ids;  // the token ids of the (first) prompt
   };
   PromptEmbeddings encode_prompt(const std::string& prompt, const std::optional<std::string>& prompt_2,

@@ -28,6 +28,8 @@ bool use_avx512() {
   return use;
 }
 
-const char* cpu_isa_name() { return use_avx512() ? "avx512" : "generic"; }
+const char* cpu_isa_name() {
+  return use_avx512() ? "avx512" : "generic";
+}
 
 }  // namespace kiln::cpu_kernels

@@ -18,7 +18,8 @@ class CpuAllocator final : public Allocator {
     const size_t rounded = (bytes + 63) / 64 * 64;
     void* p = rounded == 0 ? nullptr : std::aligned_alloc(64, rounded);
     KILN_CHECK(rounded == 0 || p != nullptr, "cpu: out of memory allocating " << bytes << " bytes ("
-                                                 << stats().current_bytes << " bytes already in use)");
+                                                                              << stats().current_bytes
+                                                                              << " bytes already in use)");
     record_allocate(bytes);
     return p;
   }

@@ -9,10 +9,10 @@ void register_kernels(runtime::KernelRegistry& registry);
 
 void register_copy_kernels(runtime::KernelRegistry& registry);         // copy.cpp: strided copy and cast
 void register_elementwise_kernels(runtime::KernelRegistry& registry);  // elementwise.cpp
-void register_reduction_kernels(runtime::KernelRegistry& registry);    // reduction.cpp: reduce, softmax, norms
-void register_layout_kernels(runtime::KernelRegistry& registry);       // layout.cpp: concat, rope, embedding, ...
-void register_matmul_kernels(runtime::KernelRegistry& registry);       // matmul.cpp (oneDNN)
-void register_conv_kernels(runtime::KernelRegistry& registry);         // conv.cpp (oneDNN)
-void register_attention_kernels(runtime::KernelRegistry& registry);    // attention.cpp
+void register_reduction_kernels(runtime::KernelRegistry& registry);  // reduction.cpp: reduce, softmax, norms
+void register_layout_kernels(runtime::KernelRegistry& registry);  // layout.cpp: concat, rope, embedding, ...
+void register_matmul_kernels(runtime::KernelRegistry& registry);  // matmul.cpp (oneDNN)
+void register_conv_kernels(runtime::KernelRegistry& registry);    // conv.cpp (oneDNN)
+void register_attention_kernels(runtime::KernelRegistry& registry);  // attention.cpp
 
 }  // namespace kiln::cpu_kernels

@@ -17,8 +17,8 @@ namespace kiln::cpu_kernels {
 
 template <size_t N>
 struct StridedIteration {
-  std::vector<int64_t> sizes;                     // merged sizes, innermost last
-  std::vector<std::array<int64_t, N>> strides;    // byte strides per merged dim and operand
+  std::vector<int64_t> sizes;                   // merged sizes, innermost last
+  std::vector<std::array<int64_t, N>> strides;  // byte strides per merged dim and operand
 };
 
 template <size_t N>
