@@ -50,16 +50,6 @@ std::vector<int64_t> ids_of(const Tensor& t) {
   return t.to_vector<int64_t>();
 }
 
-// Share of pixels (channel values) within one 8-bit level of the reference.
-double share_within_one_level(const Image& image, const Tensor& reference_u8) {
-  const auto ref = reference_u8.to_vector<uint8_t>();
-  EXPECT_EQ(ref.size(), image.pixels.size());
-  size_t ok = 0;
-  for (size_t i = 0; i < ref.size() && i < image.pixels.size(); ++i)
-    ok += std::abs(int(ref[i]) - int(image.pixels[i])) <= 1;
-  return static_cast<double>(ok) / static_cast<double>(ref.size());
-}
-
 class FluxPipelineFloat32 : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(FluxPipelineFloat32, EveryStageMatchesDiffusers) {
@@ -93,7 +83,7 @@ TEST_P(FluxPipelineFloat32, EveryStageMatchesDiffusers) {
   ASSERT_EQ(out.images.size(), 1u);
   EXPECT_EQ(out.images[0].width, g.width);
   EXPECT_EQ(out.images[0].height, g.height);
-  EXPECT_GE(share_within_one_level(out.images[0], g.file.tensor("image_u8")), 0.99);
+  EXPECT_GE(testing::share_within_one_level(out.images[0].pixels, g.file.tensor("image_u8")), 0.99);
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, FluxPipelineFloat32,
@@ -115,10 +105,8 @@ TEST(FluxPipelineBfloat16, MatchesDiffusersWithinBf16Rounding) {
   EXPECT_TRUE(testing::all_close(latents, g.file.tensor("latents_init"), 0, 0))
       << "bf16 noise must be bit-exact";
   const PipelineOutput out = pipe(g.call());
-  const auto ref = g.file.tensor("image_u8").to_vector<uint8_t>();
-  double total = 0;
-  for (size_t i = 0; i < ref.size(); ++i) total += std::abs(int(ref[i]) - int(out.images[0].pixels[i]));
-  EXPECT_LE(total / static_cast<double>(ref.size()), 2.0) << "mean absolute difference in 8-bit levels";
+  EXPECT_LE(testing::mean_level_difference(out.images[0].pixels, g.file.tensor("image_u8")), 2.0)
+      << "mean absolute difference in 8-bit levels";
 }
 
 // The README's example, word for word but for the model and the size.

@@ -58,16 +58,6 @@ StableDiffusion3Pipeline load(const GoldenCase& g) {
   return StableDiffusion3Pipeline::from_pretrained(testing::data_path("models/" + g.pipeline), options);
 }
 
-// Share of pixels (channel values) within one 8-bit level of the reference.
-double share_within_one_level(const Image& image, const Tensor& reference_u8) {
-  const auto ref = reference_u8.to_vector<uint8_t>();
-  EXPECT_EQ(ref.size(), image.pixels.size());
-  size_t ok = 0;
-  for (size_t i = 0; i < ref.size() && i < image.pixels.size(); ++i)
-    ok += std::abs(int(ref[i]) - int(image.pixels[i])) <= 1;
-  return static_cast<double>(ok) / static_cast<double>(ref.size());
-}
-
 void expect_text_matches(const StableDiffusion3Pipeline::TextEmbeddings& e, const GoldenCase& g,
                          const std::string& prefix, double tol) {
   EXPECT_EQ(e.clip_l_ids, ids_of(g[prefix + "clip_l_ids"]));
@@ -123,7 +113,7 @@ TEST_P(SD3PipelineFloat32, EveryStageMatchesDiffusers) {
   ASSERT_EQ(out.images.size(), 1u);
   EXPECT_EQ(out.images[0].width, g.call.width);
   EXPECT_EQ(out.images[0].height, g.call.height);
-  EXPECT_GE(share_within_one_level(out.images[0], g["image_u8"]), 0.99);
+  EXPECT_GE(testing::share_within_one_level(out.images[0].pixels, g["image_u8"]), 0.99);
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, SD3PipelineFloat32,
@@ -169,10 +159,8 @@ TEST_P(SD3PipelineBfloat16, MatchesDiffusersWithinBf16Rounding) {
   EXPECT_TRUE(testing::all_close(latents, g["latents_init"], 0, 0)) << "bf16 noise must be bit-exact";
 
   const PipelineOutput out = pipe(g.call);
-  const auto ref = g["image_u8"].to_vector<uint8_t>();
-  double total = 0;
-  for (size_t i = 0; i < ref.size(); ++i) total += std::abs(int(ref[i]) - int(out.images[0].pixels[i]));
-  EXPECT_LE(total / static_cast<double>(ref.size()), 2.0) << "mean absolute difference in 8-bit levels";
+  EXPECT_LE(testing::mean_level_difference(out.images[0].pixels, g["image_u8"]), 2.0)
+      << "mean absolute difference in 8-bit levels";
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, SD3PipelineBfloat16,

@@ -82,4 +82,22 @@ std::string index_str(int64_t flat, const Shape& shape) {
          << max_ref << ")";
 }
 
+double share_within_one_level(const std::vector<uint8_t>& pixels, const Tensor& reference_u8) {
+  const auto ref = reference_u8.to_vector<uint8_t>();
+  EXPECT_EQ(ref.size(), pixels.size());
+  size_t ok = 0;
+  for (size_t i = 0; i < ref.size() && i < pixels.size(); ++i)
+    ok += std::abs(int(ref[i]) - int(pixels[i])) <= 1;
+  return static_cast<double>(ok) / static_cast<double>(ref.size());
+}
+
+double mean_level_difference(const std::vector<uint8_t>& pixels, const Tensor& reference_u8) {
+  const auto ref = reference_u8.to_vector<uint8_t>();
+  EXPECT_EQ(ref.size(), pixels.size());
+  double total = 0;
+  for (size_t i = 0; i < ref.size() && i < pixels.size(); ++i)
+    total += std::abs(int(ref[i]) - int(pixels[i]));
+  return total / static_cast<double>(ref.size());
+}
+
 }  // namespace kiln::testing

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kiln/core/tensor.h"
 #include "kiln/io/safetensors.h"
@@ -22,5 +24,10 @@ std::string temp_dir(const std::string& name);
 // Passes when max|a - e| / max(max|e|, tiny) <= tolerance: the "relative max error" used by the issues.
 ::testing::AssertionResult rel_max_error_within(const Tensor& actual, const Tensor& expected,
                                                 double tolerance);
+
+// 8-bit image comparison against a uint8 reference tensor (same number of values; a size mismatch fails the
+// calling test): the share of values within one level, and the mean absolute difference in levels.
+double share_within_one_level(const std::vector<uint8_t>& pixels, const Tensor& reference_u8);
+double mean_level_difference(const std::vector<uint8_t>& pixels, const Tensor& reference_u8);
 
 }  // namespace kiln::testing
