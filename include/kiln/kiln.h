@@ -17,5 +17,7 @@
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/generator.h"
 #include "kiln/pipelines/sd3_pipeline.h"
+#include "kiln/runtime/counters.h"
+#include "kiln/runtime/eager_mode.h"
 #include "kiln/schedulers/flow_match_euler.h"
 #include "kiln/schedulers/timestep_shift.h"

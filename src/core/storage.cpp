@@ -1,12 +1,23 @@
 #include "kiln/core/storage.h"
 
 #include "kiln/core/device_runtime.h"
+#include "runtime/deferred.h"
 
 namespace kiln {
 
 std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device) {
-  void* p = device_runtime(device).allocator().allocate(bytes);
-  return std::shared_ptr<Storage>(new Storage(p, bytes, device, nullptr, false));
+  device_runtime(device);  // an unknown device fails here, at the call that asked for it
+  return std::shared_ptr<Storage>(new Storage(nullptr, bytes, device, nullptr, false));
+}
+
+void* Storage::materialize() const {
+  std::lock_guard<std::mutex> lock(materialize_mutex_);
+  void* p = data_.load(std::memory_order_relaxed);
+  if (p == nullptr) {
+    p = device_runtime(device_).allocator().allocate(bytes_);
+    data_.store(p, std::memory_order_release);
+  }
+  return p;
 }
 
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes, Device device,
@@ -16,10 +27,13 @@ std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes, Device device
 
 Storage::~Storage() {
   derived_.reset();
-  if (!borrowed_ && data_) device_runtime(device_).allocator().deallocate(data_, bytes_);
+  void* p = data_.load(std::memory_order_acquire);
+  if (!borrowed_ && p) device_runtime(device_).allocator().deallocate(p, bytes_);
 }
 
 void synchronize(Device device) {
+  // Ops recorded in DeferAndFuse mode run first: whoever synchronises wants their results.
+  runtime::flush_deferred();
   device_runtime(device).stream().synchronize();
 }
 MemoryStats memory_stats(Device device) {

@@ -6,6 +6,9 @@
 
 #include "backends/cpu/register_kernels.h"
 #include "kiln/core/device_runtime.h"
+#include "kiln/runtime/eager_mode.h"
+#include "runtime/counter_updates.h"
+#include "runtime/deferred.h"
 
 namespace kiln::runtime {
 
@@ -55,14 +58,33 @@ std::string OpCall::describe() const {
   return s;
 }
 
-void dispatch(OpCall call) {
+void launch(OpCall call) {
   const Tensor& anchor = !call.outputs.empty() ? call.outputs.front() : call.inputs.front();
   const Device device = anchor.device();
   Kernel kernel = kernel_registry().find(call.op, device.type);
   KILN_CHECK(kernel != nullptr, call.op << ": no kernel for device " << device.str());
   auto shared = std::make_shared<OpCall>(std::move(call));
-  device_runtime(device).stream().enqueue([shared, kernel] { kernel(*shared); },
-                                          [shared] { return shared->describe(); });
+  device_runtime(device).stream().enqueue(
+      [shared, kernel] {
+        count_kernel_launched();
+        kernel(*shared);
+      },
+      [shared] { return shared->describe(); });
+}
+
+void dispatch(OpCall call) {
+  const EagerMode mode = eager_mode();
+  const Tensor& anchor = !call.outputs.empty() ? call.outputs.front() : call.inputs.front();
+  KILN_CHECK(kernel_registry().find(call.op, anchor.device().type) != nullptr,
+             call.op << ": no kernel for device " << anchor.device().str());
+  count_op_dispatched();
+  if (mode == EagerMode::DeferAndFuse) {
+    defer(std::move(call));
+    return;
+  }
+  const Device device = anchor.device();
+  launch(std::move(call));
+  if (mode == EagerMode::DeferNeverLaunchBlocking) device_runtime(device).stream().synchronize();
 }
 
 }  // namespace kiln::runtime

@@ -18,8 +18,13 @@ class KernelRegistry {
 
 KernelRegistry& kernel_registry();
 
-// Runs `call` on the device of its first output (or first input): enqueued on that device's stream.
-// Throws kiln::Error at once when no kernel exists, naming the op and the device.
+// How every op reaches its kernel. Checks that a kernel exists (kiln::Error at once, naming the op and the
+// device), counts the call, then follows the calling thread's EagerMode (kiln/runtime/eager_mode.h):
+// launched on the device's stream, or recorded into the lazy graph (runtime/deferred.h).
 void dispatch(OpCall call);
+
+// Enqueues `call`'s kernel on the stream of the device of its first output (or first input), whatever the
+// mode: what dispatch() does in strict eager, and what a lazy-graph flush does for ops it does not fuse.
+void launch(OpCall call);
 
 }  // namespace kiln::runtime

@@ -97,7 +97,11 @@ TEST(Device, CountsCurrentAndPeakBytes) {
   const auto before = memory_stats(cpu);
   reset_peak_memory(cpu);
   {
-    Tensor a = Tensor::empty({1024, 1024}, float32);  // 4 MiB
+    Tensor a = Tensor::empty({1024, 1024}, float32);  // 4 MiB, taken from the allocator at first touch
+    EXPECT_EQ(memory_stats(cpu).current_bytes, before.current_bytes);
+    EXPECT_FALSE(a.storage()->is_allocated());
+    a.raw_data();
+    EXPECT_TRUE(a.storage()->is_allocated());
     EXPECT_EQ(memory_stats(cpu).current_bytes - before.current_bytes, 4 << 20);
   }
   const auto after = memory_stats(cpu);

@@ -1,8 +1,13 @@
 // Reference-counted bytes on a device. A Storage either owns an allocation from the device's allocator
 // or borrows memory owned elsewhere (a memory-mapped file) and keeps that owner alive.
+//
+// Owned memory is taken from the allocator when the bytes are first touched (data()), not when the Storage
+// is made: an op's output is allocated when its kernel runs, so memory follows execution order, and an
+// intermediate that a fused kernel never writes (DeferAndFuse mode) is never allocated at all.
 #pragma once
 
 #include <any>
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -13,7 +18,7 @@ namespace kiln {
 
 class Storage {
  public:
-  // Allocates `bytes` on `device` (counted by its allocator).
+  // `bytes` on `device`, allocated (and counted by the device's allocator) at the first data() call.
   static std::shared_ptr<Storage> allocate(size_t bytes, Device device);
   // Wraps memory kept alive by `owner` (for example an mmap'ed file); not counted as allocated.
   static std::shared_ptr<Storage> borrow(void* data, size_t bytes, Device device,
@@ -23,7 +28,14 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const { return data_; }
+  // The bytes; allocates them on first use (thread-safe). Throws kiln::Error when the device is out of
+  // memory.
+  void* data() const {
+    void* p = data_.load(std::memory_order_acquire);
+    return p != nullptr || bytes_ == 0 ? p : materialize();
+  }
+  // Whether the bytes exist yet (always true for borrowed storage).
+  bool is_allocated() const { return bytes_ == 0 || data_.load(std::memory_order_acquire) != nullptr; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   bool is_borrowed() const { return borrowed_; }
@@ -47,11 +59,14 @@ class Storage {
   Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner, bool borrowed)
       : data_(data), bytes_(bytes), device_(device), owner_(std::move(owner)), borrowed_(borrowed) {}
 
-  void* data_;
+  void* materialize() const;
+
+  mutable std::atomic<void*> data_;
   size_t bytes_;
   Device device_;
   std::shared_ptr<void> owner_;
   bool borrowed_;
+  mutable std::mutex materialize_mutex_;
   std::mutex derived_mutex_;
   std::any derived_;
 };

@@ -1,0 +1,39 @@
+// Counters the runtime keeps so that tests, benchmarks and users can see what work was done: how many op
+// calls were dispatched, how many kernels actually ran, and each device's memory. A counter exists only
+// once something increments it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kiln/core/device.h"
+
+namespace kiln {
+
+struct DeviceMemoryCounters {
+  Device device = cpu;
+  int64_t current_bytes = 0;  // held by live allocations now
+  int64_t peak_bytes = 0;     // high-water mark since the last reset_counters() (or reset_peak_memory)
+  int64_t allocations = 0;    // allocations made since the last reset_counters()
+};
+
+struct Counters {
+  // Op calls handed to the runtime since the last reset (one per op that passed its argument checks).
+  int64_t ops_dispatched = 0;
+  // Kernels that started on a device stream since the last reset. Equal to ops_dispatched once the streams
+  // are synchronised in eager modes, except for ops skipped because an earlier op on the stream failed.
+  int64_t kernels_launched = 0;
+  // One entry per device with a runtime in this build.
+  std::vector<DeviceMemoryCounters> memory;
+
+  // The entry for `device`; throws kiln::Error when that device has none.
+  const DeviceMemoryCounters& memory_of(Device device) const;
+};
+
+// A snapshot of all counters now (kernels still queued are not counted until they start).
+Counters counters();
+// Zeroes the op and kernel counts and the allocation counts, and sets each device's peak to its current
+// bytes. Current bytes are a fact about live memory and are never reset.
+void reset_counters();
+
+}  // namespace kiln
