@@ -10,6 +10,7 @@ void register_kernels(runtime::KernelRegistry& registry) {
   register_matmul_kernels(registry);
   register_conv_kernels(registry);
   register_attention_kernels(registry);
+  register_fused_kernels(registry);
 }
 
 }  // namespace kiln::cpu_kernels

@@ -1,0 +1,156 @@
+// "linear_fused": oneDNN's matmul with the epilogue as post-ops (eltwise activation, binary mul by the gate,
+// binary add of the residual), applied to the float32 accumulator before the one rounding to the output.
+//  inputs: x [M, K] (row- or column-major), weight [N, K], then when present (attrs has_bias, has_gate,
+//          has_residual): bias [N] (x's dtype or float32), gate [G, 1 or N] (x's dtype; G = 1: one row for
+//          all rows; G = M: full [M, N]; else row block b of M / G consecutive rows uses gate row b),
+//          residual [M, N] contiguous (x's dtype).
+//  output: [M, N] dense; attrs act (Activation), prepack (bool).
+// The weight goes through the packed-weight cache on its Storage with the same source and target
+// descriptors as the "linear" kernel (oneDNN's preferred weight layout depends on neither M nor the
+// post-ops), so a weight used by both ops is packed once.
+#include "backends/cpu/fused_kernels.h"
+#include "backends/cpu/onednn_util.h"
+#include "kiln/ops/fused.h"
+
+namespace kiln::cpu_kernels {
+
+namespace {
+
+using dnnl::memory;
+using Md = memory::desc;
+
+// float16 has no oneDNN kernels on this CPU: it is computed in float32, as "linear" does.
+memory::data_type compute_type(DType dtype) {
+  return dtype == bfloat16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
+// An operand as oneDNN memory: in place, or (float16) converted into a dense float32 copy.
+struct Operand {
+  Md desc;
+  memory mem;
+  Tensor holder;  // keeps the converted copy alive
+};
+
+Operand operand(const Tensor& t, const Shape& shape, const Strides& strides) {
+  const Md md = onednn::plain_desc(shape, strides, t.dtype(), "linear_fused");
+  memory src(md, onednn::engine(), t.raw_data());
+  if (t.dtype() != float16) return {md, src, {}};
+  Tensor copy = Tensor::empty(shape, float32);
+  const Md dense = onednn::dense_desc(shape, memory::data_type::f32);
+  memory dst(dense, onednn::engine(), copy.raw_data());
+  onednn::reorder(src, dst);
+  return {dense, dst, copy};
+}
+
+Operand operand(const Tensor& t) {
+  return operand(t, t.shape(), t.strides());
+}
+
+dnnl::algorithm eltwise_algorithm(Activation act) {
+  switch (act) {
+    case Activation::Gelu:
+      return dnnl::algorithm::eltwise_gelu_erf;
+    case Activation::GeluTanh:
+      return dnnl::algorithm::eltwise_gelu_tanh;
+    case Activation::Silu:
+      return dnnl::algorithm::eltwise_swish;  // x * sigmoid(alpha x) with alpha = 1
+    case Activation::None:
+      break;
+  }
+  KILN_FAIL("linear_fused: internal: no eltwise post-op for activation " << static_cast<int>(act));
+}
+
+}  // namespace
+
+void linear_fused_kernel(const runtime::OpCall& call) {
+  const bool has_bias = call.attrs.get_bool("has_bias");
+  const bool has_gate = call.attrs.get_bool("has_gate");
+  const bool has_residual = call.attrs.get_bool("has_residual");
+  const auto act = static_cast<Activation>(call.attrs.get_int("act"));
+  size_t next = 2;
+  const Tensor& x = call.inputs[0];
+  const Tensor& w = call.inputs[1];
+  const Tensor* bias = has_bias ? &call.inputs[next++] : nullptr;
+  const Tensor* gate = has_gate ? &call.inputs[next++] : nullptr;
+  const Tensor* residual = has_residual ? &call.inputs[next++] : nullptr;
+  const Tensor& out = call.outputs[0];
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  const memory::data_type ct = compute_type(x.dtype());
+  const bool f16 = x.dtype() == float16;
+
+  // Row blocks: one oneDNN call per block when the gate has one row per block of rows (adaLN's [B, 1, N]
+  // with B > 1); otherwise the whole product is one call.
+  const int64_t gate_rows = gate != nullptr ? gate->size(0) : 1;
+  const bool blocked = gate_rows > 1 && gate_rows < m;
+  const int64_t blocks = blocked ? gate_rows : 1;
+  const int64_t rows = m / blocks;
+  KILN_CHECK(rows * blocks == m && (gate == nullptr || gate_rows == 1 || blocked || gate->size(1) == n),
+             "linear_fused: internal: gate " << shape_str(gate->shape()) << " does not tile output "
+                                             << shape_str(out.shape()));
+
+  const Md w_plain = onednn::plain_desc({k, n}, {w.stride(1), w.stride(0)}, w.dtype(), "linear_fused");
+  const bool pack = call.attrs.get_bool("prepack") || f16;
+  const Md w_md = pack ? Md({k, n}, ct, memory::format_tag::any) : w_plain;
+  Operand b;
+  if (bias != nullptr) b = operand(*bias, {1, n}, {n, 1});
+  const memory::data_type out_dt =
+      f16 ? memory::data_type::f32 : onednn::data_type(out.dtype(), "linear_fused");
+  const Md dst_md = onednn::dense_desc({rows, n}, out_dt);
+  const Md src_md = f16 ? onednn::dense_desc({rows, k}, memory::data_type::f32)
+                        : onednn::plain_desc({rows, k}, x.strides(), x.dtype(), "linear_fused");
+  const memory::data_type side_dt = f16 ? memory::data_type::f32 : ct;
+  const Md gate_md =
+      gate != nullptr ? onednn::dense_desc({blocked ? 1 : gate_rows, gate->size(1)}, side_dt) : Md();
+  const Md residual_md = onednn::dense_desc({rows, n}, side_dt);
+
+  onednn::KeyBuilder key("linear_fused");
+  key.add(src_md).add(w_md).add(dst_md).add(static_cast<int64_t>(act));
+  if (bias != nullptr) key.add(b.desc);
+  if (gate != nullptr) key.add(gate_md);
+  if (residual != nullptr) key.add(residual_md);
+  auto cached = onednn::PrimitiveCache<dnnl::matmul>::get(key.str(), [&] {
+    dnnl::post_ops ops;
+    if (act != Activation::None)
+      ops.append_eltwise(1.0f, eltwise_algorithm(act), act == Activation::Silu ? 1.0f : 0.0f, 0.0f);
+    if (gate != nullptr) ops.append_binary(dnnl::algorithm::binary_mul, gate_md);
+    if (residual != nullptr) ops.append_binary(dnnl::algorithm::binary_add, residual_md);
+    dnnl::primitive_attr attr = onednn::default_attr();
+    attr.set_post_ops(ops);
+    const dnnl::matmul::desc desc = bias != nullptr ? dnnl::matmul::desc(src_md, w_md, b.desc, dst_md)
+                                                    : dnnl::matmul::desc(src_md, w_md, dst_md);
+    return dnnl::matmul::primitive_desc(desc, attr, onednn::engine());
+  });
+  const memory weights = pack ? onednn::packed_weight(w, w_plain, cached->pd.weights_desc())
+                              : memory(w_plain, onednn::engine(), w.raw_data());
+  const int gate_arg = act != Activation::None ? 1 : 0;  // post-op index of the gate's binary op
+  const int residual_arg = gate_arg + (gate != nullptr ? 1 : 0);
+
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const Tensor xb = x.narrow(0, blk * rows, rows);
+    const Tensor ob = out.narrow(0, blk * rows, rows);
+    const Operand src = operand(xb, {rows, k}, xb.strides());
+    Tensor out_f32;  // float16: the float32 result, rounded into `ob` afterwards
+    if (f16) out_f32 = Tensor::empty({rows, n}, float32);
+    const memory dst(dst_md, onednn::engine(), f16 ? out_f32.raw_data() : ob.raw_data());
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, src.mem}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+    if (bias != nullptr) args.insert({DNNL_ARG_BIAS, b.mem});
+    Operand g, r;
+    if (gate != nullptr) {
+      g = operand(blocked ? gate->narrow(0, blk, 1) : *gate);
+      args.insert({DNNL_ARG_ATTR_MULTIPLE_POST_OP(gate_arg) | DNNL_ARG_SRC_1, g.mem});
+    }
+    if (residual != nullptr) {
+      r = operand(residual->narrow(0, blk * rows, rows));
+      args.insert({DNNL_ARG_ATTR_MULTIPLE_POST_OP(residual_arg) | DNNL_ARG_SRC_1, r.mem});
+    }
+    onednn::execute(cached->primitive, cached->pd, std::move(args));
+    if (f16) {
+      const memory half(onednn::dense_desc({rows, n}, memory::data_type::f16), onednn::engine(),
+                        ob.raw_data());
+      onednn::reorder(dst, half);
+    }
+  }
+}
+
+}  // namespace kiln::cpu_kernels
