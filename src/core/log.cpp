@@ -1,6 +1,8 @@
 #include "kiln/core/log.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 namespace kiln {
@@ -14,7 +16,60 @@ WarningHandler& handler() {
   static WarningHandler h;
   return h;
 }
+WarningHandler& log_handler() {
+  static WarningHandler h;
+  return h;
+}
+std::string& log_topics() {
+  static std::string topics = [] {
+    const char* v = std::getenv("KILN_LOG");
+    return v ? std::string(v) : std::string();
+  }();
+  return topics;
+}
 }  // namespace
+
+bool log_enabled(std::string_view topic) {
+  std::string topics;
+  {
+    std::lock_guard<std::mutex> lock(handler_mutex());
+    topics = log_topics();
+  }
+  if (topics.empty()) return false;
+  size_t start = 0;
+  while (start <= topics.size()) {
+    const size_t end = std::min(topics.find(',', start), topics.size());
+    const std::string_view t(topics.data() + start, end - start);
+    if (t == topic || t == "all") return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+void log(std::string_view topic, const std::string& message) {
+  WarningHandler h;
+  {
+    std::lock_guard<std::mutex> lock(handler_mutex());
+    h = log_handler();
+  }
+  if (h) {
+    h(std::string(topic) + ": " + message);
+  } else {
+    std::fprintf(stderr, "kiln[%.*s]: %s\n", static_cast<int>(topic.size()), topic.data(), message.c_str());
+  }
+}
+
+WarningHandler set_log_handler(WarningHandler h) {
+  std::lock_guard<std::mutex> lock(handler_mutex());
+  WarningHandler previous = std::move(log_handler());
+  log_handler() = std::move(h);
+  return previous;
+}
+
+void set_log_topics(const std::string& topics) {
+  std::lock_guard<std::mutex> lock(handler_mutex());
+  log_topics() = topics;
+}
 
 void warn(const std::string& message) {
   WarningHandler h;

@@ -217,6 +217,10 @@ std::shared_ptr<const FusedKernel> CpuJit::build(const ElementwiseRegion& canoni
     return nullptr;
   }
   ++counters_.compiled;
+  if (log_enabled("compile"))
+    log("compile", "built fused kernel " + sym + " (a region structure not in the memory or disk cache" +
+                       (persist ? ", now saved to " + options_.cache_dir : std::string()) +
+                       "): " + structural);
   std::string load_path = so_path;
   if (persist) {
     bool ok = false;
@@ -287,14 +291,23 @@ bool CpuJit::run(const ElementwiseRegion& region, const std::vector<Tensor>& inp
   const auto k = kernel(region);
   if (!k) return false;
   synchronize(cpu);  // inputs may still be being written by queued ops
+  invoke(*k, region, inputs, scalars, outputs);
+  return true;
+}
+
+void CpuJit::invoke(const FusedKernel& kernel, const ElementwiseRegion& region,
+                    const std::vector<Tensor>& inputs, const std::vector<double>& scalars,
+                    const std::vector<Tensor>& outputs) {
+  if (shape_numel(region.shape()) == 0) return;
   std::vector<char*> ptrs;
+  ptrs.reserve(inputs.size() + outputs.size());
   for (const Tensor& t : inputs) ptrs.push_back(static_cast<char*>(t.raw_data()));
   for (const Tensor& t : outputs) ptrs.push_back(static_cast<char*>(t.raw_data()));
   std::vector<float> sc;
+  sc.reserve(scalars.size());
   for (size_t i = 0; i < scalars.size(); ++i)
     sc.push_back(rounded_scalar(scalars[i], region.scalar_dtypes()[i]));
-  (*k)(ptrs.data(), sc.data());
-  return true;
+  kernel(ptrs.data(), sc.data());
 }
 
 JitCounters CpuJit::counters() const {

@@ -81,6 +81,13 @@ class CpuJit {
   bool run(const ElementwiseRegion& region, const std::vector<Tensor>& inputs,
            const std::vector<double>& scalars, const std::vector<Tensor>& outputs);
 
+  // Runs a kernel obtained from kernel(region) on operands already checked against `region` (as run() checks
+  // them), on the calling thread, without waiting for anything: for callers that order the work themselves
+  // (a lazy-graph flush enqueues this on the device stream behind the ops that produce the inputs).
+  static void invoke(const FusedKernel& kernel, const ElementwiseRegion& region,
+                     const std::vector<Tensor>& inputs, const std::vector<double>& scalars,
+                     const std::vector<Tensor>& outputs);
+
   JitCounters counters() const;
   // Forgets the loaded kernels (as a new process would start); the disk cache stays.
   void clear_memory_cache();

@@ -1,7 +1,9 @@
 #include "kiln/runtime/counters.h"
 
 #include <atomic>
+#include <mutex>
 
+#include "graph/cpu_jit.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
 #include "runtime/counter_updates.h"
@@ -12,6 +14,16 @@ namespace {
 
 std::atomic<int64_t> g_ops_dispatched{0};
 std::atomic<int64_t> g_kernels_launched{0};
+std::atomic<int64_t> g_fused_kernels_launched{0};
+std::atomic<int64_t> g_graph_flushes{0};
+std::atomic<int64_t> g_ops_eliminated{0};
+std::atomic<int64_t> g_ops_fused{0};
+std::atomic<int64_t> g_graphs_compiled{0};
+std::atomic<int64_t> g_graph_cache_hits{0};
+
+// The JIT keeps its own totals; the counters report them relative to the last reset.
+std::mutex g_jit_mutex;
+graph::JitCounters g_jit_at_reset;
 
 // The devices this build has a runtime for.
 const Device kDevices[] = {cpu};
@@ -29,6 +41,20 @@ void count_op_dispatched() {
 void count_kernel_launched() {
   g_kernels_launched.fetch_add(1, std::memory_order_relaxed);
 }
+void count_fused_kernel_launched() {
+  g_fused_kernels_launched.fetch_add(1, std::memory_order_relaxed);
+}
+void count_graph_flush(int64_t ops_eliminated, int64_t ops_fused) {
+  g_graph_flushes.fetch_add(1, std::memory_order_relaxed);
+  g_ops_eliminated.fetch_add(ops_eliminated, std::memory_order_relaxed);
+  g_ops_fused.fetch_add(ops_fused, std::memory_order_relaxed);
+}
+void count_graph_compiled() {
+  g_graphs_compiled.fetch_add(1, std::memory_order_relaxed);
+}
+void count_graph_cache_hit() {
+  g_graph_cache_hits.fetch_add(1, std::memory_order_relaxed);
+}
 }  // namespace runtime
 
 const DeviceMemoryCounters& Counters::memory_of(Device device) const {
@@ -41,6 +67,20 @@ Counters counters() {
   Counters c;
   c.ops_dispatched = g_ops_dispatched.load(std::memory_order_relaxed);
   c.kernels_launched = g_kernels_launched.load(std::memory_order_relaxed);
+  c.fused_kernels_launched = g_fused_kernels_launched.load(std::memory_order_relaxed);
+  c.graph_flushes = g_graph_flushes.load(std::memory_order_relaxed);
+  c.ops_eliminated = g_ops_eliminated.load(std::memory_order_relaxed);
+  c.ops_fused = g_ops_fused.load(std::memory_order_relaxed);
+  c.graphs_compiled = g_graphs_compiled.load(std::memory_order_relaxed);
+  c.graph_cache_hits = g_graph_cache_hits.load(std::memory_order_relaxed);
+  {
+    const graph::JitCounters jit = graph::CpuJit::global().counters();
+    std::lock_guard lock(g_jit_mutex);
+    c.kernels_compiled = jit.compiled - g_jit_at_reset.compiled;
+    c.kernel_cache_memory_hits = jit.memory_hits - g_jit_at_reset.memory_hits;
+    c.kernel_cache_disk_hits = jit.disk_hits - g_jit_at_reset.disk_hits;
+    c.kernel_cache_disk_misses = jit.disk_misses - g_jit_at_reset.disk_misses;
+  }
   for (size_t i = 0; i < kDeviceCount; ++i) {
     const MemoryStats s = memory_stats(kDevices[i]);
     c.memory.push_back({kDevices[i], s.current_bytes, s.peak_bytes,
@@ -52,6 +92,14 @@ Counters counters() {
 void reset_counters() {
   g_ops_dispatched.store(0, std::memory_order_relaxed);
   g_kernels_launched.store(0, std::memory_order_relaxed);
+  for (auto* c : {&g_fused_kernels_launched, &g_graph_flushes, &g_ops_eliminated, &g_ops_fused,
+                  &g_graphs_compiled, &g_graph_cache_hits})
+    c->store(0, std::memory_order_relaxed);
+  {
+    const graph::JitCounters jit = graph::CpuJit::global().counters();
+    std::lock_guard lock(g_jit_mutex);
+    g_jit_at_reset = jit;
+  }
   for (size_t i = 0; i < kDeviceCount; ++i) {
     g_allocations_at_reset[i].store(memory_stats(kDevices[i]).allocations, std::memory_order_relaxed);
     reset_peak_memory(kDevices[i]);

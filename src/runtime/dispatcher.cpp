@@ -66,6 +66,8 @@ void launch(OpCall call) {
   auto shared = std::make_shared<OpCall>(std::move(call));
   device_runtime(device).stream().enqueue(
       [shared, kernel] {
+        // Ops a kernel dispatches internally run at once, whatever mode recorded the kernel's own call.
+        EagerModeGuard eager(EagerMode::DeferNever);
         count_kernel_launched();
         kernel(*shared);
       },

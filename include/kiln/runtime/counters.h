@@ -23,6 +23,23 @@ struct Counters {
   // Kernels that started on a device stream since the last reset. Equal to ops_dispatched once the streams
   // are synchronised in eager modes, except for ops skipped because an earlier op on the stream failed.
   int64_t kernels_launched = 0;
+
+  // DeferAndFuse and compiled mode (graph optimisation):
+  int64_t graph_flushes = 0;           // lazy graphs optimised and launched
+  int64_t ops_eliminated = 0;          // op calls dropped as dead code or common subexpressions
+  int64_t ops_fused = 0;               // op calls replaced by fused kernels
+  int64_t fused_kernels_launched = 0;  // of kernels_launched, how many were fused kernels
+  // Fused-kernel code generation (the CPU JIT): kernels built by the compiler, and requests served from the
+  // in-memory cache or from the on-disk cache (KILN_CACHE_DIR), and on-disk lookups that found nothing
+  // usable.
+  int64_t kernels_compiled = 0;
+  int64_t kernel_cache_memory_hits = 0;
+  int64_t kernel_cache_disk_hits = 0;
+  int64_t kernel_cache_disk_misses = 0;
+  // Compiled mode (Module::compile): executables traced and built, and calls served by a cached one.
+  int64_t graphs_compiled = 0;
+  int64_t graph_cache_hits = 0;
+
   // One entry per device with a runtime in this build.
   std::vector<DeviceMemoryCounters> memory;
 

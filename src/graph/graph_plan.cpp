@@ -1,0 +1,391 @@
+#include "graph/graph_plan.h"
+
+#include <algorithm>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "graph/fusion_rules.h"
+
+namespace kiln::graph {
+
+namespace {
+
+using runtime::OpCall;
+
+// What the planner knows about one storage that the recorded calls touch.
+struct StorageFacts {
+  int64_t graph_refs = 0;    // tensors in the recorded calls that refer to it
+  bool external = false;     // something outside the graph refers to it too (or the caller keeps it)
+  bool fresh = false;        // first touched as an output of a call, and never allocated: made in the graph
+  std::vector<int> writers;  // calls writing it, in order
+  std::vector<int> readers;  // calls reading it, in order
+};
+
+using Facts = std::unordered_map<const Storage*, StorageFacts>;
+
+const Storage* sid(const Tensor& t) {
+  return t.storage().get();
+}
+
+Facts gather_facts(const std::vector<OpCall>& calls, const PlanOptions& options) {
+  Facts facts;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const OpCall& c = calls[i];
+    for (const Tensor& t : c.inputs) {
+      if (!t.defined()) continue;
+      auto [it, inserted] = facts.try_emplace(sid(t));
+      it->second.graph_refs++;
+      if (it->second.readers.empty() || it->second.readers.back() != static_cast<int>(i))
+        it->second.readers.push_back(static_cast<int>(i));
+    }
+    for (const Tensor& t : c.outputs) {
+      if (!t.defined()) continue;
+      auto [it, inserted] = facts.try_emplace(sid(t));
+      if (inserted) it->second.fresh = !t.storage()->is_allocated();
+      it->second.graph_refs++;
+      it->second.writers.push_back(static_cast<int>(i));
+    }
+  }
+  // use_count counts every shared_ptr to the storage; those beyond the graph's own are held by the program.
+  for (const OpCall& c : calls) {
+    for (const auto* list : {&c.inputs, &c.outputs})
+      for (const Tensor& t : *list) {
+        if (!t.defined()) continue;
+        StorageFacts& f = facts[sid(t)];
+        f.external = f.external || t.storage().use_count() > f.graph_refs;
+      }
+  }
+  for (const Storage* s : options.keep) {
+    auto it = facts.find(s);
+    if (it != facts.end()) it->second.external = true;
+  }
+  return facts;
+}
+
+bool same_view(const Tensor& a, const Tensor& b) {
+  return sid(a) == sid(b) && a.offset() == b.offset() && a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         a.strides() == b.strides();
+}
+
+// ---- common subexpressions
+
+void append_view(std::ostringstream& k, const Tensor& t) {
+  if (!t.defined()) {
+    k << "none;";
+    return;
+  }
+  k << static_cast<const void*>(sid(t)) << '@' << t.offset() << ':' << static_cast<int>(t.dtype())
+    << shape_str(t.shape()) << shape_str(t.strides()) << ';';
+}
+
+std::string call_key(const OpCall& c) {
+  std::ostringstream k;
+  k.precision(17);
+  k << c.op << '|';
+  for (const auto& [name, value] : c.attrs.items()) {
+    k << name << '=';
+    std::visit(
+        [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, std::vector<int64_t>>) {
+            k << shape_str(v);
+          } else {
+            k << v;
+          }
+        },
+        value);
+    k << ',';
+  }
+  k << '|';
+  for (const Tensor& t : c.inputs) append_view(k, t);
+  k << "->";
+  for (const Tensor& t : c.outputs)
+    k << (t.defined() ? std::to_string(static_cast<int>(t.dtype())) + shape_str(t.shape()) +
+                            shape_str(t.strides()) + "@" + std::to_string(t.offset())
+                      : "none")
+      << ';';
+  return k.str();
+}
+
+// Whether every output of `c` is made by `c` alone, in the graph, and unseen outside it.
+bool outputs_private(const OpCall& c, const Facts& facts, int index) {
+  if (c.outputs.empty()) return false;
+  for (const Tensor& t : c.outputs) {
+    if (!t.defined()) return false;
+    const StorageFacts& f = facts.at(sid(t));
+    if (!f.fresh || f.external || f.writers.size() != 1 || f.writers[0] != index) return false;
+  }
+  return true;
+}
+
+// Whether any input storage of `c` is written by a call in (from, to).
+bool inputs_written_between(const OpCall& c, const Facts& facts, int from, int to) {
+  for (const Tensor& t : c.inputs) {
+    if (!t.defined()) continue;
+    for (int w : facts.at(sid(t)).writers)
+      if (w > from && w < to) return true;
+  }
+  return false;
+}
+
+void eliminate_common(std::vector<OpCall>& calls, std::vector<bool>& removed, Facts& facts, int64_t& count) {
+  std::unordered_map<std::string, int> seen;
+  for (int i = 0; i < static_cast<int>(calls.size()); ++i) {
+    OpCall& c = calls[i];
+    if (c.outputs.empty()) continue;
+    const std::string key = call_key(c);
+    auto [it, inserted] = seen.try_emplace(key, i);
+    if (inserted) continue;
+    const int first = it->second;
+    if (!outputs_private(c, facts, i) || !outputs_private(calls[first], facts, first) ||
+        inputs_written_between(c, facts, first, i)) {
+      it->second = i;  // later duplicates compare with this one
+      continue;
+    }
+    // Readers of c's outputs read the first call's instead (same shape, dtype and layout: part of the key).
+    for (size_t o = 0; o < c.outputs.size(); ++o) {
+      const Storage* dup = sid(c.outputs[o]);
+      const Tensor& keep = calls[first].outputs[o];
+      StorageFacts& dup_facts = facts.at(dup);
+      StorageFacts& keep_facts = facts.at(sid(keep));
+      for (int r : dup_facts.readers) {
+        for (Tensor& t : calls[r].inputs)
+          if (t.defined() && sid(t) == dup)
+            t = Tensor(keep.storage(), t.shape(), t.strides(), t.offset(), t.dtype());
+        keep_facts.readers.push_back(r);
+      }
+      std::sort(keep_facts.readers.begin(), keep_facts.readers.end());
+      keep_facts.readers.erase(std::unique(keep_facts.readers.begin(), keep_facts.readers.end()),
+                               keep_facts.readers.end());
+      dup_facts.readers.clear();
+    }
+    removed[i] = true;
+    ++count;
+  }
+}
+
+// ---- dead code
+
+void eliminate_dead(const std::vector<OpCall>& calls, std::vector<bool>& removed, const Facts& facts,
+                    int64_t& count) {
+  // Walking backwards, a call is live when one of its outputs is seen outside the graph, was not made in the
+  // graph (it writes into an existing tensor), or is read by a later live call.
+  std::unordered_set<const Storage*> read_later;
+  for (int i = static_cast<int>(calls.size()) - 1; i >= 0; --i) {
+    if (removed[i]) continue;
+    const OpCall& c = calls[i];
+    bool live = c.outputs.empty();
+    for (const Tensor& t : c.outputs) {
+      if (!t.defined()) continue;
+      const StorageFacts& f = facts.at(sid(t));
+      live = live || f.external || !f.fresh || read_later.count(sid(t)) > 0;
+    }
+    if (!live) {
+      removed[i] = true;
+      ++count;
+      continue;
+    }
+    for (const Tensor& t : c.inputs)
+      if (t.defined()) read_later.insert(sid(t));
+  }
+}
+
+// ---- fusion
+
+// A run of consecutive fusable calls being considered for one region.
+class GroupBuilder {
+ public:
+  GroupBuilder(const std::vector<OpCall>& calls, const Facts& facts) : calls_(calls), facts_(facts) {}
+
+  bool empty() const { return members_.empty(); }
+  const std::vector<int>& members() const { return members_; }
+
+  // Adds call i when its reads of values made in the group are plain (or broadcast) views of them, it does
+  // not overwrite memory the group reads, and its shape broadcasts with the group's.
+  bool try_add(int i) {
+    const OpCall& c = calls_[i];
+    for (const Tensor& t : c.inputs) {
+      auto it = written_.find(sid(t));
+      if (it == written_.end()) continue;
+      const Tensor& made = calls_[it->second].outputs[0];
+      if (same_view(t, made)) continue;
+      if (!broadcastable(t.shape(), made.shape()) || t.dim() < made.dim()) return false;
+      if (!same_view(t, made.expand(t.shape()))) return false;
+    }
+    const Tensor& out = c.outputs[0];
+    if (read_from_memory_.count(sid(out)) || written_.count(sid(out))) return false;
+    if (!members_.empty() && !broadcastable(shape_, out.shape())) return false;
+    for (const Tensor& t : c.inputs)
+      if (!written_.count(sid(t))) read_from_memory_.insert(sid(t));
+    written_[sid(out)] = i;
+    shape_ = members_.empty() ? out.shape() : broadcast_shapes(shape_, out.shape(), "fusion");
+    members_.push_back(i);
+    return true;
+  }
+
+  void clear() {
+    members_.clear();
+    written_.clear();
+    read_from_memory_.clear();
+    shape_.clear();
+  }
+
+ private:
+  static bool broadcastable(const Shape& a, const Shape& b) {
+    const size_t n = std::max(a.size(), b.size());
+    for (size_t k = 0; k < n; ++k) {
+      const int64_t x = k < a.size() ? a[a.size() - 1 - k] : 1, y = k < b.size() ? b[b.size() - 1 - k] : 1;
+      if (x != y && x != 1 && y != 1) return false;
+    }
+    return true;
+  }
+
+  const std::vector<OpCall>& calls_;
+  const Facts& facts_;
+  std::vector<int> members_;
+  std::unordered_map<const Storage*, int> written_;  // storage -> the member that makes it
+  std::unordered_set<const Storage*> read_from_memory_;
+  Shape shape_;
+};
+
+// Whether member m's value must be stored: seen outside, not made in the graph, or read by a call outside
+// members[0, count).
+bool must_store(int m, const std::vector<int>& members, size_t count, const std::vector<OpCall>& calls,
+                const std::vector<bool>& removed, const Facts& facts) {
+  const StorageFacts& f = facts.at(sid(calls[m].outputs[0]));
+  if (f.external || !f.fresh || f.writers.size() != 1) return true;
+  for (int r : f.readers) {
+    if (removed[r]) continue;
+    if (std::find(members.begin(), members.begin() + static_cast<std::ptrdiff_t>(count), r) ==
+        members.begin() + static_cast<std::ptrdiff_t>(count))
+      return true;
+  }
+  return false;
+}
+
+// The longest prefix of `members` that can be one region: every stored value has the region's full shape.
+size_t valid_prefix(const std::vector<int>& members, const std::vector<OpCall>& calls,
+                    const std::vector<bool>& removed, const Facts& facts) {
+  for (size_t count = members.size(); count >= 2; --count) {
+    Shape g = calls[members[0]].outputs[0].shape();
+    for (size_t k = 1; k < count; ++k)
+      g = broadcast_shapes(g, calls[members[k]].outputs[0].shape(), "fusion");
+    bool ok = true;
+    bool any_stored = false;
+    for (size_t k = 0; k < count && ok; ++k) {
+      if (!must_store(members[k], members, count, calls, removed, facts)) continue;
+      any_stored = true;
+      ok = calls[members[k]].outputs[0].shape() == g;
+    }
+    if (ok && any_stored) return count;
+  }
+  return members.size() >= 1 ? 1 : 0;
+}
+
+std::shared_ptr<FusedGroup> build_group(const std::vector<int>& members, const std::vector<OpCall>& calls,
+                                        const std::vector<bool>& removed, const Facts& facts) {
+  Shape g = calls[members[0]].outputs[0].shape();
+  for (int m : members) g = broadcast_shapes(g, calls[m].outputs[0].shape(), "fusion");
+  auto group = std::make_shared<FusedGroup>();
+  group->region = ElementwiseRegion(g);
+  std::unordered_map<const Storage*, ValueId> values;
+  std::vector<std::pair<Tensor, ValueId>> memory_inputs;
+  for (int m : members) {
+    const OpCall& c = calls[m];
+    std::vector<ValueId> args;
+    for (const Tensor& t : c.inputs) {
+      if (auto it = values.find(sid(t)); it != values.end()) {
+        args.push_back(it->second);
+        continue;
+      }
+      ValueId v = -1;
+      for (const auto& [seen, id] : memory_inputs)
+        if (same_view(seen, t)) v = id;
+      if (v < 0) {
+        v = group->region.input_like(t.dtype(), t.shape(), t.strides());
+        memory_inputs.emplace_back(t, v);
+        group->inputs.push_back(t);
+      }
+      args.push_back(v);
+    }
+    const ValueId out = add_to_region(group->region, c, args, group->scalars);
+    values[sid(c.outputs[0])] = out;
+    if (must_store(m, members, members.size(), calls, removed, facts)) {
+      group->region.output(out, c.outputs[0].dtype());
+      group->outputs.push_back(c.outputs[0]);
+    }
+    group->members.push_back(c);
+  }
+  return group;
+}
+
+}  // namespace
+
+std::string FusedGroup::describe() const {
+  std::ostringstream s;
+  s << "fused[";
+  for (size_t i = 0; i < members.size(); ++i) s << (i ? ", " : "") << members[i].op;
+  s << "](";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    s << (i ? ", " : "") << dtype_name(inputs[i].dtype()) << shape_str(inputs[i].shape());
+  s << ") -> ";
+  for (size_t i = 0; i < outputs.size(); ++i)
+    s << (i ? ", " : "") << dtype_name(outputs[i].dtype()) << shape_str(outputs[i].shape());
+  return s.str();
+}
+
+std::vector<PlanStep> plan_graph(std::vector<OpCall> calls, const PlanOptions& options, PlanStats* stats) {
+  PlanStats local;
+  local.calls = static_cast<int64_t>(calls.size());
+  Facts facts = gather_facts(calls, options);
+  std::vector<bool> removed(calls.size(), false);
+  eliminate_common(calls, removed, facts, local.common);
+  eliminate_dead(calls, removed, facts, local.dead);
+
+  std::vector<PlanStep> plan;
+  GroupBuilder group(calls, facts);
+  auto emit_single = [&](int i) { plan.push_back(PlanStep{std::move(calls[i]), nullptr}); };
+  // Emits the group's longest valid prefix fused (or its first call alone), then re-offers the rest.
+  std::vector<int> pending;
+  auto flush_group = [&](auto& self) -> void {
+    if (group.empty()) return;
+    std::vector<int> members = group.members();
+    group.clear();
+    const size_t n = valid_prefix(members, calls, removed, facts);
+    if (n >= 2) {
+      std::vector<int> prefix(members.begin(), members.begin() + static_cast<std::ptrdiff_t>(n));
+      auto fused = build_group(prefix, calls, removed, facts);
+      local.fused_calls += static_cast<int64_t>(n);
+      local.fused_kernels++;
+      plan.push_back(PlanStep{OpCall{}, std::move(fused)});
+    } else {
+      emit_single(members[0]);
+    }
+    const size_t done = std::max<size_t>(n, 1);
+    for (size_t k = done; k < members.size(); ++k) {
+      if (!group.try_add(members[k])) {
+        self(self);
+        group.try_add(members[k]);
+      }
+    }
+    self(self);  // drains what was re-offered, so nothing after the group overtakes it
+  };
+  for (int i = 0; i < static_cast<int>(calls.size()); ++i) {
+    if (removed[i]) continue;
+    if (!options.fuse || !is_fusable(calls[i])) {
+      flush_group(flush_group);
+      emit_single(i);
+      continue;
+    }
+    if (!group.try_add(i)) {
+      flush_group(flush_group);
+      group.try_add(i);
+    }
+  }
+  flush_group(flush_group);
+  if (stats) *stats = local;
+  return plan;
+}
+
+}  // namespace kiln::graph

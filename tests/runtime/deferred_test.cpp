@@ -1,0 +1,203 @@
+// DeferAndFuse: recorded ops give the same values as strict eager, while the counters show what the lazy
+// graph did — fused chains, dropped dead code and duplicates, intermediates never allocated, repeating blocks
+// flushed on their own, and no recompilation for new scalar values.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "kiln/core/device_runtime.h"
+#include "kiln/ops.h"
+#include "kiln/runtime/counters.h"
+#include "kiln/runtime/eager_mode.h"
+#include "runtime/deferred.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>(static_cast<int64_t>(s >> 40) % 2001 - 1000) / 250.0f;
+  }
+  return Tensor::from_vector(v, shape).to(dtype);
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const Tensor ca = a.contiguous(), cb = b.contiguous();
+  synchronize();
+  return std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
+}
+
+// adaLN modulation followed by an activation, as a DiT block does it.
+Tensor modulate_gelu(const Tensor& x, const Tensor& scale, const Tensor& shift) {
+  return gelu(add(mul(x, add(1.0, scale)), shift), GeluApproximate::Tanh);
+}
+
+class DeferAndFuse : public ::testing::TestWithParam<DType> {};
+
+TEST_P(DeferAndFuse, ChainFusesIntoOneKernelWithTheEagerValues) {
+  const DType dt = GetParam();
+  const Tensor x = random_tensor({2, 37, 48}, dt, 1);
+  const Tensor scale = random_tensor({2, 1, 48}, dt, 2), shift = random_tensor({2, 1, 48}, dt, 3);
+  const Tensor expected = modulate_gelu(x, scale, shift);
+  synchronize();
+  reset_counters();
+  Tensor fused;
+  {
+    EagerModeGuard mode(EagerMode::DeferAndFuse);
+    fused = modulate_gelu(x, scale, shift);
+    EXPECT_EQ(runtime::deferred_op_count(), 4u);
+    EXPECT_EQ(counters().kernels_launched, 0);
+  }
+  synchronize();
+  const Counters c = counters();
+  EXPECT_EQ(c.ops_dispatched, 4);
+  EXPECT_EQ(c.ops_fused, 4);
+  EXPECT_EQ(c.kernels_launched, 1);
+  EXPECT_EQ(c.fused_kernels_launched, 1);
+  EXPECT_TRUE(bitwise_equal(fused, expected));
+}
+
+TEST_P(DeferAndFuse, IntermediatesAreNeverAllocated) {
+  const DType dt = GetParam();
+  const Tensor x = random_tensor({64, 1024}, dt, 4);
+  const Tensor scale = random_tensor({1, 1024}, dt, 5), shift = random_tensor({1, 1024}, dt, 6);
+  synchronize();
+  const int64_t out_bytes = static_cast<int64_t>(x.nbytes());
+  reset_counters();
+  {
+    const Tensor eager = modulate_gelu(x, scale, shift);
+    synchronize();
+  }
+  const int64_t eager_peak = counters().memory_of(cpu).peak_bytes - memory_stats(cpu).current_bytes;
+  reset_counters();
+  {
+    EagerModeGuard mode(EagerMode::DeferAndFuse);
+    const Tensor fused = modulate_gelu(x, scale, shift);
+    synchronize();
+    // Only the result was allocated: mul's and add's [64, 1024] intermediates never were.
+    EXPECT_EQ(counters().memory_of(cpu).peak_bytes - memory_stats(cpu).current_bytes + out_bytes, out_bytes);
+  }
+  EXPECT_GE(eager_peak, 2 * out_bytes);
+}
+
+TEST_P(DeferAndFuse, UnreadResultsAreNeverComputed) {
+  const DType dt = GetParam();
+  const Tensor x = random_tensor({16, 16}, dt, 7);
+  synchronize();
+  reset_counters();
+  {
+    EagerModeGuard mode(EagerMode::DeferAndFuse);
+    { const Tensor unused = exp(mul(x, 2.0)); }
+    synchronize();
+  }
+  const Counters c = counters();
+  EXPECT_EQ(c.ops_dispatched, 2);
+  EXPECT_EQ(c.ops_eliminated, 2);
+  EXPECT_EQ(c.kernels_launched, 0);
+}
+
+TEST_P(DeferAndFuse, CommonSubexpressionsRunOnce) {
+  const DType dt = GetParam();
+  const Tensor t = random_tensor({4, 96}, dt, 8);
+  const Tensor w = random_tensor({32, 96}, dt, 9);
+  // Two blocks each compute silu(temb) before their own projection, as diffusers' AdaLayerNorm does.
+  const Tensor expected = add(linear(silu(t), w), linear(silu(t), w));
+  synchronize();
+  reset_counters();
+  Tensor got;
+  {
+    EagerModeGuard mode(EagerMode::DeferAndFuse);
+    got = add(linear(silu(t), w), linear(silu(t), w));
+    synchronize();
+  }
+  EXPECT_EQ(counters().ops_eliminated, 2);  // the second silu and the second linear
+  EXPECT_EQ(counters().kernels_launched, 3);
+  EXPECT_TRUE(bitwise_equal(got, expected));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, DeferAndFuse, ::testing::Values(float32, bfloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// A block of ops between two non-fusable ops (so that the block has fused and unfused parts), repeated.
+Tensor block(const Tensor& h, const Tensor& w, const Tensor& scale, const Tensor& shift) {
+  Tensor y = linear(h, w);
+  y = add(h, mul(modulate_gelu(y, scale, shift), 0.5));
+  return layer_norm(y, 1, Tensor(), Tensor(), 1e-6);
+}
+
+TEST(DeferAndFuseBlocks, RepeatingBlocksFlushOnTheirOwnAndReuseKernels) {
+  const Tensor w = random_tensor({48, 48}, float32, 10);
+  const Tensor scale = random_tensor({1, 48}, float32, 11), shift = random_tensor({1, 48}, float32, 12);
+  const Tensor h0 = random_tensor({8, 48}, float32, 13);
+  Tensor expected = h0;
+  for (int i = 0; i < 6; ++i) expected = block(expected, w, scale, shift);
+  synchronize();
+  reset_counters();
+  Tensor h = h0;
+  {
+    EagerModeGuard mode(EagerMode::DeferAndFuse);
+    for (int i = 0; i < 6; ++i) h = block(h, w, scale, shift);
+    // The blocks were flushed as they repeated, not kept until the read below.
+    EXPECT_GE(counters().graph_flushes, 3);
+    EXPECT_LT(runtime::deferred_op_count(), 3 * 8u);
+    synchronize();
+  }
+  const Counters c = counters();
+  EXPECT_TRUE(bitwise_equal(h, expected));
+  EXPECT_GT(c.ops_fused, 0);
+  // Every block has the same structure, so its fused kernel is built (or loaded) once and then reused.
+  EXPECT_LE(c.kernels_compiled + c.kernel_cache_disk_hits, 2);
+  EXPECT_GE(c.kernel_cache_memory_hits, 3);
+}
+
+TEST(DeferAndFuseScalars, NewScalarValuesReuseTheKernel) {
+  const Tensor x = random_tensor({3, 40}, bfloat16, 14), v = random_tensor({3, 40}, bfloat16, 15);
+  auto step = [&](double sigma, double sigma_next) { return add(x, mul(v, sigma_next - sigma)).to(float32); };
+  {
+    EagerModeGuard mode(EagerMode::DeferAndFuse);
+    step(1.0, 0.75).data<float>();
+  }
+  reset_counters();
+  Tensor got;
+  {
+    EagerModeGuard mode(EagerMode::DeferAndFuse);
+    got = step(0.75, 0.3125);
+    synchronize();
+  }
+  EXPECT_EQ(counters().kernels_compiled, 0);
+  EXPECT_EQ(counters().kernel_cache_disk_hits, 0);
+  EXPECT_EQ(counters().fused_kernels_launched, 1);
+  EXPECT_TRUE(bitwise_equal(got, step(0.75, 0.3125)));
+}
+
+TEST(DeferAndFuseReads, HostReadFlushesAndSeesTheValues) {
+  const Tensor x = random_tensor({5, 7}, float32, 16);
+  const std::vector<float> expected = sigmoid(mul(x, 3.0)).to_vector<float>();
+  EagerModeGuard mode(EagerMode::DeferAndFuse);
+  const Tensor y = sigmoid(mul(x, 3.0));
+  EXPECT_EQ(runtime::deferred_op_count(), 2u);
+  EXPECT_EQ(y.to_vector<float>(), expected);
+  EXPECT_EQ(runtime::deferred_op_count(), 0u);
+}
+
+TEST(DeferAndFuseErrors, KernelErrorsSurfaceAtTheSynchronisationNamingTheOp) {
+  const Tensor table = random_tensor({4, 3}, float32, 17);
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{0, 9}, {2});
+  EagerModeGuard mode(EagerMode::DeferAndFuse);
+  Tensor rows;
+  ASSERT_NO_THROW(rows = embedding(table, ids));
+  try {
+    synchronize();
+    FAIL() << "expected the out-of-range id to be reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("embedding"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln
