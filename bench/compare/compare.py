@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""Kiln vs PyTorch, side by side, on the same randomly initialised checkpoints and the same inputs.
+
+Models (real widths from tools/goldens/*_real_configs.json, cut-down depth):
+  flux  FluxTransformer2DModel, FLUX.1-dev config, --flux-layers double + single blocks (default 1 + 1)
+  sd3   SD3Transformer2DModel, SD3.5-Medium config, --sd3-layers blocks (default 2; block 0 has the MMDiT-X
+        dual attention), classifier-free guidance as one batch of 2, 333 text tokens (77 CLIP + 256 T5)
+  t5    T5EncoderModel, T5 v1.1 XXL config, --t5-layers layers (default 2), --t5-tokens tokens (default 512)
+at --sizes (image side in pixels, default 512,1024; t5 runs once), bf16.
+
+For each case the checkpoint is made once with diffusers/transformers (fixed seed, save_pretrained under
+--cache, reused when present), the inputs are drawn once with a fixed torch seed and saved next to it, and then
+each engine runs in its own process (so that VmHWM, the peak resident memory, is that engine's):
+  torch eager, torch.compile (inductor; the first call, which compiles, is timed separately), and
+  bench_compare_driver --mode eager|fuse|compile (Kiln), which also measures the machine's bf16 peak now and the
+  time of the step's matmuls alone, and compares its output with PyTorch eager's (saved into the inputs file).
+Without torch the PyTorch side is skipped and Kiln runs on its own random weights (--random).
+
+Example (from the repository root, after building bench_compare_driver):
+  python3 bench/compare/compare.py --driver build/bench/bench_compare_driver --models flux,sd3,t5 --sizes 512,1024
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NOMINAL_BF16_PEAK_GFLOPS = 880.0
+
+
+def vmhwm_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return 1024.0 * float(line.split()[1])
+    return float("nan")
+
+
+def have_torch():
+    try:
+        import torch  # noqa: F401
+        import diffusers  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        return str(e)
+    return None
+
+
+# ---- checkpoints and inputs (PyTorch side)
+
+
+def real_config(file, key):
+    with open(os.path.join(REPO, "tools", "goldens", file)) as f:
+        return {k: v for k, v in json.load(f)[key].items() if not k.startswith("_")}
+
+
+def case_dir(args, model):
+    depth = {"flux": f"{args.flux_layers}+{args.flux_layers}", "sd3": str(args.sd3_layers), "t5": str(args.t5_layers)}
+    return os.path.join(os.path.expanduser(args.cache), f"{model}-{depth[model]}")
+
+
+def make_checkpoint(args, model, folder):
+    """Random init of the real classes (fixed seed), bf16, save_pretrained into `folder` unless present."""
+    if os.path.exists(os.path.join(folder, "config.json")):
+        return
+    import torch
+
+    torch.manual_seed(0)
+    t0 = time.time()
+    if model == "flux":
+        from diffusers import FluxTransformer2DModel
+
+        config = real_config("flux_real_configs.json", "transformer_dev")
+        config.update(num_layers=args.flux_layers, num_single_layers=args.flux_layers)
+        net = FluxTransformer2DModel(**config)
+    elif model == "sd3":
+        from diffusers import SD3Transformer2DModel
+
+        config = real_config("sd3_real_configs.json", "transformer_medium")
+        config.update(num_layers=args.sd3_layers, dual_attention_layers=(0,))
+        net = SD3Transformer2DModel(**config)
+    else:
+        from transformers import T5Config, T5EncoderModel
+
+        config = real_config("sd3_real_configs.json", "text_encoder_3")
+        config.update(num_layers=args.t5_layers, dropout_rate=0.0)
+        net = T5EncoderModel(T5Config(**config))
+    net = net.to(torch.bfloat16).eval()
+    tmp = folder + ".tmp"
+    net.save_pretrained(tmp)
+    os.rename(tmp, folder)
+    print(f"  made {folder} ({sum(p.numel() for p in net.parameters()) / 1e6:.0f} M parameters, {time.time() - t0:.0f} s)")
+
+
+def inputs_path(folder, model, size):
+    return os.path.join(folder, f"inputs-{size}.safetensors")
+
+
+def make_inputs(args, model, folder, size):
+    """The same initial latents and conditioning for every engine: torch.randn with a fixed seed, bf16, the
+    dtypes FluxPipeline / StableDiffusion3Pipeline pass to the transformer."""
+    path = inputs_path(folder, model, size)
+    if os.path.exists(path):
+        return path
+    import torch
+    from safetensors.torch import save_file
+
+    g = torch.Generator("cpu").manual_seed(size)
+    bf16 = torch.bfloat16
+    if model == "flux":
+        grid, text = size // 16, 512
+        t = {
+            "hidden_states": torch.randn(1, grid * grid, 64, generator=g, dtype=bf16),
+            "encoder_hidden_states": torch.randn(1, text, 4096, generator=g, dtype=bf16),
+            "pooled_projections": torch.randn(1, 768, generator=g, dtype=bf16),
+            "timestep": torch.full([1], 1.0, dtype=bf16),  # sigma 1 (the first step), t / 1000 as the pipeline passes it
+            "guidance": torch.full([1], 3.5, dtype=torch.float32),
+            "txt_ids": torch.zeros(text, 3, dtype=bf16),
+        }
+        ids = torch.zeros(grid, grid, 3)
+        ids[..., 1] += torch.arange(grid)[:, None]
+        ids[..., 2] += torch.arange(grid)[None, :]
+        t["img_ids"] = ids.reshape(grid * grid, 3).to(bf16)
+    elif model == "sd3":
+        h, text = size // 8, 333
+        t = {
+            "hidden_states": torch.randn(2, 16, h, h, generator=g, dtype=bf16),
+            "encoder_hidden_states": torch.randn(2, text, 4096, generator=g, dtype=bf16),
+            "pooled_projections": torch.randn(2, 2048, generator=g, dtype=bf16),
+            "timestep": torch.full([2], 1000.0, dtype=torch.float32),
+        }
+    else:
+        t = {"input_ids": torch.randint(0, 32128, (1, size), generator=g, dtype=torch.int64)}
+    save_file(t, path + ".tmp")
+    os.rename(path + ".tmp", path)
+    return path
+
+
+# ---- one engine in its own process
+
+
+def torch_worker(args):
+    """Runs in a child process: loads the checkpoint, times --steps calls, prints one JSON line."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    torch.set_num_threads(args.threads)
+    t_load = time.time()
+    if args.model == "flux":
+        from diffusers import FluxTransformer2DModel as Cls
+    elif args.model == "sd3":
+        from diffusers import SD3Transformer2DModel as Cls
+    else:
+        from transformers import T5EncoderModel as Cls
+    net = Cls.from_pretrained(args.checkpoint, torch_dtype=torch.bfloat16).eval()
+    load_s = time.time() - t_load
+    inputs = load_file(args.inputs)
+    expected = inputs.pop("expected", None)
+    if args.model == "t5":
+        def call(m):
+            return m(input_ids=inputs["input_ids"]).last_hidden_state
+    else:
+        def call(m):
+            return m(**inputs, return_dict=False)[0]
+
+    fn = net
+    result = {"engine": "torch", "mode": args.mode, "threads": torch.get_num_threads(), "load_s": load_s}
+    with torch.inference_mode():
+        if args.mode == "compile":
+            import torch._inductor.config as inductor_config
+
+            inductor_config.freezing = args.torch_freezing
+            fn = torch.compile(net)
+            result["mode"] = "compile+freezing" if args.torch_freezing else "compile"
+        t0 = time.perf_counter()
+        out = call(fn)  # warm-up; for torch.compile this traces and compiles
+        result["first_call_s"] = time.perf_counter() - t0
+        times = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            out = call(fn)
+            times.append(time.perf_counter() - t0)
+    result.update(median_s=statistics.median(times), min_s=min(times), max_s=max(times), steps=args.steps)
+    result["vmhwm_bytes"] = vmhwm_bytes()
+    if expected is not None:
+        o, e = out.float(), expected.float()
+        result["max_rel_error"] = ((o - e).abs().max() / e.abs().max().clamp_min(1e-30)).item()
+    elif args.mode == "eager":
+        # PyTorch eager's output becomes the reference the other engines are compared with.
+        inputs["expected"] = out.contiguous()
+        save_file(inputs, args.inputs + ".tmp")
+        os.replace(args.inputs + ".tmp", args.inputs)
+    print("TORCH_RESULT " + json.dumps(result), flush=True)
+
+
+def run_child(cmd, tag, env=None):
+    """Runs one engine; echoes its output; returns the parsed result line (or None, with the reason)."""
+    print(f"  $ {' '.join(cmd)}", flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    result, lines = None, []
+    for line in p.stdout.splitlines():
+        if line.startswith(tag + " "):
+            result = json.loads(line[len(tag) + 1:])
+        else:
+            lines.append(line)
+    for line in lines:
+        print("    " + line)
+    if p.returncode != 0:
+        print(f"    (exit status {p.returncode})")
+        return None
+    return result
+
+
+# ---- the table
+
+
+def fmt(v, spec, missing="-"):
+    return missing if v is None or v != v else format(v, spec)
+
+
+def print_table(rows, header_note):
+    print()
+    print(header_note)
+    cols = ["case", "engine", "step s (median)", "range s", "Kiln/eager", "Kiln/compile", "GFLOP", "GFLOP/s",
+            "MFU measured", "MFU 880", "matmul share", "VmHWM GB", "weights GB", "max rel err", "compile s"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="flux,sd3,t5")
+    ap.add_argument("--sizes", default="512,1024", help="image sides in pixels (flux, sd3)")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per engine, after one warm-up")
+    ap.add_argument("--flux-layers", type=int, default=1)
+    ap.add_argument("--sd3-layers", type=int, default=2)
+    ap.add_argument("--t5-layers", type=int, default=2)
+    ap.add_argument("--t5-tokens", type=int, default=512)
+    ap.add_argument("--kiln-modes", default="eager,fuse,compile")
+    ap.add_argument("--torch-modes", default="eager,compile")
+    ap.add_argument("--torch-freezing", action="store_true", help="inductor freezing (prepacked weights) for torch.compile")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch side")
+    ap.add_argument("--matmul-reps", type=int, default=1, help="repetitions of each Linear timed alone (0: skip)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--cache", default="~/.cache/kiln-bench")
+    ap.add_argument("--driver", default=os.path.join(REPO, "build", "bench", "bench_compare_driver"))
+    ap.add_argument("--json", help="also write every result to this file")
+    # internal: one PyTorch engine in this process
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", help=argparse.SUPPRESS)
+    ap.add_argument("--checkpoint", help=argparse.SUPPRESS)
+    ap.add_argument("--inputs", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return torch_worker(args)
+
+    if not os.access(args.driver, os.X_OK):
+        sys.exit(f"compare.py: no Kiln driver at {args.driver} (build bench_compare_driver, or pass --driver)")
+    missing = "--no-torch given" if args.no_torch else have_torch()
+    if missing:
+        print(f"PyTorch side skipped ({missing}); Kiln runs on its own random weights (--random).")
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    load = os.getloadavg()
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    print(f"commit {commit}, {args.threads} threads, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+    cases = []
+    for model in args.models.split(","):
+        sizes = [args.t5_tokens] if model == "t5" else [int(s) for s in args.sizes.split(",")]
+        cases += [(model, size) for size in sizes]
+
+    rows, results = [], []
+    for model, size in cases:
+        label = f"{model} {size}" + ("px" if model != "t5" else " tok")
+        print(f"\n== {label}", flush=True)
+        layers = {"flux": args.flux_layers, "sd3": args.sd3_layers, "t5": args.t5_layers}[model]
+        torch_res = {}
+        if not missing:
+            folder = case_dir(args, model)
+            make_checkpoint(args, model, folder)
+            inputs = make_inputs(args, model, folder, size)
+            for mode in args.torch_modes.split(","):
+                cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", model, "--mode", mode,
+                       "--checkpoint", folder, "--inputs", inputs, "--steps", str(args.steps),
+                       "--threads", str(args.threads)] + (["--torch-freezing"] if args.torch_freezing else [])
+                r = run_child(cmd, "TORCH_RESULT", env)
+                if r:
+                    torch_res[mode] = r
+            source = ["--checkpoint", folder, "--inputs", inputs]
+        else:
+            source = ["--random", "--size", str(size), "--layers", str(layers)]
+        kiln_res = {}
+        for i, mode in enumerate(args.kiln_modes.split(",")):
+            reps = args.matmul_reps if i == 0 else 0  # the matmul share does not depend on the mode
+            cmd = [args.driver, "--model", model, "--mode", mode, "--steps", str(args.steps),
+                   "--matmul-reps", str(reps)] + source
+            r = run_child(cmd, "KILN_RESULT", env)
+            if r:
+                kiln_res[mode] = r
+        first = next(iter(kiln_res.values()), None)
+        flops = first["flops"] if first else float("nan")
+        peak = first["measured_peak_gflops"] if first else float("nan")
+        matmul = first["matmul_s"] if first else None
+        for mode, r in torch_res.items():
+            gf = flops / r["median_s"] / 1e9
+            compile_s = r["first_call_s"] - r["median_s"] if "compile" in r["mode"] else None
+            rows.append([label, f"torch {r['mode']}", fmt(r["median_s"], ".3f"),
+                         f"{r['min_s']:.3f}-{r['max_s']:.3f}", "", "", fmt(flops / 1e9, ".1f"), fmt(gf, ".0f"),
+                         fmt(100 * gf / peak if peak else None, ".1f", "-") + "%", f"{100 * gf / NOMINAL_BF16_PEAK_GFLOPS:.1f}%",
+                         "", fmt(r["vmhwm_bytes"] / 1e9, ".2f"), "", fmt(r.get("max_rel_error"), ".2e", "ref"),
+                         fmt(compile_s, ".1f")])
+            results.append(dict(r, case=label, flops=flops))
+        for mode, r in kiln_res.items():
+            gf = r["flops"] / r["median_s"] / 1e9
+            ratio = {m: r["median_s"] / t["median_s"] for m, t in torch_res.items()}
+            share = f"{100 * matmul / r['median_s']:.0f}%" if matmul else ""
+            rows.append([label, f"kiln {mode}", fmt(r["median_s"], ".3f"), f"{r['min_s']:.3f}-{r['max_s']:.3f}",
+                         fmt(ratio.get("eager"), ".2f"), fmt(ratio.get("compile"), ".2f"), fmt(r["flops"] / 1e9, ".1f"),
+                         fmt(gf, ".0f"), f"{100 * gf / r['measured_peak_gflops']:.1f}%" if r["measured_peak_gflops"] else "-",
+                         f"{100 * gf / NOMINAL_BF16_PEAK_GFLOPS:.1f}%", share, fmt(r["vmhwm_bytes"] / 1e9, ".2f"),
+                         fmt(r["weight_bytes"] / 1e9, ".2f"), fmt(r.get("max_rel_error"), ".2e"), ""])
+            results.append(dict(r, case=label))
+        if first:
+            print(f"  measured bf16 peak now: {peak:.0f} GFLOP/s (nominal {NOMINAL_BF16_PEAK_GFLOPS:.0f}); "
+                  f"Kiln's matmuls alone: {fmt(matmul, '.3f')} s")
+
+    load = os.getloadavg()
+    note = (f"Kiln vs PyTorch, bf16, {args.threads} threads, {args.steps} timed steps per engine after a warm-up; "
+            f"commit {commit}; load average at the end {load[0]:.2f}. Kiln/eager and Kiln/compile: Kiln's step time "
+            f"over PyTorch's (< 1: Kiln faster). MFU: model FLOPs per step / step time / bf16 peak (measured by the "
+            f"driver in this run, or the nominal 880 GFLOP/s). matmul share: the step's Linear shapes timed alone "
+            f"(kiln::linear) / step time. max rel err: max|out - torch eager| / max|torch eager|.")
+    print_table(rows, note)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

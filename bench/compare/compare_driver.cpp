@@ -1,0 +1,557 @@
+// The Kiln side of bench/compare/compare.py: one model, one input size, one execution mode per process (so
+// that the peak resident memory it reports is that engine's alone). It loads a diffusers/transformers
+// checkpoint folder written by compare.py (or makes random weights with --random), runs the forward pass
+// `--steps` times after one warm-up, and prints one table row and one machine-readable line:
+//   step time (median, min, max), model FLOPs per step, model-FLOP utilisation against the bf16 peak it
+//   measures in the same run (a register-only VDPBF16PS loop on every thread) and against the nominal 880
+//   GFLOP/s, the time of the step's matmuls when each Linear shape is timed alone (kiln::linear), the peak
+//   resident memory (VmHWM) and the weights' size, and, when the inputs file holds PyTorch's output for the
+//   same inputs ("expected"), the max relative error max|kiln - torch| / max|torch|.
+//
+// Usage:
+//   bench_compare_driver --model flux|sd3|t5 [--mode eager|fuse|compile] [--steps N]
+//                        (--checkpoint DIR [--inputs FILE] | --random [--size PX] [--layers N] [--tiny])
+//                        [--matmul-reps N (0 = skip the matmul timing)]
+// --size is the image side in pixels for flux and sd3 (512, 1024) and the token count for t5.
+// --layers: flux double and single blocks each (default 1), sd3 blocks (default 2; block 0 has the dual
+// attention), t5 layers (default 2). --tiny shrinks every width (for the ctest; the timings mean nothing).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#include "../bench_util.h"
+#include "backends/cpu/cpu_features.h"
+#include "kiln/kiln.h"
+#include "kiln/models/flux_transformer.h"
+#include "kiln/models/sd3_transformer.h"
+#include "kiln/models/t5_encoder.h"
+
+namespace {
+
+constexpr double kNominalBf16PeakGflops = 880.0;  // 2 Zen 5 cores, shared/reference/cpu-limits.md
+
+struct Options {
+  std::string model;
+  std::string mode = "eager";
+  std::string checkpoint;
+  std::string inputs;
+  bool random = false;
+  bool tiny = false;
+  int64_t size = 512;
+  int64_t layers = 0;  // 0: the model's default cut-down depth
+  int steps = 3;
+  int matmul_reps = 1;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "bench_compare_driver: %s\nusage: bench_compare_driver --model flux|sd3|t5 [--mode "
+               "eager|fuse|compile] [--steps N] (--checkpoint DIR [--inputs FILE] | --random [--size PX] "
+               "[--layers N] [--tiny]) [--matmul-reps N]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+int64_t parse_int(const std::string& flag, const std::string& value) {
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(value, &used);
+    if (used == value.size()) return v;
+  } catch (const std::exception&) {
+  }
+  usage(flag + " expects an integer, got '" + value + "'");
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--model")
+      o.model = value();
+    else if (a == "--mode")
+      o.mode = value();
+    else if (a == "--checkpoint")
+      o.checkpoint = value();
+    else if (a == "--inputs")
+      o.inputs = value();
+    else if (a == "--random")
+      o.random = true;
+    else if (a == "--tiny")
+      o.tiny = true;
+    else if (a == "--size")
+      o.size = parse_int(a, value());
+    else if (a == "--layers")
+      o.layers = parse_int(a, value());
+    else if (a == "--steps")
+      o.steps = static_cast<int>(parse_int(a, value()));
+    else if (a == "--matmul-reps")
+      o.matmul_reps = static_cast<int>(parse_int(a, value()));
+    else
+      usage("unknown argument '" + a + "'");
+  }
+  if (o.model != "flux" && o.model != "sd3" && o.model != "t5") usage("--model must be flux, sd3 or t5");
+  if (o.mode != "eager" && o.mode != "fuse" && o.mode != "compile")
+    usage("--mode must be eager, fuse or compile");
+  if (o.random == !o.checkpoint.empty()) usage("give exactly one of --checkpoint DIR and --random");
+  if (o.steps < 1) usage("--steps must be at least 1");
+  if (o.size < 1 || o.layers < 0 || o.matmul_reps < 0)
+    usage("--size, --layers and --matmul-reps must be positive");
+  return o;
+}
+
+// ---- measurements of the machine and the process
+
+// 24 independent VDPBF16PS chains on registers for about `seconds`: FLOP per wall-clock second on this core.
+__attribute__((target("avx512f,avx512bf16"))) double dpbf16_rate(double seconds) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  __m512i a = _mm512_set1_epi32(0x3f803f80), b = _mm512_set1_epi32(0x00010001);
+  constexpr long kChunk = 200000;
+  long iterations = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  do {
+    for (long i = 0; i < kChunk; ++i) {
+      asm volatile("" : "+v"(a), "+v"(b));  // keeps the operands opaque so the loop is not folded
+#pragma GCC unroll 24
+      for (int j = 0; j < 24; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)a, (__m512bh)b);
+    }
+    iterations += kChunk;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } while (elapsed < seconds);
+  float sink = 0;
+  for (int i = 0; i < 24; ++i) sink += acc[i][0];
+  asm volatile("" : : "x"(sink));
+  return static_cast<double>(iterations) * 24 * 64.0 / elapsed;  // 16 lanes x 2 products x 2 FLOP
+}
+
+// The bf16 ceiling of all OpenMP threads together, now, in GFLOP/s (wall clock, so a busy host lowers it as
+// it lowers the step); 0 when the CPU has no AVX-512 BF16.
+double measured_bf16_peak_gflops() {
+  if (!kiln::cpu_kernels::cpu_features().avx512_bf16) return 0;
+  double total = 0;
+#pragma omp parallel reduction(+ : total)
+  total += dpbf16_rate(0.5);
+  return total / 1e9;
+}
+
+// Peak resident set of this process (VmHWM), in bytes.
+double peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return 1024.0 * std::atof(line.c_str() + 6);
+  }
+  return 0;
+}
+
+struct Timing {
+  double median = 0, min = 0, max = 0;
+};
+
+Timing time_steps(int steps, const std::function<void()>& f) {
+  f();  // warm-up: primitive creation, weight prepacking, first-touch of the allocator
+  kiln::synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    kiln::synchronize();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  const size_t n = t.size();
+  return {n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t.front(), t.back()};
+}
+
+// ---- the models' work
+
+// A Linear applied to `m` rows, `count` times per step: 2 m k n FLOPs each.
+struct LinearShape {
+  int64_t m, k, n, count;
+};
+
+struct Workload {
+  std::string description;
+  std::vector<LinearShape> linears;  // every Linear/conv whose rows scale with the tokens
+  double attention_flops = 0;        // QK^T and PV: 4 S^2 (heads x head_dim) per attention
+  double linear_flops() const {
+    double f = 0;
+    for (const auto& l : linears) f += 2.0 * l.m * l.k * l.n * l.count;
+    return f;
+  }
+};
+
+// Model FLOPs leave out the modulation/embedding linears that act on one row per batch element (under 0.1%
+// of a step) and all elementwise work.
+Workload flux_workload(const kiln::models::FluxTransformerConfig& c, int64_t batch, int64_t n, int64_t l) {
+  const int64_t d = c.inner_dim(), f = 4 * d, s = n + l, b = batch;
+  Workload w;
+  w.linears = {
+      {b * n, c.in_channels, d, 1}, {b * l, c.joint_attention_dim, d, 1}, {b * n, d, c.out_channels, 1}};
+  if (c.num_layers > 0) {
+    const int64_t k = c.num_layers;
+    w.linears.insert(w.linears.end(), {{b * n, d, d, 4 * k},
+                                       {b * n, d, f, k},
+                                       {b * n, f, d, k},
+                                       {b * l, d, d, 4 * k},
+                                       {b * l, d, f, k},
+                                       {b * l, f, d, k}});
+  }
+  if (c.num_single_layers > 0) {
+    const int64_t k = c.num_single_layers;
+    w.linears.insert(w.linears.end(), {{b * s, d, d, 3 * k}, {b * s, d, f, k}, {b * s, d + f, d, k}});
+  }
+  w.attention_flops = 4.0 * b * s * s * d * (c.num_layers + c.num_single_layers);
+  return w;
+}
+
+Workload sd3_workload(const kiln::models::SD3TransformerConfig& c, int64_t batch, int64_t n, int64_t l) {
+  const int64_t d = c.inner_dim(), f = 4 * d, s = n + l, b = batch, p = c.patch_size;
+  int64_t dual = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) dual += c.is_dual_attention_layer(i) ? 1 : 0;
+  const int64_t k = c.num_layers;
+  Workload w;
+  // Patch embedding (a stride-p conv = a Linear on patches), caption projection and the final projection.
+  w.linears = {{b * n, c.in_channels * p * p, d, 1},
+               {b * l, c.joint_attention_dim, d, 1},
+               {b * n, d, p * p * c.out_channels, 1},
+               // image stream of every block: q, k, v, out and the MLP
+               {b * n, d, d, 4 * k},
+               {b * n, d, f, k},
+               {b * n, f, d, k},
+               // text stream: q, k, v everywhere; out and MLP except in the last block (context_pre_only)
+               {b * l, d, d, 3 * k + (k - 1)},
+               {b * l, d, f, k - 1},
+               {b * l, f, d, k - 1}};
+  if (dual > 0) w.linears.push_back({b * n, d, d, 4 * dual});  // MMDiT-X second, image-only attention
+  w.attention_flops = 4.0 * b * (static_cast<double>(s) * s * k + static_cast<double>(n) * n * dual) * d;
+  return w;
+}
+
+Workload t5_workload(const kiln::models::T5EncoderConfig& c, int64_t batch, int64_t s) {
+  const int64_t inner = c.num_heads * c.d_kv, m = batch * s, k = c.num_layers;
+  Workload w;
+  w.linears = {{m, c.d_model, inner, 3 * k},
+               {m, inner, c.d_model, k},
+               {m, c.d_model, c.d_ff, (c.gated ? 2 : 1) * k},
+               {m, c.d_ff, c.d_model, k}};
+  w.attention_flops = 4.0 * batch * s * s * inner * k;
+  return w;
+}
+
+// Each Linear shape timed alone with kiln::linear (bf16, bias as the model has it where it matters little).
+double matmul_seconds(const Workload& w, int reps) {
+  kiln::Generator gen(7);
+  double total = 0;
+  for (const auto& l : w.linears) {
+    const kiln::Tensor x = kiln::bench::random({l.m, l.k}, kiln::bfloat16, gen, 1.0);
+    const kiln::Tensor weight = kiln::bench::random({l.n, l.k}, kiln::bfloat16, gen);
+    const kiln::Tensor bias = kiln::bench::random({l.n}, kiln::bfloat16, gen);
+    total += l.count * kiln::bench::best_of(reps, [&] { kiln::linear(x, weight, bias); });
+  }
+  return total;
+}
+
+// ---- building the model and its inputs
+
+struct Case {
+  std::unique_ptr<kiln::nn::Module> model;
+  std::function<kiln::Tensor()> step;
+  Workload work;
+  std::optional<kiln::Tensor> expected;
+};
+
+// The inputs file written by compare.py: named input tensors and, optionally, PyTorch's output.
+struct InputFile {
+  std::unique_ptr<kiln::io::SafetensorsFile> file;
+  kiln::Tensor get(const std::string& name) const {
+    KILN_CHECK(file->contains(name), "bench_compare_driver: the inputs file has no tensor '" << name << "'");
+    return file->tensor(name).contiguous();
+  }
+  std::optional<kiln::Tensor> expected() const {
+    if (!file || !file->contains("expected")) return std::nullopt;
+    return file->tensor("expected");
+  }
+};
+
+kiln::models::FluxTransformerConfig flux_random_config(const Options& o) {
+  kiln::models::FluxTransformerConfig c;  // diffusers' defaults are the FLUX.1 widths
+  c.guidance_embeds = true;               // FLUX.1-dev
+  c.num_layers = c.num_single_layers = o.layers > 0 ? o.layers : 1;
+  if (o.tiny) {
+    c.num_attention_heads = 2;
+    c.attention_head_dim = 16;
+    c.axes_dims_rope = {4, 6, 6};
+    c.joint_attention_dim = 32;
+    c.pooled_projection_dim = 16;
+    c.in_channels = c.out_channels = 16;
+  }
+  return c;
+}
+
+Case flux_case(const Options& o, const InputFile& in) {
+  using kiln::bfloat16;
+  std::unique_ptr<kiln::models::FluxTransformer2DModel> model;
+  kiln::Tensor hidden, text, pooled, t, g, txt_ids, img_ids;
+  if (o.random) {
+    const auto c = flux_random_config(o);
+    model = std::make_unique<kiln::models::FluxTransformer2DModel>(c);
+    kiln::nn::LoadOptions load;
+    load.dtype = bfloat16;
+    model->load_weights(kiln::bench::RandomWeights(*model, bfloat16), load);
+    const int64_t grid = o.size / 16, n = grid * grid, l = o.tiny ? 8 : 512;
+    kiln::Generator gen(0);
+    hidden = kiln::bench::random({1, n, c.in_channels}, bfloat16, gen, 1.0);
+    text = kiln::bench::random({1, l, c.joint_attention_dim}, bfloat16, gen, 1.0);
+    pooled = kiln::bench::random({1, c.pooled_projection_dim}, bfloat16, gen, 1.0);
+    t = kiln::Tensor::full({1}, 0.5, kiln::float32);
+    g = kiln::Tensor::full({1}, 3.5, kiln::float32);
+    txt_ids = kiln::models::flux_text_ids(l);
+    img_ids = kiln::models::flux_latent_image_ids(grid, grid);
+  } else {
+    model = kiln::models::load_flux_transformer(o.checkpoint, bfloat16);
+    hidden = in.get("hidden_states");
+    text = in.get("encoder_hidden_states");
+    pooled = in.get("pooled_projections");
+    t = in.get("timestep");
+    if (model->config().guidance_embeds) g = in.get("guidance");
+    txt_ids = in.get("txt_ids");
+    img_ids = in.get("img_ids");
+  }
+  const auto& c = model->config();
+  Case out;
+  out.work = flux_workload(c, hidden.shape()[0], hidden.shape()[1], text.shape()[1]);
+  std::ostringstream d;
+  d << "flux " << c.num_layers << "+" << c.num_single_layers << " blocks, width " << c.inner_dim() << ", "
+    << hidden.shape()[1] << " image + " << text.shape()[1] << " text tokens";
+  out.work.description = d.str();
+  auto* m = model.get();
+  out.step = [=] { return m->forward(hidden, text, pooled, t, g, txt_ids, img_ids); };
+  out.model = std::move(model);
+  return out;
+}
+
+kiln::models::SD3TransformerConfig sd3_random_config(const Options& o) {
+  kiln::models::SD3TransformerConfig c;  // SD3.5 Medium's widths (its config.json), cut-down depth
+  c.num_layers = o.layers > 0 ? o.layers : 2;
+  c.attention_head_dim = 64;
+  c.num_attention_heads = 24;
+  c.caption_projection_dim = 1536;
+  c.pos_embed_max_size = 384;
+  c.dual_attention_layers = {0};
+  c.qk_norm = "rms_norm";
+  if (o.tiny) {
+    c.num_attention_heads = 2;
+    c.attention_head_dim = 16;
+    c.caption_projection_dim = 32;
+    c.joint_attention_dim = 32;
+    c.pooled_projection_dim = 16;
+    c.pos_embed_max_size = 16;
+    c.sample_size = 8;
+  }
+  return c;
+}
+
+Case sd3_case(const Options& o, const InputFile& in) {
+  using kiln::bfloat16;
+  std::unique_ptr<kiln::models::SD3Transformer2DModel> model;
+  kiln::Tensor hidden, text, pooled, t;
+  if (o.random) {
+    const auto c = sd3_random_config(o);
+    model = std::make_unique<kiln::models::SD3Transformer2DModel>(c);
+    kiln::nn::LoadOptions load;
+    load.dtype = bfloat16;
+    model->load_weights(kiln::bench::RandomWeights(*model, bfloat16), load);
+    // Classifier-free guidance as one batch of 2; 333 text tokens = 77 CLIP + 256 T5.
+    const int64_t b = 2, l = o.tiny ? 8 : 333, h = o.size / 8;
+    kiln::Generator gen(0);
+    hidden = kiln::bench::random({b, c.in_channels, h, h}, bfloat16, gen, 1.0);
+    text = kiln::bench::random({b, l, c.joint_attention_dim}, bfloat16, gen, 1.0);
+    pooled = kiln::bench::random({b, c.pooled_projection_dim}, bfloat16, gen, 1.0);
+    t = kiln::Tensor::full({b}, 500.0, kiln::float32);
+  } else {
+    model = kiln::models::load_sd3_transformer(o.checkpoint, bfloat16);
+    hidden = in.get("hidden_states");
+    text = in.get("encoder_hidden_states");
+    pooled = in.get("pooled_projections");
+    t = in.get("timestep");
+  }
+  const auto& c = model->config();
+  const int64_t n = (hidden.shape()[2] / c.patch_size) * (hidden.shape()[3] / c.patch_size);
+  Case out;
+  out.work = sd3_workload(c, hidden.shape()[0], n, text.shape()[1]);
+  std::ostringstream d;
+  d << "sd3 " << c.num_layers << " blocks, width " << c.inner_dim() << ", batch " << hidden.shape()[0]
+    << " x (" << n << " image + " << text.shape()[1] << " text tokens)";
+  out.work.description = d.str();
+  auto* m = model.get();
+  out.step = [=] { return m->forward(hidden, text, pooled, t); };
+  out.model = std::move(model);
+  return out;
+}
+
+kiln::models::T5EncoderConfig t5_random_config(const Options& o) {
+  kiln::models::T5EncoderConfig c;  // T5 v1.1 XXL widths (FLUX.1's and SD3's text encoder 3)
+  c.d_model = 4096;
+  c.d_kv = 64;
+  c.num_heads = 64;
+  c.d_ff = 10240;
+  c.num_layers = o.layers > 0 ? o.layers : 2;
+  if (o.tiny) {
+    c.vocab_size = 100;
+    c.d_model = 32;
+    c.d_kv = 8;
+    c.num_heads = 4;
+    c.d_ff = 64;
+  }
+  return c;
+}
+
+Case t5_case(const Options& o, const InputFile& in) {
+  std::unique_ptr<kiln::models::T5EncoderModel> model;
+  kiln::Tensor ids;
+  if (o.random) {
+    const auto c = t5_random_config(o);
+    model = std::make_unique<kiln::models::T5EncoderModel>(c);
+    kiln::nn::LoadOptions load;
+    load.dtype = kiln::bfloat16;
+    model->load_weights(kiln::bench::RandomWeights(*model, kiln::bfloat16), load);
+    std::vector<int64_t> v(static_cast<size_t>(o.size));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>((i * 7919 + 13) % c.vocab_size);
+    ids = kiln::Tensor::from_vector(v, {1, o.size});
+  } else {
+    model = kiln::models::load_t5_encoder(o.checkpoint, kiln::bfloat16);
+    ids = in.get("input_ids");
+  }
+  const auto& c = model->config();
+  Case out;
+  out.work = t5_workload(c, ids.shape()[0], ids.shape()[1]);
+  std::ostringstream d;
+  d << "t5 " << c.num_layers << " layers, width " << c.d_model << ", " << ids.shape()[1] << " tokens";
+  out.work.description = d.str();
+  auto* m = model.get();
+  out.step = [=] { return m->forward(ids); };
+  out.model = std::move(model);
+  return out;
+}
+
+// max |a - e| / max |e|, in float32.
+double max_rel_error(const kiln::Tensor& a, const kiln::Tensor& e) {
+  KILN_CHECK(a.shape() == e.shape(), "bench_compare_driver: output " << kiln::shape_str(a.shape())
+                                                                     << " but the expected output is "
+                                                                     << kiln::shape_str(e.shape()));
+  const auto x = a.to_vector<float>(), y = e.to_vector<float>();
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return INFINITY;  // std::max would skip a NaN
+    diff = std::max(diff, std::fabs(static_cast<double>(x[i]) - y[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(y[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// Module::compile is being added to Kiln (`module.compile({...})`); the driver uses it in the first build
+// that has it, and says so where it is missing.
+template <class M>
+constexpr bool kHasCompile = requires(M& m) {
+  m.compile({});
+};
+
+template <class M>
+void compile_module(M& model) {
+  if constexpr (kHasCompile<M>) model.compile({});
+}
+
+std::string json_number(double v) {
+  if (std::isnan(v)) return "null";
+  if (std::isinf(v)) return "1e999";  // json.loads reads it as inf
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+int run(const Options& o) {
+  if (o.mode == "compile" && !kHasCompile<kiln::nn::Module>) {
+    std::printf("compile mode: not available in this build (kiln::nn::Module has no compile())\n");
+    return 0;
+  }
+  InputFile in;
+  if (!o.random) {
+    if (o.inputs.empty()) usage("--checkpoint needs --inputs FILE (written by compare.py)");
+    in.file = std::make_unique<kiln::io::SafetensorsFile>(o.inputs);
+  }
+  Case c = o.model == "flux" ? flux_case(o, in) : o.model == "sd3" ? sd3_case(o, in) : t5_case(o, in);
+  c.expected = in.expected();
+  const double weight_bytes = static_cast<double>(c.model->parameter_bytes(kiln::bfloat16));
+
+  if (o.mode == "compile") compile_module(*c.model);
+  if (o.mode == "fuse") kiln::set_eager_mode(kiln::EagerMode::DeferAndFuse);
+  kiln::Tensor output;
+  const Timing step = time_steps(o.steps, [&] { output = c.step(); });
+  const double rel_error = c.expected ? max_rel_error(output, *c.expected) : NAN;
+  const double resident = peak_resident_bytes();
+  kiln::set_eager_mode(kiln::EagerMode::DeferNever);
+
+  const double peak = measured_bf16_peak_gflops();
+  const double matmul = o.matmul_reps > 0 ? matmul_seconds(c.work, o.matmul_reps) : NAN;
+  const double flops = c.work.linear_flops() + c.work.attention_flops;
+  const double gflops = flops / step.median / 1e9;
+
+  std::printf("kiln %-7s %s, bf16, %d threads\n", o.mode.c_str(), c.work.description.c_str(),
+              omp_get_max_threads());
+  std::printf(
+      "  step %.3f s median (%.3f-%.3f, %d runs) | %.1f GFLOP, %.1f GFLOP/s = %.1f%% of the measured bf16 "
+      "peak %.0f, %.1f%% of nominal %.0f\n",
+      step.median, step.min, step.max, o.steps, flops / 1e9, gflops, peak > 0 ? 100 * gflops / peak : NAN,
+      peak, 100 * gflops / kNominalBf16PeakGflops, kNominalBf16PeakGflops);
+  if (o.matmul_reps > 0)
+    std::printf("  matmuls alone %.3f s = %.0f%% of the step (%.1f GFLOP/s)\n", matmul,
+                100 * matmul / step.median, c.work.linear_flops() / matmul / 1e9);
+  std::printf("  peak resident %.2f GB (weights %.2f GB)", resident / 1e9, weight_bytes / 1e9);
+  if (c.expected)
+    std::printf(" | max rel error vs PyTorch %.3g\n", rel_error);
+  else
+    std::printf(" | no PyTorch output to compare with\n");
+  std::printf(
+      "KILN_RESULT {\"engine\": \"kiln\", \"mode\": \"%s\", \"model\": \"%s\", \"case\": \"%s\", "
+      "\"threads\": %d, "
+      "\"steps\": %d, \"median_s\": %s, \"min_s\": %s, \"max_s\": %s, \"flops\": %s, \"linear_flops\": %s, "
+      "\"measured_peak_gflops\": %s, \"matmul_s\": %s, \"vmhwm_bytes\": %s, \"weight_bytes\": %s, "
+      "\"max_rel_error\": %s}\n",
+      o.mode.c_str(), o.model.c_str(), c.work.description.c_str(), omp_get_max_threads(), o.steps,
+      json_number(step.median).c_str(), json_number(step.min).c_str(), json_number(step.max).c_str(),
+      json_number(flops).c_str(), json_number(c.work.linear_flops()).c_str(), json_number(peak).c_str(),
+      json_number(matmul).c_str(), json_number(resident).c_str(), json_number(weight_bytes).c_str(),
+      json_number(rel_error).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_compare_driver: %s\n", e.what());
+    return 1;
+  }
+}
