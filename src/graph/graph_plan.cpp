@@ -5,68 +5,15 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "graph/fusion_patterns.h"
 #include "graph/fusion_rules.h"
+#include "graph/graph_facts.h"
 
 namespace kiln::graph {
 
 namespace {
 
 using runtime::OpCall;
-
-// What the planner knows about one storage that the recorded calls touch.
-struct StorageFacts {
-  int64_t graph_refs = 0;    // tensors in the recorded calls that refer to it
-  bool external = false;     // something outside the graph refers to it too (or the caller keeps it)
-  bool fresh = false;        // first touched as an output of a call, and never allocated: made in the graph
-  std::vector<int> writers;  // calls writing it, in order
-  std::vector<int> readers;  // calls reading it, in order
-};
-
-using Facts = std::unordered_map<const Storage*, StorageFacts>;
-
-const Storage* sid(const Tensor& t) {
-  return t.storage().get();
-}
-
-Facts gather_facts(const std::vector<OpCall>& calls, const PlanOptions& options) {
-  Facts facts;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const OpCall& c = calls[i];
-    for (const Tensor& t : c.inputs) {
-      if (!t.defined()) continue;
-      auto [it, inserted] = facts.try_emplace(sid(t));
-      it->second.graph_refs++;
-      if (it->second.readers.empty() || it->second.readers.back() != static_cast<int>(i))
-        it->second.readers.push_back(static_cast<int>(i));
-    }
-    for (const Tensor& t : c.outputs) {
-      if (!t.defined()) continue;
-      auto [it, inserted] = facts.try_emplace(sid(t));
-      if (inserted) it->second.fresh = !t.storage()->is_allocated();
-      it->second.graph_refs++;
-      it->second.writers.push_back(static_cast<int>(i));
-    }
-  }
-  // use_count counts every shared_ptr to the storage; those beyond the graph's own are held by the program.
-  for (const OpCall& c : calls) {
-    for (const auto* list : {&c.inputs, &c.outputs})
-      for (const Tensor& t : *list) {
-        if (!t.defined()) continue;
-        StorageFacts& f = facts[sid(t)];
-        f.external = f.external || t.storage().use_count() > f.graph_refs;
-      }
-  }
-  for (const Storage* s : options.keep) {
-    auto it = facts.find(s);
-    if (it != facts.end()) it->second.external = true;
-  }
-  return facts;
-}
-
-bool same_view(const Tensor& a, const Tensor& b) {
-  return sid(a) == sid(b) && a.offset() == b.offset() && a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         a.strides() == b.strides();
-}
 
 // ---- common subexpressions
 
@@ -111,22 +58,9 @@ std::string call_key(const OpCall& c) {
 // Whether every output of `c` is made by `c` alone, in the graph, and unseen outside it.
 bool outputs_private(const OpCall& c, const Facts& facts, int index) {
   if (c.outputs.empty()) return false;
-  for (const Tensor& t : c.outputs) {
-    if (!t.defined()) return false;
-    const StorageFacts& f = facts.at(sid(t));
-    if (!f.fresh || f.external || f.writers.size() != 1 || f.writers[0] != index) return false;
-  }
+  for (const Tensor& t : c.outputs)
+    if (!is_private(facts, t, index)) return false;
   return true;
-}
-
-// Whether any input storage of `c` is written by a call in (from, to).
-bool inputs_written_between(const OpCall& c, const Facts& facts, int from, int to) {
-  for (const Tensor& t : c.inputs) {
-    if (!t.defined()) continue;
-    for (int w : facts.at(sid(t)).writers)
-      if (w > from && w < to) return true;
-  }
-  return false;
 }
 
 void eliminate_common(std::vector<OpCall>& calls, std::vector<bool>& removed, Facts& facts, int64_t& count) {
@@ -139,7 +73,7 @@ void eliminate_common(std::vector<OpCall>& calls, std::vector<bool>& removed, Fa
     if (inserted) continue;
     const int first = it->second;
     if (!outputs_private(c, facts, i) || !outputs_private(calls[first], facts, first) ||
-        inputs_written_between(c, facts, first, i)) {
+        written_between(facts, c.inputs, first, i)) {
       it->second = i;  // later duplicates compare with this one
       continue;
     }
@@ -163,6 +97,15 @@ void eliminate_common(std::vector<OpCall>& calls, std::vector<bool>& removed, Fa
     removed[i] = true;
     ++count;
   }
+}
+
+// The calls not removed, in order (dropping the removed ones' references to their tensors).
+std::vector<OpCall> compact(std::vector<OpCall> calls, const std::vector<bool>& removed) {
+  std::vector<OpCall> kept;
+  kept.reserve(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i)
+    if (!removed[i]) kept.push_back(std::move(calls[i]));
+  return kept;
 }
 
 // ---- dead code
@@ -205,6 +148,14 @@ class GroupBuilder {
   // not overwrite memory the group reads, and its shape broadcasts with the group's.
   bool try_add(int i) {
     const OpCall& c = calls_[i];
+    if (!members_.empty()) {
+      // Only connected calls join: unrelated small ops fused side by side save little and would make a new
+      // kernel for every combination.
+      bool connected = false;
+      for (const Tensor& t : c.inputs)
+        connected = connected || written_.count(sid(t)) || read_from_memory_.count(sid(t));
+      if (!connected) return false;
+    }
     for (const Tensor& t : c.inputs) {
       auto it = written_.find(sid(t));
       if (it == written_.end()) continue;
@@ -338,9 +289,17 @@ std::string FusedGroup::describe() const {
 std::vector<PlanStep> plan_graph(std::vector<OpCall> calls, const PlanOptions& options, PlanStats* stats) {
   PlanStats local;
   local.calls = static_cast<int64_t>(calls.size());
-  Facts facts = gather_facts(calls, options);
+  {
+    Facts facts = gather_facts(calls, options.keep);
+    std::vector<bool> removed(calls.size(), false);
+    eliminate_common(calls, removed, facts, local.common);
+    calls = compact(std::move(calls), removed);
+  }
+  // Chains are matched after duplicates are gone (two identical linears would otherwise become two fused
+  // ops), and before dead code goes, which then takes what the fused ops made unnecessary (1 + scale).
+  if (options.fuse) calls = rewrite_fused_patterns(std::move(calls), options.keep, &local.patterns);
+  Facts facts = gather_facts(calls, options.keep);
   std::vector<bool> removed(calls.size(), false);
-  eliminate_common(calls, removed, facts, local.common);
   eliminate_dead(calls, removed, facts, local.dead);
 
   std::vector<PlanStep> plan;

@@ -4,6 +4,8 @@
 //      outside the graph still refers to its storage, or a live call reads it);
 //   2. common subexpressions: a call identical to an earlier one (same op, attributes and operand views) is
 //      dropped and its readers read the earlier result — e.g. every transformer block computing silu(temb);
+//   0. fused ops: chains such as linear -> gelu -> gated residual or layer_norm -> adaLN modulation become
+//      one fused op (graph/fusion_patterns.h);
 //   3. fusion: runs of consecutive fusable elementwise calls (graph/fusion_rules.h) become one region for the
 //      CPU JIT; values only read inside the region are never stored, so their tensors are never allocated.
 // The plan keeps the program order of everything it does not remove.
@@ -38,6 +40,7 @@ struct PlanStats {
   int64_t common = 0;         // dropped as common subexpressions
   int64_t fused_calls = 0;    // calls replaced by fused kernels
   int64_t fused_kernels = 0;  // fused kernels in the plan
+  int64_t patterns = 0;       // chains replaced by a fused op (graph/fusion_patterns.h)
 };
 
 struct PlanOptions {

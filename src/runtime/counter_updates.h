@@ -2,12 +2,14 @@
 // order nothing).
 #pragma once
 
+#include <cstdint>
+
 namespace kiln::runtime {
 
 void count_op_dispatched();
 void count_kernel_launched();
 void count_fused_kernel_launched();
-void count_graph_flush(int64_t ops_eliminated, int64_t ops_fused);
+void count_graph_flush(int64_t ops_eliminated, int64_t ops_fused, int64_t chains_fused);
 void count_graph_compiled();
 void count_graph_cache_hit();
 

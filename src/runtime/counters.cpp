@@ -18,6 +18,7 @@ std::atomic<int64_t> g_fused_kernels_launched{0};
 std::atomic<int64_t> g_graph_flushes{0};
 std::atomic<int64_t> g_ops_eliminated{0};
 std::atomic<int64_t> g_ops_fused{0};
+std::atomic<int64_t> g_chains_fused{0};
 std::atomic<int64_t> g_graphs_compiled{0};
 std::atomic<int64_t> g_graph_cache_hits{0};
 
@@ -44,7 +45,8 @@ void count_kernel_launched() {
 void count_fused_kernel_launched() {
   g_fused_kernels_launched.fetch_add(1, std::memory_order_relaxed);
 }
-void count_graph_flush(int64_t ops_eliminated, int64_t ops_fused) {
+void count_graph_flush(int64_t ops_eliminated, int64_t ops_fused, int64_t chains_fused) {
+  g_chains_fused.fetch_add(chains_fused, std::memory_order_relaxed);
   g_graph_flushes.fetch_add(1, std::memory_order_relaxed);
   g_ops_eliminated.fetch_add(ops_eliminated, std::memory_order_relaxed);
   g_ops_fused.fetch_add(ops_fused, std::memory_order_relaxed);
@@ -71,6 +73,7 @@ Counters counters() {
   c.graph_flushes = g_graph_flushes.load(std::memory_order_relaxed);
   c.ops_eliminated = g_ops_eliminated.load(std::memory_order_relaxed);
   c.ops_fused = g_ops_fused.load(std::memory_order_relaxed);
+  c.chains_fused = g_chains_fused.load(std::memory_order_relaxed);
   c.graphs_compiled = g_graphs_compiled.load(std::memory_order_relaxed);
   c.graph_cache_hits = g_graph_cache_hits.load(std::memory_order_relaxed);
   {
@@ -93,7 +96,7 @@ void reset_counters() {
   g_ops_dispatched.store(0, std::memory_order_relaxed);
   g_kernels_launched.store(0, std::memory_order_relaxed);
   for (auto* c : {&g_fused_kernels_launched, &g_graph_flushes, &g_ops_eliminated, &g_ops_fused,
-                  &g_graphs_compiled, &g_graph_cache_hits})
+                  &g_chains_fused, &g_graphs_compiled, &g_graph_cache_hits})
     c->store(0, std::memory_order_relaxed);
   {
     const graph::JitCounters jit = graph::CpuJit::global().counters();

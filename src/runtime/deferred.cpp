@@ -117,12 +117,13 @@ void launch_fused(const std::shared_ptr<graph::FusedGroup>& group) {
 void run_graph(std::vector<OpCall> calls) {
   graph::PlanStats stats;
   std::vector<graph::PlanStep> plan = graph::plan_graph(std::move(calls), {}, &stats);
-  count_graph_flush(stats.dead + stats.common, stats.fused_calls);
+  count_graph_flush(stats.dead + stats.common, stats.fused_calls, stats.patterns);
   if (log_enabled("graph")) {
     std::string text = "flush of " + std::to_string(stats.calls) +
                        " op calls: " + std::to_string(stats.dead) + " dead, " + std::to_string(stats.common) +
                        " duplicates, " + std::to_string(stats.fused_calls) + " fused into " +
-                       std::to_string(stats.fused_kernels) + " kernels";
+                       std::to_string(stats.fused_kernels) + " kernels, " + std::to_string(stats.patterns) +
+                       " chains into fused ops";
     for (const graph::PlanStep& step : plan)
       text += "\n  " + (step.fused ? step.fused->describe() : step.call.describe());
     log("graph", text);

@@ -7,6 +7,7 @@
 #include "backends/cpu/register_kernels.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/runtime/eager_mode.h"
+#include "runtime/capture.h"
 #include "runtime/counter_updates.h"
 #include "runtime/deferred.h"
 
@@ -74,11 +75,29 @@ void launch(OpCall call) {
       [shared] { return shared->describe(); });
 }
 
+namespace {
+thread_local std::vector<OpCall>* t_capture = nullptr;
+}  // namespace
+
+CaptureGuard::CaptureGuard(std::vector<OpCall>* into) : previous_(t_capture) {
+  t_capture = into;
+}
+CaptureGuard::~CaptureGuard() {
+  t_capture = previous_;
+}
+std::vector<OpCall>* capture_target() {
+  return t_capture;
+}
+
 void dispatch(OpCall call) {
-  const EagerMode mode = eager_mode();
   const Tensor& anchor = !call.outputs.empty() ? call.outputs.front() : call.inputs.front();
   KILN_CHECK(kernel_registry().find(call.op, anchor.device().type) != nullptr,
              call.op << ": no kernel for device " << anchor.device().str());
+  if (t_capture != nullptr) {
+    t_capture->push_back(std::move(call));
+    return;
+  }
+  const EagerMode mode = eager_mode();
   count_op_dispatched();
   if (mode == EagerMode::DeferAndFuse) {
     defer(std::move(call));
