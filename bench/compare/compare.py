@@ -251,6 +251,7 @@ def main():
     ap.add_argument("--cache", default="~/.cache/kiln-bench")
     ap.add_argument("--driver", default=os.path.join(REPO, "build", "bench", "bench_compare_driver"))
     ap.add_argument("--json", help="also write every result to this file")
+    ap.add_argument("--prepare-only", action="store_true", help="make the checkpoints and inputs, run nothing")
     # internal: one PyTorch engine in this process
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -261,7 +262,7 @@ def main():
     if args.worker:
         return torch_worker(args)
 
-    if not os.access(args.driver, os.X_OK):
+    if not args.prepare_only and not os.access(args.driver, os.X_OK):
         sys.exit(f"compare.py: no Kiln driver at {args.driver} (build bench_compare_driver, or pass --driver)")
     missing = "--no-torch given" if args.no_torch else have_torch()
     if missing:
@@ -280,12 +281,16 @@ def main():
     for model, size in cases:
         label = f"{model} {size}" + ("px" if model != "t5" else " tok")
         print(f"\n== {label}", flush=True)
+        if args.prepare_only and missing:
+            sys.exit(f"compare.py: --prepare-only needs PyTorch ({missing})")
         layers = {"flux": args.flux_layers, "sd3": args.sd3_layers, "t5": args.t5_layers}[model]
         torch_res = {}
         if not missing:
             folder = case_dir(args, model)
             make_checkpoint(args, model, folder)
             inputs = make_inputs(args, model, folder, size)
+            if args.prepare_only:
+                continue
             for mode in args.torch_modes.split(","):
                 cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", model, "--mode", mode,
                        "--checkpoint", folder, "--inputs", inputs, "--steps", str(args.steps),
@@ -331,6 +336,8 @@ def main():
             print(f"  measured bf16 peak now: {peak:.0f} GFLOP/s (nominal {NOMINAL_BF16_PEAK_GFLOPS:.0f}); "
                   f"Kiln's matmuls alone: {fmt(matmul, '.3f')} s")
 
+    if args.prepare_only:
+        return
     load = os.getloadavg()
     note = (f"Kiln vs PyTorch, bf16, {args.threads} threads, {args.steps} timed steps per engine after a warm-up; "
             f"commit {commit}; load average at the end {load[0]:.2f}. Kiln/eager and Kiln/compile: Kiln's step time "
