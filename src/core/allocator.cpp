@@ -1,9 +1,11 @@
 #include "kiln/core/allocator.h"
 
+#include "kiln/core/device_runtime.h"
+
 namespace kiln {
 
 MemoryStats Allocator::stats() const {
-  return MemoryStats{current_.load(), peak_.load(), count_.load()};
+  return MemoryStats{current_.load(), peak_.load(), count_.load(), reserved()};
 }
 
 void Allocator::reset_peak() {
@@ -20,6 +22,10 @@ void Allocator::record_allocate(size_t bytes) {
 
 void Allocator::record_deallocate(size_t bytes) {
   current_.fetch_sub(static_cast<int64_t>(bytes));
+}
+
+void empty_cache(Device device) {
+  device_runtime(device).allocator().empty_cache();
 }
 
 }  // namespace kiln

@@ -5,12 +5,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kiln/core/device.h"
+
 namespace kiln {
 
 struct MemoryStats {
   int64_t current_bytes = 0;  // bytes held by live allocations now
   int64_t peak_bytes = 0;     // high-water mark since start or the last reset_peak()
   int64_t allocations = 0;    // number of allocate() calls
+  int64_t reserved_bytes =
+      0;  // bytes held from the system: live allocations rounded to blocks plus the cache
 };
 
 class Allocator {
@@ -19,6 +23,8 @@ class Allocator {
   // Returns memory aligned to at least 64 bytes; throws kiln::Error when the device is out of memory.
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr, size_t bytes) = 0;
+  // Returns memory kept for reuse (freed blocks in a cache) to the system; allocators without one do nothing.
+  virtual void empty_cache() {}
 
   MemoryStats stats() const;
   void reset_peak();
@@ -26,11 +32,17 @@ class Allocator {
  protected:
   void record_allocate(size_t bytes);
   void record_deallocate(size_t bytes);
+  // What stats() reports as reserved_bytes; an allocator without a cache holds exactly its live bytes.
+  virtual int64_t reserved() const { return current_.load(); }
 
  private:
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> count_{0};
 };
+
+// Returns the memory that `device`'s allocator caches for reuse to the system (like torch.cuda.empty_cache);
+// live tensors are untouched.
+void empty_cache(Device device = cpu);
 
 }  // namespace kiln

@@ -4,30 +4,13 @@
 #include <memory>
 #include <mutex>
 
+#include "backends/cpu/cpu_allocator.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
 
 namespace kiln {
 
 namespace {
-
-class CpuAllocator final : public Allocator {
- public:
-  void* allocate(size_t bytes) override {
-    // 64-byte alignment: one cache line, one AVX-512 vector. Round the size up as aligned_alloc requires.
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = rounded == 0 ? nullptr : std::aligned_alloc(64, rounded);
-    KILN_CHECK(rounded == 0 || p != nullptr, "cpu: out of memory allocating " << bytes << " bytes ("
-                                                                              << stats().current_bytes
-                                                                              << " bytes already in use)");
-    record_allocate(bytes);
-    return p;
-  }
-  void deallocate(void* ptr, size_t bytes) override {
-    std::free(ptr);
-    record_deallocate(bytes);
-  }
-};
 
 // Runs each task when it is enqueued, in order, on the calling thread; kernels parallelise inside.
 class InlineStream final : public Stream {

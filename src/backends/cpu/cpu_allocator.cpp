@@ -1,0 +1,198 @@
+#include "backends/cpu/cpu_allocator.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdlib>
+#include <iterator>
+#include <string>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr size_t kAlignment = 64;  // one cache line, one AVX-512 vector
+
+size_t default_cache_limit() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  const size_t two_gib = size_t{2} << 30;
+  if (pages <= 0 || page_size <= 0) return two_gib;
+  return std::min(two_gib, static_cast<size_t>(pages) * static_cast<size_t>(page_size) / 4);
+}
+
+// A 2 MiB-aligned anonymous mapping of `size` bytes (a multiple of 2 MiB): map 2 MiB more, unmap the
+// unaligned head and tail. Aligned so that transparent huge pages can back the whole block.
+void* map_huge(size_t size) {
+  const size_t huge = CpuAllocator::kHugePage;
+  void* raw = mmap(nullptr, size + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto base = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (base + huge - 1) / huge * huge;
+  if (aligned > base) munmap(raw, aligned - base);
+  const uintptr_t end = base + size + huge;
+  if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
+  void* p = reinterpret_cast<void*>(aligned);
+#ifdef MADV_HUGEPAGE
+  madvise(p, size, MADV_HUGEPAGE);  // a hint: without THP the block still works with 4 KiB pages
+#endif
+  return p;
+}
+
+}  // namespace
+
+size_t CpuAllocator::block_size(size_t bytes) {
+  if (bytes == 0) return 0;
+  if (bytes >= kLargeBlock) return (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  if (bytes <= 512) return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  // Eight classes per power of two: at most 12.5% rounding, few enough classes that blocks get reused.
+  const size_t step = std::bit_floor(bytes) / 8;
+  return (bytes + step - 1) / step * step;
+}
+
+size_t CpuAllocator::parse_cache_limit(const char* value) {
+  if (value == nullptr || *value == '\0') return default_cache_limit();
+  const std::string text(value);
+  size_t used = 0;
+  unsigned long long mb = 0;
+  try {
+    mb = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  KILN_CHECK(used == text.size() && text.find('-') == std::string::npos,
+             "KILN_CPU_CACHE_LIMIT_MB: expected a whole number of megabytes (0 disables the CPU allocator's "
+             "cache), got '"
+                 << text << "'");
+  return static_cast<size_t>(mb) << 20;
+}
+
+CpuAllocator::CpuAllocator() : CpuAllocator(parse_cache_limit(std::getenv("KILN_CPU_CACHE_LIMIT_MB"))) {}
+
+CpuAllocator::CpuAllocator(size_t cache_limit_bytes) : cache_limit_(cache_limit_bytes) {}
+
+CpuAllocator::~CpuAllocator() {
+  empty_cache();
+}
+
+void* CpuAllocator::system_allocate(size_t size) {
+  if (size >= kHugePage) return map_huge(size);
+  return std::aligned_alloc(kAlignment, size);
+}
+
+void CpuAllocator::system_free(void* ptr, size_t size) {
+  if (size >= kHugePage) {
+    munmap(ptr, size);
+  } else {
+    std::free(ptr);
+  }
+}
+
+void* CpuAllocator::take_cached(size_t size) {
+  // Of equal blocks take the one freed last: its lines are likeliest still in cache.
+  auto it = by_size_.upper_bound(size);
+  if (it != by_size_.begin() && std::prev(it)->first == size) --it;
+  if (it == by_size_.end()) return nullptr;
+  // Small blocks match their class exactly; a large request may take a block up to 1/8 bigger, which
+  // covers tensors whose sizes differ by a few rows without letting a small tensor pin a huge block.
+  const size_t slack = size >= kHugePage ? size / 8 : 0;
+  if (it->first > size + slack) return nullptr;
+  void* p = it->second.ptr;
+  cached_ -= it->first;
+  live_.emplace(p, it->first);
+  by_age_.erase(it->second.age);
+  by_size_.erase(it);
+  return p;
+}
+
+void* CpuAllocator::allocate(size_t bytes) {
+  if (bytes == 0) {
+    record_allocate(0);
+    return nullptr;
+  }
+  const size_t size = block_size(bytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (void* p = take_cached(size)) {
+      record_allocate(bytes);
+      return p;
+    }
+  }
+  void* p = system_allocate(size);
+  if (p == nullptr) {
+    // The cache may hold what the system now lacks: give it back and try once more.
+    empty_cache();
+    p = system_allocate(size);
+  }
+  KILN_CHECK(p != nullptr, "cpu: out of memory allocating " << bytes << " bytes (" << stats().current_bytes
+                                                            << " bytes in use by tensors, " << reserved()
+                                                            << " bytes reserved)");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.emplace(p, size);
+    reserved_ += size;
+  }
+  record_allocate(bytes);
+  return p;
+}
+
+void CpuAllocator::deallocate(void* ptr, size_t bytes) {
+  if (ptr == nullptr) {
+    record_deallocate(bytes);
+    return;
+  }
+  size_t size = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(ptr);
+    KILN_CHECK(it != live_.end(), "cpu allocator: deallocate of " << ptr << " (" << bytes
+                                                                  << " bytes), which it did not allocate");
+    record_deallocate(bytes);
+    size = it->second;
+    live_.erase(it);
+    if (size <= cache_limit_) {
+      const uint64_t age = next_age_++;
+      auto pos = by_size_.emplace(size, FreeBlock{ptr, age});
+      by_age_.emplace(age, pos);
+      cached_ += size;
+      trim_to(cache_limit_);
+      return;
+    }
+    reserved_ -= size;
+  }
+  system_free(ptr, size);
+}
+
+void CpuAllocator::trim_to(size_t target) {
+  while (cached_ > target) {
+    auto oldest = by_age_.begin();
+    const auto block = oldest->second;
+    system_free(block->second.ptr, block->first);
+    cached_ -= block->first;
+    reserved_ -= block->first;
+    by_size_.erase(block);
+    by_age_.erase(oldest);
+  }
+}
+
+void CpuAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  trim_to(0);
+}
+
+int64_t CpuAllocator::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(cached_);
+}
+
+int64_t CpuAllocator::reserved() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(reserved_);
+}
+
+}  // namespace kiln

@@ -1,0 +1,278 @@
+#include "backends/cpu/cpu_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "kiln/core/device_runtime.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+bool aligned_to(const void* p, size_t alignment) {
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
+}
+
+TEST(CpuAllocator, BlockSizesAreClassesBelowOneMiBAndHugePageMultiplesAbove) {
+  EXPECT_EQ(CpuAllocator::block_size(0), 0u);
+  EXPECT_EQ(CpuAllocator::block_size(1), 64u);
+  EXPECT_EQ(CpuAllocator::block_size(64), 64u);
+  EXPECT_EQ(CpuAllocator::block_size(65), 128u);
+  EXPECT_EQ(CpuAllocator::block_size(512), 512u);
+  EXPECT_EQ(CpuAllocator::block_size(513), 576u);        // 512 + 512/8
+  EXPECT_EQ(CpuAllocator::block_size(100000), 106496u);  // 65536 + 5 * 8192
+  EXPECT_EQ(CpuAllocator::block_size(kMiB - 1), kMiB);
+  EXPECT_EQ(CpuAllocator::block_size(kMiB), 2 * kMiB);
+  EXPECT_EQ(CpuAllocator::block_size(48 * kMiB + 1), 50 * kMiB);
+  for (size_t bytes = 1; bytes < 3 * kMiB; bytes = bytes * 3 / 2 + 7) {
+    const size_t block = CpuAllocator::block_size(bytes);
+    EXPECT_GE(block, bytes);
+    EXPECT_EQ(block % 64, 0u);
+    if (bytes > 512 && bytes < kMiB) {
+      EXPECT_LE(block, bytes + bytes / 8 + 64) << bytes;
+    }
+  }
+}
+
+TEST(CpuAllocator, FreedBlockIsReusedForTheSameSize) {
+  for (size_t bytes : {size_t{100}, size_t{100000}, 3 * kMiB + 5, 48 * kMiB}) {
+    CpuAllocator a(256 * kMiB);
+    void* p = a.allocate(bytes);
+    std::memset(p, 1, bytes);
+    a.deallocate(p, bytes);
+    EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(CpuAllocator::block_size(bytes)));
+    void* q = a.allocate(bytes);
+    EXPECT_EQ(q, p) << bytes;
+    EXPECT_EQ(a.cached_bytes(), 0);
+    a.deallocate(q, bytes);
+  }
+}
+
+TEST(CpuAllocator, LargeBlockMayServeASlightlySmallerRequestButNotAMuchSmallerOne) {
+  CpuAllocator a(256 * kMiB);
+  void* big = a.allocate(40 * kMiB);
+  a.deallocate(big, 40 * kMiB);
+  void* small = a.allocate(8 * kMiB);  // a 40 MiB block would waste 4/5 of itself
+  EXPECT_NE(small, big);
+  void* near = a.allocate(36 * kMiB);  // within 1/8
+  EXPECT_EQ(near, big);
+  const MemoryStats s = a.stats();
+  EXPECT_EQ(s.current_bytes, static_cast<int64_t>(44 * kMiB));
+  EXPECT_EQ(s.reserved_bytes, static_cast<int64_t>(48 * kMiB));
+  a.deallocate(small, 8 * kMiB);
+  a.deallocate(near, 36 * kMiB);
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(48 * kMiB));
+}
+
+TEST(CpuAllocator, AlignmentIs64BytesAndHugePageForLargeBlocks) {
+  CpuAllocator a(64 * kMiB);
+  std::vector<std::pair<void*, size_t>> blocks;
+  for (size_t bytes : {size_t{1}, size_t{3}, size_t{63}, size_t{65}, size_t{1000}, size_t{4097},
+                       size_t{777777}, kMiB, 5 * kMiB + 3}) {
+    void* p = a.allocate(bytes);
+    ASSERT_NE(p, nullptr);
+    EXPECT_TRUE(aligned_to(p, 64)) << bytes;
+    if (bytes >= CpuAllocator::kLargeBlock) {
+      EXPECT_TRUE(aligned_to(p, CpuAllocator::kHugePage)) << bytes;
+    }
+    std::memset(p, 0xab, bytes);  // the whole request is writable
+    blocks.emplace_back(p, bytes);
+  }
+  for (auto [p, bytes] : blocks) a.deallocate(p, bytes);
+}
+
+TEST(CpuAllocator, StatsCountLiveBytesAndReservedCountsBlocksAndCache) {
+  CpuAllocator a(256 * kMiB);
+  const size_t sizes[] = {100, 5000, 3 * kMiB + 1};
+  std::vector<void*> ptrs;
+  int64_t live = 0, blocks = 0;
+  for (size_t s : sizes) {
+    ptrs.push_back(a.allocate(s));
+    live += static_cast<int64_t>(s);
+    blocks += static_cast<int64_t>(CpuAllocator::block_size(s));
+  }
+  MemoryStats st = a.stats();
+  EXPECT_EQ(st.current_bytes, live);
+  EXPECT_EQ(st.peak_bytes, live);
+  EXPECT_EQ(st.allocations, 3);
+  EXPECT_EQ(st.reserved_bytes, blocks);
+
+  a.deallocate(ptrs[2], sizes[2]);
+  st = a.stats();
+  EXPECT_EQ(st.current_bytes, live - static_cast<int64_t>(sizes[2]));
+  EXPECT_EQ(st.peak_bytes, live);
+  EXPECT_EQ(st.reserved_bytes, blocks);  // the freed block stays cached
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(CpuAllocator::block_size(sizes[2])));
+
+  void* again = a.allocate(sizes[2]);  // a cache hit is still an allocation of live bytes
+  st = a.stats();
+  EXPECT_EQ(st.current_bytes, live);
+  EXPECT_EQ(st.allocations, 4);
+  EXPECT_EQ(st.reserved_bytes, blocks);
+  a.deallocate(again, sizes[2]);
+  a.deallocate(ptrs[0], sizes[0]);
+  a.deallocate(ptrs[1], sizes[1]);
+  st = a.stats();
+  EXPECT_EQ(st.current_bytes, 0);
+  EXPECT_EQ(st.reserved_bytes, blocks);
+  EXPECT_EQ(a.cached_bytes(), blocks);
+
+  a.empty_cache();
+  st = a.stats();
+  EXPECT_EQ(st.reserved_bytes, 0);
+  EXPECT_EQ(a.cached_bytes(), 0);
+  EXPECT_EQ(st.peak_bytes, live);
+}
+
+TEST(CpuAllocator, CacheLimitIsRespectedOldestBlocksGoFirst) {
+  CpuAllocator a(10 * kMiB);
+  void* p1 = a.allocate(4 * kMiB);
+  void* p2 = a.allocate(4 * kMiB);
+  void* p3 = a.allocate(4 * kMiB);
+  void* big = a.allocate(12 * kMiB);  // bigger than the whole cache: never cached
+  a.deallocate(big, 12 * kMiB);
+  EXPECT_EQ(a.cached_bytes(), 0);
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(12 * kMiB));
+  a.deallocate(p1, 4 * kMiB);
+  a.deallocate(p2, 4 * kMiB);
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(8 * kMiB));
+  a.deallocate(p3, 4 * kMiB);  // 12 MiB > 10 MiB: p1, the oldest, is released
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(8 * kMiB));
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(8 * kMiB));
+  // The newest equal block comes back first; the third request maps a fresh one.
+  void* q1 = a.allocate(4 * kMiB);
+  void* q2 = a.allocate(4 * kMiB);
+  EXPECT_EQ(q1, p3);
+  EXPECT_EQ(q2, p2);
+  void* q3 = a.allocate(4 * kMiB);
+  EXPECT_EQ(a.cached_bytes(), 0);
+  for (void* q : {q1, q2, q3}) a.deallocate(q, 4 * kMiB);
+  EXPECT_LE(a.cached_bytes(), static_cast<int64_t>(10 * kMiB));
+}
+
+TEST(CpuAllocator, ZeroLimitDisablesCaching) {
+  CpuAllocator a(0);
+  void* p = a.allocate(3 * kMiB);
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(4 * kMiB));
+  a.deallocate(p, 3 * kMiB);
+  void* s = a.allocate(100);
+  a.deallocate(s, 100);
+  EXPECT_EQ(a.cached_bytes(), 0);
+  EXPECT_EQ(a.stats().reserved_bytes, 0);
+  EXPECT_EQ(a.stats().current_bytes, 0);
+}
+
+TEST(CpuAllocator, ZeroSizeAllocationIsNullAndCounted) {
+  CpuAllocator a(kMiB);
+  void* p = a.allocate(0);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(a.stats().allocations, 1);
+  EXPECT_EQ(a.stats().reserved_bytes, 0);
+  a.deallocate(p, 0);
+  EXPECT_EQ(a.stats().current_bytes, 0);
+  EXPECT_EQ(a.cached_bytes(), 0);
+}
+
+TEST(CpuAllocator, OutOfMemoryIsAClearError) {
+  CpuAllocator a(kMiB);
+  try {
+    a.allocate(size_t{1} << 62);
+    FAIL() << "expected kiln::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu: out of memory"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(a.stats().current_bytes, 0);
+  EXPECT_EQ(a.stats().reserved_bytes, 0);
+}
+
+TEST(CpuAllocator, ForeignPointerIsRejected) {
+  CpuAllocator a(kMiB);
+  int x = 0;
+  EXPECT_THROW(a.deallocate(&x, sizeof x), Error);
+}
+
+TEST(CpuAllocator, CacheLimitParsesMegabytes) {
+  EXPECT_EQ(CpuAllocator::parse_cache_limit("0"), 0u);
+  EXPECT_EQ(CpuAllocator::parse_cache_limit("512"), 512 * kMiB);
+  EXPECT_GT(CpuAllocator::parse_cache_limit(nullptr), 0u);
+  EXPECT_LE(CpuAllocator::parse_cache_limit(""), size_t{2} << 30);
+  for (const char* bad : {"abc", "12MB", "-5", " "}) {
+    try {
+      CpuAllocator::parse_cache_limit(bad);
+      FAIL() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("KILN_CPU_CACHE_LIMIT_MB"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(CpuAllocator, ManyThreadsAllocateAndFreeConcurrently) {
+  CpuAllocator a(32 * kMiB);
+  constexpr int kThreads = 8, kRounds = 300;
+  std::atomic<int> corrupted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::pair<unsigned char*, size_t>> held;
+      for (int i = 0; i < kRounds; ++i) {
+        // Sizes cycle through small classes and large blocks; each thread stamps its blocks with its id and
+        // checks them before freeing, so a block handed to two owners at once shows up.
+        const size_t sizes[] = {64, 1000, 70000, kMiB + 1, 3 * kMiB};
+        const size_t bytes = sizes[(i + t) % 5];
+        auto* p = static_cast<unsigned char*>(a.allocate(bytes));
+        std::memset(p, t + 1, bytes);
+        held.emplace_back(p, bytes);
+        if (held.size() > 3 || i % 3 == 0) {
+          auto [q, n] = held.front();
+          held.erase(held.begin());
+          if (q[0] != t + 1 || q[n / 2] != t + 1 || q[n - 1] != t + 1) corrupted.fetch_add(1);
+          a.deallocate(q, n);
+        }
+      }
+      for (auto [q, n] : held) a.deallocate(q, n);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(corrupted.load(), 0);
+  const MemoryStats s = a.stats();
+  EXPECT_EQ(s.current_bytes, 0);
+  EXPECT_EQ(s.allocations, kThreads * kRounds);
+  EXPECT_EQ(s.reserved_bytes, a.cached_bytes());
+  EXPECT_LE(a.cached_bytes(), static_cast<int64_t>(32 * kMiB));
+}
+
+TEST(CpuAllocator, DeviceAllocatorReusesTensorMemoryAndEmptyCacheReleasesIt) {
+  auto* device = dynamic_cast<CpuAllocator*>(&device_runtime(cpu).allocator());
+  ASSERT_NE(device, nullptr);
+  if (device->cache_limit() < 4 * kMiB) GTEST_SKIP() << "KILN_CPU_CACHE_LIMIT_MB disables the cache";
+  const int64_t n = 3 * 1024 * 1024 / 4 + 5;  // a little over 3 MiB of float32: a 4 MiB block
+  synchronize();
+  void* first = nullptr;
+  {
+    Tensor t = Tensor::zeros({n}, float32);
+    first = t.raw_data();
+  }
+  synchronize();
+  const MemoryStats held = memory_stats();
+  EXPECT_GE(held.reserved_bytes, held.current_bytes + static_cast<int64_t>(4 * kMiB));
+  {
+    Tensor t = Tensor::full({n}, 2.0, float32);
+    EXPECT_EQ(t.raw_data(), first);
+    EXPECT_EQ(t.to_vector<float>().back(), 2.0f);
+  }
+  synchronize();
+  empty_cache();
+  EXPECT_EQ(device->cached_bytes(), 0);
+  EXPECT_LE(memory_stats().reserved_bytes, held.reserved_bytes - static_cast<int64_t>(4 * kMiB));
+}
+
+}  // namespace
+}  // namespace kiln
