@@ -78,20 +78,27 @@ void compare(const std::string& title, double flops, std::vector<Variant> varian
       v.cpu.push_back(t.cpu);
     }
   std::printf("%s\n", title.c_str());
-  double fused_wall = 0, fused_cpu = 0;
   for (Variant& v : variants) {
     std::sort(v.wall.begin(), v.wall.end());
     std::sort(v.cpu.begin(), v.cpu.end());
+  }
+  // variants[0] is the fused op; a variant named "linear" is the bare product, so that the time each
+  // epilogue adds on top of it is shown.
+  const Variant& fused = variants.front();
+  const Variant* bare = nullptr;
+  for (const Variant& v : variants)
+    if (v.name == "linear") bare = &v;
+  for (const Variant& v : variants) {
     const double best = v.wall.front(), median = v.wall[v.wall.size() / 2], cpu = v.cpu.front();
-    if (v.name == "fused") {
-      fused_wall = best;
-      fused_cpu = cpu;
-    }
     std::printf("  %-8s wall best %8.2f ms  median %8.2f ms  cpu best %8.2f ms", v.name.c_str(), best * 1e3,
                 median * 1e3, cpu * 1e3);
     if (flops > 0) std::printf("  %4.0f GFLOP/s", flops / best * 1e-9);
-    if (v.name != "fused" && fused_wall > 0)
-      std::printf("  %s/fused: wall %.2fx cpu %.2fx", v.name.c_str(), best / fused_wall, cpu / fused_cpu);
+    if (bare != nullptr && &v != bare)
+      std::printf("  epilogue +%.1f ms wall, +%.1f ms cpu", (best - bare->wall.front()) * 1e3,
+                  (cpu - bare->cpu.front()) * 1e3);
+    if (&v != &fused)
+      std::printf("  %s/fused: wall %.2fx cpu %.2fx", v.name.c_str(), best / fused.wall.front(),
+                  cpu / fused.cpu.front());
     std::printf("\n");
   }
 }

@@ -75,7 +75,7 @@ Tensor block_table(const Tensor& t, const Shape& shape, size_t first, DType dtyp
   for (size_t d = first; d + 1 < rank; ++d) target[d] = 1;
   target.back() = p.back();
   const int64_t blocks = shape_numel(target) / target.back();
-  return t.to(dtype).view(p).expand(target).contiguous().view({blocks, target.back()});
+  return t.to(dtype).reshape(p).expand(target).contiguous().view({blocks, target.back()});
 }
 
 bool prepack(DType weight_dtype) {

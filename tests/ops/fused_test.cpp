@@ -192,6 +192,21 @@ TEST(FusedLinear, UnpackedWeightsAndNonContiguousOperands) {
   set_weight_prepacking(before);
 }
 
+// adaLN's parameters arrive as slices of one [B, 6 C] embedding (emb.chunk(6, dim=1)), unsqueezed to
+// [B, 1, C]: strided views, used without the caller making them contiguous.
+TEST(FusedLinear, GateAsAStridedSliceOfTheModulationEmbedding) {
+  for (DType dtype : {float32, bfloat16}) {
+    const Tensor emb = values({2, 6 * 24}, 3, -1, 1, dtype);
+    const Tensor gate = emb.narrow(1, 2 * 24, 24).unsqueeze(1);  // [2, 1, 24], row stride 144
+    const Tensor x = values({2, 19, 30}, 4, -1, 1, dtype);
+    const Tensor w = values({24, 30}, 5, -0.3, 0.3, dtype);
+    const LinearEpilogue e{Activation::GeluTanh, gate, values({2, 19, 24}, 6, -1, 1, dtype)};
+    EXPECT_TRUE(close(linear_fused(x, w, {}, e), linear_float_then_round(x, w, {}, e, dtype),
+                      dtype == float32 ? 1e-5 : 0x1p-8))
+        << dtype_name(dtype);
+  }
+}
+
 TEST(FusedLinear, EmptyInnerDimensionIsTheEpilogueOfTheBias) {
   const Tensor x = Tensor::zeros({2, 3, 0}, float32);
   const Tensor w = Tensor::zeros({4, 0}, float32);
@@ -338,6 +353,16 @@ TEST(FusedNormModulate, NonContiguousInput) {
   for (NormKind kind : {NormKind::LayerNorm, NormKind::RmsNorm})
     EXPECT_TRUE(close(norm_modulate(x, scale, shift, kind, 1e-5),
                       modulate_unfused(x, scale, shift, kind, 1e-5), 1e-5));
+}
+
+TEST(FusedNormModulate, ScaleAndShiftAsStridedSlicesOfTheModulationEmbedding) {
+  const Tensor emb = values({2, 6 * 40}, 6, -0.5, 0.5);
+  const Tensor shift = emb.narrow(1, 0, 40).unsqueeze(1);  // [2, 1, 40]
+  const Tensor scale = emb.narrow(1, 40, 40).unsqueeze(1);
+  const Tensor x = values({2, 21, 40}, 7, -1, 2);
+  for (NormKind kind : {NormKind::LayerNorm, NormKind::RmsNorm})
+    EXPECT_TRUE(close(norm_modulate(x, scale, shift, kind, 1e-6),
+                      modulate_unfused(x, scale, shift, kind, 1e-6), 1e-5));
 }
 
 // Both ISA variants of the row kernel, called directly, against the float32 chain.
