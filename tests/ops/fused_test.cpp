@@ -227,23 +227,30 @@ TEST(FusedLinear, SharesThePackedWeightWithLinear) {
                          values({2, 40, 80}, 3, -1, 1, bfloat16)};
   const Tensor anchor_w = values({80, 96}, 4, -0.3, 0.3, bfloat16);
   // Runs `f`, then the same anchor product, and returns the resident bytes.
+  // Each result is synchronised while alive: in DeferAndFuse mode an unread result is never computed.
   const auto resident_after = [&](auto f) {
-    f();
-    { const Tensor y = linear(x, anchor_w); }
+    {
+      const Tensor y = f();
+      synchronize();
+    }
+    {
+      const Tensor y = linear(x, anchor_w);
+      synchronize();
+    }
     synchronize();
     return counters().memory_of(cpu).current_bytes;
   };
   const int64_t packed_bytes = 80 * 96 * 2;  // at least the bf16 weight's size in any layout
   const Tensor w1 = values({80, 96}, 5, -0.3, 0.3, bfloat16);
   const Tensor w2 = values({80, 96}, 6, -0.3, 0.3, bfloat16);
-  const int64_t base = resident_after([] {});
-  const int64_t linear_packed = resident_after([&] { const Tensor y = linear(x, w1); });
+  const int64_t base = resident_after([] { return Tensor(); });
+  const int64_t linear_packed = resident_after([&] { return linear(x, w1); });
   EXPECT_GE(linear_packed - base, packed_bytes);  // the measurement sees a packed copy
-  EXPECT_EQ(resident_after([&] { const Tensor y = linear_fused(x, w1, {}, e); }), linear_packed)
+  EXPECT_EQ(resident_after([&] { return linear_fused(x, w1, {}, e); }), linear_packed)
       << "linear_fused packed a weight that linear had packed";
-  const int64_t fused_packed = resident_after([&] { const Tensor y = linear_fused(x, w2, {}, e); });
+  const int64_t fused_packed = resident_after([&] { return linear_fused(x, w2, {}, e); });
   EXPECT_GE(fused_packed - linear_packed, packed_bytes);
-  EXPECT_EQ(resident_after([&] { const Tensor y = linear(x, w2); }), fused_packed)
+  EXPECT_EQ(resident_after([&] { return linear(x, w2); }), fused_packed)
       << "linear packed a weight that linear_fused had packed";
   set_weight_prepacking(before);
 }
