@@ -1,6 +1,8 @@
 // Tensor metadata and views. Methods that copy data (contiguous, to, copy_) are in src/ops/copy.cpp.
 #include "kiln/core/tensor.h"
 
+#include "runtime/capture.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -275,6 +277,7 @@ void* Tensor::host_data() const {
   KILN_CHECK(defined(), "Tensor::data: tensor is undefined");
   KILN_CHECK(device().type == DeviceType::CPU,
              "Tensor::data: tensor is on " << device().str() << "; copy it with .to(kiln::cpu)");
+  runtime::check_host_read(*this);
   synchronize(device());
   return raw_data();
 }
@@ -282,6 +285,7 @@ void* Tensor::host_data() const {
 double Tensor::item() const {
   KILN_CHECK(numel() == 1, "Tensor::item: tensor of shape " << shape_str(shape_) << " has " << numel()
                                                             << " elements, expected 1");
+  runtime::check_host_read(*this);
   synchronize(device());
   return visit_dtype(dtype_, [&](auto tag) {
     using T = decltype(tag);

@@ -146,6 +146,17 @@ FluxTransformerBlock::FluxTransformerBlock(int64_t dim, int64_t heads, int64_t h
 std::pair<Tensor, Tensor> FluxTransformerBlock::forward(const Tensor& x, const Tensor& c,
                                                         const Tensor& silu_temb,
                                                         const FluxRopeTables& rope) const {
+  if (!is_compiled()) return forward_eager(x, c, silu_temb, rope);
+  const std::vector<Tensor> out = call_compiled({x, c, silu_temb, rope.cos, rope.sin}, [this](const auto& in) {
+    const auto [x1, c1] = forward_eager(in[0], in[1], in[2], FluxRopeTables{in[3], in[4]});
+    return std::vector<Tensor>{x1, c1};
+  });
+  return {out[0], out[1]};
+}
+
+std::pair<Tensor, Tensor> FluxTransformerBlock::forward_eager(const Tensor& x, const Tensor& c,
+                                                              const Tensor& silu_temb,
+                                                              const FluxRopeTables& rope) const {
   // AdaLayerNormZero chunk order: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp.
   enum { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
   const std::vector<Tensor> m = norm1_.forward(silu_temb);
@@ -179,6 +190,14 @@ FluxSingleTransformerBlock::FluxSingleTransformerBlock(int64_t dim, int64_t head
 
 Tensor FluxSingleTransformerBlock::forward(const Tensor& s, const Tensor& silu_temb,
                                            const FluxRopeTables& rope) const {
+  if (!is_compiled()) return forward_eager(s, silu_temb, rope);
+  return call_compiled({s, silu_temb, rope.cos, rope.sin}, [this](const auto& in) {
+    return std::vector<Tensor>{forward_eager(in[0], in[1], FluxRopeTables{in[2], in[3]})};
+  })[0];
+}
+
+Tensor FluxSingleTransformerBlock::forward_eager(const Tensor& s, const Tensor& silu_temb,
+                                                 const FluxRopeTables& rope) const {
   // AdaLayerNormZeroSingle chunk order: shift, scale, gate.
   const std::vector<Tensor> m = norm_.forward(silu_temb);
   const Tensor n = modulate(layer_norm_plain(s), m[1], m[0]);

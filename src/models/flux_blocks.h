@@ -79,11 +79,14 @@ class FluxAttention : public nn::Module {
 class FluxTransformerBlock : public nn::Module {
  public:
   FluxTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim);
-  // Returns {x, c} after the block.
+  // Returns {x, c} after the block; through the compiled cache when compiled (compile_repeated_blocks).
   std::pair<Tensor, Tensor> forward(const Tensor& x, const Tensor& c, const Tensor& silu_temb,
                                     const FluxRopeTables& rope) const;
+  bool supports_compile() const override { return true; }
 
  private:
+  std::pair<Tensor, Tensor> forward_eager(const Tensor& x, const Tensor& c, const Tensor& silu_temb,
+                                          const FluxRopeTables& rope) const;
   FluxModulation norm1_, norm1_context_;
   FluxAttention attn_;
   FluxFeedForward ff_, ff_context_;
@@ -94,8 +97,10 @@ class FluxSingleTransformerBlock : public nn::Module {
  public:
   FluxSingleTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim, int64_t mlp_hidden);
   Tensor forward(const Tensor& s, const Tensor& silu_temb, const FluxRopeTables& rope) const;
+  bool supports_compile() const override { return true; }
 
  private:
+  Tensor forward_eager(const Tensor& s, const Tensor& silu_temb, const FluxRopeTables& rope) const;
   FluxModulation norm_;
   nn::Linear proj_mlp_, proj_out_;
   FluxAttention attn_;

@@ -4,6 +4,7 @@
 
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/layout.h"
+#include "runtime/dispatcher.h"
 
 namespace kiln::models {
 
@@ -61,32 +62,20 @@ FluxRopeTables flux_rope_tables(const Tensor& ids, const std::vector<int64_t>& a
                  << n_axes << "] (one column per RoPE axis), got "
                  << (ids.defined() ? shape_str(ids.shape()) : "undefined"));
   int64_t head_dim = 0;
-  for (int64_t d : axes_dims) head_dim += d;
-  const int64_t seq = ids.size(0);
-  // diffusers reads the ids as float32 (ids.float()) and widens them to float64 for the outer product.
-  const std::vector<float> pos = ids.to_vector<float>();
-  Tensor cos_t = Tensor::empty({seq, head_dim}, float32), sin_t = Tensor::empty({seq, head_dim}, float32);
-  float* c = cos_t.data<float>();
-  float* s = sin_t.data<float>();
-  int64_t col = 0;
-  for (int64_t a = 0; a < n_axes; ++a) {
-    const int64_t d = axes_dims[static_cast<size_t>(a)];
-    std::vector<double> inv(static_cast<size_t>(d / 2));
-    for (int64_t k = 0; k < d / 2; ++k)
-      inv[static_cast<size_t>(k)] =
-          1.0 / std::pow(theta, static_cast<double>(2 * k) / static_cast<double>(d));
-    for (int64_t i = 0; i < seq; ++i) {
-      const double p = static_cast<double>(pos[static_cast<size_t>(i * n_axes + a)]);
-      for (int64_t k = 0; k < d / 2; ++k) {
-        const double angle = p * inv[static_cast<size_t>(k)];
-        const float cv = static_cast<float>(std::cos(angle)), sv = static_cast<float>(std::sin(angle));
-        const int64_t o = i * head_dim + col + 2 * k;
-        c[o] = c[o + 1] = cv;
-        s[o] = s[o + 1] = sv;
-      }
-    }
-    col += d;
+  for (int64_t d : axes_dims) {
+    KILN_CHECK(d > 0 && d % 2 == 0,
+               "FluxTransformer2DModel: every RoPE axis dim must be even and positive, got "
+                   << shape_str(axes_dims));
+    head_dim += d;
   }
+  const int64_t seq = ids.size(0);
+  // diffusers reads the ids as float32 (ids.float()); the tables are computed by an op (a kernel reads the
+  // ids), so a traced forward never reads tensor values on the host.
+  Tensor cos_t = Tensor::empty({seq, head_dim}, float32), sin_t = Tensor::empty({seq, head_dim}, float32);
+  runtime::dispatch(runtime::OpCall{"flux_rope_tables",
+                                    {ids.to(float32).contiguous()},
+                                    {cos_t, sin_t},
+                                    runtime::Attrs().set("axes_dims", axes_dims).set("theta", theta)});
   return {cos_t, sin_t};
 }
 

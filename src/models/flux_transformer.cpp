@@ -56,6 +56,35 @@ FluxTransformer2DModel::~FluxTransformer2DModel() = default;
 Tensor FluxTransformer2DModel::forward(const Tensor& hidden, const Tensor& encoder_hidden,
                                        const Tensor& pooled, const Tensor& timestep, const Tensor& guidance,
                                        const Tensor& txt_ids, const Tensor& img_ids) const {
+  if (!is_compiled())
+    return forward_eager(hidden, encoder_hidden, pooled, timestep, guidance, txt_ids, img_ids);
+  return call_compiled(
+      {hidden, encoder_hidden, pooled, timestep, guidance, txt_ids, img_ids}, [this](const auto& in) {
+        return std::vector<Tensor>{forward_eager(in[0], in[1], in[2], in[3], in[4], in[5], in[6])};
+      })[0];
+}
+
+void FluxTransformer2DModel::compile_repeated_blocks() {
+  // Every double-stream block has the same structure, and so has every single-stream block: one program
+  // each, shared by all instances (their weights are bound as inputs).
+  for (size_t i = 0; i < transformer_blocks_.size(); ++i) {
+    if (i == 0)
+      transformer_blocks_[0]->compile();
+    else
+      transformer_blocks_[i]->share_compiled_cache(*transformer_blocks_[0]);
+  }
+  for (size_t i = 0; i < single_transformer_blocks_.size(); ++i) {
+    if (i == 0)
+      single_transformer_blocks_[0]->compile();
+    else
+      single_transformer_blocks_[i]->share_compiled_cache(*single_transformer_blocks_[0]);
+  }
+}
+
+Tensor FluxTransformer2DModel::forward_eager(const Tensor& hidden, const Tensor& encoder_hidden,
+                                             const Tensor& pooled, const Tensor& timestep,
+                                             const Tensor& guidance, const Tensor& txt_ids,
+                                             const Tensor& img_ids) const {
   const FluxTransformerConfig& c = config_;
   const char* op = "FluxTransformer2DModel";
   KILN_CHECK(x_embedder_.weight.defined(), op << ": the weights are not loaded (call load_weights first)");

@@ -1,5 +1,12 @@
 #include "kiln/nn/module.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <typeinfo>
+
+#include "nn/compiled_forward.h"
+
 #include <set>
 
 namespace kiln::nn {
@@ -89,6 +96,54 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
                                    << " tensor(s) do not belong to the model described by its config: "
                                    << list);
   }
+}
+
+void Module::compile(const CompileOptions& options) {
+  KILN_CHECK(supports_compile(), type_name()
+                                     << ".compile: this module's forward cannot be compiled; compile the "
+                                        "denoising transformer (or its blocks with compile_repeated_blocks)");
+  compiled_ = std::make_shared<CompiledForward>(options, type_name());
+}
+
+void Module::compile_repeated_blocks() {
+  KILN_FAIL(type_name() << ".compile_repeated_blocks: this module has no repeated blocks to compile");
+}
+
+size_t Module::compiled_program_count() const {
+  return compiled_ ? compiled_->program_count() : 0;
+}
+
+void Module::share_compiled_cache(const Module& other) {
+  KILN_CHECK(other.compiled_ != nullptr,
+             type_name() << ": the module to share a compiled cache with is not compiled");
+  compiled_ = other.compiled_;
+}
+
+std::vector<Tensor> Module::parameter_tensors() const {
+  std::vector<std::pair<std::string, const Parameter*>> all;
+  collect("", all);
+  std::vector<Tensor> out;
+  out.reserve(all.size());
+  for (const auto& [name, prm] : all) out.push_back(*prm->slot);
+  return out;
+}
+
+std::string Module::type_name() const {
+  const char* mangled = typeid(*this).name();
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled ? demangled : mangled;
+  std::free(demangled);
+  const size_t colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
+}
+
+std::vector<Tensor> Module::call_compiled(
+    const std::vector<Tensor>& inputs,
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& eager,
+    const std::string& extra_key) const {
+  if (!compiled_) return eager(inputs);
+  return compiled_->call(inputs, parameter_tensors(), eager, extra_key);
 }
 
 }  // namespace kiln::nn

@@ -24,4 +24,8 @@ class CaptureGuard {
 // The list the calling thread captures into, or nullptr.
 std::vector<OpCall>* capture_target();
 
+// Host reads (Tensor::data/to_vector/item) call this: while capturing, the values do not exist yet, so a
+// read breaks the graph; the error names the captured op that makes the tensor, if one does.
+void check_host_read(const Tensor& t);
+
 }  // namespace kiln::runtime

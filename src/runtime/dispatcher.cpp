@@ -89,6 +89,23 @@ std::vector<OpCall>* capture_target() {
   return t_capture;
 }
 
+void check_host_read(const Tensor& t) {
+  if (t_capture == nullptr) return;
+  std::string made_by = "a tensor the traced code did not compute";
+  for (auto it = t_capture->rbegin(); it != t_capture->rend(); ++it)
+    for (const Tensor& o : it->outputs)
+      if (o.defined() && o.storage() == t.storage()) {
+        made_by = "the result of " + it->describe();
+        it = std::prev(t_capture->rend());
+        break;
+      }
+  KILN_FAIL(
+      "the traced forward reads tensor values on the host ("
+      << made_by
+      << "), which breaks the graph: ops are being recorded, not run; compute it with ops, or move the read "
+         "out of the compiled forward");
+}
+
 void dispatch(OpCall call) {
   const Tensor& anchor = !call.outputs.empty() ? call.outputs.front() : call.inputs.front();
   KILN_CHECK(kernel_registry().find(call.op, anchor.device().type) != nullptr,

@@ -73,9 +73,18 @@ class FluxTransformer2DModel : public nn::Module {
                  const Tensor& timestep, const Tensor& guidance, const Tensor& txt_ids,
                  const Tensor& img_ids) const;
 
+  // Compiled mode (kiln/nn/compile.h): compile() compiles the whole forward per input shape;
+  // compile_repeated_blocks() compiles one double-stream and one single-stream block program, shared by all
+  // the blocks, and runs the rest eagerly.
+  bool supports_compile() const override { return true; }
+  void compile_repeated_blocks() override;
+
   const FluxTransformerConfig& config() const { return config_; }
 
  private:
+  Tensor forward_eager(const Tensor& hidden, const Tensor& encoder_hidden, const Tensor& pooled,
+                       const Tensor& timestep, const Tensor& guidance, const Tensor& txt_ids,
+                       const Tensor& img_ids) const;
   FluxTransformerConfig config_;
   std::unique_ptr<FluxTimeTextEmbedding> time_text_embed_;
   nn::Linear context_embedder_;

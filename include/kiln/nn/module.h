@@ -11,8 +11,11 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
+#include "kiln/nn/compile.h"
 
 namespace kiln::nn {
+
+class CompiledForward;
 
 // Where weights come from: a checkpoint addressed by tensor name (one file or shards).
 class WeightSource {
@@ -55,12 +58,40 @@ class Module {
   // source holds nothing unexpected. Errors name the tensor, the source, and the expected and found shapes.
   void load_weights(const WeightSource& source, const LoadOptions& options = {});
 
+  // ---- compiled mode (kiln/nn/compile.h)
+  // Compiles this module's forward: each input signature is traced once into an optimised program that
+  // later calls reuse. Only modules whose forward supports it (the transformers, their blocks) can be
+  // compiled; others throw. Calling it again replaces the cache.
+  void compile(const CompileOptions& options = {});
+  // Compiles each distinct repeated block once and shares the program between its instances (FLUX: the
+  // double- and single-stream blocks; SD3: the joint blocks, one program per distinct block structure).
+  // Throws for modules without repeated blocks.
+  virtual void compile_repeated_blocks();
+  bool is_compiled() const { return compiled_ != nullptr; }
+  // The number of programs this module's compiled cache holds (shared with its sibling blocks).
+  size_t compiled_program_count() const;
+  // Makes this module use `other`'s compiled cache (repeated blocks share one; `other` must be compiled).
+  void share_compiled_cache(const Module& other);
+
  protected:
   // Registers `slot` (a member) as parameter `name` of shape `shape`. Optional parameters may be absent
   // from the checkpoint, in which case the slot stays undefined.
   void register_parameter(const std::string& name, Tensor* slot, Shape shape, bool optional = false);
   // `name` may be dotted ("self_attn.q_proj") to reproduce a checkpoint's nesting without scope modules.
   void register_module(const std::string& name, Module* child);
+
+  // Whether this module's forward goes through call_compiled (compile() refuses the others).
+  virtual bool supports_compile() const { return false; }
+  // For forward implementations: runs `eager(inputs)` directly when not compiled, else through the compiled
+  // cache; `extra_key` names what besides input shapes changes the traced graph (non-tensor arguments).
+  std::vector<Tensor> call_compiled(
+      const std::vector<Tensor>& inputs,
+      const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& eager,
+      const std::string& extra_key = "") const;
+  // Every parameter tensor (undefined slots included), in named_parameters() order.
+  std::vector<Tensor> parameter_tensors() const;
+  // The class name for messages ("FluxTransformerBlock").
+  std::string type_name() const;
 
  private:
   struct Parameter {
@@ -73,6 +104,7 @@ class Module {
 
   std::vector<Parameter> parameters_;
   std::vector<std::pair<std::string, Module*>> children_;
+  std::shared_ptr<CompiledForward> compiled_;
 };
 
 }  // namespace kiln::nn
