@@ -28,6 +28,8 @@ struct GenerateArgs {
   std::string dtype = "bf16";
   std::optional<int64_t> max_sequence_length;
   std::string output = "output.png";
+  bool vae_tiling = false;
+  std::optional<int64_t> vae_tile_size;
 };
 
 std::string format_seconds(double s) {
@@ -46,6 +48,7 @@ void load_and_run(const GenerateArgs& args, Call call, int components) {
   load.on_component_loaded = [&](const std::string& name, int i, int) { loading.update(i, name); };
   Pipeline pipe = Pipeline::from_pretrained(args.model, load);
   loading.finish();
+  if (args.vae_tiling) pipe.enable_vae_tiling(args.vae_tile_size ? *args.vae_tile_size : 0);
 
   call.prompt = args.prompt;
   call.num_inference_steps = args.steps;
@@ -122,6 +125,13 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--max-sequence-length", args->max_sequence_length,
                   "T5 tokens, at most 512 (default: 512 for FLUX, 256 for SD3)");
   cmd->add_option("--output", args->output, "PNG file to write")->capture_default_str();
+  cmd->add_flag(
+      "--vae-tiling", args->vae_tiling,
+      "decode in overlapping, blended tiles (diffusers' enable_vae_tiling): memory bounded by the tile");
+  cmd->add_option(
+         "--vae-tile-size", args->vae_tile_size,
+         "tile size in pixels for --vae-tiling (default: the VAE's sample_size, 1024 for FLUX.1 and SD3)")
+      ->check(CLI::PositiveNumber);
   cmd->callback([args] { run_generate(*args); });
 }
 

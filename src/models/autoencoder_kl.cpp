@@ -1,5 +1,8 @@
 #include "kiln/models/autoencoder_kl.h"
 
+#include <algorithm>
+#include <functional>
+
 #include "kiln/io/json_config.h"
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/ops.h"
@@ -31,6 +34,14 @@ AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
   c.use_post_quant_conv = f.get_or<bool>("use_post_quant_conv", true);
   c.scaling_factor = f.get_or<double>("scaling_factor", 0.18215);
   c.shift_factor = f.get_or<double>("shift_factor", 0.0);
+  // diffusers allows a [height, width] pair and tiles with its first entry.
+  if (f.type_of("sample_size") == "array") {
+    const auto sizes = f.get<std::vector<int64_t>>("sample_size");
+    KILN_CHECK(!sizes.empty(), f.where("sample_size") << ": empty list");
+    c.sample_size = sizes.front();
+  } else {
+    c.sample_size = f.get_or<int64_t>("sample_size", 32);
+  }
   KILN_CHECK(!c.block_out_channels.empty(), path << ": block_out_channels is empty");
   KILN_CHECK(f.get_or<std::string>("act_fn", "silu") == "silu", path << ": act_fn must be silu");
   check_block_types(f, "down_block_types", "DownEncoderBlock2D");
@@ -54,10 +65,51 @@ AutoencoderKL::ResnetBlock::ResnetBlock(int64_t in, int64_t out, int64_t groups)
   }
 }
 
-Tensor AutoencoderKL::ResnetBlock::forward(const Tensor& x) const {
-  Tensor h = conv1(silu(norm1(x)));
-  h = conv2(silu(norm2(h)));
-  return add(conv_shortcut ? (*conv_shortcut)(x) : x, h);
+namespace {
+
+// conv(pre(x)) for a stride-1 convolution with "same" padding (3x3 pad 1 or 1x1), computed over bands of
+// output rows when pre(x) would exceed band_bytes: then neither pre(x) nor oneDNN's blocked copies of the
+// conv's input and output ever exist for the whole image. `scale` is output rows per input row (2 when `pre`
+// upsamples). Each band's conv sees its rows plus the rows of context its kernel needs; the context rows'
+// own outputs (wrong at a band's cut, where the conv pads with zeros) are dropped. Rows are independent, so
+// the result is the unbanded conv's.
+Tensor banded_conv(const nn::Conv2d& conv, const Tensor& x, int64_t band_bytes, int64_t scale = 1,
+                   const std::function<Tensor(const Tensor&)>& pre = {}) {
+  auto input = [&](const Tensor& t) { return pre ? pre(t) : t; };
+  const int64_t H = x.size(2);
+  const auto row_bytes = static_cast<int64_t>(x.size(0) * x.size(1) * x.size(3) * scale * scale *
+                                              static_cast<int64_t>(dtype_size(x.dtype())));
+  if (band_bytes <= 0 || row_bytes * H <= band_bytes) return conv(input(x));
+  const int64_t halo = conv.weight.size(2) / 2;
+  const int64_t context = (halo + scale - 1) / scale;  // input rows
+  const int64_t rows = std::max<int64_t>(1, band_bytes / row_bytes);
+  Tensor out;
+  for (int64_t r0 = 0; r0 < H; r0 += rows) {
+    const int64_t r1 = std::min(H, r0 + rows);
+    const int64_t a = std::max<int64_t>(0, r0 - context), b = std::min(H, r1 + context);
+    const Tensor band = conv(input(x.narrow(2, a, b - a)));
+    if (!out.defined())
+      out = Tensor::empty({band.size(0), band.size(1), H * scale, band.size(3)}, band.dtype(), band.device());
+    out.narrow(2, r0 * scale, (r1 - r0) * scale).copy_(band.narrow(2, (r0 - a) * scale, (r1 - r0) * scale));
+  }
+  return out;
+}
+
+Tensor silu_of(const Tensor& t) {
+  return silu(t);
+}
+
+}  // namespace
+
+Tensor AutoencoderKL::ResnetBlock::forward(Tensor x, int64_t band) const {
+  // Order chosen for memory: the shortcut first, so that x (the largest tensor when the block narrows the
+  // channels) can go as soon as it is normalised.
+  Tensor residual = conv_shortcut ? banded_conv(*conv_shortcut, x, band) : x;
+  Tensor h = norm1(x);
+  x = Tensor();
+  h = banded_conv(conv1, h, band, 1, silu_of);
+  h = banded_conv(conv2, norm2(h), band, 1, silu_of);
+  return add(residual, h);
 }
 
 AutoencoderKL::MidAttention::MidAttention(int64_t channels, int64_t groups)
@@ -93,10 +145,10 @@ AutoencoderKL::MidBlock::MidBlock(int64_t channels, int64_t groups, bool with_at
   register_module("resnets.1", &resnet1);
 }
 
-Tensor AutoencoderKL::MidBlock::forward(const Tensor& x) const {
-  Tensor h = resnet0.forward(x);
-  if (attention) h = attention->forward(h);
-  return resnet1.forward(h);
+Tensor AutoencoderKL::MidBlock::forward(Tensor x, int64_t band) const {
+  x = resnet0.forward(std::move(x), band);
+  if (attention) x = attention->forward(x);
+  return resnet1.forward(std::move(x), band);
 }
 
 AutoencoderKL::AutoencoderKL(const AutoencoderKLConfig& c)
@@ -159,20 +211,110 @@ AutoencoderKL::AutoencoderKL(const AutoencoderKLConfig& c)
   }
   register_module("decoder.conv_norm_out", &dec_norm_out_);
   register_module("decoder.conv_out", &dec_conv_out_);
+  enable_tiling();  // resolves the default tile sizes
+  use_tiling_ = false;
 }
+
+void AutoencoderKL::set_conv_band_bytes(int64_t bytes) {
+  KILN_CHECK(bytes >= 0, "AutoencoderKL.set_conv_band_bytes: expected a size >= 0, got " << bytes);
+  conv_band_bytes_ = bytes;
+}
+
+void AutoencoderKL::enable_tiling(const AutoencoderKLTiling& options) {
+  AutoencoderKLTiling t = options;
+  if (t.tile_sample_min_size == 0) t.tile_sample_min_size = config_.sample_size;
+  // diffusers: int(sample_size / 2 ** (len(block_out_channels) - 1)).
+  if (t.tile_latent_min_size == 0) t.tile_latent_min_size = t.tile_sample_min_size / config_.scale_factor();
+  const double overlap = t.tile_overlap_factor;
+  KILN_CHECK(overlap >= 0.0 && overlap < 1.0,
+             "AutoencoderKL.enable_tiling: tile_overlap_factor must be in [0, 1), got " << overlap);
+  // Both strides (int(size * (1 - overlap)), as diffusers computes them) must advance.
+  KILN_CHECK(t.tile_latent_min_size > 0 && t.tile_sample_min_size > 0 &&
+                 static_cast<int64_t>(t.tile_latent_min_size * (1 - overlap)) > 0 &&
+                 static_cast<int64_t>(t.tile_sample_min_size * (1 - overlap)) > 0,
+             "AutoencoderKL.enable_tiling: tiles of " << t.tile_sample_min_size << " pixels / "
+                                                      << t.tile_latent_min_size << " latents with overlap "
+                                                      << overlap << " do not advance");
+  tiling_ = t;
+  use_tiling_ = true;
+}
+
+namespace {
+
+// diffusers' blend_v (dim 2) / blend_h (dim 3): the first `extent` rows (columns) of b fade in from the last
+// ones of a, in place. The weights are computed in double and each product is rounded to the tensor's dtype,
+// as torch does with a Python float.
+void blend(const Tensor& a, Tensor& b, int64_t dim, int64_t extent) {
+  extent = std::min({a.size(dim), b.size(dim), extent});
+  for (int64_t y = 0; y < extent; ++y) {
+    const double w = static_cast<double>(y) / static_cast<double>(extent);
+    Tensor line = b.narrow(dim, y, 1);
+    line.copy_(add(mul(a.narrow(dim, a.size(dim) - extent + y, 1), 1.0 - w), mul(line, w)));
+  }
+}
+
+// diffusers' tiling loop, shared by decode and encode: `run` maps each input tile (input_tile square, every
+// `stride` along H and W) to an output tile; output tiles are blended with their upper and left neighbours
+// over `blend_extent` and cropped to `row_limit`. Rows are stitched as soon as they are done, so only two
+// rows of output tiles are alive at a time.
+template <class Run>
+Tensor run_tiled(const Tensor& x, int64_t input_tile, int64_t stride, int64_t blend_extent, int64_t row_limit,
+                 const Run& run) {
+  const int64_t H = x.size(2), W = x.size(3);
+  std::vector<Tensor> above, stitched_rows;
+  for (int64_t i = 0; i < H; i += stride) {
+    std::vector<Tensor> row;
+    for (int64_t j = 0; j < W; j += stride)
+      row.push_back(
+          run(x.narrow(2, i, std::min(input_tile, H - i)).narrow(3, j, std::min(input_tile, W - j))));
+    std::vector<Tensor> crops;
+    for (size_t j = 0; j < row.size(); ++j) {
+      Tensor& tile = row[j];
+      if (!above.empty()) blend(above[j], tile, 2, blend_extent);
+      if (j > 0) blend(row[j - 1], tile, 3, blend_extent);
+      crops.push_back(tile.narrow(2, 0, std::min(row_limit, tile.size(2)))
+                          .narrow(3, 0, std::min(row_limit, tile.size(3))));
+    }
+    stitched_rows.push_back(crops.size() == 1 ? crops.front().contiguous() : concat(crops, 3));
+    above = std::move(row);
+  }
+  return stitched_rows.size() == 1 ? stitched_rows.front() : concat(stitched_rows, 2);
+}
+
+}  // namespace
 
 Tensor AutoencoderKL::decode(const Tensor& z) const {
   KILN_CHECK(z.dim() == 4 && z.size(1) == config_.latent_channels,
              "AutoencoderKL.decode: expected latents [B, " << config_.latent_channels << ", h, w], got "
                                                            << shape_str(z.shape()));
+  if (use_tiling_ && (z.size(2) > tiling_.tile_latent_min_size || z.size(3) > tiling_.tile_latent_min_size))
+    return tiled_decode(z);
+  return decoder_forward(z);
+}
+
+Tensor AutoencoderKL::tiled_decode(const Tensor& z) const {
+  KILN_CHECK(z.dim() == 4 && z.size(1) == config_.latent_channels,
+             "AutoencoderKL.tiled_decode: expected latents [B, " << config_.latent_channels << ", h, w], got "
+                                                                 << shape_str(z.shape()));
+  const auto& t = tiling_;
+  const auto stride = static_cast<int64_t>(t.tile_latent_min_size * (1 - t.tile_overlap_factor));
+  const auto blend_extent = static_cast<int64_t>(t.tile_sample_min_size * t.tile_overlap_factor);
+  return run_tiled(z, t.tile_latent_min_size, stride, blend_extent, t.tile_sample_min_size - blend_extent,
+                   [&](const Tensor& tile) { return decoder_forward(tile); });
+}
+
+Tensor AutoencoderKL::decoder_forward(const Tensor& z) const {
   Tensor x = post_quant_conv_ ? (*post_quant_conv_)(z) : z;
+  const int64_t band = conv_band_bytes_;
   x = dec_conv_in_(x);
-  x = dec_mid_.forward(x);
+  x = dec_mid_.forward(std::move(x), band);
   for (const auto& stage : up_) {
-    for (const auto& r : stage->resnets) x = r->forward(x);
-    if (stage->resample) x = (*stage->resample)(upsample_nearest2d(x, 2));
+    for (const auto& r : stage->resnets) x = r->forward(std::move(x), band);
+    if (stage->resample)
+      x = banded_conv(*stage->resample, x, band, 2, [](const Tensor& t) { return upsample_nearest2d(t, 2); });
   }
-  return dec_conv_out_(silu(dec_norm_out_(x)));
+  x = dec_norm_out_(x);
+  return banded_conv(dec_conv_out_, x, band, 1, silu_of);
 }
 
 AutoencoderKL::LatentDistribution AutoencoderKL::encode(const Tensor& image) const {
@@ -183,9 +325,28 @@ AutoencoderKL::LatentDistribution AutoencoderKL::encode(const Tensor& image) con
   KILN_CHECK(image.size(2) % f == 0 && image.size(3) % f == 0, "AutoencoderKL.encode: image size "
                                                                    << image.size(2) << "x" << image.size(3)
                                                                    << " is not a multiple of " << f);
+  if (use_tiling_ &&
+      (image.size(2) > tiling_.tile_sample_min_size || image.size(3) > tiling_.tile_sample_min_size))
+    return tiled_encode(image);
+  return split_moments(encoder_forward(image));
+}
+
+AutoencoderKL::LatentDistribution AutoencoderKL::tiled_encode(const Tensor& image) const {
+  KILN_CHECK(image.dim() == 4 && image.size(1) == config_.in_channels,
+             "AutoencoderKL.tiled_encode: expected images [B, " << config_.in_channels << ", H, W], got "
+                                                                << shape_str(image.shape()));
+  const auto& t = tiling_;
+  const auto stride = static_cast<int64_t>(t.tile_sample_min_size * (1 - t.tile_overlap_factor));
+  const auto blend_extent = static_cast<int64_t>(t.tile_latent_min_size * t.tile_overlap_factor);
+  return split_moments(run_tiled(image, t.tile_sample_min_size, stride, blend_extent,
+                                 t.tile_latent_min_size - blend_extent,
+                                 [&](const Tensor& tile) { return encoder_forward(tile); }));
+}
+
+Tensor AutoencoderKL::encoder_forward(const Tensor& image) const {
   Tensor x = enc_conv_in_(image);
   for (const auto& stage : down_) {
-    for (const auto& r : stage->resnets) x = r->forward(x);
+    for (const auto& r : stage->resnets) x = r->forward(std::move(x), conv_band_bytes_);
     if (stage->resample) {
       // diffusers' Downsample2D pads one zero row and column at the bottom/right, then convolves with
       // stride 2.
@@ -195,10 +356,14 @@ AutoencoderKL::LatentDistribution AutoencoderKL::encode(const Tensor& image) con
       x = (*stage->resample)(padded);
     }
   }
-  x = enc_mid_.forward(x);
+  x = enc_mid_.forward(std::move(x), conv_band_bytes_);
   x = enc_conv_out_(silu(enc_norm_out_(x)));
   if (quant_conv_) x = (*quant_conv_)(x);
-  const auto halves = chunk(x, 2, 1);
+  return x;
+}
+
+AutoencoderKL::LatentDistribution AutoencoderKL::split_moments(const Tensor& moments) const {
+  const auto halves = chunk(moments, 2, 1);
   // diffusers clamps the log-variance to [-30, 20] before use.
   return {halves[0], clamp(halves[1], -30.0, 20.0)};
 }

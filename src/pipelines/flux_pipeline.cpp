@@ -224,4 +224,12 @@ PipelineOutput FluxPipeline::operator()(const FluxPipelineCall& call) {
   return out;
 }
 
+void FluxPipeline::enable_vae_tiling(int64_t tile_size) {
+  vae_->enable_tiling({.tile_sample_min_size = tile_size});
+}
+
+void FluxPipeline::disable_vae_tiling() {
+  vae_->disable_tiling();
+}
+
 }  // namespace kiln

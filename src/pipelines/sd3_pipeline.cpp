@@ -344,4 +344,12 @@ PipelineOutput StableDiffusion3Pipeline::operator()(const StableDiffusion3Pipeli
   return out;
 }
 
+void StableDiffusion3Pipeline::enable_vae_tiling(int64_t tile_size) {
+  vae_->enable_tiling({.tile_sample_min_size = tile_size});
+}
+
+void StableDiffusion3Pipeline::disable_vae_tiling() {
+  vae_->disable_tiling();
+}
+
 }  // namespace kiln

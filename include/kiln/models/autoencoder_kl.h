@@ -23,10 +23,23 @@ struct AutoencoderKLConfig {
   bool use_post_quant_conv = true;
   double scaling_factor = 0.18215;
   double shift_factor = 0.0;  // absent (null) in SD1/SDXL configs: 0
+  int64_t sample_size = 32;  // pixels; the default tile size of tiled decode/encode (1024 for FLUX.1 and SD3)
 
   static AutoencoderKLConfig from_file(const std::string& config_json);
   // Pixels per latent pixel: 2^(number of blocks - 1).
   int64_t scale_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }
+};
+
+// diffusers' AutoencoderKL tiling attributes (enable_tiling, then tile_sample_min_size / tile_latent_min_size
+// / tile_overlap_factor). Tiles of tile_latent_min_size latents start every int(tile_latent_min_size * (1 -
+// overlap)) latents; each decoded tile fades into its upper and left neighbours over int(tile_sample_min_size
+// * overlap) pixels (diffusers' blend_v/blend_h) and contributes its first tile_sample_min_size - that many
+// pixels of rows and columns. Encoding is the mirror image. Only the tile sizes bound memory: a 1024x1024
+// decode with 512-pixel tiles needs about a quarter of an untiled one.
+struct AutoencoderKLTiling {
+  int64_t tile_sample_min_size = 0;  // pixels; 0: the config's sample_size
+  int64_t tile_latent_min_size = 0;  // latents; 0: int(tile_sample_min_size / scale factor), as diffusers
+  double tile_overlap_factor = 0.25;
 };
 
 class AutoencoderKL : public nn::Module {
@@ -42,9 +55,31 @@ class AutoencoderKL : public nn::Module {
   LatentDistribution encode(const Tensor& image) const;
   const AutoencoderKLConfig& config() const { return config_; }
 
+  // Tiling (diffusers' enable_tiling): from now on decode() runs tiled_decode() when the latent is larger
+  // than a tile in either dimension, and encode() runs tiled_encode() when the image is larger than a tile.
+  // Zero sizes in `options` take diffusers' defaults from the config; throws kiln::Error for sizes that
+  // cannot tile.
+  void enable_tiling(const AutoencoderKLTiling& options = {});
+  void disable_tiling() { use_tiling_ = false; }
+  bool use_tiling() const { return use_tiling_; }
+  // The tile sizes in effect (defaults resolved), whether tiling is on or not.
+  const AutoencoderKLTiling& tiling() const { return tiling_; }
+  // diffusers' tiled_decode / _tiled_encode, whatever the input size (one tile when it fits in one).
+  Tensor tiled_decode(const Tensor& z) const;
+  LatentDistribution tiled_encode(const Tensor& image) const;
+
+  // Stride-1 convolutions whose input (after the SiLU or 2x upsampling feeding them) exceeds this many bytes
+  // run over bands of output rows, each band's input about this size: at 1024x1024 the full-image input of
+  // such a conv, and oneDNN's channel-blocked copies of its input and output, would each take up to 1 GiB in
+  // float32. Costs two recomputed rows per band (about 3% of the conv at 64 MiB bands of 1024-wide float32
+  // rows). 0 turns banding off. Default 64 MiB.
+  void set_conv_band_bytes(int64_t bytes);
+  int64_t conv_band_bytes() const { return conv_band_bytes_; }
+
   struct ResnetBlock : nn::Module {
     ResnetBlock(int64_t in, int64_t out, int64_t groups);
-    Tensor forward(const Tensor& x) const;
+    // Takes x by value so that a moved-in activation is freed as soon as it has been normalised.
+    Tensor forward(Tensor x, int64_t conv_band_bytes = 0) const;
     nn::GroupNorm norm1, norm2;
     nn::Conv2d conv1, conv2;
     std::optional<nn::Conv2d> conv_shortcut;
@@ -57,7 +92,7 @@ class AutoencoderKL : public nn::Module {
   };
   struct MidBlock : nn::Module {
     MidBlock(int64_t channels, int64_t groups, bool with_attention);
-    Tensor forward(const Tensor& x) const;
+    Tensor forward(Tensor x, int64_t conv_band_bytes = 0) const;
     ResnetBlock resnet0, resnet1;
     std::optional<MidAttention> attention;
   };
@@ -67,7 +102,14 @@ class AutoencoderKL : public nn::Module {
   };
 
  private:
+  Tensor decoder_forward(const Tensor& z) const;  // post_quant_conv + decoder
+  Tensor encoder_forward(const Tensor& x) const;  // encoder + quant_conv: the moments [B, 2 latent, h, w]
+  LatentDistribution split_moments(const Tensor& moments) const;
+
   AutoencoderKLConfig config_;
+  AutoencoderKLTiling tiling_;
+  bool use_tiling_ = false;
+  int64_t conv_band_bytes_ = int64_t{64} << 20;
   // encoder
   nn::Conv2d enc_conv_in_;
   std::vector<std::unique_ptr<Stage>> down_;

@@ -85,6 +85,11 @@ class FluxPipeline {
   Tensor decode_latents(const Tensor& latents, int64_t height, int64_t width) const;
 
   const models::FluxTransformer2DModel& transformer() const { return *transformer_; }
+  // diffusers' enable_vae_tiling / disable_vae_tiling: the VAE decodes latents larger than a tile in
+  // overlapping, blended tiles. `tile_size` in pixels; 0 keeps the VAE's sample_size (1024 for FLUX.1 and
+  // SD3, so only larger images tile unless a smaller size is given).
+  void enable_vae_tiling(int64_t tile_size = 0);
+  void disable_vae_tiling();
   DType dtype() const { return dtype_; }
   const std::string& model_path() const { return path_; }
 

@@ -97,6 +97,11 @@ class StableDiffusion3Pipeline {
   Tensor decode_latents(const Tensor& latents) const;
 
   const models::SD3Transformer2DModel& transformer() const { return *transformer_; }
+  // diffusers' enable_vae_tiling / disable_vae_tiling: the VAE decodes latents larger than a tile in
+  // overlapping, blended tiles. `tile_size` in pixels; 0 keeps the VAE's sample_size (1024 for FLUX.1 and
+  // SD3, so only larger images tile unless a smaller size is given).
+  void enable_vae_tiling(int64_t tile_size = 0);
+  void disable_vae_tiling();
   DType dtype() const { return dtype_; }
   const std::string& model_path() const { return path_; }
   // The image size a call with height = width = 0 gets.
