@@ -212,7 +212,7 @@ def run_child(cmd, tag, env=None):
     if p.returncode != 0:
         print(f"    (exit status {p.returncode})")
         return None
-    return result
+    return result if result is not None else {}  # exit 0 without a result: the mode is not available
 
 
 # ---- the table
@@ -284,7 +284,7 @@ def main():
         if args.prepare_only and missing:
             sys.exit(f"compare.py: --prepare-only needs PyTorch ({missing})")
         layers = {"flux": args.flux_layers, "sd3": args.sd3_layers, "t5": args.t5_layers}[model]
-        torch_res = {}
+        torch_res, failed = {}, []
         if not missing:
             folder = case_dir(args, model)
             make_checkpoint(args, model, folder)
@@ -298,6 +298,8 @@ def main():
                 r = run_child(cmd, "TORCH_RESULT", env)
                 if r:
                     torch_res[mode] = r
+                else:
+                    failed.append(f"torch {mode}")
             source = ["--checkpoint", folder, "--inputs", inputs]
         else:
             source = ["--random", "--size", str(size), "--layers", str(layers)]
@@ -309,6 +311,8 @@ def main():
             r = run_child(cmd, "KILN_RESULT", env)
             if r:
                 kiln_res[mode] = r
+            elif r is None:
+                failed.append(f"kiln {mode}")
         first = next(iter(kiln_res.values()), None)
         flops = first["flops"] if first else float("nan")
         peak = first["measured_peak_gflops"] if first else float("nan")
@@ -319,7 +323,7 @@ def main():
             rows.append([label, f"torch {r['mode']}", fmt(r["median_s"], ".3f"),
                          f"{r['min_s']:.3f}-{r['max_s']:.3f}", "", "", fmt(flops / 1e9, ".1f"), fmt(gf, ".0f"),
                          fmt(100 * gf / peak if peak else None, ".1f", "-") + "%", f"{100 * gf / NOMINAL_BF16_PEAK_GFLOPS:.1f}%",
-                         "", fmt(r["vmhwm_bytes"] / 1e9, ".2f"), "", fmt(r.get("max_rel_error"), ".2e", "ref"),
+                         "", fmt(r["vmhwm_bytes"] / 1e9, ".2f"), "", "ref" if r["mode"] == "eager" else fmt(r.get("max_rel_error"), ".2e"),
                          fmt(compile_s, ".1f")])
             results.append(dict(r, case=label, flops=flops))
         for mode, r in kiln_res.items():
@@ -332,6 +336,8 @@ def main():
                          f"{100 * gf / NOMINAL_BF16_PEAK_GFLOPS:.1f}%", share, fmt(r["vmhwm_bytes"] / 1e9, ".2f"),
                          fmt(r["weight_bytes"] / 1e9, ".2f"), fmt(r.get("max_rel_error"), ".2e"), ""])
             results.append(dict(r, case=label))
+        for engine in failed:
+            rows.append([label, engine, "failed (see the log above)"] + [""] * 12)
         if first:
             print(f"  measured bf16 peak now: {peak:.0f} GFLOP/s (nominal {NOMINAL_BF16_PEAK_GFLOPS:.0f}); "
                   f"Kiln's matmuls alone: {fmt(matmul, '.3f')} s")
