@@ -161,7 +161,7 @@ class GroupBuilder {
       if (it == written_.end()) continue;
       const Tensor& made = calls_[it->second].outputs[0];
       if (same_view(t, made)) continue;
-      if (!broadcastable(t.shape(), made.shape()) || t.dim() < made.dim()) return false;
+      if (!expands_to(made.shape(), t.shape())) return false;
       if (!same_view(t, made.expand(t.shape()))) return false;
     }
     const Tensor& out = c.outputs[0];
@@ -183,6 +183,15 @@ class GroupBuilder {
   }
 
  private:
+  // Whether `from` broadcasts to exactly `to` (Tensor::expand would accept it).
+  static bool expands_to(const Shape& from, const Shape& to) {
+    if (from.size() > to.size()) return false;
+    for (size_t k = 0; k < from.size(); ++k) {
+      const int64_t f = from[from.size() - 1 - k], t = to[to.size() - 1 - k];
+      if (f != t && f != 1) return false;
+    }
+    return true;
+  }
   static bool broadcastable(const Shape& a, const Shape& b) {
     const size_t n = std::max(a.size(), b.size());
     for (size_t k = 0; k < n; ++k) {

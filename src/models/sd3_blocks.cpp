@@ -137,6 +137,19 @@ SD3JointTransformerBlock::SD3JointTransformerBlock(int64_t dim, int64_t heads, i
 
 std::pair<Tensor, Tensor> SD3JointTransformerBlock::forward(const Tensor& x, const Tensor& c,
                                                             const Tensor& silu_temb) const {
+  if (!is_compiled()) return forward_eager(x, c, silu_temb);
+  const std::vector<Tensor> out = call_compiled(
+      {x, c, silu_temb},
+      [this](const auto& in) {
+        const auto [x1, c1] = forward_eager(in[0], in[1], in[2]);
+        return std::vector<Tensor>{x1, c1};
+      },
+      std::string("dual=") + (dual_ ? "1" : "0") + ",context_pre_only=" + (context_pre_only_ ? "1" : "0"));
+  return {out[0], out[1]};
+}
+
+std::pair<Tensor, Tensor> SD3JointTransformerBlock::forward_eager(const Tensor& x, const Tensor& c,
+                                                                  const Tensor& silu_temb) const {
   // AdaLayerNormZero chunk order; SD35AdaLayerNormZeroX appends shift_msa2, scale_msa2, gate_msa2.
   enum { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp, kShiftMsa2, kScaleMsa2, kGateMsa2 };
   const std::vector<Tensor> m = norm1_.forward(silu_temb);

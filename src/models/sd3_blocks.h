@@ -52,8 +52,10 @@ class SD3JointTransformerBlock : public nn::Module {
   // Returns {x, c} after the block; c is returned unchanged by a context_pre_only block (diffusers returns
   // None there, and nothing reads it).
   std::pair<Tensor, Tensor> forward(const Tensor& x, const Tensor& c, const Tensor& silu_temb) const;
+  bool supports_compile() const override { return true; }
 
  private:
+  std::pair<Tensor, Tensor> forward_eager(const Tensor& x, const Tensor& c, const Tensor& silu_temb) const;
   bool dual_, context_pre_only_;
   FluxModulation norm1_;
   std::unique_ptr<FluxModulation> norm1_context_;

@@ -67,6 +67,31 @@ Tensor SD3Transformer2DModel::patch_embed(const Tensor& hidden) const {
 Tensor SD3Transformer2DModel::forward(const Tensor& hidden, const Tensor& encoder_hidden,
                                       const Tensor& pooled, const Tensor& timestep,
                                       const std::vector<int64_t>& skip_layers) const {
+  if (!is_compiled()) return forward_eager(hidden, encoder_hidden, pooled, timestep, skip_layers);
+  // The skipped blocks change the graph: they are part of the compiled program's key.
+  return call_compiled(
+      {hidden, encoder_hidden, pooled, timestep},
+      [&](const auto& in) {
+        return std::vector<Tensor>{forward_eager(in[0], in[1], in[2], in[3], skip_layers)};
+      },
+      "skip_layers=" + shape_str(skip_layers))[0];
+}
+
+void SD3Transformer2DModel::compile_repeated_blocks() {
+  // diffusers has no repeated-block list for SD3. The joint blocks share one cache whose programs are keyed
+  // by each block's parameter shapes and flags, so each distinct structure (MMDiT-X dual-attention blocks,
+  // plain blocks, the context_pre_only last block) compiles once and its instances share it.
+  for (size_t i = 0; i < transformer_blocks_.size(); ++i) {
+    if (i == 0)
+      transformer_blocks_[0]->compile();
+    else
+      transformer_blocks_[i]->share_compiled_cache(*transformer_blocks_[0]);
+  }
+}
+
+Tensor SD3Transformer2DModel::forward_eager(const Tensor& hidden, const Tensor& encoder_hidden,
+                                            const Tensor& pooled, const Tensor& timestep,
+                                            const std::vector<int64_t>& skip_layers) const {
   const SD3TransformerConfig& c = config_;
   const char* op = "SD3Transformer2DModel";
   const DType dt = dtype();

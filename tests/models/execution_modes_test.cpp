@@ -4,10 +4,13 @@
 // compile_repeated_blocks builds one program per block class.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "kiln/core/device_runtime.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/flux_transformer.h"
+#include "kiln/models/sd3_transformer.h"
 #include "kiln/nn/module.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/counters.h"
@@ -169,6 +172,65 @@ TEST(ExecutionModes, CompiledRunsReuseIntermediateMemory) {
   // reuse the compiled run would need 6.5x that.
   EXPECT_GT(eager_peak, 0);
   EXPECT_LT(compiled_peak, eager_peak * 5 / 4);
+}
+
+// ---- SD3.5: the same modes on the tiny Medium-like (MMDiT-X, CFG batch 2) and Large-like transformers.
+
+struct Sd3Inputs {
+  Tensor hidden, encoder_hidden, pooled, timestep, expected;
+  std::string pipeline;
+};
+
+Sd3Inputs sd3_step0_inputs(const std::string& name) {
+  io::SafetensorsFile g(testing::data_path("goldens/sd3/" + name + ".safetensors"));
+  Sd3Inputs in;
+  in.pipeline = g.metadata().at("pipeline");
+  in.hidden = g.tensor("latents_init");
+  in.encoder_hidden = g.tensor("prompt_embeds");
+  in.pooled = g.tensor("pooled_prompt_embeds");
+  if (g.metadata().at("cfg") == "true") {
+    in.hidden = concat({in.hidden, in.hidden}, 0);
+    in.encoder_hidden = concat({g.tensor("negative_prompt_embeds"), in.encoder_hidden}, 0);
+    in.pooled = concat({g.tensor("negative_pooled_prompt_embeds"), in.pooled}, 0);
+  }
+  in.timestep = g.tensor("transformer_in_timestep");
+  in.expected = g.tensor("transformer_out_step0");
+  return in;
+}
+
+Tensor run_sd3(Mode mode, const Sd3Inputs& in, int64_t* programs = nullptr) {
+  auto model =
+      models::load_sd3_transformer(testing::data_path("models/" + in.pipeline + "/transformer"), float32);
+  if (mode == Mode::Compile) model->compile();
+  if (mode == Mode::CompileBlocks) model->compile_repeated_blocks();
+  std::optional<EagerModeGuard> fuse;
+  if (mode == Mode::Fuse) fuse.emplace(EagerMode::DeferAndFuse);
+  reset_counters();
+  Tensor out = model->forward(in.hidden, in.encoder_hidden, in.pooled, in.timestep);
+  synchronize();
+  if (programs) *programs = counters().graphs_compiled;
+  return out;
+}
+
+TEST(ExecutionModes, Sd3EveryModeMatchesEagerAndDiffusers) {
+  for (const char* name : {"medium_cat_64x64_s0", "large_unicode_80x48_s7"}) {
+    const Sd3Inputs in = sd3_step0_inputs(name);
+    const Tensor eager = run_sd3(Mode::Eager, in);
+    for (Mode mode : {Mode::Fuse, Mode::Compile, Mode::CompileBlocks}) {
+      int64_t programs = 0;
+      const Tensor out = run_sd3(mode, in, &programs);
+      EXPECT_TRUE(testing::rel_max_error_within(out, eager, 1e-5)) << name << " " << mode_name(mode);
+      EXPECT_TRUE(testing::rel_max_error_within(out, in.expected, 1e-4)) << name << " " << mode_name(mode);
+      // Blocks: 3 joint blocks of 2 structures (Medium: dual-attention x2 + the context_pre_only last one;
+      // Large: plain x2 + the last one).
+      if (mode == Mode::CompileBlocks) {
+        EXPECT_EQ(programs, 2) << name;
+      }
+      if (mode == Mode::Compile) {
+        EXPECT_EQ(programs, 1) << name;
+      }
+    }
+  }
 }
 
 // A module whose forward reads a value on the host: compiling it must name the op that breaks the graph.

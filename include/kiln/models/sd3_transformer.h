@@ -77,11 +77,18 @@ class SD3Transformer2DModel : public nn::Module {
   Tensor forward(const Tensor& hidden, const Tensor& encoder_hidden, const Tensor& pooled,
                  const Tensor& timestep, const std::vector<int64_t>& skip_layers = {}) const;
 
+  // Compiled mode (kiln/nn/compile.h): compile() compiles the whole forward per input shape (and skip list);
+  // compile_repeated_blocks() compiles each distinct joint-block structure once, shared by its instances.
+  bool supports_compile() const override { return true; }
+  void compile_repeated_blocks() override;
+
   const SD3TransformerConfig& config() const { return config_; }
   // The compute dtype (that of the loaded weights).
   DType dtype() const;
 
  private:
+  Tensor forward_eager(const Tensor& hidden, const Tensor& encoder_hidden, const Tensor& pooled,
+                       const Tensor& timestep, const std::vector<int64_t>& skip_layers) const;
   // PatchEmbed: conv patches, flattened row-major, plus the centre crop of the stored position table.
   Tensor patch_embed(const Tensor& hidden) const;
 
