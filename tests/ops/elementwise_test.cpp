@@ -15,6 +15,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/elementwise_op.h"
 #include "backends/cpu/isa_dispatch.h"
+#include "kiln/core/device_runtime.h"
 #include "kiln/ops/elementwise.h"
 #include "support/test_data.h"
 
@@ -307,6 +308,7 @@ TEST(Elementwise, IsaVariantsAgree) {
   for (DType dt : {float32, bfloat16, float16}) {
     const Tensor ta = Tensor::from_vector(a, {n}).to(dt), tb = Tensor::from_vector(b, {n}).to(dt);
     const Tensor tc = Tensor::from_vector(cond, {n}).to(boolean);
+    synchronize();  // the kernels below read raw_data() on this thread: wait for the casts
     for (EwOp op : ops) {
       EwOperand in[3];
       int k = 0;

@@ -2,6 +2,7 @@
 
 #include <functional>
 
+#include "kiln/core/device_runtime.h"
 #include "kiln/ops/layout.h"
 #include "ops/reference_cases.h"
 
@@ -93,6 +94,7 @@ TEST(Layout, LargeConcatAndEmbeddingUseThreads) {
 void expect_error(const std::function<void()>& fn, const std::string& needle) {
   try {
     fn();
+    synchronize();  // errors found by a kernel (embedding's id range) surface at the next synchronisation
     ADD_FAILURE() << "expected kiln::Error mentioning '" << needle << "'";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();

@@ -164,12 +164,16 @@ TEST(Linear, PacksEachWeightOnceAndFreesItWithTheWeight) {
     const Tensor w = load("linear_bf16_m11_k200.weight").clone();  // its own Storage, owned by this test
     const int64_t weight_bytes = memory_stats().current_bytes - baseline;
     linear(x, w);
+    synchronize();  // the kernel packs the weight when it runs
     const int64_t after_first = memory_stats().current_bytes;
     EXPECT_GE(after_first - baseline, 2 * weight_bytes);  // the packed copy is at least as large
     for (int i = 0; i < 3; ++i) linear(x, w);
     linear(x.slice(0, 0, 5), w);  // another M reuses the same packed form
+    synchronize();
     EXPECT_EQ(memory_stats().current_bytes, after_first);
   }
+  // Queued ops hold the weight until they have run.
+  synchronize();
   EXPECT_EQ(memory_stats().current_bytes, baseline);  // freed together with the weight's Storage
   // Two views of one Storage get separate packed forms, each correct.
   const Tensor w = load("linear_bf16_m11_k200.weight");
@@ -207,6 +211,7 @@ TEST(Linear, AutoPolicyPacksBf16AndKeepsF32InPlace) {
     const Tensor w = load("linear_f32_m11_k200.weight").to(dtype);
     const int64_t before = memory_stats().current_bytes;
     const Tensor y = linear(x, w);
+    synchronize();  // the kernel packs the weight when it runs
     const int64_t extra = memory_stats().current_bytes - before - static_cast<int64_t>(y.nbytes());
     if (dtype == float32) {
       EXPECT_EQ(extra, 0);

@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "kiln/core/device_runtime.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -26,6 +27,7 @@ uint64_t seed_of(const Tensor& t, int64_t row = 0) {
 
 uint64_t fnv1a64(const Tensor& t) {
   const Tensor c = t.contiguous();
+  synchronize();  // raw_data() does not wait for the copy
   const auto* p = static_cast<const unsigned char*>(c.raw_data());
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
@@ -40,6 +42,7 @@ uint64_t fnv1a64(const Tensor& t) {
   if (actual.numel() != expected.numel())
     return ::testing::AssertionFailure() << "numel " << actual.numel() << " vs " << expected.numel();
   const Tensor a = actual.contiguous(), e = expected.contiguous();
+  synchronize();  // raw_data() does not wait for the copies
   const size_t es = a.element_size();
   const auto* pa = static_cast<const unsigned char*>(a.raw_data());
   const auto* pe = static_cast<const unsigned char*>(e.raw_data());
@@ -95,7 +98,9 @@ TEST(GeneratorRefs, AllCasesBitExact) {
       EXPECT_EQ(actual.dtype(), expected.dtype());
       EXPECT_EQ(fnv1a64(actual), static_cast<uint64_t>(f.tensor(d + ".hash").to_vector<int64_t>()[0]));
       // from_blob rather than reshape: reshape of a 0-dim tensor to [1] is rejected by the core view code.
-      const Tensor flat = Tensor::from_blob(actual.contiguous().raw_data(), {actual.numel()}, actual.dtype());
+      const Tensor dense = actual.contiguous();
+      synchronize();  // raw_data() does not wait for the copy
+      const Tensor flat = Tensor::from_blob(dense.raw_data(), {actual.numel()}, actual.dtype());
       if (f.contains(d + ".index")) {
         const auto idx = f.tensor(d + ".index").to_vector<int64_t>();
         Tensor picked = Tensor::empty({static_cast<int64_t>(idx.size())}, actual.dtype());

@@ -1,6 +1,7 @@
 // An ordered execution stream: work submitted to one stream runs in submission order.
-// The CPU stream executes each task as it is enqueued; the asynchronous dispatch of the execution-modes
-// work plugs in behind this same interface, so ops and models never change.
+// Enqueue returns without waiting for the work (the CPU stream runs it on a worker thread, see
+// src/runtime/worker_stream.h); a failure is reported by the next synchronize(), naming the op. Ops and
+// models never wait themselves: host reads of tensor values and kiln::synchronize() do.
 #pragma once
 
 #include <functional>
@@ -13,7 +14,7 @@ class Stream {
   virtual ~Stream() = default;
   // `describe` names the op and shapes; it is used in the error if the task fails.
   virtual void enqueue(std::function<void()> task, std::function<std::string()> describe) = 0;
-  // Waits until every enqueued task has finished; rethrows the first failure, naming the op.
+  // Waits until every enqueued task has finished; rethrows the first failure, naming the op, once.
   virtual void synchronize() = 0;
 };
 

@@ -1,31 +1,15 @@
-// The CPU device: an aligned allocator with byte counters and an in-order stream.
+// The CPU device: the caching allocator (cpu_allocator.h) and an in-order stream whose tasks run on a
+// worker thread (runtime/worker_stream.h; kernels parallelise inside it with OpenMP).
 #include <cstdlib>
-#include <exception>
-#include <memory>
-#include <mutex>
 
 #include "backends/cpu/cpu_allocator.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
+#include "runtime/worker_stream.h"
 
 namespace kiln {
 
 namespace {
-
-// Runs each task when it is enqueued, in order, on the calling thread; kernels parallelise inside.
-class InlineStream final : public Stream {
- public:
-  void enqueue(std::function<void()> task, std::function<std::string()> describe) override {
-    try {
-      task();
-    } catch (const Error& e) {
-      throw Error(describe() + ": " + e.what());
-    } catch (const std::exception& e) {
-      throw Error(describe() + " failed: " + e.what());
-    }
-  }
-  void synchronize() override {}
-};
 
 class CpuRuntime final : public DeviceRuntime {
  public:
@@ -37,7 +21,7 @@ class CpuRuntime final : public DeviceRuntime {
  private:
   Device device_;
   CpuAllocator allocator_;
-  InlineStream stream_;
+  runtime::WorkerStream stream_;
 };
 
 }  // namespace
@@ -46,8 +30,10 @@ DeviceRuntime& device_runtime(Device device) {
   KILN_CHECK(device.type == DeviceType::CPU,
              "device " << device.str() << " is not available: this build of Kiln has the cpu backend only");
   KILN_CHECK(device.index == 0, "device " << device.str() << " does not exist: the cpu device is cpu:0");
-  static CpuRuntime runtime(cpu);
-  return runtime;
+  // Never destroyed: tensors held by other statics free their storage through this allocator during exit,
+  // in whatever order those statics go; the stream's worker is stopped by the exit hook instead.
+  static CpuRuntime* runtime = new CpuRuntime(cpu);
+  return *runtime;
 }
 
 }  // namespace kiln
