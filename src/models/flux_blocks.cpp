@@ -96,10 +96,8 @@ Tensor FluxAttention::heads(const nn::Linear& proj, const Tensor& x) const {
 }
 
 Tensor FluxAttention::heads_normed(const nn::Linear& proj, const nn::RMSNorm& norm, const Tensor& x) const {
-  const Tensor h = heads(proj, x);
-  // torch.nn.RMSNorm multiplies by the weight in float32 and rounds once to x's dtype; a float32 weight makes
-  // rms_norm do exactly that (a bfloat16 weight would round x * rsqrt(...) to bfloat16 first).
-  return rms_norm(h, norm.weight.to(float32), kQkNormEps, RmsNormStyle::Diffusers).to(h.dtype());
+  // torch.nn.RMSNorm multiplies by the weight in float32 and rounds once to x's dtype, in one pass.
+  return rms_norm(heads(proj, x), norm.weight, kQkNormEps, RmsNormStyle::Torch);
 }
 
 Tensor FluxAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -148,12 +148,19 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, RopeSty
   while (x4.dim() < 4) x4 = x4.unsqueeze(0);
   if (x4.dim() > 4) x4 = x4.flatten(0, x4.dim() - 4);
   if (x4.stride(3) != 1 && d > 1) x4 = x4.contiguous();
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  // Like torch's elementwise ops, the output keeps the memory order of a head-split view: q.transpose(1, 2)
+  // of a [B, S, H, D] projection gives a [B, H, S, D] result laid out [B, S, H, D], which attention then
+  // reads and writes in that order, so that merging the heads afterwards is a view instead of a copy.
+  const bool sequence_major =
+      x.dim() == 4 && x.size(1) > 1 && x.size(2) > 1 && x.transpose(1, 2).is_contiguous();
+  Tensor out = sequence_major
+                   ? Tensor::empty({x.size(0), s, x.size(1), d}, x.dtype(), x.device()).transpose(1, 2)
+                   : Tensor::empty(x.shape(), x.dtype(), x.device());
   if (out.numel() == 0) return out;
   runtime::dispatch(runtime::OpCall{
       "rope",
       {x4, cos.to(float32).contiguous().view({s, d}), sin.to(float32).contiguous().view({s, d})},
-      {out.view(x4.shape())},
+      {sequence_major ? out : out.view(x4.shape())},
       runtime::Attrs().set("style", static_cast<int64_t>(style))});
   return out;
 }

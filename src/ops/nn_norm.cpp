@@ -85,7 +85,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, RmsNormStyle 
   DType h_dtype = float32, y_dtype = x.dtype();
   if (style == RmsNormStyle::Diffusers) {
     if (weight.defined()) h_dtype = y_dtype = weight.dtype();
-  } else {
+  } else if (style == RmsNormStyle::Llama) {
     h_dtype = x.dtype();
     if (weight.defined()) y_dtype = promote_types(x.dtype(), weight.dtype());
   }

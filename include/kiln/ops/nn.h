@@ -32,6 +32,8 @@ enum class RmsNormStyle {
   // transformers' Llama/Mistral RMSNorm: h is rounded to x's dtype first, then multiplied by the weight; the
   // output dtype is the promotion of x's and the weight's dtypes.
   Llama,
+  // torch.nn.RMSNorm (F.rms_norm): h and h * weight in float32, rounded once to x's dtype, the output dtype.
+  Torch,
 };
 
 // RMS norm over the last dimension. `weight` ([D]) may be undefined.

@@ -2,6 +2,7 @@
 // "rope" (vectorized, in isa/rope_kernels.cpp).
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -14,6 +15,9 @@ namespace {
 
 // Copies below this many bytes run on one thread.
 constexpr int64_t kParallelBytes = 1 << 18;
+// Rows longer than this are copied in pieces of this size, so that a concat along dim 1 of batch-1 tensors
+// (one long row per input: FLUX's text + image q, k and v) still uses every thread.
+constexpr int64_t kPieceBytes = 1 << 16;
 
 // inputs: contiguous tensors of the output's dtype; attrs: dim.
 void concat_kernel(const runtime::OpCall& call) {
@@ -29,8 +33,15 @@ void concat_kernel(const runtime::OpCall& call) {
   for (const Tensor& t : call.inputs) {
     const int64_t row = t.size(d) * inner * es;
     const char* src = static_cast<const char*>(t.raw_data());
-#pragma omp parallel for schedule(static) if (outer * row >= kParallelBytes && outer > 1)
-    for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * out_row + offset, src + o * row, row);
+    const int64_t pieces_per_row = std::max<int64_t>(1, (row + kPieceBytes - 1) / kPieceBytes);
+    const int64_t piece = (row + pieces_per_row - 1) / pieces_per_row;
+    const int64_t pieces = outer * pieces_per_row;
+#pragma omp parallel for schedule(static) if (outer * row >= kParallelBytes && pieces > 1)
+    for (int64_t p = 0; p < pieces; ++p) {
+      const int64_t o = p / pieces_per_row, begin = p % pieces_per_row * piece;
+      const int64_t bytes = std::min(piece, row - begin);
+      if (bytes > 0) std::memcpy(dst + o * out_row + offset + begin, src + o * row + begin, bytes);
+    }
     offset += row;
   }
 }
@@ -115,11 +126,17 @@ void upsample_nearest2d_kernel(const runtime::OpCall& call) {
   }
 }
 
-// inputs: x [B, H, S, D] (last dim contiguous), cos and sin float32 [S, D]; output [B, H, S, D]; attrs:
-// style.
+// inputs: x [B, H, S, D] (last dim contiguous), cos and sin float32 [S, D]; output [B, H, S, D] (last dim
+// contiguous); attrs: style.
 void rope_kernel(const runtime::OpCall& call) {
   const Tensor& x = call.inputs[0];
-  RopeShape shape{x.size(0), x.size(1), x.size(2), x.size(3), {x.stride(0), x.stride(1), x.stride(2)}};
+  const Tensor& y = call.outputs[0];
+  RopeShape shape{x.size(0),
+                  x.size(1),
+                  x.size(2),
+                  x.size(3),
+                  {x.stride(0), x.stride(1), x.stride(2)},
+                  {y.stride(0), y.stride(1), y.stride(2)}};
   KILN_ISA_CALL(rope)
   (static_cast<RopeStyle>(call.attrs.get_int("style")), x.dtype(), x.raw_data(), shape,
    static_cast<const float*>(call.inputs[1].raw_data()), static_cast<const float*>(call.inputs[2].raw_data()),

@@ -43,7 +43,8 @@ KILN_ISA_DECLARE(void, group_norm,
 // cos and sin are contiguous float32 [S, D]; y is contiguous [B, H, S, D]. x and y of `dtype`.
 struct RopeShape {
   int64_t batch, heads, seq, dim;
-  int64_t x_strides[3];
+  int64_t x_strides[3];  // elements, of the batch, head and sequence dims; the last dim is contiguous
+  int64_t y_strides[3];  // the same for the output
 };
 KILN_ISA_DECLARE(void, rope,
                  (RopeStyle style, DType dtype, const void* x, const RopeShape& shape, const float* cos,

@@ -50,12 +50,13 @@ void rope_typed(RopeStyle style, const T* x, const RopeShape& sh, const float* c
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t s = row % sh.seq, h = (row / sh.seq) % sh.heads, b = row / (sh.seq * sh.heads);
     const T* xr = x + b * sh.x_strides[0] + h * sh.x_strides[1] + s * sh.x_strides[2];
+    T* yr = y + b * sh.y_strides[0] + h * sh.y_strides[1] + s * sh.y_strides[2];
     const float* c = cos + s * sh.dim;
     const float* sn = sin + s * sh.dim;
     if (style == RopeStyle::Interleaved)
-      rope_interleaved_row(xr, c, sn, y + row * sh.dim, sh.dim);
+      rope_interleaved_row(xr, c, sn, yr, sh.dim);
     else
-      rope_rotate_half_row(xr, c, sn, y + row * sh.dim, sh.dim);
+      rope_rotate_half_row(xr, c, sn, yr, sh.dim);
   }
 }
 
