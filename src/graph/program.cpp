@@ -275,6 +275,7 @@ std::vector<Tensor> Program::run(const std::vector<Tensor>& inputs, const std::v
       runtime::launch(runtime::OpCall{step.op, std::move(ins), std::move(outs), step.attrs});
       continue;
     }
+    runtime::count_bytes_moved(runtime::operand_bytes(ins, outs));
     auto kernel = step.kernel;
     auto region = step.region;
     const Device device = outs.front().device();

@@ -6,6 +6,7 @@
 #include <typeinfo>
 
 #include "nn/compiled_forward.h"
+#include "runtime/capture.h"
 
 #include <set>
 
@@ -105,6 +106,11 @@ void Module::compile(const CompileOptions& options) {
   compiled_ = std::make_shared<CompiledForward>(options, type_name());
 }
 
+void Module::reset_compiled() {
+  compiled_.reset();
+  for (auto& [name, child] : children_) child->reset_compiled();
+}
+
 void Module::compile_repeated_blocks() {
   KILN_FAIL(type_name() << ".compile_repeated_blocks: this module has no repeated blocks to compile");
 }
@@ -142,7 +148,9 @@ std::vector<Tensor> Module::call_compiled(
     const std::vector<Tensor>& inputs,
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& eager,
     const std::string& extra_key) const {
-  if (!compiled_) return eager(inputs);
+  // Inside another module's trace (a compiled transformer whose blocks were compiled too), the block is
+  // simply part of the outer graph.
+  if (!compiled_ || runtime::capture_target() != nullptr) return eager(inputs);
   return compiled_->call(inputs, parameter_tensors(), eager, extra_key);
 }
 

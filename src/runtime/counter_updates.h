@@ -3,12 +3,18 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "kiln/core/tensor.h"
 
 namespace kiln::runtime {
 
 void count_op_dispatched();
 void count_kernel_launched();
 void count_fused_kernel_launched();
+void count_bytes_moved(int64_t bytes);
+// The bytes a kernel with these operands reads and writes (each tensor's size once).
+int64_t operand_bytes(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
 void count_graph_flush(int64_t ops_eliminated, int64_t ops_fused, int64_t chains_fused);
 void count_graph_compiled();
 void count_graph_cache_hit();

@@ -15,6 +15,7 @@ namespace {
 std::atomic<int64_t> g_ops_dispatched{0};
 std::atomic<int64_t> g_kernels_launched{0};
 std::atomic<int64_t> g_fused_kernels_launched{0};
+std::atomic<int64_t> g_bytes_moved{0};
 std::atomic<int64_t> g_graph_flushes{0};
 std::atomic<int64_t> g_ops_eliminated{0};
 std::atomic<int64_t> g_ops_fused{0};
@@ -41,6 +42,16 @@ void count_op_dispatched() {
 }
 void count_kernel_launched() {
   g_kernels_launched.fetch_add(1, std::memory_order_relaxed);
+}
+void count_bytes_moved(int64_t bytes) {
+  g_bytes_moved.fetch_add(bytes, std::memory_order_relaxed);
+}
+int64_t operand_bytes(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  int64_t n = 0;
+  for (const auto* list : {&inputs, &outputs})
+    for (const Tensor& t : *list)
+      if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  return n;
 }
 void count_fused_kernel_launched() {
   g_fused_kernels_launched.fetch_add(1, std::memory_order_relaxed);
@@ -70,6 +81,7 @@ Counters counters() {
   c.ops_dispatched = g_ops_dispatched.load(std::memory_order_relaxed);
   c.kernels_launched = g_kernels_launched.load(std::memory_order_relaxed);
   c.fused_kernels_launched = g_fused_kernels_launched.load(std::memory_order_relaxed);
+  c.bytes_moved = g_bytes_moved.load(std::memory_order_relaxed);
   c.graph_flushes = g_graph_flushes.load(std::memory_order_relaxed);
   c.ops_eliminated = g_ops_eliminated.load(std::memory_order_relaxed);
   c.ops_fused = g_ops_fused.load(std::memory_order_relaxed);
@@ -95,8 +107,8 @@ Counters counters() {
 void reset_counters() {
   g_ops_dispatched.store(0, std::memory_order_relaxed);
   g_kernels_launched.store(0, std::memory_order_relaxed);
-  for (auto* c : {&g_fused_kernels_launched, &g_graph_flushes, &g_ops_eliminated, &g_ops_fused,
-                  &g_chains_fused, &g_graphs_compiled, &g_graph_cache_hits})
+  for (auto* c : {&g_fused_kernels_launched, &g_bytes_moved, &g_graph_flushes, &g_ops_eliminated,
+                  &g_ops_fused, &g_chains_fused, &g_graphs_compiled, &g_graph_cache_hits})
     c->store(0, std::memory_order_relaxed);
   {
     const graph::JitCounters jit = graph::CpuJit::global().counters();

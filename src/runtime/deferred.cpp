@@ -104,6 +104,7 @@ void launch_fused(const std::shared_ptr<graph::FusedGroup>& group) {
     return;
   }
   const Device device = group->outputs.front().device();
+  count_bytes_moved(operand_bytes(group->inputs, group->outputs));
   device_runtime(device).stream().enqueue(
       [group, kernel] {
         EagerModeGuard eager(EagerMode::DeferNever);

@@ -64,6 +64,7 @@ void launch(OpCall call) {
   const Device device = anchor.device();
   Kernel kernel = kernel_registry().find(call.op, device.type);
   KILN_CHECK(kernel != nullptr, call.op << ": no kernel for device " << device.str());
+  count_bytes_moved(operand_bytes(call.inputs, call.outputs));
   auto shared = std::make_shared<OpCall>(std::move(call));
   device_runtime(device).stream().enqueue(
       [shared, kernel] {

@@ -68,6 +68,8 @@ class Module {
   // Throws for modules without repeated blocks.
   virtual void compile_repeated_blocks();
   bool is_compiled() const { return compiled_ != nullptr; }
+  // Back to eager: drops this module's and its submodules' compiled caches.
+  void reset_compiled();
   // The number of programs this module's compiled cache holds (shared with its sibling blocks).
   size_t compiled_program_count() const;
   // Makes this module use `other`'s compiled cache (repeated blocks share one; `other` must be compiled).

@@ -24,6 +24,10 @@ struct Counters {
   // are synchronised in eager modes, except for ops skipped because an earlier op on the stream failed.
   int64_t kernels_launched = 0;
 
+  // Bytes the launched kernels read and write, counted as their operands' sizes (each input and output
+  // once): the memory traffic a step needs at least, which fusion and compilation reduce.
+  int64_t bytes_moved = 0;
+
   // DeferAndFuse and compiled mode (graph optimisation):
   int64_t graph_flushes = 0;   // lazy graphs optimised and launched
   int64_t ops_eliminated = 0;  // op calls dropped as dead code or common subexpressions
