@@ -59,17 +59,44 @@ TEST(CpuAllocator, FreedBlockIsReusedForTheSameSize) {
 TEST(CpuAllocator, LargeBlockMayServeASlightlySmallerRequestButNotAMuchSmallerOne) {
   CpuAllocator a(256 * kMiB);
   void* big = a.allocate(40 * kMiB);
+  void* small = a.allocate(8 * kMiB);
   a.deallocate(big, 40 * kMiB);
-  void* small = a.allocate(8 * kMiB);  // a 40 MiB block would waste 4/5 of itself
-  EXPECT_NE(small, big);
   void* near = a.allocate(36 * kMiB);  // within 1/8
   EXPECT_EQ(near, big);
-  const MemoryStats s = a.stats();
-  EXPECT_EQ(s.current_bytes, static_cast<int64_t>(44 * kMiB));
-  EXPECT_EQ(s.reserved_bytes, static_cast<int64_t>(48 * kMiB));
   a.deallocate(small, 8 * kMiB);
+  void* tiny = a.allocate(2 * kMiB);  // an 8 MiB block would waste 3/4 of itself: a miss
+  EXPECT_NE(tiny, small);
+  const MemoryStats s = a.stats();
+  EXPECT_EQ(s.current_bytes, static_cast<int64_t>(38 * kMiB));
+  // The miss gave the cached 8 MiB block back: 40 + 2 MiB reserved, not 50.
+  EXPECT_EQ(s.reserved_bytes, static_cast<int64_t>(42 * kMiB));
+  EXPECT_EQ(a.cached_bytes(), 0);
   a.deallocate(near, 36 * kMiB);
-  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(48 * kMiB));
+  a.deallocate(tiny, 2 * kMiB);
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(42 * kMiB));
+}
+
+TEST(CpuAllocator, MissRecyclesOldestCachedBytesSoReservedDoesNotGrow) {
+  CpuAllocator a(256 * kMiB);
+  void* p1 = a.allocate(4 * kMiB);
+  void* p2 = a.allocate(6 * kMiB);
+  void* p3 = a.allocate(8 * kMiB);
+  a.deallocate(p1, 4 * kMiB);
+  a.deallocate(p2, 6 * kMiB);
+  a.deallocate(p3, 8 * kMiB);
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(18 * kMiB));
+  // 10 MiB: no block fits; 4 and 6 MiB (the oldest) are released to make room, 8 MiB stays cached.
+  void* q = a.allocate(10 * kMiB);
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(8 * kMiB));
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(18 * kMiB));
+  void* r = a.allocate(8 * kMiB);  // the kept block
+  EXPECT_EQ(r, p3);
+  // With nothing cached a miss grows the reservation.
+  void* t = a.allocate(2 * kMiB);
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(20 * kMiB));
+  a.deallocate(q, 10 * kMiB);
+  a.deallocate(r, 8 * kMiB);
+  a.deallocate(t, 2 * kMiB);
 }
 
 TEST(CpuAllocator, AlignmentIs64BytesAndHugePageForLargeBlocks) {

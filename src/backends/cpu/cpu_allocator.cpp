@@ -122,6 +122,11 @@ void* CpuAllocator::allocate(size_t bytes) {
       record_allocate(bytes);
       return p;
     }
+    // A miss: give back as many cached bytes as are about to be taken from the system, oldest first. Blocks
+    // of sizes no longer asked for (a loader's float32 temporaries, an earlier resolution) are recycled into
+    // this one, so reserved memory does not grow while the cache holds anything; a loop that repeats its
+    // sizes stops missing after its first pass and keeps its blocks.
+    trim_to(cached_ > size ? cached_ - size : 0);
   }
   void* p = system_allocate(size);
   if (p == nullptr) {
