@@ -9,8 +9,11 @@
 #include "cli/progress.h"
 #include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
+#include "kiln/models/flux_transformer.h"
+#include "kiln/models/sd3_transformer.h"
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/sd3_pipeline.h"
+#include "kiln/runtime/eager_mode.h"
 
 namespace kiln::cli {
 
@@ -30,7 +33,24 @@ struct GenerateArgs {
   std::string output = "output.png";
   bool vae_tiling = false;
   std::optional<int64_t> vae_tile_size;
+  std::string mode = "eager";
 };
+
+// --mode: how the ops run (kiln/runtime/eager_mode.h, kiln/nn/compile.h). The transformer is what compiled
+// modes compile; the encoders and the VAE run once per image and stay eager.
+template <typename Pipeline>
+void apply_mode(const std::string& mode, Pipeline& pipe) {
+  if (mode == "eager") return;
+  if (mode == "fuse") {
+    set_eager_mode(EagerMode::DeferAndFuse);
+  } else if (mode == "compile") {
+    pipe.transformer().compile({.fullgraph = true, .dynamic = false});
+  } else if (mode == "compile-blocks") {
+    pipe.transformer().compile_repeated_blocks();
+  } else {
+    KILN_FAIL("--mode: expected eager, fuse, compile or compile-blocks, got '" << mode << "'");
+  }
+}
 
 std::string format_seconds(double s) {
   char buf[32];
@@ -49,6 +69,7 @@ void load_and_run(const GenerateArgs& args, Call call, int components) {
   Pipeline pipe = Pipeline::from_pretrained(args.model, load);
   loading.finish();
   if (args.vae_tiling) pipe.enable_vae_tiling(args.vae_tile_size ? *args.vae_tile_size : 0);
+  apply_mode(args.mode, pipe);
 
   call.prompt = args.prompt;
   call.num_inference_steps = args.steps;
@@ -125,6 +146,11 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--max-sequence-length", args->max_sequence_length,
                   "T5 tokens, at most 512 (default: 512 for FLUX, 256 for SD3)");
   cmd->add_option("--output", args->output, "PNG file to write")->capture_default_str();
+  cmd->add_option(
+         "--mode", args->mode,
+         "execution mode: eager (strict eager, the default), fuse (deferred and fused), compile (the "
+         "transformer compiled per shape), compile-blocks (its repeated blocks compiled once each)")
+      ->check(CLI::IsMember({"eager", "fuse", "compile", "compile-blocks"}));
   cmd->add_flag(
       "--vae-tiling", args->vae_tiling,
       "decode in overlapping, blended tiles (diffusers' enable_vae_tiling): memory bounded by the tile");

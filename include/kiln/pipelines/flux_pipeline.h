@@ -85,6 +85,8 @@ class FluxPipeline {
   Tensor decode_latents(const Tensor& latents, int64_t height, int64_t width) const;
 
   const models::FluxTransformer2DModel& transformer() const { return *transformer_; }
+  // For compiled mode: pipe.transformer().compile({...}) or .compile_repeated_blocks().
+  models::FluxTransformer2DModel& transformer() { return *transformer_; }
   // diffusers' enable_vae_tiling / disable_vae_tiling: the VAE decodes latents larger than a tile in
   // overlapping, blended tiles. `tile_size` in pixels; 0 keeps the VAE's sample_size (1024 for FLUX.1 and
   // SD3, so only larger images tile unless a smaller size is given).

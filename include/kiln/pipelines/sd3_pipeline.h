@@ -97,6 +97,8 @@ class StableDiffusion3Pipeline {
   Tensor decode_latents(const Tensor& latents) const;
 
   const models::SD3Transformer2DModel& transformer() const { return *transformer_; }
+  // For compiled mode: pipe.transformer().compile({...}) or .compile_repeated_blocks().
+  models::SD3Transformer2DModel& transformer() { return *transformer_; }
   // diffusers' enable_vae_tiling / disable_vae_tiling: the VAE decodes latents larger than a tile in
   // overlapping, blended tiles. `tile_size` in pixels; 0 keeps the VAE's sample_size (1024 for FLUX.1 and
   // SD3, so only larger images tile unless a smaller size is given).
