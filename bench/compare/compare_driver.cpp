@@ -9,12 +9,14 @@
 //   same inputs ("expected"), the max relative error max|kiln - torch| / max|torch|.
 //
 // Usage:
-//   bench_compare_driver --model flux|sd3|t5 [--mode eager|fuse|compile] [--steps N]
+//   bench_compare_driver --model flux|sd3|t5 [--mode eager|fuse|compile|compile-blocks] [--steps N]
 //                        (--checkpoint DIR [--inputs FILE] | --random [--size PX] [--layers N] [--tiny])
 //                        [--matmul-reps N (0 = skip the matmul timing)]
 // --size is the image side in pixels for flux and sd3 (512, 1024) and the token count for t5.
 // --layers: flux double and single blocks each (default 1), sd3 blocks (default 2; block 0 has the dual
 // attention), t5 layers (default 2). --tiny shrinks every width (for the ctest; the timings mean nothing).
+// Modes: eager (strict eager), fuse (EagerMode::DeferAndFuse), compile (Module::compile()), compile-blocks
+// (Module::compile_repeated_blocks()); the first call, which traces and compiles, is reported separately.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -59,7 +61,8 @@ struct Options {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "bench_compare_driver: %s\nusage: bench_compare_driver --model flux|sd3|t5 [--mode "
-               "eager|fuse|compile] [--steps N] (--checkpoint DIR [--inputs FILE] | --random [--size PX] "
+               "eager|fuse|compile|compile-blocks] [--steps N] (--checkpoint DIR [--inputs FILE] | --random "
+               "[--size PX] "
                "[--layers N] [--tiny]) [--matmul-reps N]\n",
                why.c_str());
   std::exit(2);
@@ -107,8 +110,8 @@ Options parse(int argc, char** argv) {
       usage("unknown argument '" + a + "'");
   }
   if (o.model != "flux" && o.model != "sd3" && o.model != "t5") usage("--model must be flux, sd3 or t5");
-  if (o.mode != "eager" && o.mode != "fuse" && o.mode != "compile")
-    usage("--mode must be eager, fuse or compile");
+  if (o.mode != "eager" && o.mode != "fuse" && o.mode != "compile" && o.mode != "compile-blocks")
+    usage("--mode must be eager, fuse, compile or compile-blocks");
   if (o.random == !o.checkpoint.empty()) usage("give exactly one of --checkpoint DIR and --random");
   if (o.steps < 1) usage("--steps must be at least 1");
   if (o.size < 1 || o.layers < 0 || o.matmul_reps < 0)
@@ -164,11 +167,14 @@ double peak_resident_bytes() {
 
 struct Timing {
   double median = 0, min = 0, max = 0;
+  double first = 0;  // the warm-up call (in the compiled modes: tracing and compiling included)
 };
 
 Timing time_steps(int steps, const std::function<void()>& f) {
-  f();  // warm-up: primitive creation, weight prepacking, first-touch of the allocator
+  const auto t_first = std::chrono::steady_clock::now();
+  f();  // warm-up: primitive creation, weight prepacking, first-touch of the allocator, compiling
   kiln::synchronize();
+  const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_first).count();
   std::vector<double> t;
   for (int i = 0; i < steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -178,7 +184,7 @@ Timing time_steps(int steps, const std::function<void()>& f) {
   }
   std::sort(t.begin(), t.end());
   const size_t n = t.size();
-  return {n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t.front(), t.back()};
+  return {n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t.front(), t.back(), first};
 }
 
 // ---- the models' work
@@ -468,18 +474,6 @@ double max_rel_error(const kiln::Tensor& a, const kiln::Tensor& e) {
   return scale > 0 ? diff / scale : diff;
 }
 
-// Module::compile is being added to Kiln (`module.compile({...})`); the driver uses it in the first build
-// that has it, and says so where it is missing.
-template <class M>
-constexpr bool kHasCompile = requires(M& m) {
-  m.compile({});
-};
-
-template <class M>
-void compile_module(M& model) {
-  if constexpr (kHasCompile<M>) model.compile({});
-}
-
 std::string json_number(double v) {
   if (std::isnan(v)) return "null";
   if (std::isinf(v)) return "1e999";  // json.loads reads it as inf
@@ -489,10 +483,6 @@ std::string json_number(double v) {
 }
 
 int run(const Options& o) {
-  if (o.mode == "compile" && !kHasCompile<kiln::nn::Module>) {
-    std::printf("compile mode: not available in this build (kiln::nn::Module has no compile())\n");
-    return 0;
-  }
   InputFile in;
   if (!o.random) {
     if (o.inputs.empty()) usage("--checkpoint needs --inputs FILE (written by compare.py)");
@@ -502,7 +492,9 @@ int run(const Options& o) {
   c.expected = in.expected();
   const double weight_bytes = static_cast<double>(c.model->parameter_bytes(kiln::bfloat16));
 
-  if (o.mode == "compile") compile_module(*c.model);
+  // Compiled modes trace the forward at its first call (the warm-up below), for these input shapes.
+  if (o.mode == "compile") c.model->compile(kiln::nn::CompileOptions{});
+  if (o.mode == "compile-blocks") c.model->compile_repeated_blocks();
   if (o.mode == "fuse") kiln::set_eager_mode(kiln::EagerMode::DeferAndFuse);
   kiln::Tensor output;
   const Timing step = time_steps(o.steps, [&] { output = c.step(); });
@@ -522,6 +514,8 @@ int run(const Options& o) {
       "peak %.0f, %.1f%% of nominal %.0f\n",
       step.median, step.min, step.max, o.steps, flops / 1e9, gflops, peak > 0 ? 100 * gflops / peak : NAN,
       peak, 100 * gflops / kNominalBf16PeakGflops, kNominalBf16PeakGflops);
+  std::printf("  first call %.3f s (warm-up%s)\n", step.first,
+              o.mode.rfind("compile", 0) == 0 ? ", tracing and compiling included" : "");
   if (o.matmul_reps > 0)
     std::printf("  matmuls alone %.3f s = %.0f%% of the step (%.1f GFLOP/s)\n", matmul,
                 100 * matmul / step.median, c.work.linear_flops() / matmul / 1e9);
@@ -533,14 +527,15 @@ int run(const Options& o) {
   std::printf(
       "KILN_RESULT {\"engine\": \"kiln\", \"mode\": \"%s\", \"model\": \"%s\", \"case\": \"%s\", "
       "\"threads\": %d, "
-      "\"steps\": %d, \"median_s\": %s, \"min_s\": %s, \"max_s\": %s, \"flops\": %s, \"linear_flops\": %s, "
+      "\"steps\": %d, \"median_s\": %s, \"min_s\": %s, \"max_s\": %s, \"first_call_s\": %s, \"flops\": %s, "
+      "\"linear_flops\": %s, "
       "\"measured_peak_gflops\": %s, \"matmul_s\": %s, \"vmhwm_bytes\": %s, \"weight_bytes\": %s, "
       "\"max_rel_error\": %s}\n",
       o.mode.c_str(), o.model.c_str(), c.work.description.c_str(), omp_get_max_threads(), o.steps,
       json_number(step.median).c_str(), json_number(step.min).c_str(), json_number(step.max).c_str(),
-      json_number(flops).c_str(), json_number(c.work.linear_flops()).c_str(), json_number(peak).c_str(),
-      json_number(matmul).c_str(), json_number(resident).c_str(), json_number(weight_bytes).c_str(),
-      json_number(rel_error).c_str());
+      json_number(step.first).c_str(), json_number(flops).c_str(), json_number(c.work.linear_flops()).c_str(),
+      json_number(peak).c_str(), json_number(matmul).c_str(), json_number(resident).c_str(),
+      json_number(weight_bytes).c_str(), json_number(rel_error).c_str());
   return 0;
 }
 
