@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,7 +88,18 @@ struct Analysis {
   std::string background, shape_color;
   double cx = 0, cy = 0;  // centroid of the shape's pixels
   int64_t area = 0;       // pixels not of the background colour
+  // The shape's area over its bounding box's area: pi/4 = 0.785 for a circle, 1 for a square, 0.5 for the
+  // dataset's triangle. Soft: a pixel counts by how far it lies from the background colour towards the shape
+  // colour, and the box's width (height) is the sum over columns (rows) of the largest such fraction, so
+  // blurred or anti-aliased edges count by how much of the shape they hold.
+  double fill = 0;
+  std::string shape;  // the class the fill ratio says
 };
+
+// Fill-ratio boundaries between triangle (0.5), circle (0.785) and square (1.0); the same in
+// tools/train_tiny_flux/shape_metrics.py, which measures the model on many more prompts.
+constexpr double kTriangleBelow = 0.65;
+constexpr double kSquareAbove = 0.90;
 
 // The background is the mean colour of the 2-pixel border; the shape is every pixel far from it.
 Analysis analyse(const Image& im) {
@@ -107,7 +119,7 @@ Analysis analyse(const Image& im) {
   for (auto& v : border) v /= n;
   Analysis a;
   a.background = nearest_color(border);
-  // Shape pixels: far from the background. Its colour: the mean of the half of them farthest from the
+  // Shape pixels: far from the background. Its colour: the mean of the quarter of them farthest from the
   // background (the interior; anti-aliased and blurred edges are a mix of both colours).
   std::vector<std::pair<double, std::array<double, 3>>> shape;
   for (int y = 0; y < im.height; ++y)
@@ -125,12 +137,74 @@ Analysis analyse(const Image& im) {
     a.cy /= static_cast<double>(a.area);
     std::sort(shape.begin(), shape.end(), [](const auto& l, const auto& r) { return l.first > r.first; });
     std::array<double, 3> fg{0, 0, 0};
-    const size_t core = (shape.size() + 1) / 2;
+    const size_t core = (shape.size() + 3) / 4;
     for (size_t i = 0; i < core; ++i)
       for (int c = 0; c < 3; ++c) fg[c] += shape[i].second[c] / static_cast<double>(core);
     a.shape_color = nearest_color(fg);
+
+    const double full = std::max(distance(fg, border), 1.0);
+    std::vector<double> col_max(im.width, 0.0), row_max(im.height, 0.0);
+    double soft_area = 0;
+    for (int y = 0; y < im.height; ++y)
+      for (int x = 0; x < im.width; ++x) {
+        double m = std::min(distance(at(x, y), border) / full, 1.0);
+        if (m < 0.1) m = 0;  // background noise does not widen the box
+        soft_area += m;
+        col_max[x] = std::max(col_max[x], m);
+        row_max[y] = std::max(row_max[y], m);
+      }
+    double w = 0, h = 0;
+    for (const double v : col_max) w += v;
+    for (const double v : row_max) h += v;
+    a.fill = soft_area / (w * h);
+    a.shape = a.fill < kTriangleBelow ? "triangle" : a.fill > kSquareAbove ? "square" : "circle";
   }
   return a;
+}
+
+// A picture drawn like tools/train_tiny_flux/dataset.py draws its training pictures (4x4 supersampled):
+// `shape` of half extent r centred at (cx, cy), colour fg on bg.
+Image render_shape(const std::string& shape, double cx, double cy, double r, const std::array<double, 3>& fg,
+                   const std::array<double, 3>& bg) {
+  Image im;
+  im.width = im.height = 64;
+  im.pixels.resize(64 * 64 * 3);
+  constexpr int kSuper = 4;
+  for (int y = 0; y < 64; ++y)
+    for (int x = 0; x < 64; ++x) {
+      int inside = 0;
+      for (int sy = 0; sy < kSuper; ++sy)
+        for (int sx = 0; sx < kSuper; ++sx) {
+          const double px = x + (sx + 0.5) / kSuper, py = y + (sy + 0.5) / kSuper;
+          bool in = false;
+          if (shape == "circle") {
+            in = (px - cx) * (px - cx) + (py - cy) * (py - cy) <= r * r;
+          } else if (shape == "square") {
+            in = std::abs(px - cx) <= r && std::abs(py - cy) <= r;
+          } else {  // apex at the top, base 2.2 r wide at the bottom
+            const double frac = (py - (cy - r)) / (2 * r);
+            in = frac >= 0 && frac <= 1 && std::abs(px - cx) <= frac * r * 1.1;
+          }
+          inside += in;
+        }
+      const double t = inside / double(kSuper * kSuper);
+      for (int c = 0; c < 3; ++c)
+        im.pixels[(static_cast<size_t>(y) * 64 + x) * 3 + c] =
+            static_cast<uint8_t>(std::lround(t * fg[c] + (1 - t) * bg[c]));
+    }
+  return im;
+}
+
+TEST(ShapesModel, AnalysisTellsTheTrainingShapesApart) {
+  // The classifier the model is judged by, on exact pictures of both sizes, off-grid positions and several
+  // colour pairs: every shape gets its own class (so a blob that is neither fails the model tests).
+  const std::array<double, 3> red{220, 30, 30}, white{245, 245, 245}, blue{30, 70, 220}, yellow{240, 220, 30};
+  for (const char* shape : {"circle", "square", "triangle"})
+    for (const double r : {6.3, 7.0, 12.0, 13.2})
+      for (const auto& [fg, bg] : {std::pair{red, white}, std::pair{blue, yellow}, std::pair{white, blue}}) {
+        const auto a = analyse(render_shape(shape, 30.4, 33.7, r, fg, bg));
+        EXPECT_EQ(a.shape, shape) << "r " << r << ", fill " << a.fill;
+      }
 }
 
 struct HeldOutCase {
@@ -153,8 +227,14 @@ constexpr std::array<HeldOutCase, 6> kHeldOut{{
     {"small", "yellow", "triangle", "on the right", "blue", 48, 32},
 }};
 
+// How many of the 12 held-out pictures (6 prompts x seeds 0 and 1) must get the asked shape's class: what the
+// shipped model achieves (its model card says so: the 4 circles; its squares and triangles are still too
+// round for their class), so that a worse model fails. Raise it when a retrained model draws better.
+constexpr int kHeldOutShapesRight = 4;
+
 TEST(ShapesModel, HeldOutCombinationsFollowThePrompt) {
   auto pipe = FluxPipeline::from_pretrained(model_dir());
+  int right_shapes = 0;
   for (const auto& c : kHeldOut) {
     const std::string prompt = std::string("a ") + c.size + " " + c.color + " " + c.shape + " " + c.position +
                                ", on a " + c.background + " background";
@@ -170,8 +250,31 @@ TEST(ShapesModel, HeldOutCombinationsFollowThePrompt) {
       EXPECT_LE(a.area, big ? 800 : 300);
       EXPECT_NEAR(a.cx, c.x, 6.0);
       EXPECT_NEAR(a.cy, c.y, 6.0);
+      right_shapes += a.shape == c.shape;
     }
   }
+  // The shape itself, told by the fill ratio of its box (circle 0.785, square 1, triangle 0.5).
+  EXPECT_GE(right_shapes, kHeldOutShapesRight) << "of " << 2 * kHeldOut.size();
+}
+
+TEST(ShapesModel, ShapeWordChangesTheShape) {
+  // The same held-out prompts with each shape word, same seed: the triangle must fill less of its box than
+  // the circle (all 6), and the square more than the circle (the shipped model: 4 of the 6, the model card
+  // says so).
+  auto pipe = FluxPipeline::from_pretrained(model_dir());
+  int squares_fuller = 0;
+  for (const auto& c : kHeldOut) {
+    std::map<std::string, double> fill;
+    for (const char* shape : {"circle", "square", "triangle"}) {
+      const std::string prompt = std::string("a ") + c.size + " " + c.color + " " + shape + " " + c.position +
+                                 ", on a " + c.background + " background";
+      fill[shape] = analyse(pipe(shapes_call(prompt, 0, 4)).images[0]).fill;
+    }
+    SCOPED_TRACE(std::string(c.size) + " " + c.color + " on " + c.background + " " + c.position);
+    EXPECT_LT(fill["triangle"], fill["circle"]);
+    squares_fuller += fill["square"] > fill["circle"];
+  }
+  EXPECT_GE(squares_fuller, 4);
 }
 
 TEST(ShapesModel, TrainedCombinationsGetTheirColoursAndPositions) {

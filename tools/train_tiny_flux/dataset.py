@@ -62,15 +62,22 @@ def is_held_out(combo):
     return (shape, color, background) in HELD_OUT
 
 
-def render(combo, rng=None, supersample=4):
-    """uint8 HWC image of one combination; rng adds jitter (None: the canonical picture)."""
+def draw_jitter(rng):
+    """(dx, dy, size factor) of one jittered rendering."""
+    return rng.uniform(-2.5, 2.5), rng.uniform(-2.5, 2.5), rng.uniform(0.9, 1.1)
+
+
+def render(combo, rng=None, supersample=4, jitter=None):
+    """uint8 HWC image of one combination; rng adds jitter (None: the canonical picture), or pass the jitter."""
     size, color, shape, position, background = combo
     cx, cy = POSITIONS[position]
     r = SIZES[size]
-    if rng is not None:
-        cx += rng.uniform(-2.5, 2.5)
-        cy += rng.uniform(-2.5, 2.5)
-        r *= rng.uniform(0.9, 1.1)
+    if rng is not None and jitter is None:
+        jitter = draw_jitter(rng)
+    if jitter is not None:
+        cx += jitter[0]
+        cy += jitter[1]
+        r *= jitter[2]
     n = SIZE * supersample
     coords = (np.arange(n) + 0.5) / supersample
     x, y = np.meshgrid(coords, coords)
@@ -99,6 +106,32 @@ def make_training_set(samples_per_caption, seed):
             images.append(render(c, rng))
             captions.append(caption(*c))
     return np.stack(images), captions
+
+
+def make_shape_groups(samples_per_group, seed, jitter=True):
+    """Pictures that differ only in the shape: for every (size, colour, position, background) and each of
+    `samples_per_group` jitters, that jitter rendered as circle, square and triangle (held-out members left out).
+    jitter=False: one group of canonical pictures (no jitter) per (size, colour, position, background).
+    Returns (images uint8 [N,64,64,3], captions [N], group id per image [N]); a group holds 2 or 3 pictures."""
+    rng = np.random.default_rng(seed + 1000)
+    if not jitter:
+        samples_per_group = 1
+    images, captions, groups = [], [], []
+    g = 0
+    for size, color, position, background in itertools.product(SIZES, COLORS, POSITIONS, COLORS):
+        if background == color:
+            continue
+        for _ in range(samples_per_group):
+            offsets = draw_jitter(rng) if jitter else (0.0, 0.0, 1.0)
+            for shape in SHAPES:
+                combo = (size, color, shape, position, background)
+                if is_held_out(combo):
+                    continue
+                images.append(render(combo, jitter=offsets))
+                captions.append(caption(*combo))
+                groups.append(g)
+            g += 1
+    return np.stack(images), captions, np.array(groups)
 
 
 if __name__ == "__main__":

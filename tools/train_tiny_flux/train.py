@@ -38,6 +38,10 @@ from tiny_tokenizers import write_tiny_clip_tokenizer, write_tiny_t5_tokenizer  
 
 MAX_SEQ = 40  # T5 tokens: the longest caption has 38
 CLIP_MERGES = 1500
+# Lengths of the two constant-lr stages (decoder sharpening, transformer shape contrast): how far the shipped
+# model's training went within its wall-time budget.
+SHARPEN_STEPS = 1000
+CONTRAST_STEPS = 600
 
 
 def log(*a):
@@ -181,6 +185,59 @@ def finetune_decoder(vae, images, steps, batch, seed, ckpt):
     vae.eval()
 
 
+def shape_weight(x):
+    """Per-pixel loss weight: 10 on the shape and a 2-pixel rim around it, 1 on the flat background (which the
+    decoder already gets right and which would otherwise dominate the loss)."""
+    background = x[:, :, :1, :1]
+    on_shape = ((x - background).abs().sum(1, keepdim=True) > 0.05).float()
+    return 1.0 + 9.0 * F.max_pool2d(on_shape, 5, stride=1, padding=2)
+
+
+def sharpen_decoder(vae, images, steps, batch, seed, ckpt):
+    """Trains the decoder alone once more (encoder frozen, so the latents do not change), with the loss weighted
+    onto the shapes: after `finetune_decoder` small squares and triangles still decode as rounded blobs."""
+    params = list(vae.decoder.parameters())
+    opt = torch.optim.AdamW(params, lr=5e-4, weight_decay=0.0)
+    start = 0
+    if os.path.exists(ckpt):
+        s = torch.load(ckpt)
+        vae.decoder.load_state_dict(s["model"])
+        opt.load_state_dict(s["opt"])
+        start = s["step"]
+        log(f"sharpen: resuming at step {start}")
+    if start >= steps:
+        return
+    g = torch.Generator().manual_seed(seed + 40)
+    for _ in range(start):
+        torch.randint(0, len(images), (batch,), generator=g)
+        torch.randn(batch, 4, 16, 16, generator=g)
+    vae.decoder.train()
+    t0 = time.time()
+    for step in range(start, steps):
+        # constant after warm-up: the stage can be stopped at any checkpoint and its length written down
+        lr = 5e-4 * min(1.0, (step + 1) / 50)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        idx = torch.randint(0, len(images), (batch,), generator=g)
+        x = to_pixels(images[idx.numpy()])
+        eps = torch.randn(batch, 4, 16, 16, generator=g)
+        with torch.no_grad():
+            dist = vae.encode(x).latent_dist
+            z = dist.mean + dist.std * eps
+        rec = vae.decode(z).sample
+        w = shape_weight(x)
+        loss = ((rec - x).abs() * w).mean() + ((rec - x) ** 2 * w).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 25 == 0 or step == steps - 1:
+            log(f"sharpen step {step}/{steps} loss {loss.item():.4f} "
+                f"({(time.time() - t0) / (step - start + 1):.2f}s/step)")
+        if (step + 1) % 100 == 0 or step == steps - 1:
+            save_ckpt(ckpt, model=vae.decoder.state_dict(), opt=opt.state_dict(), step=step + 1)
+    vae.eval()
+
+
 def save_reconstruction(vae, images, path):
     from PIL import Image
 
@@ -279,6 +336,79 @@ def train_transformer(transformer, latents, caption_idx, text_embeds, pooled, st
     return ema.eval()
 
 
+def train_shape_contrast(transformer, ema, latents, caption_idx, groups, text_embeds, pooled, steps, batch_groups,
+                         seed, ckpt):
+    """Continues the transformer (and its EMA) on batches of shape groups: pictures that differ only in the shape
+    (same colours, position, size and jitter), with the same noise and sigma inside a group. The only thing that
+    tells the group members apart is then the shape word, so every batch pushes the model to read it; with
+    independent samples the shape difference (a few latent values at the corners) drowns in everything else.
+    By default the pictures are the canonical ones (no jitter): each caption then names one picture, which the
+    model can draw sharply, where with jitter its first steps can only draw the blurred average over positions
+    and sizes and the later ones must find the shape's edge in the noise (the first model's round blobs).
+    sigma: half the time one of the 4-step sampler's sigmas (1, 0.75, 0.5, 0.25), else uniform.
+    Constant lr 4e-4 after warm-up, EMA 0.997: the stage can be stopped at any checkpoint."""
+    from diffusers import FluxPipeline
+
+    opt = torch.optim.AdamW(transformer.parameters(), lr=4e-4, weight_decay=0.0)
+    start = 0
+    if os.path.exists(ckpt):
+        s = torch.load(ckpt)
+        transformer.load_state_dict(s["model"])
+        ema.load_state_dict(s["ema"])
+        opt.load_state_dict(s["opt"])
+        start = s["step"]
+        log(f"shape contrast: resuming at step {start}")
+    n_groups = int(groups.max()) + 1
+    members = [torch.nonzero(groups == i).flatten() for i in range(n_groups)]
+    n, c, h, w = latents.shape
+    img_ids = FluxPipeline._prepare_latent_image_ids(1, h // 2, w // 2, "cpu", torch.float32)
+    txt_ids = torch.zeros(MAX_SEQ, 3)
+    g = torch.Generator().manual_seed(seed + 50)
+    sampler_sigmas = torch.tensor([1.0, 0.75, 0.5, 0.25])
+
+    def draw():
+        gi = torch.randint(0, n_groups, (batch_groups,), generator=g)
+        noise = torch.randn(batch_groups, c, h, w, generator=g)
+        u = torch.rand(batch_groups, generator=g)
+        pick = sampler_sigmas[torch.randint(0, 4, (batch_groups,), generator=g)]
+        sig = torch.where(torch.arange(batch_groups) % 2 == 0, pick, u).clamp(1e-3, 1.0)
+        idx = torch.cat([members[i] for i in gi.tolist()])
+        rep = torch.tensor([len(members[i]) for i in gi.tolist()])
+        return idx, noise.repeat_interleave(rep, 0), sig.repeat_interleave(rep, 0)
+
+    for _ in range(start):
+        draw()
+    transformer.train()
+    t0 = time.time()
+    for step in range(start, steps):
+        for group in opt.param_groups:
+            group["lr"] = 4e-4 * min(1.0, (step + 1) / 50)
+        idx, noise, sig = draw()
+        b = len(idx)
+        x0 = latents[idx]
+        s4 = sig.view(-1, 1, 1, 1)
+        xt = (1 - s4) * x0 + s4 * noise
+        ci = caption_idx[idx]
+        pred = transformer(hidden_states=FluxPipeline._pack_latents(xt, b, c, h, w), timestep=sig, guidance=None,
+                           pooled_projections=pooled[ci], encoder_hidden_states=text_embeds[ci], txt_ids=txt_ids,
+                           img_ids=img_ids, return_dict=False)[0]
+        loss = F.mse_loss(pred, FluxPipeline._pack_latents(noise - x0, b, c, h, w))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(transformer.parameters(), 1.0)
+        opt.step()
+        with torch.no_grad():
+            for pe, p in zip(ema.parameters(), transformer.parameters()):
+                pe.lerp_(p, 1 - 0.997)
+        if step % 25 == 0 or step == steps - 1:
+            log(f"shape contrast step {step}/{steps} loss {loss.item():.4f} "
+                f"({(time.time() - t0) / (step - start + 1):.2f}s/step)")
+        if (step + 1) % 50 == 0 or step == steps - 1:
+            save_ckpt(ckpt, model=transformer.state_dict(), ema=ema.state_dict(), opt=opt.state_dict(),
+                      step=step + 1)
+    return ema.eval()
+
+
 def preview(pipe, prompts, path, seed=0, steps=4):
     from PIL import Image
 
@@ -294,6 +424,12 @@ def preview(pipe, prompts, path, seed=0, steps=4):
     Image.fromarray(grid).resize((grid.shape[1] * 3, grid.shape[0] * 3), Image.NEAREST).save(path)
 
 
+def sharpen(vae, images, sample, args):
+    sharpen_decoder(vae, images, args.sharpen_steps, args.vae_batch, args.seed, os.path.join(args.work, "sharpen.pt"))
+    log("sharpen: reconstruction L1 "
+        f"{save_reconstruction(vae, sample, os.path.join(args.work, 'sharpen_reconstruction.png')):.2f} levels")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=0)
@@ -306,8 +442,17 @@ def main():
     ap.add_argument("--transformer-steps", type=int, default=1200)
     ap.add_argument("--transformer-extra-steps", type=int, nargs="*", default=[600, 600, 600])
     ap.add_argument("--transformer-batch", type=int, default=64)
+    ap.add_argument("--sharpen-steps", type=int, default=SHARPEN_STEPS)
+    ap.add_argument("--contrast-samples-per-group", type=int, default=2, help="with --contrast-jitter")
+    ap.add_argument("--contrast-jitter", action="store_true",
+                    help="shape-contrast stage on jittered pictures (default: the canonical, unjittered ones)")
+    ap.add_argument("--contrast-steps", type=int, default=CONTRAST_STEPS)
+    ap.add_argument("--contrast-batch-groups", type=int, default=22)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--stop-after", choices=["vae", "decoder", "all"], default="all")
+    ap.add_argument("--stop-after", choices=["vae", "decoder", "sharpen", "all"], default="all")
+    ap.add_argument("--only-sharpen", action="store_true",
+                    help="run only the decoder-sharpening stage (independent of the transformer stages, so it can "
+                         "run in a second process; the main run then finds its checkpoint complete)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.makedirs(args.work, exist_ok=True)
@@ -340,8 +485,14 @@ def main():
     if args.stop_after == "decoder":
         return
     latents = (mean - vae.config.shift_factor) * vae.config.scaling_factor
+    group_images, group_captions, groups = dataset.make_shape_groups(args.contrast_samples_per_group, args.seed,
+                                                                        jitter=args.contrast_jitter)
+    small = group_images[np.asarray(groups) % 97 == 0][:8]
+    if args.only_sharpen or args.stop_after == "sharpen":
+        sharpen(vae, images, small, args)
+        return
 
-    unique = sorted(set(captions))
+    unique = sorted(set(captions) | set(group_captions))
     enc = encode_captions(unique, clip_tok, clip, t5_tok, t5)
     text_embeds = torch.stack([enc[c][0] for c in unique])
     pooled = torch.stack([enc[c][1] for c in unique])
@@ -351,6 +502,15 @@ def main():
     transformer = build_transformer(args.seed)
     ema = train_transformer(transformer, latents, caption_idx, text_embeds, pooled, args.transformer_steps, args.transformer_extra_steps,
                             args.transformer_batch, args.seed, os.path.join(args.work, "transformer.pt"))
+    with torch.no_grad():
+        group_latents = torch.cat([vae.encode(to_pixels(group_images[i:i + 256])).latent_dist.mean
+                                   for i in range(0, len(group_images), 256)])
+    group_latents = (group_latents - vae.config.shift_factor) * vae.config.scaling_factor
+    log(f"shape contrast: {len(group_images)} pictures in {int(groups.max()) + 1} groups")
+    ema = train_shape_contrast(transformer, ema, group_latents, torch.tensor([pos[c] for c in group_captions]),
+                               torch.from_numpy(groups), text_embeds, pooled, args.contrast_steps,
+                               args.contrast_batch_groups, args.seed, os.path.join(args.work, "contrast.pt"))
+    sharpen(vae, images, small, args)
 
     pipe = FluxPipeline(scheduler=build_scheduler(), text_encoder=clip, tokenizer=clip_tok, text_encoder_2=t5,
                         tokenizer_2=t5_tok, transformer=ema, vae=vae)
