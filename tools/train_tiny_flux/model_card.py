@@ -27,15 +27,17 @@ HOW_WELL = """## How well it draws (measured by tests/pipelines/shapes_model_tes
   0.77-0.83, read as circles) and triangles as rounded, flat-topped triangles (fill below the circle's for the
   same prompt, but not down to 0.65). What the model does read: with the same prompt and seed, the triangle
   word gives a less-filled shape than the circle word on all 6 held-out prompts, and the square word a fuller
-  one on 4 of 6. The tests assert exactly these counts, so a worse model fails them.
+  one on 4 of 6. The tests assert these counts as a floor (not checked: whether the previous model fails
+  them; its squares and triangles read as circles too).
 - Wider (`shape_metrics.py`, seeds 0 and 1, 4 steps): on all 120 held-out pictures (60 prompts x 2 seeds)
   background 100%, shape colour 90%, position 99%, shape class 38% (circles 39/40, squares 0/40 with median
   fill 0.79, triangles 6/40 with median fill 0.72); on 60 pictures of trained prompts shape class 45%
   (circles 18/20, squares 0/18, triangles 9/22, median fill 0.65).
 - Why: the shape is a small detail in the 16x16x4 latent (for a small shape, circle and square latents differ
   less than two jitters of one shape do) and the transformer (1.8 M params) had about 3600 steps on a 2-core
-  CPU shared with several builds. The decoder-sharpening stage made the VAE itself draw squares and triangles
-  from their own latents (it did not before); the transformer is the bottleneck now."""
+  CPU shared with several builds. The decoder-sharpening stage made the VAE give back small squares and
+  triangles recognisably from their own latents (before, they came back rounded; big squares are still soft
+  at the corners); the transformer is the bottleneck now."""
 
 # How long the shipped model's training took, stage by stage, on this project's shared 2-core build host.
 WALL_TIME = """Measured wall time of the shipped model (2 threads, nice 5, on a host loaded 8-19 by parallel C++ builds):
