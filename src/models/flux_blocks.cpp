@@ -145,10 +145,11 @@ std::pair<Tensor, Tensor> FluxTransformerBlock::forward(const Tensor& x, const T
                                                         const Tensor& silu_temb,
                                                         const FluxRopeTables& rope) const {
   if (!is_compiled()) return forward_eager(x, c, silu_temb, rope);
-  const std::vector<Tensor> out = call_compiled({x, c, silu_temb, rope.cos, rope.sin}, [this](const auto& in) {
-    const auto [x1, c1] = forward_eager(in[0], in[1], in[2], FluxRopeTables{in[3], in[4]});
-    return std::vector<Tensor>{x1, c1};
-  });
+  const std::vector<Tensor> out =
+      call_compiled({x, c, silu_temb, rope.cos, rope.sin}, [this](const auto& in) {
+        const auto [x1, c1] = forward_eager(in[0], in[1], in[2], FluxRopeTables{in[3], in[4]});
+        return std::vector<Tensor>{x1, c1};
+      });
   return {out[0], out[1]};
 }
 

@@ -13,7 +13,7 @@ void register_reduction_kernels(runtime::KernelRegistry& registry);  // reductio
 void register_layout_kernels(runtime::KernelRegistry& registry);  // layout.cpp: concat, rope, embedding, ...
 void register_matmul_kernels(runtime::KernelRegistry& registry);  // matmul.cpp (oneDNN)
 void register_conv_kernels(runtime::KernelRegistry& registry);    // conv.cpp (oneDNN)
-void register_attention_kernels(runtime::KernelRegistry& registry);  // attention.cpp
+void register_attention_kernels(runtime::KernelRegistry& registry);   // attention.cpp
 void register_rope_table_kernels(runtime::KernelRegistry& registry);  // rope_tables.cpp: FLUX RoPE tables
 void register_fused_kernels(runtime::KernelRegistry& registry);  // fused_*.cpp: linear_fused, norm_modulate
 
