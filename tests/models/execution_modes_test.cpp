@@ -15,6 +15,7 @@
 #include "kiln/ops.h"
 #include "kiln/runtime/counters.h"
 #include "kiln/runtime/eager_mode.h"
+#include "support/golden_steps.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -22,26 +23,8 @@ namespace {
 
 using models::FluxTransformer2DModel;
 
-struct StepInputs {
-  Tensor hidden, encoder_hidden, pooled, timestep, guidance, txt_ids, img_ids, expected;
-  std::string pipeline;
-};
-
-StepInputs step0_inputs(const std::string& golden) {
-  io::SafetensorsFile g(testing::data_path("goldens/flux/" + golden + ".safetensors"));
-  StepInputs in;
-  in.pipeline = g.metadata().at("pipeline");
-  in.hidden = g.tensor("latents_init");
-  in.encoder_hidden = g.tensor("prompt_embeds");
-  in.pooled = g.tensor("pooled_prompt_embeds");
-  in.timestep = g.tensor("transformer_in_timestep");
-  if (g.contains("transformer_in_guidance")) in.guidance = g.tensor("transformer_in_guidance");
-  in.expected = g.tensor("transformer_out_step0");
-  const int64_t height = std::stoll(g.metadata().at("height")), width = std::stoll(g.metadata().at("width"));
-  in.img_ids = models::flux_latent_image_ids(height / 16, width / 16, in.encoder_hidden.dtype());
-  in.txt_ids = models::flux_text_ids(in.encoder_hidden.size(1), in.encoder_hidden.dtype());
-  return in;
-}
+using StepInputs = testing::FluxStepInputs;
+using testing::flux_step0_inputs;
 
 Tensor run(const FluxTransformer2DModel& model, const StepInputs& in) {
   Tensor out = model.forward(in.hidden, in.encoder_hidden, in.pooled, in.timestep, in.guidance, in.txt_ids,
@@ -80,7 +63,7 @@ Tensor run_in_mode(Mode mode, const StepInputs& in, DType dtype) {
 
 TEST(ExecutionModes, EveryModeMatchesEagerAndDiffusersInFloat32) {
   for (const char* golden : {"schnell_cat_64x64_s0", "dev_unicode_80x48_s1234"}) {
-    const StepInputs in = step0_inputs(golden);
+    const StepInputs in = flux_step0_inputs(golden);
     const Tensor eager = run_in_mode(Mode::Eager, in, float32);
     for (Mode mode : {Mode::Fuse, Mode::Compile, Mode::CompileBlocks}) {
       const Tensor out = run_in_mode(mode, in, float32);
@@ -91,7 +74,7 @@ TEST(ExecutionModes, EveryModeMatchesEagerAndDiffusersInFloat32) {
 }
 
 TEST(ExecutionModes, EveryModeMatchesDiffusersInBfloat16) {
-  const StepInputs in = step0_inputs("devbf16_cat_64x64_s0");
+  const StepInputs in = flux_step0_inputs("devbf16_cat_64x64_s0");
   const Tensor eager = run_in_mode(Mode::Eager, in, bfloat16);
   for (Mode mode : {Mode::Fuse, Mode::Compile, Mode::CompileBlocks}) {
     const Tensor out = run_in_mode(mode, in, bfloat16);
@@ -104,8 +87,8 @@ TEST(ExecutionModes, EveryModeMatchesDiffusersInBfloat16) {
 }
 
 TEST(ExecutionModes, CompiledForwardCompilesOncePerShape) {
-  const StepInputs a = step0_inputs("schnell_cat_64x64_s0");       // 64x64
-  const StepInputs b = step0_inputs("schnell_unicode_64x96_s42");  // 64x96: another shape
+  const StepInputs a = flux_step0_inputs("schnell_cat_64x64_s0");       // 64x64
+  const StepInputs b = flux_step0_inputs("schnell_unicode_64x96_s42");  // 64x96: another shape
   auto model =
       models::load_flux_transformer(testing::data_path("models/" + a.pipeline + "/transformer"), float32);
   model->compile();
@@ -137,7 +120,7 @@ TEST(ExecutionModes, CompiledForwardCompilesOncePerShape) {
 }
 
 TEST(ExecutionModes, RepeatedBlocksShareOneProgramPerBlockClass) {
-  const StepInputs in = step0_inputs("dev_cat_64x64_s0");
+  const StepInputs in = flux_step0_inputs("dev_cat_64x64_s0");
   auto model =
       models::load_flux_transformer(testing::data_path("models/" + in.pipeline + "/transformer"), float32);
   const int64_t blocks = model->config().num_layers + model->config().num_single_layers;
@@ -155,7 +138,7 @@ TEST(ExecutionModes, RepeatedBlocksShareOneProgramPerBlockClass) {
 }
 
 TEST(ExecutionModes, CompiledRunsReuseIntermediateMemory) {
-  const StepInputs in = step0_inputs("schnell_long_96x64_s7");
+  const StepInputs in = flux_step0_inputs("schnell_long_96x64_s7");
   auto model =
       models::load_flux_transformer(testing::data_path("models/" + in.pipeline + "/transformer"), float32);
   reset_counters();
@@ -176,27 +159,8 @@ TEST(ExecutionModes, CompiledRunsReuseIntermediateMemory) {
 
 // ---- SD3.5: the same modes on the tiny Medium-like (MMDiT-X, CFG batch 2) and Large-like transformers.
 
-struct Sd3Inputs {
-  Tensor hidden, encoder_hidden, pooled, timestep, expected;
-  std::string pipeline;
-};
-
-Sd3Inputs sd3_step0_inputs(const std::string& name) {
-  io::SafetensorsFile g(testing::data_path("goldens/sd3/" + name + ".safetensors"));
-  Sd3Inputs in;
-  in.pipeline = g.metadata().at("pipeline");
-  in.hidden = g.tensor("latents_init");
-  in.encoder_hidden = g.tensor("prompt_embeds");
-  in.pooled = g.tensor("pooled_prompt_embeds");
-  if (g.metadata().at("cfg") == "true") {
-    in.hidden = concat({in.hidden, in.hidden}, 0);
-    in.encoder_hidden = concat({g.tensor("negative_prompt_embeds"), in.encoder_hidden}, 0);
-    in.pooled = concat({g.tensor("negative_pooled_prompt_embeds"), in.pooled}, 0);
-  }
-  in.timestep = g.tensor("transformer_in_timestep");
-  in.expected = g.tensor("transformer_out_step0");
-  return in;
-}
+using Sd3Inputs = testing::Sd3StepInputs;
+using testing::sd3_step0_inputs;
 
 Tensor run_sd3(Mode mode, const Sd3Inputs& in, int64_t* programs = nullptr) {
   auto model =

@@ -13,6 +13,7 @@
 #include "kiln/models/flux_transformer.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/layout.h"
+#include "support/golden_steps.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -21,28 +22,8 @@ namespace {
 using models::FluxTransformer2DModel;
 using models::FluxTransformerConfig;
 
-// The transformer's inputs at the first denoising step of a golden run, as FluxPipeline passes them.
-struct StepInputs {
-  Tensor hidden, encoder_hidden, pooled, timestep, guidance, txt_ids, img_ids, expected;
-  std::string pipeline;
-};
-
-StepInputs step0_inputs(const std::string& golden) {
-  io::SafetensorsFile g(testing::data_path("goldens/flux/" + golden + ".safetensors"));
-  StepInputs in;
-  in.pipeline = g.metadata().at("pipeline");
-  in.hidden = g.tensor("latents_init");
-  in.encoder_hidden = g.tensor("prompt_embeds");
-  in.pooled = g.tensor("pooled_prompt_embeds");
-  in.timestep = g.tensor("transformer_in_timestep");
-  if (g.contains("transformer_in_guidance")) in.guidance = g.tensor("transformer_in_guidance");
-  in.expected = g.tensor("transformer_out_step0");
-  // FluxPipeline: the latent grid is 2 * floor(H / 16) high; packing halves it; ids in the prompt's dtype.
-  const int64_t height = std::stoll(g.metadata().at("height")), width = std::stoll(g.metadata().at("width"));
-  in.img_ids = models::flux_latent_image_ids(height / 16, width / 16, in.encoder_hidden.dtype());
-  in.txt_ids = models::flux_text_ids(in.encoder_hidden.size(1), in.encoder_hidden.dtype());
-  return in;
-}
+using StepInputs = testing::FluxStepInputs;
+const auto step0_inputs = testing::flux_step0_inputs;
 
 Tensor run(const FluxTransformer2DModel& model, const StepInputs& in) {
   return model.forward(in.hidden, in.encoder_hidden, in.pooled, in.timestep, in.guidance, in.txt_ids,

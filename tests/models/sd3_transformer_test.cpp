@@ -14,6 +14,7 @@
 #include "kiln/models/sd3_transformer.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/layout.h"
+#include "support/golden_steps.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -24,30 +25,11 @@ using models::SD3TransformerConfig;
 
 // The transformer's inputs and output at the first denoising step of a golden run, as the pipeline passes
 // them (with classifier-free guidance: batch 2, [negative, positive]).
-struct StepInputs {
-  Tensor hidden, encoder_hidden, pooled, timestep, expected;
-  std::string pipeline;
-};
+using StepInputs = testing::Sd3StepInputs;
+const auto step0_inputs = testing::sd3_step0_inputs;
 
 io::SafetensorsFile golden(const std::string& name) {
   return io::SafetensorsFile(testing::data_path("goldens/sd3/" + name + ".safetensors"));
-}
-
-StepInputs step0_inputs(const std::string& name) {
-  const io::SafetensorsFile g = golden(name);
-  StepInputs in;
-  in.pipeline = g.metadata().at("pipeline");
-  in.hidden = g.tensor("latents_init");
-  in.encoder_hidden = g.tensor("prompt_embeds");
-  in.pooled = g.tensor("pooled_prompt_embeds");
-  if (g.metadata().at("cfg") == "true") {
-    in.hidden = concat({in.hidden, in.hidden}, 0);
-    in.encoder_hidden = concat({g.tensor("negative_prompt_embeds"), in.encoder_hidden}, 0);
-    in.pooled = concat({g.tensor("negative_pooled_prompt_embeds"), in.pooled}, 0);
-  }
-  in.timestep = g.tensor("transformer_in_timestep");
-  in.expected = g.tensor("transformer_out_step0");
-  return in;
 }
 
 std::unique_ptr<SD3Transformer2DModel> load(const std::string& pipeline, DType dtype) {
