@@ -99,13 +99,46 @@ Tensor silu_of(const Tensor& t) {
   return silu(t);
 }
 
+// Whether banded_conv will split `x` into bands.
+bool bands(const Tensor& x, int64_t band_bytes) {
+  const auto row_bytes =
+      static_cast<int64_t>(x.size(0) * x.size(1) * x.size(3) * static_cast<int64_t>(dtype_size(x.dtype())));
+  return band_bytes > 0 && row_bytes * x.size(2) > band_bytes;
+}
+
+// silu(norm(x)) as a per-band function for banded_conv, so that the normalised image never exists whole:
+// the GroupNorm statistics are taken over the whole image first (per sample and group, as group_norm does),
+// and each band is normalised with them. Used for float32 only, where it is group_norm's formula in float32;
+// lower precisions keep the whole-image group_norm kernel, which rounds once from float32.
+std::function<Tensor(const Tensor&)> banded_norm_silu(const nn::GroupNorm& norm, const Tensor& x) {
+  const int64_t n = x.size(0), c = x.size(1), groups = norm.num_groups();
+  const Tensor grouped = x.contiguous().view({n, groups, -1});
+  const Tensor mu = mean(grouped, {2}, true);                              // [N, G, 1]
+  const Tensor rstd = rsqrt(add(var(grouped, {2}, 0, true), norm.eps()));  // [N, G, 1]
+  const Tensor mu_c = mu.expand({n, groups, c / groups}).reshape({n, c, 1, 1});
+  const Tensor scale_c = mul(rstd.expand({n, groups, c / groups}).reshape({n, c, 1, 1}),
+                             norm.weight.to(float32).view({1, c, 1, 1}));
+  const Tensor bias_c = norm.bias.to(float32).view({1, c, 1, 1});
+  return [mu_c, scale_c, bias_c](const Tensor& band) {
+    return silu(add(mul(sub(band, mu_c), scale_c), bias_c));
+  };
+}
+
 }  // namespace
 
 Tensor AutoencoderKL::ResnetBlock::forward(Tensor x, int64_t band) const {
   // Order chosen for memory: the shortcut first, so that x (the largest tensor when the block narrows the
   // channels) can go as soon as it is normalised.
   Tensor residual = conv_shortcut ? banded_conv(*conv_shortcut, x, band) : x;
-  Tensor h = norm1(x);
+  Tensor h;
+  if (x.dtype() == float32 && bands(x, band)) {
+    // Large float32 images: normalise band by band (the whole normalised image would be the peak).
+    h = banded_conv(conv1, x, band, 1, banded_norm_silu(norm1, x));
+    x = Tensor();
+    h = banded_conv(conv2, h, band, 1, banded_norm_silu(norm2, h));
+    return add(residual, h);
+  }
+  h = norm1(x);
   x = Tensor();
   h = banded_conv(conv1, h, band, 1, silu_of);
   h = banded_conv(conv2, norm2(h), band, 1, silu_of);

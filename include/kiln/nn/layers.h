@@ -52,6 +52,8 @@ class GroupNorm : public Module {
  public:
   GroupNorm(int64_t num_groups, int64_t channels, double eps);
   Tensor forward(const Tensor& x) const;
+  int64_t num_groups() const { return groups_; }
+  double eps() const { return eps_; }
   Tensor operator()(const Tensor& x) const { return forward(x); }
   Tensor weight, bias;
 
