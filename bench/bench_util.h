@@ -5,10 +5,12 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/models/flux_transformer.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::bench {
@@ -60,5 +62,40 @@ class RandomWeights : public nn::WeightSource {
   std::map<std::string, Shape> shapes_;
   mutable Generator gen_{1};
 };
+
+// A FLUX.1-shaped transformer (diffusers' default widths: 3072 = 24 heads x 128, MLP 12288, joint dim 4096;
+// 1 double-stream + 1 single-stream block, guidance embedding) with random bf16 weights, and the inputs of
+// one step at `size` x `size` pixels with `text_tokens` text tokens.
+struct FluxShapedStep {
+  std::unique_ptr<models::FluxTransformer2DModel> model;
+  Tensor hidden, text, pooled, timestep, guidance, txt_ids, img_ids;
+  int64_t image_tokens = 0;
+  Tensor forward() const {
+    return model->forward(hidden, text, pooled, timestep, guidance, txt_ids, img_ids);
+  }
+};
+
+inline FluxShapedStep flux_shaped_step(int64_t size, int64_t text_tokens = 512) {
+  models::FluxTransformerConfig config;
+  config.num_layers = 1;
+  config.num_single_layers = 1;
+  config.guidance_embeds = true;
+  FluxShapedStep s;
+  s.model = std::make_unique<models::FluxTransformer2DModel>(config);
+  nn::LoadOptions options;
+  options.dtype = bfloat16;
+  s.model->load_weights(RandomWeights(*s.model, bfloat16), options);
+  const int64_t grid = size / 16;
+  s.image_tokens = grid * grid;
+  Generator gen(0);
+  s.hidden = random({1, s.image_tokens, config.in_channels}, bfloat16, gen, 1.0);
+  s.text = random({1, text_tokens, config.joint_attention_dim}, bfloat16, gen, 1.0);
+  s.pooled = random({1, config.pooled_projection_dim}, bfloat16, gen, 1.0);
+  s.timestep = Tensor::full({1}, 0.5, bfloat16);
+  s.guidance = Tensor::full({1}, 3.5, float32);
+  s.txt_ids = models::flux_text_ids(text_tokens, bfloat16);
+  s.img_ids = models::flux_latent_image_ids(grid, grid, bfloat16);
+  return s;
+}
 
 }  // namespace kiln::bench

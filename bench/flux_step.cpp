@@ -24,7 +24,6 @@ namespace {
 
 using kiln::bench::best_of;
 using kiln::bench::random;
-using kiln::bench::RandomWeights;
 constexpr double kBf16PeakGflops = 880.0;  // 2 Zen 5 cores, vdpbf16ps (reference/cpu-limits.md)
 
 void tiny(const std::string& data, int reps) {
@@ -52,26 +51,12 @@ void tiny(const std::string& data, int reps) {
 
 void flux_shaped(int reps) {
   using kiln::bfloat16;
-  kiln::models::FluxTransformerConfig config;  // diffusers' defaults are the FLUX.1 widths
-  config.num_layers = 1;
-  config.num_single_layers = 1;
-  config.guidance_embeds = true;
-  kiln::models::FluxTransformer2DModel model(config);
-  kiln::nn::LoadOptions options;
-  options.dtype = bfloat16;
-  model.load_weights(RandomWeights(model, bfloat16), options);
-
-  const int64_t N = 1024, L = 512, S = N + L, D = config.inner_dim(), H = config.num_attention_heads,
-                Dh = config.attention_head_dim, F = 4 * D;
+  const kiln::bench::FluxShapedStep flux = kiln::bench::flux_shaped_step(512);
+  const kiln::models::FluxTransformerConfig& config = flux.model->config();
+  const int64_t N = flux.image_tokens, L = flux.text.size(1), S = N + L, D = config.inner_dim(),
+                H = config.num_attention_heads, Dh = config.attention_head_dim, F = 4 * D;
   kiln::Generator gen(0);
-  const kiln::Tensor hidden = random({1, N, config.in_channels}, bfloat16, gen, 1.0);
-  const kiln::Tensor text = random({1, L, config.joint_attention_dim}, bfloat16, gen, 1.0);
-  const kiln::Tensor pooled = random({1, config.pooled_projection_dim}, bfloat16, gen, 1.0);
-  const kiln::Tensor t = kiln::Tensor::full({1}, 0.5, bfloat16);
-  const kiln::Tensor g = kiln::Tensor::full({1}, 3.5, kiln::float32);
-  const kiln::Tensor txt_ids = kiln::models::flux_text_ids(L, bfloat16);
-  const kiln::Tensor img_ids = kiln::models::flux_latent_image_ids(32, 32, bfloat16);
-  const double step = best_of(reps, [&] { model.forward(hidden, text, pooled, t, g, txt_ids, img_ids); });
+  const double step = best_of(reps, [&] { flux.forward(); });
 
   // The step's matmuls, each timed alone on its shape (M rows x K -> N): per double block the image and
   // text streams each have q, k, v, out (D -> D) and the MLP (D -> F -> D); the single block has q, k, v

@@ -21,7 +21,6 @@
 namespace {
 
 using kiln::bench::random;
-using kiln::bench::RandomWeights;
 
 enum class Mode { Eager, Fuse, Compile, CompileBlocks };
 const Mode kModes[] = {Mode::Eager, Mode::Fuse, Mode::Compile, Mode::CompileBlocks};
@@ -92,24 +91,8 @@ void tiny(const std::string& data, int reps) {
 }
 
 void flux_shaped(int size, int reps) {
-  using kiln::bfloat16;
-  kiln::models::FluxTransformerConfig config;  // diffusers' defaults are the FLUX.1 widths
-  config.num_layers = 1;
-  config.num_single_layers = 1;
-  config.guidance_embeds = true;
-  kiln::models::FluxTransformer2DModel model(config);
-  kiln::nn::LoadOptions options;
-  options.dtype = bfloat16;
-  model.load_weights(RandomWeights(model, bfloat16), options);
-  const int64_t grid = size / 16, n = grid * grid, l = 512;
-  kiln::Generator gen(0);
-  const kiln::Tensor hidden = random({1, n, config.in_channels}, bfloat16, gen, 1.0);
-  const kiln::Tensor text = random({1, l, config.joint_attention_dim}, bfloat16, gen, 1.0);
-  const kiln::Tensor pooled = random({1, config.pooled_projection_dim}, bfloat16, gen, 1.0);
-  const kiln::Tensor t = kiln::Tensor::full({1}, 0.5, bfloat16);
-  const kiln::Tensor g = kiln::Tensor::full({1}, 3.5, kiln::float32);
-  const kiln::Tensor txt_ids = kiln::models::flux_text_ids(l, bfloat16);
-  const kiln::Tensor img_ids = kiln::models::flux_latent_image_ids(grid, grid, bfloat16);
+  const kiln::bench::FluxShapedStep flux = kiln::bench::flux_shaped_step(size);
+  const int64_t n = flux.image_tokens, l = flux.text.size(1);
   char title[160];
   std::snprintf(
       title, sizeof title,
@@ -117,8 +100,7 @@ void flux_shaped(int size, int reps) {
       "%lld text tokens):",
       size, size, static_cast<long long>(n), static_cast<long long>(l));
   kiln::Tensor out;  // held until the step is synchronised: an unread result would be dead code
-  compare_modes(title, model, reps,
-                [&] { out = model.forward(hidden, text, pooled, t, g, txt_ids, img_ids); });
+  compare_modes(title, *flux.model, reps, [&] { out = flux.forward(); });
 }
 
 }  // namespace

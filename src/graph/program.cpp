@@ -6,10 +6,7 @@
 
 #include "graph/graph_facts.h"
 #include "graph/graph_plan.h"
-#include "kiln/core/device_runtime.h"
-#include "kiln/runtime/eager_mode.h"
 #include "runtime/capture.h"
-#include "runtime/counter_updates.h"
 #include "runtime/dispatcher.h"
 
 namespace kiln::graph {
@@ -275,18 +272,8 @@ std::vector<Tensor> Program::run(const std::vector<Tensor>& inputs, const std::v
       runtime::launch(runtime::OpCall{step.op, std::move(ins), std::move(outs), step.attrs});
       continue;
     }
-    runtime::count_bytes_moved(runtime::operand_bytes(ins, outs));
-    auto kernel = step.kernel;
-    auto region = step.region;
-    const Device device = outs.front().device();
-    device_runtime(device).stream().enqueue(
-        [kernel, region, scalars = step.scalars, ins = std::move(ins), outs = std::move(outs)] {
-          EagerModeGuard eager(EagerMode::DeferNever);
-          runtime::count_kernel_launched();
-          runtime::count_fused_kernel_launched();
-          CpuJit::invoke(*kernel, *region, ins, scalars, outs);
-        },
-        [description = step.description] { return description; });
+    runtime::launch_fused(step.kernel, step.region, step.scalars, std::move(ins), std::move(outs),
+                          [description = step.description] { return description; });
   }
   std::vector<Tensor> result;
   for (const ValueRef& r : outputs_) result.push_back(bind(r));

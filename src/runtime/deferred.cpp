@@ -7,9 +7,7 @@
 
 #include "graph/cpu_jit.h"
 #include "graph/graph_plan.h"
-#include "kiln/core/device_runtime.h"
 #include "kiln/core/log.h"
-#include "kiln/runtime/eager_mode.h"
 #include "runtime/counter_updates.h"
 #include "runtime/dispatcher.h"
 
@@ -96,23 +94,14 @@ DeferredGraph& deferred_graph() {
   return *graph;
 }
 
-void launch_fused(const std::shared_ptr<graph::FusedGroup>& group) {
-  graph::CpuJit& jit = graph::CpuJit::global();
-  std::shared_ptr<const graph::FusedKernel> kernel = jit.kernel(group->region);
+void launch_group(const std::shared_ptr<graph::FusedGroup>& group) {
+  std::shared_ptr<const graph::FusedKernel> kernel = graph::CpuJit::global().kernel(group->region);
   if (!kernel) {  // no compiler (warned once): the calls run as recorded
     for (OpCall& c : group->members) launch(std::move(c));
     return;
   }
-  const Device device = group->outputs.front().device();
-  count_bytes_moved(operand_bytes(group->inputs, group->outputs));
-  device_runtime(device).stream().enqueue(
-      [group, kernel] {
-        EagerModeGuard eager(EagerMode::DeferNever);
-        count_kernel_launched();
-        count_fused_kernel_launched();
-        graph::CpuJit::invoke(*kernel, group->region, group->inputs, group->scalars, group->outputs);
-      },
-      [group] { return group->describe(); });
+  launch_fused(std::move(kernel), std::shared_ptr<const graph::ElementwiseRegion>(group, &group->region),
+               group->scalars, group->inputs, group->outputs, [group] { return group->describe(); });
 }
 
 void run_graph(std::vector<OpCall> calls) {
@@ -131,7 +120,7 @@ void run_graph(std::vector<OpCall> calls) {
   }
   for (graph::PlanStep& step : plan) {
     if (step.fused)
-      launch_fused(step.fused);
+      launch_group(step.fused);
     else
       launch(std::move(step.call));
   }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/cpu/register_kernels.h"
+#include "graph/cpu_jit.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/runtime/eager_mode.h"
 #include "runtime/capture.h"
@@ -74,6 +75,23 @@ void launch(OpCall call) {
         kernel(*shared);
       },
       [shared] { return shared->describe(); });
+}
+
+void launch_fused(std::shared_ptr<const graph::FusedKernel> kernel,
+                  std::shared_ptr<const graph::ElementwiseRegion> region, std::vector<double> scalars,
+                  std::vector<Tensor> inputs, std::vector<Tensor> outputs,
+                  std::function<std::string()> describe) {
+  count_bytes_moved(operand_bytes(inputs, outputs));
+  const Device device = outputs.front().device();
+  device_runtime(device).stream().enqueue(
+      [kernel = std::move(kernel), region = std::move(region), scalars = std::move(scalars),
+       inputs = std::move(inputs), outputs = std::move(outputs)] {
+        EagerModeGuard eager(EagerMode::DeferNever);
+        count_kernel_launched();
+        count_fused_kernel_launched();
+        graph::CpuJit::invoke(*kernel, *region, inputs, scalars, outputs);
+      },
+      std::move(describe));
 }
 
 namespace {

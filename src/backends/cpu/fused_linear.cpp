@@ -19,31 +19,16 @@ namespace {
 using dnnl::memory;
 using Md = memory::desc;
 
-// float16 has no oneDNN kernels on this CPU: it is computed in float32, as "linear" does.
-memory::data_type compute_type(DType dtype) {
-  return dtype == bfloat16 ? memory::data_type::bf16 : memory::data_type::f32;
-}
+using onednn::compute_type;
+using onednn::Operand;
 
-// An operand as oneDNN memory: in place, or (float16) converted into a dense float32 copy.
-struct Operand {
-  Md desc;
-  memory mem;
-  Tensor holder;  // keeps the converted copy alive
-};
+constexpr const char* kOp = "linear_fused";
 
 Operand operand(const Tensor& t, const Shape& shape, const Strides& strides) {
-  const Md md = onednn::plain_desc(shape, strides, t.dtype(), "linear_fused");
-  memory src(md, onednn::engine(), t.raw_data());
-  if (t.dtype() != float16) return {md, src, {}};
-  Tensor copy = Tensor::empty(shape, float32);
-  const Md dense = onednn::dense_desc(shape, memory::data_type::f32);
-  memory dst(dense, onednn::engine(), copy.raw_data());
-  onednn::reorder(src, dst);
-  return {dense, dst, copy};
+  return onednn::operand(t, shape, strides, kOp);
 }
-
 Operand operand(const Tensor& t) {
-  return operand(t, t.shape(), t.strides());
+  return onednn::operand(t, kOp);
 }
 
 dnnl::algorithm eltwise_algorithm(Activation act) {

@@ -14,32 +14,9 @@ namespace {
 using dnnl::memory;
 using Md = memory::desc;
 
-// float16 has no oneDNN kernels on this CPU: it is computed in float32.
-memory::data_type compute_type(DType dtype) {
-  return dtype == bfloat16 ? memory::data_type::bf16 : memory::data_type::f32;
-}
-
-// `t` as oneDNN memory in the compute type: in place, or converted into a dense float32 copy (float16).
-struct Operand {
-  Md desc;
-  memory mem;
-  Tensor holder;  // keeps the converted copy alive
-};
-
-Operand operand(const Tensor& t, const Shape& shape, const Strides& strides, const char* op) {
-  const Md md = onednn::plain_desc(shape, strides, t.dtype(), op);
-  memory src(md, onednn::engine(), t.raw_data());
-  if (t.dtype() != float16) return {md, src, {}};
-  Tensor copy = Tensor::empty(shape, float32);
-  const Md dense = onednn::dense_desc(shape, memory::data_type::f32);
-  memory dst(dense, onednn::engine(), copy.raw_data());
-  onednn::reorder(src, dst);
-  return {dense, dst, copy};
-}
-
-Operand operand(const Tensor& t, const char* op) {
-  return operand(t, t.shape(), t.strides(), op);
-}
+using onednn::compute_type;
+using onednn::Operand;
+using onednn::operand;
 
 // Output memory: the output itself, or a float32 buffer rounded into it afterwards (float16).
 struct Result {

@@ -134,6 +134,25 @@ void execute(const dnnl::primitive& primitive, const dnnl::primitive_desc_base& 
   stream.wait();
 }
 
+dnnl::memory::data_type compute_type(DType dtype) {
+  return dtype == bfloat16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+Operand operand(const Tensor& t, const Shape& shape, const Strides& strides, const char* op) {
+  const dnnl::memory::desc md = plain_desc(shape, strides, t.dtype(), op);
+  dnnl::memory src(md, engine(), t.raw_data());
+  if (t.dtype() != float16) return {md, src, {}};
+  Tensor copy = Tensor::empty(shape, float32);
+  const dnnl::memory::desc dense = dense_desc(shape, dnnl::memory::data_type::f32);
+  dnnl::memory dst(dense, engine(), copy.raw_data());
+  reorder(src, dst);
+  return {dense, dst, copy};
+}
+
+Operand operand(const Tensor& t, const char* op) {
+  return operand(t, t.shape(), t.strides(), op);
+}
+
 void reorder(const dnnl::memory& src, const dnnl::memory& dst) {
   const dnnl::memory::desc src_md = src.get_desc();
   const dnnl::memory::desc dst_md = dst.get_desc();

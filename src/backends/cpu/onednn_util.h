@@ -92,6 +92,20 @@ void execute(const dnnl::primitive& primitive, const dnnl::primitive_desc_base& 
 // Copies `src` memory to `dst` memory (any layouts / data types oneDNN can reorder between).
 void reorder(const dnnl::memory& src, const dnnl::memory& dst);
 
+// The type matmuls compute in: bfloat16 as is; float16 has no oneDNN kernels on this CPU and float32 is
+// float32, so both compute in float32.
+dnnl::memory::data_type compute_type(DType dtype);
+
+// A matmul operand as oneDNN memory: `t` in place with the given shape and strides, or (float16) converted
+// into a dense float32 copy that `holder` keeps alive. `op` names the op in errors.
+struct Operand {
+  dnnl::memory::desc desc;
+  dnnl::memory mem;
+  Tensor holder;
+};
+Operand operand(const Tensor& t, const Shape& shape, const Strides& strides, const char* op);
+Operand operand(const Tensor& t, const char* op);
+
 // A weight reordered once into a primitive's preferred layout (and compute type), cached on the weight's
 // Storage and keyed by the view (offset, shape, strides, dtype) and the target descriptor, so one Storage
 // may serve several views (a fused qkv weight sliced three ways) and several layouts.
