@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/device_runtime.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/linalg.h"
 
@@ -43,6 +44,7 @@ Timing time_of(const std::function<void()>& f) {
   const double c0 = process_cpu_seconds();
   const auto t0 = Clock::now();
   f();
+  kiln::synchronize();  // Kiln's ops return once queued; time the kernels, not the queueing
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   return {wall, process_cpu_seconds() - c0};
 }
@@ -128,6 +130,7 @@ void bench(int64_t m, int64_t k, int64_t n, kiln::DType dtype, int reps, int thr
   const kiln::Tensor w_inplace = w.clone();
   const kiln::Tensor y_raw = kiln::Tensor::empty({m, n}, dtype);
 
+  kiln::synchronize();  // the raw path reads x and w through raw_data(), which does not wait for their casts
   RawOnednn raw(x, w, y_raw);
   Stats s_raw, s_kiln, s_inplace;
   kiln::Tensor y_kiln, y_inplace;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_features.h"
+#include "kiln/core/device_runtime.h"
 #include "kiln/ops/layout.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/reduction.h"
@@ -35,10 +36,12 @@ Tensor noise(const kiln::Shape& shape, kiln::DType dtype, uint32_t seed) {
 
 void measure(const std::string& name, double bytes, int repetitions, const std::function<Tensor()>& fn) {
   fn();  // warm-up: first-touch page faults of the output, thread start
+  kiln::synchronize();
   std::vector<double> times;
   for (int r = 0; r < repetitions; ++r) {
     const auto t0 = Clock::now();
     Tensor out = fn();
+    kiln::synchronize();  // ops return once queued; time the kernel
     times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   std::sort(times.begin(), times.end());
