@@ -1,5 +1,10 @@
 #include "kiln/core/storage.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+
 #include "kiln/core/device_runtime.h"
 #include "runtime/deferred.h"
 
@@ -23,6 +28,24 @@ void* Storage::materialize() const {
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes, Device device,
                                          std::shared_ptr<void> owner) {
   return std::shared_ptr<Storage>(new Storage(data, bytes, device, std::move(owner), true));
+}
+
+std::shared_ptr<Storage> Storage::borrow_file_pages(const void* data, size_t bytes, Device device,
+                                                    std::shared_ptr<void> owner) {
+  return std::shared_ptr<Storage>(
+      new Storage(const_cast<void*>(data), bytes, device, std::move(owner), true, /*file_pages=*/true));
+}
+
+void Storage::drop_resident_pages() const {
+  if (!file_pages_ || bytes_ == 0) return;
+  // Only pages entirely inside these bytes: the pages at either end may hold a neighbouring tensor that is
+  // still read in place.
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data_.load(std::memory_order_acquire));
+  const uintptr_t first = (begin + page - 1) / page * page, last = (begin + bytes_) / page * page;
+  // MADV_DONTNEED on a private, read-only file mapping only discards clean pages, which the next access
+  // reads back from the file; failure just leaves them resident.
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 Storage::~Storage() {

@@ -322,7 +322,7 @@ Tensor SafetensorsFile::rows(const std::string& name, int64_t start, int64_t end
     if (i.dtype == DType::Bool) check_bools(src, count, first, where);
     // Zero-copy when aligned for the element type; unaligned views would be undefined behaviour.
     if (reinterpret_cast<uintptr_t>(src) % bytes == 0) {
-      auto storage = Storage::borrow(const_cast<char*>(src), static_cast<size_t>(count) * bytes, cpu, file_);
+      auto storage = Storage::borrow_file_pages(src, static_cast<size_t>(count) * bytes, cpu, file_);
       return Tensor(storage, shape, contiguous_strides(shape), 0, i.dtype);
     }
     return Tensor::from_blob(src, shape, i.dtype);

@@ -159,6 +159,7 @@ TEST(Linear, PacksEachWeightOnceAndFreesItWithTheWeight) {
   const Tensor x = load("linear_bf16_m11_k200.x");
   const Tensor bias = load("linear_bf16_m11_k200.bias");
   const Tensor expected = load("linear_bf16_m11_k200.expected");
+  synchronize();  // ops queued by earlier tests free their tensors when they have run
   const int64_t baseline = memory_stats().current_bytes;
   {
     const Tensor w = load("linear_bf16_m11_k200.weight").clone();  // its own Storage, owned by this test

@@ -23,6 +23,11 @@ class Storage {
   // Wraps memory kept alive by `owner` (for example an mmap'ed file); not counted as allocated.
   static std::shared_ptr<Storage> borrow(void* data, size_t bytes, Device device,
                                          std::shared_ptr<void> owner);
+  // Borrows read-only pages of a privately mapped file (`owner` keeps the mapping alive). Unlike borrow(),
+  // the process may drop these pages from memory at any time (drop_resident_pages): the next read brings
+  // them back from the file, unchanged.
+  static std::shared_ptr<Storage> borrow_file_pages(const void* data, size_t bytes, Device device,
+                                                    std::shared_ptr<void> owner);
 
   ~Storage();
   Storage(const Storage&) = delete;
@@ -39,6 +44,13 @@ class Storage {
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   bool is_borrowed() const { return borrowed_; }
+  bool is_file_pages() const { return file_pages_; }
+
+  // For file pages (borrow_file_pages), hands the whole pages inside these bytes back to the OS, so they no
+  // longer count in the process's resident memory; a no-op for any other storage. Used once a weight has a
+  // packed copy that every later call reads instead: without it the file pages and the packed copy would
+  // both stay resident, twice the weights.
+  void drop_resident_pages() const;
 
   // A slot where a backend keeps a derived form of this storage (a weight prepacked for matmul), so it
   // is built once and freed together with the storage.
@@ -56,8 +68,14 @@ class Storage {
   }
 
  private:
-  Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner, bool borrowed)
-      : data_(data), bytes_(bytes), device_(device), owner_(std::move(owner)), borrowed_(borrowed) {}
+  Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner, bool borrowed,
+          bool file_pages = false)
+      : data_(data),
+        bytes_(bytes),
+        device_(device),
+        owner_(std::move(owner)),
+        borrowed_(borrowed),
+        file_pages_(file_pages) {}
 
   void* materialize() const;
 
@@ -66,6 +84,7 @@ class Storage {
   Device device_;
   std::shared_ptr<void> owner_;
   bool borrowed_;
+  bool file_pages_;
   mutable std::mutex materialize_mutex_;
   std::mutex derived_mutex_;
   std::any derived_;

@@ -190,6 +190,9 @@ class PackedWeights {
     dnnl::memory packed(target_desc, engine(), bytes->data());
     dnnl::memory source(source_desc, engine(), weight.raw_data());
     reorder(source, packed);
+    // Every later call reads the packed copy: a weight borrowed from a mapped checkpoint need not also stay
+    // resident (it is read back from the file if anything touches it again).
+    weight.storage()->drop_resident_pages();
     entries_.push_back({weight.offset(), weight.shape(), weight.strides(), weight.dtype(), target_desc,
                         std::move(bytes), packed});
     return packed;
