@@ -24,9 +24,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -168,7 +170,17 @@ double peak_resident_bytes() {
 struct Timing {
   double median = 0, min = 0, max = 0;
   double first = 0;  // the warm-up call (in the compiled modes: tracing and compiling included)
+  // Process CPU time over wall time across the timed steps: how many cores were busy on average. With
+  // OMP_WAIT_POLICY=passive (idle OpenMP threads sleep instead of spinning) a serial stretch between
+  // parallel kernels shows up as a figure below the thread count.
+  double cores_busy = 0;
 };
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 Timing time_steps(int steps, const std::function<void()>& f) {
   const auto t_first = std::chrono::steady_clock::now();
@@ -176,15 +188,17 @@ Timing time_steps(int steps, const std::function<void()>& f) {
   kiln::synchronize();
   const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_first).count();
   std::vector<double> t;
+  const double cpu0 = process_cpu_seconds();
   for (int i = 0; i < steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
     kiln::synchronize();
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  const double cpu = process_cpu_seconds() - cpu0, wall = std::accumulate(t.begin(), t.end(), 0.0);
   std::sort(t.begin(), t.end());
   const size_t n = t.size();
-  return {n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t.front(), t.back(), first};
+  return {n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t.front(), t.back(), first, cpu / wall};
 }
 
 // ---- the models' work
@@ -514,8 +528,9 @@ int run(const Options& o) {
       "peak %.0f, %.1f%% of nominal %.0f\n",
       step.median, step.min, step.max, o.steps, flops / 1e9, gflops, peak > 0 ? 100 * gflops / peak : NAN,
       peak, 100 * gflops / kNominalBf16PeakGflops, kNominalBf16PeakGflops);
-  std::printf("  first call %.3f s (warm-up%s)\n", step.first,
-              o.mode.rfind("compile", 0) == 0 ? ", tracing and compiling included" : "");
+  std::printf("  first call %.3f s (warm-up%s) | cores busy %.2f of %d (process CPU time / wall)\n",
+              step.first, o.mode.rfind("compile", 0) == 0 ? ", tracing and compiling included" : "",
+              step.cores_busy, omp_get_max_threads());
   if (o.matmul_reps > 0)
     std::printf("  matmuls alone %.3f s = %.0f%% of the step (%.1f GFLOP/s)\n", matmul,
                 100 * matmul / step.median, c.work.linear_flops() / matmul / 1e9);
@@ -530,12 +545,13 @@ int run(const Options& o) {
       "\"steps\": %d, \"median_s\": %s, \"min_s\": %s, \"max_s\": %s, \"first_call_s\": %s, \"flops\": %s, "
       "\"linear_flops\": %s, "
       "\"measured_peak_gflops\": %s, \"matmul_s\": %s, \"vmhwm_bytes\": %s, \"weight_bytes\": %s, "
-      "\"max_rel_error\": %s}\n",
+      "\"max_rel_error\": %s, \"cores_busy\": %s}\n",
       o.mode.c_str(), o.model.c_str(), c.work.description.c_str(), omp_get_max_threads(), o.steps,
       json_number(step.median).c_str(), json_number(step.min).c_str(), json_number(step.max).c_str(),
       json_number(step.first).c_str(), json_number(flops).c_str(), json_number(c.work.linear_flops()).c_str(),
       json_number(peak).c_str(), json_number(matmul).c_str(), json_number(resident).c_str(),
-      json_number(weight_bytes).c_str(), json_number(rel_error).c_str());
+      json_number(weight_bytes).c_str(), json_number(rel_error).c_str(),
+      json_number(step.cores_busy).c_str());
   return 0;
 }
 
