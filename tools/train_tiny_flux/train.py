@@ -9,8 +9,12 @@ Stages (each checkpointed under --work, so an interrupted run resumes where it s
      with a tiny KL term; shift_factor / scaling_factor then set from the latent statistics; then the decoder
      alone is trained further with the encoder frozen (sharper pictures; the latents do not change).
   3. transformer: diffusers' FluxTransformer2DModel trained with FLUX's rectified-flow loss (predict
-     velocity = noise - x0 at x_t = (1 - sigma) x0 + sigma noise) on the cached latents, with an EMA copy.
-  4. the EMA pipeline saved with save_pretrained (tokenizers in the real FLUX file formats) + a preview grid.
+     velocity = noise - x0 at x_t = (1 - sigma) x0 + sigma noise) on the cached latents, with an EMA copy;
+     then the shape-contrast stage (batches of pictures that differ only in the shape word) and the
+     shape-focus stage (the same batches, the loss weighted onto the latent pixels around the shape).
+  4. the decoder alone again (encoder frozen): sharpening (loss weighted onto the shapes), then crisp (trained
+     on the latents' means, the weighted loss also on image gradients), so corners decode as corners.
+  5. the EMA pipeline saved with save_pretrained (tokenizers in the real FLUX file formats) + a preview grid.
 
 Usage: python tools/train_tiny_flux/train.py [--seed 0] [--work build-train-shapes] [--out models/kiln-shapes-64]
 """
@@ -42,6 +46,8 @@ CLIP_MERGES = 1500
 # model's training went within its wall-time budget.
 SHARPEN_STEPS = 1000
 CONTRAST_STEPS = 600
+FOCUS_STEPS = 2400
+CRISP_STEPS = 2500
 
 
 def log(*a):
@@ -193,6 +199,20 @@ def shape_weight(x):
     return 1.0 + 9.0 * F.max_pool2d(on_shape, 5, stride=1, padding=2)
 
 
+def shape_focus_weights(images_u8, focus):
+    """Loss weights for the shape-focus stage, one per latent value in FluxPipeline's packed layout
+    ([N, 64 tokens, 16]): `focus` on the latent pixels that see the shape (a 4x4 pixel cell touching it) and
+    their 8 neighbours, 1 elsewhere. Without it the flat background, which the model already draws right,
+    outweighs the few latent values where a square's corners differ from a circle's."""
+    from diffusers import FluxPipeline
+
+    x = to_pixels(images_u8)
+    on_shape = ((x - x[:, :, :1, :1]).abs().sum(1, keepdim=True) > 0.05).float()
+    cells = F.max_pool2d(F.max_pool2d(on_shape, 4), 3, stride=1, padding=1)  # [N, 1, 16, 16]
+    w = 1.0 + (focus - 1.0) * cells.expand(-1, 4, -1, -1)
+    return FluxPipeline._pack_latents(w, len(w), 4, 16, 16)
+
+
 def sharpen_decoder(vae, images, steps, batch, seed, ckpt):
     """Trains the decoder alone once more (encoder frozen, so the latents do not change), with the loss weighted
     onto the shapes: after `finetune_decoder` small squares and triangles still decode as rounded blobs."""
@@ -232,6 +252,53 @@ def sharpen_decoder(vae, images, steps, batch, seed, ckpt):
         opt.step()
         if step % 25 == 0 or step == steps - 1:
             log(f"sharpen step {step}/{steps} loss {loss.item():.4f} "
+                f"({(time.time() - t0) / (step - start + 1):.2f}s/step)")
+        if (step + 1) % 100 == 0 or step == steps - 1:
+            save_ckpt(ckpt, model=vae.decoder.state_dict(), opt=opt.state_dict(), step=step + 1)
+    vae.eval()
+
+
+def crisp_decoder(vae, images, latent_means, steps, batch, seed, ckpt):
+    """The last decoder stage (encoder frozen, latents unchanged): trained on the posterior means, which is what
+    it decodes at inference (the transformer's output), instead of sampled latents, whose noise it learned to
+    average out into rounded corners; loss weighted onto the shapes as in `sharpen_decoder`, plus the same
+    weighting on the image gradients, which is where a square's corner and a circle's rim differ.
+    lr 5e-4 cosine to 5e-5. After `sharpen_decoder` a small square's own latent still decoded with a bounding-box
+    fill of 0.86 (the test reads above 0.9 as a square)."""
+    params = list(vae.decoder.parameters())
+    opt = torch.optim.AdamW(params, lr=5e-4, weight_decay=0.0)
+    start = 0
+    if os.path.exists(ckpt):
+        s = torch.load(ckpt)
+        vae.decoder.load_state_dict(s["model"])
+        opt.load_state_dict(s["opt"])
+        start = s["step"]
+        log(f"crisp decoder: resuming at step {start}")
+    if start >= steps:
+        return
+    g = torch.Generator().manual_seed(seed + 70)
+    for _ in range(start):
+        torch.randint(0, len(images), (batch,), generator=g)
+    vae.decoder.train()
+    t0 = time.time()
+
+    for step in range(start, steps):
+        lr = 5e-4 * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        idx = torch.randint(0, len(images), (batch,), generator=g)
+        x = to_pixels(images[idx.numpy()])
+        rec = vae.decode(latent_means[idx]).sample
+        w = shape_weight(x)
+        loss = ((rec - x).abs() * w).mean() + ((rec - x) ** 2 * w).mean()
+        err = rec - x  # its horizontal and vertical differences: the image gradients' error
+        loss = loss + ((err[..., :, 1:] - err[..., :, :-1]).abs() * w[..., :, 1:]).mean() \
+            + ((err[..., 1:, :] - err[..., :-1, :]).abs() * w[..., 1:, :]).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 25 == 0 or step == steps - 1:
+            log(f"crisp decoder step {step}/{steps} loss {loss.item():.4f} "
                 f"({(time.time() - t0) / (step - start + 1):.2f}s/step)")
         if (step + 1) % 100 == 0 or step == steps - 1:
             save_ckpt(ckpt, model=vae.decoder.state_dict(), opt=opt.state_dict(), step=step + 1)
@@ -337,7 +404,7 @@ def train_transformer(transformer, latents, caption_idx, text_embeds, pooled, st
 
 
 def train_shape_contrast(transformer, ema, latents, caption_idx, groups, text_embeds, pooled, steps, batch_groups,
-                         seed, ckpt):
+                         seed, ckpt, weights=None, lr=4e-4, stage="shape contrast"):
     """Continues the transformer (and its EMA) on batches of shape groups: pictures that differ only in the shape
     (same colours, position, size and jitter), with the same noise and sigma inside a group. The only thing that
     tells the group members apart is then the shape word, so every batch pushes the model to read it; with
@@ -346,10 +413,12 @@ def train_shape_contrast(transformer, ema, latents, caption_idx, groups, text_em
     model can draw sharply, where with jitter its first steps can only draw the blurred average over positions
     and sizes and the later ones must find the shape's edge in the noise (the first model's round blobs).
     sigma: half the time one of the 4-step sampler's sigmas (1, 0.75, 0.5, 0.25), else uniform.
-    Constant lr 4e-4 after warm-up, EMA 0.997: the stage can be stopped at any checkpoint."""
+    Constant lr after warm-up, EMA 0.997: the stage can be stopped at any checkpoint.
+    weights: optional per-picture loss weights in the packed latent layout ([N, tokens, 16]; see
+    `shape_focus_weights`), which the shape-focus stage uses to put the loss where the shapes differ."""
     from diffusers import FluxPipeline
 
-    opt = torch.optim.AdamW(transformer.parameters(), lr=4e-4, weight_decay=0.0)
+    opt = torch.optim.AdamW(transformer.parameters(), lr=lr, weight_decay=0.0)
     start = 0
     if os.path.exists(ckpt):
         s = torch.load(ckpt)
@@ -357,7 +426,7 @@ def train_shape_contrast(transformer, ema, latents, caption_idx, groups, text_em
         ema.load_state_dict(s["ema"])
         opt.load_state_dict(s["opt"])
         start = s["step"]
-        log(f"shape contrast: resuming at step {start}")
+        log(f"{stage}: resuming at step {start}")
     n_groups = int(groups.max()) + 1
     members = [torch.nonzero(groups == i).flatten() for i in range(n_groups)]
     n, c, h, w = latents.shape
@@ -382,7 +451,7 @@ def train_shape_contrast(transformer, ema, latents, caption_idx, groups, text_em
     t0 = time.time()
     for step in range(start, steps):
         for group in opt.param_groups:
-            group["lr"] = 4e-4 * min(1.0, (step + 1) / 50)
+            group["lr"] = lr * min(1.0, (step + 1) / 50)
         idx, noise, sig = draw()
         b = len(idx)
         x0 = latents[idx]
@@ -392,7 +461,8 @@ def train_shape_contrast(transformer, ema, latents, caption_idx, groups, text_em
         pred = transformer(hidden_states=FluxPipeline._pack_latents(xt, b, c, h, w), timestep=sig, guidance=None,
                            pooled_projections=pooled[ci], encoder_hidden_states=text_embeds[ci], txt_ids=txt_ids,
                            img_ids=img_ids, return_dict=False)[0]
-        loss = F.mse_loss(pred, FluxPipeline._pack_latents(noise - x0, b, c, h, w))
+        err = (pred - FluxPipeline._pack_latents(noise - x0, b, c, h, w)) ** 2
+        loss = err.mean() if weights is None else (err * weights[idx]).sum() / weights[idx].sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(transformer.parameters(), 1.0)
@@ -401,7 +471,7 @@ def train_shape_contrast(transformer, ema, latents, caption_idx, groups, text_em
             for pe, p in zip(ema.parameters(), transformer.parameters()):
                 pe.lerp_(p, 1 - 0.997)
         if step % 25 == 0 or step == steps - 1:
-            log(f"shape contrast step {step}/{steps} loss {loss.item():.4f} "
+            log(f"{stage} step {step}/{steps} loss {loss.item():.4f} "
                 f"({(time.time() - t0) / (step - start + 1):.2f}s/step)")
         if (step + 1) % 50 == 0 or step == steps - 1:
             save_ckpt(ckpt, model=transformer.state_dict(), ema=ema.state_dict(), opt=opt.state_dict(),
@@ -424,10 +494,15 @@ def preview(pipe, prompts, path, seed=0, steps=4):
     Image.fromarray(grid).resize((grid.shape[1] * 3, grid.shape[0] * 3), Image.NEAREST).save(path)
 
 
-def sharpen(vae, images, sample, args):
+def decoder_stages(vae, images, latent_means, sample, args):
+    """The decoder-only stages after the transformer's latents are fixed: sharpening, then crisp."""
     sharpen_decoder(vae, images, args.sharpen_steps, args.vae_batch, args.seed, os.path.join(args.work, "sharpen.pt"))
     log("sharpen: reconstruction L1 "
         f"{save_reconstruction(vae, sample, os.path.join(args.work, 'sharpen_reconstruction.png')):.2f} levels")
+    crisp_decoder(vae, images, latent_means, args.crisp_steps, args.vae_batch, args.seed,
+                  os.path.join(args.work, "crisp.pt"))
+    log("crisp: reconstruction L1 "
+        f"{save_reconstruction(vae, sample, os.path.join(args.work, 'crisp_reconstruction.png')):.2f} levels")
 
 
 def main():
@@ -448,11 +523,15 @@ def main():
                     help="shape-contrast stage on jittered pictures (default: the canonical, unjittered ones)")
     ap.add_argument("--contrast-steps", type=int, default=CONTRAST_STEPS)
     ap.add_argument("--contrast-batch-groups", type=int, default=22)
+    ap.add_argument("--focus-steps", type=int, default=FOCUS_STEPS,
+                    help="shape-focus stage: the contrast batches again, loss weighted onto the shapes")
+    ap.add_argument("--focus-weight", type=float, default=10.0)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--stop-after", choices=["vae", "decoder", "sharpen", "all"], default="all")
-    ap.add_argument("--only-sharpen", action="store_true",
-                    help="run only the decoder-sharpening stage (independent of the transformer stages, so it can "
-                         "run in a second process; the main run then finds its checkpoint complete)")
+    ap.add_argument("--stop-after", choices=["vae", "decoder", "sharpen", "focus", "all"], default="all")
+    ap.add_argument("--crisp-steps", type=int, default=CRISP_STEPS)
+    ap.add_argument("--only-decoder", action="store_true",
+                    help="run only the last decoder stages (sharpening, crisp): independent of the transformer "
+                         "stages, so they can run in a second process; the main run then finds them complete")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.makedirs(args.work, exist_ok=True)
@@ -488,8 +567,8 @@ def main():
     group_images, group_captions, groups = dataset.make_shape_groups(args.contrast_samples_per_group, args.seed,
                                                                         jitter=args.contrast_jitter)
     small = group_images[np.asarray(groups) % 97 == 0][:8]
-    if args.only_sharpen or args.stop_after == "sharpen":
-        sharpen(vae, images, small, args)
+    if args.only_decoder or args.stop_after == "sharpen":
+        decoder_stages(vae, images, mean, small, args)
         return
 
     unique = sorted(set(captions) | set(group_captions))
@@ -510,7 +589,14 @@ def main():
     ema = train_shape_contrast(transformer, ema, group_latents, torch.tensor([pos[c] for c in group_captions]),
                                torch.from_numpy(groups), text_embeds, pooled, args.contrast_steps,
                                args.contrast_batch_groups, args.seed, os.path.join(args.work, "contrast.pt"))
-    sharpen(vae, images, small, args)
+    ema = train_shape_contrast(transformer, ema, group_latents, torch.tensor([pos[c] for c in group_captions]),
+                               torch.from_numpy(groups), text_embeds, pooled, args.focus_steps,
+                               args.contrast_batch_groups, args.seed + 10, os.path.join(args.work, "focus.pt"),
+                               weights=shape_focus_weights(group_images, args.focus_weight), lr=3e-4,
+                               stage="shape focus")
+    if args.stop_after == "focus":
+        return
+    decoder_stages(vae, images, mean, small, args)
 
     pipe = FluxPipeline(scheduler=build_scheduler(), text_encoder=clip, tokenizer=clip_tok, text_encoder_2=t5,
                         tokenizer_2=t5_tok, transformer=ema, vae=vae)
