@@ -12,4 +12,4 @@ mkdir -p docs/images
 gen shapes_default "a big yellow triangle at the top, on a blue background"
 gen shapes_white_circle "a big white circle on the right, on a black background"
 gen shapes_red_square "a small red square in the center, on an orange background"
-gen shapes_purple_circle "a small purple circle at the bottom, on a white background"
+gen shapes_blue_square "a big blue square on the right, on a yellow background"

@@ -99,6 +99,7 @@ def main():
     for name, group in (("held-out", held), ("trained", trained)):
         score = {k: 0 for k in ("background", "color", "position", "shape")}
         per_shape = {s: [0, 0] for s in dataset.SHAPES}
+        per_size = {(z, s): [0, 0] for z in dataset.SIZES for s in dataset.SHAPES}
         fills = {s: [] for s in dataset.SHAPES}
         n = 0
         for combo in group:
@@ -109,13 +110,16 @@ def main():
                     score[k] += ok[k]
                 per_shape[combo[2]][0] += ok["shape"]
                 per_shape[combo[2]][1] += 1
+                per_size[combo[0], combo[2]][0] += ok["shape"]
+                per_size[combo[0], combo[2]][1] += 1
                 fills[combo[2]].append(a["fill"])
                 n += 1
         print(f"{name}: {n} pictures; right: " + ", ".join(f"{k} {v / n:.0%}" for k, v in score.items()))
         for s in dataset.SHAPES:
             f = np.array(fills[s])
             print(f"  {s}: class right {per_shape[s][0]}/{per_shape[s][1]}, fill ratio median {np.median(f):.2f} "
-                  f"(10%-90%: {np.quantile(f, 0.1):.2f}-{np.quantile(f, 0.9):.2f})")
+                  f"(10%-90%: {np.quantile(f, 0.1):.2f}-{np.quantile(f, 0.9):.2f}); "
+                  + ", ".join(f"{z} {per_size[z, s][0]}/{per_size[z, s][1]}" for z in dataset.SIZES))
 
 
 if __name__ == "__main__":
