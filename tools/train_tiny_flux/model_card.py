@@ -114,6 +114,7 @@ out of training** in every position and size; Kiln's tests check that the model 
 {held}
 
 {HOW_WELL}
+
 ## What it cannot do
 
 Anything outside that grammar: other words, other colours or shapes, several shapes, relations between
