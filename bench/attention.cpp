@@ -25,6 +25,7 @@
 #include <omp.h>
 
 #include "backends/cpu/cpu_features.h"
+#include "bench_util.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/attention.h"
@@ -67,12 +68,6 @@ double measured_bf16_peak() {
   return total;
 }
 
-double cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 constexpr double kBf16Peak = 880e9;
 constexpr double kF32Peak = 440e9;
 
@@ -99,10 +94,10 @@ void run(int64_t s, kiln::DType dtype, int repetitions) {
   const int threads = omp_get_max_threads();
   for (int r = 0; r < repetitions; ++r) {
     const auto t0 = Clock::now();
-    const double c0 = cpu_seconds();
+    const double c0 = kiln::bench::process_cpu_seconds();
     const kiln::Tensor out = kiln::scaled_dot_product_attention(q, k, v);
     kiln::synchronize();  // ops return once queued; wait for the kernel
-    cpu_times.push_back((cpu_seconds() - c0) / threads);
+    cpu_times.push_back((kiln::bench::process_cpu_seconds() - c0) / threads);
     times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   // FMA and VDPBF16PS issue at the same rate, with half the FLOPs per f32 instruction.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <memory>
@@ -14,6 +15,13 @@
 #include "kiln/nn/module.h"
 
 namespace kiln::bench {
+
+// CPU seconds used so far by all of the process's threads.
+inline double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 // Runs `f` once to warm up (primitive creation, weight prepacking), then `reps` times; the best wall time.
 inline double best_of(int reps, const std::function<void()>& f) {

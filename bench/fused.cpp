@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/elementwise.h"
@@ -38,12 +39,6 @@ kiln::Tensor random_tensor(const kiln::Shape& shape, kiln::DType dtype, float sc
   return kiln::Tensor::from_vector(v, shape).to(dtype);
 }
 
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // Wall seconds and CPU seconds (all threads) of one call. On a host shared with other work the CPU time is
 // the steadier figure: it does not count time slices given to other processes (run with
 // OMP_WAIT_POLICY=passive so that idle OpenMP threads do not spin it up).
@@ -52,14 +47,14 @@ struct Timing {
 };
 
 Timing time_of(const std::function<Tensor()>& f) {
-  const double c0 = process_cpu_seconds();
+  const double c0 = kiln::bench::process_cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   {
     const Tensor out = f();
     kiln::synchronize();
   }
   return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-          process_cpu_seconds() - c0};
+          kiln::bench::process_cpu_seconds() - c0};
 }
 
 struct Variant {

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/linalg.h"
@@ -29,24 +30,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // Wall seconds, and the CPU seconds of all threads, of one call.
 struct Timing {
   double wall, cpu;
 };
 
 Timing time_of(const std::function<void()>& f) {
-  const double c0 = process_cpu_seconds();
+  const double c0 = kiln::bench::process_cpu_seconds();
   const auto t0 = Clock::now();
   f();
   kiln::synchronize();  // Kiln's ops return once queued; time the kernels, not the queueing
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  return {wall, process_cpu_seconds() - c0};
+  return {wall, kiln::bench::process_cpu_seconds() - c0};
 }
 
 kiln::Tensor random_tensor(const kiln::Shape& shape, kiln::DType dtype, float scale, uint32_t seed) {

@@ -176,26 +176,21 @@ struct Timing {
   double cores_busy = 0;
 };
 
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 Timing time_steps(int steps, const std::function<void()>& f) {
   const auto t_first = std::chrono::steady_clock::now();
   f();  // warm-up: primitive creation, weight prepacking, first-touch of the allocator, compiling
   kiln::synchronize();
   const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_first).count();
   std::vector<double> t;
-  const double cpu0 = process_cpu_seconds();
+  const double cpu0 = kiln::bench::process_cpu_seconds();
   for (int i = 0; i < steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
     kiln::synchronize();
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  const double cpu = process_cpu_seconds() - cpu0, wall = std::accumulate(t.begin(), t.end(), 0.0);
+  const double cpu = kiln::bench::process_cpu_seconds() - cpu0,
+               wall = std::accumulate(t.begin(), t.end(), 0.0);
   std::sort(t.begin(), t.end());
   const size_t n = t.size();
   return {n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t.front(), t.back(), first, cpu / wall};

@@ -150,45 +150,60 @@ def train_vae(vae, images, steps, batch, seed, ckpt):
     vae.eval()
 
 
-def finetune_decoder(vae, images, steps, batch, seed, ckpt):
-    """Trains the decoder alone, the encoder frozen: the latents the transformer learns do not change, so this
-    sharpens the pictures without touching anything upstream (the joint stage leaves edges soft)."""
-    params = list(vae.decoder.parameters())
-    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0)
+def train_decoder(vae, images, steps, batch, seed, ckpt, name, lr_at, loss_of, latent_means=None):
+    """Trains the decoder alone, the encoder frozen: the latents the transformer learns do not change, so the
+    decoder stages sharpen the pictures without touching anything upstream. Each step decodes `batch` training
+    pictures from latents sampled from the encoder's posterior or, given `latent_means`, from its means (what
+    the decoder sees at inference); lr_at(step) is the learning rate, loss_of(decoded, pictures) the loss."""
+    opt = torch.optim.AdamW(vae.decoder.parameters(), lr=lr_at(0), weight_decay=0.0)
     start = 0
     if os.path.exists(ckpt):
         s = torch.load(ckpt)
         vae.decoder.load_state_dict(s["model"])
         opt.load_state_dict(s["opt"])
         start = s["step"]
-        log(f"decoder: resuming at step {start}")
-    g = torch.Generator().manual_seed(seed + 30)
-    for _ in range(start):
-        torch.randint(0, len(images), (batch,), generator=g)
-        torch.randn(batch, 4, 16, 16, generator=g)
+        log(f"{name}: resuming at step {start}")
+    if start >= steps:
+        return
+    g = torch.Generator().manual_seed(seed)
+
+    def draw():
+        idx = torch.randint(0, len(images), (batch,), generator=g)
+        eps = torch.randn(batch, 4, 16, 16, generator=g) if latent_means is None else None
+        return idx, eps
+
+    for _ in range(start):  # keep the batch order identical to an uninterrupted run
+        draw()
     vae.decoder.train()
     t0 = time.time()
     for step in range(start, steps):
-        lr = 1e-3 * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / steps))
         for group in opt.param_groups:
-            group["lr"] = lr
-        idx = torch.randint(0, len(images), (batch,), generator=g)
+            group["lr"] = lr_at(step)
+        idx, eps = draw()
         x = to_pixels(images[idx.numpy()])
-        eps = torch.randn(batch, 4, 16, 16, generator=g)
-        with torch.no_grad():
-            dist = vae.encode(x).latent_dist
-            z = dist.mean + dist.std * eps
-        rec = vae.decode(z).sample
-        loss = F.l1_loss(rec, x) + F.mse_loss(rec, x)
+        if latent_means is None:
+            with torch.no_grad():
+                dist = vae.encode(x).latent_dist
+                z = dist.mean + dist.std * eps
+        else:
+            z = latent_means[idx]
+        loss = loss_of(vae.decode(z).sample, x)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         if step % 25 == 0 or step == steps - 1:
-            log(f"decoder step {step}/{steps} loss {loss.item():.4f} "
+            log(f"{name} step {step}/{steps} loss {loss.item():.4f} "
                 f"({(time.time() - t0) / (step - start + 1):.2f}s/step)")
         if (step + 1) % 100 == 0 or step == steps - 1:
             save_ckpt(ckpt, model=vae.decoder.state_dict(), opt=opt.state_dict(), step=step + 1)
     vae.eval()
+
+
+def finetune_decoder(vae, images, steps, batch, seed, ckpt):
+    """After the joint VAE stage, which leaves edges soft: plain reconstruction loss, lr 1e-3 cosine."""
+    train_decoder(vae, images, steps, batch, seed + 30, ckpt, "decoder",
+                  lambda step: 1e-3 * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / steps)),
+                  lambda rec, x: F.l1_loss(rec, x) + F.mse_loss(rec, x))
 
 
 def shape_weight(x):
@@ -213,96 +228,39 @@ def shape_focus_weights(images_u8, focus):
     return FluxPipeline._pack_latents(w, len(w), 4, 16, 16)
 
 
+def weighted_reconstruction_loss(rec, x):
+    """L1 + MSE with the `shape_weight` weighting."""
+    w = shape_weight(x)
+    return ((rec - x).abs() * w).mean() + ((rec - x) ** 2 * w).mean()
+
+
 def sharpen_decoder(vae, images, steps, batch, seed, ckpt):
-    """Trains the decoder alone once more (encoder frozen, so the latents do not change), with the loss weighted
-    onto the shapes: after `finetune_decoder` small squares and triangles still decode as rounded blobs."""
-    params = list(vae.decoder.parameters())
-    opt = torch.optim.AdamW(params, lr=5e-4, weight_decay=0.0)
-    start = 0
-    if os.path.exists(ckpt):
-        s = torch.load(ckpt)
-        vae.decoder.load_state_dict(s["model"])
-        opt.load_state_dict(s["opt"])
-        start = s["step"]
-        log(f"sharpen: resuming at step {start}")
-    if start >= steps:
-        return
-    g = torch.Generator().manual_seed(seed + 40)
-    for _ in range(start):
-        torch.randint(0, len(images), (batch,), generator=g)
-        torch.randn(batch, 4, 16, 16, generator=g)
-    vae.decoder.train()
-    t0 = time.time()
-    for step in range(start, steps):
-        # constant after warm-up: the stage can be stopped at any checkpoint and its length written down
-        lr = 5e-4 * min(1.0, (step + 1) / 50)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        idx = torch.randint(0, len(images), (batch,), generator=g)
-        x = to_pixels(images[idx.numpy()])
-        eps = torch.randn(batch, 4, 16, 16, generator=g)
-        with torch.no_grad():
-            dist = vae.encode(x).latent_dist
-            z = dist.mean + dist.std * eps
-        rec = vae.decode(z).sample
-        w = shape_weight(x)
-        loss = ((rec - x).abs() * w).mean() + ((rec - x) ** 2 * w).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if step % 25 == 0 or step == steps - 1:
-            log(f"sharpen step {step}/{steps} loss {loss.item():.4f} "
-                f"({(time.time() - t0) / (step - start + 1):.2f}s/step)")
-        if (step + 1) % 100 == 0 or step == steps - 1:
-            save_ckpt(ckpt, model=vae.decoder.state_dict(), opt=opt.state_dict(), step=step + 1)
-    vae.eval()
+    """The loss weighted onto the shapes, lr 5e-4 constant after warm-up (the stage can be stopped at any
+    checkpoint): after `finetune_decoder` small squares and triangles still decode as rounded blobs."""
+    train_decoder(vae, images, steps, batch, seed + 40, ckpt, "sharpen",
+                  lambda step: 5e-4 * min(1.0, (step + 1) / 50), weighted_reconstruction_loss)
 
 
 def crisp_decoder(vae, images, latent_means, steps, batch, seed, ckpt):
-    """The last decoder stage (encoder frozen, latents unchanged): trained on the posterior means, which is what
-    it decodes at inference (the transformer's output), instead of sampled latents, whose noise it learned to
-    average out into rounded corners; loss weighted onto the shapes as in `sharpen_decoder`, plus the same
-    weighting on the image gradients, which is where a square's corner and a circle's rim differ.
-    lr 5e-4 cosine to 5e-5. After `sharpen_decoder` a small square's own latent still decoded with a bounding-box
-    fill of 0.86 (the test reads above 0.9 as a square)."""
-    params = list(vae.decoder.parameters())
-    opt = torch.optim.AdamW(params, lr=5e-4, weight_decay=0.0)
-    start = 0
-    if os.path.exists(ckpt):
-        s = torch.load(ckpt)
-        vae.decoder.load_state_dict(s["model"])
-        opt.load_state_dict(s["opt"])
-        start = s["step"]
-        log(f"crisp decoder: resuming at step {start}")
-    if start >= steps:
-        return
-    g = torch.Generator().manual_seed(seed + 70)
-    for _ in range(start):
-        torch.randint(0, len(images), (batch,), generator=g)
-    vae.decoder.train()
-    t0 = time.time()
+    """The last decoder stage: trained on the posterior means, which is what it decodes at inference (the
+    transformer's output), instead of sampled latents, whose noise it learned to average out into rounded
+    corners; loss weighted onto the shapes as in `sharpen_decoder`, plus the same weighting on the image
+    gradients, which is where a square's corner and a circle's rim differ. lr 5e-4 cosine to 5e-5. After
+    `sharpen_decoder` a small square's own latent still decoded with a bounding-box fill of 0.86 (the test
+    reads above 0.9 as a square)."""
 
-    for step in range(start, steps):
-        lr = 5e-4 * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
-        for group in opt.param_groups:
-            group["lr"] = lr
-        idx = torch.randint(0, len(images), (batch,), generator=g)
-        x = to_pixels(images[idx.numpy()])
-        rec = vae.decode(latent_means[idx]).sample
+    def loss_of(rec, x):
         w = shape_weight(x)
-        loss = ((rec - x).abs() * w).mean() + ((rec - x) ** 2 * w).mean()
         err = rec - x  # its horizontal and vertical differences: the image gradients' error
-        loss = loss + ((err[..., :, 1:] - err[..., :, :-1]).abs() * w[..., :, 1:]).mean() \
+        return weighted_reconstruction_loss(rec, x) \
+            + ((err[..., :, 1:] - err[..., :, :-1]).abs() * w[..., :, 1:]).mean() \
             + ((err[..., 1:, :] - err[..., :-1, :]).abs() * w[..., 1:, :]).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if step % 25 == 0 or step == steps - 1:
-            log(f"crisp decoder step {step}/{steps} loss {loss.item():.4f} "
-                f"({(time.time() - t0) / (step - start + 1):.2f}s/step)")
-        if (step + 1) % 100 == 0 or step == steps - 1:
-            save_ckpt(ckpt, model=vae.decoder.state_dict(), opt=opt.state_dict(), step=step + 1)
-    vae.eval()
+
+    def lr_at(step):
+        return 5e-4 * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+
+    train_decoder(vae, images, steps, batch, seed + 70, ckpt, "crisp decoder", lr_at, loss_of,
+                  latent_means=latent_means)
 
 
 def save_reconstruction(vae, images, path):
