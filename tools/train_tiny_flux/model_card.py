@@ -42,8 +42,9 @@ C++ builds and benchmarks): about 45 min for the VAE, decoder and the first 3000
 the 1000 sharpening steps (1 thread, in a second process); 36 min for the 600 shape-contrast steps (load 8-19);
 32 min for the 2400 shape-focus steps (0.5-0.85 s/step, sharing the CPU); 12 min for the 2500 crisp-decoder
 steps (1 thread, in a second process at the same time). About 2 h 40 min in all, well over the issue's
-one-hour budget. Not measured: one uninterrupted run on an idle host; from the per-step times on a quiet host
-(transformer about 0.5 s/step, decoder stages about 0.2 s/step) it would take about 75 minutes."""
+one-hour budget. Not measured: one uninterrupted run on an idle host; from the per-step times seen on a quiet
+host (transformer stages about 0.5 s/step at batch 64, VAE and decoder stages 0.3-0.6 s/step at batch 16) it
+would take about 90 minutes."""
 
 
 def count_params(folder):
