@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,31 @@ inline double best_of(int reps, const std::function<void()>& f) {
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
+}
+
+// Uniform values in [-scale, scale] from std::mt19937(seed), converted to dtype.
+inline Tensor uniform_tensor(const Shape& shape, DType dtype, float scale, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  for (float& x : v) x = dist(gen);
+  return Tensor::from_vector(v, shape).to(dtype);
+}
+
+// Wall seconds and CPU seconds (all threads) of one call, its queued kernels included. On a host shared with
+// other work the CPU time is the steadier figure: it does not count time slices given to other processes
+// (run with OMP_WAIT_POLICY=passive so that idle OpenMP threads do not spin it up).
+struct Timing {
+  double wall, cpu;
+};
+
+inline Timing time_of(const std::function<void()>& f) {
+  const double c0 = process_cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  synchronize();  // Kiln's ops return once queued; time the kernels, not the queueing
+  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+          process_cpu_seconds() - c0};
 }
 
 inline Tensor random(const Shape& shape, DType dtype, Generator& gen, double scale = 0.02) {

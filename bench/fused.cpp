@@ -31,30 +31,12 @@ namespace {
 
 using kiln::Tensor;
 
-kiln::Tensor random_tensor(const kiln::Shape& shape, kiln::DType dtype, float scale, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(static_cast<size_t>(kiln::shape_numel(shape)));
-  for (float& x : v) x = dist(gen);
-  return kiln::Tensor::from_vector(v, shape).to(dtype);
-}
-
-// Wall seconds and CPU seconds (all threads) of one call. On a host shared with other work the CPU time is
-// the steadier figure: it does not count time slices given to other processes (run with
-// OMP_WAIT_POLICY=passive so that idle OpenMP threads do not spin it up).
-struct Timing {
-  double wall, cpu;
-};
-
-Timing time_of(const std::function<Tensor()>& f) {
-  const double c0 = kiln::bench::process_cpu_seconds();
-  const auto t0 = std::chrono::steady_clock::now();
-  {
+// One call of a variant: its output is kept until the kernels have run.
+kiln::bench::Timing time_of(const std::function<Tensor()>& f) {
+  return kiln::bench::time_of([&] {
     const Tensor out = f();
     kiln::synchronize();
-  }
-  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-          kiln::bench::process_cpu_seconds() - c0};
+  });
 }
 
 struct Variant {
@@ -68,7 +50,7 @@ void compare(const std::string& title, double flops, std::vector<Variant> varian
   for (Variant& v : variants) time_of(v.run);
   for (int r = 0; r < reps; ++r)
     for (Variant& v : variants) {
-      const Timing t = time_of(v.run);
+      const kiln::bench::Timing t = time_of(v.run);
       v.wall.push_back(t.wall);
       v.cpu.push_back(t.cpu);
     }
@@ -109,9 +91,9 @@ int main(int argc, char** argv) {
               static_cast<long long>(rows));
 
   {
-    const Tensor x = random_tensor({1, rows, hidden}, dt, 1.0f, 1);
-    const Tensor w = random_tensor({mlp, hidden}, dt, 0.02f, 2);
-    const Tensor b = random_tensor({mlp}, dt, 0.1f, 3);
+    const Tensor x = kiln::bench::uniform_tensor({1, rows, hidden}, dt, 1.0f, 1);
+    const Tensor w = kiln::bench::uniform_tensor({mlp, hidden}, dt, 0.02f, 2);
+    const Tensor b = kiln::bench::uniform_tensor({mlp}, dt, 0.1f, 3);
     const kiln::LinearEpilogue e{kiln::Activation::GeluTanh, {}, {}};
     compare("mlp_up: gelu_tanh(linear(x [1, 4608, 3072], w [12288, 3072], b))", 2.0 * rows * hidden * mlp,
             {{"fused", [&] { return kiln::linear_fused(x, w, b, e); }, {}},
@@ -120,11 +102,11 @@ int main(int argc, char** argv) {
             reps);
   }
   {
-    const Tensor x = random_tensor({1, rows, cat}, dt, 1.0f, 4);
-    const Tensor w = random_tensor({hidden, cat}, dt, 0.02f, 5);
-    const Tensor b = random_tensor({hidden}, dt, 0.1f, 6);
-    const Tensor gate = random_tensor({1, 1, hidden}, dt, 1.0f, 7);
-    const Tensor residual = random_tensor({1, rows, hidden}, dt, 1.0f, 8);
+    const Tensor x = kiln::bench::uniform_tensor({1, rows, cat}, dt, 1.0f, 4);
+    const Tensor w = kiln::bench::uniform_tensor({hidden, cat}, dt, 0.02f, 5);
+    const Tensor b = kiln::bench::uniform_tensor({hidden}, dt, 0.1f, 6);
+    const Tensor gate = kiln::bench::uniform_tensor({1, 1, hidden}, dt, 1.0f, 7);
+    const Tensor residual = kiln::bench::uniform_tensor({1, rows, hidden}, dt, 1.0f, 8);
     const kiln::LinearEpilogue e{kiln::Activation::None, gate, residual};
     compare("proj_out: residual + gate * linear(x [1, 4608, 15360], w [3072, 15360], b)",
             2.0 * rows * cat * hidden,
@@ -134,9 +116,9 @@ int main(int argc, char** argv) {
             reps);
   }
   {
-    const Tensor x = random_tensor({1, rows, hidden}, dt, 2.0f, 9);
-    const Tensor scale = random_tensor({1, 1, hidden}, dt, 0.5f, 10);
-    const Tensor shift = random_tensor({1, 1, hidden}, dt, 0.5f, 11);
+    const Tensor x = kiln::bench::uniform_tensor({1, rows, hidden}, dt, 2.0f, 9);
+    const Tensor scale = kiln::bench::uniform_tensor({1, 1, hidden}, dt, 0.5f, 10);
+    const Tensor shift = kiln::bench::uniform_tensor({1, 1, hidden}, dt, 0.5f, 11);
     const int norm_reps = reps * 10;  // milliseconds each: more repetitions for a stable best
     for (kiln::NormKind kind : {kiln::NormKind::LayerNorm, kiln::NormKind::RmsNorm}) {
       const bool layer = kind == kiln::NormKind::LayerNorm;

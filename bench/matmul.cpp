@@ -28,29 +28,8 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Wall seconds, and the CPU seconds of all threads, of one call.
-struct Timing {
-  double wall, cpu;
-};
-
-Timing time_of(const std::function<void()>& f) {
-  const double c0 = kiln::bench::process_cpu_seconds();
-  const auto t0 = Clock::now();
-  f();
-  kiln::synchronize();  // Kiln's ops return once queued; time the kernels, not the queueing
-  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  return {wall, kiln::bench::process_cpu_seconds() - c0};
-}
-
-kiln::Tensor random_tensor(const kiln::Shape& shape, kiln::DType dtype, float scale, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(static_cast<size_t>(kiln::shape_numel(shape)));
-  for (float& x : v) x = dist(gen);
-  return kiln::Tensor::from_vector(v, shape).to(dtype);
-}
+using kiln::bench::time_of;
+using kiln::bench::Timing;
 
 // The best raw oneDNN configuration: src [M, K] row-major, weights prepacked once (outside the timing),
 // dst [M, N] row-major in the compute dtype, library-managed scratchpad.
@@ -119,8 +98,9 @@ double max_rel_diff(const kiln::Tensor& a, const kiln::Tensor& b) {
 void bench(int64_t m, int64_t k, int64_t n, kiln::DType dtype, int reps, int threads) {
   const double peak = dtype == kiln::bfloat16 ? 880.0 : 440.0;
   const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
-  const kiln::Tensor x = random_tensor({m, k}, dtype, 1.0f, 1);
-  const kiln::Tensor w = random_tensor({n, k}, dtype, 1.0f / std::sqrt(static_cast<float>(k)), 2);
+  const kiln::Tensor x = kiln::bench::uniform_tensor({m, k}, dtype, 1.0f, 1);
+  const kiln::Tensor w =
+      kiln::bench::uniform_tensor({n, k}, dtype, 1.0f / std::sqrt(static_cast<float>(k)), 2);
   // Same bytes, separate Storage: prepacking off must not find the packed copy cached on `w`.
   const kiln::Tensor w_inplace = w.clone();
   const kiln::Tensor y_raw = kiln::Tensor::empty({m, n}, dtype);

@@ -78,19 +78,6 @@ Tensor block_table(const Tensor& t, const Shape& shape, size_t first, DType dtyp
   return t.to(dtype).reshape(p).expand(target).contiguous().view({blocks, target.back()});
 }
 
-bool prepack(DType weight_dtype) {
-  // The same rule as kiln::linear (linalg.h), so both ops find one packed copy of a weight.
-  switch (weight_prepacking()) {
-    case WeightPrepacking::Always:
-      return true;
-    case WeightPrepacking::Never:
-      return false;
-    case WeightPrepacking::Auto:
-      break;
-  }
-  return weight_dtype == bfloat16;
-}
-
 // oneDNN takes a matrix whose last two dims are row- or column-major with any leading dimension.
 Tensor matrix_operand(const Tensor& t) {
   const int64_t rows = t.size(0), cols = t.size(1), rs = t.stride(0), cs = t.stride(1);
@@ -194,7 +181,7 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, const 
                                         .set("has_bias", bias.defined())
                                         .set("has_gate", gate.defined())
                                         .set("has_residual", residual.defined())
-                                        .set("prepack", prepack(w.dtype()))});
+                                        .set("prepack", weight_is_prepacked(w.dtype()))});
   return out;
 }
 

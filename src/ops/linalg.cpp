@@ -27,18 +27,6 @@ WeightPrepacking prepack_from_env() {
   return s == "auto" ? WeightPrepacking::Auto : s == "1" ? WeightPrepacking::Always : WeightPrepacking::Never;
 }
 
-bool prepack_weight(DType dtype) {
-  switch (weight_prepacking()) {
-    case WeightPrepacking::Always:
-      return true;
-    case WeightPrepacking::Never:
-      return false;
-    case WeightPrepacking::Auto:
-      break;
-  }
-  return dtype == bfloat16;
-}
-
 void check_floating(const char* op, const char* name, const Tensor& t) {
   KILN_CHECK(t.dtype() == float32 || t.dtype() == bfloat16 || t.dtype() == float16,
              op << ": " << name << " must be float32, bfloat16 or float16, got " << dtype_name(t.dtype())
@@ -105,6 +93,18 @@ WeightPrepacking weight_prepacking() {
   return static_cast<WeightPrepacking>(v);
 }
 
+bool weight_is_prepacked(DType dtype) {
+  switch (weight_prepacking()) {
+    case WeightPrepacking::Always:
+      return true;
+    case WeightPrepacking::Never:
+      return false;
+    case WeightPrepacking::Auto:
+      break;
+  }
+  return dtype == bfloat16;
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   KILN_CHECK(x.defined() && weight.defined(), "linear: x and weight must be defined");
   KILN_CHECK(weight.dim() == 2,
@@ -135,7 +135,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   runtime::dispatch(runtime::OpCall{"linear",
                                     std::move(inputs),
                                     {out.view({m, n})},
-                                    runtime::Attrs().set("prepack", prepack_weight(weight.dtype()))});
+                                    runtime::Attrs().set("prepack", weight_is_prepacked(weight.dtype()))});
   return out;
 }
 

@@ -112,15 +112,21 @@ def save_ckpt(path, **state):
     os.replace(path + ".tmp", path)
 
 
+def resume(ckpt, stage, **parts):
+    """Loads a stage's checkpoint (written by save_ckpt) into `parts` (checkpoint key -> object with
+    load_state_dict); returns the step to resume at, 0 when there is none yet."""
+    if not os.path.exists(ckpt):
+        return 0
+    s = torch.load(ckpt)
+    for key, part in parts.items():
+        part.load_state_dict(s[key])
+    log(f"{stage}: resuming at step {s['step']}")
+    return s["step"]
+
+
 def train_vae(vae, images, steps, batch, seed, ckpt):
     opt = torch.optim.AdamW(vae.parameters(), lr=2e-3, weight_decay=0.0)
-    start = 0
-    if os.path.exists(ckpt):
-        s = torch.load(ckpt)
-        vae.load_state_dict(s["model"])
-        opt.load_state_dict(s["opt"])
-        start = s["step"]
-        log(f"vae: resuming at step {start}")
+    start = resume(ckpt, "vae", model=vae, opt=opt)
     g = torch.Generator().manual_seed(seed + 10)
     for _ in range(start):  # keep the batch order identical to an uninterrupted run
         torch.randint(0, len(images), (batch,), generator=g)
@@ -156,13 +162,7 @@ def train_decoder(vae, images, steps, batch, seed, ckpt, name, lr_at, loss_of, l
     pictures from latents sampled from the encoder's posterior or, given `latent_means`, from its means (what
     the decoder sees at inference); lr_at(step) is the learning rate, loss_of(decoded, pictures) the loss."""
     opt = torch.optim.AdamW(vae.decoder.parameters(), lr=lr_at(0), weight_decay=0.0)
-    start = 0
-    if os.path.exists(ckpt):
-        s = torch.load(ckpt)
-        vae.decoder.load_state_dict(s["model"])
-        opt.load_state_dict(s["opt"])
-        start = s["step"]
-        log(f"{name}: resuming at step {start}")
+    start = resume(ckpt, name, model=vae.decoder, opt=opt)
     if start >= steps:
         return
     g = torch.Generator().manual_seed(seed)
@@ -296,14 +296,7 @@ def train_transformer(transformer, latents, caption_idx, text_embeds, pooled, st
 
     ema = copy.deepcopy(transformer).requires_grad_(False)
     opt = torch.optim.AdamW(transformer.parameters(), lr=1e-3, weight_decay=0.0)
-    start = 0
-    if os.path.exists(ckpt):
-        s = torch.load(ckpt)
-        transformer.load_state_dict(s["model"])
-        ema.load_state_dict(s["ema"])
-        opt.load_state_dict(s["opt"])
-        start = s["step"]
-        log(f"transformer: resuming at step {start}")
+    start = resume(ckpt, "transformer", model=transformer, ema=ema, opt=opt)
     n, c, h, w = latents.shape
     img_ids = FluxPipeline._prepare_latent_image_ids(1, h // 2, w // 2, "cpu", torch.float32)
     txt_ids = torch.zeros(MAX_SEQ, 3)
@@ -377,14 +370,7 @@ def train_shape_contrast(transformer, ema, latents, caption_idx, groups, text_em
     from diffusers import FluxPipeline
 
     opt = torch.optim.AdamW(transformer.parameters(), lr=lr, weight_decay=0.0)
-    start = 0
-    if os.path.exists(ckpt):
-        s = torch.load(ckpt)
-        transformer.load_state_dict(s["model"])
-        ema.load_state_dict(s["ema"])
-        opt.load_state_dict(s["opt"])
-        start = s["step"]
-        log(f"{stage}: resuming at step {start}")
+    start = resume(ckpt, stage, model=transformer, ema=ema, opt=opt)
     n_groups = int(groups.max()) + 1
     members = [torch.nonzero(groups == i).flatten() for i in range(n_groups)]
     n, c, h, w = latents.shape

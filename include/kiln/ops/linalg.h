@@ -43,5 +43,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
 enum class WeightPrepacking { Auto, Always, Never };
 void set_weight_prepacking(WeightPrepacking policy);
 WeightPrepacking weight_prepacking();
+// Whether, under the current policy, a weight of this dtype is used through its packed copy (linear and
+// linear_fused apply the same rule, so both find one packed copy of a weight).
+bool weight_is_prepacked(DType weight_dtype);
 
 }  // namespace kiln
