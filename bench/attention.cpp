@@ -26,6 +26,7 @@
 
 #include "backends/cpu/cpu_features.h"
 #include "bench_util.h"
+#include "bf16_ceiling.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/attention.h"
@@ -33,40 +34,6 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double thread_cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-// 24 independent VDPBF16PS chains on registers: FLOPs per second of CPU time on this core right now.
-__attribute__((target("avx512f,avx512bf16"))) double dpbf16_rate() {
-  __m512 acc[24];
-  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
-  __m512i a = _mm512_set1_epi32(0x3f803f80), b = _mm512_set1_epi32(0x00010001);
-  constexpr long kIterations = 4000000;
-  const double t0 = thread_cpu_seconds();
-  for (long i = 0; i < kIterations; ++i) {
-    asm volatile("" : "+v"(a), "+v"(b));  // keeps the operands opaque so the loop is not folded
-#pragma GCC unroll 24
-    for (int j = 0; j < 24; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)a, (__m512bh)b);
-  }
-  const double t = thread_cpu_seconds() - t0;
-  float sink = 0;
-  for (int i = 0; i < 24; ++i) sink += acc[i][0];
-  asm volatile("" : : "x"(sink));
-  return kIterations * 24 * 64.0 / t;
-}
-
-// The bf16 ceiling of all threads together, as measured now (0 without AVX-512 BF16).
-double measured_bf16_peak() {
-  if (!kiln::cpu_kernels::cpu_features().avx512_bf16) return 0;
-  double total = 0;
-#pragma omp parallel reduction(+ : total)
-  total += dpbf16_rate();
-  return total;
-}
 
 constexpr double kBf16Peak = 880e9;
 constexpr double kF32Peak = 440e9;
@@ -101,7 +68,8 @@ void run(int64_t s, kiln::DType dtype, int repetitions) {
     times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   // FMA and VDPBF16PS issue at the same rate, with half the FLOPs per f32 instruction.
-  const double ceiling = measured_bf16_peak() * (dtype == kiln::bfloat16 ? 1.0 : 0.5);
+  const double ceiling =
+      kiln::bench::measure_bf16_ceiling().gflops * 1e9 * (dtype == kiln::bfloat16 ? 1.0 : 0.5);
   std::sort(times.begin(), times.end());
   std::sort(cpu_times.begin(), cpu_times.end());
   const double best = times.front(), median = times[times.size() / 2], cpu = cpu_times.front();

@@ -34,6 +34,7 @@ struct GenerateArgs {
   bool vae_tiling = false;
   std::optional<int64_t> vae_tile_size;
   std::string mode = "eager";
+  std::optional<std::string> packed_weights;
 };
 
 // --mode: how the ops run (kiln/runtime/eager_mode.h, kiln/nn/compile.h). The transformer is what compiled
@@ -64,10 +65,13 @@ template <typename Pipeline, typename Call>
 void load_and_run(const GenerateArgs& args, Call call, int components) {
   PipelineLoadOptions load;
   load.dtype = parse_dtype(args.dtype);
+  if (args.packed_weights)
+    load.packed_weight_budget = parse_byte_budget(*args.packed_weights, "--packed-weights");
   ProgressBar loading("loading", components);
   load.on_component_loaded = [&](const std::string& name, int i, int) { loading.update(i, name); };
   Pipeline pipe = Pipeline::from_pretrained(args.model, load);
   loading.finish();
+  std::fprintf(stderr, "kiln: %s\n", pipe.weight_packing().describe().c_str());
   if (args.vae_tiling) pipe.enable_vae_tiling(args.vae_tile_size ? *args.vae_tile_size : 0);
   apply_mode(args.mode, pipe);
 
@@ -151,6 +155,11 @@ void add_generate_command(CLI::App& app) {
          "execution mode: eager (strict eager, the default), fuse (deferred and fused), compile (the "
          "transformer compiled per shape), compile-blocks (its repeated blocks compiled once each)")
       ->check(CLI::IsMember({"eager", "fuse", "compile", "compile-blocks"}));
+  cmd->add_option(
+      "--packed-weights", args->packed_weights,
+      "the most memory for packed copies of the weights (faster matmuls): a size such as 12GiB or "
+      "512MiB, all, or none (default: all when the weights fit in half of this machine's memory, "
+      "none otherwise: they are then read from the memory-mapped checkpoint, as diffusers does)");
   cmd->add_flag(
       "--vae-tiling", args->vae_tiling,
       "decode in overlapping, blended tiles (diffusers' enable_vae_tiling): memory bounded by the tile");

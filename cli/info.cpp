@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "kiln/io/model_summary.h"
+#include "kiln/pipelines/weight_packing.h"
 
 namespace kiln::cli {
 
@@ -85,6 +86,9 @@ void print_summary(const std::string& ref, const io::ModelSummary& s) {
   std::printf("  total: %s parameters (%s); %s on disk, %s in memory\n",
               with_commas(s.total.parameters).c_str(), dtype_list(s.total.parameters_by_dtype, true).c_str(),
               human_bytes(s.total.bytes_on_disk).c_str(), human_bytes(s.total.bytes_in_memory).c_str());
+  // What `kiln generate` holds by default in bf16 (the weights' bytes at 2 per parameter).
+  std::printf("  memory (kiln generate, bf16, default): %s\n",
+              plan_weight_packing(2 * s.total.parameters, std::nullopt).describe().c_str());
 }
 
 }  // namespace

@@ -344,7 +344,8 @@ def main():
         for engine in failed:
             rows.append([label, engine, "failed (see the log above)"] + [""] * 12)
         if first:
-            print(f"  measured bf16 peak now: {peak:.0f} GFLOP/s (nominal {NOMINAL_BF16_PEAK_GFLOPS:.0f}); "
+            print(f"  measured bf16 peak now: {peak:.0f} GFLOP/s with {first.get('peak_instruction', '?')} "
+                  f"(nominal {NOMINAL_BF16_PEAK_GFLOPS:.0f}); "
                   f"Kiln's matmuls alone: {fmt(matmul, '.3f')} s")
 
     if args.prepare_only:

@@ -37,6 +37,7 @@
 #include <omp.h>
 
 #include "../bench_util.h"
+#include "../bf16_ceiling.h"
 #include "backends/cpu/cpu_features.h"
 #include "kiln/kiln.h"
 #include "kiln/models/flux_transformer.h"
@@ -122,40 +123,6 @@ Options parse(int argc, char** argv) {
 }
 
 // ---- measurements of the machine and the process
-
-// 24 independent VDPBF16PS chains on registers for about `seconds`: FLOP per wall-clock second on this core.
-__attribute__((target("avx512f,avx512bf16"))) double dpbf16_rate(double seconds) {
-  __m512 acc[24];
-  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
-  __m512i a = _mm512_set1_epi32(0x3f803f80), b = _mm512_set1_epi32(0x00010001);
-  constexpr long kChunk = 200000;
-  long iterations = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  double elapsed = 0;
-  do {
-    for (long i = 0; i < kChunk; ++i) {
-      asm volatile("" : "+v"(a), "+v"(b));  // keeps the operands opaque so the loop is not folded
-#pragma GCC unroll 24
-      for (int j = 0; j < 24; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], (__m512bh)a, (__m512bh)b);
-    }
-    iterations += kChunk;
-    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  } while (elapsed < seconds);
-  float sink = 0;
-  for (int i = 0; i < 24; ++i) sink += acc[i][0];
-  asm volatile("" : : "x"(sink));
-  return static_cast<double>(iterations) * 24 * 64.0 / elapsed;  // 16 lanes x 2 products x 2 FLOP
-}
-
-// The bf16 ceiling of all OpenMP threads together, now, in GFLOP/s (wall clock, so a busy host lowers it as
-// it lowers the step); 0 when the CPU has no AVX-512 BF16.
-double measured_bf16_peak_gflops() {
-  if (!kiln::cpu_kernels::cpu_features().avx512_bf16) return 0;
-  double total = 0;
-#pragma omp parallel reduction(+ : total)
-  total += dpbf16_rate(0.5);
-  return total / 1e9;
-}
 
 // Peak resident set of this process (VmHWM), in bytes.
 double peak_resident_bytes() {
@@ -511,7 +478,8 @@ int run(const Options& o) {
   const double resident = peak_resident_bytes();
   kiln::set_eager_mode(kiln::EagerMode::DeferNever);
 
-  const double peak = measured_bf16_peak_gflops();
+  const kiln::bench::Bf16Ceiling ceiling = kiln::bench::measure_bf16_ceiling();
+  const double peak = ceiling.gflops;
   const double matmul = o.matmul_reps > 0 ? matmul_seconds(c.work, o.matmul_reps) : NAN;
   const double flops = c.work.linear_flops() + c.work.attention_flops;
   const double gflops = flops / step.median / 1e9;
@@ -520,9 +488,9 @@ int run(const Options& o) {
               omp_get_max_threads());
   std::printf(
       "  step %.3f s median (%.3f-%.3f, %d runs) | %.1f GFLOP, %.1f GFLOP/s = %.1f%% of the measured bf16 "
-      "peak %.0f, %.1f%% of nominal %.0f\n",
+      "peak %.0f (%s), %.1f%% of nominal %.0f\n",
       step.median, step.min, step.max, o.steps, flops / 1e9, gflops, peak > 0 ? 100 * gflops / peak : NAN,
-      peak, 100 * gflops / kNominalBf16PeakGflops, kNominalBf16PeakGflops);
+      peak, ceiling.instruction, 100 * gflops / kNominalBf16PeakGflops, kNominalBf16PeakGflops);
   std::printf("  first call %.3f s (warm-up%s) | cores busy %.2f of %d (process CPU time / wall)\n",
               step.first, o.mode.rfind("compile", 0) == 0 ? ", tracing and compiling included" : "",
               step.cores_busy, omp_get_max_threads());
@@ -539,13 +507,14 @@ int run(const Options& o) {
       "\"threads\": %d, "
       "\"steps\": %d, \"median_s\": %s, \"min_s\": %s, \"max_s\": %s, \"first_call_s\": %s, \"flops\": %s, "
       "\"linear_flops\": %s, "
-      "\"measured_peak_gflops\": %s, \"matmul_s\": %s, \"vmhwm_bytes\": %s, \"weight_bytes\": %s, "
+      "\"measured_peak_gflops\": %s, \"peak_instruction\": \"%s\", \"matmul_s\": %s, \"vmhwm_bytes\": %s, "
+      "\"weight_bytes\": %s, "
       "\"max_rel_error\": %s, \"cores_busy\": %s}\n",
       o.mode.c_str(), o.model.c_str(), c.work.description.c_str(), omp_get_max_threads(), o.steps,
       json_number(step.median).c_str(), json_number(step.min).c_str(), json_number(step.max).c_str(),
       json_number(step.first).c_str(), json_number(flops).c_str(), json_number(c.work.linear_flops()).c_str(),
-      json_number(peak).c_str(), json_number(matmul).c_str(), json_number(resident).c_str(),
-      json_number(weight_bytes).c_str(), json_number(rel_error).c_str(),
+      json_number(peak).c_str(), ceiling.instruction, json_number(matmul).c_str(),
+      json_number(resident).c_str(), json_number(weight_bytes).c_str(), json_number(rel_error).c_str(),
       json_number(step.cores_busy).c_str());
   return 0;
 }

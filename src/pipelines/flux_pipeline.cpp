@@ -75,6 +75,12 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", "AutoencoderKL"), options.dtype);
   done("vae");
+  pipe.weight_packing_ =
+      apply_weight_packing(static_cast<int64_t>(pipe.text_encoder_->parameter_bytes(options.dtype) +
+                                                pipe.text_encoder_2_->parameter_bytes(options.dtype) +
+                                                pipe.transformer_->parameter_bytes(options.dtype) +
+                                                pipe.vae_->parameter_bytes(options.dtype)),
+                           options.packed_weight_budget);
   const auto& tc = pipe.transformer_->config();
   KILN_CHECK(tc.joint_attention_dim == pipe.text_encoder_2_->config().d_model,
              pipe.path_ << ": transformer joint_attention_dim " << tc.joint_attention_dim

@@ -115,6 +115,13 @@ StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::st
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", {"AutoencoderKL"}), options.dtype);
   done("vae");
+  pipe.weight_packing_ = apply_weight_packing(
+      static_cast<int64_t>(pipe.text_encoder_->parameter_bytes(options.dtype) +
+                           pipe.text_encoder_2_->parameter_bytes(options.dtype) +
+                           (with_t5 ? pipe.text_encoder_3_->parameter_bytes(options.dtype) : 0) +
+                           pipe.transformer_->parameter_bytes(options.dtype) +
+                           pipe.vae_->parameter_bytes(options.dtype)),
+      options.packed_weight_budget);
 
   const auto& tc = pipe.transformer_->config();
   const auto& l = pipe.text_encoder_->config();

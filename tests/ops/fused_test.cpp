@@ -30,16 +30,7 @@
 namespace kiln {
 namespace {
 
-// Deterministic pseudo-random values in [lo, hi) (a small LCG: no dependence on a library's stream).
-Tensor values(const Shape& shape, uint32_t seed, double lo = -1.0, double hi = 1.0, DType dtype = float32) {
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  uint32_t s = seed * 2654435761u + 12345u;
-  for (float& e : v) {
-    s = s * 1664525u + 1013904223u;
-    e = static_cast<float>(lo + (hi - lo) * (s >> 8) / 16777216.0);
-  }
-  return Tensor::from_vector(v, shape).to(dtype);
-}
+using testing::values;
 
 double max_abs(const Tensor& t) {
   double m = 0;

@@ -1,7 +1,9 @@
 #include "support/test_data.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 namespace kiln::testing {
@@ -16,6 +18,24 @@ std::string temp_dir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
+}
+
+Tensor values(const Shape& shape, uint32_t seed, double lo, double hi, DType dtype) {
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  uint32_t s = seed * 2654435761u + 12345u;
+  for (float& e : v) {
+    s = s * 1664525u + 1013904223u;
+    e = static_cast<float>(lo + (hi - lo) * (s >> 8) / 16777216.0);
+  }
+  return Tensor::from_vector(v, shape).to(dtype);
+}
+
+double process_status_bytes(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind(field + ":", 0) == 0) return 1024.0 * std::atof(line.c_str() + field.size() + 1);
+  return 0;
 }
 
 namespace {

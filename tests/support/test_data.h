@@ -18,6 +18,13 @@ std::string data_path(const std::string& relative);
 // A fresh empty directory for the calling test (removed and re-created on each call).
 std::string temp_dir(const std::string& name);
 
+// Deterministic pseudo-random values in [lo, hi) (a small LCG: no dependence on a library's stream).
+Tensor values(const Shape& shape, uint32_t seed, double lo = -1.0, double hi = 1.0, DType dtype = float32);
+
+// A field of /proc/self/status in bytes ("RssAnon": anonymous resident memory, "VmRSS", "VmHWM"); 0 when
+// absent.
+double process_status_bytes(const std::string& field);
+
 // Passes when |actual - expected| <= atol + rtol * |expected| everywhere (NaNs must match); shapes must
 // match.
 ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double rtol, double atol);

@@ -14,7 +14,8 @@ using WarningHandler = std::function<void(const std::string&)>;
 WarningHandler set_warning_handler(WarningHandler handler);
 
 // Explanations on request: KILN_LOG is a comma-separated list of topics ("compile": what was compiled and
-// why — a new graph structure, a new input shape; "graph": the plan of every lazy-graph flush; "all").
+// why — a new graph structure, a new input shape; "graph": the plan of every lazy-graph flush; "memory": how
+// a pipeline holds its weights; "all").
 // Messages go to stderr as "kiln[topic]: ..." unless a log handler is set.
 bool log_enabled(std::string_view topic);
 void log(std::string_view topic, const std::string& message);

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 
 #include "kiln/core/tensor.h"
 
@@ -46,5 +47,16 @@ WeightPrepacking weight_prepacking();
 // Whether, under the current policy, a weight of this dtype is used through its packed copy (linear and
 // linear_fused apply the same rule, so both find one packed copy of a weight).
 bool weight_is_prepacked(DType weight_dtype);
+
+// The most bytes that packed weight copies may hold at once, process-wide (std::nullopt: no limit, the
+// default). A packed copy is anonymous memory the OS cannot reclaim, while a weight read in place from a
+// memory-mapped checkpoint lives in the page cache, which it can. A weight whose copy would exceed the budget
+// is therefore read in place by linear (0-12% slower on bf16 matmuls, cpu-limits.md section 2) and reordered
+// per call by conv2d. Copies already made stay until their weight is freed; lowering the budget only affects
+// later packing. Pipelines set it when they load (see PipelineLoadOptions::packed_weights).
+void set_packed_weight_budget(std::optional<int64_t> bytes);
+std::optional<int64_t> packed_weight_budget();
+// Bytes the packed weight copies hold now.
+int64_t packed_weight_bytes();
 
 }  // namespace kiln

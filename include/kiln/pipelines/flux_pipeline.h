@@ -19,6 +19,7 @@
 
 #include "kiln/pipelines/generator.h"
 #include "kiln/pipelines/image.h"
+#include "kiln/pipelines/weight_packing.h"
 
 namespace kiln {
 
@@ -39,6 +40,10 @@ struct PipelineLoadOptions {
   std::string revision;   // for repo ids: branch, tag or commit in the local Hugging Face cache
   // Called as each component finishes loading: (component name, index, count).
   std::function<void(const std::string&, int, int)> on_component_loaded;
+  // The most bytes of packed weight copies (kiln/pipelines/weight_packing.h; kAllWeightsPacked: no limit).
+  // Absent: all weights packed when they fit in half of this machine's memory, none otherwise (they are then
+  // read from the memory-mapped checkpoint, as diffusers does). Applied process-wide when loading ends.
+  std::optional<int64_t> packed_weight_budget;
 };
 
 struct FluxPipelineCall {
@@ -94,6 +99,8 @@ class FluxPipeline {
   void disable_vae_tiling();
   DType dtype() const { return dtype_; }
   const std::string& model_path() const { return path_; }
+  // How the weights are held (applied when loading ended).
+  const WeightPackingPlan& weight_packing() const { return weight_packing_; }
 
  private:
   FluxPipeline();
@@ -102,6 +109,7 @@ class FluxPipeline {
   std::string path_;
   std::string name_;  // what the user asked for (repo id or folder), recorded in image metadata
   DType dtype_ = float32;
+  WeightPackingPlan weight_packing_;
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_2_;
   std::unique_ptr<models::ClipTextModel> text_encoder_;

@@ -106,6 +106,8 @@ class StableDiffusion3Pipeline {
   void disable_vae_tiling();
   DType dtype() const { return dtype_; }
   const std::string& model_path() const { return path_; }
+  // How the weights are held (applied when loading ended).
+  const WeightPackingPlan& weight_packing() const { return weight_packing_; }
   // The image size a call with height = width = 0 gets.
   int64_t default_image_size() const;
 
@@ -117,6 +119,7 @@ class StableDiffusion3Pipeline {
   std::string path_;
   std::string name_;  // what the user asked for (repo id or folder), recorded in image metadata
   DType dtype_ = float32;
+  WeightPackingPlan weight_packing_;
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_, tokenizer_2_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_3_;  // null when the pipeline has no T5
   std::unique_ptr<models::ClipTextModel> text_encoder_, text_encoder_2_;

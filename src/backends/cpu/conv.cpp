@@ -66,13 +66,17 @@ void conv2d_kernel(const runtime::OpCall& call) {
     b_md = onednn::plain_desc(bias_f32.defined() ? bias_f32 : *bias, "conv2d");
   }
 
-  const Md src_any(x.shape(), ct, any), w_any(w_dims, ct, any), dst_any(out.shape(), ct, any);
+  // A weight already packed (by this conv at another image size) keeps its layout: one packed copy per weight
+  // (see onednn::packed_layout).
+  const std::optional<Md> existing_layout = onednn::packed_layout(w);
+  const Md src_any(x.shape(), ct, any), w_any = existing_layout ? *existing_layout : Md(w_dims, ct, any),
+                                        dst_any(out.shape(), ct, any);
   // oneDNN counts dilation from 0 (no dilation) where torch counts from 1.
   const memory::dims strides{stride[0], stride[1]}, dil{dilation[0] - 1, dilation[1] - 1},
       pad{padding[0], padding[1]};
   onednn::KeyBuilder key("conv2d");
   key.add(x.shape()).add(w_dims).add(out.shape()).add(static_cast<int64_t>(ct)).add(stride).add(padding);
-  key.add(dilation).add(groups);
+  key.add(dilation).add(groups).add(w_any);
   if (bias != nullptr) key.add(b_md);
   auto cached = onednn::PrimitiveCache<dnnl::convolution_forward>::get(key.str(), [&] {
     const auto desc = bias != nullptr
@@ -88,7 +92,16 @@ void conv2d_kernel(const runtime::OpCall& call) {
 
   Tensor src_scratch, dst_scratch;
   const memory src = as_layout(x, x_md, pd.src_desc(), src_scratch);
-  const memory weights = onednn::packed_weight(w, w_plain, pd.weights_desc());
+  // Over the packed-weight budget, the weight is reordered for this call only.
+  Tensor weight_scratch;
+  memory weights;
+  if (std::optional<memory> packed = onednn::packed_weight(w, w_plain, pd.weights_desc())) {
+    weights = *packed;
+  } else {
+    weight_scratch = Tensor::empty({static_cast<int64_t>(pd.weights_desc().get_size())}, uint8);
+    weights = memory(pd.weights_desc(), onednn::engine(), weight_scratch.raw_data());
+    onednn::reorder(memory(w_plain, onednn::engine(), w.raw_data()), weights);
+  }
   const bool dst_direct = pd.dst_desc() == out_md;
   memory dst(pd.dst_desc(), onednn::engine(), out.raw_data());
   if (!dst_direct) {

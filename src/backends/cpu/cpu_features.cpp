@@ -1,9 +1,29 @@
 #include "backends/cpu/cpu_features.h"
 
+#include <cpuid.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
 namespace kiln::cpu_kernels {
+
+namespace {
+
+// CPUID.(EAX=7,ECX=0):EDX bits 22 (AMX-BF16) and 24 (AMX-TILE), and XCR0 bits 17 (XTILECFG) and 18
+// (XTILEDATA): the OS manages the tile state.
+bool detect_amx_bf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) return false;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || (ecx & (1u << 27)) == 0) return false;  // OSXSAVE
+  uint32_t xcr0_lo = 0, xcr0_hi = 0;
+  asm volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  constexpr uint32_t kTileState = (1u << 17) | (1u << 18);
+  return (xcr0_lo & kTileState) == kTileState;
+}
+
+}  // namespace
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
@@ -13,6 +33,7 @@ const CpuFeatures& cpu_features() {
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
     f.fma = __builtin_cpu_supports("fma");
+    f.amx_bf16 = detect_amx_bf16();
     return f;
   }();
   return features;

@@ -8,6 +8,7 @@ struct CpuFeatures {
   bool avx512 = false;       // F, BW, VL, DQ
   bool avx512_bf16 = false;  // VDPBF16PS / VCVTNE2PS2BF16
   bool fma = false;
+  bool amx_bf16 = false;  // AMX tiles with TDPBF16PS, and the OS saves their state (XCR0 bits 17-18)
 };
 
 const CpuFeatures& cpu_features();

@@ -5,9 +5,8 @@
 //          all rows; G = M: full [M, N]; else row block b of M / G consecutive rows uses gate row b),
 //          residual [M, N] contiguous (x's dtype).
 //  output: [M, N] dense; attrs act (Activation), prepack (bool).
-// The weight goes through the packed-weight cache on its Storage with the same source and target
-// descriptors as the "linear" kernel (oneDNN's preferred weight layout depends on neither M nor the
-// post-ops), so a weight used by both ops is packed once.
+// The weight goes through onednn::matmul_with_weight like the "linear" kernel's: a weight used by both ops
+// is packed once, in the layout its first consumer chose.
 #include "backends/cpu/fused_kernels.h"
 #include "backends/cpu/onednn_util.h"
 #include "kiln/ops/fused.h"
@@ -75,7 +74,6 @@ void linear_fused_kernel(const runtime::OpCall& call) {
 
   const Md w_plain = onednn::plain_desc({k, n}, {w.stride(1), w.stride(0)}, w.dtype(), "linear_fused");
   const bool pack = call.attrs.get_bool("prepack") || f16;
-  const Md w_md = pack ? Md({k, n}, ct, memory::format_tag::any) : w_plain;
   Operand b;
   if (bias != nullptr) b = operand(*bias, {1, n}, {n, 1});
   const memory::data_type out_dt =
@@ -88,25 +86,28 @@ void linear_fused_kernel(const runtime::OpCall& call) {
       gate != nullptr ? onednn::dense_desc({blocked ? 1 : gate_rows, gate->size(1)}, side_dt) : Md();
   const Md residual_md = onednn::dense_desc({rows, n}, side_dt);
 
-  onednn::KeyBuilder key("linear_fused");
-  key.add(src_md).add(w_md).add(dst_md).add(static_cast<int64_t>(act));
-  if (bias != nullptr) key.add(b.desc);
-  if (gate != nullptr) key.add(gate_md);
-  if (residual != nullptr) key.add(residual_md);
-  auto cached = onednn::PrimitiveCache<dnnl::matmul>::get(key.str(), [&] {
-    dnnl::post_ops ops;
-    if (act != Activation::None)
-      ops.append_eltwise(1.0f, eltwise_algorithm(act), act == Activation::Silu ? 1.0f : 0.0f, 0.0f);
-    if (gate != nullptr) ops.append_binary(dnnl::algorithm::binary_mul, gate_md);
-    if (residual != nullptr) ops.append_binary(dnnl::algorithm::binary_add, residual_md);
-    dnnl::primitive_attr attr = onednn::default_attr();
-    attr.set_post_ops(ops);
-    const dnnl::matmul::desc desc = bias != nullptr ? dnnl::matmul::desc(src_md, w_md, b.desc, dst_md)
-                                                    : dnnl::matmul::desc(src_md, w_md, dst_md);
-    return dnnl::matmul::primitive_desc(desc, attr, onednn::engine());
-  });
-  const memory weights = pack ? onednn::packed_weight(w, w_plain, cached->pd.weights_desc())
-                              : memory(w_plain, onednn::engine(), w.raw_data());
+  const auto [cached, weights] = onednn::matmul_with_weight(
+      w, w_plain, pack, ct,
+      [&](const Md& w_md) {
+        onednn::KeyBuilder key("linear_fused");
+        key.add(src_md).add(w_md).add(dst_md).add(static_cast<int64_t>(act));
+        if (bias != nullptr) key.add(b.desc);
+        if (gate != nullptr) key.add(gate_md);
+        if (residual != nullptr) key.add(residual_md);
+        return key.str();
+      },
+      [&](const Md& w_md) {
+        dnnl::post_ops ops;
+        if (act != Activation::None)
+          ops.append_eltwise(1.0f, eltwise_algorithm(act), act == Activation::Silu ? 1.0f : 0.0f, 0.0f);
+        if (gate != nullptr) ops.append_binary(dnnl::algorithm::binary_mul, gate_md);
+        if (residual != nullptr) ops.append_binary(dnnl::algorithm::binary_add, residual_md);
+        dnnl::primitive_attr attr = onednn::default_attr();
+        attr.set_post_ops(ops);
+        const dnnl::matmul::desc desc = bias != nullptr ? dnnl::matmul::desc(src_md, w_md, b.desc, dst_md)
+                                                        : dnnl::matmul::desc(src_md, w_md, dst_md);
+        return dnnl::matmul::primitive_desc(desc, attr, onednn::engine());
+      });
   const int gate_arg = act != Activation::None ? 1 : 0;  // post-op index of the gate's binary op
   const int residual_arg = gate_arg + (gate != nullptr ? 1 : 0);
 

@@ -54,21 +54,23 @@ void linear_kernel(const runtime::OpCall& call) {
   // oneDNN's weights are [K, N]: the stored [N, K] weight is its transpose ("ba"), used as is or packed.
   const Md w_plain = onednn::plain_desc({k, n}, {w.stride(1), w.stride(0)}, w.dtype(), "linear");
   const bool pack = call.attrs.get_bool("prepack") || w.dtype() == float16;
-  const Md w_md = pack ? Md({k, n}, ct, memory::format_tag::any) : w_plain;
   Operand b;
   if (bias != nullptr) b = operand(*bias, {1, n}, {n, 1}, "linear");
   const Result dst(out);
 
-  onednn::KeyBuilder key("linear");
-  key.add(src.desc).add(w_md).add(dst.desc);
-  if (bias != nullptr) key.add(b.desc);
-  auto cached = onednn::PrimitiveCache<dnnl::matmul>::get(key.str(), [&] {
-    const dnnl::matmul::desc desc = bias != nullptr ? dnnl::matmul::desc(src.desc, w_md, b.desc, dst.desc)
-                                                    : dnnl::matmul::desc(src.desc, w_md, dst.desc);
-    return dnnl::matmul::primitive_desc(desc, onednn::default_attr(), onednn::engine());
-  });
-  const memory weights = pack ? onednn::packed_weight(w, w_plain, cached->pd.weights_desc())
-                              : memory(w_plain, onednn::engine(), w.raw_data());
+  const auto [cached, weights] = onednn::matmul_with_weight(
+      w, w_plain, pack, ct,
+      [&](const Md& w_md) {
+        onednn::KeyBuilder key("linear");
+        key.add(src.desc).add(w_md).add(dst.desc);
+        if (bias != nullptr) key.add(b.desc);
+        return key.str();
+      },
+      [&](const Md& w_md) {
+        const dnnl::matmul::desc desc = bias != nullptr ? dnnl::matmul::desc(src.desc, w_md, b.desc, dst.desc)
+                                                        : dnnl::matmul::desc(src.desc, w_md, dst.desc);
+        return dnnl::matmul::primitive_desc(desc, onednn::default_attr(), onednn::engine());
+      });
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, src.mem}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst.mem}};
   if (bias != nullptr) args.insert({DNNL_ARG_BIAS, b.mem});

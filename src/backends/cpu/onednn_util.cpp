@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cpu/packed_weight_budget.h"
 #include "kiln/core/error.h"
 
 namespace kiln::cpu_kernels::onednn {
@@ -172,19 +173,27 @@ struct PackedEntry {
   dnnl::memory::desc target;
   std::shared_ptr<Storage> bytes;  // counted by the CPU allocator, unlike memory oneDNN allocates itself
   dnnl::memory memory;
+  PackedWeightCharge charge;  // against the packed-weight budget
 };
 
 // Lives in the weight Storage's derived slot; one per Storage.
 class PackedWeights {
  public:
-  dnnl::memory get(const Tensor& weight, const dnnl::memory::desc& source_desc,
-                   const dnnl::memory::desc& target_desc) {
+  std::optional<dnnl::memory::desc> layout_of(const Tensor& weight) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const PackedEntry& e : entries_)
+      if (same_view(e, weight)) return e.target;
+    return std::nullopt;
+  }
+
+  std::optional<dnnl::memory> get(const Tensor& weight, const dnnl::memory::desc& source_desc,
+                                  const dnnl::memory::desc& target_desc) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const PackedEntry& e : entries_) {
-      if (e.offset == weight.offset() && e.shape == weight.shape() && e.strides == weight.strides() &&
-          e.dtype == weight.dtype() && e.target == target_desc)
-        return e.memory;
+      if (same_view(e, weight) && e.target == target_desc) return e.memory;
     }
+    PackedWeightCharge charge = PackedWeightCharge::reserve(static_cast<int64_t>(target_desc.get_size()));
+    if (!charge) return std::nullopt;
     // Packed under the lock: concurrent first calls on one weight must not pack (and hold) it twice.
     auto bytes = Storage::allocate(target_desc.get_size(), cpu);
     dnnl::memory packed(target_desc, engine(), bytes->data());
@@ -194,21 +203,57 @@ class PackedWeights {
     // resident (it is read back from the file if anything touches it again).
     weight.storage()->drop_resident_pages();
     entries_.push_back({weight.offset(), weight.shape(), weight.strides(), weight.dtype(), target_desc,
-                        std::move(bytes), packed});
+                        std::move(bytes), packed, std::move(charge)});
     return packed;
   }
 
  private:
+  static bool same_view(const PackedEntry& e, const Tensor& weight) {
+    return e.offset == weight.offset() && e.shape == weight.shape() && e.strides == weight.strides() &&
+           e.dtype == weight.dtype();
+  }
+
   std::mutex mutex_;
   std::vector<PackedEntry> entries_;
 };
 
 }  // namespace
 
-dnnl::memory packed_weight(const Tensor& weight, const dnnl::memory::desc& source_desc,
-                           const dnnl::memory::desc& target_desc) {
+std::optional<dnnl::memory> packed_weight(const Tensor& weight, const dnnl::memory::desc& source_desc,
+                                          const dnnl::memory::desc& target_desc) {
   auto packs = weight.storage()->derived<PackedWeights>([] { return std::make_shared<PackedWeights>(); });
   return packs->get(weight, source_desc, target_desc);
+}
+
+std::optional<dnnl::memory::desc> packed_layout(const Tensor& weight) {
+  auto packs = weight.storage()->derived<PackedWeights>([] { return std::make_shared<PackedWeights>(); });
+  return packs->layout_of(weight);
+}
+
+bool is_reference_impl(const dnnl::primitive_desc_base& pd) {
+  return std::strncmp(pd.impl_info_str(), "ref", 3) == 0;
+}
+
+MatmulWithWeight matmul_with_weight(
+    const Tensor& w, const dnnl::memory::desc& w_plain, bool pack, dnnl::memory::data_type compute,
+    const std::function<std::string(const dnnl::memory::desc&)>& key_for,
+    const std::function<dnnl::matmul::primitive_desc(const dnnl::memory::desc&)>& make_pd) {
+  const auto primitive_for = [&](const dnnl::memory::desc& w_md) {
+    return PrimitiveCache<dnnl::matmul>::get(key_for(w_md), [&] { return make_pd(w_md); });
+  };
+  const auto in_place = [&] {
+    return MatmulWithWeight{primitive_for(w_plain), dnnl::memory(w_plain, engine(), w.raw_data())};
+  };
+  if (!pack) return in_place();
+  if (const std::optional<dnnl::memory::desc> layout = packed_layout(w)) {
+    auto cached = primitive_for(*layout);
+    if (is_reference_impl(cached->pd)) return in_place();
+    return {cached, *packed_weight(w, w_plain, *layout)};
+  }
+  auto cached = primitive_for(dnnl::memory::desc(w_plain.dims(), compute, dnnl::memory::format_tag::any));
+  if (std::optional<dnnl::memory> packed = packed_weight(w, w_plain, cached->pd.weights_desc()))
+    return {cached, *packed};
+  return in_place();  // over the packed-weight budget
 }
 
 }  // namespace kiln::cpu_kernels::onednn

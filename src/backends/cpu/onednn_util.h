@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -108,8 +109,36 @@ Operand operand(const Tensor& t, const char* op);
 
 // A weight reordered once into a primitive's preferred layout (and compute type), cached on the weight's
 // Storage and keyed by the view (offset, shape, strides, dtype) and the target descriptor, so one Storage
-// may serve several views (a fused qkv weight sliced three ways) and several layouts.
-dnnl::memory packed_weight(const Tensor& weight, const dnnl::memory::desc& source_desc,
-                           const dnnl::memory::desc& target_desc);
+// may serve several views (a fused qkv weight sliced three ways). std::nullopt when a new copy would exceed
+// the packed-weight budget (kiln::set_packed_weight_budget): the caller then reads the weight in place.
+std::optional<dnnl::memory> packed_weight(const Tensor& weight, const dnnl::memory::desc& source_desc,
+                                          const dnnl::memory::desc& target_desc);
+
+// The layout this view of `weight` was packed in, if it has been packed.
+//
+// One packed copy per weight: the first consumer of a weight creates its primitive with format `any` and
+// packs the weight into the layout that primitive prefers; every later consumer (linear, linear_fused with
+// any post-ops, any M; conv2d at any image size) asks for that same layout instead of its own preference.
+// oneDNN's preference depends on the ISA, the post-ops and the shapes (with AMX, oneDNN 2.6 picks BA16a64b2a
+// for a plain matmul and BA16a48b2a for one with post-ops), so letting each consumer choose would pack a
+// weight once per distinct preference.
+std::optional<dnnl::memory::desc> packed_layout(const Tensor& weight);
+
+// Whether a primitive descriptor fell back to oneDNN's reference (scalar) kernels: a consumer asking for an
+// existing packed layout that the fast kernels cannot read then reads the weight in place instead.
+bool is_reference_impl(const dnnl::primitive_desc_base& pd);
+
+// A matmul primitive over weight `w` ([K, N] as `w_plain` describes it) and the weight memory to run it
+// with: the packed copy (packed once, in the layout the weight's first consumer chose; see packed_layout)
+// when `pack` and the budget allows, else the weight in place. `key_for(w_md)` is the primitive's cache key
+// and `make_pd(w_md)` creates it, both for a given weight descriptor.
+struct MatmulWithWeight {
+  std::shared_ptr<const CachedPrimitive<dnnl::matmul>> cached;
+  dnnl::memory weights;
+};
+MatmulWithWeight matmul_with_weight(
+    const Tensor& w, const dnnl::memory::desc& w_plain, bool pack, dnnl::memory::data_type compute,
+    const std::function<std::string(const dnnl::memory::desc&)>& key_for,
+    const std::function<dnnl::matmul::primitive_desc(const dnnl::memory::desc&)>& make_pd);
 
 }  // namespace kiln::cpu_kernels::onednn

@@ -1,0 +1,103 @@
+// How a pipeline holds its weights (kiln/pipelines/weight_packing.h): the default rule, the budget as the
+// command line spells it, and the image unchanged whether the weights are packed or read in place from the
+// mapped checkpoint (issue #18).
+#include "kiln/pipelines/weight_packing.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "kiln/core/device_runtime.h"
+#include "kiln/core/error.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/pipelines/flux_pipeline.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+TEST(WeightPacking, DefaultPacksWhatFitsInHalfTheMachineAndNothingElse) {
+  const WeightPackingPlan small = plan_weight_packing(12 * kGiB, std::nullopt, 24 * kGiB);
+  EXPECT_FALSE(small.budget.has_value());
+  EXPECT_NE(small.describe().find("all"), std::string::npos) << small.describe();
+  // A 32 GB FLUX.1-schnell folder on a 24 GiB machine: nothing pinned, everything from the page cache.
+  const WeightPackingPlan big = plan_weight_packing(30 * kGiB, std::nullopt, 24 * kGiB);
+  ASSERT_TRUE(big.budget.has_value());
+  EXPECT_EQ(*big.budget, 0);
+  EXPECT_NE(big.describe().find("none"), std::string::npos) << big.describe();
+  EXPECT_NE(big.describe().find("exceed half"), std::string::npos) << big.describe();
+  const WeightPackingPlan just_over = plan_weight_packing(12 * kGiB + 1, std::nullopt, 24 * kGiB);
+  EXPECT_EQ(just_over.budget, std::optional<int64_t>(0));
+}
+
+TEST(WeightPacking, ARequestedBudgetWins) {
+  EXPECT_EQ(plan_weight_packing(30 * kGiB, 8 * kGiB, 24 * kGiB).budget, std::optional<int64_t>(8 * kGiB));
+  EXPECT_FALSE(plan_weight_packing(30 * kGiB, kAllWeightsPacked, 24 * kGiB).budget.has_value());
+  EXPECT_EQ(plan_weight_packing(1 * kGiB, 0, 24 * kGiB).budget, std::optional<int64_t>(0));
+  EXPECT_TRUE(plan_weight_packing(1 * kGiB, 0, 24 * kGiB).requested);
+}
+
+TEST(WeightPacking, MachineMemoryIsPositiveAndAtMostPhysical) {
+  const int64_t m = machine_memory_bytes();
+  EXPECT_GT(m, 0);
+  EXPECT_LE(m, static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE)));
+}
+
+TEST(WeightPacking, ParsesSizesAsTheCommandLineWritesThem) {
+  EXPECT_EQ(parse_byte_budget("12GiB", "--f"), 12 * kGiB);
+  EXPECT_EQ(parse_byte_budget("512MiB", "--f"), 512 * (int64_t{1} << 20));
+  EXPECT_EQ(parse_byte_budget("8GB", "--f"), int64_t{8'000'000'000});
+  EXPECT_EQ(parse_byte_budget("1.5GiB", "--f"), 3 * kGiB / 2);
+  EXPECT_EQ(parse_byte_budget("4096", "--f"), 4096);
+  EXPECT_EQ(parse_byte_budget("all", "--f"), kAllWeightsPacked);
+  EXPECT_EQ(parse_byte_budget("none", "--f"), 0);
+  for (const char* bad : {"", "GiB", "12XB", "-1GiB", "twelve", "1e400", "12 GiB"}) {
+    try {
+      parse_byte_budget(bad, "--packed-weights");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--packed-weights"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("12GiB"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The tiny FLUX.1-dev pipeline stored in bf16 (mapped weights, packed by default): with no packed copies at
+// all the image is the same, and nothing is packed.
+TEST(WeightPacking, PipelineImageIsTheSameWithWeightsReadInPlace) {
+  const std::optional<int64_t> saved = packed_weight_budget();
+  const FluxPipelineCall call{.prompt = "a red circle",
+                              .height = 32,
+                              .width = 32,
+                              .num_inference_steps = 2,
+                              .guidance_scale = 3.5f,
+                              .generator = Generator(3),
+                              .max_sequence_length = 16};
+  const auto run = [&](std::optional<int64_t> budget, int64_t* packed) {
+    PipelineLoadOptions options{.dtype = bfloat16};
+    options.packed_weight_budget = budget;
+    auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev-bf16"), options);
+    const int64_t before = packed_weight_bytes();
+    auto out = pipe(call);
+    synchronize();
+    *packed = packed_weight_bytes() - before;
+    return out.images[0].pixels;
+  };
+  int64_t packed_default = 0, packed_none = 0;
+  const std::vector<uint8_t> packed_image = run(std::nullopt, &packed_default);
+  const std::vector<uint8_t> in_place_image = run(0, &packed_none);
+  set_packed_weight_budget(saved);
+  EXPECT_GT(packed_default, 0) << "the tiny bf16 model fits: its weights are packed by default";
+  EXPECT_EQ(packed_none, 0);
+  ASSERT_EQ(packed_image.size(), in_place_image.size());
+  int differing = 0;
+  for (size_t i = 0; i < packed_image.size(); ++i)
+    differing += std::abs(static_cast<int>(packed_image[i]) - static_cast<int>(in_place_image[i])) > 1;
+  EXPECT_EQ(differing, 0) << "values more than one 8-bit level apart";
+}
+
+}  // namespace
+}  // namespace kiln
