@@ -35,6 +35,7 @@ struct GenerateArgs {
   std::optional<int64_t> vae_tile_size;
   std::string mode = "eager";
   std::optional<std::string> packed_weights;
+  std::string offload = "auto";
 };
 
 // --mode: how the ops run (kiln/runtime/eager_mode.h, kiln/nn/compile.h). The transformer is what compiled
@@ -55,7 +56,7 @@ void apply_mode(const std::string& mode, Pipeline& pipe) {
 
 std::string format_seconds(double s) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, s < 10 ? "%.2fs" : "%.0fs", s);
+  std::snprintf(buf, sizeof buf, s < 10 ? "%.2fs" : "%.1fs", s);
   return buf;
 }
 
@@ -72,6 +73,13 @@ void load_and_run(const GenerateArgs& args, Call call, int components) {
   Pipeline pipe = Pipeline::from_pretrained(args.model, load);
   loading.finish();
   std::fprintf(stderr, "kiln: %s\n", pipe.weight_packing().describe().c_str());
+  // auto: a pipeline whose weights exceed half of the machine's memory (nothing packed) frees each
+  // component's pages once it has run, so that the page cache holds the transformer while it denoises.
+  const bool too_big = pipe.weight_packing().budget.has_value() && !pipe.weight_packing().requested;
+  if (args.offload == "model" || (args.offload == "auto" && too_big)) {
+    pipe.enable_model_cpu_offload();
+    std::fprintf(stderr, "kiln: model offload: each component's weights are released once it has run\n");
+  }
   if (args.vae_tiling) pipe.enable_vae_tiling(args.vae_tile_size ? *args.vae_tile_size : 0);
   apply_mode(args.mode, pipe);
 
@@ -160,6 +168,13 @@ void add_generate_command(CLI::App& app) {
       "the most memory for packed copies of the weights (faster matmuls): a size such as 12GiB or "
       "512MiB, all, or none (default: all when the weights fit in half of this machine's memory, "
       "none otherwise: they are then read from the memory-mapped checkpoint, as diffusers does)");
+  cmd->add_option(
+         "--offload", args->offload,
+         "model: each component's weights are released once it has run (diffusers' "
+         "enable_model_cpu_offload); none: every component keeps them; auto (default): model when the "
+         "weights exceed half of this machine's memory")
+      ->check(CLI::IsMember({"auto", "none", "model"}))
+      ->capture_default_str();
   cmd->add_flag(
       "--vae-tiling", args->vae_tiling,
       "decode in overlapping, blended tiles (diffusers' enable_vae_tiling): memory bounded by the tile");

@@ -36,16 +36,37 @@ std::shared_ptr<Storage> Storage::borrow_file_pages(const void* data, size_t byt
       new Storage(const_cast<void*>(data), bytes, device, std::move(owner), true, /*file_pages=*/true));
 }
 
+namespace {
+
+// The whole pages inside [begin, begin + bytes): the pages at either end may hold a neighbouring tensor that
+// is still read in place.
+std::pair<void*, size_t> inner_pages(const void* begin, size_t bytes) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto b = reinterpret_cast<uintptr_t>(begin);
+  const uintptr_t first = (b + page - 1) / page * page, last = (b + bytes) / page * page;
+  return {reinterpret_cast<void*>(first), last > first ? last - first : 0};
+}
+
+}  // namespace
+
 void Storage::drop_resident_pages() const {
   if (!file_pages_ || bytes_ == 0) return;
-  // Only pages entirely inside these bytes: the pages at either end may hold a neighbouring tensor that is
-  // still read in place.
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(data_.load(std::memory_order_acquire));
-  const uintptr_t first = (begin + page - 1) / page * page, last = (begin + bytes_) / page * page;
+  const auto [first, length] = inner_pages(data_.load(std::memory_order_acquire), bytes_);
   // MADV_DONTNEED on a private, read-only file mapping only discards clean pages, which the next access
   // reads back from the file; failure just leaves them resident.
-  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  if (length > 0) madvise(first, length, MADV_DONTNEED);
+}
+
+void Storage::evict_file_pages() const {
+  if (!file_pages_ || bytes_ == 0) return;
+  const auto [first, length] = inner_pages(data_.load(std::memory_order_acquire), bytes_);
+  if (length == 0) return;
+#ifdef MADV_PAGEOUT
+  // Reclaims the pages only this process maps, page cache included; refused on kernels before 5.4 (EINVAL),
+  // where dropping them from this process is all that is done.
+  madvise(first, length, MADV_PAGEOUT);
+#endif
+  madvise(first, length, MADV_DONTNEED);
 }
 
 Storage::~Storage() {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <typeinfo>
 
+#include "kiln/core/device_runtime.h"
 #include "nn/compiled_forward.h"
 #include "runtime/capture.h"
 
@@ -97,6 +98,19 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
                                    << " tensor(s) do not belong to the model described by its config: "
                                    << list);
   }
+}
+
+size_t Module::release_weights() {
+  synchronize(cpu);
+  size_t released = 0;
+  std::set<const Storage*> seen;  // views of one storage (a fused qkv weight) are released once
+  for (const Tensor& t : parameter_tensors()) {
+    if (!t.defined() || !t.storage()->is_file_pages() || !seen.insert(t.storage().get()).second) continue;
+    released += t.storage()->bytes();
+    t.storage()->clear_derived();
+    t.storage()->evict_file_pages();
+  }
+  return released;
 }
 
 void Module::compile(const CompileOptions& options) {

@@ -17,6 +17,7 @@
 #include "kiln/schedulers/timestep_shift.h"
 #include "kiln/tokenizers/clip_tokenizer.h"
 #include "kiln/tokenizers/t5_tokenizer.h"
+#include "pipelines/model_offload.h"
 
 namespace kiln {
 
@@ -181,6 +182,9 @@ PipelineOutput FluxPipeline::operator()(const FluxPipelineCall& call) {
   check_call(call);
   const PromptEmbeddings prompt =
       encode_prompt(call.prompt, call.prompt_2, call.num_images_per_prompt, call.max_sequence_length);
+  if (model_cpu_offload_)
+    pipelines::release_after_use(
+        {{"text_encoder", text_encoder_.get()}, {"text_encoder_2", text_encoder_2_.get()}});
   Generator generator = call.generator ? *call.generator : Generator();
   const uint64_t seed = generator.initial_seed();
   const int64_t batch = call.num_images_per_prompt;
@@ -209,7 +213,9 @@ PipelineOutput FluxPipeline::operator()(const FluxPipelineCall& call) {
     if (call.on_step_end) call.on_step_end(static_cast<int>(i), static_cast<int>(timesteps.size()), seconds);
   }
 
+  if (model_cpu_offload_) pipelines::release_after_use({{"transformer", transformer_.get()}});
   const Tensor images = decode_latents(latents, call.height, call.width);
+  if (model_cpu_offload_) pipelines::release_after_use({{"vae", vae_.get()}});
   PipelineOutput out;
   for (int64_t b = 0; b < batch; ++b) {
     Image image = Image::from_float(images.select(0, b));

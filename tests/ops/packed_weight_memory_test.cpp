@@ -11,6 +11,8 @@
 
 #include "kiln/core/device_runtime.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/nn/checkpoint_weights.h"
+#include "kiln/nn/layers.h"
 #include "kiln/ops/linalg.h"
 #include "support/test_data.h"
 
@@ -99,6 +101,36 @@ TEST(PackedWeightMemory, PackingAMappedWeightDoesNotDoubleIt) {
   EXPECT_TRUE(all_close(y, linear(x, w), 0, 0));
   EXPECT_TRUE(all_close(linear(x, mapped), y, 0, 0));  // later calls: the same packed copy
   EXPECT_TRUE(all_close(mapped, w, 0, 0));             // the weight itself still reads right
+}
+
+// Offloading on a CPU host (Module::release_weights): the packed copy is freed and the file pages are handed
+// back, and the next forward reads the weight from the file again, unchanged.
+TEST(PackedWeightMemory, ReleasingAModuleFreesItsPackedCopiesAndFilePages) {
+  PrepackAlways packing;
+  const Tensor x = pattern(8, kIn, 3);
+  const Tensor w = pattern(kOut, kIn, 2);
+  const std::string path = temp_dir("packed_weight_release") + "/w.safetensors";
+  io::save_safetensors(path, {{"weight", w}});
+  nn::Linear layer(kIn, kOut, /*bias=*/false);
+  layer.load_weights(nn::CheckpointWeights(path), {.dtype = bfloat16});
+  ASSERT_TRUE(layer.weight.storage()->is_file_pages());
+
+  const int64_t packed_before = packed_weight_bytes();
+  const Tensor y = layer(x);
+  synchronize();
+  EXPECT_GE(packed_weight_bytes() - packed_before, kWeightBytes);
+  EXPECT_GE(layer.release_weights(), static_cast<size_t>(kWeightBytes));
+  EXPECT_EQ(packed_weight_bytes(), packed_before) << "the packed copy outlived the release";
+  EXPECT_TRUE(all_close(layer(x), y, 0, 0));  // packed again from the file
+
+  // Unpacked, the weight's file pages are what it holds: released, they leave the process.
+  set_weight_prepacking(WeightPrepacking::Never);
+  layer.release_weights();
+  touch(layer.weight);
+  const double before = resident_bytes();
+  layer.release_weights();
+  EXPECT_GT(before - resident_bytes(), 0.9 * kWeightBytes);
+  EXPECT_TRUE(all_close(layer(x), y, 0, 0));
 }
 
 }  // namespace

@@ -99,5 +99,33 @@ TEST(WeightPacking, PipelineImageIsTheSameWithWeightsReadInPlace) {
   EXPECT_EQ(differing, 0) << "values more than one 8-bit level apart";
 }
 
+// enable_model_cpu_offload: every component's packed copies are gone once the call returns, the image is the
+// same as without offloading, and a second call (reading the weights from the files again) gives it again.
+TEST(ModelCpuOffload, ReleasesEveryComponentAndKeepsTheImage) {
+  const FluxPipelineCall call{.prompt = "a blue square",
+                              .height = 32,
+                              .width = 32,
+                              .num_inference_steps = 2,
+                              .guidance_scale = 3.5f,
+                              .generator = Generator(5),
+                              .max_sequence_length = 16};
+  PipelineLoadOptions options{.dtype = bfloat16};
+  options.packed_weight_budget = kAllWeightsPacked;
+  const std::optional<int64_t> saved = packed_weight_budget();
+  std::vector<uint8_t> resident_image;
+  {
+    auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev-bf16"), options);
+    resident_image = pipe(call).images[0].pixels;
+  }
+  auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev-bf16"), options);
+  pipe.enable_model_cpu_offload();
+  EXPECT_TRUE(pipe.model_cpu_offload_enabled());
+  const int64_t before = packed_weight_bytes();
+  EXPECT_EQ(pipe(call).images[0].pixels, resident_image);
+  EXPECT_EQ(packed_weight_bytes(), before) << "a component kept packed copies after the call";
+  EXPECT_EQ(pipe(call).images[0].pixels, resident_image);
+  set_packed_weight_budget(saved);
+}
+
 }  // namespace
 }  // namespace kiln

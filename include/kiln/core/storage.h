@@ -51,6 +51,10 @@ class Storage {
   // packed copy that every later call reads instead: without it the file pages and the packed copy would
   // both stay resident, twice the weights.
   void drop_resident_pages() const;
+  // For file pages, also asks the OS to drop them from the page cache (MADV_PAGEOUT where the kernel has it),
+  // not just from this process: for weights that will not be read again soon (an offloaded component), so the
+  // memory goes to what runs next. A no-op for any other storage.
+  void evict_file_pages() const;
 
   // A slot where a backend keeps a derived form of this storage (a weight prepacked for matmul), so it
   // is built once and freed together with the storage.

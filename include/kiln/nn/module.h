@@ -58,6 +58,13 @@ class Module {
   // source holds nothing unexpected. Errors name the tensor, the source, and the expected and found shapes.
   void load_weights(const WeightSource& source, const LoadOptions& options = {});
 
+  // Offloading on a host without an accelerator: frees the packed copies of this module's weights and hands
+  // their checkpoint file pages back to the OS (page cache included), so the module holds no memory until it
+  // runs again and reads them from the file. Waits for queued work first (a queued kernel may still read a
+  // packed copy). Weights that are not file pages (converted or owned copies) stay as they are. Returns the
+  // bytes of weights released (file pages and packed copies).
+  size_t release_weights();
+
   // ---- compiled mode (kiln/nn/compile.h)
   // Compiles this module's forward: each input signature is traced once into an optimised program that
   // later calls reuse. Only modules whose forward supports it (the transformers, their blocks) can be

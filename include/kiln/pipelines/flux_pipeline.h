@@ -101,6 +101,13 @@ class FluxPipeline {
   const std::string& model_path() const { return path_; }
   // How the weights are held (applied when loading ended).
   const WeightPackingPlan& weight_packing() const { return weight_packing_; }
+  // diffusers' enable_model_cpu_offload: each component holds its weights only while it runs. On a host
+  // without an accelerator the weights live in the memory-mapped checkpoint; once a component has run, its
+  // packed copies are freed and its file pages handed back (page cache included), so the memory goes to the
+  // component that runs next (Module::release_weights). The image does not change; later calls read the
+  // weights from the file again. KILN_LOG=offload says what was released and when.
+  void enable_model_cpu_offload() { model_cpu_offload_ = true; }
+  bool model_cpu_offload_enabled() const { return model_cpu_offload_; }
 
  private:
   FluxPipeline();
@@ -110,6 +117,7 @@ class FluxPipeline {
   std::string name_;  // what the user asked for (repo id or folder), recorded in image metadata
   DType dtype_ = float32;
   WeightPackingPlan weight_packing_;
+  bool model_cpu_offload_ = false;
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_2_;
   std::unique_ptr<models::ClipTextModel> text_encoder_;

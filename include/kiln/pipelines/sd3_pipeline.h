@@ -108,6 +108,13 @@ class StableDiffusion3Pipeline {
   const std::string& model_path() const { return path_; }
   // How the weights are held (applied when loading ended).
   const WeightPackingPlan& weight_packing() const { return weight_packing_; }
+  // diffusers' enable_model_cpu_offload: each component holds its weights only while it runs. On a host
+  // without an accelerator the weights live in the memory-mapped checkpoint; once a component has run, its
+  // packed copies are freed and its file pages handed back (page cache included), so the memory goes to the
+  // component that runs next (Module::release_weights). The image does not change; later calls read the
+  // weights from the file again. KILN_LOG=offload says what was released and when.
+  void enable_model_cpu_offload() { model_cpu_offload_ = true; }
+  bool model_cpu_offload_enabled() const { return model_cpu_offload_; }
   // The image size a call with height = width = 0 gets.
   int64_t default_image_size() const;
 
@@ -120,6 +127,7 @@ class StableDiffusion3Pipeline {
   std::string name_;  // what the user asked for (repo id or folder), recorded in image metadata
   DType dtype_ = float32;
   WeightPackingPlan weight_packing_;
+  bool model_cpu_offload_ = false;
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_, tokenizer_2_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_3_;  // null when the pipeline has no T5
   std::unique_ptr<models::ClipTextModel> text_encoder_, text_encoder_2_;

@@ -1,0 +1,17 @@
+// diffusers' enable_model_cpu_offload, as a host without an accelerator does it: once a component has run,
+// its weights are released (Module::release_weights: packed copies freed, checkpoint file pages handed back,
+// page cache included), so the memory goes to the component that runs next; the next call reads them again
+// from the file.
+#pragma once
+
+#include <initializer_list>
+#include <utility>
+
+#include "kiln/nn/module.h"
+
+namespace kiln::pipelines {
+
+// Releases each (name, module) that ran; says what was released under KILN_LOG=offload.
+void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>> components);
+
+}  // namespace kiln::pipelines
