@@ -10,8 +10,10 @@
 
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
+#include "kiln/models/flux_transformer.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/runtime/eager_mode.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -124,6 +126,39 @@ TEST(ModelCpuOffload, ReleasesEveryComponentAndKeepsTheImage) {
   EXPECT_EQ(pipe(call).images[0].pixels, resident_image);
   EXPECT_EQ(packed_weight_bytes(), before) << "a component kept packed copies after the call";
   EXPECT_EQ(pipe(call).images[0].pixels, resident_image);
+  set_packed_weight_budget(saved);
+}
+
+// Model offload releases weights between components, outside any forward: in every execution mode the image
+// with offloading equals the image without it in that mode, and no packed copy survives the call.
+TEST(ModelCpuOffload, EveryExecutionModeKeepsItsImage) {
+  const FluxPipelineCall call{.prompt = "a green triangle",
+                              .height = 32,
+                              .width = 32,
+                              .num_inference_steps = 2,
+                              .guidance_scale = 3.5f,
+                              .generator = Generator(7),
+                              .max_sequence_length = 16};
+  PipelineLoadOptions options{.dtype = bfloat16};
+  options.packed_weight_budget = kAllWeightsPacked;
+  const std::optional<int64_t> saved = packed_weight_budget();
+  for (const std::string mode : {"fuse", "compile", "compile-blocks"}) {
+    const auto run = [&](bool offload) {
+      auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev-bf16"), options);
+      if (mode == "compile") pipe.transformer().compile({.fullgraph = true, .dynamic = false});
+      if (mode == "compile-blocks") pipe.transformer().compile_repeated_blocks();
+      if (offload) pipe.enable_model_cpu_offload();
+      std::optional<EagerModeGuard> fuse;
+      if (mode == "fuse") fuse.emplace(EagerMode::DeferAndFuse);
+      const int64_t before = packed_weight_bytes();
+      std::vector<uint8_t> pixels = pipe(call).images[0].pixels;
+      if (offload) {
+        EXPECT_EQ(packed_weight_bytes(), before) << mode << ": packed copies survived the call";
+      }
+      return pixels;
+    };
+    EXPECT_EQ(run(true), run(false)) << mode;
+  }
   set_packed_weight_budget(saved);
 }
 
