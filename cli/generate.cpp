@@ -36,6 +36,7 @@ struct GenerateArgs {
   std::string mode = "eager";
   std::optional<std::string> packed_weights;
   std::string offload = "auto";
+  std::optional<std::string> max_memory;
 };
 
 // --mode: how the ops run (kiln/runtime/eager_mode.h, kiln/nn/compile.h). The transformer is what compiled
@@ -76,7 +77,13 @@ void load_and_run(const GenerateArgs& args, Call call, int components) {
   // auto: a pipeline whose weights exceed half of the machine's memory (nothing packed) frees each
   // component's pages once it has run, so that the page cache holds the transformer while it denoises.
   const bool too_big = pipe.weight_packing().budget.has_value() && !pipe.weight_packing().requested;
-  if (args.offload == "model" || (args.offload == "auto" && too_big)) {
+  if (args.max_memory) {
+    const OffloadPlan plan = pipe.set_memory_budget(parse_byte_budget(*args.max_memory, "--max-memory"));
+    std::fprintf(stderr, "kiln: %s\n", plan.describe().c_str());
+  } else if (args.offload == "sequential") {
+    pipe.enable_sequential_cpu_offload();
+    std::fprintf(stderr, "kiln: sequential offload: each weight is released once the next one is read\n");
+  } else if (args.offload == "model" || (args.offload == "auto" && too_big)) {
     pipe.enable_model_cpu_offload();
     std::fprintf(stderr, "kiln: model offload: each component's weights are released once it has run\n");
   }
@@ -168,13 +175,18 @@ void add_generate_command(CLI::App& app) {
       "the most memory for packed copies of the weights (faster matmuls): a size such as 12GiB or "
       "512MiB, all, or none (default: all when the weights fit in half of this machine's memory, "
       "none otherwise: they are then read from the memory-mapped checkpoint, as diffusers does)");
-  cmd->add_option(
-         "--offload", args->offload,
-         "model: each component's weights are released once it has run (diffusers' "
-         "enable_model_cpu_offload); none: every component keeps them; auto (default): model when the "
-         "weights exceed half of this machine's memory")
-      ->check(CLI::IsMember({"auto", "none", "model"}))
+  cmd->add_option("--offload", args->offload,
+                  "model: each component's weights are released once it has run (diffusers' "
+                  "enable_model_cpu_offload); sequential: no packed copies and each weight released once the "
+                  "next is read (enable_sequential_cpu_offload); none: every component keeps them; auto "
+                  "(default): model when the weights exceed half of this machine's memory")
+      ->check(CLI::IsMember({"auto", "none", "model", "sequential"}))
       ->capture_default_str();
+  cmd->add_option(
+      "--max-memory", args->max_memory,
+      "the most memory the weights may hold, e.g. 12GiB: picks the coarsest offload that stays under "
+      "it (none, model, sequential) and fails before any work when the largest weight does not fit; "
+      "activations come on top");
   cmd->add_flag(
       "--vae-tiling", args->vae_tiling,
       "decode in overlapping, blended tiles (diffusers' enable_vae_tiling): memory bounded by the tile");

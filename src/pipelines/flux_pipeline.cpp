@@ -236,6 +236,21 @@ PipelineOutput FluxPipeline::operator()(const FluxPipelineCall& call) {
   return out;
 }
 
+void FluxPipeline::enable_sequential_cpu_offload(int64_t resident_bytes) {
+  model_cpu_offload_ = pipelines::apply_offload(
+      {.mode = OffloadMode::Sequential, .budget = std::max<int64_t>(resident_bytes, 0)});
+}
+
+OffloadPlan FluxPipeline::set_memory_budget(int64_t bytes) {
+  const OffloadPlan plan = plan_offload({{"text_encoder", text_encoder_.get()},
+                                         {"text_encoder_2", text_encoder_2_.get()},
+                                         {"transformer", transformer_.get()},
+                                         {"vae", vae_.get()}},
+                                        bytes);
+  model_cpu_offload_ = pipelines::apply_offload(plan);
+  return plan;
+}
+
 void FluxPipeline::enable_vae_tiling(int64_t tile_size) {
   vae_->enable_tiling({.tile_sample_min_size = tile_size});
 }

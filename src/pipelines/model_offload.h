@@ -8,10 +8,15 @@
 #include <utility>
 
 #include "kiln/nn/module.h"
+#include "kiln/pipelines/offload.h"
 
 namespace kiln::pipelines {
 
 // Releases each (name, module) that ran; says what was released under KILN_LOG=offload.
 void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>> components);
+
+// Sets the process-wide budgets a plan needs (packed copies, resident mapped weights); returns whether the
+// pipeline must also release each component after use.
+bool apply_offload(const OffloadPlan& plan);
 
 }  // namespace kiln::pipelines

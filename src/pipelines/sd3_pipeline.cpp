@@ -358,6 +358,22 @@ PipelineOutput StableDiffusion3Pipeline::operator()(const StableDiffusion3Pipeli
   return out;
 }
 
+void StableDiffusion3Pipeline::enable_sequential_cpu_offload(int64_t resident_bytes) {
+  model_cpu_offload_ = pipelines::apply_offload(
+      {.mode = OffloadMode::Sequential, .budget = std::max<int64_t>(resident_bytes, 0)});
+}
+
+OffloadPlan StableDiffusion3Pipeline::set_memory_budget(int64_t bytes) {
+  const OffloadPlan plan = plan_offload({{"text_encoder", text_encoder_.get()},
+                                         {"text_encoder_2", text_encoder_2_.get()},
+                                         {"text_encoder_3", text_encoder_3_.get()},
+                                         {"transformer", transformer_.get()},
+                                         {"vae", vae_.get()}},
+                                        bytes);
+  model_cpu_offload_ = pipelines::apply_offload(plan);
+  return plan;
+}
+
 void StableDiffusion3Pipeline::enable_vae_tiling(int64_t tile_size) {
   vae_->enable_tiling({.tile_sample_min_size = tile_size});
 }

@@ -3,6 +3,7 @@
 // follows the budget, not the model, and the products do not change (issue #18).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,40 @@ TEST(PackedWeightBudget, ZeroBudgetPacksNothing) {
   for (int i = 0; i < kWeights; ++i)
     EXPECT_TRUE(all_close(linear(m.x, m.weights[i]).to(float32), m.expected[i], 0, 0)) << "weight " << i;
   EXPECT_EQ(packed_weight_bytes(), packed_before);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Sequential offload on a CPU host (kiln::set_resident_weight_budget): weights read in place from the mapping
+// beyond the budget leave the process, least recently used first; the products do not change.
+TEST(ResidentWeightBudget, ResidentSetFollowsTheBudgetAcrossRepeatedPasses) {
+  MappedWeights m("resident_budget");
+  const std::optional<int64_t> saved_packed = packed_weight_budget();
+  const WeightPrepacking saved_prepacking = weight_prepacking();
+  set_packed_weight_budget(0);
+  set_weight_prepacking(WeightPrepacking::Always);
+  const int64_t budget = kWeightBytes + kWeightBytes / 2;  // one weight and a half
+  set_resident_weight_budget(budget);
+  for (const Tensor& w : m.weights) w.storage()->drop_resident_pages();
+  const double before = process_status_bytes("RssFile");
+  double peak_growth = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    for (int i = 0; i < kWeights; ++i) {
+      EXPECT_TRUE(all_close(linear(m.x, m.weights[i]).to(float32), m.expected[i], 0, 0)) << "pass " << pass;
+      peak_growth = std::max(peak_growth, process_status_bytes("RssFile") - before);
+    }
+  }
+  set_resident_weight_budget(std::nullopt);
+  set_packed_weight_budget(saved_packed);
+  set_weight_prepacking(saved_prepacking);
+  // Unbudgeted, the passes would leave all four weights (64 MiB) resident; the budget keeps at most the
+  // budget plus the weight being read.
+  EXPECT_LT(peak_growth, static_cast<double>(budget + kWeightBytes) + 4.0 * 1024 * 1024);
+  EXPECT_GT(peak_growth, 0.9 * kWeightBytes);  // the measurement sees a weight being read
 }
 
 }  // namespace

@@ -129,6 +129,51 @@ TEST(ModelCpuOffload, ReleasesEveryComponentAndKeepsTheImage) {
   set_packed_weight_budget(saved);
 }
 
+// set_memory_budget picks the coarsest offload under the budget, and the image does not change with it.
+TEST(MemoryBudget, PicksTheCoarsestOffloadAndKeepsTheImage) {
+  const FluxPipelineCall call{.prompt = "a white circle",
+                              .height = 32,
+                              .width = 32,
+                              .num_inference_steps = 2,
+                              .guidance_scale = 3.5f,
+                              .generator = Generator(9),
+                              .max_sequence_length = 16};
+  PipelineLoadOptions options{.dtype = bfloat16};
+  const std::optional<int64_t> saved_packed = packed_weight_budget();
+  const auto load = [&] {
+    return FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev-bf16"), options);
+  };
+  std::vector<uint8_t> unbudgeted;
+  OffloadPlan probe;
+  {
+    auto pipe = load();
+    unbudgeted = pipe(call).images[0].pixels;
+    probe = pipe.set_memory_budget(int64_t{1} << 40);
+    EXPECT_EQ(probe.mode, OffloadMode::None);
+  }
+  ASSERT_GT(probe.largest_component_bytes, probe.largest_tensor_bytes);
+  ASSERT_GT(probe.weight_bytes, probe.largest_component_bytes);
+  for (const auto& [budget, mode] : {std::pair{probe.largest_component_bytes, OffloadMode::Model},
+                                     std::pair{probe.largest_tensor_bytes, OffloadMode::Sequential}}) {
+    auto pipe = load();
+    const OffloadPlan plan = pipe.set_memory_budget(budget);
+    EXPECT_EQ(plan.mode, mode) << plan.describe();
+    EXPECT_TRUE(pipe.model_cpu_offload_enabled());
+    EXPECT_EQ(pipe(call).images[0].pixels, unbudgeted) << plan.describe();
+  }
+  {
+    auto pipe = load();
+    try {
+      pipe.set_memory_budget(probe.largest_tensor_bytes - 1);
+      ADD_FAILURE() << "a budget below the largest weight was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(probe.largest_tensor), std::string::npos) << e.what();
+    }
+  }
+  set_resident_weight_budget(std::nullopt);
+  set_packed_weight_budget(saved_packed);
+}
+
 // Model offload releases weights between components, outside any forward: in every execution mode the image
 // with offloading equals the image without it in that mode, and no packed copy survives the call.
 TEST(ModelCpuOffload, EveryExecutionModeKeepsItsImage) {

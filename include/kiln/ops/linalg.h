@@ -59,4 +59,13 @@ std::optional<int64_t> packed_weight_budget();
 // Bytes the packed weight copies hold now.
 int64_t packed_weight_bytes();
 
+// The most bytes of weights read in place from memory-mapped checkpoints that the process keeps resident
+// (std::nullopt: no limit, the default). Before a kernel reads such a weight, the least recently read ones
+// beyond the budget are dropped from the process (Storage::drop_resident_pages): they stay in the page cache,
+// so reading them again maps them back without a disk read while the OS has memory for them. With it (and no
+// packed copies) the process's resident set follows the budget, not the model: sequential offload on a host
+// without an accelerator. One weight is always kept, so a budget below the largest weight holds that weight.
+void set_resident_weight_budget(std::optional<int64_t> bytes);
+std::optional<int64_t> resident_weight_budget();
+
 }  // namespace kiln

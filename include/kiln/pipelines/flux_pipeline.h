@@ -19,6 +19,7 @@
 
 #include "kiln/pipelines/generator.h"
 #include "kiln/pipelines/image.h"
+#include "kiln/pipelines/offload.h"
 #include "kiln/pipelines/weight_packing.h"
 
 namespace kiln {
@@ -108,6 +109,13 @@ class FluxPipeline {
   // weights from the file again. KILN_LOG=offload says what was released and when.
   void enable_model_cpu_offload() { model_cpu_offload_ = true; }
   bool model_cpu_offload_enabled() const { return model_cpu_offload_; }
+  // diffusers' enable_sequential_cpu_offload (kiln/pipelines/offload.h): no packed copies, at most
+  // `resident_bytes` of the mapped weights kept in memory (0: each weight released once the next one is
+  // read), and model offload between components.
+  void enable_sequential_cpu_offload(int64_t resident_bytes = 0);
+  // Applies the coarsest offload that keeps the weights under `bytes` (plan_offload); throws before any work
+  // when even the largest weight does not fit. Activations come on top.
+  OffloadPlan set_memory_budget(int64_t bytes);
 
  private:
   FluxPipeline();

@@ -22,6 +22,7 @@
 #include "kiln/pipelines/flux_pipeline.h"  // PipelineLoadOptions, PipelineOutput
 #include "kiln/pipelines/generator.h"
 #include "kiln/pipelines/image.h"
+#include "kiln/pipelines/offload.h"
 
 namespace kiln {
 
@@ -115,6 +116,13 @@ class StableDiffusion3Pipeline {
   // weights from the file again. KILN_LOG=offload says what was released and when.
   void enable_model_cpu_offload() { model_cpu_offload_ = true; }
   bool model_cpu_offload_enabled() const { return model_cpu_offload_; }
+  // diffusers' enable_sequential_cpu_offload (kiln/pipelines/offload.h): no packed copies, at most
+  // `resident_bytes` of the mapped weights kept in memory (0: each weight released once the next one is
+  // read), and model offload between components.
+  void enable_sequential_cpu_offload(int64_t resident_bytes = 0);
+  // Applies the coarsest offload that keeps the weights under `bytes` (plan_offload); throws before any work
+  // when even the largest weight does not fit. Activations come on top.
+  OffloadPlan set_memory_budget(int64_t bytes);
   // The image size a call with height = width = 0 gets.
   int64_t default_image_size() const;
 

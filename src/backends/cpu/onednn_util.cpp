@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/cpu/packed_weight_budget.h"
+#include "backends/cpu/resident_weights.h"
 #include "kiln/core/error.h"
 
 namespace kiln::cpu_kernels::onednn {
@@ -242,6 +243,7 @@ MatmulWithWeight matmul_with_weight(
     return PrimitiveCache<dnnl::matmul>::get(key_for(w_md), [&] { return make_pd(w_md); });
   };
   const auto in_place = [&] {
+    use_resident_weight(w);
     return MatmulWithWeight{primitive_for(w_plain), dnnl::memory(w_plain, engine(), w.raw_data())};
   };
   if (!pack) return in_place();
