@@ -49,7 +49,7 @@ SD3Transformer2DModel::~SD3Transformer2DModel() = default;
 DType SD3Transformer2DModel::dtype() const {
   KILN_CHECK(context_embedder_.weight.defined(),
              "SD3Transformer2DModel: the weights are not loaded (call load_weights first)");
-  return context_embedder_.weight.dtype();
+  return context_embedder_.dtype();
 }
 
 Tensor SD3Transformer2DModel::patch_embed(const Tensor& hidden) const {
