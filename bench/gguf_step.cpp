@@ -47,11 +47,13 @@ void quantize_q8_0(const float* x, uint8_t* out, int64_t k) {
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
     const float d = amax / 127, id = d != 0 ? 1 / d : 0;
     put_half(out, d);
-    for (int i = 0; i < 32; ++i) out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[i] * id)));
+    for (int i = 0; i < 32; ++i)
+      out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[i] * id)));
   }
 }
 
-// Q4_K: per 32-element sub-block scale (max - min) / 15 and min, both as 6-bit multiples of float16 super-scales.
+// Q4_K: per 32-element sub-block scale (max - min) / 15 and min, both as 6-bit multiples of float16
+// super-scales.
 void quantize_q4_k(const float* x, uint8_t* out, int64_t k) {
   for (int64_t b = 0; b < k / 256; ++b, x += 256, out += 144) {
     float sc[8], mn[8], max_sc = 0, max_mn = 0;
@@ -134,8 +136,9 @@ double rel_max_error(const Tensor& a, const Tensor& b) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 3;
   const int64_t size = argc > 2 ? std::atoll(argv[2]) : 512;
-  std::printf("FLUX.1-shaped step (1 double + 1 single block, width 3072), %lldx%lld, 512 text tokens, %s kernels\n",
-              static_cast<long long>(size), static_cast<long long>(size), kiln::cpu_kernels::cpu_isa_name());
+  std::printf(
+      "FLUX.1-shaped step (1 double + 1 single block, width 3072), %lldx%lld, 512 text tokens, %s kernels\n",
+      static_cast<long long>(size), static_cast<long long>(size), kiln::cpu_kernels::cpu_isa_name());
   std::printf("  %-5s %9s %9s %12s %12s %12s %10s\n", "type", "step ms", "cpu s", "params MiB", "RSS MiB",
               "peak RSS MiB", "err vs bf16");
   Tensor reference;
@@ -144,7 +147,8 @@ int main(int argc, char** argv) {
     if (std::string(variant) != "bf16") {
       // Re-load the same random weights (RandomWeights is seeded), offered quantized.
       kiln::bench::RandomWeights plain(*flux.model, kiln::bfloat16);
-      const QuantizedRandomWeights quantized(plain, std::string(variant) == "Q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_K);
+      const QuantizedRandomWeights quantized(
+          plain, std::string(variant) == "Q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_K);
       flux.model->load_weights(quantized, {.dtype = kiln::bfloat16});
     }
     reset_peak_rss();  // the peak of the steps, not of building the weights

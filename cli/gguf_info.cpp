@@ -49,9 +49,10 @@ void print_gguf_info(const std::string& path) {
                 mib(t.bytes).c_str());
   // Block-quantized Linear weights stay in this form in memory (kiln/ops/quantized_linear.h); plain F32/F16
   // tensors are converted to the compute dtype when loaded.
-  const double saved = bf16_bytes ? 100.0 * (1.0 - static_cast<double>(bytes) / static_cast<double>(bf16_bytes)) : 0;
-  std::printf("  weights: %s as stored, %s in bfloat16: %.1f%% saved\n", mib(bytes).c_str(), mib(bf16_bytes).c_str(),
-              saved);
+  const double saved =
+      bf16_bytes ? 100.0 * (1.0 - static_cast<double>(bytes) / static_cast<double>(bf16_bytes)) : 0;
+  std::printf("  weights: %s as stored, %s in bfloat16: %.1f%% saved\n", mib(bytes).c_str(),
+              mib(bf16_bytes).c_str(), saved);
 }
 
 }  // namespace kiln::cli

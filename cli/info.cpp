@@ -100,10 +100,9 @@ void add_info_command(CLI::App& app) {
     std::string model, revision, variant;
   };
   auto args = std::make_shared<Args>();
-  cmd->add_option(
-         "model", args->model,
-         "a .safetensors or .gguf file, a *.safetensors.index.json, a component or pipeline folder, or a Hugging "
-         "Face repo id in the local cache (org/name[@revision])")
+  cmd->add_option("model", args->model,
+                  "a .safetensors or .gguf file, a *.safetensors.index.json, a component or pipeline folder, "
+                  "or a Hugging Face repo id in the local cache (org/name[@revision])")
       ->required();
   cmd->add_option("--revision", args->revision,
                   "branch, tag or commit of a cached Hugging Face repo (default main)");

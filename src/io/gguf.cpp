@@ -200,8 +200,8 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(MappedFile::ope
   const auto kv_count = r.read<uint64_t>("the metadata count");
   // A key/value takes at least 12 bytes and a tensor info at least 24: larger counts cannot fit.
   KILN_CHECK(kv_count <= r.remaining() / 12, path << ": truncated or corrupt: " << kv_count
-                                                  << " metadata entries cannot fit in the "
-                                                  << r.remaining() << " bytes that remain");
+                                                  << " metadata entries cannot fit in the " << r.remaining()
+                                                  << " bytes that remain");
   KILN_CHECK(tensor_count <= r.remaining() / 24, path << ": truncated or corrupt: " << tensor_count
                                                       << " tensor infos cannot fit in the " << r.remaining()
                                                       << " bytes that remain");
@@ -235,9 +235,9 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(MappedFile::ope
     uint64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       ne[d] = r.read<uint64_t>("the dimensions of tensor '" + info.name + "'");
-      KILN_CHECK(ne[d] <= kMaxElements && !__builtin_mul_overflow(numel, ne[d], &numel) &&
-                     numel <= kMaxElements,
-                 where << ": dimensions overflow the element count (corrupt file?)");
+      KILN_CHECK(
+          ne[d] <= kMaxElements && !__builtin_mul_overflow(numel, ne[d], &numel) && numel <= kMaxElements,
+          where << ": dimensions overflow the element count (corrupt file?)");
     }
     const auto type_id = r.read<uint32_t>("the type of tensor '" + info.name + "'");
     const auto traits = quant::find_ggml_type(type_id);
@@ -245,9 +245,9 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(MappedFile::ope
                                          << quant::supported_type_names() << ")");
     info.type = traits->type;
     info.offset = r.read<uint64_t>("the data offset of tensor '" + info.name + "'");
-    KILN_CHECK(ne[0] % traits->block_size == 0,
-               where << ": a row of " << ne[0] << " elements is not a whole number of " << traits->name
-                     << " blocks of " << traits->block_size);
+    KILN_CHECK(ne[0] % traits->block_size == 0, where << ": a row of " << ne[0]
+                                                      << " elements is not a whole number of " << traits->name
+                                                      << " blocks of " << traits->block_size);
     // ne[0] is the innermost (contiguous) dimension; torch's shape lists the outermost first.
     for (uint32_t d = n_dims; d-- > 0;) info.shape.push_back(static_cast<int64_t>(ne[d]));
     const uint64_t blocks = numel / static_cast<uint64_t>(traits->block_size);
@@ -261,9 +261,9 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(MappedFile::ope
   // The data section starts at the next alignment boundary after the tensor infos.
   const uint64_t header_end = r.position();
   data_start_ = (header_end + alignment_ - 1) / alignment_ * alignment_;
-  KILN_CHECK(infos.empty() || data_start_ <= size,
-             path << ": truncated: the data section would start at " << data_start_ << " but the file has "
-                  << size << " bytes");
+  KILN_CHECK(infos.empty() || data_start_ <= size, path << ": truncated: the data section would start at "
+                                                        << data_start_ << " but the file has " << size
+                                                        << " bytes");
   const uint64_t data_size = data_start_ <= size ? size - data_start_ : 0;
   for (auto& info : infos) {
     const std::string where = path + ": tensor '" + info.name + "'";

@@ -122,16 +122,16 @@ FluxSingleFileWeights::FluxSingleFileWeights(std::shared_ptr<const nn::WeightSou
   std::set<std::string> used;
   for (const auto& [to, e] : entries_) {
     const std::string from = prefix_ + e.source;
-    KILN_CHECK(inner_->contains(from), inner_->description()
-                                           << ": the FLUX single file lacks tensor '" << from
-                                           << "' (needed for " << to << "; expected Black Forest Labs' layout)");
+    KILN_CHECK(inner_->contains(from), inner_->description() << ": the FLUX single file lacks tensor '"
+                                                             << from << "' (needed for " << to
+                                                             << "; expected Black Forest Labs' layout)");
     if (e.end >= 0 || e.swap_halves) {
       const Shape s = inner_->shape(from);
       const int64_t need = e.end >= 0 ? e.end : 2;
       KILN_CHECK(!s.empty() && s[0] >= need && (!e.swap_halves || s[0] % 2 == 0),
-                 inner_->description() << ": tensor '" << from << "' has shape " << shape_str(s)
-                                       << ", too few rows for " << to << " (rows " << e.begin << " to "
-                                       << need << ")");
+                 inner_->description()
+                     << ": tensor '" << from << "' has shape " << shape_str(s) << ", too few rows for " << to
+                     << " (rows " << e.begin << " to " << need << ")");
     }
     used.insert(from);
   }
@@ -142,8 +142,8 @@ FluxSingleFileWeights::FluxSingleFileWeights(std::shared_ptr<const nn::WeightSou
     for (const auto& [to2, e2] : entries_)
       if (e2.source == e.source) last = std::max(last, e2.end);
     const Shape s = inner_->shape(prefix_ + e.source);
-    KILN_CHECK(s[0] == last, inner_->description() << ": tensor '" << prefix_ + e.source << "' has "
-                                                   << s[0] << " rows but the config expects " << last);
+    KILN_CHECK(s[0] == last, inner_->description() << ": tensor '" << prefix_ + e.source << "' has " << s[0]
+                                                   << " rows but the config expects " << last);
   }
   for (const auto& n : inner_->names()) {
     if (used.count(n)) continue;
@@ -156,7 +156,8 @@ FluxSingleFileWeights::FluxSingleFileWeights(std::shared_ptr<const nn::WeightSou
 const Entry& FluxSingleFileWeights::entry(const std::string& name) const {
   auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
                              [](const auto& e, const std::string& key) { return e.first < key; });
-  KILN_CHECK(it != entries_.end() && it->first == name, description() << ": no tensor maps to '" << name << "'");
+  KILN_CHECK(it != entries_.end() && it->first == name, description()
+                                                            << ": no tensor maps to '" << name << "'");
   return it->second;
 }
 
@@ -178,7 +179,9 @@ Tensor FluxSingleFileWeights::load(const std::string& name) const {
   const Tensor t = inner_->load(prefix_ + e.source);
   return select_rows(
       t, e, t.size(0), [](const Tensor& x, int64_t b, int64_t end) { return x.narrow(0, b, end - b); },
-      [](const Tensor& a, const Tensor& b) { return concat({a, b}, 0); });
+      [](const Tensor& a, const Tensor& b) {
+        return concat({a, b}, 0);
+      });
 }
 
 quant::QuantizedTensor FluxSingleFileWeights::load_quantized(const std::string& name) const {
@@ -186,7 +189,8 @@ quant::QuantizedTensor FluxSingleFileWeights::load_quantized(const std::string& 
   const quant::QuantizedTensor q = inner_->load_quantized(prefix_ + e.source);
   if (!q.defined()) return q;
   return select_rows(
-      q, e, q.shape[0], [](const quant::QuantizedTensor& x, int64_t b, int64_t end) { return x.rows(b, end); },
+      q, e, q.shape[0],
+      [](const quant::QuantizedTensor& x, int64_t b, int64_t end) { return x.rows(b, end); },
       [](const quant::QuantizedTensor& a, const quant::QuantizedTensor& b) {
         Shape shape = a.shape;
         shape[0] += b.shape[0];
@@ -208,13 +212,15 @@ std::string FluxSingleFileWeights::description() const {
 FluxTransformerConfig infer_flux_config(const nn::WeightSource& w) {
   const std::string p = has_comfy_prefix(w) ? kComfyPrefix : "";
   auto shape_of = [&](const std::string& name) {
-    KILN_CHECK(w.contains(p + name), w.description() << ": not a FLUX transformer in Black Forest Labs' layout: no tensor '"
-                                                     << p + name << "'");
+    KILN_CHECK(w.contains(p + name),
+               w.description() << ": not a FLUX transformer in Black Forest Labs' layout: no tensor '"
+                               << p + name << "'");
     return w.shape(p + name);
   };
   FluxTransformerConfig c;
   const Shape img_in = shape_of("img_in.weight");
-  KILN_CHECK(img_in.size() == 2, w.description() << ": img_in.weight should be 2-d, got " << shape_str(img_in));
+  KILN_CHECK(img_in.size() == 2, w.description()
+                                     << ": img_in.weight should be 2-d, got " << shape_str(img_in));
   c.in_channels = img_in[1];
   c.out_channels = shape_of("final_layer.linear.weight")[0];
   c.joint_attention_dim = shape_of("txt_in.weight")[1];
@@ -229,13 +235,12 @@ FluxTransformerConfig infer_flux_config(const nn::WeightSource& w) {
              w.description() << ": img_in.weight " << shape_str(img_in) << " is not a whole number of "
                              << c.attention_head_dim << "-wide heads");
   c.num_attention_heads = img_in[0] / c.attention_head_dim;
-  KILN_CHECK(c.attention_head_dim == 128, w.description()
-                                              << ": heads of " << c.attention_head_dim
-                                              << " are not FLUX.1's 128, so the RoPE axes are unknown; pass the "
-                                                 "transformer's config.json (--model or the config option)");
+  KILN_CHECK(c.attention_head_dim == 128,
+             w.description() << ": heads of " << c.attention_head_dim
+                             << " are not FLUX.1's 128, so the RoPE axes are unknown; pass the "
+                                "transformer's config.json (--model or the config option)");
   c.validate(w.description());
   return c;
 }
-
 
 }  // namespace kiln::models

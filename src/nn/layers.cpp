@@ -13,7 +13,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  if (is_quantized()) return linear(x, quant::QuantizedTensor{weight, weight_storage.type, {out_, in_}}, bias);
+  if (is_quantized())
+    return linear(x, quant::QuantizedTensor{weight, weight_storage.type, {out_, in_}}, bias);
   return linear(x, weight, bias);
 }
 

@@ -59,7 +59,15 @@ int64_t Module::num_parameters() {
 }
 
 size_t Module::parameter_bytes(DType dtype) {
-  return static_cast<size_t>(num_parameters()) * dtype_size(dtype);
+  std::vector<std::pair<std::string, const Parameter*>> all;
+  collect("", all);
+  size_t bytes = 0;
+  for (const auto& [name, p] : all)
+    // A weight kept block-quantized occupies its blocks, whatever the compute dtype.
+    bytes += p->quantized != nullptr && p->quantized->is_quantized()
+                 ? p->slot->nbytes()
+                 : static_cast<size_t>(shape_numel(p->shape)) * dtype_size(dtype);
+  return bytes;
 }
 
 void Module::load_weights(const WeightSource& source, const LoadOptions& options) {
@@ -189,7 +197,8 @@ std::vector<Tensor> Module::call_compiled(
   std::vector<std::pair<std::string, const Parameter*>> all;
   collect("", all);
   for (const auto& [name, p] : all)
-    if (p->quantized != nullptr && p->quantized->is_quantized()) key += "|" + std::string(quant::type_name(p->quantized->type));
+    if (p->quantized != nullptr && p->quantized->is_quantized())
+      key += "|" + std::string(quant::type_name(p->quantized->type));
   return compiled_->call(inputs, parameter_tensors(), eager, key);
 }
 

@@ -10,14 +10,14 @@ Tensor linear(const Tensor& x, const quant::QuantizedTensor& weight, const Tenso
   KILN_CHECK(x.defined() && weight.defined(), op << ": x and weight must be defined");
   KILN_CHECK(quant::traits(weight.type).is_quantized,
              op << ": weight type " << quant::type_name(weight.type) << " is not block-quantized");
-  KILN_CHECK(weight.shape.size() == 2, op << ": expected weight [out_features, in_features], got "
-                                          << shape_str(weight.shape));
+  KILN_CHECK(weight.shape.size() == 2,
+             op << ": expected weight [out_features, in_features], got " << shape_str(weight.shape));
   const int64_t n = weight.shape[0], k = weight.shape[1];
   KILN_CHECK(weight.blocks.dtype() == uint8 && weight.blocks.dim() == 2 && weight.blocks.size(0) == n &&
                  weight.blocks.size(1) == quant::row_bytes(weight.type, k) && weight.blocks.stride(1) == 1,
-             op << ": the " << quant::type_name(weight.type) << " blocks of weight " << shape_str(weight.shape)
-                << " must be uint8 [" << n << ", " << quant::row_bytes(weight.type, k)
-                << "] with contiguous rows, got " << weight.blocks.str());
+             op << ": the " << quant::type_name(weight.type) << " blocks of weight "
+                << shape_str(weight.shape) << " must be uint8 [" << n << ", "
+                << quant::row_bytes(weight.type, k) << "] with contiguous rows, got " << weight.blocks.str());
   KILN_CHECK(x.dim() >= 1 && x.size(-1) == k,
              op << ": x " << shape_str(x.shape()) << " does not end in the weight's " << k << " in_features");
   KILN_CHECK(x.dtype() == float32 || x.dtype() == bfloat16,

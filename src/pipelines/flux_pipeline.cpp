@@ -77,7 +77,8 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
   } else {
     const fs::path config = fs::path(resolved.path) / "transformer" / "config.json";
     pipe.transformer_ = models::FluxTransformer2DModel::from_single_file(
-        options.transformer_file, {.config = fs::is_regular_file(config) ? config.string() : "", .dtype = options.dtype});
+        options.transformer_file,
+        {.config = fs::is_regular_file(config) ? config.string() : "", .dtype = options.dtype});
   }
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", "AutoencoderKL"), options.dtype);

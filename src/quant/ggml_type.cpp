@@ -57,9 +57,9 @@ const char* supported_type_names() {
 
 int64_t row_bytes(GgmlType type, int64_t elements) {
   const GgmlTypeTraits& t = traits(type);
-  KILN_CHECK(elements >= 0 && elements % t.block_size == 0,
-             t.name << ": a row of " << elements << " elements is not a whole number of " << t.block_size
-                    << "-element blocks");
+  KILN_CHECK(elements >= 0 && elements % t.block_size == 0, t.name << ": a row of " << elements
+                                                                   << " elements is not a whole number of "
+                                                                   << t.block_size << "-element blocks");
   return elements / t.block_size * t.type_size;
 }
 

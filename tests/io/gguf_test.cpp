@@ -183,8 +183,8 @@ TEST(Gguf, RejectsInconsistentTensorInfos) {
   {
     GgufBuilder g;
     g.add_tensor("q81", {32}, 9, std::string(36, '\0'));
-    EXPECT_KILN_ERROR(io::GgufFile(write("type.gguf", g.bytes())), "tensor 'q81'", "unsupported ggml type id 9",
-                      "Q8_0");
+    EXPECT_KILN_ERROR(io::GgufFile(write("type.gguf", g.bytes())), "tensor 'q81'",
+                      "unsupported ggml type id 9", "Q8_0");
   }
   {
     GgufBuilder g;
@@ -227,7 +227,8 @@ TEST(Gguf, RejectsBadMetadata) {
   {
     GgufBuilder g;
     g.add_u32("general.alignment", 24);
-    EXPECT_KILN_ERROR(io::GgufFile(write("a24.gguf", g.bytes())), "general.alignment 24 is not a power of two");
+    EXPECT_KILN_ERROR(io::GgufFile(write("a24.gguf", g.bytes())),
+                      "general.alignment 24 is not a power of two");
   }
   {
     GgufBuilder g;

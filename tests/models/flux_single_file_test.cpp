@@ -29,14 +29,20 @@ const io::SafetensorsFile& goldens() {
 
 Inputs inputs(const std::string& prefix) {
   const auto& g = goldens();
-  Inputs in{g.tensor(prefix + "hidden"),  g.tensor(prefix + "encoder_hidden"), g.tensor(prefix + "pooled"),
-            g.tensor(prefix + "timestep"), {}, g.tensor(prefix + "txt_ids"), g.tensor(prefix + "img_ids")};
+  Inputs in{g.tensor(prefix + "hidden"),
+            g.tensor(prefix + "encoder_hidden"),
+            g.tensor(prefix + "pooled"),
+            g.tensor(prefix + "timestep"),
+            {},
+            g.tensor(prefix + "txt_ids"),
+            g.tensor(prefix + "img_ids")};
   if (g.contains(prefix + "guidance")) in.guidance = g.tensor(prefix + "guidance");
   return in;
 }
 
 Tensor run(const FluxTransformer2DModel& m, const Inputs& in) {
-  Tensor out = m.forward(in.hidden, in.encoder_hidden, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
+  Tensor out =
+      m.forward(in.hidden, in.encoder_hidden, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
   synchronize();
   return out;
 }
@@ -56,8 +62,8 @@ std::pair<int, int> quantized_count(FluxTransformer2DModel& m) {
 // Why 1e-2 for every case: the bound of FluxTransformer.MatchesDiffusersBfloat16 (bf16 rounding tipping the
 // other way where kernels sum in another order, carried through the blocks).
 TEST(FluxSingleFile, BflSafetensorsEqualsTheDiffusersFolder) {
-  auto single = FluxTransformer2DModel::from_single_file(testing::data_path("gguf/flux-tiny-dev-bfl.safetensors"),
-                                                         {.config = kTinyConfig, .dtype = bfloat16});
+  auto single = FluxTransformer2DModel::from_single_file(
+      testing::data_path("gguf/flux-tiny-dev-bfl.safetensors"), {.config = kTinyConfig, .dtype = bfloat16});
   auto folder = models::load_flux_transformer(kTinyConfig, bfloat16);
   const Inputs in = inputs("tiny_");
   const Tensor out = run(*single, in);
@@ -72,6 +78,16 @@ TEST(FluxSingleFile, GgufQ8_0MatchesDiffusers) {
   // Every Linear weight stays Q8_0 in memory: the file's 36, with each of the 4 fused qkv split in 3 and
   // each of the 2 single-block linear1 in 4.
   EXPECT_EQ(quantized_count(*model).first, 36 + 4 * (3 - 1) + 2 * (4 - 1));
+  // Quantized weights count at their size in memory: 34 bytes per 32 weights instead of bf16's 64.
+  auto plain = models::load_flux_transformer(kTinyConfig, bfloat16);
+  size_t quantized_bytes = 0, plain_bytes = 0;
+  for (const auto& [name, t] : model->named_parameters())
+    if (t->defined() && t->dtype() == uint8) quantized_bytes += t->nbytes();
+  for (const auto& [name, t] : plain->named_parameters())
+    if (t->defined() && t->dim() == 2) plain_bytes += t->nbytes();
+  EXPECT_EQ(plain->parameter_bytes(bfloat16) - model->parameter_bytes(bfloat16),
+            plain_bytes - quantized_bytes);
+  EXPECT_EQ(quantized_bytes * 64, plain_bytes * 34);
   const Tensor out = run(*model, inputs("tiny_"));
   EXPECT_EQ(out.dtype(), bfloat16);
   EXPECT_TRUE(testing::rel_max_error_within(out, goldens().tensor("q8_0_out"), 1e-2));
@@ -124,23 +140,27 @@ std::string edited_copy(const std::string& name, const std::string& drop,
 
 TEST(FluxSingleFile, MissingWrongAndUnexpectedTensorsAreNamed) {
   const models::FluxTransformer2DModel::SingleFileOptions options{.config = kTinyConfig};
-  EXPECT_KILN_ERROR(FluxTransformer2DModel::from_single_file(
-                        edited_copy("missing.safetensors", "double_blocks.1.txt_attn.qkv.weight", {}), options),
-                    "missing.safetensors", "lacks tensor 'double_blocks.1.txt_attn.qkv.weight'",
-                    "transformer_blocks.1.attn.add_");
+  EXPECT_KILN_ERROR(
+      FluxTransformer2DModel::from_single_file(
+          edited_copy("missing.safetensors", "double_blocks.1.txt_attn.qkv.weight", {}), options),
+      "missing.safetensors", "lacks tensor 'double_blocks.1.txt_attn.qkv.weight'",
+      "transformer_blocks.1.attn.add_");
   EXPECT_KILN_ERROR(FluxTransformer2DModel::from_single_file(
                         edited_copy("rows.safetensors", "single_blocks.0.linear1.weight",
                                     {{"single_blocks.0.linear1.weight", Tensor::zeros({230, 32})}}),
                         options),
-                    "rows.safetensors", "single_blocks.0.linear1.weight", "230 rows but the config expects 224");
-  EXPECT_KILN_ERROR(FluxTransformer2DModel::from_single_file(
-                        edited_copy("extra.safetensors", "", {{"double_blocks.0.img_attn.lora", Tensor::zeros({2})}}),
-                        options),
-                    "extra.safetensors", "do not belong", "double_blocks.0.img_attn.lora");
-  EXPECT_KILN_ERROR(FluxTransformer2DModel::from_single_file(testing::data_path("gguf/flux-tiny-dev-Q8_0.gguf"), {}),
-                    "flux-tiny-dev-Q8_0.gguf", "heads of 16", "config.json");
-  EXPECT_KILN_ERROR(FluxTransformer2DModel::from_single_file("/nonexistent/flux.gguf", {}), "/nonexistent/flux.gguf",
-                    "no such file");
+                    "rows.safetensors", "single_blocks.0.linear1.weight",
+                    "230 rows but the config expects 224");
+  EXPECT_KILN_ERROR(
+      FluxTransformer2DModel::from_single_file(
+          edited_copy("extra.safetensors", "", {{"double_blocks.0.img_attn.lora", Tensor::zeros({2})}}),
+          options),
+      "extra.safetensors", "do not belong", "double_blocks.0.img_attn.lora");
+  EXPECT_KILN_ERROR(
+      FluxTransformer2DModel::from_single_file(testing::data_path("gguf/flux-tiny-dev-Q8_0.gguf"), {}),
+      "flux-tiny-dev-Q8_0.gguf", "heads of 16", "config.json");
+  EXPECT_KILN_ERROR(FluxTransformer2DModel::from_single_file("/nonexistent/flux.gguf", {}),
+                    "/nonexistent/flux.gguf", "no such file");
 }
 
 }  // namespace

@@ -95,10 +95,10 @@ struct Case {
 TEST(QuantizedLinear, MatchesAFloat64ProductOfTheDequantizedWeight) {
   // m <= 4 takes the matrix-vector kernel, larger m the GEMM on expanded panels; n = 4500 and 2100 span
   // several panels of output rows (at most 2048 each), the last one partial.
-  for (const Case c : {Case{GgmlType::Q8_0, 5, 4500, 96}, Case{GgmlType::Q8_0, 1, 300, 96},
-                       Case{GgmlType::Q4_0, 3, 40, 64}, Case{GgmlType::Q4_K, 7, 600, 512},
-                       Case{GgmlType::Q6_K, 9, 2100, 256}, Case{GgmlType::Q6_K, 1, 530, 256},
-                       Case{GgmlType::Q5_K, 2, 17, 256}}) {
+  for (const Case c :
+       {Case{GgmlType::Q8_0, 5, 4500, 96}, Case{GgmlType::Q8_0, 1, 300, 96}, Case{GgmlType::Q4_0, 3, 40, 64},
+        Case{GgmlType::Q4_K, 7, 600, 512}, Case{GgmlType::Q6_K, 9, 2100, 256},
+        Case{GgmlType::Q6_K, 1, 530, 256}, Case{GgmlType::Q5_K, 2, 17, 256}}) {
     SCOPED_TRACE(std::string(quant::type_name(c.type)) + " n=" + std::to_string(c.n));
     const quant::QuantizedTensor w = random_blocks(c.type, c.n, c.k, 7);
     const Tensor wf = w.dequantize();
@@ -111,8 +111,8 @@ TEST(QuantizedLinear, MatchesAFloat64ProductOfTheDequantizedWeight) {
     const Tensor xb = x.to(bfloat16);
     const Tensor yb = linear(xb, w, bias.to(bfloat16));
     EXPECT_EQ(yb.dtype(), bfloat16);
-    EXPECT_LT(relative_error(yb.to(float32), reference(xb.to(float32), wf.to(bfloat16).to(float32),
-                                                       bias.to(bfloat16))),
+    EXPECT_LT(relative_error(yb.to(float32),
+                             reference(xb.to(float32), wf.to(bfloat16).to(float32), bias.to(bfloat16))),
               8e-3);
   }
 }

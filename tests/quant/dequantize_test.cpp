@@ -79,15 +79,15 @@ TEST(Dequantize, EveryTypeMatchesTheGgufPackageBitForBit) {
 
 TEST(Dequantize, PortableKernelsMatchTheGgufPackage) {
   for (const auto& name : refs().file.names())
-    expect_kernel_matches(name, cpu_kernels::generic::dequantize_row_f32, cpu_kernels::generic::dequantize_row_bf16,
-                          "generic");
+    expect_kernel_matches(name, cpu_kernels::generic::dequantize_row_f32,
+                          cpu_kernels::generic::dequantize_row_bf16, "generic");
 }
 
 TEST(Dequantize, Avx512KernelsMatchTheGgufPackage) {
   if (!cpu_kernels::cpu_features().avx512) GTEST_SKIP() << "this CPU has no AVX-512";
   for (const auto& name : refs().file.names())
-    expect_kernel_matches(name, cpu_kernels::avx512::dequantize_row_f32, cpu_kernels::avx512::dequantize_row_bf16,
-                          "avx512");
+    expect_kernel_matches(name, cpu_kernels::avx512::dequantize_row_f32,
+                          cpu_kernels::avx512::dequantize_row_bf16, "avx512");
 }
 
 TEST(GgmlTypeTraits, BlockSizesAndRowBytes) {

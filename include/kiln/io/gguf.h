@@ -23,7 +23,7 @@ namespace kiln::io {
 struct GgufTensorInfo {
   std::string name;
   quant::GgmlType type;
-  Shape shape;  // torch order (outermost first): ggml's ne[] reversed, as the gguf package reports it
+  Shape shape;          // torch order (outermost first): ggml's ne[] reversed, as the gguf package reports it
   uint64_t offset = 0;  // from the start of the data section
   uint64_t bytes = 0;
 };

@@ -66,7 +66,8 @@ class Module {
   // Every parameter's full dotted name and registered shape (what the checkpoint must hold).
   std::vector<std::pair<std::string, Shape>> parameter_shapes(const std::string& prefix = "");
   int64_t num_parameters();
-  // Bytes the parameters occupy (after loading) or would occupy in `dtype`.
+  // Bytes the parameters occupy (after loading) or would occupy in `dtype`; weights kept block-quantized
+  // count at their quantized size.
   size_t parameter_bytes(DType dtype);
 
   // Loads every parameter from `source`, checking that each exists with the registered shape, and that the

@@ -36,7 +36,7 @@ enum class GgmlType : uint32_t {
 
 struct GgmlTypeTraits {
   GgmlType type;
-  const char* name;   // "Q8_0", as ggml and the gguf package name it
+  const char* name;    // "Q8_0", as ggml and the gguf package name it
   int64_t block_size;  // elements per block (1 for plain floats)
   int64_t type_size;   // bytes per block
   bool is_quantized;   // block-quantized (false for F32, F16, BF16)

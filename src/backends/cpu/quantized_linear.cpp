@@ -52,12 +52,13 @@ void matvec(const runtime::OpCall& call, quant::GgmlType type) {
   const Tensor& out = call.outputs[0];
   const int64_t m = x.size(0), k = x.size(1), n = out.size(1);
   // Kernels compute and never dispatch, so x and the bias are widened here (a few rows; cheap).
-  std::vector<float> xf(static_cast<size_t>(m * k)), bias(static_cast<size_t>(call.inputs.size() > 2 ? n : 0));
+  std::vector<float> xf(static_cast<size_t>(m * k)),
+      bias(static_cast<size_t>(call.inputs.size() > 2 ? n : 0));
   widen_to_f32(x, xf.data());
   if (!bias.empty()) widen_to_f32(call.inputs[2], bias.data());
-  KILN_ISA_CALL(quantized_matvec)(type, static_cast<const uint8_t*>(w.raw_data()), w.stride(0), n, xf.data(), m,
-                                  k, x.dtype() == bfloat16, bias.empty() ? nullptr : bias.data(), out.raw_data(),
-                                  out.dtype() == bfloat16);
+  KILN_ISA_CALL(quantized_matvec)
+  (type, static_cast<const uint8_t*>(w.raw_data()), w.stride(0), n, xf.data(), m, k, x.dtype() == bfloat16,
+   bias.empty() ? nullptr : bias.data(), out.raw_data(), out.dtype() == bfloat16);
 }
 
 template <class T>
@@ -95,8 +96,7 @@ void linear_quantized_kernel(const runtime::OpCall& call) {
     const Md w_md = onednn::plain_desc({k, np}, {1, k}, ct, "linear_quantized");
     const Md dst_md = onednn::plain_desc({m, np}, {n, 1}, ct, "linear_quantized");
     Md bias_md;
-    if (bias != nullptr)
-      bias_md = onednn::plain_desc({1, np}, {n, 1}, bias->dtype(), "linear_quantized");
+    if (bias != nullptr) bias_md = onednn::plain_desc({1, np}, {n, 1}, bias->dtype(), "linear_quantized");
     onednn::KeyBuilder key("linear_quantized");
     key.add(src_md).add(w_md).add(dst_md);
     if (bias != nullptr) key.add(bias_md);

@@ -39,8 +39,8 @@ float dot(const float* a, const W* b, int64_t k) {
 }
 
 template <class W>
-void matvec_rows(quant::GgmlType type, const uint8_t* w, int64_t row_bytes, int64_t n, const float* x, int64_t m,
-                 int64_t k, const float* bias, void* out, bool out_bf16) {
+void matvec_rows(quant::GgmlType type, const uint8_t* w, int64_t row_bytes, int64_t n, const float* x,
+                 int64_t m, int64_t k, const float* bias, void* out, bool out_bf16) {
 #pragma omp parallel
   {
     std::vector<W> row(static_cast<size_t>(k));
@@ -64,9 +64,10 @@ void matvec_rows(quant::GgmlType type, const uint8_t* w, int64_t row_bytes, int6
 
 }  // namespace
 
-// out[r, j] = sum_k x[r, k] w[j, k] + bias[j] for r < m, j < n; x float32 [m, k] dense; w block-quantized rows
-// of row_bytes; bias float32 or null. With round_weights the dequantized weights are first rounded to bfloat16
-// (the values a bfloat16 GEMM multiplies). out is float32 or (out_bf16) bfloat16, [m, n] dense, rounded once.
+// out[r, j] = sum_k x[r, k] w[j, k] + bias[j] for r < m, j < n; x float32 [m, k] dense; w block-quantized
+// rows of row_bytes; bias float32 or null. With round_weights the dequantized weights are first rounded to
+// bfloat16 (the values a bfloat16 GEMM multiplies). out is float32 or (out_bf16) bfloat16, [m, n] dense,
+// rounded once.
 void quantized_matvec(quant::GgmlType type, const uint8_t* w, int64_t row_bytes, int64_t n, const float* x,
                       int64_t m, int64_t k, bool round_weights, const float* bias, void* out, bool out_bf16) {
   if (round_weights)
