@@ -21,7 +21,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model;
-  // A single-file transformer (.safetensors in BFL layout, .gguf) replacing the model's.
+  // A single-file transformer (original layout as .safetensors, or .gguf) replacing the model's.
   std::string transformer;
   std::string prompt;
   std::string prompt_2;
@@ -129,9 +129,6 @@ void run_generate(const GenerateArgs& args) {
     if (!args.prompt_2.empty()) call.prompt_2 = args.prompt_2;
     load_and_run<FluxPipeline>(args, call, 7);
   } else if (index.class_name == "StableDiffusion3Pipeline") {
-    KILN_CHECK(args.transformer.empty(),
-               "--transformer: single-file loading is implemented for FLUX.1 "
-               "transformers only, not yet for StableDiffusion3Pipeline");
     StableDiffusion3PipelineCall call;
     if (!args.prompt_2.empty())
       call.prompt_3 = args.prompt_2;  // --prompt-2 is the T5 prompt in both pipelines
@@ -153,8 +150,9 @@ void add_generate_command(CLI::App& app) {
       ->required();
   cmd->add_option(
       "--transformer", args->transformer,
-      "FLUX transformer from one file instead of the model's transformer/: Black Forest Labs' layout "
-      "as .safetensors (flux1-dev.safetensors) or a GGUF quantization (.gguf, kept quantized)");
+      "the transformer from one file instead of the model's transformer/: the original layout as "
+      ".safetensors (flux1-dev.safetensors, sd3.5_medium.safetensors) or a GGUF quantization (.gguf, kept "
+      "quantized)");
   cmd->add_option("--prompt", args->prompt, "the prompt")->required();
   cmd->add_option("--prompt-2", args->prompt_2, "a separate prompt for the T5 encoder (default: --prompt)");
   cmd->add_option("--negative-prompt", args->negative_prompt,

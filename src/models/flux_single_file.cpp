@@ -1,44 +1,18 @@
 #include "kiln/models/flux_single_file.h"
 
 #include <algorithm>
-#include <set>
 
-#include "kiln/ops/layout.h"
+#include "kiln/nn/mapped_weights.h"
 
 namespace kiln::models {
 
 namespace {
 
-using Entry = FluxSingleFileWeights::Entry;
-
 constexpr const char* kComfyPrefix = "model.diffusion_model.";
 
-// Adds `diffusers_name` <- rows [begin, end) of `bfl_name`.
-struct Mapping {
-  std::vector<std::pair<std::string, Entry>> entries;
-  void add(const std::string& to, const std::string& from, int64_t begin = 0, int64_t end = -1,
-           bool swap = false) {
-    entries.emplace_back(to, Entry{from, begin, end, swap});
-  }
-  // weight and bias of a Linear.
-  void linear(const std::string& to, const std::string& from) {
-    add(to + ".weight", from + ".weight");
-    add(to + ".bias", from + ".bias");
-  }
-  // Consecutive row ranges of a fused weight and bias: `parts` are (diffusers Linear, rows).
-  void split(const std::string& from, const std::vector<std::pair<std::string, int64_t>>& parts) {
-    int64_t row = 0;
-    for (const auto& [to, rows] : parts) {
-      add(to + ".weight", from + ".weight", row, row + rows);
-      add(to + ".bias", from + ".bias", row, row + rows);
-      row += rows;
-    }
-  }
-};
-
-std::vector<std::pair<std::string, Entry>> flux_mapping(const FluxTransformerConfig& c) {
+nn::MappedWeights::Mapping flux_mapping(const FluxTransformerConfig& c) {
   const int64_t d = c.inner_dim();
-  Mapping m;
+  nn::MappingBuilder m;
   m.linear("time_text_embed.timestep_embedder.linear_1", "time_in.in_layer");
   m.linear("time_text_embed.timestep_embedder.linear_2", "time_in.out_layer");
   m.linear("time_text_embed.text_embedder.linear_1", "vector_in.in_layer");
@@ -81,15 +55,8 @@ std::vector<std::pair<std::string, Entry>> flux_mapping(const FluxTransformerCon
   }
   m.linear("proj_out", "final_layer.linear");
   // BFL's AdaLayerNormContinuous projects to (shift, scale); diffusers' to (scale, shift).
-  m.add("norm_out.linear.weight", "final_layer.adaLN_modulation.1.weight", 0, -1, true);
-  m.add("norm_out.linear.bias", "final_layer.adaLN_modulation.1.bias", 0, -1, true);
+  m.swapped("norm_out.linear", "final_layer.adaLN_modulation.1");
   return std::move(m.entries);
-}
-
-bool has_comfy_prefix(const nn::WeightSource& w) {
-  for (const auto& n : w.names())
-    if (n.rfind(kComfyPrefix, 0) == 0) return true;
-  return false;
 }
 
 int64_t count_blocks(const nn::WeightSource& w, const std::string& prefix, const std::string& kind) {
@@ -102,115 +69,17 @@ int64_t count_blocks(const nn::WeightSource& w, const std::string& prefix, const
   return count;
 }
 
-// Rows [begin, end) of `t` with the halves swapped when asked.
-template <class T, class Rows, class Concat>
-T select_rows(const T& t, const Entry& e, int64_t n0, Rows rows, Concat cat) {
-  const int64_t end = e.end < 0 ? n0 : e.end;
-  T r = rows(t, e.begin, end);
-  if (!e.swap_halves) return r;
-  const int64_t half = (end - e.begin) / 2;
-  return cat(rows(r, half, end - e.begin), rows(r, 0, half));
-}
-
 }  // namespace
 
-FluxSingleFileWeights::FluxSingleFileWeights(std::shared_ptr<const nn::WeightSource> inner,
-                                             const FluxTransformerConfig& config)
-    : inner_(std::move(inner)), prefix_(has_comfy_prefix(*inner_) ? kComfyPrefix : "") {
-  entries_ = flux_mapping(config);
-  std::sort(entries_.begin(), entries_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::set<std::string> used;
-  for (const auto& [to, e] : entries_) {
-    const std::string from = prefix_ + e.source;
-    KILN_CHECK(inner_->contains(from), inner_->description() << ": the FLUX single file lacks tensor '"
-                                                             << from << "' (needed for " << to
-                                                             << "; expected Black Forest Labs' layout)");
-    if (e.end >= 0 || e.swap_halves) {
-      const Shape s = inner_->shape(from);
-      const int64_t need = e.end >= 0 ? e.end : 2;
-      KILN_CHECK(!s.empty() && s[0] >= need && (!e.swap_halves || s[0] % 2 == 0),
-                 inner_->description()
-                     << ": tensor '" << from << "' has shape " << shape_str(s) << ", too few rows for " << to
-                     << " (rows " << e.begin << " to " << need << ")");
-    }
-    used.insert(from);
-  }
-  // Whole fused tensors must be consumed exactly: a qkv with extra rows is a different architecture.
-  for (const auto& [to, e] : entries_) {
-    if (e.end < 0) continue;
-    int64_t last = 0;
-    for (const auto& [to2, e2] : entries_)
-      if (e2.source == e.source) last = std::max(last, e2.end);
-    const Shape s = inner_->shape(prefix_ + e.source);
-    KILN_CHECK(s[0] == last, inner_->description() << ": tensor '" << prefix_ + e.source << "' has " << s[0]
-                                                   << " rows but the config expects " << last);
-  }
-  for (const auto& n : inner_->names()) {
-    if (used.count(n)) continue;
-    // Other components of a ComfyUI checkpoint (VAE, text encoders) are not the transformer's business.
-    if (!prefix_.empty() && n.rfind(prefix_, 0) != 0) continue;
-    unmapped_.push_back(n);
-  }
-}
-
-const Entry& FluxSingleFileWeights::entry(const std::string& name) const {
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
-                             [](const auto& e, const std::string& key) { return e.first < key; });
-  KILN_CHECK(it != entries_.end() && it->first == name, description()
-                                                            << ": no tensor maps to '" << name << "'");
-  return it->second;
-}
-
-bool FluxSingleFileWeights::contains(const std::string& name) const {
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
-                             [](const auto& e, const std::string& key) { return e.first < key; });
-  return it != entries_.end() && it->first == name;
-}
-
-Shape FluxSingleFileWeights::shape(const std::string& name) const {
-  const Entry& e = entry(name);
-  Shape s = inner_->shape(prefix_ + e.source);
-  if (e.end >= 0) s[0] = e.end - e.begin;
-  return s;
-}
-
-Tensor FluxSingleFileWeights::load(const std::string& name) const {
-  const Entry& e = entry(name);
-  const Tensor t = inner_->load(prefix_ + e.source);
-  return select_rows(
-      t, e, t.size(0), [](const Tensor& x, int64_t b, int64_t end) { return x.narrow(0, b, end - b); },
-      [](const Tensor& a, const Tensor& b) {
-        return concat({a, b}, 0);
-      });
-}
-
-quant::QuantizedTensor FluxSingleFileWeights::load_quantized(const std::string& name) const {
-  const Entry& e = entry(name);
-  const quant::QuantizedTensor q = inner_->load_quantized(prefix_ + e.source);
-  if (!q.defined()) return q;
-  return select_rows(
-      q, e, q.shape[0],
-      [](const quant::QuantizedTensor& x, int64_t b, int64_t end) { return x.rows(b, end); },
-      [](const quant::QuantizedTensor& a, const quant::QuantizedTensor& b) {
-        Shape shape = a.shape;
-        shape[0] += b.shape[0];
-        return quant::QuantizedTensor{concat({a.blocks, b.blocks}, 0), a.type, shape};
-      });
-}
-
-std::vector<std::string> FluxSingleFileWeights::names() const {
-  std::vector<std::string> out;
-  for (const auto& [to, e] : entries_) out.push_back(to);
-  out.insert(out.end(), unmapped_.begin(), unmapped_.end());
-  return out;
-}
-
-std::string FluxSingleFileWeights::description() const {
-  return inner_->description();
+std::unique_ptr<nn::WeightSource> flux_single_file_weights(std::shared_ptr<const nn::WeightSource> inner,
+                                                           const FluxTransformerConfig& config) {
+  std::string prefix = nn::MappedWeights::prefix_if_present(*inner, kComfyPrefix);
+  return std::make_unique<nn::MappedWeights>(std::move(inner), flux_mapping(config), std::move(prefix),
+                                             "FLUX single file (Black Forest Labs' layout)");
 }
 
 FluxTransformerConfig infer_flux_config(const nn::WeightSource& w) {
-  const std::string p = has_comfy_prefix(w) ? kComfyPrefix : "";
+  const std::string p = nn::MappedWeights::prefix_if_present(w, kComfyPrefix);
   auto shape_of = [&](const std::string& name) {
     KILN_CHECK(w.contains(p + name),
                w.description() << ": not a FLUX transformer in Black Forest Labs' layout: no tensor '"

@@ -162,7 +162,7 @@ std::unique_ptr<FluxTransformer2DModel> FluxTransformer2DModel::from_single_file
   auto model = std::make_unique<FluxTransformer2DModel>(config);
   nn::LoadOptions load;
   load.dtype = options.dtype;
-  model->load_weights(FluxSingleFileWeights(file, config), load);
+  model->load_weights(*flux_single_file_weights(file, config), load);
   return model;
 }
 

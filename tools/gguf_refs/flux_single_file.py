@@ -10,6 +10,10 @@ Writes (pip install torch diffusers transformers safetensors gguf):
                                                   a 256-wide, 128-per-head tiny FLUX (1 double, 1 single block) so
                                                   that K-quants apply: weights whose rows are whole 256-blocks in
                                                   Q4_K, the others Q8_0 (a mixed file, like *_K_S ones)
+  tests/data/gguf/sd3-tiny-medium-sai.safetensors, sd3-tiny-medium-Q8_0.gguf
+                                                  the tiny SD3.5-Medium-like transformer of tools/goldens/sd3.py
+                                                  (tests/data/models/sd3-tiny-medium, in bf16) in Stability AI's
+                                                  layout (sd3.5_medium.safetensors' names), and in GGUF Q8_0
   tests/data/gguf/flux_single_file_goldens.safetensors
                                                   per case the transformer's inputs and diffusers' output from
                                                   FluxTransformer2DModel.from_single_file(..., quantization_config=
@@ -28,7 +32,7 @@ import os
 import gguf
 import numpy as np
 import torch
-from diffusers import FluxTransformer2DModel, GGUFQuantizationConfig
+from diffusers import FluxTransformer2DModel, GGUFQuantizationConfig, SD3Transformer2DModel
 from diffusers.loaders import single_file_model, single_file_utils
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -97,6 +101,62 @@ def to_bfl(sd, num_layers, num_single_layers):
         scale, shift = sd[f"norm_out.linear.{p}"].chunk(2, 0)  # diffusers: (scale, shift); BFL: (shift, scale)
         out[f"final_layer.adaLN_modulation.1.{p}"] = torch.cat([shift, scale], 0)
     assert len(set(id(v) for v in out.values())) == len(out)
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def to_sai(sd, num_layers, dual_layers):
+    """diffusers SD3Transformer2DModel state dict -> Stability AI's names and fused tensors."""
+    out = {}
+
+    def lin(sai, diff):
+        out[sai + ".weight"] = sd[diff + ".weight"]
+        out[sai + ".bias"] = sd[diff + ".bias"]
+
+    def fused(sai, diffs):
+        for p in ("weight", "bias"):
+            out[f"{sai}.{p}"] = torch.cat([sd[f"{d}.{p}"] for d in diffs], 0)
+
+    def unswap(sai, diff):  # diffusers (scale, shift) -> SAI (shift, scale)
+        for p in ("weight", "bias"):
+            scale, shift = sd[f"{diff}.{p}"].chunk(2, 0)
+            out[f"{sai}.{p}"] = torch.cat([shift, scale], 0)
+
+    out["pos_embed"] = sd["pos_embed.pos_embed"]
+    lin("x_embedder.proj", "pos_embed.proj")
+    lin("t_embedder.mlp.0", "time_text_embed.timestep_embedder.linear_1")
+    lin("t_embedder.mlp.2", "time_text_embed.timestep_embedder.linear_2")
+    lin("y_embedder.mlp.0", "time_text_embed.text_embedder.linear_1")
+    lin("y_embedder.mlp.2", "time_text_embed.text_embedder.linear_2")
+    lin("context_embedder", "context_embedder")
+    for i in range(num_layers):
+        d, x, c = f"transformer_blocks.{i}.", f"joint_blocks.{i}.x_block.", f"joint_blocks.{i}.context_block."
+        last = i == num_layers - 1
+        fused(x + "attn.qkv", [d + "attn.to_q", d + "attn.to_k", d + "attn.to_v"])
+        fused(c + "attn.qkv", [d + "attn.add_q_proj", d + "attn.add_k_proj", d + "attn.add_v_proj"])
+        for sai, diff in (("attn.ln_q", "attn.norm_q"), ("attn.ln_k", "attn.norm_k")):
+            out[x + sai + ".weight"] = sd[d + diff + ".weight"]
+        out[c + "attn.ln_q.weight"] = sd[d + "attn.norm_added_q.weight"]
+        out[c + "attn.ln_k.weight"] = sd[d + "attn.norm_added_k.weight"]
+        lin(x + "attn.proj", d + "attn.to_out.0")
+        if not last:
+            lin(c + "attn.proj", d + "attn.to_add_out")
+        if i in dual_layers:
+            fused(x + "attn2.qkv", [d + "attn2.to_q", d + "attn2.to_k", d + "attn2.to_v"])
+            out[x + "attn2.ln_q.weight"] = sd[d + "attn2.norm_q.weight"]
+            out[x + "attn2.ln_k.weight"] = sd[d + "attn2.norm_k.weight"]
+            lin(x + "attn2.proj", d + "attn2.to_out.0")
+        lin(x + "adaLN_modulation.1", d + "norm1.linear")
+        if last:
+            unswap(c + "adaLN_modulation.1", d + "norm1_context.linear")
+        else:
+            lin(c + "adaLN_modulation.1", d + "norm1_context.linear")
+        lin(x + "mlp.fc1", d + "ff.net.0.proj")
+        lin(x + "mlp.fc2", d + "ff.net.2")
+        if not last:
+            lin(c + "mlp.fc1", d + "ff_context.net.0.proj")
+            lin(c + "mlp.fc2", d + "ff_context.net.2")
+    lin("final_layer.linear", "proj_out")
+    unswap("final_layer.adaLN_modulation.1", "norm_out.linear")
     return {k: v.contiguous() for k, v in out.items()}
 
 
@@ -229,6 +289,45 @@ def main():
     goldens["q4_k_exact_weights_out"] = run(plain.to(torch.bfloat16), wide_in)
     for k, v in wide_in.items():
         goldens["wide_" + k] = v
+    # 3. The tiny SD3.5-Medium-like transformer (MMDiT-X blocks, qk norm) of tools/goldens/sd3.py in Stability
+    #    AI's layout, as bf16 safetensors and Q8_0 GGUF, on the CFG batch of the mediumbf16 golden's first step.
+    sd3_dir = os.path.join("tests", "data", "models", "sd3-tiny-medium")
+    sd3 = SD3Transformer2DModel.from_pretrained(sd3_dir, subfolder="transformer").to(torch.bfloat16)
+    sai = to_sai(sd3.state_dict(), sd3.config.num_layers, list(sd3.config.dual_attention_layers))
+    assert len(sai) == len(sd3.state_dict()) - 2 * 2 * (2 * sd3.config.num_layers + len(sd3.config.dual_attention_layers)), len(sai)
+    save_file(sai, os.path.join(OUT, "sd3-tiny-medium-sai.safetensors"))
+    write_gguf(os.path.join(OUT, "sd3-tiny-medium-Q8_0.gguf"), sai, kquant=False)
+    g = safe_open(os.path.join("tests", "data", "goldens", "sd3", "mediumbf16_cat_64x64_s0.safetensors"), "pt")
+    sd3_in = dict(hidden=torch.cat([g.get_tensor("latents_init")] * 2),
+                  encoder_hidden=torch.cat([g.get_tensor("negative_prompt_embeds"), g.get_tensor("prompt_embeds")]),
+                  pooled=torch.cat([g.get_tensor("negative_pooled_prompt_embeds"), g.get_tensor("pooled_prompt_embeds")]),
+                  timestep=g.get_tensor("transformer_in_timestep"))
+
+    def run_sd3(model):
+        with torch.no_grad():
+            return model(hidden_states=sd3_in["hidden"], encoder_hidden_states=sd3_in["encoder_hidden"],
+                         pooled_projections=sd3_in["pooled"], timestep=sd3_in["timestep"], return_dict=False)[0]
+
+    assert torch.equal(run_sd3(sd3), g.get_tensor("transformer_out_step0"))
+    single = SD3Transformer2DModel.from_single_file(os.path.join(OUT, "sd3-tiny-medium-sai.safetensors"),
+                                                    config=sd3_dir, subfolder="transformer", torch_dtype=torch.bfloat16)
+    goldens["sd3_sai_out"] = run_sd3(single)
+    assert torch.equal(goldens["sd3_sai_out"], g.get_tensor("transformer_out_step0"))
+    q8 = SD3Transformer2DModel.from_single_file(os.path.join(OUT, "sd3-tiny-medium-Q8_0.gguf"), config=sd3_dir,
+                                                subfolder="transformer", quantization_config=q,
+                                                torch_dtype=torch.bfloat16)
+    goldens["sd3_q8_0_out"] = run_sd3(q8)
+    # As for Q4_K above: diffusers expands Q8_0 in float16 (d * q rounded to float16), the gguf package in
+    # float32; the same model on the gguf package's weights separates that from Kiln's own differences.
+    exact = {t.name: torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type).copy()).reshape(
+        [int(d) for d in reversed(t.shape)])
+        for t in gguf.GGUFReader(os.path.join(OUT, "sd3-tiny-medium-Q8_0.gguf")).tensors}
+    convert_sd3 = single_file_model.SINGLE_FILE_LOADABLE_CLASSES["SD3Transformer2DModel"]["checkpoint_mapping_fn"]
+    plain = SD3Transformer2DModel.from_config(sd3.config)
+    plain.load_state_dict(convert_sd3(exact))
+    goldens["sd3_q8_0_exact_weights_out"] = run_sd3(plain.to(torch.bfloat16))
+    for k, v in sd3_in.items():
+        goldens["sd3_" + k] = v
     save_file({k: v.contiguous() for k, v in goldens.items()},
               os.path.join(OUT, "flux_single_file_goldens.safetensors"))
 
