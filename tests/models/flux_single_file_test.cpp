@@ -1,5 +1,5 @@
 // FluxTransformer2DModel::from_single_file on FLUX transformers saved as people download them
-// (tools/gguf_refs/flux_single_file.py): Black Forest Labs' layout as safetensors, GGUF Q8_0, and a mixed
+// (tools/gguf_refs/single_files.py): Black Forest Labs' layout as safetensors, GGUF Q8_0, and a mixed
 // Q4_K/Q8_0 GGUF, each against diffusers' from_single_file (with GGUFQuantizationConfig(compute_dtype=bf16))
 // on the same file; quantized weights stay quantized; a wrong or missing tensor is named.
 #include <gtest/gtest.h>
@@ -23,7 +23,7 @@ struct Inputs {
 };
 
 const io::SafetensorsFile& goldens() {
-  static const io::SafetensorsFile g(testing::data_path("gguf/flux_single_file_goldens.safetensors"));
+  static const io::SafetensorsFile g(testing::data_path("gguf/single_file_goldens.safetensors"));
   return g;
 }
 

@@ -1,5 +1,5 @@
 // SD3Transformer2DModel::from_single_file on the tiny SD3.5-Medium-like transformer saved in Stability AI's
-// layout (tools/gguf_refs/flux_single_file.py): as bf16 safetensors and as GGUF Q8_0, each against diffusers'
+// layout (tools/gguf_refs/single_files.py): as bf16 safetensors and as GGUF Q8_0, each against diffusers'
 // from_single_file on the same file, on the CFG batch of the mediumbf16 golden's first step.
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@ using models::SD3Transformer2DModel;
 const std::string kConfig = testing::data_path("models/sd3-tiny-medium/transformer");
 
 Tensor run(const SD3Transformer2DModel& m) {
-  const io::SafetensorsFile g(testing::data_path("gguf/flux_single_file_goldens.safetensors"));
+  const io::SafetensorsFile g(testing::data_path("gguf/single_file_goldens.safetensors"));
   Tensor out = m.forward(g.tensor("sd3_hidden"), g.tensor("sd3_encoder_hidden"), g.tensor("sd3_pooled"),
                          g.tensor("sd3_timestep"));
   synchronize();
@@ -25,7 +25,7 @@ Tensor run(const SD3Transformer2DModel& m) {
 }
 
 Tensor golden(const std::string& name) {
-  return io::SafetensorsFile(testing::data_path("gguf/flux_single_file_goldens.safetensors")).tensor(name);
+  return io::SafetensorsFile(testing::data_path("gguf/single_file_goldens.safetensors")).tensor(name);
 }
 
 // Why 6e-3: SD3Transformer.MatchesDiffusersBfloat16's bound on the same model and inputs.

@@ -1,4 +1,4 @@
-"""FLUX transformers as single files, the way people download them, with diffusers' outputs on them.
+"""FLUX and SD3 transformers as single files, the way people download them, with diffusers' outputs on them.
 
 Writes (pip install torch diffusers transformers safetensors gguf):
   tests/data/gguf/flux-tiny-dev-bfl.safetensors   the tiny bf16 FLUX.1-dev transformer of tools/goldens/flux.py
@@ -14,7 +14,7 @@ Writes (pip install torch diffusers transformers safetensors gguf):
                                                   the tiny SD3.5-Medium-like transformer of tools/goldens/sd3.py
                                                   (tests/data/models/sd3-tiny-medium, in bf16) in Stability AI's
                                                   layout (sd3.5_medium.safetensors' names), and in GGUF Q8_0
-  tests/data/gguf/flux_single_file_goldens.safetensors
+  tests/data/gguf/single_file_goldens.safetensors
                                                   per case the transformer's inputs and diffusers' output from
                                                   FluxTransformer2DModel.from_single_file(..., quantization_config=
                                                   GGUFQuantizationConfig(compute_dtype=torch.bfloat16))
@@ -22,7 +22,7 @@ Writes (pip install torch diffusers transformers safetensors gguf):
 diffusers' converter (convert_flux_transformer_checkpoint_to_diffusers) hard-codes FLUX.1's width 3072 when it
 splits the single blocks' fused linear1; for these tiny models the tool runs that same function with the width
 read from the checkpoint (the only change), registered where from_single_file looks it up.
-Run from the repository root: python tools/gguf_refs/flux_single_file.py
+Run from the repository root: python tools/gguf_refs/single_files.py
 """
 
 import inspect
@@ -329,7 +329,7 @@ def main():
     for k, v in sd3_in.items():
         goldens["sd3_" + k] = v
     save_file({k: v.contiguous() for k, v in goldens.items()},
-              os.path.join(OUT, "flux_single_file_goldens.safetensors"))
+              os.path.join(OUT, "single_file_goldens.safetensors"))
 
 
 if __name__ == "__main__":
