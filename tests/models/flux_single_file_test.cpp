@@ -91,6 +91,9 @@ TEST(FluxSingleFile, GgufQ8_0MatchesDiffusers) {
   const Tensor out = run(*model, inputs("tiny_"));
   EXPECT_EQ(out.dtype(), bfloat16);
   EXPECT_TRUE(testing::rel_max_error_within(out, goldens().tensor("q8_0_out"), 1e-2));
+  // Model offload hands the quantized blocks' file pages back; the next forward reads them again unchanged.
+  EXPECT_GE(model->release_weights(), quantized_bytes);
+  EXPECT_EQ(run(*model, inputs("tiny_")).to_vector<float>(), out.to_vector<float>());
 }
 
 TEST(FluxSingleFile, GgufQ4_KMatchesDiffusersWithTheConfigReadOffShapes) {
