@@ -10,6 +10,7 @@
 #include "kiln/models/flux_single_file.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/nn/gguf_weights.h"
+#include "kiln/ops/linalg.h"
 #include "kiln/runtime/eager_mode.h"
 #include "support/test_data.h"
 
@@ -94,6 +95,12 @@ TEST(FluxSingleFile, GgufQ8_0MatchesDiffusers) {
   // Model offload hands the quantized blocks' file pages back; the next forward reads them again unchanged.
   EXPECT_GE(model->release_weights(), quantized_bytes);
   EXPECT_EQ(run(*model, inputs("tiny_")).to_vector<float>(), out.to_vector<float>());
+  // Sequential offload: with a resident-weight budget of nothing, each quantized weight leaves the process
+  // once the next one is read; the result is the same.
+  set_resident_weight_budget(0);
+  const Tensor budgeted = run(*model, inputs("tiny_"));
+  set_resident_weight_budget(std::nullopt);
+  EXPECT_EQ(budgeted.to_vector<float>(), out.to_vector<float>());
 }
 
 TEST(FluxSingleFile, GgufQ4_KMatchesDiffusersWithTheConfigReadOffShapes) {
