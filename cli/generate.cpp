@@ -21,6 +21,8 @@ namespace {
 
 struct GenerateArgs {
   std::string model;
+  // A single-file transformer (original layout as .safetensors, or .gguf) replacing the model's.
+  std::string transformer;
   std::string prompt;
   std::string prompt_2;
   std::optional<std::string> negative_prompt;
@@ -69,6 +71,7 @@ void load_and_run(const GenerateArgs& args, Call call, int components) {
   load.dtype = parse_dtype(args.dtype);
   if (args.packed_weights)
     load.packed_weight_budget = parse_byte_budget(*args.packed_weights, "--packed-weights");
+  load.transformer_file = args.transformer;
   ProgressBar loading("loading", components);
   load.on_component_loaded = [&](const std::string& name, int i, int) { loading.update(i, name); };
   Pipeline pipe = Pipeline::from_pretrained(args.model, load);
@@ -145,6 +148,11 @@ void add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate an image from a text prompt");
   cmd->add_option("--model", args->model, "diffusers folder or Hugging Face repo id in the local cache")
       ->required();
+  cmd->add_option(
+      "--transformer", args->transformer,
+      "the transformer from one file instead of the model's transformer/: the original layout as "
+      ".safetensors (flux1-dev.safetensors, sd3.5_medium.safetensors) or a GGUF quantization (.gguf, kept "
+      "quantized)");
   cmd->add_option("--prompt", args->prompt, "the prompt")->required();
   cmd->add_option("--prompt-2", args->prompt_2, "a separate prompt for the T5 encoder (default: --prompt)");
   cmd->add_option("--negative-prompt", args->negative_prompt,

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/gguf_info.h"
 #include "kiln/io/model_summary.h"
 #include "kiln/pipelines/weight_packing.h"
 
@@ -99,16 +100,19 @@ void add_info_command(CLI::App& app) {
     std::string model, revision, variant;
   };
   auto args = std::make_shared<Args>();
-  cmd->add_option(
-         "model", args->model,
-         "a .safetensors file, a *.safetensors.index.json, a component or pipeline folder, or a Hugging "
-         "Face repo id in the local cache (org/name[@revision])")
+  cmd->add_option("model", args->model,
+                  "a .safetensors or .gguf file, a *.safetensors.index.json, a component or pipeline folder, "
+                  "or a Hugging Face repo id in the local cache (org/name[@revision])")
       ->required();
   cmd->add_option("--revision", args->revision,
                   "branch, tag or commit of a cached Hugging Face repo (default main)");
   cmd->add_option("--variant", args->variant,
                   "weights variant, e.g. fp16 or bf16 (diffusion_pytorch_model.fp16.safetensors)");
   cmd->callback([args] {
+    if (args->model.size() > 5 && args->model.substr(args->model.size() - 5) == ".gguf") {
+      print_gguf_info(args->model);
+      return;
+    }
     const auto summary = io::summarize_model(args->model, {.revision = args->revision}, args->variant);
     print_summary(args->model, summary);
   });

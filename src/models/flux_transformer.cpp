@@ -2,7 +2,9 @@
 
 #include <tuple>
 
+#include "kiln/models/flux_single_file.h"
 #include "kiln/nn/checkpoint_weights.h"
+#include "kiln/nn/weight_file.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/layout.h"
 #include "models/flux_blocks.h"
@@ -91,7 +93,7 @@ Tensor FluxTransformer2DModel::forward_eager(const Tensor& hidden, const Tensor&
   KILN_CHECK(hidden.defined() && hidden.dim() == 3 && hidden.size(2) == c.in_channels,
              op << ": expected hidden_states [B, N, " << c.in_channels << "], got " << describe(hidden));
   const int64_t batch = hidden.size(0), image = hidden.size(1);
-  const DType dtype = x_embedder_.weight.dtype();
+  const DType dtype = x_embedder_.dtype();
   KILN_CHECK(hidden.dtype() == dtype, op << ": hidden_states is " << dtype_name(hidden.dtype())
                                          << " but the weights are " << dtype_name(dtype)
                                          << "; the model computes in its weights' dtype");
@@ -149,6 +151,18 @@ std::unique_ptr<FluxTransformer2DModel> load_flux_transformer(const std::string&
   nn::LoadOptions options;
   options.dtype = dtype;
   model->load_weights(nn::CheckpointWeights(folder), options);
+  return model;
+}
+
+std::unique_ptr<FluxTransformer2DModel> FluxTransformer2DModel::from_single_file(
+    const std::string& path, const SingleFileOptions& options) {
+  std::shared_ptr<const nn::WeightSource> file = nn::open_weight_file(path);
+  const FluxTransformerConfig config =
+      options.config.empty() ? infer_flux_config(*file) : FluxTransformerConfig::from_file(options.config);
+  auto model = std::make_unique<FluxTransformer2DModel>(config);
+  nn::LoadOptions load;
+  load.dtype = options.dtype;
+  model->load_weights(*flux_single_file_weights(file, config), load);
   return model;
 }
 

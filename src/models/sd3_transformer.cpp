@@ -3,7 +3,9 @@
 #include <set>
 #include <tuple>
 
+#include "kiln/models/sd3_single_file.h"
 #include "kiln/nn/checkpoint_weights.h"
+#include "kiln/nn/weight_file.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/layout.h"
 #include "models/flux_blocks.h"
@@ -49,7 +51,7 @@ SD3Transformer2DModel::~SD3Transformer2DModel() = default;
 DType SD3Transformer2DModel::dtype() const {
   KILN_CHECK(context_embedder_.weight.defined(),
              "SD3Transformer2DModel: the weights are not loaded (call load_weights first)");
-  return context_embedder_.weight.dtype();
+  return context_embedder_.dtype();
 }
 
 Tensor SD3Transformer2DModel::patch_embed(const Tensor& hidden) const {
@@ -144,6 +146,17 @@ std::unique_ptr<SD3Transformer2DModel> load_sd3_transformer(const std::string& f
   nn::LoadOptions options;
   options.dtype = dtype;
   model->load_weights(nn::CheckpointWeights(folder), options);
+  return model;
+}
+
+std::unique_ptr<SD3Transformer2DModel> SD3Transformer2DModel::from_single_file(const std::string& path,
+                                                                               const std::string& config,
+                                                                               DType dtype) {
+  std::shared_ptr<const nn::WeightSource> file = nn::open_weight_file(path);
+  auto model = std::make_unique<SD3Transformer2DModel>(SD3TransformerConfig::from_file(config));
+  nn::LoadOptions options;
+  options.dtype = dtype;
+  model->load_weights(*sd3_single_file_weights(file, model->config()), options);
   return model;
 }
 

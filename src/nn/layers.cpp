@@ -2,17 +2,24 @@
 
 #include "kiln/ops/layout.h"
 #include "kiln/ops/linalg.h"
+#include "kiln/ops/quantized_linear.h"
 
 namespace kiln::nn {
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
     : in_(in_features), out_(out_features) {
-  register_parameter("weight", &weight, {out_features, in_features});
+  register_quantizable_parameter("weight", &weight, {out_features, in_features}, &weight_storage);
   if (with_bias) register_parameter("bias", &bias, {out_features});
 }
 
 Tensor Linear::forward(const Tensor& x) const {
+  if (is_quantized())
+    return linear(x, quant::QuantizedTensor{weight, weight_storage.type, {out_, in_}}, bias);
   return linear(x, weight, bias);
+}
+
+DType Linear::dtype() const {
+  return is_quantized() ? weight_storage.compute_dtype : weight.dtype();
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool affine, bool with_bias) : eps_(eps) {

@@ -17,6 +17,11 @@ void Module::register_parameter(const std::string& name, Tensor* slot, Shape sha
   parameters_.push_back(Parameter{name, slot, std::move(shape), optional});
 }
 
+void Module::register_quantizable_parameter(const std::string& name, Tensor* slot, Shape shape,
+                                            QuantizedStorage* storage) {
+  parameters_.push_back(Parameter{name, slot, std::move(shape), false, storage});
+}
+
 void Module::register_module(const std::string& name, Module* child) {
   children_.emplace_back(name, child);
 }
@@ -54,7 +59,15 @@ int64_t Module::num_parameters() {
 }
 
 size_t Module::parameter_bytes(DType dtype) {
-  return static_cast<size_t>(num_parameters()) * dtype_size(dtype);
+  std::vector<std::pair<std::string, const Parameter*>> all;
+  collect("", all);
+  size_t bytes = 0;
+  for (const auto& [name, p] : all)
+    // A weight kept block-quantized occupies its blocks, whatever the compute dtype.
+    bytes += p->quantized != nullptr && p->quantized->is_quantized()
+                 ? p->slot->nbytes()
+                 : static_cast<size_t>(shape_numel(p->shape)) * dtype_size(dtype);
+  return bytes;
 }
 
 void Module::load_weights(const WeightSource& source, const LoadOptions& options) {
@@ -71,6 +84,19 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
     KILN_CHECK(stored == p->shape, source.description()
                                        << ": tensor '" << name << "' has shape " << shape_str(stored)
                                        << " but the model config expects " << shape_str(p->shape));
+    if (p->quantized != nullptr) {
+      *p->quantized = QuantizedStorage{quant::GgmlType::F32, options.dtype};
+      if (options.keep_quantized) {
+        quant::QuantizedTensor q = source.load_quantized(name);
+        if (q.defined() && quant::traits(q.type).is_quantized) {
+          *p->slot = q.blocks;
+          p->quantized->type = q.type;
+          used.insert(name);
+          if (options.on_loaded) options.on_loaded(name, p->slot->nbytes());
+          continue;
+        }
+      }
+    }
     Tensor t = source.load(name);
     *p->slot = t.to(options.dtype);
     used.insert(name);
@@ -165,7 +191,15 @@ std::vector<Tensor> Module::call_compiled(
   // Inside another module's trace (a compiled transformer whose blocks were compiled too), the block is
   // simply part of the outer graph.
   if (!compiled_ || runtime::capture_target() != nullptr) return eager(inputs);
-  return compiled_->call(inputs, parameter_tensors(), eager, extra_key);
+  // Block formats with equal row sizes (Q4_0 and Q4_K, Q5_0 and Q5_K) give equal parameter signatures, and
+  // the storage type is an attribute of the traced calls: it must be part of the key.
+  std::string key = extra_key;
+  std::vector<std::pair<std::string, const Parameter*>> all;
+  collect("", all);
+  for (const auto& [name, p] : all)
+    if (p->quantized != nullptr && p->quantized->is_quantized())
+      key += "|" + std::string(quant::type_name(p->quantized->type));
+  return compiled_->call(inputs, parameter_tensors(), eager, key);
 }
 
 }  // namespace kiln::nn

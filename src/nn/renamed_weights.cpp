@@ -32,6 +32,10 @@ Tensor RenamedWeights::load(const std::string& name) const {
   return inner_.load(checkpoint_name(name));
 }
 
+quant::QuantizedTensor RenamedWeights::load_quantized(const std::string& name) const {
+  return inner_.load_quantized(checkpoint_name(name));
+}
+
 std::vector<std::string> RenamedWeights::names() const {
   std::vector<std::string> out;
   out.reserve(model_to_checkpoint_.size());

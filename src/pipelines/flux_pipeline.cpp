@@ -71,8 +71,15 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
   done("text_encoder");
   pipe.text_encoder_2_ = models::load_t5_encoder(need("text_encoder_2", "T5EncoderModel"), options.dtype);
   done("text_encoder_2");
-  pipe.transformer_ =
-      models::load_flux_transformer(need("transformer", "FluxTransformer2DModel"), options.dtype);
+  if (options.transformer_file.empty()) {
+    pipe.transformer_ =
+        models::load_flux_transformer(need("transformer", "FluxTransformer2DModel"), options.dtype);
+  } else {
+    const fs::path config = fs::path(resolved.path) / "transformer" / "config.json";
+    pipe.transformer_ = models::FluxTransformer2DModel::from_single_file(
+        options.transformer_file,
+        {.config = fs::is_regular_file(config) ? config.string() : "", .dtype = options.dtype});
+  }
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", "AutoencoderKL"), options.dtype);
   done("vae");

@@ -111,8 +111,13 @@ StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::st
     pipe.text_encoder_3_ = models::load_t5_encoder(need("text_encoder_3", {"T5EncoderModel"}), options.dtype);
     done("text_encoder_3");
   }
-  pipe.transformer_ =
-      models::load_sd3_transformer(need("transformer", {"SD3Transformer2DModel"}), options.dtype);
+  if (options.transformer_file.empty())
+    pipe.transformer_ =
+        models::load_sd3_transformer(need("transformer", {"SD3Transformer2DModel"}), options.dtype);
+  else  // described by the model's transformer/config.json, as diffusers' from_single_file(config=...)
+    pipe.transformer_ = models::SD3Transformer2DModel::from_single_file(
+        options.transformer_file, (fs::path(resolved.path) / "transformer" / "config.json").string(),
+        options.dtype);
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", {"AutoencoderKL"}), options.dtype);
   done("vae");

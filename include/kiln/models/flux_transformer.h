@@ -81,6 +81,18 @@ class FluxTransformer2DModel : public nn::Module {
 
   const FluxTransformerConfig& config() const { return config_; }
 
+  // diffusers' FluxTransformer2DModel.from_single_file: a FLUX.1 transformer saved as one file in Black
+  // Forest Labs' layout, .safetensors or .gguf (kiln/models/flux_single_file.h). Block-quantized GGUF weights
+  // of Linear layers stay quantized in memory; everything else is converted to `dtype`.
+  struct SingleFileOptions {
+    // A config.json or a folder holding one (a diffusers transformer/ folder); empty: read off the file's
+    // shapes (FLUX.1 widths and RoPE axes).
+    std::string config;
+    DType dtype = bfloat16;
+  };
+  static std::unique_ptr<FluxTransformer2DModel> from_single_file(const std::string& path,
+                                                                  const SingleFileOptions& options);
+
  private:
   Tensor forward_eager(const Tensor& hidden, const Tensor& encoder_hidden, const Tensor& pooled,
                        const Tensor& timestep, const Tensor& guidance, const Tensor& txt_ids,

@@ -86,6 +86,13 @@ class SD3Transformer2DModel : public nn::Module {
   // The compute dtype (that of the loaded weights).
   DType dtype() const;
 
+  // diffusers' SD3Transformer2DModel.from_single_file: an SD3/SD3.5 transformer saved as one file in
+  // Stability AI's layout, .safetensors or .gguf (kiln/models/sd3_single_file.h), described by `config` (a
+  // config.json or a diffusers transformer/ folder holding one). Block-quantized GGUF weights of Linear
+  // layers stay quantized in memory; everything else is converted to `dtype`.
+  static std::unique_ptr<SD3Transformer2DModel> from_single_file(const std::string& path,
+                                                                 const std::string& config, DType dtype);
+
  private:
   Tensor forward_eager(const Tensor& hidden, const Tensor& encoder_hidden, const Tensor& pooled,
                        const Tensor& timestep, const std::vector<int64_t>& skip_layers) const;

@@ -8,7 +8,9 @@
 
 namespace kiln::nn {
 
-// torch.nn.Linear: weight [out, in], optional bias [out].
+// torch.nn.Linear: weight [out, in], optional bias [out]. A weight that the checkpoint stores block-quantized
+// (GGUF) stays so: `weight` then holds its raw blocks (uint8 [out, row_bytes]) and `weight_storage` its type;
+// forward computes on it (kiln/ops/quantized_linear.h).
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
@@ -16,7 +18,11 @@ class Linear : public Module {
   Tensor operator()(const Tensor& x) const { return forward(x); }
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
+  // The dtype the layer computes in: the weight's, or for a quantized weight the dtype it was loaded for.
+  DType dtype() const;
+  bool is_quantized() const { return weight_storage.is_quantized(); }
   Tensor weight, bias;
+  QuantizedStorage weight_storage;
 
  private:
   int64_t in_, out_;

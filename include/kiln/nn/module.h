@@ -12,6 +12,7 @@
 
 #include "kiln/core/tensor.h"
 #include "kiln/nn/compile.h"
+#include "kiln/quant/quantized_tensor.h"
 
 namespace kiln::nn {
 
@@ -28,6 +29,16 @@ class WeightSource {
   virtual std::vector<std::string> names() const = 0;
   // Names the source in errors ("transformer/diffusion_pytorch_model.safetensors").
   virtual std::string description() const = 0;
+  // The tensor's block-quantized storage (GGUF Q8_0, Q4_K, ...) when it has one; an undefined result for
+  // tensors stored as plain floats, which is every tensor of a source without quantized storage.
+  virtual quant::QuantizedTensor load_quantized(const std::string& name) const { return {}; }
+};
+
+// How a quantizable parameter (a Linear weight) was loaded: kept in its block format, or plain.
+struct QuantizedStorage {
+  quant::GgmlType type = quant::GgmlType::F32;  // F32: not quantized (the slot holds a plain tensor)
+  DType compute_dtype = float32;                // the dtype the layer computes in (LoadOptions::dtype)
+  bool is_quantized() const { return quant::traits(type).is_quantized; }
 };
 
 struct LoadOptions {
@@ -35,6 +46,10 @@ struct LoadOptions {
   // Checkpoint tensors that no parameter uses are an error unless they match one of these name prefixes
   // (for tensors a pipeline deliberately ignores, such as an unused encoder).
   std::vector<std::string> ignore_prefixes;
+  // Quantizable parameters (Linear weights) stored block-quantized by the source stay in their block format
+  // in memory (the slot then holds the raw blocks, uint8 [rows, row_bytes]); false dequantizes them to
+  // `dtype` like any other tensor.
+  bool keep_quantized = true;
   // Called with (name, bytes) after each parameter is loaded; used for progress reporting.
   std::function<void(const std::string&, size_t)> on_loaded;
 };
@@ -51,7 +66,8 @@ class Module {
   // Every parameter's full dotted name and registered shape (what the checkpoint must hold).
   std::vector<std::pair<std::string, Shape>> parameter_shapes(const std::string& prefix = "");
   int64_t num_parameters();
-  // Bytes the parameters occupy (after loading) or would occupy in `dtype`.
+  // Bytes the parameters occupy (after loading) or would occupy in `dtype`; weights kept block-quantized
+  // count at their quantized size.
   size_t parameter_bytes(DType dtype);
 
   // Loads every parameter from `source`, checking that each exists with the registered shape, and that the
@@ -86,6 +102,10 @@ class Module {
   // Registers `slot` (a member) as parameter `name` of shape `shape`. Optional parameters may be absent
   // from the checkpoint, in which case the slot stays undefined.
   void register_parameter(const std::string& name, Tensor* slot, Shape shape, bool optional = false);
+  // Registers a parameter that may stay block-quantized when loaded (see LoadOptions::keep_quantized);
+  // `storage` records how it was loaded.
+  void register_quantizable_parameter(const std::string& name, Tensor* slot, Shape shape,
+                                      QuantizedStorage* storage);
   // `name` may be dotted ("self_attn.q_proj") to reproduce a checkpoint's nesting without scope modules.
   void register_module(const std::string& name, Module* child);
 
@@ -108,6 +128,7 @@ class Module {
     Tensor* slot;
     Shape shape;
     bool optional;
+    QuantizedStorage* quantized = nullptr;
   };
   void collect(const std::string& prefix, std::vector<std::pair<std::string, const Parameter*>>& out) const;
 

@@ -19,6 +19,7 @@ class RenamedWeights final : public WeightSource {
   Tensor load(const std::string& name) const override;
   std::vector<std::string> names() const override;
   std::string description() const override { return inner_.description(); }
+  quant::QuantizedTensor load_quantized(const std::string& name) const override;
 
  private:
   const std::string& checkpoint_name(const std::string& model_name) const;

@@ -39,6 +39,11 @@ class FlowMatchEulerDiscreteScheduler;
 struct PipelineLoadOptions {
   DType dtype = float32;  // every component is run in this dtype (weights converted when stored otherwise)
   std::string revision;   // for repo ids: branch, tag or commit in the local Hugging Face cache
+  // The transformer from this single file in the original layout (Black Forest Labs' for FLUX, Stability
+  // AI's for SD3), .safetensors or .gguf (FluxTransformer2DModel / SD3Transformer2DModel::from_single_file),
+  // instead of the model's transformer/ folder, whose config.json describes it (required for SD3).
+  // GGUF-quantized Linear weights stay quantized.
+  std::string transformer_file;
   // Called as each component finishes loading: (component name, index, count).
   std::function<void(const std::string&, int, int)> on_component_loaded;
   // The most bytes of packed weight copies (kiln/pipelines/weight_packing.h; kAllWeightsPacked: no limit).

@@ -1,0 +1,27 @@
+// FLUX.1 transformers saved as one file in Black Forest Labs' original layout (flux1-dev.safetensors, and
+// the GGUF quantizations made from it), read as diffusers' FluxTransformer2DModel.from_single_file does:
+// the same renames, the fused qkv (and single-block qkv+mlp) weights split by rows, and the final norm's
+// (shift, scale) halves swapped to diffusers' (scale, shift). Splits and the swap work on whole rows, so
+// block-quantized GGUF weights are split without being dequantized.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kiln/models/flux_transformer.h"
+#include "kiln/nn/module.h"
+
+namespace kiln::models {
+
+// diffusers' names for the tensors of a BFL-layout file `inner` (optionally under "model.diffusion_model.",
+// as in ComfyUI checkpoints, whose other components are then ignored). Throws kiln::Error naming the file and
+// the first BFL tensor that is missing or has rows the config does not expect.
+std::unique_ptr<nn::WeightSource> flux_single_file_weights(std::shared_ptr<const nn::WeightSource> inner,
+                                                           const FluxTransformerConfig& config);
+
+// The config of a FLUX.1 transformer read off a BFL-layout file's shapes (widths, depth, guidance), as
+// diffusers picks a FLUX.1 config for such files. RoPE axes cannot be read off shapes: FLUX.1's (16, 56, 56)
+// is used for 128-wide heads, and other head sizes are an error asking for a config.json.
+FluxTransformerConfig infer_flux_config(const nn::WeightSource& bfl_weights);
+
+}  // namespace kiln::models
