@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "kiln/io/checkpoint.h"
+#include "kiln/ops/layout.h"
 
 namespace kiln::nn {
 
@@ -24,6 +25,20 @@ Shape CheckpointWeights::shape(const std::string& name) const {
 Tensor CheckpointWeights::load(const std::string& name) const {
   return impl_->checkpoint.tensor(name);
 }
+Tensor CheckpointWeights::load_slices(const std::string& name, int dim,
+                                      const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
+  const io::Checkpoint& c = impl_->checkpoint;
+  const int64_t rank = static_cast<int64_t>(c.info(name).shape.size());
+  KILN_CHECK(dim == 0 || dim == rank - 1, c.path() << ": tensor '" << name << "': slices along dimension " << dim
+                                                   << " of a " << rank
+                                                   << "-D tensor; only the first or last dimension can be read "
+                                                      "in slices");
+  std::vector<Tensor> pieces;
+  for (const auto& [start, end] : ranges)
+    pieces.push_back(dim == 0 ? c.rows(name, start, end) : c.columns(name, start, end).contiguous());
+  return pieces.size() == 1 ? pieces.front() : concat(pieces, dim);
+}
+
 std::vector<std::string> CheckpointWeights::names() const {
   return impl_->checkpoint.names();
 }

@@ -4,22 +4,27 @@
 #include <array>
 
 #include "kiln/nn/module.h"
+#include "kiln/nn/tensor_parallel.h"
 #include "kiln/ops/nn.h"
 
 namespace kiln::nn {
 
-// torch.nn.Linear: weight [out, in], optional bias [out].
+// torch.nn.Linear: weight [out, in], optional bias [out]. With a LinearParallel, this rank holds its slice
+// (kiln/nn/tensor_parallel.h) and forward returns what that sharding defines: a local slice of the output
+// (Column), the full output (ColumnGathered, Row). in_features/out_features stay the full layer's.
 class Linear : public Module {
  public:
-  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, LinearParallel parallel = {});
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
+  Sharding sharding() const { return parallel_.sharding; }
   Tensor weight, bias;
 
  private:
   int64_t in_, out_;
+  LinearParallel parallel_;
 };
 
 // torch.nn.LayerNorm over the last dimension; affine=false (FLUX) has no parameters.
