@@ -34,8 +34,16 @@ Tensor CheckpointWeights::load_slices(const std::string& name, int dim,
                                                    << "-D tensor; only the first or last dimension can be read "
                                                       "in slices");
   std::vector<Tensor> pieces;
-  for (const auto& [start, end] : ranges)
-    pieces.push_back(dim == 0 ? c.rows(name, start, end) : c.columns(name, start, end).contiguous());
+  for (const auto& [start, end] : ranges) {
+    if (dim == 0) {
+      pieces.push_back(c.rows(name, start, end));
+      continue;
+    }
+    const Tensor view = c.columns(name, start, end);
+    pieces.push_back(view.contiguous());
+    // Copying columns reads every row's pages; the copy is what the rank keeps, so the file pages go back.
+    if (view.storage() != pieces.back().storage()) view.storage()->drop_resident_pages();
+  }
   return pieces.size() == 1 ? pieces.front() : concat(pieces, dim);
 }
 

@@ -69,10 +69,13 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
   done("tokenizer_2");
   pipe.text_encoder_ = models::load_clip_text_model(need("text_encoder", "CLIPTextModel"), options.dtype);
   done("text_encoder");
-  pipe.text_encoder_2_ = models::load_t5_encoder(need("text_encoder_2", "T5EncoderModel"), options.dtype);
+  const std::vector<std::string> splittable = {"transformer", "text_encoder_2"};
+  pipe.text_encoder_2_ = models::load_t5_encoder(need("text_encoder_2", "T5EncoderModel"), options.dtype,
+                                                 options.tensor_parallel_for("text_encoder_2", splittable));
   done("text_encoder_2");
   pipe.transformer_ =
-      models::load_flux_transformer(need("transformer", "FluxTransformer2DModel"), options.dtype);
+      models::load_flux_transformer(need("transformer", "FluxTransformer2DModel"), options.dtype,
+                                    options.tensor_parallel_for("transformer", splittable));
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", "AutoencoderKL"), options.dtype);
   done("vae");

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln::nn {
@@ -34,6 +35,17 @@ struct LinearParallel {
   // Sizes of the packed blocks along the split dimension (empty: one block, the whole dimension).
   std::vector<int64_t> blocks;
 };
+
+// The shardings a tensor-parallel plan writes, one per layer (inactive when tp.size is 1).
+inline LinearParallel column(const TensorParallel& tp) {
+  return {Sharding::Column, tp, {}};
+}
+inline LinearParallel column_gathered(const TensorParallel& tp) {
+  return {Sharding::ColumnGathered, tp, {}};
+}
+inline LinearParallel row(const TensorParallel& tp, std::vector<int64_t> blocks = {}) {
+  return {Sharding::Row, tp, std::move(blocks)};
+}
 
 // Which slice of a parameter this rank holds: along `dim`, for each block [offset, offset + size) of the full
 // tensor, the rank's equal part; concatenated in block order.
