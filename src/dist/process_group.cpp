@@ -103,6 +103,18 @@ void abort_group(const std::string& message) {
   std::_Exit(1);
 }
 
+void broadcast_from_rank0(void* data, size_t bytes) {
+  GroupState& s = state();
+  if (!s.initialized || s.size == 1) return;
+  KILN_CHECK(bytes <= static_cast<size_t>(INT_MAX),
+             "broadcast_from_rank0: " << bytes << " bytes exceeds MPI's count limit of " << INT_MAX);
+  // Collectives already queued on the stream go first, so every rank sees the same order of MPI calls.
+  synchronize(cpu);
+  const int rc = MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+  KILN_CHECK(rc == MPI_SUCCESS, "broadcast_from_rank0: MPI_Bcast of " << bytes << " bytes on rank " << s.rank
+                                                                      << " failed: " << mpi_error_text(rc));
+}
+
 void all_gather_bytes(const void* send, size_t bytes, void* recv) {
   GroupState& s = state();
   KILN_CHECK(s.initialized, "collective: the process group is not initialised (call "

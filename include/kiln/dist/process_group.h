@@ -9,6 +9,7 @@
 // rank() is 0 and world_size() is 1, and MPI is never touched.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace kiln::dist {
@@ -28,6 +29,10 @@ int world_size();
 // Whether this process was started by mpirun/`kiln launch` as one of several (OpenMPI's environment says so),
 // whether or not init_process_group has been called yet.
 bool launched_by_mpirun();
+
+// Replaces `bytes` bytes at `data` on every rank with rank 0's (a seed chosen at random, so that every rank
+// draws the same noise). Call from the host thread; a no-op without a group.
+void broadcast_from_rank0(void* data, size_t bytes);
 
 // Waits for the device stream's queued work, then leaves the group (MPI_Finalize). Also run at process exit
 // when not called. Safe to call when not initialised.
