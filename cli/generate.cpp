@@ -159,7 +159,8 @@ void run_generate(const GenerateArgs& args) {
       call.prompt_3 = args.prompt_2;  // --prompt-2 is the T5 prompt in both pipelines
     call.negative_prompt = args.negative_prompt;
     const io::PipelineComponent* t5 = index.find("text_encoder_3");
-    load_and_run<StableDiffusion3Pipeline>(args, call, t5 != nullptr && t5->present() ? 9 : 7, "text_encoder_3");
+    load_and_run<StableDiffusion3Pipeline>(args, call, t5 != nullptr && t5->present() ? 9 : 7,
+                                           "text_encoder_3");
   } else {
     KILN_FAIL(index.path << ": pipeline class '" << index.class_name
                          << "' is not supported (Kiln runs FluxPipeline and StableDiffusion3Pipeline)");
@@ -222,9 +223,10 @@ void add_generate_command(CLI::App& app) {
          "--vae-tile-size", args->vae_tile_size,
          "tile size in pixels for --vae-tiling (default: the VAE's sample_size, 1024 for FLUX.1 and SD3)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--tp", args->tp,
-                  "tensor-parallel degree: split the transformer and the T5 encoder over this many processes, "
-                  "started by `mpirun -np N` or `kiln launch -n N`; rank 0 reports and writes the PNG")
+  cmd->add_option(
+         "--tp", args->tp,
+         "tensor-parallel degree: split the transformer and the T5 encoder over this many processes, "
+         "started by `mpirun -np N` or `kiln launch -n N`; rank 0 reports and writes the PNG")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->callback([args] { run_generate(*args); });

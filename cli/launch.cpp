@@ -32,9 +32,10 @@ bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
 }
 
 [[noreturn]] void run_launch(const LaunchArgs& args) {
-  KILN_CHECK(!args.command.empty() && args.command.front() == "generate",
-             "launch: expected the kiln command to run after `--`, e.g. `kiln launch -n 2 -- generate --model M "
-             "--prompt P`");
+  KILN_CHECK(
+      !args.command.empty() && args.command.front() == "generate",
+      "launch: expected the kiln command to run after `--`, e.g. `kiln launch -n 2 -- generate --model M "
+      "--prompt P`");
   std::vector<std::string> argv = {args.mpirun, "-np", std::to_string(args.processes)};
   if (!args.hosts.empty()) argv.insert(argv.end(), {"--host", args.hosts});
   if (args.oversubscribe) argv.push_back("--oversubscribe");
@@ -54,12 +55,15 @@ bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
 void add_launch_command(CLI::App& app) {
   auto args = std::make_shared<LaunchArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "launch", "run a kiln command as N processes under mpirun (tensor parallelism): launch -n N -- generate ...");
+      "launch",
+      "run a kiln command as N processes under mpirun (tensor parallelism): launch -n N -- generate ...");
   cmd->add_option("-n,--nproc", args->processes, "number of processes (devices), one rank each")
       ->required()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--hosts", args->hosts, "comma-separated hosts for mpirun's --host (default: this machine)");
-  cmd->add_flag("--oversubscribe", args->oversubscribe, "allow more processes than cores (mpirun --oversubscribe)");
+  cmd->add_option("--hosts", args->hosts,
+                  "comma-separated hosts for mpirun's --host (default: this machine)");
+  cmd->add_flag("--oversubscribe", args->oversubscribe,
+                "allow more processes than cores (mpirun --oversubscribe)");
   cmd->add_option("--mpirun", args->mpirun, "the mpirun to use")->capture_default_str();
   cmd->add_option("command", args->command, "the kiln command and its flags, after --")->required();
   cmd->callback([args] { run_launch(*args); });

@@ -117,14 +117,15 @@ void broadcast_from_rank0(void* data, size_t bytes) {
 
 void all_gather_bytes(const void* send, size_t bytes, void* recv) {
   GroupState& s = state();
-  KILN_CHECK(s.initialized, "collective: the process group is not initialised (call "
-                            "kiln::dist::init_process_group first)");
+  KILN_CHECK(s.initialized,
+             "collective: the process group is not initialised (call "
+             "kiln::dist::init_process_group first)");
   KILN_CHECK(bytes <= static_cast<size_t>(INT_MAX),
              "collective: " << bytes << " bytes per rank exceeds MPI's count limit of " << INT_MAX);
-  const int rc = MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
-                               MPI_COMM_WORLD);
+  const int rc = MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes),
+                               MPI_BYTE, MPI_COMM_WORLD);
   KILN_CHECK(rc == MPI_SUCCESS, "collective: MPI_Allgather of " << bytes << " bytes on rank " << s.rank
-                                                                  << " failed: " << mpi_error_text(rc));
+                                                                << " failed: " << mpi_error_text(rc));
 }
 
 }  // namespace kiln::dist

@@ -30,7 +30,8 @@ class FluxMlpEmbedding : public nn::Module {
 // 256-wide sinusoid cast to pooled's dtype; t and g are already scaled by 1000.
 class FluxTimeTextEmbedding : public nn::Module {
  public:
-  FluxTimeTextEmbedding(int64_t dim, int64_t pooled_dim, bool guidance_embeds, const nn::TensorParallel& tp = {});
+  FluxTimeTextEmbedding(int64_t dim, int64_t pooled_dim, bool guidance_embeds,
+                        const nn::TensorParallel& tp = {});
   Tensor forward(const Tensor& timestep, const Tensor& guidance, const Tensor& pooled) const;
 
  private:

@@ -23,7 +23,8 @@ std::string describe(const Tensor& t) {
 
 }  // namespace
 
-FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& config, const nn::TensorParallel& tp)
+FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& config,
+                                               const nn::TensorParallel& tp)
     : config_((config.validate("FluxTransformer2DModel config"), config)),
       context_embedder_(config.joint_attention_dim, config.inner_dim(), true, nn::column_gathered(tp)),
       x_embedder_(config.in_channels, config.inner_dim(), true, nn::column_gathered(tp)),
@@ -36,8 +37,8 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& conf
   register_module("context_embedder", &context_embedder_);
   register_module("x_embedder", &x_embedder_);
   for (int64_t i = 0; i < config.num_layers; ++i) {
-    transformer_blocks_.push_back(
-        std::make_unique<FluxTransformerBlock>(dim, config.num_attention_heads, config.attention_head_dim, tp));
+    transformer_blocks_.push_back(std::make_unique<FluxTransformerBlock>(dim, config.num_attention_heads,
+                                                                         config.attention_head_dim, tp));
     register_module("transformer_blocks." + std::to_string(i), transformer_blocks_.back().get());
   }
   const auto mlp_hidden = static_cast<int64_t>(static_cast<double>(dim) * kSingleMlpRatio);

@@ -23,8 +23,8 @@ namespace kiln::models {
 class SD3Attention : public nn::Module {
  public:
   // Tensor parallelism as FluxAttention: projections into heads column-, out of heads row-parallel.
-  SD3Attention(int64_t dim, int64_t heads, int64_t head_dim, bool qk_norm, bool added_kv, bool context_pre_only,
-               const nn::TensorParallel& tp = {});
+  SD3Attention(int64_t dim, int64_t heads, int64_t head_dim, bool qk_norm, bool added_kv,
+               bool context_pre_only, const nn::TensorParallel& tp = {});
   // Joint attention over [image; context] (image tokens first, as JointAttnProcessor2_0 concatenates).
   // Returns {image out, context out}; the context output is undefined when context_pre_only.
   std::pair<Tensor, Tensor> forward_joint(const Tensor& x, const Tensor& c) const;

@@ -23,7 +23,8 @@ std::string describe(const Tensor& t) {
 SD3Transformer2DModel::SD3Transformer2DModel(const SD3TransformerConfig& config, const nn::TensorParallel& tp)
     : config_((config.validate("SD3Transformer2DModel config"), config)),
       pos_embed_proj_(config.in_channels, config.inner_dim(), config.patch_size, config.patch_size),
-      context_embedder_(config.joint_attention_dim, config.caption_projection_dim, true, nn::column_gathered(tp)),
+      context_embedder_(config.joint_attention_dim, config.caption_projection_dim, true,
+                        nn::column_gathered(tp)),
       proj_out_(config.inner_dim(), config.patch_size * config.patch_size * config.out_channels, true,
                 nn::column_gathered(tp)) {
   // Checked first, so that the error names the head count rather than a width it implies.

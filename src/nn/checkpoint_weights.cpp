@@ -29,10 +29,10 @@ Tensor CheckpointWeights::load_slices(const std::string& name, int dim,
                                       const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
   const io::Checkpoint& c = impl_->checkpoint;
   const int64_t rank = static_cast<int64_t>(c.info(name).shape.size());
-  KILN_CHECK(dim == 0 || dim == rank - 1, c.path() << ": tensor '" << name << "': slices along dimension " << dim
-                                                   << " of a " << rank
-                                                   << "-D tensor; only the first or last dimension can be read "
-                                                      "in slices");
+  KILN_CHECK(dim == 0 || dim == rank - 1,
+             c.path() << ": tensor '" << name << "': slices along dimension " << dim << " of a " << rank
+                      << "-D tensor; only the first or last dimension can be read "
+                         "in slices");
   std::vector<Tensor> pieces;
   for (const auto& [start, end] : ranges) {
     if (dim == 0) {

@@ -19,15 +19,15 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Linear
       KILN_CHECK(parallel_.sharding == Sharding::Column || parallel_.blocks.empty(),
                  "Linear: a gathered column-parallel layer cannot be packed (the gather would interleave "
                  "its blocks)");
-      const ParameterShard rows{0, parallel_.blocks.empty() ? std::vector<int64_t>{out_features} : parallel_.blocks,
-                                parallel_.tp};
+      const ParameterShard rows{
+          0, parallel_.blocks.empty() ? std::vector<int64_t>{out_features} : parallel_.blocks, parallel_.tp};
       register_sharded_parameter("weight", &weight, {out_features, in_features}, rows);
       if (with_bias) register_sharded_parameter("bias", &bias, {out_features}, rows);
       break;
     }
     case Sharding::Row: {
-      const ParameterShard columns{1, parallel_.blocks.empty() ? std::vector<int64_t>{in_features} : parallel_.blocks,
-                                   parallel_.tp};
+      const ParameterShard columns{
+          1, parallel_.blocks.empty() ? std::vector<int64_t>{in_features} : parallel_.blocks, parallel_.tp};
       register_sharded_parameter("weight", &weight, {out_features, in_features}, columns);
       if (with_bias) register_parameter("bias", &bias, {out_features});
       break;

@@ -30,7 +30,8 @@ Tensor WeightSource::load_slices(const std::string& name, int dim,
                                  const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
   const Tensor whole = load(name);
   std::vector<Tensor> pieces;
-  for (const auto& [start, end] : ranges) pieces.push_back(whole.narrow(dim, start, end - start).contiguous());
+  for (const auto& [start, end] : ranges)
+    pieces.push_back(whole.narrow(dim, start, end - start).contiguous());
   return pieces.size() == 1 ? pieces.front() : concat(pieces, dim);
 }
 

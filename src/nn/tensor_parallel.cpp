@@ -6,9 +6,10 @@ namespace kiln::nn {
 
 int64_t TensorParallel::split(int64_t n, const std::string& what) const {
   KILN_CHECK(size > 0 && n % size == 0, "tensor parallelism: " << what << " (" << n
-                                                                << ") is not divisible by the tensor-parallel "
-                                                                   "degree "
-                                                                << size << "; choose a degree that divides it");
+                                                               << ") is not divisible by the tensor-parallel "
+                                                                  "degree "
+                                                               << size
+                                                               << "; choose a degree that divides it");
   return n / size;
 }
 

@@ -21,7 +21,8 @@ TEST(Collective, RunsUnderTwoRanks) {
 }
 
 TEST(Collective, AllReduceSumsInEveryMode) {
-  for (EagerMode mode : {EagerMode::DeferNever, EagerMode::DeferAndFuse, EagerMode::DeferNeverLaunchBlocking}) {
+  for (EagerMode mode :
+       {EagerMode::DeferNever, EagerMode::DeferAndFuse, EagerMode::DeferNeverLaunchBlocking}) {
     EagerModeGuard guard(mode);
     for (DType dtype : {float32, bfloat16, float16}) {
       // Twice on the same input: the graph passes must not merge the two as one duplicate.

@@ -46,7 +46,8 @@ TEST(TensorParallelFlux, MatchesOneRankInEveryMode) {
   auto full = models::load_flux_transformer(folder, float32);
   auto shard = models::load_flux_transformer(folder, float32, two_ranks());
   auto run = [&](const models::FluxTransformer2DModel& m) {
-    return m.forward(in.hidden, in.encoder_hidden, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
+    return m.forward(in.hidden, in.encoder_hidden, in.pooled, in.timestep, in.guidance, in.txt_ids,
+                     in.img_ids);
   };
   const Tensor expected = run(*full);
   EXPECT_LE(max_abs_diff(run(*shard), expected), kTolerance) << "strict eager";
@@ -99,10 +100,12 @@ TEST(TensorParallelSD3, MatchesOneRankInEveryMode) {
 TEST(TensorParallelSD3, HeadsNotDivisibleByRanksIsALoadError) {
   // sd3-tiny-large has 3 heads.
   try {
-    models::load_sd3_transformer(testing::data_path("models/sd3-tiny-large/transformer"), float32, two_ranks());
+    models::load_sd3_transformer(testing::data_path("models/sd3-tiny-large/transformer"), float32,
+                                 two_ranks());
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("num_attention_heads (3) is not divisible by the tensor-parallel degree 2"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "num_attention_heads (3) is not divisible by the tensor-parallel degree 2"),
               std::string::npos)
         << e.what();
   }

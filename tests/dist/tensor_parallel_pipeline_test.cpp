@@ -30,8 +30,12 @@ int max_level_difference(const Image& a, const Image& b) {
 
 TEST(TensorParallelPipeline, FluxDrawsTheOneRankImage) {
   const std::string model = testing::data_path("models/flux-tiny-dev");
-  FluxPipelineCall call{.prompt = "a cat", .height = 64, .width = 64, .num_inference_steps = 3,
-                        .generator = Generator(7), .max_sequence_length = 16};
+  FluxPipelineCall call{.prompt = "a cat",
+                        .height = 64,
+                        .width = 64,
+                        .num_inference_steps = 3,
+                        .generator = Generator(7),
+                        .max_sequence_length = 16};
   auto one = FluxPipeline::from_pretrained(model);
   const Image expected = one(call).images.front();
   call.generator = Generator(7);

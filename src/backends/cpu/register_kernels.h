@@ -16,6 +16,7 @@ void register_conv_kernels(runtime::KernelRegistry& registry);    // conv.cpp (o
 void register_attention_kernels(runtime::KernelRegistry& registry);   // attention.cpp
 void register_rope_table_kernels(runtime::KernelRegistry& registry);  // rope_tables.cpp: FLUX RoPE tables
 void register_fused_kernels(runtime::KernelRegistry& registry);  // fused_*.cpp: linear_fused, norm_modulate
-void register_collective_kernels(runtime::KernelRegistry& registry);  // collective.cpp: all-reduce, all-gather
+void register_collective_kernels(
+    runtime::KernelRegistry& registry);  // collective.cpp: all-reduce, all-gather
 
 }  // namespace kiln::cpu_kernels
