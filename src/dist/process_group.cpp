@@ -21,6 +21,8 @@ struct GroupState {
   bool finalized = false;
   int rank = 0;
   int size = 1;
+  std::mutex stats_mutex;  // the stream's worker updates, the host reads
+  CollectiveStats stats;
 };
 
 GroupState& state() {
@@ -82,6 +84,12 @@ bool launched_by_mpirun() {
   return size != nullptr && std::atoi(size) > 1;
 }
 
+CollectiveStats collective_stats() {
+  GroupState& s = state();
+  std::lock_guard lock(s.stats_mutex);
+  return s.stats;
+}
+
 void destroy_process_group() {
   GroupState& s = state();
   std::lock_guard lock(s.mutex);
@@ -122,8 +130,15 @@ void all_gather_bytes(const void* send, size_t bytes, void* recv) {
              "kiln::dist::init_process_group first)");
   KILN_CHECK(bytes <= static_cast<size_t>(INT_MAX),
              "collective: " << bytes << " bytes per rank exceeds MPI's count limit of " << INT_MAX);
+  const double start = MPI_Wtime();
   const int rc = MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes),
                                MPI_BYTE, MPI_COMM_WORLD);
+  {
+    std::lock_guard stats_lock(s.stats_mutex);
+    s.stats.calls += 1;
+    s.stats.bytes_sent += static_cast<int64_t>(bytes);
+    s.stats.seconds += MPI_Wtime() - start;
+  }
   KILN_CHECK(rc == MPI_SUCCESS, "collective: MPI_Allgather of " << bytes << " bytes on rank " << s.rank
                                                                 << " failed: " << mpi_error_text(rc));
 }

@@ -1,9 +1,11 @@
 // all_reduce_sum and all_gather across the ranks, in every execution mode.
 #include <gtest/gtest.h>
 
+#include "kiln/core/device_runtime.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/ops/collective.h"
 #include "kiln/ops/elementwise.h"
+#include "kiln/runtime/counters.h"
 #include "kiln/runtime/eager_mode.h"
 
 namespace kiln {
@@ -33,6 +35,22 @@ TEST(Collective, AllReduceSumsInEveryMode) {
       for (int i = 0; i < 6; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], 2.0f * (10 + 2 * i)) << i;
     }
   }
+}
+
+TEST(Collective, DeferredGraphNeverMergesTwoCollectives) {
+  // Two all-reduces of one tensor look like duplicates to the graph passes but for their sequence numbers;
+  // merging them would change how many collectives each rank issues.
+  EagerModeGuard guard(EagerMode::DeferAndFuse);
+  const Tensor x = rank_values(float32);
+  synchronize();
+  const Counters before = counters();
+  const Tensor a = all_reduce_sum(x), b = all_reduce_sum(x);
+  const Tensor sum = add(a, b);
+  synchronize();
+  EXPECT_EQ(sum.to_vector<float>()[0], 20.0f);
+  const Counters after = counters();
+  EXPECT_EQ(after.ops_eliminated - before.ops_eliminated, 0);
+  EXPECT_EQ(after.kernels_launched - before.kernels_launched, 3);  // two collectives and the add
 }
 
 TEST(Collective, AllGatherConcatenatesInRankOrder) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace kiln::dist {
@@ -33,6 +34,15 @@ bool launched_by_mpirun();
 // Replaces `bytes` bytes at `data` on every rank with rank 0's (a seed chosen at random, so that every rank
 // draws the same noise). Call from the host thread; a no-op without a group.
 void broadcast_from_rank0(void* data, size_t bytes);
+
+// What this rank's collectives cost since the process started: calls, bytes it sent, and seconds inside
+// MPI (transfer plus waiting for the slowest rank).
+struct CollectiveStats {
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;
+  double seconds = 0;
+};
+CollectiveStats collective_stats();
 
 // Waits for the device stream's queued work, then leaves the group (MPI_Finalize). Also run at process exit
 // when not called. Safe to call when not initialised.
