@@ -46,3 +46,10 @@ foreach(scenario killed-rank unreadable-shard)
 endforeach()
 set_tests_properties(dist.generate_flux_tp2 dist.launch_sd3_tp2 dist.generate_tp_without_ranks
                      dist.rank_failure_killed-rank dist.rank_failure_unreadable-shard PROPERTIES LABELS dist)
+
+# Two hosts on one machine: two network namespaces joined by a veth pair, one rank in each, over TCP; the
+# image must be one process's. Needs root (skipped otherwise).
+add_test(NAME dist.two_hosts_veth
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist/two_hosts_test.sh $<TARGET_FILE:kiln_cli> ${KILN_TINY_FLUX}
+                 ${CMAKE_CURRENT_BINARY_DIR}/dist_two_hosts)
+set_tests_properties(dist.two_hosts_veth PROPERTIES LABELS dist SKIP_RETURN_CODE 77 TIMEOUT 180)

@@ -45,7 +45,7 @@ struct CollectiveStats {
 CollectiveStats collective_stats();
 
 // Waits for the device stream's queued work, then leaves the group (MPI_Finalize). Also run at process exit
-// when not called. Safe to call when not initialised.
+// (without waiting: the streams are shut down by then) when not called. Safe to call when not initialised.
 void destroy_process_group();
 
 // Ends every rank of the group now: prints "kiln: rank R of N failed: <message>" on stderr and calls
