@@ -5,6 +5,7 @@
 //   OMP_NUM_THREADS=2 ./build/bench/bench_tp_step flux 512
 //   OMP_NUM_THREADS=1 mpirun -np 2 ./build/bench/bench_tp_step flux 512
 // Usage: bench_tp_step [flux|sd3] [size=512] [steps=3]
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -55,11 +56,13 @@ void report(const char* what, kiln::nn::Module& model, int steps, double seconds
   std::fflush(stdout);
 }
 
+// Wall time of `steps` calls after the caller's warm-up (so the collective counts cover exactly these).
 template <typename Forward>
 double time_steps(int steps, const Forward& forward) {
-  return kiln::bench::best_of(1, [&] {
-    for (int i = 0; i < steps; ++i) forward();
-  });
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) forward();
+  kiln::synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void flux(int64_t size, int steps, const kiln::nn::TensorParallel& tp) {
