@@ -103,10 +103,11 @@ void load_and_run(const GenerateArgs& args, Call call, int components, const std
   const bool too_big = pipe.weight_packing().budget.has_value() && !pipe.weight_packing().requested;
   if (args.max_memory) {
     const OffloadPlan plan = pipe.set_memory_budget(parse_byte_budget(*args.max_memory, "--max-memory"));
-    std::fprintf(stderr, "kiln: %s\n", plan.describe().c_str());
+    if (reporting) std::fprintf(stderr, "kiln: %s\n", plan.describe().c_str());
   } else if (args.offload == "sequential") {
     pipe.enable_sequential_cpu_offload();
-    std::fprintf(stderr, "kiln: sequential offload: each weight is released once the next one is read\n");
+    if (reporting)
+      std::fprintf(stderr, "kiln: sequential offload: each weight is released once the next one is read\n");
   } else if (args.offload == "model" || (args.offload == "auto" && too_big)) {
     pipe.enable_model_cpu_offload();
     if (reporting)
