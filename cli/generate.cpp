@@ -2,11 +2,14 @@
 // StableDiffusion3Pipeline). Options left out take that pipeline's diffusers defaults.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "kiln/dist/device_mesh.h"
+#include "kiln/dist/process_group.h"
 #include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
 #include "kiln/models/flux_transformer.h"
@@ -39,7 +42,19 @@ struct GenerateArgs {
   std::optional<std::string> packed_weights;
   std::string offload = "auto";
   std::optional<std::string> max_memory;
+  int tp = 1;
 };
+
+// --tp N: the process group must already hold N ranks (mpirun -np N, or `kiln launch -n N`); the transformer
+// and the T5 encoder are split over them.
+void join_tensor_parallel_group(const GenerateArgs& args) {
+  if (args.tp == 1 && !dist::launched_by_mpirun()) return;
+  if (!dist::is_initialized()) dist::init_process_group({.backend = "mpi"});
+  KILN_CHECK(dist::world_size() == args.tp,
+             "--tp " << args.tp << ": " << dist::world_size() << " process(es) were started; run `mpirun -np "
+                     << args.tp << " kiln generate --tp " << args.tp << " ...` or `kiln launch -n " << args.tp
+                     << " -- generate ...` (and give --tp the number of processes)");
+}
 
 // --mode: how the ops run (kiln/runtime/eager_mode.h, kiln/nn/compile.h). The transformer is what compiled
 // modes compile; the encoders and the VAE run once per image and stay eager.
@@ -66,29 +81,40 @@ std::string format_seconds(double s) {
 // Loads the pipeline with a progress bar, runs `call` (fields common to both pipelines filled from `args`)
 // with a denoising progress bar, and saves the first image.
 template <typename Pipeline, typename Call>
-void load_and_run(const GenerateArgs& args, Call call, int components) {
+void load_and_run(const GenerateArgs& args, Call call, int components, const std::string& t5_component) {
   PipelineLoadOptions load;
   load.dtype = parse_dtype(args.dtype);
   if (args.packed_weights)
     load.packed_weight_budget = parse_byte_budget(*args.packed_weights, "--packed-weights");
   load.transformer_file = args.transformer;
-  ProgressBar loading("loading", components);
-  load.on_component_loaded = [&](const std::string& name, int i, int) { loading.update(i, name); };
+  // Rank 0 alone reports; the others work silently (their errors still go to stderr).
+  const bool reporting = dist::rank() == 0;
+  std::optional<ProgressBar> loading;
+  if (reporting) loading.emplace("loading", components);
+  load.on_component_loaded = [&](const std::string& name, int i, int) {
+    if (loading) loading->update(i, name);
+  };
+  if (args.tp > 1) {
+    const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("cpu", {args.tp})};
+    load.parallel_config = {{"transformer", parallel}, {t5_component, parallel}};
+  }
   Pipeline pipe = Pipeline::from_pretrained(args.model, load);
-  loading.finish();
-  std::fprintf(stderr, "kiln: %s\n", pipe.weight_packing().describe().c_str());
+  if (loading) loading->finish();
+  if (reporting) std::fprintf(stderr, "kiln: %s\n", pipe.weight_packing().describe().c_str());
   // auto: a pipeline whose weights exceed half of the machine's memory (nothing packed) frees each
   // component's pages once it has run, so that the page cache holds the transformer while it denoises.
   const bool too_big = pipe.weight_packing().budget.has_value() && !pipe.weight_packing().requested;
   if (args.max_memory) {
     const OffloadPlan plan = pipe.set_memory_budget(parse_byte_budget(*args.max_memory, "--max-memory"));
-    std::fprintf(stderr, "kiln: %s\n", plan.describe().c_str());
+    if (reporting) std::fprintf(stderr, "kiln: %s\n", plan.describe().c_str());
   } else if (args.offload == "sequential") {
     pipe.enable_sequential_cpu_offload();
-    std::fprintf(stderr, "kiln: sequential offload: each weight is released once the next one is read\n");
+    if (reporting)
+      std::fprintf(stderr, "kiln: sequential offload: each weight is released once the next one is read\n");
   } else if (args.offload == "model" || (args.offload == "auto" && too_big)) {
     pipe.enable_model_cpu_offload();
-    std::fprintf(stderr, "kiln: model offload: each component's weights are released once it has run\n");
+    if (reporting)
+      std::fprintf(stderr, "kiln: model offload: each component's weights are released once it has run\n");
   }
   if (args.vae_tiling) pipe.enable_vae_tiling(args.vae_tile_size ? *args.vae_tile_size : 0);
   apply_mode(args.mode, pipe);
@@ -101,24 +127,27 @@ void load_and_run(const GenerateArgs& args, Call call, int components) {
   if (args.max_sequence_length) call.max_sequence_length = *args.max_sequence_length;
   // Like diffusers without a generator the noise is random, but the seed is reported and stored, so any
   // image can be made again.
-  const uint64_t seed =
-      args.seed ? *args.seed : (uint64_t{std::random_device{}()} << 16) ^ std::random_device{}();
+  uint64_t seed = args.seed ? *args.seed : (uint64_t{std::random_device{}()} << 16) ^ std::random_device{}();
+  dist::broadcast_from_rank0(&seed, sizeof seed);  // one noise for all ranks
   call.generator = Generator(seed);
-  ProgressBar denoising("denoising", args.steps);
+  std::optional<ProgressBar> denoising;
+  if (reporting) denoising.emplace("denoising", args.steps);
   double total = 0;
   call.on_step_end = [&](int i, int n, double seconds) {
     total += seconds;
     const double eta = total / (i + 1) * (n - i - 1);
-    denoising.update(i + 1, format_seconds(seconds) + "/step, ETA " + format_seconds(eta));
+    if (denoising) denoising->update(i + 1, format_seconds(seconds) + "/step, ETA " + format_seconds(eta));
   };
   PipelineOutput out = pipe(call);
-  denoising.finish();
+  if (!reporting) return;
+  denoising->finish();
   out.images.front().save(args.output);
   std::fprintf(stderr, "kiln: wrote %s (%dx%d, seed %llu)\n", args.output.c_str(), out.images.front().width,
                out.images.front().height, static_cast<unsigned long long>(seed));
 }
 
 void run_generate(const GenerateArgs& args) {
+  join_tensor_parallel_group(args);
   const io::ResolvedModel resolved = io::resolve_model(args.model);
   const io::ModelIndex index = io::load_model_index(resolved.path);
   if (index.class_name == "FluxPipeline") {
@@ -127,14 +156,15 @@ void run_generate(const GenerateArgs& args) {
                "guidance-distilled; it runs without classifier-free guidance)");
     FluxPipelineCall call;
     if (!args.prompt_2.empty()) call.prompt_2 = args.prompt_2;
-    load_and_run<FluxPipeline>(args, call, 7);
+    load_and_run<FluxPipeline>(args, call, 7, "text_encoder_2");
   } else if (index.class_name == "StableDiffusion3Pipeline") {
     StableDiffusion3PipelineCall call;
     if (!args.prompt_2.empty())
       call.prompt_3 = args.prompt_2;  // --prompt-2 is the T5 prompt in both pipelines
     call.negative_prompt = args.negative_prompt;
     const io::PipelineComponent* t5 = index.find("text_encoder_3");
-    load_and_run<StableDiffusion3Pipeline>(args, call, t5 != nullptr && t5->present() ? 9 : 7);
+    load_and_run<StableDiffusion3Pipeline>(args, call, t5 != nullptr && t5->present() ? 9 : 7,
+                                           "text_encoder_3");
   } else {
     KILN_FAIL(index.path << ": pipeline class '" << index.class_name
                          << "' is not supported (Kiln runs FluxPipeline and StableDiffusion3Pipeline)");
@@ -202,6 +232,12 @@ void add_generate_command(CLI::App& app) {
          "--vae-tile-size", args->vae_tile_size,
          "tile size in pixels for --vae-tiling (default: the VAE's sample_size, 1024 for FLUX.1 and SD3)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option(
+         "--tp", args->tp,
+         "tensor-parallel degree: split the transformer and the T5 encoder over this many processes, "
+         "started by `mpirun -np N` or `kiln launch -n N`; rank 0 reports and writes the PNG")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->callback([args] { run_generate(*args); });
 }
 

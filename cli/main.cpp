@@ -5,19 +5,25 @@
 
 #include "cli/commands.h"
 #include "kiln/core/error.h"
+#include "kiln/dist/process_group.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Kiln: diffusion transformers from diffusers checkpoints, in C++"};
   app.require_subcommand(1);
   kiln::cli::add_info_command(app);
   kiln::cli::add_generate_command(app);
+  kiln::cli::add_launch_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
+    // One of several ranks: end them all now (naming this rank), or the others would wait forever in
+    // their next collective.
+    if (kiln::dist::world_size() > 1) kiln::dist::abort_group(e.what());
     std::fprintf(stderr, "kiln: error: %s\n", e.what());
     return 1;
   }
+  kiln::dist::destroy_process_group();
   return 0;
 }

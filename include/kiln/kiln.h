@@ -7,6 +7,8 @@
 #include "kiln/core/error.h"
 #include "kiln/core/log.h"
 #include "kiln/core/tensor.h"
+#include "kiln/dist/device_mesh.h"
+#include "kiln/dist/process_group.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/json_config.h"
 #include "kiln/io/model_index.h"

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kiln/ops/attention.h"    // scaled_dot_product_attention (tiled, online softmax)
+#include "kiln/ops/collective.h"   // all_reduce_sum, all_gather over the process group
 #include "kiln/ops/elementwise.h"  // unary, binary with broadcasting and promotion, where, clamp, casts
 #include "kiln/ops/layout.h"       // concat, split, stack, embedding, upsampling, rope
 #include "kiln/ops/linalg.h"       // matmul, linear, conv2d

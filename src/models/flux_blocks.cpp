@@ -31,7 +31,8 @@ Tensor clip_if_float16(const Tensor& x) {
 
 }  // namespace
 
-FluxModulation::FluxModulation(int64_t dim, int64_t chunks) : linear(dim, chunks * dim), chunks_(chunks) {
+FluxModulation::FluxModulation(int64_t dim, int64_t chunks, const nn::TensorParallel& tp)
+    : linear(dim, chunks * dim, true, nn::column_gathered(tp)), chunks_(chunks) {
   register_module("linear", &linear);
 }
 
@@ -39,7 +40,8 @@ std::vector<Tensor> FluxModulation::forward(const Tensor& silu_temb) const {
   return chunk(linear(silu_temb), chunks_, 1);
 }
 
-FluxAdaLayerNormContinuous::FluxAdaLayerNormContinuous(int64_t dim) : linear_(dim, 2 * dim) {
+FluxAdaLayerNormContinuous::FluxAdaLayerNormContinuous(int64_t dim, const nn::TensorParallel& tp)
+    : linear_(dim, 2 * dim, true, nn::column_gathered(tp)) {
   register_module("linear", &linear_);
 }
 
@@ -48,7 +50,8 @@ Tensor FluxAdaLayerNormContinuous::forward(const Tensor& x, const Tensor& silu_t
   return modulate(layer_norm_plain(x), /*scale=*/m[0], /*shift=*/m[1]);
 }
 
-FluxFeedForward::FluxFeedForward(int64_t dim, int64_t hidden) : proj_(dim, hidden), out_(hidden, dim) {
+FluxFeedForward::FluxFeedForward(int64_t dim, int64_t hidden, const nn::TensorParallel& tp)
+    : proj_(dim, hidden, true, nn::column(tp)), out_(hidden, dim, true, nn::row(tp)) {
   register_module("net.0.proj", &proj_);
   register_module("net.2", &out_);
 }
@@ -57,14 +60,15 @@ Tensor FluxFeedForward::forward(const Tensor& x) const {
   return out_(gelu(proj_(x), GeluApproximate::Tanh));
 }
 
-FluxAttention::FluxAttention(int64_t dim, int64_t heads, int64_t head_dim, bool added_kv, bool pre_only)
-    : heads_(heads),
+FluxAttention::FluxAttention(int64_t dim, int64_t heads, int64_t head_dim, bool added_kv, bool pre_only,
+                             const nn::TensorParallel& tp)
+    : heads_(tp.split(heads, "FluxTransformer2DModel num_attention_heads")),
       head_dim_(head_dim),
       norm_q_(head_dim, kQkNormEps),
       norm_k_(head_dim, kQkNormEps),
-      to_q_(dim, heads * head_dim),
-      to_k_(dim, heads * head_dim),
-      to_v_(dim, heads * head_dim) {
+      to_q_(dim, heads * head_dim, true, nn::column(tp)),
+      to_k_(dim, heads * head_dim, true, nn::column(tp)),
+      to_v_(dim, heads * head_dim, true, nn::column(tp)) {
   const int64_t inner = heads * head_dim;
   register_module("norm_q", &norm_q_);
   register_module("norm_k", &norm_k_);
@@ -72,16 +76,16 @@ FluxAttention::FluxAttention(int64_t dim, int64_t heads, int64_t head_dim, bool 
   register_module("to_k", &to_k_);
   register_module("to_v", &to_v_);
   if (!pre_only) {
-    to_out0_ = std::make_unique<nn::Linear>(inner, dim);
+    to_out0_ = std::make_unique<nn::Linear>(inner, dim, true, nn::row(tp));
     register_module("to_out.0", to_out0_.get());
   }
   if (added_kv) {
     norm_added_q_ = std::make_unique<nn::RMSNorm>(head_dim, kQkNormEps);
     norm_added_k_ = std::make_unique<nn::RMSNorm>(head_dim, kQkNormEps);
-    add_q_proj_ = std::make_unique<nn::Linear>(dim, inner);
-    add_k_proj_ = std::make_unique<nn::Linear>(dim, inner);
-    add_v_proj_ = std::make_unique<nn::Linear>(dim, inner);
-    to_add_out_ = std::make_unique<nn::Linear>(inner, dim);
+    add_q_proj_ = std::make_unique<nn::Linear>(dim, inner, true, nn::column(tp));
+    add_k_proj_ = std::make_unique<nn::Linear>(dim, inner, true, nn::column(tp));
+    add_v_proj_ = std::make_unique<nn::Linear>(dim, inner, true, nn::column(tp));
+    to_add_out_ = std::make_unique<nn::Linear>(inner, dim, true, nn::row(tp));
     register_module("norm_added_q", norm_added_q_.get());
     register_module("norm_added_k", norm_added_k_.get());
     register_module("add_q_proj", add_q_proj_.get());
@@ -128,12 +132,13 @@ Tensor FluxAttention::forward_self(const Tensor& s, const FluxRopeTables& rope) 
   return attend(heads_normed(to_q_, norm_q_, s), heads_normed(to_k_, norm_k_, s), heads(to_v_, s), rope);
 }
 
-FluxTransformerBlock::FluxTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim)
-    : norm1_(dim, 6),
-      norm1_context_(dim, 6),
-      attn_(dim, heads, head_dim, /*added_kv=*/true, /*pre_only=*/false),
-      ff_(dim, 4 * dim),
-      ff_context_(dim, 4 * dim) {
+FluxTransformerBlock::FluxTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim,
+                                           const nn::TensorParallel& tp)
+    : norm1_(dim, 6, tp),
+      norm1_context_(dim, 6, tp),
+      attn_(dim, heads, head_dim, /*added_kv=*/true, /*pre_only=*/false, tp),
+      ff_(dim, 4 * dim, tp),
+      ff_context_(dim, 4 * dim, tp) {
   register_module("norm1", &norm1_);
   register_module("norm1_context", &norm1_context_);
   register_module("attn", &attn_);
@@ -176,11 +181,11 @@ std::pair<Tensor, Tensor> FluxTransformerBlock::forward_eager(const Tensor& x, c
 }
 
 FluxSingleTransformerBlock::FluxSingleTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim,
-                                                       int64_t mlp_hidden)
-    : norm_(dim, 3),
-      proj_mlp_(dim, mlp_hidden),
-      proj_out_(dim + mlp_hidden, dim),
-      attn_(dim, heads, head_dim, /*added_kv=*/false, /*pre_only=*/true) {
+                                                       int64_t mlp_hidden, const nn::TensorParallel& tp)
+    : norm_(dim, 3, tp),
+      proj_mlp_(dim, mlp_hidden, true, nn::column(tp)),
+      proj_out_(heads * head_dim + mlp_hidden, dim, true, nn::row(tp, {heads * head_dim, mlp_hidden})),
+      attn_(dim, heads, head_dim, /*added_kv=*/false, /*pre_only=*/true, tp) {
   register_module("norm", &norm_);
   register_module("proj_mlp", &proj_mlp_);
   register_module("proj_out", &proj_out_);

@@ -18,9 +18,14 @@ namespace kiln::models {
 
 // The modulation projection of AdaLayerNormZero / AdaLayerNormZeroSingle / AdaLayerNormContinuous:
 // linear(silu(temb)) [B, chunks * dim], split into `chunks` views [B, dim] in diffusers' order.
+//
+// Tensor-parallel plan (kiln/nn/tensor_parallel.h), shared by FLUX and SD3: attention projections into heads
+// column-parallel (each rank attends over its own heads), output projections row-parallel; feed-forward in
+// column-, out row-parallel; the modulation and norm_out projections column-parallel and gathered (their
+// [B, chunks * dim] outputs are tiny next to their weights, which are a third of a double block's).
 class FluxModulation : public nn::Module {
  public:
-  FluxModulation(int64_t dim, int64_t chunks);
+  FluxModulation(int64_t dim, int64_t chunks, const nn::TensorParallel& tp = {});
   std::vector<Tensor> forward(const Tensor& silu_temb) const;
   nn::Linear linear;
 
@@ -32,7 +37,7 @@ class FluxModulation : public nn::Module {
 // files.
 class FluxAdaLayerNormContinuous : public nn::Module {
  public:
-  explicit FluxAdaLayerNormContinuous(int64_t dim);
+  explicit FluxAdaLayerNormContinuous(int64_t dim, const nn::TensorParallel& tp = {});
   Tensor forward(const Tensor& x, const Tensor& silu_temb) const;
 
  private:
@@ -42,7 +47,7 @@ class FluxAdaLayerNormContinuous : public nn::Module {
 // FeedForward(dim, dim_out=dim, activation_fn="gelu-approximate"): net.0.proj -> gelu(tanh) -> net.2.
 class FluxFeedForward : public nn::Module {
  public:
-  FluxFeedForward(int64_t dim, int64_t hidden);
+  FluxFeedForward(int64_t dim, int64_t hidden, const nn::TensorParallel& tp = {});
   Tensor forward(const Tensor& x) const;
 
  private:
@@ -53,7 +58,10 @@ class FluxFeedForward : public nn::Module {
 // and output projection; without them and pre_only (single-stream blocks) there is no output projection.
 class FluxAttention : public nn::Module {
  public:
-  FluxAttention(int64_t dim, int64_t heads, int64_t head_dim, bool added_kv, bool pre_only);
+  // Under tensor parallelism this rank holds heads / tp.size heads (an error names the model's head count
+  // when it does not divide).
+  FluxAttention(int64_t dim, int64_t heads, int64_t head_dim, bool added_kv, bool pre_only,
+                const nn::TensorParallel& tp = {});
   // Joint attention of the text stream (first) and the image stream; returns {image out, text out}.
   std::pair<Tensor, Tensor> forward_joint(const Tensor& x, const Tensor& c, const FluxRopeTables& rope) const;
   // Self-attention over one stream (the single-stream blocks); returns [B, S, heads * head_dim], no
@@ -78,7 +86,7 @@ class FluxAttention : public nn::Module {
 // Double-stream block: image x [B, N, D] and text c [B, L, D] modulated separately, attended jointly.
 class FluxTransformerBlock : public nn::Module {
  public:
-  FluxTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim);
+  FluxTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim, const nn::TensorParallel& tp = {});
   // Returns {x, c} after the block; through the compiled cache when compiled (compile_repeated_blocks).
   std::pair<Tensor, Tensor> forward(const Tensor& x, const Tensor& c, const Tensor& silu_temb,
                                     const FluxRopeTables& rope) const;
@@ -95,7 +103,10 @@ class FluxTransformerBlock : public nn::Module {
 // Single-stream block over the joint sequence s = [text; image] [B, L + N, D].
 class FluxSingleTransformerBlock : public nn::Module {
  public:
-  FluxSingleTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim, int64_t mlp_hidden);
+  // Tensor parallelism: to_q/k/v and proj_mlp column-parallel, so the rank's [attention | mlp] input to
+  // proj_out holds its heads and its mlp slice; proj_out is row-parallel over those two blocks.
+  FluxSingleTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim, int64_t mlp_hidden,
+                             const nn::TensorParallel& tp = {});
   Tensor forward(const Tensor& s, const Tensor& silu_temb, const FluxRopeTables& rope) const;
   bool supports_compile() const override { return true; }
 

@@ -27,8 +27,8 @@ Tensor flux_timestep_sinusoid(const Tensor& t, int64_t dim) {
   return concat({cos(args), sin(args)}, 1);
 }
 
-FluxMlpEmbedding::FluxMlpEmbedding(int64_t in_features, int64_t dim)
-    : linear_1(in_features, dim), linear_2(dim, dim) {
+FluxMlpEmbedding::FluxMlpEmbedding(int64_t in_features, int64_t dim, const nn::TensorParallel& tp)
+    : linear_1(in_features, dim, true, nn::column(tp)), linear_2(dim, dim, true, nn::row(tp)) {
   register_module("linear_1", &linear_1);
   register_module("linear_2", &linear_2);
 }
@@ -37,11 +37,12 @@ Tensor FluxMlpEmbedding::forward(const Tensor& x) const {
   return linear_2(silu(linear_1(x)));
 }
 
-FluxTimeTextEmbedding::FluxTimeTextEmbedding(int64_t dim, int64_t pooled_dim, bool guidance_embeds)
-    : timestep_embedder_(256, dim), text_embedder_(pooled_dim, dim) {
+FluxTimeTextEmbedding::FluxTimeTextEmbedding(int64_t dim, int64_t pooled_dim, bool guidance_embeds,
+                                             const nn::TensorParallel& tp)
+    : timestep_embedder_(256, dim, tp), text_embedder_(pooled_dim, dim, tp) {
   register_module("timestep_embedder", &timestep_embedder_);
   if (guidance_embeds) {
-    guidance_embedder_ = std::make_unique<FluxMlpEmbedding>(256, dim);
+    guidance_embedder_ = std::make_unique<FluxMlpEmbedding>(256, dim, tp);
     register_module("guidance_embedder", guidance_embedder_.get());
   }
   register_module("text_embedder", &text_embedder_);

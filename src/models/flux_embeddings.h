@@ -20,7 +20,8 @@ Tensor flux_timestep_sinusoid(const Tensor& t, int64_t dim);
 // share this shape and these parameter names.
 class FluxMlpEmbedding : public nn::Module {
  public:
-  FluxMlpEmbedding(int64_t in_features, int64_t dim);
+  // Under tensor parallelism linear_1 is column- and linear_2 row-parallel (one all-reduce).
+  FluxMlpEmbedding(int64_t in_features, int64_t dim, const nn::TensorParallel& tp = {});
   Tensor forward(const Tensor& x) const;
   nn::Linear linear_1, linear_2;
 };
@@ -29,7 +30,8 @@ class FluxMlpEmbedding : public nn::Module {
 // 256-wide sinusoid cast to pooled's dtype; t and g are already scaled by 1000.
 class FluxTimeTextEmbedding : public nn::Module {
  public:
-  FluxTimeTextEmbedding(int64_t dim, int64_t pooled_dim, bool guidance_embeds);
+  FluxTimeTextEmbedding(int64_t dim, int64_t pooled_dim, bool guidance_embeds,
+                        const nn::TensorParallel& tp = {});
   Tensor forward(const Tensor& timestep, const Tensor& guidance, const Tensor& pooled) const;
 
  private:

@@ -25,30 +25,32 @@ std::string describe(const Tensor& t) {
 
 }  // namespace
 
-FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& config)
+FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& config,
+                                               const nn::TensorParallel& tp)
     : config_((config.validate("FluxTransformer2DModel config"), config)),
-      context_embedder_(config.joint_attention_dim, config.inner_dim()),
-      x_embedder_(config.in_channels, config.inner_dim()),
-      proj_out_(config.inner_dim(), config.patch_size * config.patch_size * config.out_channels) {
+      context_embedder_(config.joint_attention_dim, config.inner_dim(), true, nn::column_gathered(tp)),
+      x_embedder_(config.in_channels, config.inner_dim(), true, nn::column_gathered(tp)),
+      proj_out_(config.inner_dim(), config.patch_size * config.patch_size * config.out_channels, true,
+                nn::column_gathered(tp)) {
   const int64_t dim = config.inner_dim();
   time_text_embed_ =
-      std::make_unique<FluxTimeTextEmbedding>(dim, config.pooled_projection_dim, config.guidance_embeds);
+      std::make_unique<FluxTimeTextEmbedding>(dim, config.pooled_projection_dim, config.guidance_embeds, tp);
   register_module("time_text_embed", time_text_embed_.get());
   register_module("context_embedder", &context_embedder_);
   register_module("x_embedder", &x_embedder_);
   for (int64_t i = 0; i < config.num_layers; ++i) {
-    transformer_blocks_.push_back(
-        std::make_unique<FluxTransformerBlock>(dim, config.num_attention_heads, config.attention_head_dim));
+    transformer_blocks_.push_back(std::make_unique<FluxTransformerBlock>(dim, config.num_attention_heads,
+                                                                         config.attention_head_dim, tp));
     register_module("transformer_blocks." + std::to_string(i), transformer_blocks_.back().get());
   }
   const auto mlp_hidden = static_cast<int64_t>(static_cast<double>(dim) * kSingleMlpRatio);
   for (int64_t i = 0; i < config.num_single_layers; ++i) {
     single_transformer_blocks_.push_back(std::make_unique<FluxSingleTransformerBlock>(
-        dim, config.num_attention_heads, config.attention_head_dim, mlp_hidden));
+        dim, config.num_attention_heads, config.attention_head_dim, mlp_hidden, tp));
     register_module("single_transformer_blocks." + std::to_string(i),
                     single_transformer_blocks_.back().get());
   }
-  norm_out_ = std::make_unique<FluxAdaLayerNormContinuous>(dim);
+  norm_out_ = std::make_unique<FluxAdaLayerNormContinuous>(dim, tp);
   register_module("norm_out", norm_out_.get());
   register_module("proj_out", &proj_out_);
 }
@@ -146,8 +148,9 @@ Tensor FluxTransformer2DModel::forward_eager(const Tensor& hidden, const Tensor&
   return proj_out_(norm_out_->forward(x, silu_temb));
 }
 
-std::unique_ptr<FluxTransformer2DModel> load_flux_transformer(const std::string& folder, DType dtype) {
-  auto model = std::make_unique<FluxTransformer2DModel>(FluxTransformerConfig::from_file(folder));
+std::unique_ptr<FluxTransformer2DModel> load_flux_transformer(const std::string& folder, DType dtype,
+                                                              const nn::TensorParallel& tp) {
+  auto model = std::make_unique<FluxTransformer2DModel>(FluxTransformerConfig::from_file(folder), tp);
   nn::LoadOptions options;
   options.dtype = dtype;
   model->load_weights(nn::CheckpointWeights(folder), options);

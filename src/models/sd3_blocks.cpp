@@ -38,13 +38,13 @@ std::unique_ptr<nn::RMSNorm> make_qk_norm(bool enabled, int64_t head_dim) {
 }  // namespace
 
 SD3Attention::SD3Attention(int64_t dim, int64_t heads, int64_t head_dim, bool qk_norm, bool added_kv,
-                           bool context_pre_only)
-    : heads_(heads),
+                           bool context_pre_only, const nn::TensorParallel& tp)
+    : heads_(tp.split(heads, "SD3Transformer2DModel num_attention_heads")),
       head_dim_(head_dim),
-      to_q_(dim, heads * head_dim),
-      to_k_(dim, heads * head_dim),
-      to_v_(dim, heads * head_dim),
-      to_out0_(heads * head_dim, dim),
+      to_q_(dim, heads * head_dim, true, nn::column(tp)),
+      to_k_(dim, heads * head_dim, true, nn::column(tp)),
+      to_v_(dim, heads * head_dim, true, nn::column(tp)),
+      to_out0_(heads * head_dim, dim, true, nn::row(tp)),
       norm_q_(make_qk_norm(qk_norm, head_dim)),
       norm_k_(make_qk_norm(qk_norm, head_dim)) {
   const int64_t inner = heads * head_dim;
@@ -57,9 +57,9 @@ SD3Attention::SD3Attention(int64_t dim, int64_t heads, int64_t head_dim, bool qk
   register_module("to_v", &to_v_);
   register_module("to_out.0", &to_out0_);
   if (added_kv) {
-    add_q_proj_ = std::make_unique<nn::Linear>(dim, inner);
-    add_k_proj_ = std::make_unique<nn::Linear>(dim, inner);
-    add_v_proj_ = std::make_unique<nn::Linear>(dim, inner);
+    add_q_proj_ = std::make_unique<nn::Linear>(dim, inner, true, nn::column(tp));
+    add_k_proj_ = std::make_unique<nn::Linear>(dim, inner, true, nn::column(tp));
+    add_v_proj_ = std::make_unique<nn::Linear>(dim, inner, true, nn::column(tp));
     register_module("add_q_proj", add_q_proj_.get());
     register_module("add_k_proj", add_k_proj_.get());
     register_module("add_v_proj", add_v_proj_.get());
@@ -70,7 +70,7 @@ SD3Attention::SD3Attention(int64_t dim, int64_t heads, int64_t head_dim, bool qk
       register_module("norm_added_k", norm_added_k_.get());
     }
     if (!context_pre_only) {
-      to_add_out_ = std::make_unique<nn::Linear>(inner, dim);
+      to_add_out_ = std::make_unique<nn::Linear>(inner, dim, true, nn::row(tp));
       register_module("to_add_out", to_add_out_.get());
     }
   }
@@ -108,29 +108,30 @@ Tensor SD3Attention::forward_self(const Tensor& x) const {
 }
 
 SD3JointTransformerBlock::SD3JointTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim, bool qk_norm,
-                                                   bool dual_attention, bool context_pre_only)
+                                                   bool dual_attention, bool context_pre_only,
+                                                   const nn::TensorParallel& tp)
     : dual_(dual_attention),
       context_pre_only_(context_pre_only),
-      norm1_(dim, dual_attention ? 9 : 6),
-      attn_(dim, heads, head_dim, qk_norm, /*added_kv=*/true, context_pre_only),
-      ff_(dim, 4 * dim) {
+      norm1_(dim, dual_attention ? 9 : 6, tp),
+      attn_(dim, heads, head_dim, qk_norm, /*added_kv=*/true, context_pre_only, tp),
+      ff_(dim, 4 * dim, tp) {
   register_module("norm1", &norm1_);
   if (context_pre_only) {
-    norm1_context_continuous_ = std::make_unique<FluxAdaLayerNormContinuous>(dim);
+    norm1_context_continuous_ = std::make_unique<FluxAdaLayerNormContinuous>(dim, tp);
     register_module("norm1_context", norm1_context_continuous_.get());
   } else {
-    norm1_context_ = std::make_unique<FluxModulation>(dim, 6);
+    norm1_context_ = std::make_unique<FluxModulation>(dim, 6, tp);
     register_module("norm1_context", norm1_context_.get());
   }
   register_module("attn", &attn_);
   if (dual_attention) {
     attn2_ = std::make_unique<SD3Attention>(dim, heads, head_dim, qk_norm, /*added_kv=*/false,
-                                            /*context_pre_only=*/false);
+                                            /*context_pre_only=*/false, tp);
     register_module("attn2", attn2_.get());
   }
   register_module("ff", &ff_);
   if (!context_pre_only) {
-    ff_context_ = std::make_unique<FluxFeedForward>(dim, 4 * dim);
+    ff_context_ = std::make_unique<FluxFeedForward>(dim, 4 * dim, tp);
     register_module("ff_context", ff_context_.get());
   }
 }

@@ -22,8 +22,9 @@ namespace kiln::models {
 // norm_added_q/k and (unless context_pre_only) to_add_out.
 class SD3Attention : public nn::Module {
  public:
+  // Tensor parallelism as FluxAttention: projections into heads column-, out of heads row-parallel.
   SD3Attention(int64_t dim, int64_t heads, int64_t head_dim, bool qk_norm, bool added_kv,
-               bool context_pre_only);
+               bool context_pre_only, const nn::TensorParallel& tp = {});
   // Joint attention over [image; context] (image tokens first, as JointAttnProcessor2_0 concatenates).
   // Returns {image out, context out}; the context output is undefined when context_pre_only.
   std::pair<Tensor, Tensor> forward_joint(const Tensor& x, const Tensor& c) const;
@@ -48,7 +49,7 @@ class SD3Attention : public nn::Module {
 class SD3JointTransformerBlock : public nn::Module {
  public:
   SD3JointTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim, bool qk_norm, bool dual_attention,
-                           bool context_pre_only);
+                           bool context_pre_only, const nn::TensorParallel& tp = {});
   // Returns {x, c} after the block; c is returned unchanged by a context_pre_only block (diffusers returns
   // None there, and nothing reads it).
   std::pair<Tensor, Tensor> forward(const Tensor& x, const Tensor& c, const Tensor& silu_temb) const;

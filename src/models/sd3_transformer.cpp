@@ -22,26 +22,30 @@ std::string describe(const Tensor& t) {
 
 }  // namespace
 
-SD3Transformer2DModel::SD3Transformer2DModel(const SD3TransformerConfig& config)
+SD3Transformer2DModel::SD3Transformer2DModel(const SD3TransformerConfig& config, const nn::TensorParallel& tp)
     : config_((config.validate("SD3Transformer2DModel config"), config)),
       pos_embed_proj_(config.in_channels, config.inner_dim(), config.patch_size, config.patch_size),
-      context_embedder_(config.joint_attention_dim, config.caption_projection_dim),
-      proj_out_(config.inner_dim(), config.patch_size * config.patch_size * config.out_channels) {
+      context_embedder_(config.joint_attention_dim, config.caption_projection_dim, true,
+                        nn::column_gathered(tp)),
+      proj_out_(config.inner_dim(), config.patch_size * config.patch_size * config.out_channels, true,
+                nn::column_gathered(tp)) {
+  // Checked first, so that the error names the head count rather than a width it implies.
+  tp.split(config.num_attention_heads, "SD3Transformer2DModel num_attention_heads");
   const int64_t dim = config.inner_dim();
   register_module("pos_embed.proj", &pos_embed_proj_);
   register_parameter("pos_embed.pos_embed", &pos_embed_table_,
                      {1, config.pos_embed_max_size * config.pos_embed_max_size, dim});
   // CombinedTimestepTextProjEmbeddings: FLUX's time/text embedding without the guidance branch.
-  time_text_embed_ = std::make_unique<FluxTimeTextEmbedding>(dim, config.pooled_projection_dim, false);
+  time_text_embed_ = std::make_unique<FluxTimeTextEmbedding>(dim, config.pooled_projection_dim, false, tp);
   register_module("time_text_embed", time_text_embed_.get());
   register_module("context_embedder", &context_embedder_);
   for (int64_t i = 0; i < config.num_layers; ++i) {
     transformer_blocks_.push_back(std::make_unique<SD3JointTransformerBlock>(
         dim, config.num_attention_heads, config.attention_head_dim, !config.qk_norm.empty(),
-        config.is_dual_attention_layer(i), /*context_pre_only=*/i == config.num_layers - 1));
+        config.is_dual_attention_layer(i), /*context_pre_only=*/i == config.num_layers - 1, tp));
     register_module("transformer_blocks." + std::to_string(i), transformer_blocks_.back().get());
   }
-  norm_out_ = std::make_unique<FluxAdaLayerNormContinuous>(dim);
+  norm_out_ = std::make_unique<FluxAdaLayerNormContinuous>(dim, tp);
   register_module("norm_out", norm_out_.get());
   register_module("proj_out", &proj_out_);
 }
@@ -141,8 +145,9 @@ Tensor SD3Transformer2DModel::forward_eager(const Tensor& hidden, const Tensor& 
       .reshape({batch, c.out_channels, h * p, w * p});
 }
 
-std::unique_ptr<SD3Transformer2DModel> load_sd3_transformer(const std::string& folder, DType dtype) {
-  auto model = std::make_unique<SD3Transformer2DModel>(SD3TransformerConfig::from_file(folder));
+std::unique_ptr<SD3Transformer2DModel> load_sd3_transformer(const std::string& folder, DType dtype,
+                                                            const nn::TensorParallel& tp) {
+  auto model = std::make_unique<SD3Transformer2DModel>(SD3TransformerConfig::from_file(folder), tp);
   nn::LoadOptions options;
   options.dtype = dtype;
   model->load_weights(nn::CheckpointWeights(folder), options);

@@ -33,17 +33,17 @@ T5EncoderConfig T5EncoderConfig::from_file(const std::string& path) {
   return c;
 }
 
-T5EncoderModel::Block::Block(const T5EncoderConfig& c, bool has_relative_bias)
-    : q(c.d_model, c.num_heads * c.d_kv, false),
-      k(c.d_model, c.num_heads * c.d_kv, false),
-      v(c.d_model, c.num_heads * c.d_kv, false),
-      o(c.num_heads * c.d_kv, c.d_model, false),
+T5EncoderModel::Block::Block(const T5EncoderConfig& c, bool has_relative_bias, const nn::TensorParallel& tp)
+    : q(c.d_model, c.num_heads * c.d_kv, false, nn::column(tp)),
+      k(c.d_model, c.num_heads * c.d_kv, false, nn::column(tp)),
+      v(c.d_model, c.num_heads * c.d_kv, false, nn::column(tp)),
+      o(c.num_heads * c.d_kv, c.d_model, false, nn::row(tp)),
       relative_attention_bias(c.relative_attention_num_buckets, c.num_heads),
       attn_norm(c.d_model, c.layer_norm_epsilon),
       ff_norm(c.d_model, c.layer_norm_epsilon),
-      wi_0(c.d_model, c.d_ff, false),
-      wi_1(c.d_model, c.d_ff, false),
-      wo(c.d_ff, c.d_model, false) {
+      wi_0(c.d_model, c.d_ff, false, nn::column(tp)),
+      wi_1(c.d_model, c.d_ff, false, nn::column(tp)),
+      wo(c.d_ff, c.d_model, false, nn::row(tp)) {
   register_module("layer.0.SelfAttention.q", &q);
   register_module("layer.0.SelfAttention.k", &k);
   register_module("layer.0.SelfAttention.v", &v);
@@ -61,13 +61,15 @@ T5EncoderModel::Block::Block(const T5EncoderConfig& c, bool has_relative_bias)
   register_module("layer.1.layer_norm", &ff_norm);
 }
 
-T5EncoderModel::T5EncoderModel(const T5EncoderConfig& config)
+T5EncoderModel::T5EncoderModel(const T5EncoderConfig& config, const nn::TensorParallel& tp)
     : config_(config),
+      tp_(tp),
       shared_(config.vocab_size, config.d_model),
       final_layer_norm_(config.d_model, config.layer_norm_epsilon) {
+  tp.split(config.num_heads, "T5EncoderModel num_heads");
   register_module("shared", &shared_);
   for (int64_t i = 0; i < config.num_layers; ++i) {
-    blocks_.push_back(std::make_unique<Block>(config, i == 0));
+    blocks_.push_back(std::make_unique<Block>(config, i == 0, tp));
     register_module("encoder.block." + std::to_string(i), blocks_.back().get());
   }
   register_module("encoder.final_layer_norm", &final_layer_norm_);
@@ -105,12 +107,17 @@ Tensor T5EncoderModel::activation(const Tensor& x) const {
 Tensor T5EncoderModel::forward(const Tensor& ids) const {
   KILN_CHECK(ids.dim() == 2,
              "T5EncoderModel: expected token ids [batch, seq], got " << shape_str(ids.shape()));
-  const int64_t B = ids.size(0), S = ids.size(1), H = config_.num_heads, Dk = config_.d_kv;
+  // H: the heads this rank attends over (all of them without tensor parallelism).
+  const int64_t B = ids.size(0), S = ids.size(1), H = config_.num_heads / tp_.size, Dk = config_.d_kv;
   Tensor x = shared_(ids);
   // Position bias [1, H, S, S], computed once from block 0's table and shared by every block.
   const Tensor buckets = relative_position_buckets(S, config_.relative_attention_num_buckets,
                                                    config_.relative_attention_max_distance);
-  const Tensor bias = blocks_.front()->relative_attention_bias(buckets).permute({2, 0, 1}).unsqueeze(0);
+  const Tensor bias = blocks_.front()
+                          ->relative_attention_bias(buckets)
+                          .narrow(2, tp_.rank * H, H)
+                          .permute({2, 0, 1})
+                          .unsqueeze(0);
   AttentionOptions options;
   options.scale = 1.0;  // T5 folds the scaling into its weights
   options.bias = bias;
@@ -129,8 +136,9 @@ Tensor T5EncoderModel::forward(const Tensor& ids) const {
   return final_layer_norm_(x);
 }
 
-std::unique_ptr<T5EncoderModel> load_t5_encoder(const std::string& folder, DType dtype) {
-  auto model = std::make_unique<T5EncoderModel>(T5EncoderConfig::from_file(folder + "/config.json"));
+std::unique_ptr<T5EncoderModel> load_t5_encoder(const std::string& folder, DType dtype,
+                                                const nn::TensorParallel& tp) {
+  auto model = std::make_unique<T5EncoderModel>(T5EncoderConfig::from_file(folder + "/config.json"), tp);
   nn::CheckpointWeights weights(folder);
   nn::LoadOptions options;
   options.dtype = dtype;

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "kiln/io/checkpoint.h"
+#include "kiln/ops/layout.h"
 
 namespace kiln::nn {
 
@@ -24,6 +25,28 @@ Shape CheckpointWeights::shape(const std::string& name) const {
 Tensor CheckpointWeights::load(const std::string& name) const {
   return impl_->checkpoint.tensor(name);
 }
+Tensor CheckpointWeights::load_slices(const std::string& name, int dim,
+                                      const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
+  const io::Checkpoint& c = impl_->checkpoint;
+  const int64_t rank = static_cast<int64_t>(c.info(name).shape.size());
+  KILN_CHECK(dim == 0 || dim == rank - 1,
+             c.path() << ": tensor '" << name << "': slices along dimension " << dim << " of a " << rank
+                      << "-D tensor; only the first or last dimension can be read "
+                         "in slices");
+  std::vector<Tensor> pieces;
+  for (const auto& [start, end] : ranges) {
+    if (dim == 0) {
+      pieces.push_back(c.rows(name, start, end));
+      continue;
+    }
+    const Tensor view = c.columns(name, start, end);
+    pieces.push_back(view.contiguous());
+    // Copying columns reads every row's pages; the copy is what the rank keeps, so the file pages go back.
+    if (view.storage() != pieces.back().storage()) view.storage()->drop_resident_pages();
+  }
+  return pieces.size() == 1 ? pieces.front() : concat(pieces, dim);
+}
+
 std::vector<std::string> CheckpointWeights::names() const {
   return impl_->checkpoint.names();
 }

@@ -1,21 +1,56 @@
 #include "kiln/nn/layers.h"
 
+#include "kiln/ops/collective.h"
 #include "kiln/ops/layout.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/quantized_linear.h"
 
 namespace kiln::nn {
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
-    : in_(in_features), out_(out_features) {
-  register_quantizable_parameter("weight", &weight, {out_features, in_features}, &weight_storage);
-  if (with_bias) register_parameter("bias", &bias, {out_features});
+Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, LinearParallel parallel)
+    : in_(in_features), out_(out_features), parallel_(std::move(parallel)) {
+  if (!parallel_.tp.enabled()) parallel_.sharding = Sharding::Replicated;
+  switch (parallel_.sharding) {
+    case Sharding::Replicated:
+      register_quantizable_parameter("weight", &weight, {out_features, in_features}, &weight_storage);
+      if (with_bias) register_parameter("bias", &bias, {out_features});
+      break;
+    case Sharding::Column:
+    case Sharding::ColumnGathered: {
+      KILN_CHECK(parallel_.sharding == Sharding::Column || parallel_.blocks.empty(),
+                 "Linear: a gathered column-parallel layer cannot be packed (the gather would interleave "
+                 "its blocks)");
+      const ParameterShard rows{
+          0, parallel_.blocks.empty() ? std::vector<int64_t>{out_features} : parallel_.blocks, parallel_.tp};
+      register_sharded_parameter("weight", &weight, {out_features, in_features}, rows);
+      if (with_bias) register_sharded_parameter("bias", &bias, {out_features}, rows);
+      break;
+    }
+    case Sharding::Row: {
+      const ParameterShard columns{
+          1, parallel_.blocks.empty() ? std::vector<int64_t>{in_features} : parallel_.blocks, parallel_.tp};
+      register_sharded_parameter("weight", &weight, {out_features, in_features}, columns);
+      if (with_bias) register_parameter("bias", &bias, {out_features});
+      break;
+    }
+  }
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  if (is_quantized())
-    return linear(x, quant::QuantizedTensor{weight, weight_storage.type, {out_, in_}}, bias);
-  return linear(x, weight, bias);
+  switch (parallel_.sharding) {
+    case Sharding::Replicated:
+      if (is_quantized())
+        return linear(x, quant::QuantizedTensor{weight, weight_storage.type, {out_, in_}}, bias);
+      return linear(x, weight, bias);
+    case Sharding::Column:
+      return linear(x, weight, bias);
+    case Sharding::ColumnGathered:
+      return all_gather(linear(x, weight, bias), -1);
+    case Sharding::Row:
+      // Rank 0 alone adds the bias, so the sum over the ranks holds it once.
+      return all_reduce_sum(linear(x, weight, parallel_.tp.rank == 0 ? bias : Tensor()));
+  }
+  KILN_FAIL("internal: unknown Linear sharding");
 }
 
 DType Linear::dtype() const {

@@ -6,6 +6,7 @@
 #include <typeinfo>
 
 #include "kiln/core/device_runtime.h"
+#include "kiln/ops/layout.h"
 #include "nn/compiled_forward.h"
 #include "runtime/capture.h"
 
@@ -14,12 +15,41 @@
 namespace kiln::nn {
 
 void Module::register_parameter(const std::string& name, Tensor* slot, Shape shape, bool optional) {
-  parameters_.push_back(Parameter{name, slot, std::move(shape), optional});
+  Shape full = shape;
+  parameters_.push_back(Parameter{
+      .name = name, .slot = slot, .shape = std::move(shape), .optional = optional, .full_shape = full});
+}
+
+void Module::register_sharded_parameter(const std::string& name, Tensor* slot, const Shape& full_shape,
+                                        ParameterShard shard) {
+  Shape local = full_shape;
+  local.at(static_cast<size_t>(shard.dim)) = shard.local_extent();
+  parameters_.push_back(Parameter{.name = name,
+                                  .slot = slot,
+                                  .shape = std::move(local),
+                                  .optional = false,
+                                  .full_shape = full_shape,
+                                  .shard = std::move(shard)});
+}
+
+Tensor WeightSource::load_slices(const std::string& name, int dim,
+                                 const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
+  const Tensor whole = load(name);
+  std::vector<Tensor> pieces;
+  for (const auto& [start, end] : ranges)
+    pieces.push_back(whole.narrow(dim, start, end - start).contiguous());
+  return pieces.size() == 1 ? pieces.front() : concat(pieces, dim);
 }
 
 void Module::register_quantizable_parameter(const std::string& name, Tensor* slot, Shape shape,
                                             QuantizedStorage* storage) {
-  parameters_.push_back(Parameter{name, slot, std::move(shape), false, storage});
+  Shape full = shape;
+  parameters_.push_back(Parameter{.name = name,
+                                  .slot = slot,
+                                  .shape = std::move(shape),
+                                  .optional = false,
+                                  .quantized = storage,
+                                  .full_shape = full});
 }
 
 void Module::register_module(const std::string& name, Module* child) {
@@ -81,9 +111,9 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
       continue;
     }
     const Shape stored = source.shape(name);
-    KILN_CHECK(stored == p->shape, source.description()
-                                       << ": tensor '" << name << "' has shape " << shape_str(stored)
-                                       << " but the model config expects " << shape_str(p->shape));
+    KILN_CHECK(stored == p->full_shape, source.description()
+                                            << ": tensor '" << name << "' has shape " << shape_str(stored)
+                                            << " but the model config expects " << shape_str(p->full_shape));
     if (p->quantized != nullptr) {
       *p->quantized = QuantizedStorage{quant::GgmlType::F32, options.dtype};
       if (options.keep_quantized) {
@@ -97,7 +127,7 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
         }
       }
     }
-    Tensor t = source.load(name);
+    Tensor t = p->shard ? source.load_slices(name, p->shard->dim, p->shard->ranges()) : source.load(name);
     *p->slot = t.to(options.dtype);
     used.insert(name);
     if (options.on_loaded) options.on_loaded(name, p->slot->nbytes());

@@ -69,12 +69,18 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
   done("tokenizer_2");
   pipe.text_encoder_ = models::load_clip_text_model(need("text_encoder", "CLIPTextModel"), options.dtype);
   done("text_encoder");
-  pipe.text_encoder_2_ = models::load_t5_encoder(need("text_encoder_2", "T5EncoderModel"), options.dtype);
+  const std::vector<std::string> splittable = {"transformer", "text_encoder_2"};
+  pipe.text_encoder_2_ = models::load_t5_encoder(need("text_encoder_2", "T5EncoderModel"), options.dtype,
+                                                 options.tensor_parallel_for("text_encoder_2", splittable));
   done("text_encoder_2");
   if (options.transformer_file.empty()) {
     pipe.transformer_ =
-        models::load_flux_transformer(need("transformer", "FluxTransformer2DModel"), options.dtype);
+        models::load_flux_transformer(need("transformer", "FluxTransformer2DModel"), options.dtype,
+                                      options.tensor_parallel_for("transformer", splittable));
   } else {
+    KILN_CHECK(options.parallel_config.count("transformer") == 0,
+               "FluxPipeline: a single-file transformer cannot be split across ranks yet; load it without "
+               "tensor parallelism or from a diffusers folder");
     const fs::path config = fs::path(resolved.path) / "transformer" / "config.json";
     pipe.transformer_ = models::FluxTransformer2DModel::from_single_file(
         options.transformer_file,

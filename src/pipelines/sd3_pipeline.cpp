@@ -83,6 +83,7 @@ StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::st
   pipe.dtype_ = options.dtype;
   const int count = with_t5 ? 9 : 7;
   int loaded = 0;
+  const std::vector<std::string> splittable = {"transformer", "text_encoder_3"};
   auto done = [&](const char* name) {
     if (options.on_component_loaded) options.on_component_loaded(name, ++loaded, count);
   };
@@ -108,16 +109,23 @@ StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::st
       models::load_clip_text_model(need("text_encoder_2", {"CLIPTextModelWithProjection"}), options.dtype);
   done("text_encoder_2");
   if (with_t5) {
-    pipe.text_encoder_3_ = models::load_t5_encoder(need("text_encoder_3", {"T5EncoderModel"}), options.dtype);
+    pipe.text_encoder_3_ = models::load_t5_encoder(need("text_encoder_3", {"T5EncoderModel"}), options.dtype,
+                                                   options.tensor_parallel_for("text_encoder_3", splittable));
     done("text_encoder_3");
   }
-  if (options.transformer_file.empty())
+  if (options.transformer_file.empty()) {
     pipe.transformer_ =
-        models::load_sd3_transformer(need("transformer", {"SD3Transformer2DModel"}), options.dtype);
-  else  // described by the model's transformer/config.json, as diffusers' from_single_file(config=...)
+        models::load_sd3_transformer(need("transformer", {"SD3Transformer2DModel"}), options.dtype,
+                                     options.tensor_parallel_for("transformer", splittable));
+  } else {  // described by the model's transformer/config.json, as diffusers' from_single_file(config=...)
+    KILN_CHECK(
+        options.parallel_config.count("transformer") == 0,
+        "StableDiffusion3Pipeline: a single-file transformer cannot be split across ranks yet; load it "
+        "without tensor parallelism or from a diffusers folder");
     pipe.transformer_ = models::SD3Transformer2DModel::from_single_file(
         options.transformer_file, (fs::path(resolved.path) / "transformer" / "config.json").string(),
         options.dtype);
+  }
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", {"AutoencoderKL"}), options.dtype);
   done("vae");

@@ -56,7 +56,9 @@ class FluxAdaLayerNormContinuous;
 class FluxTransformer2DModel : public nn::Module {
  public:
   // Registers every parameter with its diffusers name and shape (nothing is allocated until load_weights).
-  explicit FluxTransformer2DModel(const FluxTransformerConfig& config);
+  // With `tp` (size > 1) this rank holds its shard of every block by the plan in models/flux_blocks.h; the
+  // embedders, norm_out and proj_out are column-parallel and gathered. Every rank returns the full output.
+  explicit FluxTransformer2DModel(const FluxTransformerConfig& config, const nn::TensorParallel& tp = {});
   ~FluxTransformer2DModel() override;
 
   // One denoising evaluation, as FluxTransformer2DModel.forward(return_dict=False)[0]:
@@ -109,7 +111,9 @@ class FluxTransformer2DModel : public nn::Module {
 
 // Builds the model from `folder` (a diffusers transformer/ component: config.json and one or several
 // safetensors files) and loads its weights converted to `dtype` (no copy when stored so).
-std::unique_ptr<FluxTransformer2DModel> load_flux_transformer(const std::string& folder, DType dtype);
+// With `tp`, only this rank's slices are read from the files.
+std::unique_ptr<FluxTransformer2DModel> load_flux_transformer(const std::string& folder, DType dtype,
+                                                              const nn::TensorParallel& tp = {});
 
 // FluxPipeline._prepare_latent_image_ids: positions (0, row, col) of the packed latent grid, row-major,
 // as [grid_height * grid_width, 3] in `dtype` (the pipeline uses the prompt embeddings' dtype; bfloat16

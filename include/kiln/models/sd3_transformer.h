@@ -62,7 +62,10 @@ class SD3Transformer2DModel : public nn::Module {
  public:
   // Registers every parameter with its diffusers name and shape (nothing is allocated until load_weights).
   // The position table pos_embed.pos_embed [1, max * max, inner_dim] is a buffer stored in the checkpoint.
-  explicit SD3Transformer2DModel(const SD3TransformerConfig& config);
+  // With `tp` (size > 1) this rank holds its shard of every block by the plan in models/flux_blocks.h; the
+  // context embedder, time/text embedders, norm_out and proj_out are split too; pos_embed (a small
+  // convolution and the position table) is replicated. Every rank returns the full output.
+  explicit SD3Transformer2DModel(const SD3TransformerConfig& config, const nn::TensorParallel& tp = {});
   ~SD3Transformer2DModel() override;
 
   // One denoising evaluation, as SD3Transformer2DModel.forward(return_dict=False)[0]:
@@ -111,6 +114,8 @@ class SD3Transformer2DModel : public nn::Module {
 
 // Builds the model from `folder` (a diffusers transformer/ component: config.json and one or several
 // safetensors files) and loads its weights converted to `dtype` (no copy when stored so).
-std::unique_ptr<SD3Transformer2DModel> load_sd3_transformer(const std::string& folder, DType dtype);
+// With `tp`, only this rank's slices are read from the files.
+std::unique_ptr<SD3Transformer2DModel> load_sd3_transformer(const std::string& folder, DType dtype,
+                                                            const nn::TensorParallel& tp = {});
 
 }  // namespace kiln::models

@@ -27,7 +27,10 @@ struct T5EncoderConfig {
 
 class T5EncoderModel : public nn::Module {
  public:
-  explicit T5EncoderModel(const T5EncoderConfig& config);
+  // Tensor parallelism (`tp` size > 1): q/k/v and wi_0/wi_1 column-, o and wo row-parallel (two all-reduces
+  // per block), attention on this rank's heads with its columns of the position bias; the token embedding,
+  // the small relative-position table and the norms are replicated. Every rank returns the full output.
+  explicit T5EncoderModel(const T5EncoderConfig& config, const nn::TensorParallel& tp = {});
   // ids [B, S] -> last hidden state [B, S, d_model]. Every token attends to every other (no padding mask),
   // as FluxPipeline and StableDiffusion3Pipeline call it.
   Tensor forward(const Tensor& ids) const;
@@ -37,7 +40,7 @@ class T5EncoderModel : public nn::Module {
 
  private:
   struct Block : nn::Module {
-    Block(const T5EncoderConfig& c, bool has_relative_bias);
+    Block(const T5EncoderConfig& c, bool has_relative_bias, const nn::TensorParallel& tp);
     nn::Linear q, k, v, o;
     nn::Embedding relative_attention_bias;
     nn::RMSNorm attn_norm, ff_norm;
@@ -46,6 +49,7 @@ class T5EncoderModel : public nn::Module {
   Tensor activation(const Tensor& x) const;
 
   T5EncoderConfig config_;
+  nn::TensorParallel tp_;
   nn::Embedding shared_;
   std::vector<std::unique_ptr<Block>> blocks_;
   nn::RMSNorm final_layer_norm_;
@@ -53,6 +57,8 @@ class T5EncoderModel : public nn::Module {
 
 // Reads `folder`/config.json and the weights in `folder`, converted to `dtype`. The token embedding is stored
 // as shared.weight, encoder.embed_tokens.weight (tied to it) or both.
-std::unique_ptr<T5EncoderModel> load_t5_encoder(const std::string& folder, DType dtype);
+// With `tp`, only this rank's slices of the sharded layers are read.
+std::unique_ptr<T5EncoderModel> load_t5_encoder(const std::string& folder, DType dtype,
+                                                const nn::TensorParallel& tp = {});
 
 }  // namespace kiln::models

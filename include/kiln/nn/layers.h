@@ -4,6 +4,7 @@
 #include <array>
 
 #include "kiln/nn/module.h"
+#include "kiln/nn/tensor_parallel.h"
 #include "kiln/ops/nn.h"
 
 namespace kiln::nn {
@@ -11,9 +12,12 @@ namespace kiln::nn {
 // torch.nn.Linear: weight [out, in], optional bias [out]. A weight that the checkpoint stores block-quantized
 // (GGUF) stays so: `weight` then holds its raw blocks (uint8 [out, row_bytes]) and `weight_storage` its type;
 // forward computes on it (kiln/ops/quantized_linear.h).
+// With a LinearParallel, this rank holds its slice (kiln/nn/tensor_parallel.h) and forward returns what that
+// sharding defines: a local slice of the output (Column), the full output (ColumnGathered, Row).
+// in_features/out_features stay the full layer's. A quantized weight is not sharded (replicated layers only).
 class Linear : public Module {
  public:
-  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, LinearParallel parallel = {});
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
   int64_t in_features() const { return in_; }
@@ -21,11 +25,13 @@ class Linear : public Module {
   // The dtype the layer computes in: the weight's, or for a quantized weight the dtype it was loaded for.
   DType dtype() const;
   bool is_quantized() const { return weight_storage.is_quantized(); }
+  Sharding sharding() const { return parallel_.sharding; }
   Tensor weight, bias;
   QuantizedStorage weight_storage;
 
  private:
   int64_t in_, out_;
+  LinearParallel parallel_;
 };
 
 // torch.nn.LayerNorm over the last dimension; affine=false (FLUX) has no parameters.

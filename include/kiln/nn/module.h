@@ -7,11 +7,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/core/tensor.h"
 #include "kiln/nn/compile.h"
+#include "kiln/nn/tensor_parallel.h"
 #include "kiln/quant/quantized_tensor.h"
 
 namespace kiln::nn {
@@ -27,6 +29,10 @@ class WeightSource {
   // The tensor as stored (a zero-copy view where possible).
   virtual Tensor load(const std::string& name) const = 0;
   virtual std::vector<std::string> names() const = 0;
+  // The pieces [start, end) of `name` along `dim`, concatenated in order (a tensor-parallel rank's shard).
+  // The default slices what load() returns; a file-backed source reads only those bytes.
+  virtual Tensor load_slices(const std::string& name, int dim,
+                             const std::vector<std::pair<int64_t, int64_t>>& ranges) const;
   // Names the source in errors ("transformer/diffusion_pytorch_model.safetensors").
   virtual std::string description() const = 0;
   // The tensor's block-quantized storage (GGUF Q8_0, Q4_K, ...) when it has one; an undefined result for
@@ -106,6 +112,10 @@ class Module {
   // `storage` records how it was loaded.
   void register_quantizable_parameter(const std::string& name, Tensor* slot, Shape shape,
                                       QuantizedStorage* storage);
+  // Registers a tensor-parallel rank's slice of a parameter whose checkpoint shape is `full_shape`: the
+  // registered shape is the slice's, and load_weights reads only the slice (kiln/nn/tensor_parallel.h).
+  void register_sharded_parameter(const std::string& name, Tensor* slot, const Shape& full_shape,
+                                  ParameterShard shard);
   // `name` may be dotted ("self_attn.q_proj") to reproduce a checkpoint's nesting without scope modules.
   void register_module(const std::string& name, Module* child);
 
@@ -129,6 +139,8 @@ class Module {
     Shape shape;
     bool optional;
     QuantizedStorage* quantized = nullptr;
+    Shape full_shape;                     // the checkpoint's shape (== shape unless sharded)
+    std::optional<ParameterShard> shard;  // set for a tensor-parallel slice
   };
   void collect(const std::string& prefix, std::vector<std::pair<std::string, const Parameter*>>& out) const;
 

@@ -12,11 +12,13 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "kiln/dist/device_mesh.h"
 #include "kiln/pipelines/generator.h"
 #include "kiln/pipelines/image.h"
 #include "kiln/pipelines/offload.h"
@@ -50,6 +52,16 @@ struct PipelineLoadOptions {
   // Absent: all weights packed when they fit in half of this machine's memory, none otherwise (they are then
   // read from the memory-mapped checkpoint, as diffusers does). Applied process-wide when loading ends.
   std::optional<int64_t> packed_weight_budget;
+  // Tensor parallelism per component, by the pipeline's component names ("transformer", and the T5 encoder:
+  // "text_encoder_2" in FLUX, "text_encoder_3" in SD3), as diffusers' parallel_config: each rank builds the
+  // component's shard and reads only its slices. CLIP and the VAE stay replicated (an error names them):
+  // they are small, and CLIP's pooled output and the VAE's convolutions have no column/row split that
+  // pays for its collectives.
+  std::map<std::string, dist::TensorParallelConfig> parallel_config;
+  // The layer view of parallel_config[component] (no parallelism when absent); throws naming a component
+  // that cannot be split or is not in `splittable`.
+  nn::TensorParallel tensor_parallel_for(const std::string& component,
+                                         const std::vector<std::string>& splittable) const;
 };
 
 struct FluxPipelineCall {

@@ -13,6 +13,7 @@ void register_kernels(runtime::KernelRegistry& registry) {
   register_fused_kernels(registry);
   register_rope_table_kernels(registry);
   register_quantized_linear_kernels(registry);
+  register_collective_kernels(registry);
 }
 
 }  // namespace kiln::cpu_kernels

@@ -17,5 +17,7 @@ void register_attention_kernels(runtime::KernelRegistry& registry);   // attenti
 void register_rope_table_kernels(runtime::KernelRegistry& registry);  // rope_tables.cpp: FLUX RoPE tables
 void register_fused_kernels(runtime::KernelRegistry& registry);  // fused_*.cpp: linear_fused, norm_modulate
 void register_quantized_linear_kernels(runtime::KernelRegistry& registry);  // quantized_linear.cpp (GGUF)
+void register_collective_kernels(
+    runtime::KernelRegistry& registry);  // collective.cpp: all-reduce, all-gather
 
 }  // namespace kiln::cpu_kernels

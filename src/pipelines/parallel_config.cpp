@@ -1,0 +1,22 @@
+// PipelineLoadOptions::tensor_parallel_for: which components of a pipeline take a TensorParallelConfig.
+#include "kiln/core/error.h"
+#include "kiln/pipelines/flux_pipeline.h"
+
+namespace kiln {
+
+nn::TensorParallel PipelineLoadOptions::tensor_parallel_for(
+    const std::string& component, const std::vector<std::string>& splittable) const {
+  for (const auto& [name, config] : parallel_config) {
+    bool known = false;
+    for (const std::string& s : splittable) known = known || s == name;
+    KILN_CHECK(known, "parallel_config: component '"
+                          << name
+                          << "' cannot be split over ranks (the text encoders other than T5 and the VAE "
+                          << "stay replicated); tensor parallelism applies to the transformer and the T5 "
+                          << "encoder");
+  }
+  auto it = parallel_config.find(component);
+  return it == parallel_config.end() ? nn::TensorParallel{} : it->second.layers();
+}
+
+}  // namespace kiln

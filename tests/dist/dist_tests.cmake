@@ -1,0 +1,55 @@
+# Tensor parallelism: tests that run as two MPI ranks (`mpirun -np 2 --oversubscribe`: CI's 2 cores are
+# shared). OpenMPI refuses to start as root without the two variables below; they change nothing else.
+find_program(KILN_MPIEXEC NAMES mpiexec mpirun REQUIRED)
+set(KILN_MPI_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
+set(KILN_MPIRUN2 ${CMAKE_COMMAND} -E env ${KILN_MPI_ENV} ${KILN_MPIEXEC} -np 2 --oversubscribe)
+
+file(GLOB KILN_DIST_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/dist/*.cpp)
+add_executable(kiln_test_dist ${KILN_DIST_TEST_SOURCES} support/test_data.cpp)
+target_include_directories(kiln_test_dist PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/src)
+target_compile_definitions(kiln_test_dist PRIVATE KILN_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+target_compile_options(kiln_test_dist PRIVATE ${KILN_WARNINGS} -Wno-psabi)
+target_link_libraries(kiln_test_dist PRIVATE kiln GTest::gtest)
+
+# One ctest test for the whole executable: every rank must run the same tests in the same order.
+add_test(NAME dist.tensor_parallel_2_ranks COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_test_dist>)
+set_tests_properties(dist.tensor_parallel_2_ranks PROPERTIES LABELS dist TIMEOUT 300)
+
+# The command line: `mpirun -np 2 kiln generate --tp 2` and `kiln launch -n 2 -- generate` write the PNG
+# (rank 0 alone reports and writes; the images themselves are compared with one rank's in
+# tensor_parallel_pipeline_test.cpp); --tp without the ranks to match is a clear error.
+set(KILN_TINY_FLUX ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell)
+set(KILN_TINY_GENERATE --prompt "a red circle" --height 32 --width 32 --steps 2 --seed 1 --dtype f32
+                       --max-sequence-length 16)
+add_test(NAME dist.generate_flux_tp2
+         COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --model ${KILN_TINY_FLUX}
+                 ${KILN_TINY_GENERATE} --mode fuse --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp2.png)
+set_tests_properties(dist.generate_flux_tp2 PROPERTIES PASS_REGULAR_EXPRESSION "wrote .*dist_flux_tp2.png")
+add_test(NAME dist.launch_sd3_tp2
+         COMMAND ${CMAKE_COMMAND} -E env ${KILN_MPI_ENV} $<TARGET_FILE:kiln_cli> launch -n 2 --oversubscribe --
+                 generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/sd3-tiny-medium ${KILN_TINY_GENERATE}
+                 --negative-prompt blurry --guidance 4.5 --mode compile-blocks
+                 --output ${CMAKE_CURRENT_BINARY_DIR}/dist_sd3_tp2.png)
+set_tests_properties(dist.launch_sd3_tp2 PROPERTIES PASS_REGULAR_EXPRESSION "wrote .*dist_sd3_tp2.png")
+add_test(NAME dist.generate_tp_without_ranks
+         COMMAND $<TARGET_FILE:kiln_cli> generate --tp 2 --model ${KILN_TINY_FLUX} ${KILN_TINY_GENERATE}
+                 --output ${CMAKE_CURRENT_BINARY_DIR}/dist_no_ranks.png)
+set_tests_properties(dist.generate_tp_without_ranks PROPERTIES PASS_REGULAR_EXPRESSION "--tp 2: 1 process")
+
+# Failure: a rank killed mid-run, or one that cannot read its shard, ends every rank within 60 s with a
+# message naming the rank and the cause, and no PNG.
+foreach(scenario killed-rank unreadable-shard)
+  add_test(NAME dist.rank_failure_${scenario}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist/rank_failure_test.sh $<TARGET_FILE:kiln_cli> ${KILN_TINY_FLUX}
+                   ${CMAKE_CURRENT_BINARY_DIR}/dist_failure_${scenario} ${scenario})
+  set_tests_properties(dist.rank_failure_${scenario} PROPERTIES TIMEOUT 90)
+endforeach()
+set_tests_properties(dist.generate_flux_tp2 dist.launch_sd3_tp2 dist.generate_tp_without_ranks
+                     dist.rank_failure_killed-rank dist.rank_failure_unreadable-shard PROPERTIES LABELS dist)
+
+# Two hosts on one machine: two network namespaces joined by a veth pair, one rank in each, over TCP; the
+# image must be one process's. Needs root (skipped otherwise).
+add_test(NAME dist.two_hosts_veth
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/dist/two_hosts_test.sh $<TARGET_FILE:kiln_cli> ${KILN_TINY_FLUX}
+                 ${CMAKE_CURRENT_BINARY_DIR}/dist_two_hosts)
+set_tests_properties(dist.two_hosts_veth PROPERTIES LABELS dist SKIP_RETURN_CODE 77 TIMEOUT 180)

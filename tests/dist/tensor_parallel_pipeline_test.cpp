@@ -1,0 +1,77 @@
+// Whole pipelines with the transformer and the T5 encoder split over two ranks draw the one-rank image
+// (within one 8-bit level) from the same seed.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "kiln/dist/device_mesh.h"
+#include "kiln/dist/process_group.h"
+#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/pipelines/sd3_pipeline.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+PipelineLoadOptions split_over_ranks(const std::string& t5_component) {
+  const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("cpu", {2})};
+  PipelineLoadOptions options;
+  options.parallel_config = {{"transformer", parallel}, {t5_component, parallel}};
+  return options;
+}
+
+int max_level_difference(const Image& a, const Image& b) {
+  EXPECT_EQ(a.pixels.size(), b.pixels.size());
+  int m = 0;
+  for (size_t i = 0; i < a.pixels.size() && i < b.pixels.size(); ++i)
+    m = std::max(m, std::abs(static_cast<int>(a.pixels[i]) - static_cast<int>(b.pixels[i])));
+  return m;
+}
+
+TEST(TensorParallelPipeline, FluxDrawsTheOneRankImage) {
+  const std::string model = testing::data_path("models/flux-tiny-dev");
+  FluxPipelineCall call{.prompt = "a cat",
+                        .height = 64,
+                        .width = 64,
+                        .num_inference_steps = 3,
+                        .generator = Generator(7),
+                        .max_sequence_length = 16};
+  auto one = FluxPipeline::from_pretrained(model);
+  const Image expected = one(call).images.front();
+  call.generator = Generator(7);
+  auto split = FluxPipeline::from_pretrained(model, split_over_ranks("text_encoder_2"));
+  EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+}
+
+TEST(TensorParallelPipeline, StableDiffusion3DrawsTheOneRankImage) {
+  const std::string model = testing::data_path("models/sd3-tiny-medium");
+  StableDiffusion3PipelineCall call;
+  call.prompt = "a cat";
+  call.negative_prompt = "blurry";
+  call.height = 64;
+  call.width = 64;
+  call.num_inference_steps = 3;
+  call.guidance_scale = 4.5f;
+  call.max_sequence_length = 16;
+  call.generator = Generator(5);
+  auto one = StableDiffusion3Pipeline::from_pretrained(model);
+  const Image expected = one(call).images.front();
+  call.generator = Generator(5);
+  auto split = StableDiffusion3Pipeline::from_pretrained(model, split_over_ranks("text_encoder_3"));
+  EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+}
+
+TEST(TensorParallelPipeline, ClipCannotBeSplit) {
+  PipelineLoadOptions options = split_over_ranks("text_encoder_2");
+  options.parallel_config.emplace("text_encoder", options.parallel_config.at("transformer"));
+  try {
+    FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"), options);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("component 'text_encoder' cannot be split"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln
