@@ -13,6 +13,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/models/flux_transformer.h"
+#include "kiln/models/sd3_transformer.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::bench {
@@ -108,6 +109,20 @@ struct FluxShapedStep {
     return model->forward(hidden, text, pooled, timestep, guidance, txt_ids, img_ids);
   }
 };
+
+// SD3.5 Medium's widths (its config.json) at a cut-down depth: `layers` joint blocks, block 0 with the
+// MMDiT-X second attention, QK RMSNorm.
+inline models::SD3TransformerConfig sd3_medium_shaped_config(int64_t layers = 2) {
+  models::SD3TransformerConfig c;
+  c.num_layers = layers;
+  c.attention_head_dim = 64;
+  c.num_attention_heads = 24;
+  c.caption_projection_dim = 1536;
+  c.pos_embed_max_size = 384;
+  c.dual_attention_layers = {0};
+  c.qk_norm = "rms_norm";
+  return c;
+}
 
 inline FluxShapedStep flux_shaped_step(int64_t size, int64_t text_tokens = 512) {
   models::FluxTransformerConfig config;

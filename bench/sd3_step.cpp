@@ -16,14 +16,7 @@ constexpr double kBf16PeakGflops = 880.0;
 
 void run(int64_t image, int reps) {
   using kiln::bfloat16;
-  kiln::models::SD3TransformerConfig config;
-  config.num_layers = 2;
-  config.attention_head_dim = 64;
-  config.num_attention_heads = 24;
-  config.caption_projection_dim = 1536;
-  config.pos_embed_max_size = 384;
-  config.dual_attention_layers = {0};
-  config.qk_norm = "rms_norm";
+  const kiln::models::SD3TransformerConfig config = kiln::bench::sd3_medium_shaped_config();
   kiln::models::SD3Transformer2DModel model(config);
   kiln::nn::LoadOptions options;
   options.dtype = bfloat16;

@@ -91,14 +91,7 @@ void flux(int64_t size, int steps, const kiln::nn::TensorParallel& tp) {
 }
 
 void sd3(int64_t size, int steps, const kiln::nn::TensorParallel& tp) {
-  kiln::models::SD3TransformerConfig config;
-  config.num_layers = 2;
-  config.attention_head_dim = 64;
-  config.num_attention_heads = 24;
-  config.caption_projection_dim = 1536;
-  config.pos_embed_max_size = 384;
-  config.dual_attention_layers = {0};
-  config.qk_norm = "rms_norm";
+  const kiln::models::SD3TransformerConfig config = kiln::bench::sd3_medium_shaped_config();
   auto model = random_model<kiln::models::SD3Transformer2DModel>(config, tp);
   const int64_t B = 2, L = 333, h = size / 8;
   kiln::Generator gen(0);

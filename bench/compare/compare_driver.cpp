@@ -332,14 +332,7 @@ Case flux_case(const Options& o, const InputFile& in) {
 }
 
 kiln::models::SD3TransformerConfig sd3_random_config(const Options& o) {
-  kiln::models::SD3TransformerConfig c;  // SD3.5 Medium's widths (its config.json), cut-down depth
-  c.num_layers = o.layers > 0 ? o.layers : 2;
-  c.attention_head_dim = 64;
-  c.num_attention_heads = 24;
-  c.caption_projection_dim = 1536;
-  c.pos_embed_max_size = 384;
-  c.dual_attention_layers = {0};
-  c.qk_norm = "rms_norm";
+  kiln::models::SD3TransformerConfig c = kiln::bench::sd3_medium_shaped_config(o.layers > 0 ? o.layers : 2);
   if (o.tiny) {
     c.num_attention_heads = 2;
     c.attention_head_dim = 16;

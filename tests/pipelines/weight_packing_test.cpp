@@ -21,6 +21,17 @@ namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
+// A 32x32, 2-step call of the tiny FLUX.1-dev pipeline.
+FluxPipelineCall tiny_call(const std::string& prompt, uint64_t seed) {
+  return {.prompt = prompt,
+          .height = 32,
+          .width = 32,
+          .num_inference_steps = 2,
+          .guidance_scale = 3.5f,
+          .generator = Generator(seed),
+          .max_sequence_length = 16};
+}
+
 TEST(WeightPacking, DefaultPacksWhatFitsInHalfTheMachineAndNothingElse) {
   const WeightPackingPlan small = plan_weight_packing(12 * kGiB, std::nullopt, 24 * kGiB);
   EXPECT_FALSE(small.budget.has_value());
@@ -71,13 +82,7 @@ TEST(WeightPacking, ParsesSizesAsTheCommandLineWritesThem) {
 // all the image is the same, and nothing is packed.
 TEST(WeightPacking, PipelineImageIsTheSameWithWeightsReadInPlace) {
   const std::optional<int64_t> saved = packed_weight_budget();
-  const FluxPipelineCall call{.prompt = "a red circle",
-                              .height = 32,
-                              .width = 32,
-                              .num_inference_steps = 2,
-                              .guidance_scale = 3.5f,
-                              .generator = Generator(3),
-                              .max_sequence_length = 16};
+  const FluxPipelineCall call = tiny_call("a red circle", 3);
   const auto run = [&](std::optional<int64_t> budget, int64_t* packed) {
     PipelineLoadOptions options{.dtype = bfloat16};
     options.packed_weight_budget = budget;
@@ -104,13 +109,7 @@ TEST(WeightPacking, PipelineImageIsTheSameWithWeightsReadInPlace) {
 // enable_model_cpu_offload: every component's packed copies are gone once the call returns, the image is the
 // same as without offloading, and a second call (reading the weights from the files again) gives it again.
 TEST(ModelCpuOffload, ReleasesEveryComponentAndKeepsTheImage) {
-  const FluxPipelineCall call{.prompt = "a blue square",
-                              .height = 32,
-                              .width = 32,
-                              .num_inference_steps = 2,
-                              .guidance_scale = 3.5f,
-                              .generator = Generator(5),
-                              .max_sequence_length = 16};
+  const FluxPipelineCall call = tiny_call("a blue square", 5);
   PipelineLoadOptions options{.dtype = bfloat16};
   options.packed_weight_budget = kAllWeightsPacked;
   const std::optional<int64_t> saved = packed_weight_budget();
@@ -131,13 +130,7 @@ TEST(ModelCpuOffload, ReleasesEveryComponentAndKeepsTheImage) {
 
 // set_memory_budget picks the coarsest offload under the budget, and the image does not change with it.
 TEST(MemoryBudget, PicksTheCoarsestOffloadAndKeepsTheImage) {
-  const FluxPipelineCall call{.prompt = "a white circle",
-                              .height = 32,
-                              .width = 32,
-                              .num_inference_steps = 2,
-                              .guidance_scale = 3.5f,
-                              .generator = Generator(9),
-                              .max_sequence_length = 16};
+  const FluxPipelineCall call = tiny_call("a white circle", 9);
   PipelineLoadOptions options{.dtype = bfloat16};
   const std::optional<int64_t> saved_packed = packed_weight_budget();
   const auto load = [&] {
@@ -177,13 +170,7 @@ TEST(MemoryBudget, PicksTheCoarsestOffloadAndKeepsTheImage) {
 // Model offload releases weights between components, outside any forward: in every execution mode the image
 // with offloading equals the image without it in that mode, and no packed copy survives the call.
 TEST(ModelCpuOffload, EveryExecutionModeKeepsItsImage) {
-  const FluxPipelineCall call{.prompt = "a green triangle",
-                              .height = 32,
-                              .width = 32,
-                              .num_inference_steps = 2,
-                              .guidance_scale = 3.5f,
-                              .generator = Generator(7),
-                              .max_sequence_length = 16};
+  const FluxPipelineCall call = tiny_call("a green triangle", 7);
   PipelineLoadOptions options{.dtype = bfloat16};
   options.packed_weight_budget = kAllWeightsPacked;
   const std::optional<int64_t> saved = packed_weight_budget();
