@@ -42,6 +42,7 @@ struct GenerateArgs {
   std::optional<std::string> packed_weights;
   std::string offload = "auto";
   std::optional<std::string> max_memory;
+  int blocks_per_group = 1;
   int tp = 1;
 };
 
@@ -107,6 +108,12 @@ void load_and_run(const GenerateArgs& args, Call call, int components, const std
   if (args.max_memory) {
     const OffloadPlan plan = pipe.set_memory_budget(parse_byte_budget(*args.max_memory, "--max-memory"));
     if (reporting) std::fprintf(stderr, "kiln: %s\n", plan.describe().c_str());
+  } else if (args.offload == "group") {
+    pipe.enable_group_offload({.blocks_per_group = args.blocks_per_group, .prefetch = true});
+    if (reporting)
+      std::fprintf(stderr,
+                   "kiln: group offload: %d block(s) per group, the next group brought in while one runs\n",
+                   args.blocks_per_group);
   } else if (args.offload == "sequential") {
     pipe.enable_sequential_cpu_offload();
     if (reporting)
@@ -215,15 +222,21 @@ void add_generate_command(CLI::App& app) {
       "none otherwise: they are then read from the memory-mapped checkpoint, as diffusers does)");
   cmd->add_option("--offload", args->offload,
                   "model: each component's weights are released once it has run (diffusers' "
-                  "enable_model_cpu_offload); sequential: no packed copies and each weight released once the "
+                  "enable_model_cpu_offload); group: weights read in place, a component's repeated blocks "
+                  "in groups of --blocks-per-group, the next group brought in while one runs "
+                  "(enable_group_offload); sequential: no packed copies and each weight released once the "
                   "next is read (enable_sequential_cpu_offload); none: every component keeps them; auto "
                   "(default): model when the weights exceed half of this machine's memory")
-      ->check(CLI::IsMember({"auto", "none", "model", "sequential"}))
+      ->check(CLI::IsMember({"auto", "none", "model", "group", "sequential"}))
+      ->capture_default_str();
+  cmd->add_option("--blocks-per-group", args->blocks_per_group,
+                  "blocks per group for --offload group (diffusers' num_blocks_per_group)")
+      ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   cmd->add_option(
       "--max-memory", args->max_memory,
       "the most memory the weights may hold, e.g. 12GiB: picks the coarsest offload that stays under "
-      "it (none, model, sequential) and fails before any work when the largest weight does not fit; "
+      "it (none, model, group, sequential) and fails before any work when the largest weight does not fit; "
       "activations come on top");
   cmd->add_flag(
       "--vae-tiling", args->vae_tiling,

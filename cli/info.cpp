@@ -1,11 +1,16 @@
 // `kiln info MODEL`: what a checkpoint file, component folder, pipeline folder or cached repo holds.
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/gguf_info.h"
 #include "kiln/io/model_summary.h"
+#include "kiln/pipelines/offload.h"
 #include "kiln/pipelines/weight_packing.h"
 
 namespace kiln::cli {
@@ -92,12 +97,55 @@ void print_summary(const std::string& ref, const io::ModelSummary& s) {
               plan_weight_packing(2 * s.total.parameters, std::nullopt).describe().c_str());
 }
 
+// Numbers inside names compare as numbers ("blocks.2" before "blocks.10"), so that blocks come in the order
+// they run.
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t ei = i, ej = j;
+      while (ei < a.size() && std::isdigit(static_cast<unsigned char>(a[ei]))) ++ei;
+      while (ej < b.size() && std::isdigit(static_cast<unsigned char>(b[ej]))) ++ej;
+      const std::string na = a.substr(i, ei - i), nb = b.substr(j, ej - j);
+      if (na.size() != nb.size()) return na.size() < nb.size();
+      if (na != nb) return na < nb;
+      i = ei;
+      j = ej;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+// `kiln info MODEL --max-memory SIZE`: the offload kiln generate --max-memory would pick, with what each
+// component holds while it runs (weights in bf16, kiln generate's default dtype).
+void print_offload_plan(const io::ModelSummary& s, int64_t budget) {
+  std::vector<ComponentWeights> components;
+  for (const auto& c : s.components) {
+    if (!c.has_weights) continue;
+    ComponentWeights w{c.name, {}};
+    for (const auto& [name, parameters] : c.weights.tensor_parameters)
+      w.tensors.emplace_back(name, 2 * parameters);
+    std::sort(w.tensors.begin(), w.tensors.end(),
+              [](const auto& x, const auto& y) { return natural_less(x.first, y.first); });
+    components.push_back(std::move(w));
+  }
+  const OffloadPlan plan = plan_offload(components, budget);
+  std::printf("  %s\n", plan.describe().c_str());
+  std::istringstream lines(plan.describe_residency());
+  for (std::string line; std::getline(lines, line);) std::printf("  %s\n", line.c_str());
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Print what a checkpoint or model holds");
   struct Args {
     std::string model, revision, variant;
+    std::optional<std::string> max_memory;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("model", args->model,
@@ -108,6 +156,9 @@ void add_info_command(CLI::App& app) {
                   "branch, tag or commit of a cached Hugging Face repo (default main)");
   cmd->add_option("--variant", args->variant,
                   "weights variant, e.g. fp16 or bf16 (diffusion_pytorch_model.fp16.safetensors)");
+  cmd->add_option("--max-memory", args->max_memory,
+                  "also print the offload kiln generate --max-memory SIZE would pick (e.g. 12GiB): what each "
+                  "component holds while it runs and the expected peak");
   cmd->callback([args] {
     if (args->model.size() > 5 && args->model.substr(args->model.size() - 5) == ".gguf") {
       print_gguf_info(args->model);
@@ -115,6 +166,7 @@ void add_info_command(CLI::App& app) {
     }
     const auto summary = io::summarize_model(args->model, {.revision = args->revision}, args->variant);
     print_summary(args->model, summary);
+    if (args->max_memory) print_offload_plan(summary, parse_byte_budget(*args->max_memory, "--max-memory"));
   });
 }
 

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kiln/core/device_runtime.h"
@@ -55,6 +56,29 @@ void Storage::drop_resident_pages() const {
   // MADV_DONTNEED on a private, read-only file mapping only discards clean pages, which the next access
   // reads back from the file; failure just leaves them resident.
   if (length > 0) madvise(first, length, MADV_DONTNEED);
+}
+
+size_t Storage::prefetch_resident_pages(const std::atomic<bool>& cancel) const {
+  if (!file_pages_ || bytes_ == 0) return 0;
+  const auto [first, length] = inner_pages(data_.load(std::memory_order_acquire), bytes_);
+  if (length == 0) return 0;
+  // Read-ahead for the whole range first, so the disk sees large requests; then map slice by slice,
+  // checking for cancellation between slices (a pipeline releasing the weights waits for this).
+  madvise(first, length, MADV_WILLNEED);
+  constexpr size_t kSlice = size_t{8} << 20;
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto* bytes = static_cast<const volatile unsigned char*>(first);
+  size_t done = 0;
+  while (done < length && !cancel.load(std::memory_order_relaxed)) {
+    const size_t n = std::min(kSlice, length - done);
+#ifdef MADV_POPULATE_READ
+    // Linux 5.14 and later; older kernels refuse it (EINVAL) and the pages are touched one by one instead.
+    if (madvise(const_cast<unsigned char*>(bytes + done), n, MADV_POPULATE_READ) != 0)
+#endif
+      for (size_t at = 0; at < n; at += page) (void)bytes[done + at];
+    done += n;
+  }
+  return done;
 }
 
 void Storage::evict_file_pages() const {

@@ -26,6 +26,7 @@ WeightsSummary summarize_weights(const std::string& path) {
     w.parameters += n;
     w.parameters_by_dtype[info.stored_dtype] += n;
     w.bytes_in_memory += static_cast<uint64_t>(n) * dtype_size(info.dtype);
+    w.tensor_parameters.emplace_back(name, n);
   }
   return w;
 }

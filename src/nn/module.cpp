@@ -1,5 +1,7 @@
 #include "kiln/nn/module.h"
 
+#include "kiln/runtime/weight_groups.h"
+
 #include <cxxabi.h>
 
 #include <cstdlib>
@@ -158,6 +160,7 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
 
 size_t Module::release_weights() {
   synchronize(cpu);
+  stop_weight_prefetch();  // group offload's prefetch thread must not map them back
   size_t released = 0;
   std::set<const Storage*> seen;  // views of one storage (a fused qkv weight) are released once
   for (const Tensor& t : parameter_tensors()) {

@@ -249,18 +249,25 @@ PipelineOutput FluxPipeline::operator()(const FluxPipelineCall& call) {
   return out;
 }
 
+std::vector<std::pair<std::string, nn::Module*>> FluxPipeline::components() const {
+  return {{"text_encoder", text_encoder_.get()},
+          {"text_encoder_2", text_encoder_2_.get()},
+          {"transformer", transformer_.get()},
+          {"vae", vae_.get()}};
+}
+
 void FluxPipeline::enable_sequential_cpu_offload(int64_t resident_bytes) {
   model_cpu_offload_ = pipelines::apply_offload(
-      {.mode = OffloadMode::Sequential, .budget = std::max<int64_t>(resident_bytes, 0)});
+      {.mode = OffloadMode::Sequential, .budget = std::max<int64_t>(resident_bytes, 0)}, components());
+}
+
+void FluxPipeline::enable_group_offload(const GroupOffloadOptions& options) {
+  model_cpu_offload_ = pipelines::apply_offload({.mode = OffloadMode::Group, .group = options}, components());
 }
 
 OffloadPlan FluxPipeline::set_memory_budget(int64_t bytes) {
-  const OffloadPlan plan = plan_offload({{"text_encoder", text_encoder_.get()},
-                                         {"text_encoder_2", text_encoder_2_.get()},
-                                         {"transformer", transformer_.get()},
-                                         {"vae", vae_.get()}},
-                                        bytes);
-  model_cpu_offload_ = pipelines::apply_offload(plan);
+  const OffloadPlan plan = plan_offload(components(), bytes);
+  model_cpu_offload_ = pipelines::apply_offload(plan, components());
   return plan;
 }
 

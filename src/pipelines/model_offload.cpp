@@ -1,7 +1,9 @@
 #include "pipelines/model_offload.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "kiln/core/error.h"
@@ -27,8 +29,9 @@ void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>
   }
 }
 
-bool apply_offload(const OffloadPlan& plan) {
+bool apply_offload(const OffloadPlan& plan, const NamedComponents& components) {
   if (log_enabled("offload")) log("offload", plan.describe());
+  clear_weight_groups();
   switch (plan.mode) {
     case OffloadMode::None:
       set_resident_weight_budget(std::nullopt);
@@ -36,6 +39,13 @@ bool apply_offload(const OffloadPlan& plan) {
     case OffloadMode::Model:
       set_packed_weight_budget(plan.budget);
       set_resident_weight_budget(std::nullopt);
+      return true;
+    case OffloadMode::Group:
+      // Read in place: a packed copy would outlive its group (and packing every group every step costs
+      // more than the 2-6% that reading in place does).
+      set_packed_weight_budget(0);
+      set_resident_weight_budget(std::nullopt);
+      set_weight_groups(block_groups(components, plan.group.blocks_per_group), plan.group.prefetch);
       return true;
     case OffloadMode::Sequential:
       set_packed_weight_budget(0);
@@ -45,49 +55,225 @@ bool apply_offload(const OffloadPlan& plan) {
   return false;
 }
 
+std::vector<WeightGroup> block_groups(const NamedComponents& components, int blocks_per_group) {
+  KILN_CHECK(blocks_per_group >= 1,
+             "group offload: blocks_per_group must be at least 1, got " << blocks_per_group);
+  std::vector<WeightGroup> groups;
+  for (const auto& [component, module] : components) {
+    if (module == nullptr) continue;
+    std::string list, block, first_block;
+    int in_group = 0;
+    const auto name_last = [&] {
+      if (!groups.empty() && groups.back().component == component && !first_block.empty())
+        groups.back().name =
+            first_block == block ? first_block : first_block + "-" + block.substr(list.size() + 1);
+    };
+    for (const auto& [tensor, slot] : module->named_parameters()) {
+      const std::string b = block_of(tensor);
+      if (b.empty()) continue;
+      if (b != block) {
+        const std::string l = b.substr(0, b.rfind('.'));
+        if (l != list || in_group == blocks_per_group) {
+          name_last();
+          groups.push_back({component, "", {}});
+          in_group = 0;
+          first_block = b;
+        }
+        list = l;
+        block = b;
+        ++in_group;
+      }
+      groups.back().weights.push_back(*slot);
+    }
+    name_last();
+  }
+  return groups;
+}
+
 }  // namespace kiln::pipelines
 
 namespace kiln {
 
 namespace {
 
+// "12.00 GiB", "264.2 KiB": sizes from tiny test models to full-size checkpoints.
 std::string gib(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : u == 3 ? "%.2f %s" : "%.1f %s", v, units[u]);
   return buf;
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A component's repeated blocks in order, as (block list, bytes) per block, and the bytes outside them.
+struct BlockLayout {
+  std::vector<std::pair<std::string, int64_t>> blocks;  // (list the block belongs to, bytes)
+  int64_t outside = 0;
+};
+
+BlockLayout block_layout(const ComponentWeights& component) {
+  BlockLayout layout;
+  std::map<std::string, size_t> index;  // block name -> position in layout.blocks
+  for (const auto& [tensor, bytes] : component.tensors) {
+    const std::string block = block_of(tensor);
+    if (block.empty()) {
+      layout.outside += bytes;
+      continue;
+    }
+    auto [it, added] = index.emplace(block, layout.blocks.size());
+    if (added) layout.blocks.emplace_back(block.substr(0, block.rfind('.')), 0);
+    layout.blocks[it->second].second += bytes;
+  }
+  return layout;
+}
+
+// The groups of `per_group` consecutive blocks of one list (a group never spans two lists), as bytes.
+std::vector<int64_t> group_bytes(const BlockLayout& layout, int per_group) {
+  std::vector<int64_t> groups;
+  int in_group = 0;
+  std::string list;
+  for (const auto& [block_list, bytes] : layout.blocks) {
+    if (groups.empty() || in_group == per_group || block_list != list) {
+      groups.push_back(0);
+      in_group = 0;
+      list = block_list;
+    }
+    groups.back() += bytes;
+    ++in_group;
+  }
+  return groups;
+}
+
+// The most a component holds at once under group offload: its weights outside blocks, the running group and,
+// with prefetch, the group brought in behind it (the pairs wrap: a denoising loop runs the blocks again).
+int64_t group_peak(const BlockLayout& layout, int per_group, bool prefetch, int64_t* largest_group) {
+  const std::vector<int64_t> groups = group_bytes(layout, per_group);
+  int64_t most = 0, largest = 0;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    largest = std::max(largest, groups[i]);
+    const int64_t next = prefetch && groups.size() > 1 ? groups[(i + 1) % groups.size()] : 0;
+    most = std::max(most, groups[i] + next);
+  }
+  if (largest_group != nullptr) *largest_group = largest;
+  return layout.outside + most;
 }
 
 }  // namespace
 
-OffloadPlan plan_offload(const std::vector<std::pair<std::string, nn::Module*>>& components, int64_t budget) {
-  OffloadPlan plan;
-  plan.budget = budget;
+const char* offload_mode_name(OffloadMode mode) {
+  switch (mode) {
+    case OffloadMode::None:
+      return "none";
+    case OffloadMode::Model:
+      return "model";
+    case OffloadMode::Group:
+      return "group";
+    case OffloadMode::Sequential:
+      return "sequential";
+  }
+  return "?";
+}
+
+std::string block_of(const std::string& tensor_name) {
+  size_t start = 0;
+  while (start < tensor_name.size()) {
+    const size_t dot = tensor_name.find('.', start);
+    if (dot == std::string::npos) return "";  // the last part is the parameter's own name
+    if (start > 0 && all_digits(tensor_name.substr(start, dot - start))) return tensor_name.substr(0, dot);
+    start = dot + 1;
+  }
+  return "";
+}
+
+std::vector<ComponentWeights> component_weights(
+    const std::vector<std::pair<std::string, nn::Module*>>& components) {
+  std::vector<ComponentWeights> out;
   for (const auto& [name, module] : components) {
     if (module == nullptr) continue;
-    int64_t bytes = 0;
-    for (const auto& [tensor, slot] : module->named_parameters()) {
-      if (!slot->defined()) continue;
-      const auto n = static_cast<int64_t>(slot->nbytes());
-      bytes += n;
-      if (n > plan.largest_tensor_bytes) {
-        plan.largest_tensor_bytes = n;
-        plan.largest_tensor = name + ": " + tensor;
+    ComponentWeights c{name, {}};
+    for (const auto& [tensor, slot] : module->named_parameters())
+      if (slot->defined()) c.tensors.emplace_back(tensor, static_cast<int64_t>(slot->nbytes()));
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+OffloadPlan plan_offload(const std::vector<std::pair<std::string, nn::Module*>>& components, int64_t budget) {
+  return plan_offload(component_weights(components), budget);
+}
+
+OffloadPlan plan_offload(const std::vector<ComponentWeights>& components, int64_t budget) {
+  OffloadPlan plan;
+  plan.budget = budget;
+  std::vector<BlockLayout> layouts;
+  int most_blocks = 0;
+  for (const ComponentWeights& c : components) {
+    ComponentResidency r{c.name};
+    for (const auto& [tensor, bytes] : c.tensors) {
+      r.bytes += bytes;
+      if (bytes > plan.largest_tensor_bytes) {
+        plan.largest_tensor_bytes = bytes;
+        plan.largest_tensor = c.name + ": " + tensor;
       }
     }
-    plan.weight_bytes += bytes;
-    if (bytes > plan.largest_component_bytes) {
-      plan.largest_component_bytes = bytes;
-      plan.largest_component = name;
+    layouts.push_back(block_layout(c));
+    r.outside_blocks = layouts.back().outside;
+    r.blocks = static_cast<int64_t>(layouts.back().blocks.size());
+    most_blocks = std::max(most_blocks, static_cast<int>(r.blocks));
+    plan.weight_bytes += r.bytes;
+    if (r.bytes > plan.largest_component_bytes) {
+      plan.largest_component_bytes = r.bytes;
+      plan.largest_component = c.name;
     }
+    plan.components.push_back(r);
   }
   KILN_CHECK(
       budget >= plan.largest_tensor_bytes,
       "memory budget " << gib(budget) << " is below the largest weight, " << plan.largest_tensor << " ("
                        << gib(plan.largest_tensor_bytes) << "), which must be in memory while it is used; "
                        << "expected at least " << gib(plan.largest_tensor_bytes) << " plus activations");
+  // The most blocks per group whose every component fits; 0 when even single blocks do not.
+  const auto group_fits = [&](int per_group) {
+    for (const BlockLayout& layout : layouts)
+      if (group_peak(layout, per_group, true, nullptr) > budget) return false;
+    return true;
+  };
+  int per_group = 0;
+  for (int k = std::max(most_blocks, 1); k >= 1 && per_group == 0; --k)
+    if (group_fits(k)) per_group = k;
   plan.mode = plan.weight_bytes <= budget              ? OffloadMode::None
               : plan.largest_component_bytes <= budget ? OffloadMode::Model
+              : per_group > 0                          ? OffloadMode::Group
                                                        : OffloadMode::Sequential;
+  if (plan.mode == OffloadMode::Group) plan.group = {.blocks_per_group = per_group, .prefetch = true};
+  for (size_t i = 0; i < plan.components.size(); ++i) {
+    ComponentResidency& r = plan.components[i];
+    group_peak(layouts[i], std::max(plan.group.blocks_per_group, 1), plan.group.prefetch, &r.largest_group);
+    switch (plan.mode) {
+      case OffloadMode::None:
+        r.peak = plan.weight_bytes;  // every component stays
+        break;
+      case OffloadMode::Model:
+        r.peak = r.bytes;
+        break;
+      case OffloadMode::Group:
+        r.peak = std::min(r.bytes, group_peak(layouts[i], plan.group.blocks_per_group, true, nullptr));
+        break;
+      case OffloadMode::Sequential:
+        r.peak = std::min(r.bytes, budget);
+        break;
+    }
+    plan.peak_weight_bytes = std::max(plan.peak_weight_bytes, r.peak);
+  }
   return plan;
 }
 
@@ -102,6 +288,11 @@ std::string OffloadPlan::describe() const {
       s << "model offload, one component at a time (the largest, " << largest_component << ", "
         << gib(largest_component_bytes) << ")";
       break;
+    case OffloadMode::Group:
+      s << "group offload, " << group.blocks_per_group << " block" << (group.blocks_per_group > 1 ? "s" : "")
+        << " per group, the next group brought in while one runs (at most " << gib(peak_weight_bytes)
+        << " of weights at once)";
+      break;
     case OffloadMode::Sequential:
       s << "sequential offload: at most " << gib(budget)
         << " of mapped weights in memory, read in place, the "
@@ -109,6 +300,41 @@ std::string OffloadPlan::describe() const {
         << gib(largest_component_bytes) << ")";
       break;
   }
+  return s.str();
+}
+
+std::string OffloadPlan::describe_residency() const {
+  std::ostringstream s;
+  s << "offload: " << offload_mode_name(mode);
+  if (mode == OffloadMode::Group)
+    s << ", " << group.blocks_per_group << (group.blocks_per_group == 1 ? " block" : " blocks")
+      << " per group, prefetch";
+  s << " (budget " << gib(budget) << ", weights " << gib(weight_bytes) << ")\n";
+  for (const ComponentResidency& r : components) {
+    s << "  " << r.name << " (" << gib(r.bytes) << "): ";
+    switch (mode) {
+      case OffloadMode::None:
+        s << "stays in memory";
+        break;
+      case OffloadMode::Model:
+        s << "in memory while it runs, released after";
+        break;
+      case OffloadMode::Group:
+        if (r.blocks == 0 || r.peak == r.bytes) {
+          s << "in memory while it runs, released after";
+        } else {
+          s << gib(r.outside_blocks) << " outside its " << r.blocks
+            << " blocks while it runs, plus groups of " << group.blocks_per_group << " (largest "
+            << gib(r.largest_group) << "), the running one and the next: at most " << gib(r.peak);
+        }
+        break;
+      case OffloadMode::Sequential:
+        s << "read in place, at most " << gib(r.peak) << " resident, least recently used out first";
+        break;
+    }
+    s << "\n";
+  }
+  s << "  expected peak: " << gib(peak_weight_bytes) << " of weights, plus activations";
   return s.str();
 }
 

@@ -5,18 +5,29 @@
 #pragma once
 
 #include <initializer_list>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "kiln/nn/module.h"
 #include "kiln/pipelines/offload.h"
+#include "kiln/runtime/weight_groups.h"
 
 namespace kiln::pipelines {
 
 // Releases each (name, module) that ran; says what was released under KILN_LOG=offload.
 void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>> components);
 
-// Sets the process-wide budgets a plan needs (packed copies, resident mapped weights); returns whether the
-// pipeline must also release each component after use.
-bool apply_offload(const OffloadPlan& plan);
+using NamedComponents = std::vector<std::pair<std::string, nn::Module*>>;
+
+// Sets the process-wide budgets a plan needs (packed copies, resident mapped weights) and, for group
+// offload, registers the components' groups of blocks; returns whether the pipeline must also release each
+// component after use.
+bool apply_offload(const OffloadPlan& plan, const NamedComponents& components);
+
+// The components' repeated blocks in groups of `blocks_per_group` consecutive blocks of one list, in the
+// order they run (kiln/runtime/weight_groups.h). Weights outside blocks are in no group: they stay while
+// their component runs.
+std::vector<WeightGroup> block_groups(const NamedComponents& components, int blocks_per_group);
 
 }  // namespace kiln::pipelines

@@ -371,19 +371,26 @@ PipelineOutput StableDiffusion3Pipeline::operator()(const StableDiffusion3Pipeli
   return out;
 }
 
+std::vector<std::pair<std::string, nn::Module*>> StableDiffusion3Pipeline::components() const {
+  return {{"text_encoder", text_encoder_.get()},
+          {"text_encoder_2", text_encoder_2_.get()},
+          {"text_encoder_3", text_encoder_3_.get()},
+          {"transformer", transformer_.get()},
+          {"vae", vae_.get()}};
+}
+
 void StableDiffusion3Pipeline::enable_sequential_cpu_offload(int64_t resident_bytes) {
   model_cpu_offload_ = pipelines::apply_offload(
-      {.mode = OffloadMode::Sequential, .budget = std::max<int64_t>(resident_bytes, 0)});
+      {.mode = OffloadMode::Sequential, .budget = std::max<int64_t>(resident_bytes, 0)}, components());
+}
+
+void StableDiffusion3Pipeline::enable_group_offload(const GroupOffloadOptions& options) {
+  model_cpu_offload_ = pipelines::apply_offload({.mode = OffloadMode::Group, .group = options}, components());
 }
 
 OffloadPlan StableDiffusion3Pipeline::set_memory_budget(int64_t bytes) {
-  const OffloadPlan plan = plan_offload({{"text_encoder", text_encoder_.get()},
-                                         {"text_encoder_2", text_encoder_2_.get()},
-                                         {"text_encoder_3", text_encoder_3_.get()},
-                                         {"transformer", transformer_.get()},
-                                         {"vae", vae_.get()}},
-                                        bytes);
-  model_cpu_offload_ = pipelines::apply_offload(plan);
+  const OffloadPlan plan = plan_offload(components(), bytes);
+  model_cpu_offload_ = pipelines::apply_offload(plan, components());
   return plan;
 }
 

@@ -55,6 +55,11 @@ class Storage {
   // not just from this process: for weights that will not be read again soon (an offloaded component), so the
   // memory goes to what runs next. A no-op for any other storage.
   void evict_file_pages() const;
+  // For file pages, brings them into this process ahead of a read (group offload's prefetch): reads them from
+  // the file where they are not in the page cache and maps them, so the kernel that reads them later takes
+  // no page faults. Works in slices and stops early once `cancel` is set; returns the bytes brought in. A
+  // no-op (0) for any other storage.
+  size_t prefetch_resident_pages(const std::atomic<bool>& cancel) const;
 
   // A slot where a backend keeps a derived form of this storage (a weight prepacked for matmul), so it
   // is built once and freed together with the storage.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/io/model_ref.h"
@@ -20,6 +21,7 @@ struct WeightsSummary {
   std::map<std::string, int64_t> parameters_by_dtype;  // by stored dtype: "BF16" -> count
   uint64_t bytes_on_disk = 0;
   uint64_t bytes_in_memory = 0;
+  std::vector<std::pair<std::string, int64_t>> tensor_parameters;  // (name, parameters), in file order
 };
 
 struct ComponentSummary {

@@ -130,12 +130,18 @@ class FluxPipeline {
   // `resident_bytes` of the mapped weights kept in memory (0: each weight released once the next one is
   // read), and model offload between components.
   void enable_sequential_cpu_offload(int64_t resident_bytes = 0);
+  // diffusers' enable_group_offload (block level): weights read in place from the mapped checkpoint; each
+  // component's repeated blocks in groups of `blocks_per_group`, a group's pages handed back once the next
+  // group runs and, with `prefetch`, the group after it brought in on a background thread while the current
+  // one computes (kiln/runtime/weight_groups.h); model offload between components. Every execution mode.
+  void enable_group_offload(const GroupOffloadOptions& options = {});
   // Applies the coarsest offload that keeps the weights under `bytes` (plan_offload); throws before any work
   // when even the largest weight does not fit. Activations come on top.
   OffloadPlan set_memory_budget(int64_t bytes);
 
  private:
   FluxPipeline();
+  std::vector<std::pair<std::string, nn::Module*>> components() const;
   void check_call(const FluxPipelineCall& call) const;
 
   std::string path_;

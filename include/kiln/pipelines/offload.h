@@ -2,9 +2,12 @@
 // process's memory" and the weights otherwise stay in their memory-mapped checkpoint files:
 //  none        every component keeps its weights (packed copies included) between calls;
 //  model       enable_model_cpu_offload: a component's weights are released once it has run;
+//  group       enable_group_offload: weights read in place, a component's repeated blocks in groups of
+//              blocks_per_group; a group's pages are sent out once the next group runs, and the group
+//              after it is brought in while the current one computes (kiln/runtime/weight_groups.h);
 //  sequential  enable_sequential_cpu_offload: no packed copies, and at most a budget of mapped weights stays
-//  in
-//              the process; the least recently read weight leaves first (kiln::set_resident_weight_budget).
+//              in the process; the least recently read weight leaves first
+//              (kiln::set_resident_weight_budget).
 // set_memory_budget picks the coarsest of these that keeps the weights under a number of bytes.
 #pragma once
 
@@ -17,7 +20,36 @@
 
 namespace kiln {
 
-enum class OffloadMode { None, Model, Sequential };
+enum class OffloadMode { None, Model, Group, Sequential };
+const char* offload_mode_name(OffloadMode mode);
+
+// diffusers' enable_group_offload(num_blocks_per_group=..., use_stream=...), with block-level groups.
+struct GroupOffloadOptions {
+  int blocks_per_group = 1;
+  bool prefetch = true;  // bring the next group in while the current one runs (diffusers' use_stream)
+};
+
+// A component's weights by name, in the order they are registered (which is the order the blocks run).
+struct ComponentWeights {
+  std::string name;
+  std::vector<std::pair<std::string, int64_t>> tensors;  // (name, bytes in memory)
+};
+std::vector<ComponentWeights> component_weights(
+    const std::vector<std::pair<std::string, nn::Module*>>& components);
+
+// The repeated block a weight belongs to: its name up to the first all-digit part ("transformer_blocks.3"
+// for "transformer_blocks.3.attn.to_q.weight", "encoder.block.11" in T5); empty for weights outside blocks.
+std::string block_of(const std::string& tensor_name);
+
+// What one component holds while it runs, under a plan.
+struct ComponentResidency {
+  std::string name;
+  int64_t bytes = 0;           // all its weights
+  int64_t outside_blocks = 0;  // weights outside repeated blocks (embeddings, final norms)
+  int64_t blocks = 0;          // repeated blocks
+  int64_t largest_group = 0;   // bytes of its largest group of blocks_per_group consecutive blocks
+  int64_t peak = 0;            // the most it holds at once under the plan's mode
+};
 
 struct OffloadPlan {
   OffloadMode mode = OffloadMode::None;
@@ -27,12 +59,20 @@ struct OffloadPlan {
   int64_t largest_component_bytes = 0;
   std::string largest_tensor;  // "transformer: x_embedder.weight"
   int64_t largest_tensor_bytes = 0;
+  GroupOffloadOptions group;                   // for OffloadMode::Group: the largest groups that fit
+  std::vector<ComponentResidency> components;  // in the order given (the order they run)
+  int64_t peak_weight_bytes = 0;               // the most the weights hold at once (activations come on top)
+  // One line: the mode and why.
   std::string describe() const;
+  // Several lines: what each component holds while it runs, and the expected peak (kiln info --max-memory).
+  std::string describe_residency() const;
 };
 
 // The coarsest mode whose weights stay under `budget`: None when every component fits, Model when the largest
-// component does, Sequential otherwise. Throws kiln::Error before any work when even the largest weight
-// tensor does not fit, naming it and the size needed.
+// component does, Group with the most blocks per group that fit (a component's weights outside its blocks,
+// plus the running group and the one being brought in), Sequential otherwise. Throws kiln::Error before any
+// work when even the largest weight tensor does not fit, naming it and the size needed.
+OffloadPlan plan_offload(const std::vector<ComponentWeights>& components, int64_t budget);
 OffloadPlan plan_offload(const std::vector<std::pair<std::string, nn::Module*>>& components, int64_t budget);
 
 }  // namespace kiln

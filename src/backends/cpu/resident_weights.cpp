@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "kiln/ops/linalg.h"
+#include "kiln/runtime/weight_groups.h"
 
 namespace kiln {
 
@@ -82,6 +83,7 @@ std::optional<int64_t> resident_weight_budget() {
 namespace cpu_kernels {
 
 void use_resident_weight(const Tensor& weight) {
+  runtime::note_weight_read(*weight.storage());
   const int64_t budget = g_budget.load();
   if (budget == kUnlimited || !weight.storage()->is_file_pages()) return;
   ResidentWeights::instance().use(weight.storage(), budget);

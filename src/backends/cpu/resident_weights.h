@@ -8,8 +8,9 @@
 
 namespace kiln::cpu_kernels {
 
-// Marks `weight` as about to be read in place. With a budget set and `weight` on file pages, it becomes the
-// most recently used weight and the least recently used others are released until the rest fit.
+// Marks `weight` as about to be read in place (group offloading hears of it: kiln/runtime/weight_groups.h).
+// With a budget set and `weight` on file pages, it becomes the most recently used weight and the least
+// recently used others are released until the rest fit.
 void use_resident_weight(const Tensor& weight);
 
 }  // namespace kiln::cpu_kernels

@@ -1,0 +1,242 @@
+#include "kiln/runtime/weight_groups.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "kiln/core/log.h"
+
+namespace kiln {
+
+namespace {
+
+// One background thread that maps a group's pages while the kernels compute the current group.
+class Prefetcher {
+ public:
+  Prefetcher() : thread_([this] { run(); }) { thread_.detach(); }
+
+  // Replaces any queued work; a prefetch in flight finishes first (or is cancelled by cancel_and_wait).
+  void request(std::vector<std::shared_ptr<Storage>> storages, std::string what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queued_ = std::move(storages);
+    queued_what_ = std::move(what);
+    has_work_ = true;
+    wake_.notify_one();
+  }
+
+  // Drops queued work, stops the prefetch in flight at its next slice, and waits until it has.
+  void cancel_and_wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    has_work_ = false;
+    queued_.clear();
+    cancel_.store(true);
+    idle_.wait(lock, [this] { return !running_; });
+    cancel_.store(false);
+  }
+
+  int64_t bytes_done() const { return bytes_done_.load(); }
+
+ private:
+  void run() {
+    for (;;) {
+      std::vector<std::shared_ptr<Storage>> work;
+      std::string what;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [this] { return has_work_; });
+        work.swap(queued_);
+        what.swap(queued_what_);
+        has_work_ = false;
+        running_ = true;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      size_t bytes = 0;
+      for (const auto& storage : work) {
+        if (cancel_.load()) break;
+        bytes += storage->prefetch_resident_pages(cancel_);
+      }
+      bytes_done_ += static_cast<int64_t>(bytes);
+      if (log_enabled("offload")) {
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        char line[256];
+        std::snprintf(line, sizeof line, "prefetched %s: %.2f GB in %.0f ms%s", what.c_str(), bytes / 1e9, ms,
+                      cancel_.load() ? " (cancelled)" : "");
+        log("offload", line);
+      }
+      work.clear();  // the storages may be freed now
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        running_ = false;
+      }
+      idle_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, idle_;
+  std::vector<std::shared_ptr<Storage>> queued_;
+  std::string queued_what_;
+  bool has_work_ = false;
+  bool running_ = false;
+  std::atomic<bool> cancel_{false};
+  std::atomic<int64_t> bytes_done_{0};
+  std::thread thread_;
+};
+
+class WeightGroups {
+ public:
+  static WeightGroups& instance() {
+    static WeightGroups* groups = new WeightGroups;  // never destroyed: kernels may run at exit
+    return *groups;
+  }
+
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+
+  void set(std::vector<WeightGroup> groups, bool prefetch) {
+    prefetcher().cancel_and_wait();
+    std::lock_guard<std::mutex> lock(mutex_);
+    groups_.clear();
+    group_of_.clear();
+    for (auto& g : groups) {
+      Group group{g.component, g.name, {}, -1};
+      for (const Tensor& w : g.weights) {
+        if (!w.defined() || !w.storage()->is_file_pages()) continue;  // converted copies cannot be sent out
+        const Storage* key = w.storage().get();
+        if (group_of_.count(key)) continue;  // views of one storage belong to its first group
+        group_of_[key] = {static_cast<int>(groups_.size()), w.storage()};
+        group.storages.push_back(w.storage());
+      }
+      groups_.push_back(std::move(group));
+    }
+    prefetch_ = prefetch;
+    current_ = prefetched_ = -1;
+    stats_ = {};
+    prefetched_bytes_at_start_ = prefetcher().bytes_done();
+    stats_.groups = static_cast<int64_t>(groups_.size());
+    active_.store(!groups_.empty());
+  }
+
+  void stop() {
+    prefetcher().cancel_and_wait();
+    std::lock_guard<std::mutex> lock(mutex_);
+    current_ = prefetched_ = -1;
+  }
+
+  WeightGroupStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    WeightGroupStats s = stats_;
+    s.prefetched_bytes = prefetcher().bytes_done() - prefetched_bytes_at_start_;
+    return s;
+  }
+
+  void note_read(const Storage& storage) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = group_of_.find(&storage);
+    if (it == group_of_.end() || it->second.storage.expired()) return;
+    const int g = it->second.group;
+    if (g == current_) return;
+    ++stats_.switches;
+    const int before = current_;
+    if (before >= 0) groups_[before].next = g;  // what followed, for the next prediction
+    const bool hit = prefetched_ == g;
+    stats_.prefetch_hits += hit;
+    // A group brought in for nothing (the prediction was wrong) goes out with the one that ran.
+    if (prefetched_ >= 0 && !hit) {
+      prefetcher().cancel_and_wait();  // the prefetch thread never takes mutex_: no deadlock
+      send_out(prefetched_);
+    }
+    if (before >= 0 && before != g) send_out(before);
+    current_ = g;
+    prefetched_ = -1;
+    if (log_enabled("offload")) {
+      std::string line =
+          groups_[g].component + " " + groups_[g].name + " runs" + (hit ? " (prefetched)" : "") +
+          (before >= 0 ? "; " + groups_[before].component + " " + groups_[before].name + " out" : "");
+      log("offload", line);
+    }
+    if (!prefetch_) return;
+    const int next = expected_after(g);
+    if (next < 0 || next == g) return;
+    prefetched_ = next;
+    ++stats_.prefetches;
+    std::vector<std::shared_ptr<Storage>> storages;
+    for (const auto& weak : groups_[next].storages)
+      if (auto s = weak.lock()) storages.push_back(std::move(s));
+    prefetcher().request(std::move(storages), groups_[next].component + " " + groups_[next].name);
+  }
+
+ private:
+  struct Group {
+    std::string component, name;
+    std::vector<std::weak_ptr<Storage>> storages;
+    int next;  // the group that followed this one last time; -1 before it has run
+  };
+  struct Membership {
+    int group;
+    std::weak_ptr<Storage> storage;  // tells a live weight from a freed one whose address was reused
+  };
+
+  static Prefetcher& prefetcher() {
+    static Prefetcher* p = new Prefetcher;  // never destroyed: its thread outlives static destruction
+    return *p;
+  }
+
+  int expected_after(int g) const {
+    if (groups_[g].next >= 0) return groups_[g].next;
+    const std::string& component = groups_[g].component;
+    if (g + 1 < static_cast<int>(groups_.size()) && groups_[g + 1].component == component) return g + 1;
+    int first = g;  // wraps to the component's first group: a denoising loop runs its blocks again
+    while (first > 0 && groups_[first - 1].component == component) --first;
+    return first;
+  }
+
+  void send_out(int g) {
+    for (const auto& weak : groups_[g].storages)
+      if (auto s = weak.lock()) s->drop_resident_pages();
+    ++stats_.released;
+  }
+
+  std::atomic<bool> active_{false};
+  std::mutex mutex_;
+  std::vector<Group> groups_;
+  std::unordered_map<const Storage*, Membership> group_of_;
+  bool prefetch_ = true;
+  int current_ = -1, prefetched_ = -1;
+  WeightGroupStats stats_;
+  int64_t prefetched_bytes_at_start_ = 0;
+};
+
+}  // namespace
+
+void set_weight_groups(std::vector<WeightGroup> groups, bool prefetch) {
+  WeightGroups::instance().set(std::move(groups), prefetch);
+}
+
+void clear_weight_groups() {
+  WeightGroups::instance().set({}, false);
+}
+
+void stop_weight_prefetch() {
+  WeightGroups::instance().stop();
+}
+
+WeightGroupStats weight_group_stats() {
+  return WeightGroups::instance().stats();
+}
+
+namespace runtime {
+
+void note_weight_read(const Storage& storage) {
+  WeightGroups& groups = WeightGroups::instance();
+  if (groups.active()) groups.note_read(storage);
+}
+
+}  // namespace runtime
+
+}  // namespace kiln

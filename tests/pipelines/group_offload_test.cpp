@@ -1,0 +1,185 @@
+// Group offloading in the pipelines (enable_group_offload, and set_memory_budget picking it): the image is
+// bit-identical to the run without offloading in every execution mode, the groups follow the blocks, and the
+// plan's arithmetic (issue #13). The resident set itself is measured in tests/runtime/weight_groups_test.cpp.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/models/flux_transformer.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/pipelines/offload.h"
+#include "kiln/pipelines/sd3_pipeline.h"
+#include "kiln/runtime/eager_mode.h"
+#include "kiln/runtime/weight_groups.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+FluxPipelineCall tiny_flux_call(uint64_t seed) {
+  return {.prompt = "an orange cube",
+          .height = 32,
+          .width = 32,
+          .num_inference_steps = 2,
+          .guidance_scale = 3.5f,
+          .generator = Generator(seed),
+          .max_sequence_length = 16};
+}
+
+// Restores the process-wide budgets and groups a test changes.
+class OffloadScope {
+ public:
+  OffloadScope() : packed_(packed_weight_budget()) {}
+  ~OffloadScope() {
+    clear_weight_groups();
+    set_resident_weight_budget(std::nullopt);
+    set_packed_weight_budget(packed_);
+  }
+
+ private:
+  std::optional<int64_t> packed_;
+};
+
+TEST(BlockOf, NamesTheRepeatedBlockAWeightBelongsTo) {
+  EXPECT_EQ(block_of("transformer_blocks.3.attn.to_q.weight"), "transformer_blocks.3");
+  EXPECT_EQ(block_of("single_transformer_blocks.37.proj_out.bias"), "single_transformer_blocks.37");
+  EXPECT_EQ(block_of("encoder.block.11.layer.0.SelfAttention.q.weight"), "encoder.block.11");
+  EXPECT_EQ(block_of("text_model.encoder.layers.0.mlp.fc1.weight"), "text_model.encoder.layers.0");
+  EXPECT_EQ(block_of("x_embedder.weight"), "");
+  EXPECT_EQ(block_of("shared.weight"), "");
+  EXPECT_EQ(block_of("0.weight"), "") << "a leading number is not a block of a list";
+  EXPECT_EQ(block_of("blocks.7"), "") << "the last part is the parameter's own name";
+}
+
+// A transformer of 4 double blocks (10 bytes each) and 8 single blocks (5 each) with 6 bytes outside them,
+// and an encoder of 3 blocks (4 each) with 20 bytes of embeddings.
+std::vector<ComponentWeights> toy_model() {
+  ComponentWeights encoder{"text_encoder", {{"shared.weight", 20}}};
+  for (int i = 0; i < 3; ++i) encoder.tensors.emplace_back("encoder.block." + std::to_string(i) + ".w", 4);
+  ComponentWeights transformer{"transformer", {{"x_embedder.weight", 6}}};
+  for (int i = 0; i < 4; ++i)
+    transformer.tensors.emplace_back("transformer_blocks." + std::to_string(i) + ".w", 10);
+  for (int i = 0; i < 8; ++i)
+    transformer.tensors.emplace_back("single_transformer_blocks." + std::to_string(i) + ".w", 5);
+  return {encoder, transformer};
+}
+
+TEST(OffloadPlan, PicksTheLargestGroupsThatFit) {
+  // Everything: 118 bytes; model offload: 86 (the transformer). Under groups of k blocks the transformer
+  // holds its 6 outside bytes plus two consecutive groups (wrapping around): k=4: 6 + 40 + 20 = 66; k=3
+  // (groups 30, 10 | 15, 15, 10): 6 + 30 + 10 = 46; k=2: 6 + 20 + 20 = 46 too; k=1: 6 + 10 + 10 = 26. The
+  // encoder holds 20 + 4 + 4 = 28 with single blocks, all its 32 bytes with larger groups.
+  const auto plan_for = [](int64_t budget) { return plan_offload(toy_model(), budget); };
+  EXPECT_EQ(plan_for(118).mode, OffloadMode::None);
+  EXPECT_EQ(plan_for(86).mode, OffloadMode::Model);
+  OffloadPlan p = plan_for(66);
+  EXPECT_EQ(p.mode, OffloadMode::Group) << p.describe();
+  EXPECT_EQ(p.group.blocks_per_group, 4);
+  EXPECT_EQ(p.peak_weight_bytes, 66);
+  p = plan_for(46);
+  EXPECT_EQ(p.group.blocks_per_group, 3) << p.describe();
+  EXPECT_EQ(p.peak_weight_bytes, 46);
+  p = plan_for(45);
+  EXPECT_EQ(p.mode, OffloadMode::Group) << p.describe();
+  EXPECT_EQ(p.group.blocks_per_group, 1);
+  EXPECT_EQ(p.components[0].peak, 28);
+  EXPECT_EQ(p.components[1].peak, 26);
+  EXPECT_EQ(p.components[1].blocks, 12);
+  EXPECT_EQ(p.components[1].outside_blocks, 6);
+  EXPECT_EQ(p.components[1].largest_group, 10);
+  EXPECT_EQ(p.peak_weight_bytes, 28);
+  EXPECT_EQ(plan_for(28).mode, OffloadMode::Group);
+  EXPECT_EQ(plan_for(27).mode, OffloadMode::Sequential) << "the encoder's 28 bytes do not fit";
+  EXPECT_EQ(plan_for(20).mode, OffloadMode::Sequential);
+  EXPECT_THROW(plan_for(19), Error) << "below the largest tensor (20 bytes)";
+  const std::string residency = plan_for(45).describe_residency();
+  EXPECT_NE(residency.find("transformer"), std::string::npos) << residency;
+  EXPECT_NE(residency.find("expected peak: 28 B"), std::string::npos) << residency;
+}
+
+// The image with group offloading equals the image without it, in each execution mode; the transformer's
+// blocks are switched between as groups and the next group was prefetched.
+TEST(GroupOffload, EveryExecutionModeKeepsItsImage) {
+  OffloadScope scope;
+  PipelineLoadOptions options{.dtype = bfloat16};
+  for (const std::string mode : {"eager", "fuse", "compile", "compile-blocks"}) {
+    const auto run = [&](bool offload, WeightGroupStats* stats) {
+      auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev-bf16"), options);
+      if (mode == "compile") pipe.transformer().compile({.fullgraph = true, .dynamic = false});
+      if (mode == "compile-blocks") pipe.transformer().compile_repeated_blocks();
+      if (offload) pipe.enable_group_offload({.blocks_per_group = 1, .prefetch = true});
+      std::optional<EagerModeGuard> fuse;
+      if (mode == "fuse") fuse.emplace(EagerMode::DeferAndFuse);
+      std::vector<uint8_t> pixels = pipe(tiny_flux_call(11)).images[0].pixels;
+      if (stats != nullptr) *stats = weight_group_stats();
+      clear_weight_groups();
+      set_packed_weight_budget(std::nullopt);
+      return pixels;
+    };
+    WeightGroupStats stats;
+    EXPECT_EQ(run(true, &stats), run(false, nullptr)) << mode;
+    EXPECT_GT(stats.groups, 4) << mode;
+    // Two steps through the tiny transformer's blocks at least, most of them prefetched.
+    EXPECT_GE(stats.switches, 8) << mode;
+    EXPECT_GT(stats.prefetch_hits, stats.switches / 2) << mode;
+  }
+}
+
+TEST(GroupOffload, MemoryBudgetBetweenModelAndSequentialPicksGroupsAndKeepsTheImage) {
+  OffloadScope scope;
+  const FluxPipelineCall call = tiny_flux_call(12);
+  PipelineLoadOptions options{.dtype = bfloat16};
+  const auto load = [&] {
+    return FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev-bf16"), options);
+  };
+  std::vector<uint8_t> unbudgeted;
+  OffloadPlan probe;
+  {
+    auto pipe = load();
+    unbudgeted = pipe(call).images[0].pixels;
+    probe = pipe.set_memory_budget(int64_t{1} << 40);
+  }
+  auto pipe = load();
+  std::optional<int64_t> group_budget;
+  for (int64_t b = probe.largest_tensor_bytes; b < probe.largest_component_bytes && !group_budget; b += 256)
+    if (pipe.set_memory_budget(b).mode == OffloadMode::Group) group_budget = b;
+  ASSERT_TRUE(group_budget) << "no budget between the largest weight and the largest component picks groups";
+  const OffloadPlan plan = pipe.set_memory_budget(*group_budget);
+  EXPECT_EQ(plan.mode, OffloadMode::Group);
+  EXPECT_LE(plan.peak_weight_bytes, *group_budget);
+  EXPECT_EQ(pipe(call).images[0].pixels, unbudgeted) << plan.describe();
+  EXPECT_GT(weight_group_stats().switches, 0);
+}
+
+TEST(GroupOffload, StableDiffusion3KeepsItsImage) {
+  OffloadScope scope;
+  const StableDiffusion3PipelineCall call{.prompt = "a red sphere",
+                                          .height = 32,
+                                          .width = 32,
+                                          .num_inference_steps = 2,
+                                          .generator = Generator(4),
+                                          .max_sequence_length = 16};
+  // float32, the checkpoint's dtype: the weights stay file pages, which is what groups send out.
+  const auto run = [&](std::optional<int> blocks_per_group) {
+    auto pipe = StableDiffusion3Pipeline::from_pretrained(testing::data_path("models/sd3-tiny-medium"),
+                                                          {.dtype = float32});
+    if (blocks_per_group) pipe.enable_group_offload({.blocks_per_group = *blocks_per_group});
+    std::vector<uint8_t> pixels = pipe(call).images[0].pixels;
+    if (blocks_per_group) {
+      EXPECT_GT(weight_group_stats().switches, 2) << *blocks_per_group;
+    }
+    clear_weight_groups();
+    set_packed_weight_budget(std::nullopt);
+    return pixels;
+  };
+  const std::vector<uint8_t> plain = run(std::nullopt);
+  EXPECT_EQ(run(1), plain);
+  EXPECT_EQ(run(2), plain);
+}
+
+}  // namespace
+}  // namespace kiln
