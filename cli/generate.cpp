@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/generate_args.h"
 #include "cli/progress.h"
 #include "kiln/dist/device_mesh.h"
 #include "kiln/dist/process_group.h"
@@ -21,30 +22,6 @@
 namespace kiln::cli {
 
 namespace {
-
-struct GenerateArgs {
-  std::string model;
-  // A single-file transformer (original layout as .safetensors, or .gguf) replacing the model's.
-  std::string transformer;
-  std::string prompt;
-  std::string prompt_2;
-  std::optional<std::string> negative_prompt;
-  std::optional<int64_t> height, width;
-  int steps = 28;
-  std::optional<float> guidance;
-  std::optional<uint64_t> seed;
-  std::string dtype = "bf16";
-  std::optional<int64_t> max_sequence_length;
-  std::string output = "output.png";
-  bool vae_tiling = false;
-  std::optional<int64_t> vae_tile_size;
-  std::string mode = "eager";
-  std::optional<std::string> packed_weights;
-  std::string offload = "auto";
-  std::optional<std::string> max_memory;
-  int blocks_per_group = 1;
-  int tp = 1;
-};
 
 // --tp N: the process group must already hold N ranks (mpirun -np N, or `kiln launch -n N`); the transformer
 // and the T5 encoder are split over them.
@@ -93,6 +70,7 @@ void load_and_run(const GenerateArgs& args, Call call, int components, const std
   std::optional<ProgressBar> loading;
   if (reporting) loading.emplace("loading", components);
   load.on_component_loaded = [&](const std::string& name, int i, int) {
+    check_safe_point("after loading " + name);
     if (loading) loading->update(i, name);
   };
   if (args.tp > 1) {
@@ -141,6 +119,7 @@ void load_and_run(const GenerateArgs& args, Call call, int components, const std
   if (reporting) denoising.emplace("denoising", args.steps);
   double total = 0;
   call.on_step_end = [&](int i, int n, double seconds) {
+    check_safe_point("after denoising step " + std::to_string(i + 1) + " of " + std::to_string(n));
     total += seconds;
     const double eta = total / (i + 1) * (n - i - 1);
     if (denoising) denoising->update(i + 1, format_seconds(seconds) + "/step, ETA " + format_seconds(eta));
@@ -154,6 +133,7 @@ void load_and_run(const GenerateArgs& args, Call call, int components, const std
 }
 
 void run_generate(const GenerateArgs& args) {
+  check_generate_args(args);
   join_tensor_parallel_group(args);
   const io::ResolvedModel resolved = io::resolve_model(args.model);
   const io::ModelIndex index = io::load_model_index(resolved.path);

@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <random>
 
+#include "core/signal_registry.h"
 #include "kiln/core/error.h"
+#include "kiln/core/signals.h"
 
 namespace kiln::io {
 
@@ -38,6 +40,11 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   KILN_CHECK(!path_.empty(), "cannot write a file with an empty path");
   std::error_code ec;
   KILN_CHECK(!std::filesystem::is_directory(path_, ec), path_ << ": cannot write: it is a directory");
+  const auto status = std::filesystem::symlink_status(path_, ec);
+  KILN_CHECK(!std::filesystem::exists(status) || std::filesystem::is_regular_file(status) ||
+                 std::filesystem::is_symlink(status),
+             path_ << ": cannot write: it exists and is not a regular file (a device, pipe or socket), which "
+                      "the write would replace");
   const std::string dir = parent_dir(path_);
   KILN_CHECK(std::filesystem::is_directory(dir, ec),
              path_ << ": cannot write: directory " << dir << " does not exist");
@@ -48,6 +55,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
     if (fd_ < 0 && errno != EEXIST) break;
   }
   KILN_CHECK(fd_ >= 0, path_ << ": cannot create a file in " << dir << ": " << std::strerror(errno));
+  signal_slot_ = detail::register_temp_file(temp_path_);
 }
 
 AtomicFile::~AtomicFile() {
@@ -58,6 +66,8 @@ void AtomicFile::discard() noexcept {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+  detail::unregister_temp_file(signal_slot_);
+  signal_slot_ = -1;
 }
 
 void AtomicFile::write(const void* data, size_t size) {
@@ -74,6 +84,7 @@ void AtomicFile::write(const void* data, size_t size) {
 
 void AtomicFile::commit() {
   KILN_CHECK(fd_ >= 0 && !committed_, path_ << ": commit twice");
+  throw_if_stop_requested("before " + path_ + " was complete");
   KILN_CHECK(::fsync(fd_) == 0, path_ << ": fsync failed: " << std::strerror(errno));
   const int fd = fd_;
   fd_ = -1;
@@ -81,6 +92,8 @@ void AtomicFile::commit() {
   KILN_CHECK(::rename(temp_path_.c_str(), path_.c_str()) == 0,
              path_ << ": cannot rename " << temp_path_ << " into place: " << std::strerror(errno));
   committed_ = true;
+  detail::unregister_temp_file(signal_slot_);
+  signal_slot_ = -1;
   // Best effort: some filesystems refuse fsync on directories; the data itself is already on disk.
   const int dir_fd = ::open(parent_dir(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd >= 0) {

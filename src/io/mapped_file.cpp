@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/signal_registry.h"
 #include "kiln/core/error.h"
 
 namespace kiln::io {
@@ -21,20 +22,24 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
     KILN_FAIL(path << ": not a regular file");
   }
   const size_t size = static_cast<size_t>(st.st_size);
-  void* p = nullptr;
-  if (size > 0) {
-    p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (size == 0) {
+    ::close(fd);
+    return std::shared_ptr<MappedFile>(new MappedFile(nullptr, 0, -1, -1));
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (p == MAP_FAILED) {
     const int err = errno;
     ::close(fd);
-    KILN_CHECK(p != MAP_FAILED, path << ": cannot map " << size << " bytes: " << std::strerror(err));
-  } else {
-    ::close(fd);
+    KILN_FAIL(path << ": cannot map " << size << " bytes: " << std::strerror(err));
   }
-  return std::shared_ptr<MappedFile>(new MappedFile(static_cast<const char*>(p), size));
+  const int slot = detail::register_mapped_file(p, size, fd, path);
+  return std::shared_ptr<MappedFile>(new MappedFile(static_cast<const char*>(p), size, fd, slot));
 }
 
 MappedFile::~MappedFile() {
+  detail::unregister_mapped_file(slot_);
   if (size_ > 0) ::munmap(const_cast<char*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace kiln::io

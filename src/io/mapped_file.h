@@ -1,4 +1,6 @@
-// A read-only memory mapping of a whole file, unmapped when the last reference goes away.
+// A read-only memory mapping of a whole file, unmapped when the last reference goes away. The file stays
+// open while mapped and the mapping is registered (core/signal_registry.h), so that check_mapped_files() can
+// tell when it changes on disk and a SIGBUS on its pages is reported with its path.
 #pragma once
 
 #include <cstddef>
@@ -19,9 +21,11 @@ class MappedFile {
   size_t size() const { return size_; }
 
  private:
-  MappedFile(const char* data, size_t size) : data_(data), size_(size) {}
+  MappedFile(const char* data, size_t size, int fd, int slot) : data_(data), size_(size), fd_(fd), slot_(slot) {}
   const char* data_;
   size_t size_;
+  int fd_;
+  int slot_;
 };
 
 }  // namespace kiln::io

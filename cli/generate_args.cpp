@@ -1,0 +1,42 @@
+#include "cli/generate_args.h"
+
+#include <cmath>
+
+#include "kiln/core/error.h"
+#include "kiln/core/limits.h"
+#include "kiln/core/signals.h"
+#include "kiln/io/output_file.h"
+#include "kiln/pipelines/weight_packing.h"
+
+namespace kiln::cli {
+
+void check_generate_args(const GenerateArgs& args) {
+  limits::check_prompt_size("--prompt", args.prompt);
+  limits::check_prompt_size("--prompt-2", args.prompt_2);
+  if (args.negative_prompt) limits::check_prompt_size("--negative-prompt", *args.negative_prompt);
+  if (args.height) limits::check_range("--height", *args.height, 1, limits::kMaxImageSide);
+  if (args.width) limits::check_range("--width", *args.width, 1, limits::kMaxImageSide);
+  limits::check_range("--steps", args.steps, 1, limits::kMaxInferenceSteps);
+  if (args.guidance)
+    KILN_CHECK(std::isfinite(*args.guidance) && *args.guidance >= 0,
+               "--guidance: expected a finite value >= 0, got " << *args.guidance);
+  // The pipelines' T5 limit (tokenizer_2 / tokenizer_3 model_max_length).
+  if (args.max_sequence_length)
+    limits::check_range("--max-sequence-length", *args.max_sequence_length, 1, 512);
+  if (args.vae_tile_size) limits::check_range("--vae-tile-size", *args.vae_tile_size, 1, limits::kMaxImageSide);
+  limits::check_range("--tp", args.tp, 1, limits::kMaxProcesses);
+  if (args.packed_weights) parse_byte_budget(*args.packed_weights, "--packed-weights");
+  if (args.max_memory) parse_byte_budget(*args.max_memory, "--max-memory");
+  try {
+    io::check_output_writable(args.output);
+  } catch (const Error& e) {
+    KILN_FAIL("--output " << e.what());
+  }
+}
+
+void check_safe_point(const std::string& where) {
+  throw_if_stop_requested(where);
+  check_mapped_files();
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,43 @@
+// The flags of `kiln generate`, and the checks made on them before any work: every size against its named
+// limit (kiln/core/limits.h), the byte budgets parsed, the output path writable.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace kiln::cli {
+
+struct GenerateArgs {
+  std::string model;
+  // A single-file transformer (original layout as .safetensors, or .gguf) replacing the model's.
+  std::string transformer;
+  std::string prompt;
+  std::string prompt_2;
+  std::optional<std::string> negative_prompt;
+  std::optional<int64_t> height, width;
+  int steps = 28;
+  std::optional<float> guidance;
+  std::optional<uint64_t> seed;
+  std::string dtype = "bf16";
+  std::optional<int64_t> max_sequence_length;
+  std::string output = "output.png";
+  bool vae_tiling = false;
+  std::optional<int64_t> vae_tile_size;
+  std::string mode = "eager";
+  std::optional<std::string> packed_weights;
+  std::string offload = "auto";
+  std::optional<std::string> max_memory;
+  int blocks_per_group = 1;
+  int tp = 1;
+};
+
+// Throws kiln::Error naming the flag and its limit ("--height 1000000 exceeds the maximum 16384") or why the
+// output cannot be written; the pipelines check the rest (multiples of the VAE's scale, ...) once loaded.
+void check_generate_args(const GenerateArgs& args);
+
+// Between components while loading and between denoising steps: throws when SIGINT/SIGTERM asked for a stop
+// or a mapped checkpoint changed on disk (kiln/core/signals.h); `where` says how far the run got.
+void check_safe_point(const std::string& where);
+
+}  // namespace kiln::cli
