@@ -23,7 +23,8 @@ void check_generate_args(const GenerateArgs& args) {
   // The pipelines' T5 limit (tokenizer_2 / tokenizer_3 model_max_length).
   if (args.max_sequence_length)
     limits::check_range("--max-sequence-length", *args.max_sequence_length, 1, 512);
-  if (args.vae_tile_size) limits::check_range("--vae-tile-size", *args.vae_tile_size, 1, limits::kMaxImageSide);
+  if (args.vae_tile_size)
+    limits::check_range("--vae-tile-size", *args.vae_tile_size, 1, limits::kMaxImageSide);
   limits::check_range("--tp", args.tp, 1, limits::kMaxProcesses);
   if (args.packed_weights) parse_byte_budget(*args.packed_weights, "--packed-weights");
   if (args.max_memory) parse_byte_budget(*args.max_memory, "--max-memory");

@@ -44,7 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const std::string& name : checkpoint.names()) {
       fuzz::require(checkpoint.contains(name), "a listed name that is not contained");
       const io::TensorInfo& info = checkpoint.info(name);
-      fuzz::require(checkpoint.file_of(name).contains(name) && info.name == name, "a name in the wrong shard");
+      fuzz::require(checkpoint.file_of(name).contains(name) && info.name == name,
+                    "a name in the wrong shard");
     }
     fuzz::require(checkpoint.bytes_on_disk() > 0, "shards without bytes");
   });

@@ -32,7 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string model = fuzz::scratch_dir() + "/no-such-model";
   static const std::string output = fuzz::scratch_dir() + "/out.png";
   std::vector<std::string> args = {"kiln", "generate", "--model", model, "--output", output};
-  for (std::string_view a : fuzz::split({reinterpret_cast<const char*>(data), size}, std::string_view("\0", 1), 48))
+  for (std::string_view a :
+       fuzz::split({reinterpret_cast<const char*>(data), size}, std::string_view("\0", 1), 48))
     if (!forced(std::string(a))) args.emplace_back(a);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -15,8 +15,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   merges.assign(parts.size() > 1 ? parts[1] : std::string_view());
   if (parts.size() > 2) config.assign(parts[2]);
   fuzz::expect_clean([&] {
-    const tokenizers::ClipTokenizer t = tokenizers::ClipTokenizer::from_files(
-        {.vocab = vocab.path(), .merges = merges.path(), .tokenizer_config = parts.size() > 2 ? config.path() : ""});
+    const tokenizers::ClipTokenizer t =
+        tokenizers::ClipTokenizer::from_files({.vocab = vocab.path(),
+                                               .merges = merges.path(),
+                                               .tokenizer_config = parts.size() > 2 ? config.path() : ""});
     fuzz::probe_tokenizer(t, parts[0].substr(0, 64));
   });
   return 0;

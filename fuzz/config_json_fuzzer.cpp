@@ -48,8 +48,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FlowMatchEulerDiscreteScheduler scheduler = FlowMatchEulerDiscreteScheduler::from_pretrained(path);
     scheduler.set_timesteps(4);
   });
-  fuzz::expect_clean([&] { models::FluxTransformer2DModel model(models::FluxTransformerConfig::from_file(path)); });
-  fuzz::expect_clean([&] { models::SD3Transformer2DModel model(models::SD3TransformerConfig::from_file(path)); });
+  fuzz::expect_clean(
+      [&] { models::FluxTransformer2DModel model(models::FluxTransformerConfig::from_file(path)); });
+  fuzz::expect_clean(
+      [&] { models::SD3Transformer2DModel model(models::SD3TransformerConfig::from_file(path)); });
   fuzz::expect_clean([&] { models::ClipTextModel model(models::ClipTextConfig::from_file(path)); });
   fuzz::expect_clean([&] { models::T5EncoderModel model(models::T5EncoderConfig::from_file(path)); });
   fuzz::expect_clean([&] {

@@ -55,7 +55,9 @@ void write_all(const char* s, size_t n) {
     n -= static_cast<size_t>(w);
   }
 }
-void write_str(const char* s) { write_all(s, std::strlen(s)); }
+void write_str(const char* s) {
+  write_all(s, std::strlen(s));
+}
 void write_number(uint64_t v) {
   char buf[24];
   size_t i = sizeof buf;
@@ -215,10 +217,11 @@ void check_mapped_files() {
                slot.path << ": truncated while in use (" << slot.size_at_map << " bytes when Kiln opened it, "
                          << st.st_size
                          << " now); its weights can no longer be read. Restore or re-download the file.");
-    KILN_CHECK(st.st_size == slot.size_at_map && st.st_mtim.tv_sec == slot.mtime_at_map.tv_sec &&
-                   st.st_mtim.tv_nsec == slot.mtime_at_map.tv_nsec,
-               slot.path << ": modified while in use (its size or modification time changed since Kiln opened "
-                            "it); its weights can no longer be trusted. Run again once the file is complete.");
+    KILN_CHECK(
+        st.st_size == slot.size_at_map && st.st_mtim.tv_sec == slot.mtime_at_map.tv_sec &&
+            st.st_mtim.tv_nsec == slot.mtime_at_map.tv_nsec,
+        slot.path << ": modified while in use (its size or modification time changed since Kiln opened "
+                     "it); its weights can no longer be trusted. Run again once the file is complete.");
   }
 }
 

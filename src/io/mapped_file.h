@@ -21,7 +21,8 @@ class MappedFile {
   size_t size() const { return size_; }
 
  private:
-  MappedFile(const char* data, size_t size, int fd, int slot) : data_(data), size_(size), fd_(fd), slot_(slot) {}
+  MappedFile(const char* data, size_t size, int fd, int slot)
+      : data_(data), size_(size), fd_(fd), slot_(slot) {}
   const char* data_;
   size_t size_;
   int fd_;

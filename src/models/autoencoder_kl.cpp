@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "kiln/core/limits.h"
 #include "kiln/io/json_config.h"
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/ops.h"
@@ -43,6 +44,17 @@ AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
     c.sample_size = f.get_or<int64_t>("sample_size", 32);
   }
   KILN_CHECK(!c.block_out_channels.empty(), path << ": block_out_channels is empty");
+  using limits::kMaxLayers, limits::kMaxPositions, limits::kMaxStages, limits::kMaxWidth;
+  limits::check_config(path, {{"in_channels", c.in_channels, kMaxWidth, 1},
+                              {"out_channels", c.out_channels, kMaxWidth, 1},
+                              {"latent_channels", c.latent_channels, kMaxWidth, 1},
+                              {"the number of block_out_channels",
+                               static_cast<int64_t>(c.block_out_channels.size()), kMaxStages, 1},
+                              {"layers_per_block", c.layers_per_block, kMaxLayers, 1},
+                              {"norm_num_groups", c.norm_num_groups, kMaxWidth, 1},
+                              {"sample_size", c.sample_size, kMaxPositions, 1}});
+  for (int64_t ch : c.block_out_channels)
+    limits::check_config(path, {{"block_out_channels entry", ch, kMaxWidth, 1}});
   KILN_CHECK(f.get_or<std::string>("act_fn", "silu") == "silu", path << ": act_fn must be silu");
   check_block_types(f, "down_block_types", "DownEncoderBlock2D");
   check_block_types(f, "up_block_types", "UpDecoderBlock2D");

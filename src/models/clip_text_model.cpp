@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kiln/core/limits.h"
 #include "kiln/io/json_config.h"
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/nn/renamed_weights.h"
@@ -31,6 +32,14 @@ ClipTextConfig ClipTextConfig::from_file(const std::string& path) {
                     << "' is not a CLIP text model (expected CLIPTextModel or CLIPTextModelWithProjection)");
     c.with_projection = arch == "CLIPTextModelWithProjection";
   }
+  using limits::kMaxLayers, limits::kMaxPositions, limits::kMaxVocabulary, limits::kMaxWidth;
+  limits::check_config(path, {{"vocab_size", c.vocab_size, kMaxVocabulary, 1},
+                              {"hidden_size", c.hidden_size, kMaxWidth, 1},
+                              {"intermediate_size", c.intermediate_size, kMaxWidth, 1},
+                              {"num_hidden_layers", c.num_hidden_layers, kMaxLayers, 1},
+                              {"num_attention_heads", c.num_attention_heads, kMaxWidth, 1},
+                              {"max_position_embeddings", c.max_position_embeddings, kMaxPositions, 1},
+                              {"projection_dim", c.projection_dim, kMaxWidth, 1}});
   KILN_CHECK(c.hidden_act == "quick_gelu" || c.hidden_act == "gelu",
              path << ": hidden_act '" << c.hidden_act << "' is not supported (expected quick_gelu or gelu)");
   KILN_CHECK(c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0,

@@ -3,6 +3,7 @@
 #include <string_view>
 
 #include "kiln/core/error.h"
+#include "kiln/core/limits.h"
 #include "kiln/io/component_config.h"
 #include "kiln/io/json_config.h"
 #include "kiln/models/flux_transformer.h"
@@ -63,6 +64,18 @@ FluxTransformerConfig FluxTransformerConfig::from_file(const std::string& path) 
 }
 
 void FluxTransformerConfig::validate(const std::string& source) const {
+  // First the sizes alone, so that no product below can overflow and no model of absurd size is built.
+  using limits::kMaxLayers, limits::kMaxWidth;
+  limits::check_config(source,
+                       {{"num_layers", num_layers, kMaxLayers},
+                        {"num_single_layers", num_single_layers, kMaxLayers},
+                        {"in_channels", in_channels, kMaxWidth},
+                        {"out_channels", out_channels, kMaxWidth},
+                        {"attention_head_dim", attention_head_dim, kMaxWidth},
+                        {"num_attention_heads", num_attention_heads, kMaxWidth},
+                        {"joint_attention_dim", joint_attention_dim, kMaxWidth},
+                        {"pooled_projection_dim", pooled_projection_dim, kMaxWidth},
+                        {"the number of axes_dims_rope", static_cast<int64_t>(axes_dims_rope.size()), 16}});
   KILN_CHECK(patch_size == 1,
              source << ": patch_size " << patch_size
                     << " is not supported (FluxTransformer2DModel uses patch_size 1; the pipeline "
@@ -75,6 +88,9 @@ void FluxTransformerConfig::validate(const std::string& source) const {
                                                       {"pooled_projection_dim", pooled_projection_dim}};
   for (const auto& [name, value] : positive)
     KILN_CHECK(value > 0, source << ": " << name << " must be positive, got " << value);
+  // Both factors are now in 1..kMaxWidth, so the product cannot overflow.
+  limits::check_config(source, {{"num_attention_heads * attention_head_dim",
+                                 num_attention_heads * attention_head_dim, kMaxWidth}});
   KILN_CHECK(num_layers >= 0 && num_single_layers >= 0,
              source << ": num_layers and num_single_layers must not be negative, got " << num_layers
                     << " and " << num_single_layers);
@@ -82,8 +98,9 @@ void FluxTransformerConfig::validate(const std::string& source) const {
   int64_t rope_dims = 0;
   for (int64_t d : axes_dims_rope) {
     KILN_CHECK(
-        d > 0 && d % 2 == 0,
-        source << ": every entry of axes_dims_rope must be positive and even (rotated pairs), got " << d);
+        d > 0 && d % 2 == 0 && d <= limits::kMaxWidth,
+        source << ": every entry of axes_dims_rope must be positive and even (rotated pairs) and at most "
+               << limits::kMaxWidth << ", got " << d);
     rope_dims += d;
   }
   KILN_CHECK(rope_dims == attention_head_dim,

@@ -3,6 +3,7 @@
 #include <string_view>
 
 #include "kiln/core/error.h"
+#include "kiln/core/limits.h"
 #include "kiln/io/component_config.h"
 #include "kiln/io/json_config.h"
 #include "kiln/models/sd3_transformer.h"
@@ -92,6 +93,19 @@ SD3TransformerConfig SD3TransformerConfig::from_file(const std::string& path) {
 }
 
 void SD3TransformerConfig::validate(const std::string& source) const {
+  // First the sizes alone, so that no product below can overflow and no model of absurd size is built.
+  using limits::kMaxLayers, limits::kMaxPositions, limits::kMaxWidth;
+  limits::check_config(source, {{"sample_size", sample_size, kMaxPositions},
+                                {"patch_size", patch_size, 64},
+                                {"in_channels", in_channels, kMaxWidth},
+                                {"num_layers", num_layers, kMaxLayers},
+                                {"attention_head_dim", attention_head_dim, kMaxWidth},
+                                {"num_attention_heads", num_attention_heads, kMaxWidth},
+                                {"joint_attention_dim", joint_attention_dim, kMaxWidth},
+                                {"caption_projection_dim", caption_projection_dim, kMaxWidth},
+                                {"pooled_projection_dim", pooled_projection_dim, kMaxWidth},
+                                {"out_channels", out_channels, kMaxWidth},
+                                {"pos_embed_max_size", pos_embed_max_size, 4096}});
   const std::pair<const char*, int64_t> positive[] = {{"sample_size", sample_size},
                                                       {"patch_size", patch_size},
                                                       {"in_channels", in_channels},
@@ -105,6 +119,9 @@ void SD3TransformerConfig::validate(const std::string& source) const {
                                                       {"pos_embed_max_size", pos_embed_max_size}};
   for (const auto& [name, value] : positive)
     KILN_CHECK(value > 0, source << ": " << name << " must be positive, got " << value);
+  // Both factors are now in 1..kMaxWidth, so the product cannot overflow.
+  limits::check_config(source, {{"num_attention_heads * attention_head_dim",
+                                 num_attention_heads * attention_head_dim, kMaxWidth}});
   // The context stream enters the joint attention through projections of width inner_dim (added_kv_proj_dim =
   // dim in diffusers), so the context embedder must produce exactly that width.
   KILN_CHECK(caption_projection_dim == inner_dim(),

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kiln/core/limits.h"
 #include "kiln/io/json_config.h"
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/nn/renamed_weights.h"
@@ -22,6 +23,17 @@ T5EncoderConfig T5EncoderConfig::from_file(const std::string& path) {
   c.relative_attention_num_buckets = f.get_or<int64_t>("relative_attention_num_buckets", 32);
   c.relative_attention_max_distance = f.get_or<int64_t>("relative_attention_max_distance", 128);
   c.layer_norm_epsilon = f.get_or<double>("layer_norm_epsilon", 1e-6);
+  using limits::kMaxLayers, limits::kMaxPositions, limits::kMaxVocabulary, limits::kMaxWidth;
+  limits::check_config(
+      path, {{"vocab_size", c.vocab_size, kMaxVocabulary, 1},
+             {"d_model", c.d_model, kMaxWidth, 1},
+             {"d_kv", c.d_kv, kMaxWidth, 1},
+             {"d_ff", c.d_ff, kMaxWidth, 1},
+             {"num_layers", c.num_layers, kMaxLayers, 1},
+             {"num_heads", c.num_heads, kMaxWidth, 1},
+             {"relative_attention_num_buckets", c.relative_attention_num_buckets, kMaxPositions, 1},
+             {"relative_attention_max_distance", c.relative_attention_max_distance, kMaxPositions, 1}});
+  limits::check_config(path, {{"num_heads * d_kv", c.num_heads * c.d_kv, kMaxWidth}});
   const auto proj = f.get_or<std::string>("feed_forward_proj", "relu");
   c.gated = proj.rfind("gated-", 0) == 0;
   const std::string act = c.gated ? proj.substr(6) : proj;

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "kiln/core/device_runtime.h"
+#include "kiln/core/limits.h"
 #include "kiln/core/log.h"
 #include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
@@ -175,6 +176,10 @@ Tensor FluxPipeline::decode_latents(const Tensor& latents, int64_t height, int64
 }
 
 void FluxPipeline::check_call(const FluxPipelineCall& call) const {
+  limits::check_range("FluxPipeline: height", call.height, 1, limits::kMaxImageSide);
+  limits::check_range("FluxPipeline: width", call.width, 1, limits::kMaxImageSide);
+  limits::check_prompt_size("FluxPipeline: prompt", call.prompt);
+  if (call.prompt_2) limits::check_prompt_size("FluxPipeline: prompt_2", *call.prompt_2);
   const int64_t multiple = vae_->config().scale_factor() * 2;
   KILN_CHECK(call.height > 0 && call.width > 0 && call.height % multiple == 0 && call.width % multiple == 0,
              "FluxPipeline: height and width must be positive multiples of "

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "kiln/core/device_runtime.h"
+#include "kiln/core/limits.h"
 #include "kiln/core/log.h"
 #include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
@@ -282,6 +283,15 @@ StableDiffusion3PipelineCall StableDiffusion3Pipeline::resolved(
   StableDiffusion3PipelineCall c = call;
   if (c.height == 0) c.height = default_image_size();
   if (c.width == 0) c.width = default_image_size();
+  limits::check_range(std::string(kName) + ": height", c.height, 1, limits::kMaxImageSide);
+  limits::check_range(std::string(kName) + ": width", c.width, 1, limits::kMaxImageSide);
+  limits::check_prompt_size(std::string(kName) + ": prompt", c.prompt);
+  for (const auto& [name, text] : {std::pair{"prompt_2", &c.prompt_2},
+                                   {"prompt_3", &c.prompt_3},
+                                   {"negative_prompt", &c.negative_prompt},
+                                   {"negative_prompt_2", &c.negative_prompt_2},
+                                   {"negative_prompt_3", &c.negative_prompt_3}})
+    if (*text) limits::check_prompt_size(std::string(kName) + ": " + name, **text);
   const int64_t multiple = vae_->config().scale_factor() * transformer_->config().patch_size;
   KILN_CHECK(c.height > 0 && c.width > 0 && c.height % multiple == 0 && c.width % multiple == 0,
              kName << ": height and width must be positive multiples of " << multiple << ", got " << c.height

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <string>
 #include <string_view>
 
 namespace kiln::limits {
@@ -24,6 +26,15 @@ inline constexpr int64_t kMaxStages = 16;           // VAE resolution stages (2^
 
 // Throws kiln::Error "<what> <value> exceeds the maximum <max>" (or "is below the minimum <min>").
 void check_range(std::string_view what, int64_t value, int64_t min, int64_t max);
+// One size read from a config file, its maximum and (when the reader has no check of its own) its minimum.
+struct ConfigBound {
+  const char* key;
+  int64_t value;
+  int64_t max;
+  int64_t min = INT64_MIN;
+};
+// check_range for each, as "<source>: <key> <value> exceeds the maximum <max>".
+void check_config(const std::string& source, std::initializer_list<ConfigBound> bounds);
 // The same for a prompt's size in bytes: "<what> is N bytes, more than the maximum 65536".
 void check_prompt_size(std::string_view what, std::string_view prompt);
 

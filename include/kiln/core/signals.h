@@ -23,7 +23,9 @@ void install_signal_handlers();
 
 // The signal that requested a stop (SIGINT, SIGTERM), or 0.
 int stop_signal();
-inline bool stop_requested() { return stop_signal() != 0; }
+inline bool stop_requested() {
+  return stop_signal() != 0;
+}
 // Throws kiln::Error ("stopped by SIGINT <where>") when a stop was requested.
 void throw_if_stop_requested(std::string_view where);
 // Requests a stop as the handler does (for applications with handlers of their own, and for tests).

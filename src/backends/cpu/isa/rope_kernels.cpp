@@ -9,12 +9,19 @@ namespace {
 
 template <class T>
 void rope_interleaved_row(const T* x, const float* c, const float* s, T* y, int64_t d) {
+#ifndef __clang__
   const i32x16 swap = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14};
+#endif
   const f32x16 sign = {-1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1};
   int64_t i = 0;
   for (; i + kLanes <= d; i += kLanes) {
     const f32x16 v = load(x + i);
+#ifdef __clang__  // the fuzz build's compiler: the same permutation as a constant shuffle
+    const f32x16 rot =
+        __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14) * sign;
+#else
     const f32x16 rot = __builtin_shuffle(v, swap) * sign;
+#endif
     store(y + i, v * load(c + i) + rot * load(s + i));
   }
   for (; i < d; i += 2) {  // d is even, so pairs never straddle the vector tail
