@@ -2,7 +2,8 @@
 # Installs what Kiln needs to build and test on Debian 12. Idempotent: installs only what is missing.
 set -euo pipefail
 packages=(build-essential cmake ccache pkg-config libdnnl-dev nlohmann-json3-dev libpng-dev libcli11-dev
-          libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
+          libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
+          clang-14 libclang-rt-14-dev libomp-14-dev)  # clang: the fuzz targets (libFuzzer, fuzz/)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
