@@ -25,7 +25,7 @@ void probe_tokenizer(const Tokenizer& t, std::string_view extra = {}) {
     const std::string_view text = i < static_cast<int>(std::size(kProbeTexts)) ? kProbeTexts[i] : extra;
     expect_clean([&] {
       for (int64_t max_length : {int64_t{1}, int64_t{16}}) {
-        const Encoding e = t.encode(text, {.max_length = max_length});
+        const tokenizers::Encoding e = t.encode(text, {.max_length = max_length});
         require(e.ids.size() == e.attention_mask.size(), "ids and attention mask differ in length");
         require(e.ids.size() == static_cast<size_t>(max_length), "not padded or truncated to max_length");
       }

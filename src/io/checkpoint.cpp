@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/json_depth.h"
 #include "kiln/core/error.h"
 
 namespace kiln::io {
@@ -45,6 +46,7 @@ Checkpoint::Checkpoint(const std::string& path) : path_(path) {
     std::ifstream in(path, std::ios::binary);
     KILN_CHECK(in.good(), path << ": cannot read the checkpoint index");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    check_json_depth(text, path);
     const auto index = nlohmann::json::parse(text, nullptr, false);
     KILN_CHECK(!index.is_discarded(), path << ": checkpoint index is not valid JSON");
     KILN_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),

@@ -5,6 +5,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "io/json_depth.h"
 #include "kiln/core/error.h"
 
 namespace kiln::io {
@@ -95,6 +96,7 @@ JsonConfig JsonConfig::load(const std::string& path) {
 }
 
 JsonConfig JsonConfig::parse(const std::string& text, const std::string& origin) {
+  check_json_depth(text, origin);
   auto node = std::make_shared<Node>();
   try {
     node->value = Json::parse(text);

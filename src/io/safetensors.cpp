@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
+#include "io/json_depth.h"
 #include "io/mapped_file.h"
 #include "kiln/core/device_runtime.h"
 
@@ -197,6 +198,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(M
   data_start_ = 8 + header_len;
   const uint64_t data_size = size - data_start_;
 
+  check_json_depth(std::string_view(file_->data() + 8, header_len), path + ": header");
   nlohmann::json header =
       nlohmann::json::parse(file_->data() + 8, file_->data() + data_start_, nullptr, false);
   KILN_CHECK(!header.is_discarded(), path << ": header is not valid JSON");

@@ -63,7 +63,8 @@ std::vector<WeightGroup> block_groups(const NamedComponents& components, int blo
     if (module == nullptr) continue;
     std::string list, block, first_block;
     int in_group = 0;
-    const auto name_last = [&] {
+    // The binding is captured by an init-capture: clang before 16 cannot capture structured bindings.
+    const auto name_last = [&, &component = component] {
       if (!groups.empty() && groups.back().component == component && !first_block.empty())
         groups.back().name =
             first_block == block ? first_block : first_block + "-" + block.substr(list.size() + 1);

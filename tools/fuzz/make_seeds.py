@@ -7,7 +7,7 @@ part of the parsers: a SentencePiece model trained here with a few normalisation
 hundred bytes), its tokenizer.json as transformers converts it, a byte-level BPE tokenizer.json (the kind
 FLUX.2's text encoders use), a CLIP vocabulary cut to a few hundred tokens, and hand-written safetensors,
 index, config and command-line inputs. Seeds are named by the SHA-1 of their bytes, as libFuzzer names
-corpus files. Run from anywhere: python3 tools/fuzz_seeds/make_seeds.py
+corpus files. Run from anywhere: python3 tools/fuzz/make_seeds.py
 """
 
 import hashlib
