@@ -1,6 +1,8 @@
 #include "tokenizers/bpe_model.h"
 
+#include <functional>
 #include <limits>
+#include <queue>
 
 #include "kiln/core/error.h"
 #include "tokenizers/unicode.h"
@@ -53,23 +55,49 @@ std::vector<int64_t> BpeModel::merge_word(std::string_view word) const {
       symbols.push_back(*unk_id_);
     }
   }
-  while (symbols.size() > 1) {
-    int64_t best_rank = std::numeric_limits<int64_t>::max();
-    size_t best_pos = 0;
-    int64_t best_result = 0;
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      auto it = merges_.find(pair_key(symbols[i], symbols[i + 1]));
-      if (it != merges_.end() && it->second.rank < best_rank) {
-        best_rank = it->second.rank;
-        best_pos = i;
-        best_result = it->second.result;
-      }
-    }
-    if (best_rank == std::numeric_limits<int64_t>::max()) break;
-    symbols[best_pos] = best_result;
-    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best_pos) + 1);
+  // Merges in rank order, leftmost first among equal ranks, as HF's word.merge_all: a heap of candidate pairs
+  // over a linked list of symbols, so a long word costs O(n log n) rather than a rescan per merge (a 64 KB
+  // word of letters took seconds). A symbol keeps its position when it absorbs its right neighbour, so
+  // positions keep the word's order and "leftmost" is the lower position.
+  const size_t n = symbols.size();
+  if (n < 2) return symbols;
+  std::vector<size_t> next(n), prev(n);
+  std::vector<bool> alive(n, true);
+  for (size_t i = 0; i < n; ++i) {
+    next[i] = i + 1;  // n: none
+    prev[i] = i == 0 ? n : i - 1;
   }
-  return symbols;
+  struct Candidate {
+    int64_t rank;
+    size_t pos;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  const auto rank_at = [&](size_t i) -> const Merge* {
+    if (i >= n || next[i] >= n) return nullptr;
+    auto it = merges_.find(pair_key(symbols[i], symbols[next[i]]));
+    return it == merges_.end() ? nullptr : &it->second;
+  };
+  const auto push = [&](size_t i) {
+    if (const Merge* m = rank_at(i)) heap.push({m->rank, i});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    const Merge* m = alive[c.pos] ? rank_at(c.pos) : nullptr;
+    if (m == nullptr || m->rank != c.rank) continue;  // stale: a neighbour was merged away since
+    const size_t right = next[c.pos];
+    symbols[c.pos] = m->result;
+    alive[right] = false;
+    next[c.pos] = next[right];
+    if (next[right] < n) prev[next[right]] = c.pos;
+    if (prev[c.pos] < n) push(prev[c.pos]);
+    push(c.pos);
+  }
+  std::vector<int64_t> merged;
+  for (size_t i = 0; i < n; i = next[i]) merged.push_back(symbols[i]);
+  return merged;
 }
 
 void BpeModel::encode(std::string_view word, std::vector<int64_t>& ids) const {
@@ -86,7 +114,9 @@ void BpeModel::encode(std::string_view word, std::vector<int64_t>& ids) const {
   std::vector<int64_t> merged = merge_word(word);
   ids.insert(ids.end(), merged.begin(), merged.end());
   std::lock_guard<std::mutex> lock(cache_mutex_);
-  if (cache_.size() < kCacheCapacity) cache_.emplace(key, std::move(merged));
+  // Long words are rare and would make the cache hold megabytes of keys.
+  if (cache_.size() < kCacheCapacity && key.size() <= kMaxCachedWordBytes)
+    cache_.emplace(key, std::move(merged));
 }
 
 }  // namespace kiln::tokenizers

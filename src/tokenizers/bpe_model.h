@@ -41,6 +41,7 @@ class BpeModel {
   std::optional<int64_t> unk_id_;
 
   static constexpr size_t kCacheCapacity = 10000;
+  static constexpr size_t kMaxCachedWordBytes = 256;
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
 };

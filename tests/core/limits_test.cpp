@@ -1,5 +1,5 @@
-// Named limits (kiln/core/limits.h) and the config readers that apply them: an absurd size is refused with the
-// key, the value and the limit, before anything of that size exists.
+// Named limits (kiln/core/limits.h) and the config readers that apply them: an absurd size is refused with
+// the key, the value and the limit, before anything of that size exists.
 #include "kiln/core/limits.h"
 
 #include <gtest/gtest.h>
@@ -24,8 +24,9 @@ TEST(Limits, PromptSizeInBytes) {
 }
 
 TEST(Limits, ConfigBoundsNameTheFileAndKey) {
-  EXPECT_KILN_ERROR(limits::check_config("t/config.json", {{"num_layers", int64_t{1} << 40, limits::kMaxLayers}}),
-                    "t/config.json: num_layers 1099511627776 exceeds the maximum 1024");
+  EXPECT_KILN_ERROR(
+      limits::check_config("t/config.json", {{"num_layers", int64_t{1} << 40, limits::kMaxLayers}}),
+      "t/config.json: num_layers 1099511627776 exceeds the maximum 1024");
   EXPECT_KILN_ERROR(limits::check_config("c.json", {{"hidden_size", 0, limits::kMaxWidth, 1}}),
                     "c.json: hidden_size 0 is below the minimum 1");
 }

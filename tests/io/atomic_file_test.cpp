@@ -1,5 +1,5 @@
-// Writes that end early (a stop request, a file-size limit, a full filesystem, an unwritable destination) leave
-// no temporary file and never touch an existing file (io/atomic_file.h, kiln/io/output_file.h).
+// Writes that end early (a stop request, a file-size limit, a full filesystem, an unwritable destination)
+// leave no temporary file and never touch an existing file (io/atomic_file.h, kiln/io/output_file.h).
 #include "io/atomic_file.h"
 
 #include <gtest/gtest.h>
@@ -35,7 +35,8 @@ std::string write_atomically(const std::string& path, size_t bytes) {
   try {
     io::AtomicFile f(path);
     const std::string chunk(4096, 'n');
-    for (size_t done = 0; done < bytes; done += chunk.size()) f.write(chunk.data(), std::min(chunk.size(), bytes - done));
+    for (size_t done = 0; done < bytes; done += chunk.size())
+      f.write(chunk.data(), std::min(chunk.size(), bytes - done));
     f.commit();
     return "";
   } catch (const Error& e) {
@@ -87,8 +88,8 @@ TEST(AtomicFile, FullFilesystemIsAnErrorAndKeepsTheOldFile) {
     const std::string path = dir + "/image.png";
     if (write_atomically(path, 1000) != "") ::_exit(1);
     const std::string message = write_atomically(path, 1 << 20);
-    const bool ok = message.find("No space left on device") != std::string::npos && read_bytes(path).size() == 1000 &&
-                    entries_in(dir) == 1;
+    const bool ok = message.find("No space left on device") != std::string::npos &&
+                    read_bytes(path).size() == 1000 && entries_in(dir) == 1;
     ::_exit(ok ? 0 : 2);
   }
   int status = 0;

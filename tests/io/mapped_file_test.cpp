@@ -63,7 +63,8 @@ TEST(MappedFilesDeathTest, ReadingATruncatedPageExitsNamingTheFile) {
         for (int64_t i = 0; i < w.numel(); i += 1024) sum = sum + p[i];  // past the new end: SIGBUS
         std::_Exit(5);
       },
-      ::testing::ExitedWithCode(74), "model.safetensors: the file was truncated or changed while Kiln was reading it");
+      ::testing::ExitedWithCode(74),
+      "model.safetensors: the file was truncated or changed while Kiln was reading it");
 }
 
 }  // namespace

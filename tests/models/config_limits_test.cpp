@@ -20,11 +20,13 @@ TEST(ConfigLimits, FluxTransformer) {
   EXPECT_KILN_ERROR(FluxTransformerConfig::from_json(R"({"num_layers": 1099511627776})", "t/config.json"),
                     "t/config.json: num_layers 1099511627776 exceeds the maximum 1024");
   // Each factor alone is allowed; their product is the model width, refused without overflowing.
-  EXPECT_KILN_ERROR(FluxTransformerConfig::from_json(
-                        R"({"num_attention_heads": 1048576, "attention_head_dim": 1048576, "axes_dims_rope": [2]})"),
-                    "num_attention_heads * attention_head_dim 1099511627776 exceeds the maximum 1048576");
-  EXPECT_KILN_ERROR(FluxTransformerConfig::from_json(R"({"axes_dims_rope": [4611686018427387904, 4611686018427387904]})"),
-                    "axes_dims_rope", "at most 1048576");
+  EXPECT_KILN_ERROR(
+      FluxTransformerConfig::from_json(
+          R"({"num_attention_heads": 1048576, "attention_head_dim": 1048576, "axes_dims_rope": [2]})"),
+      "num_attention_heads * attention_head_dim 1099511627776 exceeds the maximum 1048576");
+  EXPECT_KILN_ERROR(
+      FluxTransformerConfig::from_json(R"({"axes_dims_rope": [4611686018427387904, 4611686018427387904]})"),
+      "axes_dims_rope", "at most 1048576");
 }
 
 TEST(ConfigLimits, SD3Transformer) {
@@ -38,8 +40,8 @@ TEST(ConfigLimits, TextEncodersAndVae) {
   const std::string dir = temp_dir("config_limits");
   write_text(dir + "/clip.json", R"({"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
                                      "num_hidden_layers": 1099511627776, "num_attention_heads": 4})");
-  EXPECT_KILN_ERROR(ClipTextConfig::from_file(dir + "/clip.json"), "clip.json: num_hidden_layers 1099511627776",
-                    "exceeds the maximum 1024");
+  EXPECT_KILN_ERROR(ClipTextConfig::from_file(dir + "/clip.json"),
+                    "clip.json: num_hidden_layers 1099511627776", "exceeds the maximum 1024");
   write_text(dir + "/t5.json", R"({"vocab_size": 1000, "d_model": 64, "d_kv": 8, "d_ff": -1, "num_layers": 2,
                                    "num_heads": 8})");
   EXPECT_KILN_ERROR(T5EncoderConfig::from_file(dir + "/t5.json"), "t5.json: d_ff -1 is below the minimum 1");
@@ -51,7 +53,8 @@ TEST(ConfigLimits, TextEncodersAndVae) {
   EXPECT_KILN_ERROR(AutoencoderKLConfig::from_file(dir + "/vae.json"),
                     "the number of block_out_channels 65 exceeds the maximum 16");
   write_text(dir + "/vae0.json", R"({"norm_num_groups": 0})");
-  EXPECT_KILN_ERROR(AutoencoderKLConfig::from_file(dir + "/vae0.json"), "norm_num_groups 0 is below the minimum 1");
+  EXPECT_KILN_ERROR(AutoencoderKLConfig::from_file(dir + "/vae0.json"),
+                    "norm_num_groups 0 is below the minimum 1");
 }
 
 }  // namespace

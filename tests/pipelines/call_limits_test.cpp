@@ -42,12 +42,13 @@ TEST(CallLimits, SD3PipelineRefusesAbsurdSizesBeforeAllocating) {
                                 "StableDiffusion3Pipeline: width 1000000 exceeds the maximum 16384");
             }),
             0);
-  EXPECT_EQ(allocations_during([&] {
-              EXPECT_KILN_ERROR(
-                  pipe({.prompt = "x", .negative_prompt = std::string(100000, 'b'), .height = 32, .width = 32}),
-                  "StableDiffusion3Pipeline: negative_prompt is 100000 bytes, more than the maximum 65536");
-            }),
-            0);
+  EXPECT_EQ(
+      allocations_during([&] {
+        EXPECT_KILN_ERROR(
+            pipe({.prompt = "x", .negative_prompt = std::string(100000, 'b'), .height = 32, .width = 32}),
+            "StableDiffusion3Pipeline: negative_prompt is 100000 bytes, more than the maximum 65536");
+      }),
+      0);
 }
 
 }  // namespace
