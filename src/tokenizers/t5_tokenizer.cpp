@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "kiln/core/error.h"
+#include "kiln/core/limits.h"
 #include "tokenizers/added_vocabulary.h"
 #include "tokenizers/encode_layout.h"
 #include "tokenizers/json_file.h"
@@ -154,7 +155,8 @@ T5Tokenizer T5Tokenizer::from_sentencepiece(const std::filesystem::path& spiece_
   const SentencePieceModel spm = SentencePieceModel::load(spiece_model);
   KILN_CHECK(spm.model_type == 1, source << ": SentencePiece model type " << spm.model_type
                                          << " is not Unigram (1); T5 tokenizers are Unigram");
-  KILN_CHECK(extra_ids >= 0, source << ": extra_ids " << extra_ids << " must be >= 0");
+  KILN_CHECK(extra_ids >= 0 && extra_ids <= limits::kMaxVocabulary,
+             source << ": extra_ids " << extra_ids << " must be between 0 and " << limits::kMaxVocabulary);
   auto impl = std::make_unique<Impl>();
   std::vector<UnigramModel::Entry> vocab;
   vocab.reserve(spm.pieces.size() + static_cast<size_t>(extra_ids));
