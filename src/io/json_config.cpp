@@ -100,7 +100,7 @@ JsonConfig JsonConfig::parse(const std::string& text, const std::string& origin)
   auto node = std::make_shared<Node>();
   try {
     node->value = Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number beyond double
     KILN_FAIL(origin << ": not valid JSON: " << e.what());
   }
   KILN_CHECK(node->value.is_object(), origin << ": expected a JSON object, got " << node->value.type_name());

@@ -36,5 +36,14 @@ TEST(FuzzRegressions, ConfigNestedTooDeep) {
   EXPECT_KILN_ERROR(models::FluxTransformerConfig::from_file(path), "JSON nested deeper than 64 levels");
 }
 
+// A number too large for a double made nlohmann throw out_of_range, which escaped as a foreign exception
+// without the file's name (found by the config_json fuzzer in its first campaign hour).
+TEST(FuzzRegressions, ConfigNumberBeyondDouble) {
+  for (const char* name : {"number-beyond-double-1e6666666666666", "number-beyond-double-in-extra-ids"}) {
+    const std::string path = reproducer("config_json", name);
+    EXPECT_KILN_ERROR(io::JsonConfig::load(path), path, "not valid JSON", "number overflow");
+  }
+}
+
 }  // namespace
 }  // namespace kiln
