@@ -38,6 +38,17 @@ void read_specials(const nlohmann::json& j, const std::string& source, Tokenizer
 
 TokenizerConfig TokenizerConfig::load(const std::filesystem::path& tokenizer_config,
                                       const std::filesystem::path& special_tokens_map) {
+  try {
+    return load_files(tokenizer_config, special_tokens_map);
+  } catch (const nlohmann::json::exception& e) {
+    // A value of the wrong type ("lstrip": 1, a non-object added_tokens_decoder): nlohmann's own error.
+    KILN_FAIL(tokenizer_config.string()
+              << " / " << special_tokens_map.string() << ": malformed tokenizer config (" << e.what() << ")");
+  }
+}
+
+TokenizerConfig TokenizerConfig::load_files(const std::filesystem::path& tokenizer_config,
+                                            const std::filesystem::path& special_tokens_map) {
   TokenizerConfig c;
   if (!tokenizer_config.empty() && std::filesystem::exists(tokenizer_config)) {
     const std::string source = tokenizer_config.string();
@@ -58,6 +69,7 @@ TokenizerConfig TokenizerConfig::load(const std::filesystem::path& tokenizer_con
     if (j.contains("model_max_length") && j["model_max_length"].is_number()) {
       // Unlimited tokenizers store 1e30 here.
       const double v = j["model_max_length"].get<double>();
+      KILN_CHECK(v >= 1, source << ": model_max_length " << v << " must be at least 1");
       c.model_max_length = v >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(v);
     }
   }

@@ -23,6 +23,10 @@ struct TokenizerConfig {
   static TokenizerConfig load(const std::filesystem::path& tokenizer_config,
                               const std::filesystem::path& special_tokens_map);
   const AddedToken* special(const std::string& key) const;
+
+ private:
+  static TokenizerConfig load_files(const std::filesystem::path& tokenizer_config,
+                                    const std::filesystem::path& special_tokens_map);
 };
 
 }  // namespace kiln::tokenizers
