@@ -10,7 +10,8 @@
 namespace kiln::tokenizers {
 namespace {
 constexpr double kUnknownPenalty = 10.0;
-}
+constexpr size_t kMaxPieceBytes = 1024;
+}  // namespace
 
 UnigramModel::UnigramModel(std::vector<Entry> vocab, int64_t unk_id, bool byte_fallback,
                            const std::string& source)
@@ -19,17 +20,29 @@ UnigramModel::UnigramModel(std::vector<Entry> vocab, int64_t unk_id, bool byte_f
   KILN_CHECK(unk_id_ >= 0 && unk_id_ < static_cast<int64_t>(vocab_.size()),
              source << ": Unigram unk_id " << unk_id_ << " is outside the vocabulary of " << vocab_.size());
   min_score_ = std::numeric_limits<double>::infinity();
+  piece_at_node_.push_back(-1);  // the root
   for (size_t id = 0; id < vocab_.size(); ++id) {
-    const std::string& p = vocab_[id].piece;
+    const std::string_view p = vocab_[id].piece;
+    // Segmenting walks up to the longest piece's length from every position of the text, so one huge piece
+    // would make every prompt cost its length times the piece's.
+    KILN_CHECK(p.size() <= kMaxPieceBytes, source << ": Unigram piece " << id << " is " << p.size()
+                                                  << " bytes, longer than the " << kMaxPieceBytes
+                                                  << " a piece may have (SentencePiece's are a few dozen)");
     // A later duplicate wins, as in HF's token -> id map.
     ids_.insert_or_assign(p, static_cast<int64_t>(id));
-    for (size_t n = 1; n <= p.size(); ++n) prefixes_.insert(p.substr(0, n));
+    uint64_t node = 0;
+    for (const char c : p) {
+      auto [it, added] = children_.try_emplace(child_key(node, c), piece_at_node_.size());
+      if (added) piece_at_node_.push_back(-1);
+      node = it->second;
+    }
+    if (!p.empty()) piece_at_node_[node] = static_cast<int64_t>(id);
     min_score_ = std::min(min_score_, vocab_[id].score);
   }
 }
 
 int64_t UnigramModel::id_of(std::string_view piece) const {
-  auto it = ids_.find(std::string(piece));
+  auto it = ids_.find(piece);
   return it == ids_.end() ? -1 : it->second;
 }
 
@@ -44,22 +57,22 @@ std::vector<std::string> UnigramModel::segment(std::string_view text) const {
   const size_t n = text.size();
   const double unk_score = min_score_ - kUnknownPenalty;
   std::vector<Best> best(n + 1);
-  std::string key;
   for (size_t start = 0; start < n;) {
     const double base = best[start].score;
     const size_t char_len = unicode::utf8_length(static_cast<unsigned char>(text[start]));
     bool has_single = false;
-    key.clear();
-    // Pieces starting here, shortest first.
+    // Pieces starting here, shortest first, walking the trie one byte at a time.
+    uint64_t node = 0;
     for (size_t end = start; end < n;) {
-      key.push_back(text[end++]);
-      if (!prefixes_.count(key)) break;
-      auto it = ids_.find(key);
-      if (it == ids_.end()) continue;
-      const double candidate = base + vocab_[static_cast<size_t>(it->second)].score;
+      auto child = children_.find(child_key(node, text[end++]));
+      if (child == children_.end()) break;
+      node = child->second;
+      const int64_t id = piece_at_node_[node];
+      if (id < 0) continue;
+      const double candidate = base + vocab_[static_cast<size_t>(id)].score;
       Best& target = best[end];
       if (target.start == std::numeric_limits<size_t>::max() || candidate > target.score) {
-        target = Best{it->second, candidate, start};
+        target = Best{id, candidate, start};
       }
       if (end - start == char_len) has_single = true;
     }

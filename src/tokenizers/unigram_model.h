@@ -7,7 +7,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace kiln::tokenizers {
@@ -20,6 +19,10 @@ class UnigramModel {
   };
   // `source` names the file for error messages.
   UnigramModel(std::vector<Entry> vocab, int64_t unk_id, bool byte_fallback, const std::string& source);
+  // The lookup tables hold views of vocab_'s strings: moving keeps them valid, a copy would not.
+  UnigramModel(const UnigramModel&) = delete;
+  UnigramModel& operator=(const UnigramModel&) = delete;
+  UnigramModel(UnigramModel&&) = default;
 
   // Appends the ids of the best segmentation of `text` (one pre-token) to `ids`.
   void encode(std::string_view text, std::vector<int64_t>& ids) const;
@@ -32,9 +35,14 @@ class UnigramModel {
 
  private:
   std::vector<Entry> vocab_;
-  std::unordered_map<std::string, int64_t> ids_;
-  std::unordered_set<std::string>
-      prefixes_;  // every non-empty prefix of every piece, to stop trie walks early
+  // Views of the pieces in vocab_ (so the table costs no copies).
+  std::unordered_map<std::string_view, int64_t> ids_;
+  // A byte trie of the pieces, walked from each position of the text; it grows with the vocabulary's total
+  // size. (Every prefix as a string took L^2 / 2 bytes for a piece of L bytes: one 80 KB piece needed 3.2
+  // GB.)
+  static uint64_t child_key(uint64_t node, char byte) { return node << 8 | static_cast<unsigned char>(byte); }
+  std::unordered_map<uint64_t, uint64_t> children_;
+  std::vector<int64_t> piece_at_node_;  // the id of the piece ending at each node, or -1
   double min_score_;
   int64_t unk_id_;
   bool byte_fallback_;
