@@ -265,6 +265,21 @@ void FluxPipeline::enable_group_offload(const GroupOffloadOptions& options) {
   model_cpu_offload_ = pipelines::apply_offload({.mode = OffloadMode::Group, .group = options}, components());
 }
 
+void FluxPipeline::enable_model_cpu_offload(std::optional<Device> device) {
+  const Device on = pipelines::offload_compute_device(device);
+  pipelines::clear_offload(weight_packing_);
+  model_cpu_offload_ = true;
+  if (log_enabled("offload"))
+    log("offload", "model offload: each component on " + on.str() + " while it runs");
+}
+
+void FluxPipeline::to(const Device& device) {
+  device_runtime(device);  // throws, naming the device, when this build has no backend for it
+  pipelines::clear_offload(weight_packing_);
+  model_cpu_offload_ = false;
+  if (log_enabled("offload")) log("offload", "every component resident on " + device.str());
+}
+
 OffloadPlan FluxPipeline::set_memory_budget(int64_t bytes) {
   const OffloadPlan plan = plan_offload(components(), bytes);
   model_cpu_offload_ = pipelines::apply_offload(plan, components());

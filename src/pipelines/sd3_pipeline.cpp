@@ -388,6 +388,21 @@ void StableDiffusion3Pipeline::enable_group_offload(const GroupOffloadOptions& o
   model_cpu_offload_ = pipelines::apply_offload({.mode = OffloadMode::Group, .group = options}, components());
 }
 
+void StableDiffusion3Pipeline::enable_model_cpu_offload(std::optional<Device> device) {
+  const Device on = pipelines::offload_compute_device(device);
+  pipelines::clear_offload(weight_packing_);
+  model_cpu_offload_ = true;
+  if (log_enabled("offload"))
+    log("offload", "model offload: each component on " + on.str() + " while it runs");
+}
+
+void StableDiffusion3Pipeline::to(const Device& device) {
+  device_runtime(device);  // throws, naming the device, when this build has no backend for it
+  pipelines::clear_offload(weight_packing_);
+  model_cpu_offload_ = false;
+  if (log_enabled("offload")) log("offload", "every component resident on " + device.str());
+}
+
 OffloadPlan StableDiffusion3Pipeline::set_memory_budget(int64_t bytes) {
   const OffloadPlan plan = plan_offload(components(), bytes);
   model_cpu_offload_ = pipelines::apply_offload(plan, components());

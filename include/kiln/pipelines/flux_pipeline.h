@@ -124,7 +124,9 @@ class FluxPipeline {
   // packed copies are freed and its file pages handed back (page cache included), so the memory goes to the
   // component that runs next (Module::release_weights). The image does not change; later calls read the
   // weights from the file again. KILN_LOG=offload says what was released and when.
-  void enable_model_cpu_offload() { model_cpu_offload_ = true; }
+  // `device` is where each component computes while it runs; detected when not given
+  // (default_compute_device()), an error naming it when this build has no backend for it.
+  void enable_model_cpu_offload(std::optional<Device> device = std::nullopt);
   bool model_cpu_offload_enabled() const { return model_cpu_offload_; }
   // diffusers' enable_sequential_cpu_offload (kiln/pipelines/offload.h): no packed copies, at most
   // `resident_bytes` of the mapped weights kept in memory (0: each weight released once the next one is
@@ -138,6 +140,9 @@ class FluxPipeline {
   // Applies the coarsest offload that keeps the weights under `bytes` (plan_offload); throws before any work
   // when even the largest weight does not fit. Activations come on top.
   OffloadPlan set_memory_budget(int64_t bytes);
+  // diffusers' pipe.to(device): every component resident on `device`, any offloading turned off (the weights
+  // packed as weight_packing() says). This build runs on the CPU only; another device is an error naming it.
+  void to(const Device& device);
 
  private:
   FluxPipeline();
