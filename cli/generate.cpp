@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/weight_traffic.h"
 #include "kiln/dist/device_mesh.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/io/model_index.h"
@@ -140,10 +141,14 @@ void load_and_run(const GenerateArgs& args, Call call, int components, const std
   std::optional<ProgressBar> denoising;
   if (reporting) denoising.emplace("denoising", args.steps);
   double total = 0;
+  WeightTraffic traffic;  // offloaded weights coming back each step: from the disk, or streamed in groups
   call.on_step_end = [&](int i, int n, double seconds) {
     total += seconds;
     const double eta = total / (i + 1) * (n - i - 1);
-    if (denoising) denoising->update(i + 1, format_seconds(seconds) + "/step, ETA " + format_seconds(eta));
+    const std::string moved = traffic.since_last();
+    if (denoising)
+      denoising->update(i + 1, format_seconds(seconds) + "/step, ETA " + format_seconds(eta) +
+                                   (moved.empty() ? "" : ", " + moved));
   };
   PipelineOutput out = pipe(call);
   if (!reporting) return;
