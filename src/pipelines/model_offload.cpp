@@ -17,6 +17,7 @@ namespace kiln::pipelines {
 void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>> components) {
   for (const auto& [name, module] : components) {
     if (module == nullptr) continue;
+    synchronize(cpu);  // the component's queued work first: the time logged is the release's own
     const auto start = std::chrono::steady_clock::now();
     const size_t bytes = module->release_weights();
     if (log_enabled("offload")) {
