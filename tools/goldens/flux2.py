@@ -272,6 +272,40 @@ def run_case(pipe, name, text_len, height, width, steps, guidance, seed, refs, n
     return {k: v.contiguous() for k, v in out.items()}, meta
 
 
+def lanczos_refs(pipe):
+    """PIL's LANCZOS resize (what Flux2Pipeline shrinks reference images larger than 1024^2 with) on small random
+    images, both pass orders and up/down scaling, and the whole preprocessing of a large reference image."""
+    rng = np.random.default_rng(31)
+    tensors = {}
+    cases = [("rgb_40x30_to_17x25", 40, 30, 17, 25, "RGB"), ("rgb_23x41_to_64x48", 23, 41, 64, 48, "RGB"),
+             ("rgb_200x60_to_150x10", 200, 60, 150, 10, "RGB"), ("rgb_97x131_to_31x29", 97, 131, 31, 29, "RGB"),
+             ("gray_50x40_to_33x21", 50, 40, 33, 21, "L")]
+    for name, w, h, ow, oh, mode in cases:
+        channels = 3 if mode == "RGB" else 1
+        pixels = rng.integers(0, 256, size=(h, w, channels), dtype=np.uint8)
+        img = PIL.Image.fromarray(pixels if channels == 3 else pixels[..., 0], mode)
+        out = np.asarray(img.resize((ow, oh), PIL.Image.Resampling.LANCZOS))
+        tensors[name + ".in"] = torch.from_numpy(pixels.copy())
+        tensors[name + ".out"] = torch.from_numpy(out.reshape(oh, ow, channels).copy())
+    # A reference image over the area cap: 1100 x 1000 pixels -> 1075 x 977 (sqrt(1024^2 / 1.1e6)), cropped to
+    # 1072 x 976. Striped so that the filter's lobes show.
+    path = os.path.join(GOLDENS, "ref_large.png")
+    y, x = np.mgrid[0:1000, 0:1100]
+    img = np.stack([(x * 7 + y) % 256, ((x // 9) % 2) * 200 + 20, (np.hypot(x - 500, y - 420) < 300) * 180 + 40],
+                   axis=-1).astype(np.uint8)
+    PIL.Image.fromarray(img, "RGB").save(path)
+    large = PIL.Image.open(path).convert("RGB")
+    resized = pipe.image_processor._resize_to_target_area(large, 1024 * 1024)
+    w, h = resized.size
+    pixels = pipe.image_processor.preprocess(resized, height=(h // 16) * 16, width=(w // 16) * 16, resize_mode="crop")
+    # Committed as the 8-bit picture the pipeline saw (a PNG: the float tensor would take 12 MB); the pixels are
+    # exactly 2 * (u8 / 255) - 1.
+    u8 = ((pixels[0].permute(1, 2, 0) + 1) / 2 * 255).round().to(torch.uint8)
+    assert torch.equal(2.0 * (u8.float() / 255.0) - 1.0, pixels[0].permute(1, 2, 0))
+    PIL.Image.fromarray(u8.numpy(), "RGB").save(os.path.join(GOLDENS, "ref_large_preprocessed.png"))
+    save_file(tensors, os.path.join(GOLDENS, "lanczos.safetensors"))
+
+
 def scheduler_refs():
     from diffusers.pipelines.flux2.pipeline_flux2 import compute_empirical_mu
 
@@ -344,6 +378,7 @@ def main():
                    "z": z.contiguous(), "decoded": decoded.contiguous()},
                   os.path.join(GOLDENS, f"vae_{pipe_name}.safetensors"))
 
+    lanczos_refs(pipes["flux2-tiny-dev"])
     with open(os.path.join(GOLDENS, "scheduler.json"), "w") as f:
         json.dump(scheduler_refs(), f, indent=0, sort_keys=True)
     with open(os.path.join(GOLDENS, "real_layouts.json"), "w") as f:
