@@ -16,6 +16,7 @@
 #include "kiln/io/png.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/ops.h"
+#include "kiln/pipelines/flux2_pipeline.h"
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/generator.h"
 #include "kiln/pipelines/sd3_pipeline.h"

@@ -6,6 +6,8 @@
 
 #include "kiln/dist/device_mesh.h"
 #include "kiln/dist/process_group.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/pipelines/flux2_pipeline.h"
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/sd3_pipeline.h"
 #include "support/test_data.h"
@@ -59,6 +61,32 @@ TEST(TensorParallelPipeline, StableDiffusion3DrawsTheOneRankImage) {
   call.generator = Generator(5);
   auto split = StableDiffusion3Pipeline::from_pretrained(model, split_over_ranks("text_encoder_3"));
   EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+}
+
+TEST(TensorParallelPipeline, Flux2DrawsTheOneRankImage) {
+  // A reference image and klein's classifier-free guidance (two transformer passes per step).
+  io::SafetensorsFile g(testing::data_path("goldens/flux2/klein_cfg_ref1_64x64_s2.safetensors"));
+  const std::string model = testing::data_path("models/flux2-tiny-klein");
+  Flux2PipelineCall call;
+  call.prompt_embeds = g.tensor("prompt_embeds");
+  call.negative_prompt_embeds = g.tensor("negative_prompt_embeds");
+  call.image = {Image::load(testing::data_path("goldens/flux2/ref_a.png"))};
+  call.height = 64;
+  call.width = 64;
+  call.num_inference_steps = 2;
+  call.guidance_scale = 3.5f;
+  call.generator = Generator(2);
+  auto one = Flux2KleinPipeline::from_pretrained(model);
+  const Image expected = one(call).images.front();
+  call.generator = Generator(2);
+  const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("cpu", {2})};
+  PipelineLoadOptions options;
+  options.parallel_config = {{"transformer", parallel}};
+  auto split = Flux2KleinPipeline::from_pretrained(model, options);
+  EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+  // The VAE stays replicated.
+  options.parallel_config.emplace("vae", parallel);
+  EXPECT_THROW(Flux2KleinPipeline::from_pretrained(model, options), Error);
 }
 
 TEST(TensorParallelPipeline, ClipCannotBeSplit) {
