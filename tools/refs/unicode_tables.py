@@ -13,6 +13,10 @@ Output (all sorted, looked up by binary search):
   kLowercaseSpecial  {code point, first, second}: mappings to two code points (U+0130 -> i + U+0307)
   kDecomposition     {code point, first, second (0 if none)}: canonical decompositions, one level
   kComposition       {first, second, composite}: primary composites, sorted by (first, second)
+  kGeneralCategory   {first code point, category index}: run-length ranges of the general category (index into
+                     CATEGORIES, which src/tokenizers/unicode.h's GeneralCategory mirrors)
+  kCaseFold          {code point, folded code point}: simple case folding where it differs from the code point
+                     (str.casefold() of one character when that is one character), for case-insensitive regexes
 """
 import os
 import sys
@@ -27,6 +31,8 @@ OUT = os.path.join(ROOT, "src", "tokenizers", "unicode_tables.inc")
 GCB = ["Other", "CR", "LF", "Control", "Extend", "ZWJ", "Regional_Indicator", "Prepend", "SpacingMark", "L", "V",
        "T", "LV", "LVT"]
 INCB = ["None", "Consonant", "Extend", "Linker"]
+CATEGORIES = ["Cn", "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps", "Pe", "Pi",
+              "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co"]
 MAX_CP = 0x110000
 
 
@@ -60,6 +66,21 @@ def main():
         if p != prev:
             ranges.append((cp, p))
             prev = p
+
+    categories = []
+    prev = None
+    for cp in range(MAX_CP):
+        c = CATEGORIES.index(unicodedata.category(chr(cp)))
+        if c != prev:
+            categories.append((cp, c))
+            prev = c
+    fold = []
+    for cp in range(MAX_CP):
+        if is_surrogate(cp):
+            continue
+        f = chr(cp).casefold()
+        if len(f) == 1 and f != chr(cp):
+            fold.append((cp, ord(f)))
 
     lower, lower_special = [], []
     decomp, comp = [], []
@@ -98,7 +119,9 @@ def main():
         f.write("constexpr CodePointPair kLowercase[] = {\n%s\n};\n\n" % rows(lower, 6))
         f.write("constexpr CodePointTriple kLowercaseSpecial[] = {\n%s\n};\n\n" % rows(lower_special, 4))
         f.write("constexpr CodePointTriple kDecomposition[] = {\n%s\n};\n\n" % rows(decomp, 4))
-        f.write("constexpr CodePointTriple kComposition[] = {\n%s\n};\n" % rows(comp, 4))
+        f.write("constexpr CodePointTriple kComposition[] = {\n%s\n};\n\n" % rows(comp, 4))
+        f.write("constexpr PropertyRange kGeneralCategory[] = {\n%s\n};\n\n" % rows(categories, 6))
+        f.write("constexpr CodePointPair kCaseFold[] = {\n%s\n};\n" % rows(fold, 6))
     print("ranges %d lower %d special %d decomp %d comp %d" % (len(ranges), len(lower), len(lower_special),
                                                               len(decomp), len(comp)))
 
