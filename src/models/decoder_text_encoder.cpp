@@ -85,7 +85,11 @@ DecoderTextEncoderConfig DecoderTextEncoderConfig::from_file(const std::string& 
 }
 
 DecoderTextEncoder::Layer::Layer(const DecoderTextEncoderConfig& c, const nn::TensorParallel& tp)
-    : input_layernorm(c.hidden_size, c.rms_norm_eps, true, RmsNormStyle::Llama),
+    : qk_norm(c.family == DecoderFamily::Qwen3),
+      heads(c.num_attention_heads / tp.size),
+      kv_heads(c.num_key_value_heads / tp.size),
+      head_dim(c.head_dim),
+      input_layernorm(c.hidden_size, c.rms_norm_eps, true, RmsNormStyle::Llama),
       post_attention_layernorm(c.hidden_size, c.rms_norm_eps, true, RmsNormStyle::Llama),
       q_proj(c.hidden_size, c.num_attention_heads * c.head_dim, c.attention_bias, nn::column(tp)),
       k_proj(c.hidden_size, c.num_key_value_heads * c.head_dim, c.attention_bias, nn::column(tp)),
@@ -153,17 +157,23 @@ std::pair<Tensor, Tensor> DecoderTextEncoder::rope_tables(int64_t seq_len, int64
   return {Tensor::from_vector(cos, {seq_len, head_dim}), Tensor::from_vector(sin, {seq_len, head_dim})};
 }
 
-Tensor DecoderTextEncoder::layer_forward(const Layer& layer, const Tensor& x, const Tensor& cos,
-                                         const Tensor& sin, const Tensor& key_mask) const {
-  const int64_t B = x.size(0), S = x.size(1), D = config_.head_dim;
-  const int64_t H = config_.num_attention_heads / tp_.size, Hkv = config_.num_key_value_heads / tp_.size;
-  const Tensor h = layer.input_layernorm(x);
-  Tensor q = layer.q_proj(h).view({B, S, H, D});
-  Tensor k = layer.k_proj(h).view({B, S, Hkv, D});
-  const Tensor v = layer.v_proj(h).view({B, S, Hkv, D}).permute({0, 2, 1, 3});
-  if (config_.family == DecoderFamily::Qwen3) {
-    q = layer.q_norm(q);
-    k = layer.k_norm(k);
+Tensor DecoderTextEncoder::Layer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                          const Tensor& key_mask) const {
+  return call_compiled({x, cos, sin, key_mask}, [this](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{forward_eager(in[0], in[1], in[2], in[3])};
+  })[0];
+}
+
+Tensor DecoderTextEncoder::Layer::forward_eager(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                                const Tensor& key_mask) const {
+  const int64_t B = x.size(0), S = x.size(1), H = heads, Hkv = kv_heads, D = head_dim;
+  const Tensor h = input_layernorm(x);
+  Tensor q = q_proj(h).view({B, S, H, D});
+  Tensor k = k_proj(h).view({B, S, Hkv, D});
+  const Tensor v = v_proj(h).view({B, S, Hkv, D}).permute({0, 2, 1, 3});
+  if (qk_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
   }
   q = apply_rope(q.permute({0, 2, 1, 3}), cos, sin, RopeStyle::RotateHalf);
   k = apply_rope(k.permute({0, 2, 1, 3}), cos, sin, RopeStyle::RotateHalf);
@@ -176,9 +186,18 @@ Tensor DecoderTextEncoder::layer_forward(const Layer& layer, const Tensor& x, co
   options.is_causal = true;
   options.bias = key_mask;
   const Tensor attn = scaled_dot_product_attention(q, repeat(k), repeat(v), options);
-  Tensor out = add(x, layer.o_proj(attn.permute({0, 2, 1, 3}).reshape({B, S, H * D})));
-  const Tensor f = layer.post_attention_layernorm(out);
-  return add(out, layer.down_proj(mul(silu(layer.gate_proj(f)), layer.up_proj(f))));
+  const Tensor out = add(x, o_proj(attn.permute({0, 2, 1, 3}).reshape({B, S, H * D})));
+  const Tensor f = post_attention_layernorm(out);
+  return add(out, down_proj(mul(silu(gate_proj(f)), up_proj(f))));
+}
+
+void DecoderTextEncoder::compile_repeated_blocks() {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (i == 0)
+      layers_[0]->compile();
+    else
+      layers_[i]->share_compiled_cache(*layers_[0]);
+  }
 }
 
 std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const Tensor& attention_mask,
@@ -190,14 +209,13 @@ std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const T
              "DecoderTextEncoder: attention_mask " << shape_str(attention_mask.shape())
                                                    << " must have the ids' shape " << shape_str(ids.shape()));
   const int64_t L = config_.num_hidden_layers;
-  int64_t deepest = 0;
+  KILN_CHECK(!indices.empty(), "DecoderTextEncoder: no hidden state asked");
   for (int64_t k : indices) {
     KILN_CHECK(k >= 0 && k <= L, "DecoderTextEncoder: hidden state " << k << " asked, expected 0.." << L);
     KILN_CHECK(k < L ? k <= num_layers_built() : norm_ && num_layers_built() == L,
                "DecoderTextEncoder: hidden state " << k << " needs layers this model was not built with ("
                                                    << num_layers_built() << " of " << L << " built"
                                                    << (norm_ ? "" : ", no final norm") << ")");
-    deepest = std::max(deepest, k);
   }
   // Out-of-range ids would read outside the embedding table: refuse them with the offending value.
   for (int64_t id : ids.contiguous().to_vector<int64_t>()) {
@@ -214,12 +232,27 @@ std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const T
     bias[i] = mask[i] != 0 ? 0.0f : -std::numeric_limits<float>::infinity();
   const Tensor key_mask = Tensor::from_vector(bias, {B, 1, 1, S});
 
+  std::string key = "hidden_states";
+  for (int64_t k : indices) key += " " + std::to_string(k);
+  return call_compiled(
+      {ids, key_mask, cos, sin},
+      [this, &indices](const std::vector<Tensor>& in) {
+        return forward_eager(in[0], in[1], in[2], in[3], indices);
+      },
+      key);
+}
+
+std::vector<Tensor> DecoderTextEncoder::forward_eager(const Tensor& ids, const Tensor& key_mask,
+                                                      const Tensor& cos, const Tensor& sin,
+                                                      const std::vector<int64_t>& indices) const {
+  const int64_t L = config_.num_hidden_layers;
+  const int64_t deepest = *std::max_element(indices.begin(), indices.end());
   std::vector<Tensor> states(static_cast<size_t>(L + 1));
   Tensor x = embed_tokens_(ids);
   states[0] = x;
   const int64_t run = std::min<int64_t>(deepest, num_layers_built());
   for (int64_t i = 0; i < run; ++i) {
-    x = layer_forward(*layers_[static_cast<size_t>(i)], x, cos, sin, key_mask);
+    x = layers_[static_cast<size_t>(i)]->forward(x, cos, sin, key_mask);
     states[static_cast<size_t>(i + 1)] = x;
   }
   if (deepest == L) states[static_cast<size_t>(L)] = (*norm_)(x);

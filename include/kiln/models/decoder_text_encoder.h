@@ -53,6 +53,9 @@ class DecoderTextEncoder : public nn::Module {
   std::vector<Tensor> hidden_states(const Tensor& ids, const Tensor& attention_mask,
                                     const std::vector<int64_t>& indices) const;
 
+  // One program per layer shape, shared by every layer (their weights bound as inputs).
+  void compile_repeated_blocks() override;
+
   const DecoderTextEncoderConfig& config() const { return config_; }
   int64_t num_layers_built() const { return static_cast<int64_t>(layers_.size()); }
   // The rotate-half RoPE tables for positions 0..seq_len-1, [S, head_dim] float32 each, computed in float32
@@ -62,13 +65,20 @@ class DecoderTextEncoder : public nn::Module {
  private:
   struct Layer : nn::Module {
     Layer(const DecoderTextEncoderConfig& c, const nn::TensorParallel& tp);
+    // x [B, S, hidden] -> the layer's output; through the compiled cache when compiled.
+    Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& key_mask) const;
+    Tensor forward_eager(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& key_mask) const;
+    bool supports_compile() const override { return true; }
+    bool qk_norm;
+    int64_t heads, kv_heads, head_dim;  // this rank's
     nn::RMSNorm input_layernorm, post_attention_layernorm;
     nn::Linear q_proj, k_proj, v_proj, o_proj;
     nn::RMSNorm q_norm, k_norm;  // Qwen3 only
     nn::Linear gate_proj, up_proj, down_proj;
   };
-  Tensor layer_forward(const Layer& layer, const Tensor& x, const Tensor& cos, const Tensor& sin,
-                       const Tensor& key_mask) const;
+  bool supports_compile() const override { return true; }
+  std::vector<Tensor> forward_eager(const Tensor& ids, const Tensor& key_mask, const Tensor& cos,
+                                    const Tensor& sin, const std::vector<int64_t>& indices) const;
 
   DecoderTextEncoderConfig config_;
   nn::TensorParallel tp_;
