@@ -266,15 +266,24 @@ std::unique_ptr<DecoderTextEncoder> load_decoder_text_encoder(const std::string&
                                                               const std::vector<int64_t>& indices,
                                                               const nn::TensorParallel& tp) {
   const auto config = DecoderTextEncoderConfig::from_file(folder + "/config.json");
+  nn::CheckpointWeights weights(folder);
+  return load_decoder_text_encoder(config, weights, dtype, indices, tp);
+}
+
+std::unique_ptr<DecoderTextEncoder> load_decoder_text_encoder(const DecoderTextEncoderConfig& config,
+                                                              const nn::WeightSource& weights, DType dtype,
+                                                              const std::vector<int64_t>& indices,
+                                                              const nn::TensorParallel& tp) {
   const int64_t L = config.num_hidden_layers;
+  KILN_CHECK(!indices.empty(), weights.description() << ": no hidden state asked of the text encoder");
   int64_t deepest = 0;
   for (int64_t k : indices) {
-    KILN_CHECK(k >= 0 && k <= L, folder << ": hidden state " << k << " asked, the text encoder has 0.." << L);
+    KILN_CHECK(k >= 0 && k <= L, weights.description()
+                                     << ": hidden state " << k << " asked, the text encoder has 0.." << L);
     deepest = std::max(deepest, k);
   }
   const bool with_norm = deepest == L;
   auto model = std::make_unique<DecoderTextEncoder>(config, with_norm ? L : deepest, with_norm, tp);
-  nn::CheckpointWeights weights(folder);
   nn::LoadOptions options;
   options.dtype = dtype;
   for (int64_t i = model->num_layers_built(); i < L; ++i)

@@ -94,5 +94,10 @@ class DecoderTextEncoder : public nn::Module {
 std::unique_ptr<DecoderTextEncoder> load_decoder_text_encoder(const std::string& folder, DType dtype,
                                                               const std::vector<int64_t>& indices,
                                                               const nn::TensorParallel& tp = {});
+// The same from any weight source (`config` read by the caller).
+std::unique_ptr<DecoderTextEncoder> load_decoder_text_encoder(const DecoderTextEncoderConfig& config,
+                                                              const nn::WeightSource& weights, DType dtype,
+                                                              const std::vector<int64_t>& indices,
+                                                              const nn::TensorParallel& tp = {});
 
 }  // namespace kiln::models
