@@ -67,6 +67,22 @@ TEST_P(BpeTokenizerRefs, PaddedTruncatedPromptIdsEqualTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Flux2, BpeTokenizerRefs, ::testing::Values("mistral", "tekken", "qwen3"));
 
+// Options the FLUX.2 files leave off: byte fallback, unk and fuse_unk; the Split behaviours other than
+// Isolated, invert, ByteLevel's own GPT-2 split with a prefix space, NFD + Lowercase; against the tokenizers
+// library's ids.
+TEST(BpeTokenizer, OtherModelOptionsAndSplitBehaviorsMatchTokenizers) {
+  for (const char* name : {"byte_fallback", "behaviors"}) {
+    const auto tok = BpeTokenizer::from_files(
+        testing::data_path(std::string("tokenizers/bpe_variants/") + name + "/tokenizer.json"));
+    size_t n = 0;
+    for (const auto& c : refs()["variants"][name]) {
+      EXPECT_EQ(tok.tokenize(c["text"].get<std::string>()), ids_of(c["ids"])) << name << ": " << c["text"];
+      ++n;
+    }
+    EXPECT_GT(n, 5u);
+  }
+}
+
 TEST(BpeTokenizer, SpecialTokensAndConfigAsTransformersReadsThem) {
   const auto mistral = BpeTokenizer::from_directory(folder("mistral"));
   EXPECT_EQ(mistral.bos_token(), "<s>");

@@ -11,6 +11,11 @@ Writes, under tests/data/:
   tokenizers/tekken/                       the Mistral tokenizer with Tekken's own pattern (what transformers'
                                            MistralConverter builds from tekken.json, and what fix_mistral_regex
                                            installs)
+  tokenizers/bpe_variants/{byte_fallback,behaviors}/tokenizer.json
+                                           the BPE options and Split behaviours the FLUX.2 files do not use
+                                           (byte_fallback, unk, fuse_unk; MergedWithPrevious/Next, Contiguous,
+                                           invert, ByteLevel's GPT-2 regex and prefix space), with the
+                                           `tokenizers` library's ids in tokenizer_ids.json under "variants"
   goldens/flux2_text/tokenizer_ids.json    per tokenizer: the ids of plain texts (no template), and the ids of
                                            the prompt set as diffusers' encode_prompt tokenizes them
 
@@ -362,6 +367,41 @@ def plain(tokenizer):
              "ids_with_specials": tokenizer(t)["input_ids"]} for t in PLAIN_TEXTS]
 
 
+def write_variants():
+    from tokenizers import normalizers
+    out = {}
+    # Byte fallback for characters outside the vocabulary, the unk token (fused) when a byte is missing too.
+    vocab = {"<unk>": 0}
+    for c in "abcdefghijklmnopqrstuvwxyz":
+        vocab[c] = len(vocab)
+    for b in [0xC3, 0xA9, 0xE2, 0x82, 0xAC]:
+        vocab["<0x%02X>" % b] = len(vocab)
+    merges = [("a", "b"), ("ab", "c"), ("t", "h"), ("th", "e")]
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    fallback = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    fallback.pre_tokenizer = pre_tokenizers.Split(Regex(r"\s+"), behavior="removed")
+    # The other Split behaviours and ByteLevel's own GPT-2 split with a prefix space, after a Lowercase normalizer.
+    vocab, merges = train_byte_level_bpe(QWEN_PATTERN, 400)
+    behaviors = Tokenizer(models.BPE(vocab, [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in merges]))
+    behaviors.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.Lowercase()])
+    behaviors.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split("-", behavior="merged_with_previous"),
+        pre_tokenizers.Split(",", behavior="merged_with_next"),
+        pre_tokenizers.Split(Regex(r"[0-9]"), behavior="contiguous"),
+        pre_tokenizers.Split(Regex(r"[aeiou]+"), behavior="isolated", invert=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True),
+    ])
+    texts = ["abc the é € ABC", "日本語 ok", "é€日abcabc", "well-known, co-op,,x 2024-06-01 12ab34",
+             "Crème Brûlée---done", "", "   ", "a,b-c,-d"]
+    for name, tok in (("byte_fallback", fallback), ("behaviors", behaviors)):
+        folder = os.path.join(DATA, "tokenizers", "bpe_variants", name)
+        os.makedirs(folder, exist_ok=True)
+        tok.save(os.path.join(folder, "tokenizer.json"))
+        out[name] = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in texts]
+    return out
+
+
 def main():
     from transformers import AutoProcessor, AutoTokenizer
     write_mistral_folder(DEV_TOKENIZER, MISTRAL_SHIPPED_PATTERN)
@@ -380,11 +420,14 @@ def main():
         "tekken": {"padding_side": tekken.tokenizer.padding_side, "plain": plain(tekken.tokenizer),
                    "prompts": mistral_cases(tekken, [512])},
         "qwen3": {"padding_side": qwen.padding_side, "plain": plain(qwen), "prompts": qwen_cases(qwen, [512, 24])},
+        "variants": write_variants(),
     }
     os.makedirs(GOLDENS, exist_ok=True)
     with open(os.path.join(GOLDENS, "tokenizer_ids.json"), "w", encoding="utf-8") as f:
         json.dump(refs, f, ensure_ascii=False, separators=(",", ":"))
     for name, r in refs.items():
+        if name == "variants":
+            continue
         n_tokens = [sum(c["attention_mask"]) for c in r["prompts"]]
         print(name, "prompt lengths", n_tokens)
 
