@@ -35,6 +35,16 @@ double read_rope_theta(const io::JsonConfig& c) {
   return theta;
 }
 
+// Rotate-half RoPE as transformers applies it: in float32 one fused op; in bf16/f16 transformers casts the
+// tables to the activation dtype and rounds after each product and the sum (q * cos + rotate_half(q) * sin),
+// which the unfused ops reproduce.
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  if (x.dtype() == float32) return apply_rope(x, cos, sin, RopeStyle::RotateHalf);
+  const int64_t half = x.size(-1) / 2;
+  const Tensor rotated = concat({neg(x.narrow(-1, half, half)), x.narrow(-1, 0, half)}, -1);
+  return add(mul(x, cos.to(x.dtype())), mul(rotated, sin.to(x.dtype())));
+}
+
 }  // namespace
 
 DecoderTextEncoderConfig DecoderTextEncoderConfig::from_file(const std::string& path) {
@@ -175,8 +185,8 @@ Tensor DecoderTextEncoder::Layer::forward_eager(const Tensor& x, const Tensor& c
     q = q_norm(q);
     k = k_norm(k);
   }
-  q = apply_rope(q.permute({0, 2, 1, 3}), cos, sin, RopeStyle::RotateHalf);
-  k = apply_rope(k.permute({0, 2, 1, 3}), cos, sin, RopeStyle::RotateHalf);
+  q = rope(q.permute({0, 2, 1, 3}), cos, sin);
+  k = rope(k.permute({0, 2, 1, 3}), cos, sin);
   // Grouped-query attention: query head j reads key/value head j / (H / Hkv), as transformers' repeat_kv.
   auto repeat = [&](const Tensor& t) {
     if (H == Hkv) return t;
