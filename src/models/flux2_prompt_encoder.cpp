@@ -4,6 +4,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/io/model_index.h"
+#include "kiln/io/model_ref.h"
 #include "kiln/ops.h"
 #include "kiln/tokenizers/chat_prompts.h"
 
@@ -14,8 +15,9 @@ std::vector<int64_t> Flux2PromptEncoder::default_layers(models::DecoderFamily fa
                                                   : std::vector<int64_t>{9, 18, 27};
 }
 
-Flux2PromptEncoder Flux2PromptEncoder::from_pretrained(const std::string& folder,
+Flux2PromptEncoder Flux2PromptEncoder::from_pretrained(const std::string& model,
                                                        const Flux2PromptEncoderOptions& options) {
+  const std::string folder = io::resolve_model(model).path;
   const std::string text_encoder = folder + "/text_encoder";
   KILN_CHECK(std::filesystem::is_directory(text_encoder),
              folder << ": no text_encoder/ folder (expected a FLUX.2 pipeline folder)");

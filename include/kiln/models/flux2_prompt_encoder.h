@@ -35,9 +35,10 @@ struct Flux2PromptEmbeddings {
 
 class Flux2PromptEncoder {
  public:
-  // `pipeline_folder` holds model_index.json (Flux2Pipeline -> Mistral, Flux2KleinPipeline -> Qwen3; without
-  // it the text encoder's config decides), text_encoder/ and tokenizer/.
-  static Flux2PromptEncoder from_pretrained(const std::string& pipeline_folder,
+  // `model` is a pipeline folder, or a repo id in the local Hugging Face cache (kiln/io/model_ref.h), holding
+  // model_index.json (Flux2Pipeline -> Mistral, Flux2KleinPipeline -> Qwen3; without it the text encoder's
+  // config decides), text_encoder/ and tokenizer/.
+  static Flux2PromptEncoder from_pretrained(const std::string& model,
                                             const Flux2PromptEncoderOptions& options = {});
 
   Flux2PromptEmbeddings encode(const std::vector<std::string>& prompts, int64_t max_sequence_length = 512,
