@@ -34,6 +34,11 @@ TEST(Regex, QwenPatternSplitsAsTokenizers) {
   EXPECT_EQ(find_all(re, "123"), (std::vector<std::string>{"1", "2", "3"}));
   EXPECT_EQ(find_all(re, "\u3000x\u00a0y"), (std::vector<std::string>{"\u3000x", "\u00a0y"}));
   EXPECT_EQ(find_all(re, "  "), (std::vector<std::string>{"  "}));
+  // Letters new in Unicode 15.0 (Kawi, CJK Ext H) and 16.0 (Ol Onal) are \p{L} for Oniguruma, a 15.0 spacing
+  // mark is not (the tables follow the tokenizers package's Oniguruma, not an older unicodedata).
+  EXPECT_EQ(
+      find_all(re, "a\U00011F04b \U00031350x \U0001E5D0\U0001E5D1 \u0CF3z"),
+      (std::vector<std::string>{"a\U00011F04b", " \U00031350x", " \U0001E5D0\U0001E5D1", " \u0CF3", "z"}));
 }
 
 TEST(Regex, QuantifiersLookaheadAndAtomicGroups) {

@@ -164,8 +164,11 @@ PROMPTS = [
     ("a very long prompt about a lighthouse on a cliff above a stormy sea, with waves crashing, seagulls, dramatic "
      "clouds, volumetric light, cinematic composition, 35mm film grain, highly detailed, award winning ") * 6,
 ]
+# The last one: letters of Unicode 15.0 (Kawi U+11F04, CJK Ext H U+31350) and 16.0 (Ol Onal U+1E5D0), and a
+# Unicode 15.0 spacing mark (U+0CF3), which Oniguruma classifies by its newer tables.
 PLAIN_TEXTS = PROMPTS + ["Hello world", " leading space", "trailing space ", "\n\n\nnewlines only\n",
-                         "x" * 300, "ab" * 50 + " " + "123" * 20]
+                         "x" * 300, "ab" * 50 + " " + "123" * 20,
+                         "a\U00011F04b \U00031350x \U0001E5D0\U0001E5D1 \u0CF3z"]
 
 
 def corpus():
