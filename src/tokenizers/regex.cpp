@@ -722,10 +722,6 @@ bool Regex::run(std::u32string_view text, uint32_t pc, size_t pos, size_t& end) 
   }
 }
 
-bool Regex::match_at(std::u32string_view text, size_t at, size_t& end) const {
-  return run(text, 0, at, end);
-}
-
 bool Regex::search(std::u32string_view text, size_t from, size_t& begin, size_t& end) const {
   for (size_t start = from; start <= text.size(); ++start) {
     if (run(text, 0, start, end)) {

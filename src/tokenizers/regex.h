@@ -29,8 +29,6 @@ class Regex {
 
   // Finds the leftmost match starting at or after `from`; returns false when there is none.
   bool search(std::u32string_view text, size_t from, size_t& begin, size_t& end) const;
-  // Whether a match starts exactly at `at`, and where it ends.
-  bool match_at(std::u32string_view text, size_t at, size_t& end) const;
 
   const std::string& pattern() const { return pattern_; }
 

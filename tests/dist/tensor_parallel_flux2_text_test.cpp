@@ -1,5 +1,5 @@
-// FLUX.2's text encoders (the Mistral 3 language model and Qwen3) split over two ranks give the one-rank prompt
-// embeddings (f32, within 1e-5) in every execution mode, each rank holding its slices of the layers.
+// FLUX.2's text encoders (the Mistral 3 language model and Qwen3) split over two ranks give the one-rank
+// prompt embeddings (f32, within 1e-5) in every execution mode, each rank holding its slices of the layers.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,16 +47,19 @@ TEST(TensorParallelFlux2Text, MatchesOneRankInEveryMode) {
     auto shard = load(family, tp);
     auto full = load(family, {});
     const size_t one = held_bytes(full.text_encoder()), mine = held_bytes(shard.text_encoder());
-    std::printf("[rank %d] %s text encoder weights: %zu bytes on one rank, %zu on this rank (%.3fx)\n", dist::rank(),
-                family, one, mine, static_cast<double>(mine) / static_cast<double>(one));
+    std::printf("[rank %d] %s text encoder weights: %zu bytes on one rank, %zu on this rank (%.3fx)\n",
+                dist::rank(), family, one, mine, static_cast<double>(mine) / static_cast<double>(one));
     EXPECT_LT(mine, one);
-    EXPECT_LE(max_abs_difference(shard.encode(prompts, 24).prompt_embeds, expected), 1e-5f) << family << " eager";
+    EXPECT_LE(max_abs_difference(shard.encode(prompts, 24).prompt_embeds, expected), 1e-5f)
+        << family << " eager";
     {
       EagerModeGuard fuse(EagerMode::DeferAndFuse);
-      EXPECT_LE(max_abs_difference(shard.encode(prompts, 24).prompt_embeds, expected), 1e-5f) << family << " fused";
+      EXPECT_LE(max_abs_difference(shard.encode(prompts, 24).prompt_embeds, expected), 1e-5f)
+          << family << " fused";
     }
     shard.text_encoder().compile({.fullgraph = true, .dynamic = false});
-    EXPECT_LE(max_abs_difference(shard.encode(prompts, 24).prompt_embeds, expected), 1e-5f) << family << " compiled";
+    EXPECT_LE(max_abs_difference(shard.encode(prompts, 24).prompt_embeds, expected), 1e-5f)
+        << family << " compiled";
     shard.text_encoder().reset_compiled();
     shard.text_encoder().compile_repeated_blocks();
     EXPECT_LE(max_abs_difference(shard.encode(prompts, 24).prompt_embeds, expected), 1e-5f)

@@ -95,6 +95,9 @@ TEST(BpeTokenizer, SpecialTokensAndConfigAsTransformersReadsThem) {
   EXPECT_EQ(qwen.pad_id(), qwen.token_to_id("<|endoftext|>"));
   EXPECT_EQ(qwen.eos_id(), qwen.token_to_id("<|im_end|>"));
   EXPECT_EQ(qwen.model_max_length(), 131072);
+  // len(tokenizer) in transformers, which tools/goldens/flux2_text.py gave the tiny models as vocab_size.
+  EXPECT_EQ(qwen.vocab_size(), 924u);
+  EXPECT_EQ(mistral.vocab_size(), 932u);
 }
 
 TEST(BpeTokenizer, LeftPaddingFromTheConfig) {
