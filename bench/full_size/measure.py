@@ -105,9 +105,10 @@ elif offload == "sequential":
     pipe.enable_sequential_cpu_offload(device="cpu")
 elif offload == "group-disk":
     import tempfile
+    pipe._kiln_offload_dir = tempfile.mkdtemp(dir=sys.argv[8])
     pipe.enable_group_offload(onload_device=torch.device("cpu"), offload_device=torch.device("cpu"),
                               offload_type="block_level", num_blocks_per_group=1,
-                              offload_to_disk_path=tempfile.mkdtemp(dir=sys.argv[8]))
+                              offload_to_disk_path=pipe._kiln_offload_dir)
 load = time.time() - t0
 stamps = []
 def on_step(p, i, t, kw):
@@ -121,6 +122,9 @@ kwargs["guidance_scale"] = 0.0  # as Kiln's --guidance 0: SD3 without classifier
 image = pipe(**kwargs).images[0]
 image.save(sys.argv[6])
 print("RESULT " + json.dumps({"load_s": load, "stamps": [s - t1 for s in stamps], "total_s": time.time() - t1}))
+if offload == "group-disk":
+    import shutil
+    shutil.rmtree(pipe._kiln_offload_dir, ignore_errors=True)  # the groups' copies: as large as the model
 """
 
 
