@@ -183,6 +183,17 @@ def main():
         rate = r["read_gb"] / r["wall_s"] if r["wall_s"] > 0 else 0
         print(f"| {r['engine']} | {r['rc']} | {r['peak_rss_anon_gb']:.2f} | {r['peak_rss_gb']:.2f} | "
               f"{r['read_gb']:.1f} | {rate:.2f} | {load} | {step} | {r['wall_s']:.0f} |")
+    # Steady-state steps (after the first, which reads the weights from disk) against the first engine's: the
+    # cost of an offload mode where both fit (issue #13's <= 1.3x target for group offload).
+    def steady(r):
+        xs = sorted(r["steps_s"][1:] or r["steps_s"])
+        return xs[len(xs) // 2] if xs else None
+    base = steady(rows[0]) if rows else None
+    if base:
+        print(f"\nmedian steady step / {rows[0]['engine']}'s ({base:.1f} s):")
+        for r in rows:
+            m = steady(r)
+            print(f"  {r['engine']}: " + (f"{m:.1f} s, {m / base:.2f}x" if m else "-"))
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(rows, f, indent=2)
 
