@@ -45,8 +45,9 @@ GOLDENS = os.path.join(DATA, "goldens", "flux2_e2e")
 TOKENIZERS = os.path.join(MODELS, "flux2-tiny-text")
 REFERENCES = os.path.join(DATA, "goldens", "flux2")  # ref_a.png, ref_b.png (tools/goldens/flux2.py)
 
-# Narrow decoders, deep enough for the default layers; 3 layers of 32 make joint_attention_dim 96.
-E2E_DECODER = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+# Narrow decoders, deep enough for the default layers (grouped-query attention, 2 key/value heads so that two
+# tensor-parallel ranks split them); 3 layers of 32 make joint_attention_dim 96.
+E2E_DECODER = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
 MISTRAL_LAYERS = 31  # hidden_states[30] is then a raw layer output, as in the real 40-layer model
 QWEN_LAYERS = 28     # hidden_states[27] likewise (Qwen3-4B/8B have 36)
 JOINT_DIM = 3 * E2E_DECODER["hidden_size"]
