@@ -119,11 +119,12 @@ TEST_P(Flux2FullPipelineGoldens, PromptToImageMatchesDiffusers) {
   const FullCase g(GetParam());
   auto pipe = load(g);
   const int n = g.images_per_prompt;
-  // In f32 the embeddings agree to float rounding (1e-4 of their largest value). In bf16 every op rounds to 8
-  // significant bits, at points that differ from transformers', and through 30 layers that adds up:
-  // diffusers' own bf16 embeddings here are 4.4-5.1% (of the largest value) from its f32 ones,
-  // Kiln's 4.4-5.2% from diffusers' bf16 (the 5-layer encoders of flux2_prompt_encoder_test.cpp: 2%).
-  const double tolerance = g.dtype == float32 ? 1e-4 : 6e-2;
+  // In f32 the embeddings agree to float rounding (measured: at most 4e-6 of their largest value). In bf16
+  // every op rounds to 8 significant bits, at points that differ from transformers', and through 30 layers
+  // that adds up: Kiln's bf16 embeddings are 2.7-4.5% (of the largest value) from diffusers' bf16 ones, which
+  // are themselves 2.4-6.3% from diffusers' f32 ones (the 5-layer encoders of flux2_prompt_encoder_test.cpp:
+  // 2%). The bound is diffusers' own bf16 spread.
+  const double tolerance = g.dtype == float32 ? 1e-4 : 6.5e-2;
 
   expect_tokens_match(*pipe, g, g.prompt, "");
   const Tensor embeds = pipe->encode_prompt(g.prompt, Tensor(), n, g.max_sequence_length).first;
