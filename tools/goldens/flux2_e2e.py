@@ -107,7 +107,6 @@ def save(kind):
     path = FOLDERS[kind]
     shutil.rmtree(path, ignore_errors=True)
     build(kind).to(torch.bfloat16).save_pretrained(path, safe_serialization=True)
-    # Mistral3ForConditionalGeneration's generation_config.json is not read by the pipelines.
     return path
 
 
