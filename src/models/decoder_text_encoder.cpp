@@ -272,6 +272,18 @@ std::vector<Tensor> DecoderTextEncoder::forward_eager(const Tensor& ids, const T
   return out;
 }
 
+DecoderLayersNeeded decoder_layers_needed(const DecoderTextEncoderConfig& config,
+                                          const std::vector<int64_t>& indices, const std::string& where) {
+  const int64_t L = config.num_hidden_layers;
+  KILN_CHECK(!indices.empty(), where << ": no hidden state asked of the text encoder");
+  int64_t deepest = 0;
+  for (int64_t k : indices) {
+    KILN_CHECK(k >= 0 && k <= L, where << ": hidden state " << k << " asked, the text encoder has 0.." << L);
+    deepest = std::max(deepest, k);
+  }
+  return {.layers = deepest == L ? L : deepest, .final_norm = deepest == L};
+}
+
 std::unique_ptr<DecoderTextEncoder> load_decoder_text_encoder(const std::string& folder, DType dtype,
                                                               const std::vector<int64_t>& indices,
                                                               const nn::TensorParallel& tp) {
@@ -285,15 +297,9 @@ std::unique_ptr<DecoderTextEncoder> load_decoder_text_encoder(const DecoderTextE
                                                               const std::vector<int64_t>& indices,
                                                               const nn::TensorParallel& tp) {
   const int64_t L = config.num_hidden_layers;
-  KILN_CHECK(!indices.empty(), weights.description() << ": no hidden state asked of the text encoder");
-  int64_t deepest = 0;
-  for (int64_t k : indices) {
-    KILN_CHECK(k >= 0 && k <= L, weights.description()
-                                     << ": hidden state " << k << " asked, the text encoder has 0.." << L);
-    deepest = std::max(deepest, k);
-  }
-  const bool with_norm = deepest == L;
-  auto model = std::make_unique<DecoderTextEncoder>(config, with_norm ? L : deepest, with_norm, tp);
+  const DecoderLayersNeeded need = decoder_layers_needed(config, indices, weights.description());
+  const bool with_norm = need.final_norm;
+  auto model = std::make_unique<DecoderTextEncoder>(config, need.layers, with_norm, tp);
   nn::LoadOptions options;
   options.dtype = dtype;
   for (int64_t i = model->num_layers_built(); i < L; ++i)

@@ -33,14 +33,23 @@ Flux2PromptEncoder Flux2PromptEncoder::from_pretrained(const std::string& model,
                                                        << " expects a " << (klein ? "Qwen3" : "Mistral 3")
                                                        << " text encoder");
   }
+  return from_folders(text_encoder, folder + "/tokenizer", options);
+}
+
+Flux2PromptEncoder Flux2PromptEncoder::from_folders(const std::string& text_encoder,
+                                                    const std::string& tokenizer,
+                                                    const Flux2PromptEncoderOptions& options,
+                                                    const std::function<void(const char*)>& on_loaded) {
+  const auto config = models::DecoderTextEncoderConfig::from_file(text_encoder + "/config.json");
   Flux2PromptEncoder e;
   e.layers_ = options.text_encoder_out_layers.empty() ? default_layers(config.family)
                                                       : options.text_encoder_out_layers;
-  e.tokenizer_ = std::make_unique<tokenizers::BpeTokenizer>(
-      tokenizers::BpeTokenizer::from_directory(folder + "/tokenizer"));
-  KILN_CHECK(e.tokenizer_->pad_id().has_value(),
-             folder << "/tokenizer: no pad token (FLUX.2 pads to max_length)");
+  e.tokenizer_ =
+      std::make_unique<tokenizers::BpeTokenizer>(tokenizers::BpeTokenizer::from_directory(tokenizer));
+  KILN_CHECK(e.tokenizer_->pad_id().has_value(), tokenizer << ": no pad token (FLUX.2 pads to max_length)");
+  if (on_loaded) on_loaded("tokenizer");
   e.encoder_ = models::load_decoder_text_encoder(text_encoder, options.dtype, e.layers_, options.tp);
+  if (on_loaded) on_loaded("text_encoder");
   return e;
 }
 

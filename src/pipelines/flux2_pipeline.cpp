@@ -4,6 +4,7 @@
 
 #include "kiln/core/log.h"
 #include "kiln/models/autoencoder_kl_flux2.h"
+#include "kiln/models/flux2_prompt_encoder.h"
 #include "kiln/models/flux2_transformer.h"
 #include "kiln/ops.h"
 #include "kiln/schedulers/flow_match_euler.h"
@@ -43,19 +44,33 @@ void Flux2PipelineBase::load(const std::string& model, const PipelineLoadOptions
   path_ = folder.path();
   name_ = model;
   dtype_ = options.dtype;
-  // The text encoder and tokenizer (Mistral3ForConditionalGeneration + PixtralProcessor for FLUX.2-dev,
-  // Qwen3ForCausalLM + Qwen2TokenizerFast for klein) are listed in real folders and [null, null] in ones
-  // saved without them. Kiln does not read them yet: their loader will build a PromptEncoder from
-  // folder.need("text_encoder", ...) and folder.need("tokenizer", ...) here and install it with
-  // set_prompt_encoder, adding their count to the loading steps. Until then prompts come as prompt_embeds.
-  folder.set_component_count(3);
+  const bool dev = variant_ == Variant::Dev;
+  // Both listed (real folders) or both [null, null] (folders saved without them, driven by prompt_embeds).
+  const bool text = folder.present("text_encoder") || folder.present("tokenizer");
+  folder.set_component_count(text ? 5 : 3);
   scheduler_ =
       std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
           folder.need("scheduler", {"FlowMatchEulerDiscreteScheduler"})));
   folder.loaded("scheduler");
+  const std::vector<std::string> splittable = {"transformer", "text_encoder"};
+  if (text) {
+    // The slow and fast tokenizer classes read the same tokenizer.json.
+    const std::string tokenizer = dev ? folder.need("tokenizer", {"PixtralProcessor"})
+                                      : folder.need("tokenizer", {"Qwen2TokenizerFast", "Qwen2Tokenizer"});
+    const std::string text_encoder =
+        folder.need("text_encoder", {dev ? "Mistral3ForConditionalGeneration" : "Qwen3ForCausalLM"});
+    const auto family = models::DecoderTextEncoderConfig::from_file(text_encoder + "/config.json").family;
+    const auto expected = dev ? models::DecoderFamily::Mistral : models::DecoderFamily::Qwen3;
+    KILN_CHECK(family == expected, text_encoder << "/config.json: " << pipeline_class << " expects a "
+                                                << (dev ? "Mistral 3" : "Qwen3") << " text encoder");
+    text_side_ = std::make_unique<Flux2PromptEncoder>(Flux2PromptEncoder::from_folders(
+        text_encoder, tokenizer,
+        {.dtype = options.dtype, .tp = options.tensor_parallel_for("text_encoder", splittable)},
+        [&](const char* component) { folder.loaded(component); }));
+  }
   transformer_ =
       models::load_flux2_transformer(folder.need("transformer", {"Flux2Transformer2DModel"}), options.dtype,
-                                     options.tensor_parallel_for("transformer", {"transformer"}));
+                                     options.tensor_parallel_for("transformer", splittable));
   folder.loaded("transformer");
   vae_ = models::load_autoencoder_kl_flux2(folder.need("vae", {"AutoencoderKLFlux2"}), options.dtype);
   folder.loaded("vae");
@@ -64,6 +79,11 @@ void Flux2PipelineBase::load(const std::string& model, const PipelineLoadOptions
   KILN_CHECK(transformer_->config().in_channels == vae_->patchified_channels(),
              path_ << ": transformer in_channels " << transformer_->config().in_channels
                    << " is not 4 x the VAE's latent_channels " << vae_->config().latent_channels);
+  KILN_CHECK(!text_side_ || text_side_->embedding_dim() == transformer_->config().joint_attention_dim,
+             path_ << ": the text encoder's " << text_side_->text_encoder_out_layers().size()
+                   << " hidden states of " << text_side_->text_encoder().config().hidden_size << " make "
+                   << text_side_->embedding_dim() << " values per token, but the transformer's "
+                   << "joint_attention_dim is " << transformer_->config().joint_attention_dim);
   KILN_CHECK(transformer_->config().out_channels == transformer_->config().in_channels,
              path_ << ": transformer out_channels " << transformer_->config().out_channels
                    << " differs from in_channels " << transformer_->config().in_channels
@@ -89,11 +109,15 @@ std::pair<Tensor, Tensor> Flux2PipelineBase::encode_prompt(const std::string& pr
                                                            int64_t max_sequence_length) const {
   Tensor embeds = prompt_embeds;
   if (!embeds.defined()) {
-    KILN_CHECK(prompt_encoder_, name()
-                                    << ": encoding a prompt needs the text encoder, which Kiln does not run "
-                                       "for FLUX.2 yet; pass prompt_embeds (and, for classifier-free "
-                                       "guidance, negative_prompt_embeds)");
-    embeds = prompt_encoder_({prompt}, max_sequence_length);
+    if (custom_prompt_encoder_) {
+      embeds = custom_prompt_encoder_({prompt}, max_sequence_length);
+    } else {
+      KILN_CHECK(text_side_, name() << ": " << path_
+                                    << " has no text encoder (model_index.json lists text_encoder and "
+                                       "tokenizer as null); pass prompt_embeds (and, for classifier-free "
+                                       "guidance, negative_prompt_embeds) or install a prompt encoder");
+      embeds = text_side_->encode({prompt}, max_sequence_length).prompt_embeds;
+    }
   }
   const int64_t joint = transformer_->config().joint_attention_dim;
   KILN_CHECK(embeds.dim() == 3 && embeds.size(0) >= 1 && embeds.size(1) >= 1 && embeds.size(2) == joint &&
@@ -165,8 +189,10 @@ Flux2PipelineCall Flux2PipelineBase::resolved(const Flux2PipelineCall& call,
   pipelines::check_guidance_scale(name(), c.guidance_scale);
   KILN_CHECK(!(c.prompt_embeds.defined() && !c.prompt.empty()),
              name() << ": pass either prompt or prompt_embeds, not both");
-  KILN_CHECK(variant_ == Variant::Klein || !c.negative_prompt_embeds.defined(),
+  KILN_CHECK(variant_ == Variant::Klein || (!c.negative_prompt_embeds.defined() && c.negative_prompt.empty()),
              name() << ": FLUX.2-dev has no negative prompt (it embeds the guidance scale)");
+  KILN_CHECK(!(c.negative_prompt_embeds.defined() && !c.negative_prompt.empty()),
+             name() << ": pass either negative_prompt or negative_prompt_embeds, not both");
   return c;
 }
 
@@ -183,11 +209,13 @@ PipelineOutput Flux2PipelineBase::operator()(const Flux2PipelineCall& request) {
   Tensor negative, negative_ids;
   if (cfg) {
     std::tie(negative, negative_ids) =
-        encode_prompt("", call.negative_prompt_embeds, n, call.max_sequence_length);
+        encode_prompt(call.negative_prompt, call.negative_prompt_embeds, n, call.max_sequence_length);
     KILN_CHECK(negative.size(0) == embeds.size(0), name() << ": negative_prompt_embeds has batch "
                                                           << negative.size(0) / n << ", prompt_embeds "
                                                           << embeds.size(0) / n);
   }
+  // Model offload: the text encoder's memory goes to the transformer.
+  if (text_side_) release_after_use({{"text_encoder", &text_side_->text_encoder()}});
 
   Generator generator = call.generator ? *call.generator : Generator();
   const uint64_t seed = generator.initial_seed();
@@ -230,13 +258,18 @@ PipelineOutput Flux2PipelineBase::operator()(const Flux2PipelineCall& request) {
   release_after_use({{"vae", vae_.get()}});
   auto metadata = pipelines::common_metadata(name_, name(), seed, call.num_inference_steps,
                                              call.guidance_scale, call.height, call.width, dtype_);
-  if (!call.prompt.empty()) metadata["prompt"] = call.prompt;
+  if (!call.prompt_embeds.defined()) {
+    metadata["prompt"] = call.prompt;
+    metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
+  }
+  if (cfg && !call.negative_prompt_embeds.defined()) metadata["negative_prompt"] = call.negative_prompt;
   if (!references.empty()) metadata["reference_images"] = std::to_string(references.size());
   return {pipelines::to_images(images, metadata)};
 }
 
 std::vector<std::pair<std::string, nn::Module*>> Flux2PipelineBase::components() const {
-  return {{"transformer", transformer_.get()}, {"vae", vae_.get()}};
+  nn::Module* text_encoder = text_side_ ? &text_side_->text_encoder() : nullptr;
+  return {{"text_encoder", text_encoder}, {"transformer", transformer_.get()}, {"vae", vae_.get()}};
 }
 
 models::AutoencoderKL& Flux2PipelineBase::vae_model() const {

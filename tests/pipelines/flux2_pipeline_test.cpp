@@ -1,5 +1,6 @@
 // Flux2Pipeline and Flux2KleinPipeline end to end against diffusers, stage by stage, on the tiny pipelines of
-// tools/goldens/flux2.py, driven by the same prompt embeddings (the text encoders are not part of them yet).
+// tools/goldens/flux2.py, driven by the same prompt embeddings (folders saved without text encoders; the
+// pipelines from a prompt are tests/pipelines/flux2_full_pipeline_test.cpp).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -199,8 +200,8 @@ TEST(Flux2KleinPipeline, DistilledModelsIgnoreTheGuidanceScale) {
 }
 
 TEST(Flux2Pipeline, PromptEncoderSeam) {
-  // Until Kiln has the FLUX.2 text encoders a prompt needs an encoder installed; with one, `prompt` gives
-  // what the same embeddings give (the negative prompt of klein's guidance is the encoder's "").
+  // A folder without a text encoder needs prompt embeddings or an encoder of one's own; with one, `prompt`
+  // gives what the same embeddings give (the negative prompt of klein's guidance is the encoder's "").
   for (const char* name : {"dev_64x64_s0", "klein_cfg_64x64_s0"}) {
     const GoldenCase g(name);
     auto pipe = load(g);
@@ -242,8 +243,10 @@ TEST(Flux2Pipeline, OffloadingKeepsTheImage) {
   EXPECT_EQ(plan.mode, OffloadMode::None);
   EXPECT_EQ((*pipe)(g.call()).images[0].pixels, plain.images[0].pixels);
   EXPECT_THROW(pipe->set_memory_budget(1024), Error);  // below the largest weight
-  ASSERT_EQ(pipe->components().size(), 2u);
-  EXPECT_EQ(pipe->components()[0].first, "transformer");
+  ASSERT_EQ(pipe->components().size(), 3u);
+  EXPECT_EQ(pipe->components()[0].first, "text_encoder");
+  EXPECT_EQ(pipe->components()[0].second, nullptr);  // [null, null] in model_index.json
+  EXPECT_EQ(pipe->components()[1].first, "transformer");
 }
 
 TEST(Flux2Pipeline, CompiledBlocksGiveDiffusersImage) {
@@ -341,21 +344,29 @@ TEST(Flux2Pipeline, BadInputGivesClearErrors) {
                Error);
 }
 
-TEST(Flux2Pipeline, LoadsAFolderWithTextEncoderEntries) {
-  // Real FLUX.2 folders list their text encoder and tokenizer; they are not read yet.
-  const std::string dir = copy_with_model_index("flux2-tiny-dev", "flux2_with_text", [](auto& j) {
-    j["text_encoder"] = {"transformers", "Mistral3ForConditionalGeneration"};
-    j["tokenizer"] = {"transformers", "PixtralProcessor"};
-  });
+TEST(Flux2Pipeline, AFolderWithoutTextEncoderLoadsThreeComponents) {
   std::vector<std::string> loaded;
   PipelineLoadOptions options;
   options.on_component_loaded = [&](const std::string& name, int, int count) {
     loaded.push_back(name);
     EXPECT_EQ(count, 3);
   };
-  auto pipe = Flux2Pipeline::from_pretrained(dir, options);
+  auto pipe = Flux2Pipeline::from_pretrained(testing::data_path("models/flux2-tiny-dev"), options);
   EXPECT_EQ(loaded, (std::vector<std::string>{"scheduler", "transformer", "vae"}));
   EXPECT_FALSE(pipe.has_prompt_encoder());
+  EXPECT_EQ(pipe.prompt_encoder(), nullptr);
+  // Listed text components must be there (tests/pipelines/flux2_full_pipeline_test.cpp loads real ones).
+  const std::string dir = copy_with_model_index("flux2-tiny-dev", "flux2_with_text", [](auto& j) {
+    j["text_encoder"] = {"transformers", "Mistral3ForConditionalGeneration"};
+    j["tokenizer"] = {"transformers", "PixtralProcessor"};
+  });
+  try {
+    Flux2Pipeline::from_pretrained(dir);
+    ADD_FAILURE() << "listed components without folders loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("component folder"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tokenizer"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

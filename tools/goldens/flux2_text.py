@@ -63,10 +63,14 @@ def model_index(cls):
             "vae": ["diffusers", "AutoencoderKLFlux2"]}
 
 
-def make_mistral(vocab_size):
+# The tiny decoders' sizes (keyword overrides give the deeper ones of tools/goldens/flux2_e2e.py).
+TINY_DECODER = dict(hidden_size=48, intermediate_size=96, num_hidden_layers=5, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16)
+
+
+def make_mistral(vocab_size, **sizes):
     from transformers import Mistral3Config, Mistral3ForConditionalGeneration, MistralConfig, PixtralVisionConfig
-    text = MistralConfig(vocab_size=vocab_size, hidden_size=48, intermediate_size=96, num_hidden_layers=5,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,
+    text = MistralConfig(vocab_size=vocab_size, **{**TINY_DECODER, **sizes}, rms_norm_eps=1e-5,
                          rope_theta=1e9, max_position_embeddings=1024, sliding_window=None,
                          tie_word_embeddings=False)
     vision = PixtralVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -80,10 +84,9 @@ def make_mistral(vocab_size):
     return model
 
 
-def make_qwen(vocab_size):
+def make_qwen(vocab_size, **sizes):
     from transformers import Qwen3Config, Qwen3ForCausalLM
-    config = Qwen3Config(vocab_size=vocab_size, hidden_size=48, intermediate_size=96, num_hidden_layers=5,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+    config = Qwen3Config(vocab_size=vocab_size, **{**TINY_DECODER, **sizes}, rms_norm_eps=1e-6,
                          rope_theta=1e6, max_position_embeddings=1024, tie_word_embeddings=True,
                          attention_bias=False, use_sliding_window=False)
     torch.manual_seed(0)

@@ -87,6 +87,15 @@ class DecoderTextEncoder : public nn::Module {
   std::unique_ptr<nn::RMSNorm> norm_;
 };
 
+// What the hidden states `indices` need: layers 0..layers-1 and, when L itself is asked, the final norm.
+// Throws naming `where` and an index outside 0..num_hidden_layers.
+struct DecoderLayersNeeded {
+  int64_t layers = 0;
+  bool final_norm = false;
+};
+DecoderLayersNeeded decoder_layers_needed(const DecoderTextEncoderConfig& config,
+                                          const std::vector<int64_t>& indices, const std::string& where);
+
 // Loads a text encoder folder (config.json and safetensors, sharded or not) with the layers that the
 // hidden-state `indices` need, converted to `dtype`. Mistral3ForConditionalGeneration checkpoints are read in
 // either layout (language_model.model.* as save_pretrained writes it, or model.language_model.*); their

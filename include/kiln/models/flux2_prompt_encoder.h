@@ -10,6 +10,7 @@
 //   3. num_images_per_prompt repeats each prompt's rows; text_ids [B, S, 4] int64 = (0, 0, 0, position).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,12 @@ class Flux2PromptEncoder {
   // config decides), text_encoder/ and tokenizer/.
   static Flux2PromptEncoder from_pretrained(const std::string& model,
                                             const Flux2PromptEncoderOptions& options = {});
+  // The same from a pipeline's component folders (what Flux2Pipeline / Flux2KleinPipeline load): the
+  // tokenizer (tokenizer.json, tokenizer_config.json) and then the text encoder (config.json and weights),
+  // `on_loaded` called with "tokenizer" and "text_encoder" as each is ready.
+  static Flux2PromptEncoder from_folders(const std::string& text_encoder, const std::string& tokenizer,
+                                         const Flux2PromptEncoderOptions& options = {},
+                                         const std::function<void(const char* component)>& on_loaded = {});
 
   Flux2PromptEmbeddings encode(const std::vector<std::string>& prompts, int64_t max_sequence_length = 512,
                                int64_t num_images_per_prompt = 1) const;

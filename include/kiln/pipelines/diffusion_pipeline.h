@@ -39,8 +39,9 @@ struct PipelineLoadOptions {
   // Absent: all weights packed when they fit in half of this machine's memory, none otherwise (they are then
   // read from the memory-mapped checkpoint, as diffusers does). Applied process-wide when loading ends.
   std::optional<int64_t> packed_weight_budget;
-  // Tensor parallelism per component, by the pipeline's component names ("transformer", and the T5 encoder:
-  // "text_encoder_2" in FLUX, "text_encoder_3" in SD3), as diffusers' parallel_config: each rank builds the
+  // Tensor parallelism per component, by the pipeline's component names ("transformer", and the large text
+  // encoder: T5, "text_encoder_2" in FLUX, "text_encoder_3" in SD3; Mistral 3 / Qwen3, "text_encoder" in
+  // FLUX.2), as diffusers' parallel_config: each rank builds the
   // component's shard and reads only its slices. CLIP and the VAE stay replicated (an error names them):
   // they are small, and CLIP's pooled output and the VAE's convolutions have no column/row split that
   // pays for its collectives.

@@ -3,20 +3,19 @@
 // Hugging Face repo id in the local cache:
 //
 //   auto pipe = kiln::Flux2Pipeline::from_pretrained("black-forest-labs/FLUX.2-dev", {.dtype =
-//   kiln::bfloat16}); auto result = pipe({.prompt_embeds = embeds, .height = 1024, .width = 1024,
-//   .num_inference_steps = 50,
-//                       .guidance_scale = 4.0f, .generator = kiln::Generator(0)});
+//   kiln::bfloat16}); auto result = pipe({.prompt = "a golden retriever surfing a wave", .height = 1024,
+//   .width = 1024,
+//                       .num_inference_steps = 50, .guidance_scale = 4.0f, .generator = kiln::Generator(0)});
 //   result.images[0].save("output.png");
 //
 // The same seed gives diffusers' initial noise (drawn in the patchified 128-channel shape), the schedule uses
-// diffusers' empirical mu, and every stage follows diffusers' dtype path, so Kiln's image matches diffusers'
-// for the same prompt embeddings.
+// diffusers' empirical mu, and every stage follows diffusers' dtype path, so Kiln's image matches diffusers'.
 //
-// Prompts: the text encoders (Mistral3 for FLUX.2-dev, Qwen3 for klein) and their tokenizers are not part of
-// these pipelines yet. from_pretrained loads a folder whose text_encoder/tokenizer are present (they are not
-// read) or absent ([null, null]); a call takes `prompt_embeds` as diffusers' __call__(prompt_embeds=...)
-// does. A prompt encoder plugs in with set_prompt_encoder (from_pretrained will install one built from the
-// folder's text_encoder/ and tokenizer/ once Kiln has them); `prompt` then works as in diffusers.
+// Prompts: from_pretrained loads the folder's text_encoder/ and tokenizer/ when model_index.json lists them
+// (Mistral3ForConditionalGeneration + PixtralProcessor for FLUX.2-dev, Qwen3ForCausalLM + Qwen2Tokenizer for
+// klein; kiln/models/flux2_prompt_encoder.h), so `prompt` works as in diffusers. A folder saved without them
+// ([null, null]) takes `prompt_embeds`, as diffusers' __call__(prompt_embeds=...) does, or a prompt encoder
+// installed with set_prompt_encoder.
 #pragma once
 
 #include <functional>
@@ -35,15 +34,20 @@ class Flux2Transformer2DModel;
 class AutoencoderKLFlux2;
 }  // namespace models
 class FlowMatchEulerDiscreteScheduler;
+class Flux2PromptEncoder;
 
 struct Flux2PipelineCall {
   // The prompt embeddings [B, L, joint_attention_dim] in the pipeline's dtype (encode_prompt's output: the
-  // selected text-encoder layers stacked per token). Exactly one of prompt / prompt_embeds.
+  // selected text-encoder layers stacked per token). Not with a non-empty prompt; without them the prompt
+  // ("" included, as diffusers' prompt=None) is encoded by the folder's text encoder.
   Tensor prompt_embeds;
-  std::string prompt;  // needs a prompt encoder (set_prompt_encoder)
+  std::string prompt;
   // Flux2KleinPipeline's classifier-free guidance (guidance_scale > 1, not a distilled model) runs a second
-  // pass with these; when absent they are the prompt encoder's embeddings of "" (as diffusers).
+  // pass with these; when absent they are the text encoder's embeddings of negative_prompt, which is "" as in
+  // diffusers unless given (a given one is what diffusers does with
+  // negative_prompt_embeds=pipe.encode_prompt(negative_prompt)[0]). FLUX.2-dev has neither.
   Tensor negative_prompt_embeds;
+  std::string negative_prompt;
   // Reference images conditioning the generation (diffusers' `image=`), RGB (gray and RGBA are converted as
   // PIL's convert("RGB") does); each at least 64 pixels a side with an aspect ratio up to 8, resized to
   // 1024 x 1024 pixels of area when larger, then centre-cropped to multiples of 16.
@@ -56,7 +60,7 @@ struct Flux2PipelineCall {
   float guidance_scale = 4.0f;
   std::optional<Generator> generator;  // torch's default seed when absent
   int num_images_per_prompt = 1;
-  int64_t max_sequence_length = 512;  // for the prompt encoder
+  int64_t max_sequence_length = 512;  // tokens of the text encoder (the prompt padded or truncated to it)
   // Called after each denoising step with (step index from 0, total steps, seconds the step took).
   std::function<void(int, int, double)> on_step_end;
 };
@@ -70,16 +74,21 @@ class Flux2PipelineBase : public DiffusionPipeline {
 
   PipelineOutput operator()(const Flux2PipelineCall& call);
 
-  // The text side: prompts -> embeddings [B, L, joint_attention_dim] in the pipeline's dtype (the text
-  // encoder's hidden states of the pipeline's layers, stacked per token, as diffusers' encode_prompt makes
-  // them). Installed by the text encoders' loader; until one is, calls must pass prompt_embeds.
+  // The text side, when the folder has one: the tokenizer and the text encoder's layers the pipeline reads
+  // (null for a folder saved without them).
+  const Flux2PromptEncoder* prompt_encoder() const { return text_side_.get(); }
+  // For compiled mode: pipe.prompt_encoder()->text_encoder().compile_repeated_blocks().
+  Flux2PromptEncoder* prompt_encoder() { return text_side_.get(); }
+  // A prompt encoder of one's own: prompts -> embeddings [B, L, joint_attention_dim] in the pipeline's dtype
+  // (as diffusers' encode_prompt makes them). It replaces the folder's text encoder for later calls.
   using PromptEncoder =
       std::function<Tensor(const std::vector<std::string>& prompts, int64_t max_sequence_length)>;
-  void set_prompt_encoder(PromptEncoder encoder) { prompt_encoder_ = std::move(encoder); }
-  bool has_prompt_encoder() const { return static_cast<bool>(prompt_encoder_); }
+  void set_prompt_encoder(PromptEncoder encoder) { custom_prompt_encoder_ = std::move(encoder); }
+  bool has_prompt_encoder() const { return custom_prompt_encoder_ != nullptr || text_side_ != nullptr; }
 
   // ---- the stages, as diffusers names them (public so each can be checked against diffusers)
-  // encode_prompt: the embeddings repeated num_images_per_prompt times per prompt, and their text ids [L, 4].
+  // encode_prompt: `prompt_embeds`, or the prompt's embeddings when undefined, repeated num_images_per_prompt
+  // times, and their text ids [L, 4].
   std::pair<Tensor, Tensor> encode_prompt(const std::string& prompt, const Tensor& prompt_embeds,
                                           int num_images_per_prompt, int64_t max_sequence_length) const;
   // Packed noise [B, N, in_channels] and its ids [N, 4], drawn as diffusers' prepare_latents does (in the
@@ -105,8 +114,8 @@ class Flux2PipelineBase : public DiffusionPipeline {
  protected:
   enum class Variant { Dev, Klein };
   explicit Flux2PipelineBase(Variant variant);
-  // Loads the scheduler, transformer and VAE of `model` (model_index class `pipeline_class`); the text
-  // encoder and tokenizer may be present or [null, null].
+  // Loads the scheduler, tokenizer, text encoder, transformer and VAE of `model` (model_index class
+  // `pipeline_class`); the text encoder and tokenizer are both listed or both [null, null].
   void load(const std::string& model, const PipelineLoadOptions& options, const char* pipeline_class);
   models::AutoencoderKL& vae_model() const override;
   const char* name() const { return variant_ == Variant::Dev ? "Flux2Pipeline" : "Flux2KleinPipeline"; }
@@ -119,7 +128,8 @@ class Flux2PipelineBase : public DiffusionPipeline {
   Flux2PipelineCall resolved(const Flux2PipelineCall& call, const std::vector<Tensor>& references) const;
   bool classifier_free_guidance(const Flux2PipelineCall& call) const;
 
-  PromptEncoder prompt_encoder_;
+  std::unique_ptr<Flux2PromptEncoder> text_side_;
+  PromptEncoder custom_prompt_encoder_;
   std::unique_ptr<models::Flux2Transformer2DModel> transformer_;
   std::unique_ptr<models::AutoencoderKLFlux2> vae_;
   std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
@@ -135,8 +145,8 @@ class Flux2Pipeline : public Flux2PipelineBase {
   Flux2Pipeline() : Flux2PipelineBase(Variant::Dev) {}
 };
 
-// FLUX.2 [klein]: no guidance embedding; classifier-free guidance with the negative prompt "" (two
-// transformer passes per step) when guidance_scale > 1, unless model_index.json marks the model
+// FLUX.2 [klein]: no guidance embedding; classifier-free guidance with the negative prompt ("" unless
+// given; two transformer passes per step) when guidance_scale > 1, unless model_index.json marks the model
 // step-distilled (is_distilled, e.g. klein 4B / 9B as opposed to their -base variants), whose guidance scale
 // is ignored.
 class Flux2KleinPipeline : public Flux2PipelineBase {
