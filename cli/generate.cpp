@@ -1,20 +1,27 @@
-// `kiln generate`: text to image with the pipeline named in the model's model_index.json (FluxPipeline or
-// StableDiffusion3Pipeline). Options left out take that pipeline's diffusers defaults.
+// `kiln generate`: text to image with the pipeline named in the model's model_index.json (FluxPipeline,
+// StableDiffusion3Pipeline, Flux2Pipeline, Flux2KleinPipeline), found in a registry keyed by that class name.
+// Options left out take that pipeline's diffusers defaults.
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/generate_args.h"
 #include "cli/progress.h"
+#include "cli/weight_traffic.h"
 #include "kiln/dist/device_mesh.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
+#include "kiln/models/flux2_transformer.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/models/sd3_transformer.h"
+#include "kiln/pipelines/flux2_pipeline.h"
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/sd3_pipeline.h"
 #include "kiln/runtime/eager_mode.h"
@@ -24,7 +31,7 @@ namespace kiln::cli {
 namespace {
 
 // --tp N: the process group must already hold N ranks (mpirun -np N, or `kiln launch -n N`); the transformer
-// and the T5 encoder are split over them.
+// and the large text encoder (T5, FLUX.2's) are split over them.
 void join_tensor_parallel_group(const GenerateArgs& args) {
   if (args.tp == 1 && !dist::launched_by_mpirun()) return;
   if (!dist::is_initialized()) dist::init_process_group({.backend = "mpi"});
@@ -56,10 +63,12 @@ std::string format_seconds(double s) {
   return buf;
 }
 
-// Loads the pipeline with a progress bar, runs `call` (fields common to both pipelines filled from `args`)
-// with a denoising progress bar, and saves the first image.
+// Loads the pipeline with a progress bar (`components` loading steps), runs `call` (the fields every pipeline
+// has filled from `args`) with a denoising progress bar, and saves the first image. --tp splits the
+// `splittable` components.
 template <typename Pipeline, typename Call>
-void load_and_run(const GenerateArgs& args, Call call, int components, const std::string& t5_component) {
+void load_and_run(const GenerateArgs& args, Call call, int components,
+                  const std::vector<std::string>& splittable) {
   PipelineLoadOptions load;
   load.dtype = parse_dtype(args.dtype);
   if (args.packed_weights)
@@ -75,7 +84,7 @@ void load_and_run(const GenerateArgs& args, Call call, int components, const std
   };
   if (args.tp > 1) {
     const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("cpu", {args.tp})};
-    load.parallel_config = {{"transformer", parallel}, {t5_component, parallel}};
+    for (const std::string& component : splittable) load.parallel_config.emplace(component, parallel);
   }
   Pipeline pipe = Pipeline::from_pretrained(args.model, load);
   if (loading) loading->finish();
@@ -105,7 +114,7 @@ void load_and_run(const GenerateArgs& args, Call call, int components, const std
   apply_mode(args.mode, pipe);
 
   call.prompt = args.prompt;
-  call.num_inference_steps = args.steps;
+  if (args.steps) call.num_inference_steps = *args.steps;
   if (args.height) call.height = *args.height;
   if (args.width) call.width = *args.width;
   if (args.guidance) call.guidance_scale = *args.guidance;
@@ -116,13 +125,17 @@ void load_and_run(const GenerateArgs& args, Call call, int components, const std
   dist::broadcast_from_rank0(&seed, sizeof seed);  // one noise for all ranks
   call.generator = Generator(seed);
   std::optional<ProgressBar> denoising;
-  if (reporting) denoising.emplace("denoising", args.steps);
+  if (reporting) denoising.emplace("denoising", call.num_inference_steps);
   double total = 0;
+  WeightTraffic traffic;  // offloaded weights coming back each step: from the disk, or streamed in groups
   call.on_step_end = [&](int i, int n, double seconds) {
     check_safe_point("after denoising step " + std::to_string(i + 1) + " of " + std::to_string(n));
     total += seconds;
     const double eta = total / (i + 1) * (n - i - 1);
-    if (denoising) denoising->update(i + 1, format_seconds(seconds) + "/step, ETA " + format_seconds(eta));
+    const std::string moved = traffic.since_last();
+    if (denoising)
+      denoising->update(i + 1, format_seconds(seconds) + "/step, ETA " + format_seconds(eta) +
+                                   (moved.empty() ? "" : ", " + moved));
   };
   PipelineOutput out = pipe(call);
   if (!reporting) return;
@@ -132,30 +145,86 @@ void load_and_run(const GenerateArgs& args, Call call, int components, const std
                out.images.front().height, static_cast<unsigned long long>(seed));
 }
 
+void reject_reference_images(const GenerateArgs& args, const char* pipeline) {
+  KILN_CHECK(args.images.empty(), "--image: " << pipeline
+                                              << " takes no reference images (Flux2Pipeline and "
+                                                 "Flux2KleinPipeline do)");
+}
+
+void run_flux(const GenerateArgs& args, const io::ModelIndex&) {
+  KILN_CHECK(!args.negative_prompt,
+             "--negative-prompt: FluxPipeline has no negative prompt (FLUX.1 is "
+             "guidance-distilled; it runs without classifier-free guidance)");
+  reject_reference_images(args, "FluxPipeline");
+  FluxPipelineCall call;
+  if (!args.prompt_2.empty()) call.prompt_2 = args.prompt_2;
+  load_and_run<FluxPipeline>(args, call, 7, {"transformer", "text_encoder_2"});
+}
+
+void run_sd3(const GenerateArgs& args, const io::ModelIndex& index) {
+  reject_reference_images(args, "StableDiffusion3Pipeline");
+  StableDiffusion3PipelineCall call;
+  if (!args.prompt_2.empty()) call.prompt_3 = args.prompt_2;  // --prompt-2 is the T5 prompt in both pipelines
+  call.negative_prompt = args.negative_prompt;
+  const io::PipelineComponent* t5 = index.find("text_encoder_3");
+  load_and_run<StableDiffusion3Pipeline>(args, call, t5 != nullptr && t5->present() ? 9 : 7,
+                                         {"transformer", "text_encoder_3"});
+}
+
+// Flux2Pipeline (FLUX.2-dev: no negative prompt, the guidance is embedded) and Flux2KleinPipeline (the
+// negative prompt of its classifier-free guidance, "" by default as in diffusers).
+template <typename Pipeline>
+void run_flux2(const GenerateArgs& args, const io::ModelIndex& index) {
+  const bool klein = std::is_same_v<Pipeline, Flux2KleinPipeline>;
+  const std::string& name = index.class_name;
+  KILN_CHECK(args.prompt_2.empty(), "--prompt-2: " << name << " has one text encoder and one prompt");
+  KILN_CHECK(klein || !args.negative_prompt,
+             "--negative-prompt: Flux2Pipeline has no negative prompt (FLUX.2-dev is guidance-distilled: "
+             "--guidance is embedded, without classifier-free guidance)");
+  const io::PipelineComponent* text_encoder = index.find("text_encoder");
+  KILN_CHECK(text_encoder != nullptr && text_encoder->present(),
+             index.path << ": this " << name
+                        << " has no text encoder (text_encoder is null in model_index.json), which kiln "
+                           "generate needs to encode --prompt");
+  Flux2PipelineCall call;
+  if (args.negative_prompt) call.negative_prompt = *args.negative_prompt;
+  // Read before loading, so that a bad file fails at once.
+  for (const std::string& path : args.images) {
+    try {
+      call.image.push_back(Image::load(path));
+    } catch (const Error& e) {
+      KILN_FAIL("--image " << path << ": cannot be read as a reference image (a PNG file): " << e.what());
+    }
+  }
+  load_and_run<Pipeline>(args, call, 5, {"transformer", "text_encoder"});
+}
+
+// model_index.json's _class_name -> how kiln generate runs that pipeline.
+using PipelineRunner = void (*)(const GenerateArgs&, const io::ModelIndex&);
+const std::map<std::string, PipelineRunner>& pipeline_registry() {
+  static const std::map<std::string, PipelineRunner> registry = {
+      {"FluxPipeline", run_flux},
+      {"StableDiffusion3Pipeline", run_sd3},
+      {"Flux2Pipeline", run_flux2<Flux2Pipeline>},
+      {"Flux2KleinPipeline", run_flux2<Flux2KleinPipeline>},
+  };
+  return registry;
+}
+
 void run_generate(const GenerateArgs& args) {
   check_generate_args(args);
   join_tensor_parallel_group(args);
   const io::ResolvedModel resolved = io::resolve_model(args.model);
   const io::ModelIndex index = io::load_model_index(resolved.path);
-  if (index.class_name == "FluxPipeline") {
-    KILN_CHECK(!args.negative_prompt,
-               "--negative-prompt: FluxPipeline has no negative prompt (FLUX.1 is "
-               "guidance-distilled; it runs without classifier-free guidance)");
-    FluxPipelineCall call;
-    if (!args.prompt_2.empty()) call.prompt_2 = args.prompt_2;
-    load_and_run<FluxPipeline>(args, call, 7, "text_encoder_2");
-  } else if (index.class_name == "StableDiffusion3Pipeline") {
-    StableDiffusion3PipelineCall call;
-    if (!args.prompt_2.empty())
-      call.prompt_3 = args.prompt_2;  // --prompt-2 is the T5 prompt in both pipelines
-    call.negative_prompt = args.negative_prompt;
-    const io::PipelineComponent* t5 = index.find("text_encoder_3");
-    load_and_run<StableDiffusion3Pipeline>(args, call, t5 != nullptr && t5->present() ? 9 : 7,
-                                           "text_encoder_3");
-  } else {
-    KILN_FAIL(index.path << ": pipeline class '" << index.class_name
-                         << "' is not supported (Kiln runs FluxPipeline and StableDiffusion3Pipeline)");
+  const auto& registry = pipeline_registry();
+  const auto runner = registry.find(index.class_name);
+  if (runner == registry.end()) {
+    std::string known;
+    for (const auto& [name, run] : registry) known += (known.empty() ? "" : ", ") + name;
+    KILN_FAIL(index.path << ": pipeline class '" << index.class_name << "' is not supported (Kiln runs "
+                         << known << ")");
   }
+  runner->second(args, index);
 }
 
 }  // namespace
@@ -173,22 +242,33 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt", args->prompt, "the prompt")->required();
   cmd->add_option("--prompt-2", args->prompt_2, "a separate prompt for the T5 encoder (default: --prompt)");
   cmd->add_option("--negative-prompt", args->negative_prompt,
-                  "what the image should not show (StableDiffusion3Pipeline; default: empty)");
+                  "what the image should not show (StableDiffusion3Pipeline, Flux2KleinPipeline: the "
+                  "classifier-free guidance's negative prompt; default: empty)");
+  cmd->add_option("--image", args->images,
+                  "a reference image (PNG) conditioning the generation, as diffusers' image= (Flux2Pipeline, "
+                  "Flux2KleinPipeline); repeat for several. Without --height/--width the image takes the "
+                  "first one's size (cropped to multiples of 16)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--height", args->height,
                   "image height in pixels, a multiple of 16 (default: the model's, 1024)");
   cmd->add_option("--width", args->width,
                   "image width in pixels, a multiple of 16 (default: the model's, 1024)");
-  cmd->add_option("--steps", args->steps, "number of denoising steps")->capture_default_str();
+  cmd->add_option(
+      "--steps", args->steps,
+      "number of denoising steps (default: the pipeline's, 28 for FLUX.1 and SD3, 50 for FLUX.2)");
   cmd->add_option("--guidance", args->guidance,
                   "guidance scale (default: 3.5 for FLUX.1-dev's guidance embedding, 7.0 for SD3's "
-                  "classifier-free guidance)");
+                  "classifier-free guidance, 4.0 for FLUX.2: FLUX.2-dev's embedding, klein's "
+                  "classifier-free guidance, which step-distilled klein models ignore)");
   cmd->add_option("--seed", args->seed,
                   "random seed (as torch.Generator(\"cpu\").manual_seed); random when absent");
   cmd->add_option("--dtype", args->dtype, "compute dtype: bf16, f32 or f16")
       ->check(CLI::IsMember({"bf16", "f32", "f16", "bfloat16", "float32", "float16"}))
       ->capture_default_str();
   cmd->add_option("--max-sequence-length", args->max_sequence_length,
-                  "T5 tokens, at most 512 (default: 512 for FLUX, 256 for SD3)");
+                  "text encoder tokens (T5's, FLUX.2's), at most 512 (default: 512 for FLUX.1 and FLUX.2, "
+                  "256 for SD3)");
   cmd->add_option("--output", args->output, "PNG file to write")->capture_default_str();
   cmd->add_option(
          "--mode", args->mode,
@@ -227,7 +307,8 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option(
          "--tp", args->tp,
-         "tensor-parallel degree: split the transformer and the T5 encoder over this many processes, "
+         "tensor-parallel degree: split the transformer and the T5 encoder (FLUX.2: its text encoder) over "
+         "this many processes, "
          "started by `mpirun -np N` or `kiln launch -n N`; rank 0 reports and writes the PNG")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

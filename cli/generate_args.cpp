@@ -1,6 +1,10 @@
 #include "cli/generate_args.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "kiln/core/error.h"
 #include "kiln/core/limits.h"
@@ -16,7 +20,7 @@ void check_generate_args(const GenerateArgs& args) {
   if (args.negative_prompt) limits::check_prompt_size("--negative-prompt", *args.negative_prompt);
   if (args.height) limits::check_range("--height", *args.height, 1, limits::kMaxImageSide);
   if (args.width) limits::check_range("--width", *args.width, 1, limits::kMaxImageSide);
-  limits::check_range("--steps", args.steps, 1, limits::kMaxInferenceSteps);
+  if (args.steps) limits::check_range("--steps", *args.steps, 1, limits::kMaxInferenceSteps);
   if (args.guidance)
     KILN_CHECK(std::isfinite(*args.guidance) && *args.guidance >= 0,
                "--guidance: expected a finite value >= 0, got " << *args.guidance);
@@ -28,6 +32,15 @@ void check_generate_args(const GenerateArgs& args) {
   limits::check_range("--tp", args.tp, 1, limits::kMaxProcesses);
   if (args.packed_weights) parse_byte_budget(*args.packed_weights, "--packed-weights");
   if (args.max_memory) parse_byte_budget(*args.max_memory, "--max-memory");
+  // Reference images are decoded once the pipeline is known; a path that cannot be read fails here, before
+  // anything is loaded.
+  for (const std::string& path : args.images) {
+    std::ifstream in(path, std::ios::binary);
+    KILN_CHECK(in, "--image " << path << ": cannot be read as a reference image: " << std::strerror(errno));
+    std::error_code ec;
+    KILN_CHECK(std::filesystem::is_regular_file(path, ec),
+               "--image " << path << ": cannot be read as a reference image: not a file");
+  }
   try {
     io::check_output_writable(args.output);
   } catch (const Error& e) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln::cli {
 
@@ -15,8 +16,9 @@ struct GenerateArgs {
   std::string prompt;
   std::string prompt_2;
   std::optional<std::string> negative_prompt;
+  std::vector<std::string> images;  // reference images (FLUX.2)
   std::optional<int64_t> height, width;
-  int steps = 28;
+  std::optional<int> steps;
   std::optional<float> guidance;
   std::optional<uint64_t> seed;
   std::string dtype = "bf16";
@@ -32,8 +34,9 @@ struct GenerateArgs {
   int tp = 1;
 };
 
-// Throws kiln::Error naming the flag and its limit ("--height 1000000 exceeds the maximum 16384") or why the
-// output cannot be written; the pipelines check the rest (multiples of the VAE's scale, ...) once loaded.
+// Throws kiln::Error naming the flag and its limit ("--height 1000000 exceeds the maximum 16384"), a --image
+// that is not a readable file, or why the output cannot be written; the pipelines check the rest (multiples
+// of the VAE's scale, ...) once loaded.
 void check_generate_args(const GenerateArgs& args);
 
 // Between components while loading and between denoising steps: throws when SIGINT/SIGTERM asked for a stop

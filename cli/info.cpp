@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/gguf_info.h"
 #include "kiln/io/model_summary.h"
+#include "kiln/pipelines/loaded_weights.h"
 #include "kiln/pipelines/offload.h"
 #include "kiln/pipelines/weight_packing.h"
 
@@ -79,6 +80,7 @@ void print_summary(const std::string& ref, const io::ModelSummary& s) {
       break;
   }
   std::printf("  pipeline: %s\n  components:\n", s.class_name.c_str());
+  int64_t read = 0;  // the parameters kiln generate reads
   for (const auto& c : s.components) {
     std::string what = c.class_name.empty() ? "-" : c.class_name;
     if (!c.library.empty()) what += " (" + c.library + ")";
@@ -87,14 +89,20 @@ void print_summary(const std::string& ref, const io::ModelSummary& s) {
     else if (!c.note.empty())
       what += "  [" + c.note + "]";
     std::printf("    %-18s %s\n", c.name.c_str(), what.c_str());
-    if (c.has_weights) print_weights(c.weights, "      ");
+    if (!c.has_weights) continue;
+    print_weights(c.weights, "      ");
+    const LoadedWeights loaded = loaded_weights(s, c);
+    if (!loaded.note.empty())
+      std::printf("      %s: %s parameters, %s in bf16\n", loaded.note.c_str(),
+                  with_commas(loaded.parameters).c_str(), human_bytes(2 * loaded.parameters).c_str());
+    read += loaded.parameters;
   }
   std::printf("  total: %s parameters (%s); %s on disk, %s in memory\n",
               with_commas(s.total.parameters).c_str(), dtype_list(s.total.parameters_by_dtype, true).c_str(),
               human_bytes(s.total.bytes_on_disk).c_str(), human_bytes(s.total.bytes_in_memory).c_str());
-  // What `kiln generate` holds by default in bf16 (the weights' bytes at 2 per parameter).
+  // What `kiln generate` holds by default in bf16 (the weights it reads, at 2 bytes per parameter).
   std::printf("  memory (kiln generate, bf16, default): %s\n",
-              plan_weight_packing(2 * s.total.parameters, std::nullopt).describe().c_str());
+              plan_weight_packing(2 * read, std::nullopt).describe().c_str());
 }
 
 // Numbers inside names compare as numbers ("blocks.2" before "blocks.10"), so that blocks come in the order
@@ -127,7 +135,7 @@ void print_offload_plan(const io::ModelSummary& s, int64_t budget) {
   for (const auto& c : s.components) {
     if (!c.has_weights) continue;
     ComponentWeights w{c.name, {}};
-    for (const auto& [name, parameters] : c.weights.tensor_parameters)
+    for (const auto& [name, parameters] : loaded_weights(s, c).tensors)
       w.tensors.emplace_back(name, 2 * parameters);
     std::sort(w.tensors.begin(), w.tensors.end(),
               [](const auto& x, const auto& y) { return natural_less(x.first, y.first); });

@@ -1,5 +1,6 @@
-// The JSON configs of a diffusers folder: model_index.json, each component's config.json (FLUX and SD3
-// transformers, CLIP and T5 text encoders, the VAE), scheduler_config.json and tokenizer_config.json. One
+// The JSON configs of a diffusers folder: model_index.json, each component's config.json (FLUX.1, SD3 and
+// FLUX.2 transformers, CLIP and T5 text encoders, FLUX.2's Mistral 3 / Qwen3 text encoders, the VAE and
+// FLUX.2's AutoencoderKLFlux2), scheduler_config.json and tokenizer_config.json. One
 // input is offered to every reader; a config a reader accepts is then built into its model (which registers
 // every parameter's shape and allocates nothing), so sizes that a config can blow up (2^40 layers, widths
 // whose products overflow) must be refused by the reader.
@@ -8,7 +9,10 @@
 #include "kiln/io/json_config.h"
 #include "kiln/io/model_index.h"
 #include "kiln/models/autoencoder_kl.h"
+#include "kiln/models/autoencoder_kl_flux2.h"
 #include "kiln/models/clip_text_model.h"
+#include "kiln/models/decoder_text_encoder.h"
+#include "kiln/models/flux2_transformer.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/models/sd3_transformer.h"
 #include "kiln/models/t5_encoder.h"
@@ -54,9 +58,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       [&] { models::SD3Transformer2DModel model(models::SD3TransformerConfig::from_file(path)); });
   fuzz::expect_clean([&] { models::ClipTextModel model(models::ClipTextConfig::from_file(path)); });
   fuzz::expect_clean([&] { models::T5EncoderModel model(models::T5EncoderConfig::from_file(path)); });
+  fuzz::expect_clean(
+      [&] { models::Flux2Transformer2DModel model(models::Flux2TransformerConfig::from_file(path)); });
+  fuzz::expect_clean([&] {
+    // Every layer and the final norm: the most a config can make the text encoder build.
+    models::DecoderTextEncoder model(models::DecoderTextEncoderConfig::from_file(path), -1, true);
+  });
   fuzz::expect_clean([&] {
     const models::AutoencoderKLConfig config = models::AutoencoderKLConfig::from_file(path);
-    models::AutoencoderKL model(config);
+    if (config.flux2) {
+      models::AutoencoderKLFlux2 model(config);
+    } else {
+      models::AutoencoderKL model(config);
+    }
     config.scale_factor();
   });
   return 0;

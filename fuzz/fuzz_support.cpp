@@ -39,7 +39,8 @@ struct ScratchDir {
   ScratchDir() {
     namespace fs = std::filesystem;
     const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
-    std::string pattern = (base / "kiln-fuzz-XXXXXX").string();
+    // The pid in the name lets fuzz/campaign.sh remove the folders of dead processes only.
+    std::string pattern = (base / ("kiln-fuzz-" + std::to_string(::getpid()) + "-XXXXXX")).string();
     if (::mkdtemp(pattern.data()) == nullptr) std::abort();
     path = pattern;
   }

@@ -37,7 +37,8 @@ class MemoryFile {
   std::string path_;
 };
 
-// A folder of this process's own under /dev/shm (else the temporary directory), removed at exit.
+// A folder of this process's own under /dev/shm (else the temporary directory), kiln-fuzz-<pid>-XXXXXX,
+// removed at exit.
 const std::string& scratch_dir();
 
 // Writes `bytes` to `path` (created or truncated).

@@ -3,6 +3,8 @@
 
 Models (real widths from tools/goldens/*_real_configs.json, cut-down depth):
   flux  FluxTransformer2DModel, FLUX.1-dev config, --flux-layers double + single blocks (default 1 + 1)
+  flux2 Flux2Transformer2DModel, FLUX.2-dev config (width 6144, 48 heads), --flux2-layers double + single
+        blocks (default 1 + 1), 512 text tokens of 15360 (three Mistral layers)
   sd3   SD3Transformer2DModel, SD3.5-Medium config, --sd3-layers blocks (default 2; block 0 has the MMDiT-X
         dual attention), classifier-free guidance as one batch of 2, 333 text tokens (77 CLIP + 256 T5)
   t5    T5EncoderModel, T5 v1.1 XXL config, --t5-layers layers (default 2), --t5-tokens tokens (default 512)
@@ -18,7 +20,7 @@ each engine runs in its own process (so that VmHWM, the peak resident memory, is
 Without torch the PyTorch side is skipped and Kiln runs on its own random weights (--random).
 
 Example (from the repository root, after building bench_compare_driver):
-  python3 bench/compare/compare.py --driver build/bench/bench_compare_driver --models flux,sd3,t5 --sizes 512,1024
+  python3 bench/compare/compare.py --driver build/bench/bench_compare_driver --models flux,flux2,sd3,t5 --sizes 512,1024
 """
 
 import argparse
@@ -60,7 +62,8 @@ def real_config(file, key):
 
 
 def case_dir(args, model):
-    depth = {"flux": f"{args.flux_layers}+{args.flux_layers}", "sd3": str(args.sd3_layers), "t5": str(args.t5_layers)}
+    depth = {"flux": f"{args.flux_layers}+{args.flux_layers}", "flux2": f"{args.flux2_layers}+{args.flux2_layers}",
+             "sd3": str(args.sd3_layers), "t5": str(args.t5_layers)}
     return os.path.join(os.path.expanduser(args.cache), f"{model}-{depth[model]}")
 
 
@@ -78,6 +81,12 @@ def make_checkpoint(args, model, folder):
         config = real_config("flux_real_configs.json", "transformer_dev")
         config.update(num_layers=args.flux_layers, num_single_layers=args.flux_layers)
         net = FluxTransformer2DModel(**config)
+    elif model == "flux2":
+        from diffusers import Flux2Transformer2DModel
+
+        config = real_config("flux2_real_configs.json", "transformer_dev")
+        config.update(num_layers=args.flux2_layers, num_single_layers=args.flux2_layers)
+        net = Flux2Transformer2DModel(**config)
     elif model == "sd3":
         from diffusers import SD3Transformer2DModel
 
@@ -126,6 +135,20 @@ def make_inputs(args, model, folder, size):
         ids[..., 1] += torch.arange(grid)[:, None]
         ids[..., 2] += torch.arange(grid)[None, :]
         t["img_ids"] = ids.reshape(grid * grid, 3).to(bf16)
+    elif model == "flux2":
+        grid, text = size // 16, 512
+        t = {
+            "hidden_states": torch.randn(1, grid * grid, 128, generator=g, dtype=bf16),
+            "encoder_hidden_states": torch.randn(1, text, 15360, generator=g, dtype=bf16),
+            "timestep": torch.full([1], 1.0, dtype=bf16),  # sigma 1, t / 1000 as Flux2Pipeline passes it
+            "guidance": torch.full([1], 4.0, dtype=torch.float32),
+        }
+        txt = torch.zeros(text, 4)
+        txt[:, 3] = torch.arange(text)
+        ids = torch.zeros(grid, grid, 4)
+        ids[..., 1] += torch.arange(grid)[:, None]
+        ids[..., 2] += torch.arange(grid)[None, :]
+        t["txt_ids"], t["img_ids"] = txt, ids.reshape(grid * grid, 4)
     elif model == "sd3":
         h, text = size // 8, 333
         t = {
@@ -153,6 +176,8 @@ def torch_worker(args):
     t_load = time.time()
     if args.model == "flux":
         from diffusers import FluxTransformer2DModel as Cls
+    elif args.model == "flux2":
+        from diffusers import Flux2Transformer2DModel as Cls
     elif args.model == "sd3":
         from diffusers import SD3Transformer2DModel as Cls
     else:
@@ -236,10 +261,11 @@ def print_table(rows, header_note):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="flux,sd3,t5")
+    ap.add_argument("--models", default="flux,flux2,sd3,t5")
     ap.add_argument("--sizes", default="512,1024", help="image sides in pixels (flux, sd3)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per engine, after one warm-up")
     ap.add_argument("--flux-layers", type=int, default=1)
+    ap.add_argument("--flux2-layers", type=int, default=1)
     ap.add_argument("--sd3-layers", type=int, default=2)
     ap.add_argument("--t5-layers", type=int, default=2)
     ap.add_argument("--t5-tokens", type=int, default=512)
@@ -284,7 +310,8 @@ def main():
         print(f"\n== {label}", flush=True)
         if args.prepare_only and missing:
             sys.exit(f"compare.py: --prepare-only needs PyTorch ({missing})")
-        layers = {"flux": args.flux_layers, "sd3": args.sd3_layers, "t5": args.t5_layers}[model]
+        layers = {"flux": args.flux_layers, "flux2": args.flux2_layers, "sd3": args.sd3_layers,
+                  "t5": args.t5_layers}[model]
         torch_res, failed = {}, []
         if not missing:
             folder = case_dir(args, model)

@@ -9,13 +9,14 @@
 //   same inputs ("expected"), the max relative error max|kiln - torch| / max|torch|.
 //
 // Usage:
-//   bench_compare_driver --model flux|sd3|t5 [--mode eager|fuse|compile|compile-blocks] [--steps N]
+//   bench_compare_driver --model flux|flux2|sd3|t5 [--mode eager|fuse|compile|compile-blocks] [--steps N]
 //                        (--checkpoint DIR [--inputs FILE] | --random [--size PX] [--layers N] [--tiny])
 //                        [--matmul-reps N (0 = skip the matmul timing)]
-// --size is the image side in pixels for flux and sd3 (512, 1024) and the token count for t5.
-// --layers: flux double and single blocks each (default 1), sd3 blocks (default 2; block 0 has the dual
-// attention), t5 layers (default 2). --tiny shrinks every width (for the ctest; the timings mean nothing).
-// Modes: eager (strict eager), fuse (EagerMode::DeferAndFuse), compile (Module::compile()), compile-blocks
+// --size is the image side in pixels for flux, flux2 and sd3 (512, 1024) and the token count for t5.
+// --layers: flux and flux2 double and single blocks each (default 1), sd3 blocks (default 2; block 0 has the
+// dual attention), t5 layers (default 2). flux2 is FLUX.2-dev-shaped (width 6144, 48 heads, 512 text tokens
+// of 15360). --tiny shrinks every width (for the ctest; the timings mean nothing). Modes: eager (strict
+// eager), fuse (EagerMode::DeferAndFuse), compile (Module::compile()), compile-blocks
 // (Module::compile_repeated_blocks()); the first call, which traces and compiles, is reported separately.
 #include <immintrin.h>
 
@@ -40,6 +41,7 @@
 #include "../bf16_ceiling.h"
 #include "backends/cpu/cpu_features.h"
 #include "kiln/kiln.h"
+#include "kiln/models/flux2_transformer.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/models/sd3_transformer.h"
 #include "kiln/models/t5_encoder.h"
@@ -63,7 +65,7 @@ struct Options {
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "bench_compare_driver: %s\nusage: bench_compare_driver --model flux|sd3|t5 [--mode "
+               "bench_compare_driver: %s\nusage: bench_compare_driver --model flux|flux2|sd3|t5 [--mode "
                "eager|fuse|compile|compile-blocks] [--steps N] (--checkpoint DIR [--inputs FILE] | --random "
                "[--size PX] "
                "[--layers N] [--tiny]) [--matmul-reps N]\n",
@@ -112,7 +114,8 @@ Options parse(int argc, char** argv) {
     else
       usage("unknown argument '" + a + "'");
   }
-  if (o.model != "flux" && o.model != "sd3" && o.model != "t5") usage("--model must be flux, sd3 or t5");
+  if (o.model != "flux" && o.model != "flux2" && o.model != "sd3" && o.model != "t5")
+    usage("--model must be flux, flux2, sd3 or t5");
   if (o.mode != "eager" && o.mode != "fuse" && o.mode != "compile" && o.mode != "compile-blocks")
     usage("--mode must be eager, fuse, compile or compile-blocks");
   if (o.random == !o.checkpoint.empty()) usage("give exactly one of --checkpoint DIR and --random");
@@ -200,6 +203,30 @@ Workload flux_workload(const kiln::models::FluxTransformerConfig& c, int64_t bat
   if (c.num_single_layers > 0) {
     const int64_t k = c.num_single_layers;
     w.linears.insert(w.linears.end(), {{b * s, d, d, 3 * k}, {b * s, d, f, k}, {b * s, d + f, d, k}});
+  }
+  w.attention_flops = 4.0 * b * s * s * d * (c.num_layers + c.num_single_layers);
+  return w;
+}
+
+// FLUX.2: no biases, SwiGLU feed-forwards (linear_in to 2 x 3d, linear_out from 3d), the single block's fused
+// [q | k | v | gate | up] projection and [attention | mlp] output.
+Workload flux2_workload(const kiln::models::Flux2TransformerConfig& c, int64_t batch, int64_t n, int64_t l) {
+  const int64_t d = c.inner_dim(), f = c.mlp_hidden_dim(), s = n + l, b = batch;
+  Workload w;
+  w.linears = {
+      {b * n, c.in_channels, d, 1}, {b * l, c.joint_attention_dim, d, 1}, {b * n, d, c.out_channels, 1}};
+  if (c.num_layers > 0) {
+    const int64_t k = c.num_layers;
+    w.linears.insert(w.linears.end(), {{b * n, d, d, 4 * k},
+                                       {b * n, d, 2 * f, k},
+                                       {b * n, f, d, k},
+                                       {b * l, d, d, 4 * k},
+                                       {b * l, d, 2 * f, k},
+                                       {b * l, f, d, k}});
+  }
+  if (c.num_single_layers > 0) {
+    const int64_t k = c.num_single_layers;
+    w.linears.insert(w.linears.end(), {{b * s, d, 3 * d + 2 * f, k}, {b * s, d + f, d, k}});
   }
   w.attention_flops = 4.0 * b * s * s * d * (c.num_layers + c.num_single_layers);
   return w;
@@ -331,6 +358,59 @@ Case flux_case(const Options& o, const InputFile& in) {
   return out;
 }
 
+kiln::models::Flux2TransformerConfig flux2_random_config(const Options& o) {
+  kiln::models::Flux2TransformerConfig c;  // diffusers' defaults are the FLUX.2-dev widths
+  c.num_layers = c.num_single_layers = o.layers > 0 ? o.layers : 1;
+  if (o.tiny) {
+    c.num_attention_heads = 2;
+    c.attention_head_dim = 16;
+    c.axes_dims_rope = {2, 6, 4, 4};
+    c.joint_attention_dim = 48;
+    c.in_channels = c.out_channels = 32;
+  }
+  return c;
+}
+
+Case flux2_case(const Options& o, const InputFile& in) {
+  using kiln::bfloat16;
+  std::unique_ptr<kiln::models::Flux2Transformer2DModel> model;
+  kiln::Tensor hidden, text, t, g, txt_ids, img_ids;
+  if (o.random) {
+    const auto c = flux2_random_config(o);
+    model = std::make_unique<kiln::models::Flux2Transformer2DModel>(c);
+    kiln::nn::LoadOptions load;
+    load.dtype = bfloat16;
+    model->load_weights(kiln::bench::RandomWeights(*model, bfloat16), load);
+    const int64_t grid = o.size / 16, n = grid * grid, l = o.tiny ? 8 : 512;
+    kiln::Generator gen(0);
+    hidden = kiln::bench::random({1, n, c.in_channels}, bfloat16, gen, 1.0);
+    text = kiln::bench::random({1, l, c.joint_attention_dim}, bfloat16, gen, 1.0);
+    t = kiln::Tensor::full({1}, 1.0, bfloat16);
+    g = kiln::Tensor::full({1}, 4.0, kiln::float32);
+    txt_ids = kiln::models::flux2_text_ids(l);
+    img_ids = kiln::models::flux2_latent_ids(grid, grid);
+  } else {
+    model = kiln::models::load_flux2_transformer(o.checkpoint, bfloat16);
+    hidden = in.get("hidden_states");
+    text = in.get("encoder_hidden_states");
+    t = in.get("timestep");
+    g = in.get("guidance");
+    txt_ids = in.get("txt_ids");
+    img_ids = in.get("img_ids");
+  }
+  const auto& c = model->config();
+  Case out;
+  out.work = flux2_workload(c, hidden.shape()[0], hidden.shape()[1], text.shape()[1]);
+  std::ostringstream d;
+  d << "flux2 " << c.num_layers << "+" << c.num_single_layers << " blocks, width " << c.inner_dim() << ", "
+    << hidden.shape()[1] << " image + " << text.shape()[1] << " text tokens";
+  out.work.description = d.str();
+  auto* m = model.get();
+  out.step = [=] { return m->forward(hidden, text, t, g, txt_ids, img_ids); };
+  out.model = std::move(model);
+  return out;
+}
+
 kiln::models::SD3TransformerConfig sd3_random_config(const Options& o) {
   kiln::models::SD3TransformerConfig c = kiln::bench::sd3_medium_shaped_config(o.layers > 0 ? o.layers : 2);
   if (o.tiny) {
@@ -457,7 +537,10 @@ int run(const Options& o) {
     if (o.inputs.empty()) usage("--checkpoint needs --inputs FILE (written by compare.py)");
     in.file = std::make_unique<kiln::io::SafetensorsFile>(o.inputs);
   }
-  Case c = o.model == "flux" ? flux_case(o, in) : o.model == "sd3" ? sd3_case(o, in) : t5_case(o, in);
+  Case c = o.model == "flux"    ? flux_case(o, in)
+           : o.model == "flux2" ? flux2_case(o, in)
+           : o.model == "sd3"   ? sd3_case(o, in)
+                                : t5_case(o, in);
   c.expected = in.expected();
   const double weight_bytes = static_cast<double>(c.model->parameter_bytes(kiln::bfloat16));
 

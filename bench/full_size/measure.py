@@ -8,7 +8,9 @@ seconds per denoising step, each engine in its own process, one after the other 
 
 Engines: `kiln` runs `kiln generate` with no memory flags; `kiln:FLAG[,FLAG...]` adds flags (write `=` for the
 space); `diffusers` runs the pipeline class of model_index.json with torch_dtype=torch.bfloat16 and no offload
-call. Memory is sampled from /proc every 50 ms (RssAnon has no kernel-kept peak); VmHWM is the kernel's peak.
+call; `diffusers:model` / `diffusers:sequential` call enable_model_cpu_offload / enable_sequential_cpu_offload
+with device="cpu" (without it they refuse to run on a host with no accelerator), `diffusers:group-disk` calls
+enable_group_offload(onload_device=cpu, block_level, 1 block per group, offload_to_disk_path under --out). Memory is sampled from /proc every 50 ms (RssAnon has no kernel-kept peak); VmHWM is the kernel's peak.
 --drop-caches empties the page cache before each engine (root), so each starts from disk.
 """
 import argparse
@@ -94,6 +96,19 @@ model, size, steps, seq, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
 t0 = time.time()
 index = json.load(open(model + "/model_index.json"))
 pipe = getattr(diffusers, index["_class_name"]).from_pretrained(model, torch_dtype=torch.bfloat16)
+offload = sys.argv[7]
+# Without an accelerator diffusers' model and sequential offload refuse to run unless given device="cpu", where
+# they move nothing; group offload to disk (offload_to_disk_path) is the one that saves memory on a CPU host.
+if offload == "model":
+    pipe.enable_model_cpu_offload(device="cpu")
+elif offload == "sequential":
+    pipe.enable_sequential_cpu_offload(device="cpu")
+elif offload == "group-disk":
+    import tempfile
+    pipe._kiln_offload_dir = tempfile.mkdtemp(dir=sys.argv[8])
+    pipe.enable_group_offload(onload_device=torch.device("cpu"), offload_device=torch.device("cpu"),
+                              offload_type="block_level", num_blocks_per_group=1,
+                              offload_to_disk_path=pipe._kiln_offload_dir)
 load = time.time() - t0
 stamps = []
 def on_step(p, i, t, kw):
@@ -103,11 +118,13 @@ t1 = time.time()
 kwargs = dict(prompt="a golden retriever surfing a wave", height=size, width=size, num_inference_steps=steps,
               max_sequence_length=seq, generator=torch.Generator("cpu").manual_seed(seed),
               callback_on_step_end=on_step)
-if index["_class_name"] == "FluxPipeline":
-    kwargs["guidance_scale"] = 0.0
+kwargs["guidance_scale"] = 0.0  # as Kiln's --guidance 0: SD3 without classifier-free guidance (one batch)
 image = pipe(**kwargs).images[0]
 image.save(sys.argv[6])
 print("RESULT " + json.dumps({"load_s": load, "stamps": [s - t1 for s in stamps], "total_s": time.time() - t1}))
+if offload == "group-disk":
+    import shutil
+    shutil.rmtree(pipe._kiln_offload_dir, ignore_errors=True)  # the groups' copies: as large as the model
 """
 
 
@@ -141,8 +158,9 @@ def main():
                    "--guidance", "0", "--max-sequence-length", str(args.max_sequence_length), "--seed",
                    str(args.seed), "--dtype", "bf16", "--output", png] + flags
         else:
+            offload = engine.split(":", 1)[1] if ":" in engine else "none"
             cmd = [sys.executable, "-c", DIFFUSERS_CHILD, args.model, str(args.size), str(args.steps),
-                   str(args.max_sequence_length), str(args.seed), png]
+                   str(args.max_sequence_length), str(args.seed), png, offload, args.out]
         rc, wall, lines, s = run_engine(cmd, env, engine)
         if engine.startswith("kiln"):
             load, steps = kiln_timings(lines)
@@ -156,13 +174,26 @@ def main():
         rows.append(dict(engine=engine, rc=rc, wall_s=wall, load_s=load, steps_s=steps,
                          peak_rss_anon_gb=s.peak_anon * 1024 / 1e9, peak_rss_gb=max(s.peak_rss, s.hwm) * 1024 / 1e9,
                          read_gb=s.io.get("read_bytes", 0) / 1e9, rchar_gb=s.io.get("rchar", 0) / 1e9))
-    print("\n| engine | exit | peak RssAnon GB | peak RSS (VmHWM) GB | read from disk GB | load s | s/step | wall s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| engine | exit | peak RssAnon GB | peak RSS (VmHWM) GB | read from disk GB | read GB/s | load s | s/step "
+          "| wall s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         step = "/".join(f"{x:.1f}" for x in r["steps_s"]) or "-"
         load = f"{r['load_s']:.1f}" if r["load_s"] is not None else "-"
+        rate = r["read_gb"] / r["wall_s"] if r["wall_s"] > 0 else 0
         print(f"| {r['engine']} | {r['rc']} | {r['peak_rss_anon_gb']:.2f} | {r['peak_rss_gb']:.2f} | "
-              f"{r['read_gb']:.1f} | {load} | {step} | {r['wall_s']:.0f} |")
+              f"{r['read_gb']:.1f} | {rate:.2f} | {load} | {step} | {r['wall_s']:.0f} |")
+    # Steady-state steps (after the first, which reads the weights from disk) against the first engine's: the
+    # cost of an offload mode where both fit (issue #13's <= 1.3x target for group offload).
+    def steady(r):
+        xs = sorted(r["steps_s"][1:] or r["steps_s"])
+        return xs[len(xs) // 2] if xs else None
+    base = steady(rows[0]) if rows else None
+    if base:
+        print(f"\nmedian steady step / {rows[0]['engine']}'s ({base:.1f} s):")
+        for r in rows:
+            m = steady(r)
+            print(f"  {r['engine']}: " + (f"{m:.1f} s, {m / base:.2f}x" if m else "-"))
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(rows, f, indent=2)
 

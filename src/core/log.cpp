@@ -1,6 +1,7 @@
 #include "kiln/core/log.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -55,7 +56,11 @@ void log(std::string_view topic, const std::string& message) {
   if (h) {
     h(std::string(topic) + ": " + message);
   } else {
-    std::fprintf(stderr, "kiln[%.*s]: %s\n", static_cast<int>(topic.size()), topic.data(), message.c_str());
+    // Seconds since the first message: what moved when (offloading, compiling) reads off the log itself.
+    static const auto first = std::chrono::steady_clock::now();
+    const double at = std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count();
+    std::fprintf(stderr, "kiln[%.*s %8.3fs]: %s\n", static_cast<int>(topic.size()), topic.data(), at,
+                 message.c_str());
   }
 }
 

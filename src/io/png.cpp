@@ -9,6 +9,7 @@
 
 #include "io/atomic_file.h"
 #include "kiln/core/error.h"
+#include "kiln/core/limits.h"
 
 namespace kiln::io {
 
@@ -194,6 +195,10 @@ PngImage read_png(const std::string& path) {
   KILN_CHECK(read_header(png, info, fp.get(), &st), "read_png: " << path << ": " << error.message);
   KILN_CHECK(st.channels >= 1 && st.channels <= 4 && st.row_bytes == size_t{st.width} * st.channels,
              "read_png: " << path << ": unexpected layout after conversion (" << st.channels << " channels)");
+  // The header's size alone decides the allocation below: an absurd one is refused before it.
+  KILN_CHECK(st.width <= limits::kMaxImageSide && st.height <= limits::kMaxImageSide,
+             "read_png: " << path << ": " << st.width << "x" << st.height
+                          << " pixels exceeds the maximum side " << limits::kMaxImageSide);
   PngImage image;
   image.width = static_cast<int>(st.width);
   image.height = static_cast<int>(st.height);

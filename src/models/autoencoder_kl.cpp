@@ -24,6 +24,19 @@ void check_block_types(const io::JsonConfig& f, const char* key, const char* exp
 AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
   const auto f = io::JsonConfig::load(path);
   AutoencoderKLConfig c;
+  const std::string cls = f.get_or<std::string>("_class_name", "AutoencoderKL");
+  KILN_CHECK(cls == "AutoencoderKL" || cls == "AutoencoderKLFlux2",
+             f.where("_class_name") << " is '" << cls << "', expected AutoencoderKL or AutoencoderKLFlux2");
+  c.flux2 = cls == "AutoencoderKLFlux2";
+  if (c.flux2) {
+    c.decoder_block_out_channels = f.get_or<std::vector<int64_t>>("decoder_block_out_channels", {});
+    c.batch_norm_eps = f.get_or<double>("batch_norm_eps", 1e-4);
+    c.patch_size = f.get_or<std::vector<int64_t>>("patch_size", {2, 2});
+    KILN_CHECK(c.patch_size == (std::vector<int64_t>{2, 2}),
+               f.where("patch_size") << ": only 2x2 patches are supported (what the FLUX.2 pipelines use)");
+    KILN_CHECK(c.batch_norm_eps > 0 && c.batch_norm_eps < 1,
+               f.where("batch_norm_eps") << ": expected a value in (0, 1), got " << c.batch_norm_eps);
+  }
   c.in_channels = f.get_or<int64_t>("in_channels", 3);
   c.out_channels = f.get_or<int64_t>("out_channels", 3);
   c.latent_channels = f.get_or<int64_t>("latent_channels", 4);
@@ -55,13 +68,21 @@ AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
                               {"sample_size", c.sample_size, kMaxPositions, 1}});
   for (int64_t ch : c.block_out_channels)
     limits::check_config(path, {{"block_out_channels entry", ch, kMaxWidth, 1}});
+  for (int64_t ch : c.decoder_block_out_channels)
+    limits::check_config(path, {{"decoder_block_out_channels entry", ch, kMaxWidth, 1}});
   KILN_CHECK(f.get_or<std::string>("act_fn", "silu") == "silu", path << ": act_fn must be silu");
   check_block_types(f, "down_block_types", "DownEncoderBlock2D");
   check_block_types(f, "up_block_types", "UpDecoderBlock2D");
-  for (int64_t ch : c.block_out_channels)
-    KILN_CHECK(ch % c.norm_num_groups == 0, path << ": block_out_channels entry " << ch
-                                                 << " is not divisible by norm_num_groups "
-                                                 << c.norm_num_groups);
+  KILN_CHECK(c.decoder_block_out_channels.empty() ||
+                 c.decoder_block_out_channels.size() == c.block_out_channels.size(),
+             path << ": decoder_block_out_channels has " << c.decoder_block_out_channels.size()
+                  << " entries, block_out_channels " << c.block_out_channels.size());
+  KILN_CHECK(c.norm_num_groups > 0, path << ": norm_num_groups must be positive, got " << c.norm_num_groups);
+  for (const auto* list : {&c.block_out_channels, &c.decoder_block_out_channels})
+    for (int64_t ch : *list)
+      KILN_CHECK(ch > 0 && ch % c.norm_num_groups == 0,
+                 path << ": block width " << ch << " is not a positive multiple of norm_num_groups "
+                      << c.norm_num_groups);
   return c;
 }
 
@@ -202,10 +223,10 @@ AutoencoderKL::AutoencoderKL(const AutoencoderKLConfig& c)
       enc_mid_(c.block_out_channels.back(), c.norm_num_groups, c.mid_block_add_attention),
       enc_norm_out_(c.norm_num_groups, c.block_out_channels.back(), kEps),
       enc_conv_out_(c.block_out_channels.back(), 2 * c.latent_channels, 3, 1, 1),
-      dec_conv_in_(c.latent_channels, c.block_out_channels.back(), 3, 1, 1),
-      dec_mid_(c.block_out_channels.back(), c.norm_num_groups, c.mid_block_add_attention),
-      dec_norm_out_(c.norm_num_groups, c.block_out_channels.front(), kEps),
-      dec_conv_out_(c.block_out_channels.front(), c.out_channels, 3, 1, 1) {
+      dec_conv_in_(c.latent_channels, c.decoder_channels().back(), 3, 1, 1),
+      dec_mid_(c.decoder_channels().back(), c.norm_num_groups, c.mid_block_add_attention),
+      dec_norm_out_(c.norm_num_groups, c.decoder_channels().front(), kEps),
+      dec_conv_out_(c.decoder_channels().front(), c.out_channels, 3, 1, 1) {
   const auto& ch = c.block_out_channels;
   const size_t n = ch.size();
   register_module("encoder.conv_in", &enc_conv_in_);
@@ -238,10 +259,11 @@ AutoencoderKL::AutoencoderKL(const AutoencoderKLConfig& c)
   }
   register_module("decoder.conv_in", &dec_conv_in_);
   register_module("decoder.mid_block", &dec_mid_);
-  out = ch[n - 1];
+  const auto& dch = c.decoder_channels();
+  out = dch[n - 1];
   for (size_t i = 0; i < n; ++i) {
     const int64_t in = out;
-    out = ch[n - 1 - i];
+    out = dch[n - 1 - i];
     auto stage = std::make_unique<Stage>();
     const std::string prefix = "decoder.up_blocks." + std::to_string(i);
     for (int64_t j = 0; j <= c.layers_per_block; ++j) {
@@ -414,7 +436,10 @@ AutoencoderKL::LatentDistribution AutoencoderKL::split_moments(const Tensor& mom
 }
 
 std::unique_ptr<AutoencoderKL> load_autoencoder_kl(const std::string& folder, DType dtype) {
-  auto model = std::make_unique<AutoencoderKL>(AutoencoderKLConfig::from_file(folder + "/config.json"));
+  const AutoencoderKLConfig config = AutoencoderKLConfig::from_file(folder + "/config.json");
+  KILN_CHECK(!config.flux2, folder << "/config.json: an AutoencoderKLFlux2 (FLUX.2 VAE); load it with "
+                                      "load_autoencoder_kl_flux2");
+  auto model = std::make_unique<AutoencoderKL>(config);
   nn::CheckpointWeights weights(folder);
   nn::LoadOptions options;
   options.dtype = dtype;

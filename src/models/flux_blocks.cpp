@@ -7,68 +7,16 @@
 
 namespace kiln::models {
 
-namespace {
-
-// LayerNorm(elementwise_affine=False, eps=1e-6), used by every norm of the model.
-constexpr double kLayerNormEps = 1e-6;
-// FluxAttention's QK RMSNorm eps in both block kinds.
-constexpr double kQkNormEps = 1e-6;
-// float16's largest finite value: diffusers clips float16 streams to it so that overflow saturates.
-constexpr double kFloat16Max = 65504.0;
-
-Tensor layer_norm_plain(const Tensor& x) {
-  return layer_norm(x, 1, Tensor(), Tensor(), kLayerNormEps);
-}
-
-// norm(x) * (1 + scale[:, None]) + shift[:, None], rounded op by op as diffusers is.
-Tensor modulate(const Tensor& normed, const Tensor& scale, const Tensor& shift) {
-  return add(mul(normed, add(1.0, scale).unsqueeze(1)), shift.unsqueeze(1));
-}
-
-Tensor clip_if_float16(const Tensor& x) {
-  return x.dtype() == float16 ? clamp(x, -kFloat16Max, kFloat16Max) : x;
-}
-
-}  // namespace
-
-FluxModulation::FluxModulation(int64_t dim, int64_t chunks, const nn::TensorParallel& tp)
-    : linear(dim, chunks * dim, true, nn::column_gathered(tp)), chunks_(chunks) {
-  register_module("linear", &linear);
-}
-
-std::vector<Tensor> FluxModulation::forward(const Tensor& silu_temb) const {
-  return chunk(linear(silu_temb), chunks_, 1);
-}
-
-FluxAdaLayerNormContinuous::FluxAdaLayerNormContinuous(int64_t dim, const nn::TensorParallel& tp)
-    : linear_(dim, 2 * dim, true, nn::column_gathered(tp)) {
-  register_module("linear", &linear_);
-}
-
-Tensor FluxAdaLayerNormContinuous::forward(const Tensor& x, const Tensor& silu_temb) const {
-  const std::vector<Tensor> m = chunk(linear_(silu_temb.to(x.dtype())), 2, 1);
-  return modulate(layer_norm_plain(x), /*scale=*/m[0], /*shift=*/m[1]);
-}
-
-FluxFeedForward::FluxFeedForward(int64_t dim, int64_t hidden, const nn::TensorParallel& tp)
-    : proj_(dim, hidden, true, nn::column(tp)), out_(hidden, dim, true, nn::row(tp)) {
-  register_module("net.0.proj", &proj_);
-  register_module("net.2", &out_);
-}
-
-Tensor FluxFeedForward::forward(const Tensor& x) const {
-  return out_(gelu(proj_(x), GeluApproximate::Tanh));
-}
-
 FluxAttention::FluxAttention(int64_t dim, int64_t heads, int64_t head_dim, bool added_kv, bool pre_only,
-                             const nn::TensorParallel& tp)
+                             const nn::TensorParallel& tp, bool bias, double eps)
     : heads_(tp.split(heads, "FluxTransformer2DModel num_attention_heads")),
       head_dim_(head_dim),
-      norm_q_(head_dim, kQkNormEps),
-      norm_k_(head_dim, kQkNormEps),
-      to_q_(dim, heads * head_dim, true, nn::column(tp)),
-      to_k_(dim, heads * head_dim, true, nn::column(tp)),
-      to_v_(dim, heads * head_dim, true, nn::column(tp)) {
+      // torch.nn.RMSNorm: the weight multiplies in float32 and the result is rounded once to x's dtype.
+      norm_q_(head_dim, eps, true, RmsNormStyle::Torch),
+      norm_k_(head_dim, eps, true, RmsNormStyle::Torch),
+      to_q_(dim, heads * head_dim, bias, nn::column(tp)),
+      to_k_(dim, heads * head_dim, bias, nn::column(tp)),
+      to_v_(dim, heads * head_dim, bias, nn::column(tp)) {
   const int64_t inner = heads * head_dim;
   register_module("norm_q", &norm_q_);
   register_module("norm_k", &norm_k_);
@@ -76,16 +24,16 @@ FluxAttention::FluxAttention(int64_t dim, int64_t heads, int64_t head_dim, bool 
   register_module("to_k", &to_k_);
   register_module("to_v", &to_v_);
   if (!pre_only) {
-    to_out0_ = std::make_unique<nn::Linear>(inner, dim, true, nn::row(tp));
+    to_out0_ = std::make_unique<nn::Linear>(inner, dim, bias, nn::row(tp));
     register_module("to_out.0", to_out0_.get());
   }
   if (added_kv) {
-    norm_added_q_ = std::make_unique<nn::RMSNorm>(head_dim, kQkNormEps);
-    norm_added_k_ = std::make_unique<nn::RMSNorm>(head_dim, kQkNormEps);
-    add_q_proj_ = std::make_unique<nn::Linear>(dim, inner, true, nn::column(tp));
-    add_k_proj_ = std::make_unique<nn::Linear>(dim, inner, true, nn::column(tp));
-    add_v_proj_ = std::make_unique<nn::Linear>(dim, inner, true, nn::column(tp));
-    to_add_out_ = std::make_unique<nn::Linear>(inner, dim, true, nn::row(tp));
+    norm_added_q_ = std::make_unique<nn::RMSNorm>(head_dim, eps, true, RmsNormStyle::Torch);
+    norm_added_k_ = std::make_unique<nn::RMSNorm>(head_dim, eps, true, RmsNormStyle::Torch);
+    add_q_proj_ = std::make_unique<nn::Linear>(dim, inner, bias, nn::column(tp));
+    add_k_proj_ = std::make_unique<nn::Linear>(dim, inner, bias, nn::column(tp));
+    add_v_proj_ = std::make_unique<nn::Linear>(dim, inner, bias, nn::column(tp));
+    to_add_out_ = std::make_unique<nn::Linear>(inner, dim, bias, nn::row(tp));
     register_module("norm_added_q", norm_added_q_.get());
     register_module("norm_added_k", norm_added_k_.get());
     register_module("add_q_proj", add_q_proj_.get());
@@ -100,19 +48,7 @@ Tensor FluxAttention::heads(const nn::Linear& proj, const Tensor& x) const {
 }
 
 Tensor FluxAttention::heads_normed(const nn::Linear& proj, const nn::RMSNorm& norm, const Tensor& x) const {
-  // torch.nn.RMSNorm multiplies by the weight in float32 and rounds once to x's dtype, in one pass.
-  return rms_norm(heads(proj, x), norm.weight, kQkNormEps, RmsNormStyle::Torch);
-}
-
-Tensor FluxAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const FluxRopeTables& rope) const {
-  const int64_t batch = q.size(0), seq = q.size(1);
-  // apply_rope and attention work on [B, H, S, D]; the transposes are views of the [B, S, H, D] projections.
-  const Tensor qr = apply_rope(q.transpose(1, 2), rope.cos, rope.sin, RopeStyle::Interleaved);
-  const Tensor kr = apply_rope(k.transpose(1, 2), rope.cos, rope.sin, RopeStyle::Interleaved);
-  const Tensor out = scaled_dot_product_attention(qr, kr, v.transpose(1, 2));
-  // Head-major features (head * D + d), as hidden_states.flatten(2, 3) gives.
-  return out.transpose(1, 2).reshape({batch, seq, heads_ * head_dim_});
+  return norm(heads(proj, x));
 }
 
 std::pair<Tensor, Tensor> FluxAttention::forward_joint(const Tensor& x, const Tensor& c,
@@ -123,19 +59,20 @@ std::pair<Tensor, Tensor> FluxAttention::forward_joint(const Tensor& x, const Te
   const Tensor k =
       concat({heads_normed(*add_k_proj_, *norm_added_k_, c), heads_normed(to_k_, norm_k_, x)}, 1);
   const Tensor v = concat({heads(*add_v_proj_, c), heads(to_v_, x)}, 1);
-  const Tensor out = attend(q, k, v, rope);
+  const Tensor out = rope_attention(q, k, v, rope.cos, rope.sin);
   const int64_t text = c.size(1), image = x.size(1);
   return {(*to_out0_)(out.narrow(1, text, image)), (*to_add_out_)(out.narrow(1, 0, text))};
 }
 
 Tensor FluxAttention::forward_self(const Tensor& s, const FluxRopeTables& rope) const {
-  return attend(heads_normed(to_q_, norm_q_, s), heads_normed(to_k_, norm_k_, s), heads(to_v_, s), rope);
+  return rope_attention(heads_normed(to_q_, norm_q_, s), heads_normed(to_k_, norm_k_, s), heads(to_v_, s),
+                        rope.cos, rope.sin);
 }
 
 FluxTransformerBlock::FluxTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim,
                                            const nn::TensorParallel& tp)
-    : norm1_(dim, 6, tp),
-      norm1_context_(dim, 6, tp),
+    : norm1_(dim, 6, /*bias=*/true, tp),
+      norm1_context_(dim, 6, /*bias=*/true, tp),
       attn_(dim, heads, head_dim, /*added_kv=*/true, /*pre_only=*/false, tp),
       ff_(dim, 4 * dim, tp),
       ff_context_(dim, 4 * dim, tp) {
@@ -182,7 +119,7 @@ std::pair<Tensor, Tensor> FluxTransformerBlock::forward_eager(const Tensor& x, c
 
 FluxSingleTransformerBlock::FluxSingleTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim,
                                                        int64_t mlp_hidden, const nn::TensorParallel& tp)
-    : norm_(dim, 3, tp),
+    : norm_(dim, 3, /*bias=*/true, tp),
       proj_mlp_(dim, mlp_hidden, true, nn::column(tp)),
       proj_out_(heads * head_dim + mlp_hidden, dim, true, nn::row(tp, {heads * head_dim, mlp_hidden})),
       attn_(dim, heads, head_dim, /*added_kv=*/false, /*pre_only=*/true, tp) {

@@ -1,9 +1,7 @@
-// The blocks of FluxTransformer2DModel with diffusers' parameter names: the adaptive layer norms, the joint
-// attention (FluxAttention + FluxAttnProcessor), the GELU-tanh feed-forward, the double-stream
-// FluxTransformerBlock and the single-stream FluxSingleTransformerBlock.
-//
-// Every block takes silu(temb) rather than temb: each adaptive norm of diffusers computes
-// linear(silu(temb)) from the same temb, so computing the SiLU once per forward gives identical values.
+// The blocks of FluxTransformer2DModel with diffusers' parameter names: the joint attention (FluxAttention +
+// FluxAttnProcessor, also FLUX.2's Flux2Attention), the double-stream FluxTransformerBlock and the
+// single-stream FluxSingleTransformerBlock. The modulations, norms and feed-forward they use are the shared
+// DiT layers (models/dit_layers.h); every block takes silu(temb), computed once per forward.
 #pragma once
 
 #include <cstdint>
@@ -12,56 +10,20 @@
 #include <vector>
 
 #include "kiln/nn/layers.h"
+#include "models/dit_layers.h"
 #include "models/flux_embeddings.h"
 
 namespace kiln::models {
-
-// The modulation projection of AdaLayerNormZero / AdaLayerNormZeroSingle / AdaLayerNormContinuous:
-// linear(silu(temb)) [B, chunks * dim], split into `chunks` views [B, dim] in diffusers' order.
-//
-// Tensor-parallel plan (kiln/nn/tensor_parallel.h), shared by FLUX and SD3: attention projections into heads
-// column-parallel (each rank attends over its own heads), output projections row-parallel; feed-forward in
-// column-, out row-parallel; the modulation and norm_out projections column-parallel and gathered (their
-// [B, chunks * dim] outputs are tiny next to their weights, which are a third of a double block's).
-class FluxModulation : public nn::Module {
- public:
-  FluxModulation(int64_t dim, int64_t chunks, const nn::TensorParallel& tp = {});
-  std::vector<Tensor> forward(const Tensor& silu_temb) const;
-  nn::Linear linear;
-
- private:
-  int64_t chunks_;
-};
-
-// norm_out (AdaLayerNormContinuous, elementwise_affine=False, eps 1e-6): scale comes first in diffusers'
-// files.
-class FluxAdaLayerNormContinuous : public nn::Module {
- public:
-  explicit FluxAdaLayerNormContinuous(int64_t dim, const nn::TensorParallel& tp = {});
-  Tensor forward(const Tensor& x, const Tensor& silu_temb) const;
-
- private:
-  nn::Linear linear_;
-};
-
-// FeedForward(dim, dim_out=dim, activation_fn="gelu-approximate"): net.0.proj -> gelu(tanh) -> net.2.
-class FluxFeedForward : public nn::Module {
- public:
-  FluxFeedForward(int64_t dim, int64_t hidden, const nn::TensorParallel& tp = {});
-  Tensor forward(const Tensor& x) const;
-
- private:
-  nn::Linear proj_, out_;  // registered as net.0.proj and net.2 (net.1 is a parameterless Dropout)
-};
 
 // FluxAttention. With added projections (double-stream blocks) the text stream gets its own q/k/v, QK norms
 // and output projection; without them and pre_only (single-stream blocks) there is no output projection.
 class FluxAttention : public nn::Module {
  public:
   // Under tensor parallelism this rank holds heads / tp.size heads (an error names the model's head count
-  // when it does not divide).
+  // when it does not divide). `bias`: FLUX.1's projections have biases, FLUX.2's have none; `eps` is the QK
+  // norms' (1e-6 in both generations; FLUX.2 reads it from its config).
   FluxAttention(int64_t dim, int64_t heads, int64_t head_dim, bool added_kv, bool pre_only,
-                const nn::TensorParallel& tp = {});
+                const nn::TensorParallel& tp = {}, bool bias = true, double eps = 1e-6);
   // Joint attention of the text stream (first) and the image stream; returns {image out, text out}.
   std::pair<Tensor, Tensor> forward_joint(const Tensor& x, const Tensor& c, const FluxRopeTables& rope) const;
   // Self-attention over one stream (the single-stream blocks); returns [B, S, heads * head_dim], no
@@ -69,11 +31,9 @@ class FluxAttention : public nn::Module {
   Tensor forward_self(const Tensor& s, const FluxRopeTables& rope) const;
 
  private:
-  // [B, S, H, D] head-split q or k after the projection, QK-normed the way torch.nn.RMSNorm rounds.
+  // [B, S, H, D] head-split q or k after the projection, QK-normed (torch.nn.RMSNorm).
   Tensor heads_normed(const nn::Linear& proj, const nn::RMSNorm& norm, const Tensor& x) const;
   Tensor heads(const nn::Linear& proj, const Tensor& x) const;
-  // RoPE, attention and head merge for q, k, v [B, S, H, D] -> [B, S, H * D] (contiguous).
-  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const FluxRopeTables& rope) const;
 
   int64_t heads_, head_dim_;
   nn::RMSNorm norm_q_, norm_k_;
@@ -95,9 +55,9 @@ class FluxTransformerBlock : public nn::Module {
  private:
   std::pair<Tensor, Tensor> forward_eager(const Tensor& x, const Tensor& c, const Tensor& silu_temb,
                                           const FluxRopeTables& rope) const;
-  FluxModulation norm1_, norm1_context_;
+  Modulation norm1_, norm1_context_;
   FluxAttention attn_;
-  FluxFeedForward ff_, ff_context_;
+  GeluTanhFeedForward ff_, ff_context_;
 };
 
 // Single-stream block over the joint sequence s = [text; image] [B, L + N, D].
@@ -112,7 +72,7 @@ class FluxSingleTransformerBlock : public nn::Module {
 
  private:
   Tensor forward_eager(const Tensor& s, const Tensor& silu_temb, const FluxRopeTables& rope) const;
-  FluxModulation norm_;
+  Modulation norm_;
   nn::Linear proj_mlp_, proj_out_;
   FluxAttention attn_;
 };

@@ -27,8 +27,8 @@ Tensor flux_timestep_sinusoid(const Tensor& t, int64_t dim) {
   return concat({cos(args), sin(args)}, 1);
 }
 
-FluxMlpEmbedding::FluxMlpEmbedding(int64_t in_features, int64_t dim, const nn::TensorParallel& tp)
-    : linear_1(in_features, dim, true, nn::column(tp)), linear_2(dim, dim, true, nn::row(tp)) {
+FluxMlpEmbedding::FluxMlpEmbedding(int64_t in_features, int64_t dim, const nn::TensorParallel& tp, bool bias)
+    : linear_1(in_features, dim, bias, nn::column(tp)), linear_2(dim, dim, bias, nn::row(tp)) {
   register_module("linear_1", &linear_1);
   register_module("linear_2", &linear_2);
 }

@@ -17,11 +17,12 @@ namespace kiln::models {
 Tensor flux_timestep_sinusoid(const Tensor& t, int64_t dim);
 
 // linear_1 -> SiLU -> linear_2: TimestepEmbedding (act "silu") and PixArtAlphaTextProjection(act_fn="silu")
-// share this shape and these parameter names.
+// share this shape and these parameter names. FLUX.2's TimestepEmbedding(sample_proj_bias=False) has no
+// biases.
 class FluxMlpEmbedding : public nn::Module {
  public:
   // Under tensor parallelism linear_1 is column- and linear_2 row-parallel (one all-reduce).
-  FluxMlpEmbedding(int64_t in_features, int64_t dim, const nn::TensorParallel& tp = {});
+  FluxMlpEmbedding(int64_t in_features, int64_t dim, const nn::TensorParallel& tp = {}, bool bias = true);
   Tensor forward(const Tensor& x) const;
   nn::Linear linear_1, linear_2;
 };

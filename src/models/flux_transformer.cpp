@@ -50,7 +50,7 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& conf
     register_module("single_transformer_blocks." + std::to_string(i),
                     single_transformer_blocks_.back().get());
   }
-  norm_out_ = std::make_unique<FluxAdaLayerNormContinuous>(dim, tp);
+  norm_out_ = std::make_unique<AdaLayerNormContinuous>(dim, /*bias=*/true, tp);
   register_module("norm_out", norm_out_.get());
   register_module("proj_out", &proj_out_);
 }

@@ -11,25 +11,8 @@ namespace kiln::models {
 
 namespace {
 
-// nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6): norm1.norm, norm2, norm2_context and their context
-// counterparts.
-constexpr double kLayerNormEps = 1e-6;
 // Attention(eps=1e-6) passes this eps to its QK RMSNorms.
 constexpr double kQkNormEps = 1e-6;
-
-Tensor layer_norm_plain(const Tensor& x) {
-  return layer_norm(x, 1, Tensor(), Tensor(), kLayerNormEps);
-}
-
-// normed * (1 + scale[:, None]) + shift[:, None], rounded op by op as diffusers is.
-Tensor modulate(const Tensor& normed, const Tensor& scale, const Tensor& shift) {
-  return add(mul(normed, add(1.0, scale).unsqueeze(1)), shift.unsqueeze(1));
-}
-
-// x + gate[:, None] * y
-Tensor gated_residual(const Tensor& x, const Tensor& gate, const Tensor& y) {
-  return add(x, mul(gate.unsqueeze(1), y));
-}
 
 std::unique_ptr<nn::RMSNorm> make_qk_norm(bool enabled, int64_t head_dim) {
   return enabled ? std::make_unique<nn::RMSNorm>(head_dim, kQkNormEps) : nullptr;
@@ -112,15 +95,15 @@ SD3JointTransformerBlock::SD3JointTransformerBlock(int64_t dim, int64_t heads, i
                                                    const nn::TensorParallel& tp)
     : dual_(dual_attention),
       context_pre_only_(context_pre_only),
-      norm1_(dim, dual_attention ? 9 : 6, tp),
+      norm1_(dim, dual_attention ? 9 : 6, /*bias=*/true, tp),
       attn_(dim, heads, head_dim, qk_norm, /*added_kv=*/true, context_pre_only, tp),
       ff_(dim, 4 * dim, tp) {
   register_module("norm1", &norm1_);
   if (context_pre_only) {
-    norm1_context_continuous_ = std::make_unique<FluxAdaLayerNormContinuous>(dim, tp);
+    norm1_context_continuous_ = std::make_unique<AdaLayerNormContinuous>(dim, /*bias=*/true, tp);
     register_module("norm1_context", norm1_context_continuous_.get());
   } else {
-    norm1_context_ = std::make_unique<FluxModulation>(dim, 6, tp);
+    norm1_context_ = std::make_unique<Modulation>(dim, 6, /*bias=*/true, tp);
     register_module("norm1_context", norm1_context_.get());
   }
   register_module("attn", &attn_);
@@ -131,7 +114,7 @@ SD3JointTransformerBlock::SD3JointTransformerBlock(int64_t dim, int64_t heads, i
   }
   register_module("ff", &ff_);
   if (!context_pre_only) {
-    ff_context_ = std::make_unique<FluxFeedForward>(dim, 4 * dim, tp);
+    ff_context_ = std::make_unique<GeluTanhFeedForward>(dim, 4 * dim, tp);
     register_module("ff_context", ff_context_.get());
   }
 }

@@ -1,8 +1,8 @@
 // The blocks of SD3Transformer2DModel with diffusers' parameter names: the joint attention of the MMDiT
 // (Attention + JointAttnProcessor2_0, optionally with per-head QK RMSNorm), the image-only attn2 of the
 // MMDiT-X blocks, and JointTransformerBlock with its AdaLayerNormZero / SD35AdaLayerNormZeroX /
-// AdaLayerNormContinuous modulations. The projections, feed-forward and continuous norm are those FLUX uses
-// (same names and math).
+// AdaLayerNormContinuous modulations. The modulations, feed-forward and continuous norm are the DiT layers
+// FLUX shares (models/dit_layers.h: same names and math).
 //
 // Blocks take silu(temb): every adaptive norm computes linear(silu(temb)) from the same temb, so the SiLU is
 // computed once per forward (identical values).
@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "kiln/nn/layers.h"
-#include "models/flux_blocks.h"
+#include "models/dit_layers.h"
 
 namespace kiln::models {
 
@@ -58,13 +58,13 @@ class SD3JointTransformerBlock : public nn::Module {
  private:
   std::pair<Tensor, Tensor> forward_eager(const Tensor& x, const Tensor& c, const Tensor& silu_temb) const;
   bool dual_, context_pre_only_;
-  FluxModulation norm1_;
-  std::unique_ptr<FluxModulation> norm1_context_;
-  std::unique_ptr<FluxAdaLayerNormContinuous> norm1_context_continuous_;
+  Modulation norm1_;
+  std::unique_ptr<Modulation> norm1_context_;
+  std::unique_ptr<AdaLayerNormContinuous> norm1_context_continuous_;
   SD3Attention attn_;
   std::unique_ptr<SD3Attention> attn2_;
-  FluxFeedForward ff_;
-  std::unique_ptr<FluxFeedForward> ff_context_;
+  GeluTanhFeedForward ff_;
+  std::unique_ptr<GeluTanhFeedForward> ff_context_;
 };
 
 }  // namespace kiln::models

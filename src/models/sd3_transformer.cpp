@@ -8,7 +8,7 @@
 #include "kiln/nn/weight_file.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/layout.h"
-#include "models/flux_blocks.h"
+#include "models/dit_layers.h"
 #include "models/flux_embeddings.h"
 #include "models/sd3_blocks.h"
 
@@ -45,7 +45,7 @@ SD3Transformer2DModel::SD3Transformer2DModel(const SD3TransformerConfig& config,
         config.is_dual_attention_layer(i), /*context_pre_only=*/i == config.num_layers - 1, tp));
     register_module("transformer_blocks." + std::to_string(i), transformer_blocks_.back().get());
   }
-  norm_out_ = std::make_unique<FluxAdaLayerNormContinuous>(dim, tp);
+  norm_out_ = std::make_unique<AdaLayerNormContinuous>(dim, /*bias=*/true, tp);
   register_module("norm_out", norm_out_.get());
   register_module("proj_out", &proj_out_);
 }

@@ -1,7 +1,5 @@
 #include "kiln/nn/module.h"
 
-#include "kiln/runtime/weight_groups.h"
-
 #include <cxxabi.h>
 
 #include <cstdlib>
@@ -9,6 +7,7 @@
 
 #include "kiln/core/device_runtime.h"
 #include "kiln/ops/layout.h"
+#include "kiln/runtime/weight_groups.h"
 #include "nn/compiled_forward.h"
 #include "runtime/capture.h"
 
@@ -167,7 +166,7 @@ size_t Module::release_weights() {
     if (!t.defined() || !t.storage()->is_file_pages() || !seen.insert(t.storage().get()).second) continue;
     released += t.storage()->bytes();
     t.storage()->clear_derived();
-    t.storage()->evict_file_pages();
+    device_runtime(t.storage()->device()).weight_tier().evict(*t.storage());
   }
   return released;
 }

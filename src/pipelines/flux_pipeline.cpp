@@ -1,14 +1,8 @@
 #include "kiln/pipelines/flux_pipeline.h"
 
-#include <chrono>
-#include <cmath>
 #include <filesystem>
 
-#include "kiln/core/device_runtime.h"
-#include "kiln/core/limits.h"
 #include "kiln/core/log.h"
-#include "kiln/io/model_index.h"
-#include "kiln/io/model_ref.h"
 #include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/clip_text_model.h"
 #include "kiln/models/flux_transformer.h"
@@ -18,7 +12,7 @@
 #include "kiln/schedulers/timestep_shift.h"
 #include "kiln/tokenizers/clip_tokenizer.h"
 #include "kiln/tokenizers/t5_tokenizer.h"
-#include "pipelines/model_offload.h"
+#include "pipelines/pipeline_common.h"
 
 namespace kiln {
 
@@ -30,35 +24,19 @@ FluxPipeline& FluxPipeline::operator=(FluxPipeline&&) noexcept = default;
 FluxPipeline::~FluxPipeline() = default;
 
 FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const PipelineLoadOptions& options) {
-  KILN_CHECK(
-      options.dtype == float32 || options.dtype == bfloat16 || options.dtype == float16,
-      "FluxPipeline: dtype " << dtype_name(options.dtype) << " is not supported (expected f32, bf16 or f16)");
-  io::ResolveOptions resolve;
-  resolve.revision = options.revision;
-  const io::ResolvedModel resolved = io::resolve_model(model, resolve);
-  const io::ModelIndex index = io::load_model_index(resolved.path);
-  KILN_CHECK(index.class_name == "FluxPipeline",
-             index.path << ": pipeline class is '" << index.class_name << "', but this is FluxPipeline");
+  pipelines::PipelineFolder folder(model, options, "FluxPipeline");
+  folder.set_component_count(7);
   auto need = [&](const char* name, const char* cls) {
-    const io::PipelineComponent* c = index.find(name);
-    KILN_CHECK(c != nullptr && c->present(), index.path << ": component '" << name << "' is missing");
-    KILN_CHECK(c->class_name == cls ||
-                   (std::string(cls) == "T5TokenizerFast" && c->class_name == "T5Tokenizer") ||
-                   (std::string(cls) == "CLIPTokenizer" && c->class_name == "CLIPTokenizerFast"),
-               index.path << ": component '" << name << "' is a " << c->class_name << ", expected " << cls);
-    const std::string dir = (fs::path(resolved.path) / name).string();
-    KILN_CHECK(fs::is_directory(dir), index.path << ": component folder '" << dir << "' does not exist");
-    return dir;
+    // The slow and fast tokenizer classes read the same files.
+    if (std::string(cls) == "T5TokenizerFast") return folder.need(name, {cls, "T5Tokenizer"});
+    if (std::string(cls) == "CLIPTokenizer") return folder.need(name, {cls, "CLIPTokenizerFast"});
+    return folder.need(name, {cls});
   };
   FluxPipeline pipe;
-  pipe.path_ = resolved.path;
+  pipe.path_ = folder.path();
   pipe.name_ = model;
   pipe.dtype_ = options.dtype;
-  const int count = 7;
-  int loaded = 0;
-  auto done = [&](const char* name) {
-    if (options.on_component_loaded) options.on_component_loaded(name, ++loaded, count);
-  };
+  auto done = [&](const char* name) { folder.loaded(name); };
   pipe.scheduler_ = std::make_unique<FlowMatchEulerDiscreteScheduler>(
       FlowMatchEulerDiscreteScheduler::from_pretrained(need("scheduler", "FlowMatchEulerDiscreteScheduler")));
   done("scheduler");
@@ -82,7 +60,7 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
     KILN_CHECK(options.parallel_config.count("transformer") == 0,
                "FluxPipeline: a single-file transformer cannot be split across ranks yet; load it without "
                "tensor parallelism or from a diffusers folder");
-    const fs::path config = fs::path(resolved.path) / "transformer" / "config.json";
+    const fs::path config = fs::path(folder.path()) / "transformer" / "config.json";
     pipe.transformer_ = models::FluxTransformer2DModel::from_single_file(
         options.transformer_file,
         {.config = fs::is_regular_file(config) ? config.string() : "", .dtype = options.dtype});
@@ -90,12 +68,7 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", "AutoencoderKL"), options.dtype);
   done("vae");
-  pipe.weight_packing_ =
-      apply_weight_packing(static_cast<int64_t>(pipe.text_encoder_->parameter_bytes(options.dtype) +
-                                                pipe.text_encoder_2_->parameter_bytes(options.dtype) +
-                                                pipe.transformer_->parameter_bytes(options.dtype) +
-                                                pipe.vae_->parameter_bytes(options.dtype)),
-                           options.packed_weight_budget);
+  pipe.plan_weight_packing(options.packed_weight_budget);
   const auto& tc = pipe.transformer_->config();
   KILN_CHECK(tc.joint_attention_dim == pipe.text_encoder_2_->config().d_model,
              pipe.path_ << ": transformer joint_attention_dim " << tc.joint_attention_dim
@@ -169,40 +142,25 @@ Tensor FluxPipeline::decode_latents(const Tensor& latents, int64_t height, int64
   const auto& vc = vae_->config();
   // diffusers: latents / scaling_factor + shift_factor, in the latents' dtype.
   const Tensor z = add(div(unpacked, vc.scaling_factor), vc.shift_factor);
-  const Tensor image = vae_->decode(z);
-  // VaeImageProcessor.postprocess: (x * 0.5 + 0.5).clamp(0, 1) in the tensor's dtype, then NHWC float32.
-  const Tensor denorm = clamp(add(mul(image, 0.5), 0.5), 0.0, 1.0);
-  return denorm.permute({0, 2, 3, 1}).to(float32).contiguous();
+  return pipelines::postprocess(vae_->decode(z));
 }
 
 void FluxPipeline::check_call(const FluxPipelineCall& call) const {
-  limits::check_range("FluxPipeline: height", call.height, 1, limits::kMaxImageSide);
-  limits::check_range("FluxPipeline: width", call.width, 1, limits::kMaxImageSide);
-  limits::check_prompt_size("FluxPipeline: prompt", call.prompt);
-  if (call.prompt_2) limits::check_prompt_size("FluxPipeline: prompt_2", *call.prompt_2);
-  const int64_t multiple = vae_->config().scale_factor() * 2;
-  KILN_CHECK(call.height > 0 && call.width > 0 && call.height % multiple == 0 && call.width % multiple == 0,
-             "FluxPipeline: height and width must be positive multiples of "
-                 << multiple << ", got " << call.height << "x" << call.width);
-  KILN_CHECK(
-      call.num_inference_steps >= 1 && call.num_inference_steps <= 1000,
-      "FluxPipeline: num_inference_steps must be between 1 and 1000, got " << call.num_inference_steps);
-  KILN_CHECK(call.max_sequence_length >= 1 && call.max_sequence_length <= 512,
-             "FluxPipeline: max_sequence_length must be between 1 and 512, got " << call.max_sequence_length);
-  KILN_CHECK(
-      call.num_images_per_prompt >= 1 && call.num_images_per_prompt <= 64,
-      "FluxPipeline: num_images_per_prompt must be between 1 and 64, got " << call.num_images_per_prompt);
-  KILN_CHECK(std::isfinite(call.guidance_scale) && call.guidance_scale >= 0,
-             "FluxPipeline: guidance_scale must be a finite value >= 0, got " << call.guidance_scale);
+  const char* name = "FluxPipeline";
+  pipelines::check_image_size(name, call.height, call.width, vae_->config().scale_factor() * 2);
+  pipelines::check_steps(name, call.num_inference_steps);
+  pipelines::check_prompt_size(name, "prompt", call.prompt);
+  if (call.prompt_2) pipelines::check_prompt_size(name, "prompt_2", *call.prompt_2);
+  pipelines::check_max_sequence_length(name, call.max_sequence_length);
+  pipelines::check_images_per_prompt(name, call.num_images_per_prompt);
+  pipelines::check_guidance_scale(name, call.guidance_scale);
 }
 
 PipelineOutput FluxPipeline::operator()(const FluxPipelineCall& call) {
   check_call(call);
   const PromptEmbeddings prompt =
       encode_prompt(call.prompt, call.prompt_2, call.num_images_per_prompt, call.max_sequence_length);
-  if (model_cpu_offload_)
-    pipelines::release_after_use(
-        {{"text_encoder", text_encoder_.get()}, {"text_encoder_2", text_encoder_2_.get()}});
+  release_after_use({{"text_encoder", text_encoder_.get()}, {"text_encoder_2", text_encoder_2_.get()}});
   Generator generator = call.generator ? *call.generator : Generator();
   const uint64_t seed = generator.initial_seed();
   const int64_t batch = call.num_images_per_prompt;
@@ -218,40 +176,25 @@ PipelineOutput FluxPipeline::operator()(const FluxPipelineCall& call) {
   if (transformer_->config().guidance_embeds)
     guidance = Tensor::full({batch}, static_cast<double>(call.guidance_scale), float32);
 
-  const auto& timesteps = scheduler_->timesteps();
-  for (size_t i = 0; i < timesteps.size(); ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
-    const Tensor t = div(Tensor::full({batch}, timesteps[i], float32).to(latents.dtype()), 1000.0);
-    const Tensor velocity = transformer_->forward(latents, prompt.prompt_embeds, prompt.pooled_prompt_embeds,
-                                                  t, guidance, prompt.text_ids, image_ids);
-    latents = scheduler_->step(velocity, static_cast<int>(i), latents);
-    synchronize(latents.device());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (call.on_step_end) call.on_step_end(static_cast<int>(i), static_cast<int>(timesteps.size()), seconds);
-  }
+  pipelines::denoise(
+      *scheduler_, latents,
+      [&](const Tensor& x, int, float timestep) {
+        // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
+        const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
+        return transformer_->forward(x, prompt.prompt_embeds, prompt.pooled_prompt_embeds, t, guidance,
+                                     prompt.text_ids, image_ids);
+      },
+      call.on_step_end);
 
-  if (model_cpu_offload_) pipelines::release_after_use({{"transformer", transformer_.get()}});
+  release_after_use({{"transformer", transformer_.get()}});
   const Tensor images = decode_latents(latents, call.height, call.width);
-  if (model_cpu_offload_) pipelines::release_after_use({{"vae", vae_.get()}});
-  PipelineOutput out;
-  for (int64_t b = 0; b < batch; ++b) {
-    Image image = Image::from_float(images.select(0, b));
-    image.metadata = {{"prompt", call.prompt},
-                      {"model", name_},
-                      {"pipeline", "FluxPipeline"},
-                      {"seed", std::to_string(seed)},
-                      {"steps", std::to_string(call.num_inference_steps)},
-                      {"guidance_scale", std::to_string(call.guidance_scale)},
-                      {"height", std::to_string(call.height)},
-                      {"width", std::to_string(call.width)},
-                      {"max_sequence_length", std::to_string(call.max_sequence_length)},
-                      {"dtype", std::string(dtype_name(dtype_))},
-                      {"software", "Kiln"}};
-    if (call.prompt_2) image.metadata["prompt_2"] = *call.prompt_2;
-    out.images.push_back(std::move(image));
-  }
-  return out;
+  release_after_use({{"vae", vae_.get()}});
+  auto metadata = pipelines::common_metadata(name_, "FluxPipeline", seed, call.num_inference_steps,
+                                             call.guidance_scale, call.height, call.width, dtype_);
+  metadata["prompt"] = call.prompt;
+  metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
+  if (call.prompt_2) metadata["prompt_2"] = *call.prompt_2;
+  return {pipelines::to_images(images, metadata)};
 }
 
 std::vector<std::pair<std::string, nn::Module*>> FluxPipeline::components() const {
@@ -261,27 +204,8 @@ std::vector<std::pair<std::string, nn::Module*>> FluxPipeline::components() cons
           {"vae", vae_.get()}};
 }
 
-void FluxPipeline::enable_sequential_cpu_offload(int64_t resident_bytes) {
-  model_cpu_offload_ = pipelines::apply_offload(
-      {.mode = OffloadMode::Sequential, .budget = std::max<int64_t>(resident_bytes, 0)}, components());
-}
-
-void FluxPipeline::enable_group_offload(const GroupOffloadOptions& options) {
-  model_cpu_offload_ = pipelines::apply_offload({.mode = OffloadMode::Group, .group = options}, components());
-}
-
-OffloadPlan FluxPipeline::set_memory_budget(int64_t bytes) {
-  const OffloadPlan plan = plan_offload(components(), bytes);
-  model_cpu_offload_ = pipelines::apply_offload(plan, components());
-  return plan;
-}
-
-void FluxPipeline::enable_vae_tiling(int64_t tile_size) {
-  vae_->enable_tiling({.tile_sample_min_size = tile_size});
-}
-
-void FluxPipeline::disable_vae_tiling() {
-  vae_->disable_tiling();
+models::AutoencoderKL& FluxPipeline::vae_model() const {
+  return *vae_;
 }
 
 }  // namespace kiln

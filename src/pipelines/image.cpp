@@ -13,6 +13,17 @@ void Image::save(const std::string& path) const {
   io::write_png(path, pixels, width, height, channels, metadata);
 }
 
+Image Image::load(const std::string& path) {
+  io::PngImage png = io::read_png(path);
+  Image image;
+  image.width = png.width;
+  image.height = png.height;
+  image.channels = png.channels;
+  image.pixels = std::move(png.pixels);
+  image.metadata = std::move(png.text);
+  return image;
+}
+
 Image Image::from_float(const Tensor& hwc) {
   KILN_CHECK(hwc.dim() == 3 && (hwc.size(2) == 1 || hwc.size(2) == 3 || hwc.size(2) == 4),
              "Image::from_float: expected [height, width, channels] with 1, 3 or 4 channels, got "

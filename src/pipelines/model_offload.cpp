@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
 #include "kiln/core/log.h"
 #include "kiln/ops/linalg.h"
@@ -16,6 +17,7 @@ namespace kiln::pipelines {
 void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>> components) {
   for (const auto& [name, module] : components) {
     if (module == nullptr) continue;
+    synchronize(cpu);  // the component's queued work first: the time logged is the release's own
     const auto start = std::chrono::steady_clock::now();
     const size_t bytes = module->release_weights();
     if (log_enabled("offload")) {
@@ -29,9 +31,26 @@ void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>
   }
 }
 
+Device offload_compute_device(std::optional<Device> requested) {
+  if (!requested) return default_compute_device();
+  device_runtime(*requested);  // throws, naming the device, when this build has no backend for it
+  return *requested;
+}
+
+void clear_offload(const WeightPackingPlan& packing) {
+  clear_weight_groups();
+  set_resident_weight_budget(std::nullopt);
+  set_packed_weight_budget(packing.budget);
+}
+
 bool apply_offload(const OffloadPlan& plan, const NamedComponents& components) {
   if (log_enabled("offload")) log("offload", plan.describe());
   clear_weight_groups();
+  // A pipeline that already ran holds packed copies and mapped pages the new budget does not allow: the
+  // offloaded state starts from nothing held (the budgets below only govern what is brought in later).
+  if (plan.mode != OffloadMode::None)
+    for (const auto& [name, module] : components)
+      if (module != nullptr) module->release_weights();
   switch (plan.mode) {
     case OffloadMode::None:
       set_resident_weight_budget(std::nullopt);
@@ -169,6 +188,11 @@ int64_t group_peak(const BlockLayout& layout, int per_group, bool prefetch, int6
 }
 
 }  // namespace
+
+Device default_compute_device() {
+  // The accelerators come first once a backend for one is built in; today only the CPU has one.
+  return cpu;
+}
 
 const char* offload_mode_name(OffloadMode mode) {
   switch (mode) {

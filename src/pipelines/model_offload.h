@@ -5,12 +5,14 @@
 #pragma once
 
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kiln/nn/module.h"
 #include "kiln/pipelines/offload.h"
+#include "kiln/pipelines/weight_packing.h"
 #include "kiln/runtime/weight_groups.h"
 
 namespace kiln::pipelines {
@@ -19,6 +21,14 @@ namespace kiln::pipelines {
 void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>> components);
 
 using NamedComponents = std::vector<std::pair<std::string, nn::Module*>>;
+
+// The device an offload call computes on: `requested`, checked to have a backend in this build, else
+// default_compute_device().
+Device offload_compute_device(std::optional<Device> requested);
+
+// Turns group and sequential offloading off and packs weights as `packing` (the plan made when loading
+// ended) says: what pipe.to(device) and enable_model_cpu_offload start from.
+void clear_offload(const WeightPackingPlan& packing);
 
 // Sets the process-wide budgets a plan needs (packed copies, resident mapped weights) and, for group
 // offload, registers the components' groups of blocks; returns whether the pipeline must also release each

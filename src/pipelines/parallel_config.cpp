@@ -11,9 +11,9 @@ nn::TensorParallel PipelineLoadOptions::tensor_parallel_for(
     for (const std::string& s : splittable) known = known || s == name;
     KILN_CHECK(known, "parallel_config: component '"
                           << name
-                          << "' cannot be split over ranks (the text encoders other than T5 and the VAE "
-                          << "stay replicated); tensor parallelism applies to the transformer and the T5 "
-                          << "encoder");
+                          << "' cannot be split over ranks (CLIP and the VAE stay replicated); tensor "
+                          << "parallelism applies to the transformer and the large text encoder (T5; "
+                          << "FLUX.2's Mistral 3 / Qwen3)");
   }
   auto it = parallel_config.find(component);
   return it == parallel_config.end() ? nn::TensorParallel{} : it->second.layers();

@@ -1,14 +1,9 @@
 #include "kiln/pipelines/sd3_pipeline.h"
 
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 
-#include "kiln/core/device_runtime.h"
-#include "kiln/core/limits.h"
 #include "kiln/core/log.h"
-#include "kiln/io/model_index.h"
-#include "kiln/io/model_ref.h"
 #include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/clip_text_model.h"
 #include "kiln/models/sd3_transformer.h"
@@ -18,7 +13,7 @@
 #include "kiln/schedulers/timestep_shift.h"
 #include "kiln/tokenizers/clip_tokenizer.h"
 #include "kiln/tokenizers/t5_tokenizer.h"
-#include "pipelines/model_offload.h"
+#include "pipelines/pipeline_common.h"
 
 namespace kiln {
 
@@ -50,44 +45,22 @@ StableDiffusion3Pipeline::~StableDiffusion3Pipeline() = default;
 
 StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::string& model,
                                                                    const PipelineLoadOptions& options) {
-  KILN_CHECK(
-      options.dtype == float32 || options.dtype == bfloat16 || options.dtype == float16,
-      kName << ": dtype " << dtype_name(options.dtype) << " is not supported (expected f32, bf16 or f16)");
-  io::ResolveOptions resolve;
-  resolve.revision = options.revision;
-  const io::ResolvedModel resolved = io::resolve_model(model, resolve);
-  const io::ModelIndex index = io::load_model_index(resolved.path);
-  KILN_CHECK(index.class_name == kName,
-             index.path << ": pipeline class is '" << index.class_name << "', but this is " << kName);
-  auto present = [&](const char* name) {
-    const io::PipelineComponent* c = index.find(name);
-    return c != nullptr && c->present();
-  };
+  pipelines::PipelineFolder folder(model, options, kName);
+  auto present = [&](const char* name) { return folder.present(name); };
   auto need = [&](const char* name, std::initializer_list<const char*> classes) {
-    const io::PipelineComponent* c = index.find(name);
-    KILN_CHECK(c != nullptr && c->present(), index.path << ": component '" << name << "' is missing");
-    bool known = false;
-    for (const char* cls : classes) known = known || c->class_name == cls;
-    KILN_CHECK(known, index.path << ": component '" << name << "' is a " << c->class_name << ", expected "
-                                 << *classes.begin());
-    const std::string dir = (fs::path(resolved.path) / name).string();
-    KILN_CHECK(fs::is_directory(dir), index.path << ": component folder '" << dir << "' does not exist");
-    return dir;
+    return folder.need(name, classes);
   };
   const bool with_t5 = present("text_encoder_3");
   KILN_CHECK(with_t5 == present("tokenizer_3"),
-             index.path << ": text_encoder_3 and tokenizer_3 must both be present or both absent");
+             folder.index().path << ": text_encoder_3 and tokenizer_3 must both be present or both absent");
 
   StableDiffusion3Pipeline pipe;
-  pipe.path_ = resolved.path;
+  pipe.path_ = folder.path();
   pipe.name_ = model;
   pipe.dtype_ = options.dtype;
-  const int count = with_t5 ? 9 : 7;
-  int loaded = 0;
+  folder.set_component_count(with_t5 ? 9 : 7);
   const std::vector<std::string> splittable = {"transformer", "text_encoder_3"};
-  auto done = [&](const char* name) {
-    if (options.on_component_loaded) options.on_component_loaded(name, ++loaded, count);
-  };
+  auto done = [&](const char* name) { folder.loaded(name); };
   pipe.scheduler_ =
       std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
           need("scheduler", {"FlowMatchEulerDiscreteScheduler"})));
@@ -124,19 +97,13 @@ StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::st
         "StableDiffusion3Pipeline: a single-file transformer cannot be split across ranks yet; load it "
         "without tensor parallelism or from a diffusers folder");
     pipe.transformer_ = models::SD3Transformer2DModel::from_single_file(
-        options.transformer_file, (fs::path(resolved.path) / "transformer" / "config.json").string(),
+        options.transformer_file, (fs::path(folder.path()) / "transformer" / "config.json").string(),
         options.dtype);
   }
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", {"AutoencoderKL"}), options.dtype);
   done("vae");
-  pipe.weight_packing_ = apply_weight_packing(
-      static_cast<int64_t>(pipe.text_encoder_->parameter_bytes(options.dtype) +
-                           pipe.text_encoder_2_->parameter_bytes(options.dtype) +
-                           (with_t5 ? pipe.text_encoder_3_->parameter_bytes(options.dtype) : 0) +
-                           pipe.transformer_->parameter_bytes(options.dtype) +
-                           pipe.vae_->parameter_bytes(options.dtype)),
-      options.packed_weight_budget);
+  pipe.plan_weight_packing(options.packed_weight_budget);
 
   const auto& tc = pipe.transformer_->config();
   const auto& l = pipe.text_encoder_->config();
@@ -273,9 +240,7 @@ Tensor StableDiffusion3Pipeline::decode_latents(const Tensor& latents) const {
   // diffusers: latents / scaling_factor + shift_factor, in the latents' dtype (the VAE runs in its load
   // dtype; this pipeline does not upcast it).
   const Tensor image = vae_->decode(add(div(latents, vc.scaling_factor), vc.shift_factor));
-  // VaeImageProcessor.postprocess: (x / 2 + 0.5).clamp(0, 1) in the tensor's dtype, then NHWC float32.
-  const Tensor denorm = clamp(add(div(image, 2.0), 0.5), 0.0, 1.0);
-  return denorm.permute({0, 2, 3, 1}).to(float32).contiguous();
+  return pipelines::postprocess(image);
 }
 
 StableDiffusion3PipelineCall StableDiffusion3Pipeline::resolved(
@@ -283,32 +248,24 @@ StableDiffusion3PipelineCall StableDiffusion3Pipeline::resolved(
   StableDiffusion3PipelineCall c = call;
   if (c.height == 0) c.height = default_image_size();
   if (c.width == 0) c.width = default_image_size();
-  limits::check_range(std::string(kName) + ": height", c.height, 1, limits::kMaxImageSide);
-  limits::check_range(std::string(kName) + ": width", c.width, 1, limits::kMaxImageSide);
-  limits::check_prompt_size(std::string(kName) + ": prompt", c.prompt);
+  pipelines::check_prompt_size(kName, "prompt", c.prompt);
   for (const auto& [name, text] : {std::pair{"prompt_2", &c.prompt_2},
                                    {"prompt_3", &c.prompt_3},
                                    {"negative_prompt", &c.negative_prompt},
                                    {"negative_prompt_2", &c.negative_prompt_2},
                                    {"negative_prompt_3", &c.negative_prompt_3}})
-    if (*text) limits::check_prompt_size(std::string(kName) + ": " + name, **text);
+    if (*text) pipelines::check_prompt_size(kName, name, **text);
   const int64_t multiple = vae_->config().scale_factor() * transformer_->config().patch_size;
-  KILN_CHECK(c.height > 0 && c.width > 0 && c.height % multiple == 0 && c.width % multiple == 0,
-             kName << ": height and width must be positive multiples of " << multiple << ", got " << c.height
-                   << "x" << c.width);
+  pipelines::check_image_size(kName, c.height, c.width, multiple);
   const int64_t max_side = transformer_->config().pos_embed_max_size * multiple;
   KILN_CHECK(c.height <= max_side && c.width <= max_side,
              kName << ": " << c.height << "x" << c.width
                    << " is larger than this transformer's position table allows (" << max_side
                    << " pixels per side)");
-  KILN_CHECK(c.num_inference_steps >= 1 && c.num_inference_steps <= 1000,
-             kName << ": num_inference_steps must be between 1 and 1000, got " << c.num_inference_steps);
-  KILN_CHECK(c.max_sequence_length >= 1 && c.max_sequence_length <= 512,
-             kName << ": max_sequence_length must be between 1 and 512, got " << c.max_sequence_length);
-  KILN_CHECK(c.num_images_per_prompt >= 1 && c.num_images_per_prompt <= 64,
-             kName << ": num_images_per_prompt must be between 1 and 64, got " << c.num_images_per_prompt);
-  KILN_CHECK(std::isfinite(c.guidance_scale) && c.guidance_scale >= 0,
-             kName << ": guidance_scale must be a finite value >= 0, got " << c.guidance_scale);
+  pipelines::check_steps(kName, c.num_inference_steps);
+  pipelines::check_max_sequence_length(kName, c.max_sequence_length);
+  pipelines::check_images_per_prompt(kName, c.num_images_per_prompt);
+  pipelines::check_guidance_scale(kName, c.guidance_scale);
   KILN_CHECK(std::isfinite(c.skip_layer_guidance_scale) && std::isfinite(c.skip_layer_guidance_start) &&
                  std::isfinite(c.skip_layer_guidance_stop),
              kName << ": the skip-layer guidance scale, start and stop must be finite");
@@ -322,10 +279,9 @@ StableDiffusion3PipelineCall StableDiffusion3Pipeline::resolved(
 PipelineOutput StableDiffusion3Pipeline::operator()(const StableDiffusion3PipelineCall& request) {
   const StableDiffusion3PipelineCall call = resolved(request);
   const PromptEmbeddings prompt = encode_prompt(call);
-  if (model_cpu_offload_)
-    pipelines::release_after_use({{"text_encoder", text_encoder_.get()},
-                                  {"text_encoder_2", text_encoder_2_.get()},
-                                  {"text_encoder_3", text_encoder_3_.get()}});
+  release_after_use({{"text_encoder", text_encoder_.get()},
+                     {"text_encoder_2", text_encoder_2_.get()},
+                     {"text_encoder_3", text_encoder_3_.get()}});
   Generator generator = call.generator ? *call.generator : Generator();
   const uint64_t seed = generator.initial_seed();
   const int64_t batch = call.num_images_per_prompt;
@@ -340,45 +296,29 @@ PipelineOutput StableDiffusion3Pipeline::operator()(const StableDiffusion3Pipeli
                          sc.max_image_seq_len, sc.base_shift.value_or(0.5), sc.max_shift.value_or(1.16));
   }
   scheduler_->set_timesteps(call.num_inference_steps, std::nullopt, mu);
+  pipelines::denoise(
+      *scheduler_, latents,
+      [&](const Tensor& x, int step, float timestep) {
+        return predict_velocity(x, timestep, step, prompt, call);
+      },
+      call.on_step_end);
 
-  const auto& timesteps = scheduler_->timesteps();
-  for (size_t i = 0; i < timesteps.size(); ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    const Tensor velocity = predict_velocity(latents, timesteps[i], static_cast<int>(i), prompt, call);
-    latents = scheduler_->step(velocity, static_cast<int>(i), latents);
-    synchronize(latents.device());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (call.on_step_end) call.on_step_end(static_cast<int>(i), static_cast<int>(timesteps.size()), seconds);
-  }
-
-  if (model_cpu_offload_) pipelines::release_after_use({{"transformer", transformer_.get()}});
+  release_after_use({{"transformer", transformer_.get()}});
   const Tensor images = decode_latents(latents);
-  if (model_cpu_offload_) pipelines::release_after_use({{"vae", vae_.get()}});
-  PipelineOutput out;
-  for (int64_t b = 0; b < batch; ++b) {
-    Image image = Image::from_float(images.select(0, b));
-    image.metadata = {{"prompt", call.prompt},
-                      {"model", name_},
-                      {"pipeline", kName},
-                      {"seed", std::to_string(seed)},
-                      {"steps", std::to_string(call.num_inference_steps)},
-                      {"guidance_scale", std::to_string(call.guidance_scale)},
-                      {"height", std::to_string(call.height)},
-                      {"width", std::to_string(call.width)},
-                      {"max_sequence_length", std::to_string(call.max_sequence_length)},
-                      {"dtype", std::string(dtype_name(dtype_))},
-                      {"software", "Kiln"}};
-    if (call.guidance_scale > 1.0f) image.metadata["negative_prompt"] = call.negative_prompt.value_or("");
-    if (call.prompt_2) image.metadata["prompt_2"] = *call.prompt_2;
-    if (call.prompt_3) image.metadata["prompt_3"] = *call.prompt_3;
-    if (!call.skip_guidance_layers.empty()) {
-      std::string layers;
-      for (int64_t l : call.skip_guidance_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
-      image.metadata["skip_guidance_layers"] = layers;
-    }
-    out.images.push_back(std::move(image));
+  release_after_use({{"vae", vae_.get()}});
+  auto metadata = pipelines::common_metadata(name_, kName, seed, call.num_inference_steps,
+                                             call.guidance_scale, call.height, call.width, dtype_);
+  metadata["prompt"] = call.prompt;
+  metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
+  if (call.guidance_scale > 1.0f) metadata["negative_prompt"] = call.negative_prompt.value_or("");
+  if (call.prompt_2) metadata["prompt_2"] = *call.prompt_2;
+  if (call.prompt_3) metadata["prompt_3"] = *call.prompt_3;
+  if (!call.skip_guidance_layers.empty()) {
+    std::string layers;
+    for (int64_t l : call.skip_guidance_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+    metadata["skip_guidance_layers"] = layers;
   }
-  return out;
+  return {pipelines::to_images(images, metadata)};
 }
 
 std::vector<std::pair<std::string, nn::Module*>> StableDiffusion3Pipeline::components() const {
@@ -389,27 +329,8 @@ std::vector<std::pair<std::string, nn::Module*>> StableDiffusion3Pipeline::compo
           {"vae", vae_.get()}};
 }
 
-void StableDiffusion3Pipeline::enable_sequential_cpu_offload(int64_t resident_bytes) {
-  model_cpu_offload_ = pipelines::apply_offload(
-      {.mode = OffloadMode::Sequential, .budget = std::max<int64_t>(resident_bytes, 0)}, components());
-}
-
-void StableDiffusion3Pipeline::enable_group_offload(const GroupOffloadOptions& options) {
-  model_cpu_offload_ = pipelines::apply_offload({.mode = OffloadMode::Group, .group = options}, components());
-}
-
-OffloadPlan StableDiffusion3Pipeline::set_memory_budget(int64_t bytes) {
-  const OffloadPlan plan = plan_offload(components(), bytes);
-  model_cpu_offload_ = pipelines::apply_offload(plan, components());
-  return plan;
-}
-
-void StableDiffusion3Pipeline::enable_vae_tiling(int64_t tile_size) {
-  vae_->enable_tiling({.tile_sample_min_size = tile_size});
-}
-
-void StableDiffusion3Pipeline::disable_vae_tiling() {
-  vae_->disable_tiling();
+models::AutoencoderKL& StableDiffusion3Pipeline::vae_model() const {
+  return *vae_;
 }
 
 }  // namespace kiln

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "kiln/core/device_runtime.h"
 #include "kiln/core/log.h"
 
 namespace kiln {
@@ -58,7 +59,7 @@ class Prefetcher {
       size_t bytes = 0;
       for (const auto& storage : work) {
         if (cancel_.load()) break;
-        bytes += storage->prefetch_resident_pages(cancel_);
+        bytes += device_runtime(storage->device()).weight_tier().bring_in(*storage, cancel_);
       }
       bytes_done_ += static_cast<int64_t>(bytes);
       if (log_enabled("offload")) {
@@ -198,7 +199,7 @@ class WeightGroups {
 
   void send_out(int g) {
     for (const auto& weak : groups_[g].storages)
-      if (auto s = weak.lock()) s->drop_resident_pages();
+      if (auto s = weak.lock()) device_runtime(s->device()).weight_tier().send_out(*s);
     ++stats_.released;
   }
 

@@ -1,5 +1,6 @@
 #include "tokenizers/bpe_model.h"
 
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <queue>
@@ -16,8 +17,9 @@ uint64_t pair_key(int64_t a, int64_t b) {
 
 BpeModel::BpeModel(std::unordered_map<std::string, int64_t> vocab,
                    const std::vector<std::pair<std::string, std::string>>& merges,
-                   std::string end_of_word_suffix, std::optional<int64_t> unk_id, const std::string& source)
-    : vocab_(std::move(vocab)), suffix_(std::move(end_of_word_suffix)), unk_id_(unk_id) {
+                   std::string end_of_word_suffix, std::optional<int64_t> unk_id, const std::string& source,
+                   BpeOptions options)
+    : vocab_(std::move(vocab)), suffix_(std::move(end_of_word_suffix)), unk_id_(unk_id), options_(options) {
   for (const auto& [token, id] : vocab_) {
     KILN_CHECK(id >= 0 && id <= std::numeric_limits<uint32_t>::max(),
                source << ": token \"" << token << "\" has id " << id << ", expected 0..2^32-1");
@@ -40,7 +42,12 @@ int64_t BpeModel::id_of(std::string_view token) const {
 
 std::vector<int64_t> BpeModel::merge_word(std::string_view word) const {
   std::vector<int64_t> symbols;
+  if (options_.ignore_merges) {
+    const int64_t whole = id_of(word);  // the word as it is, as HF looks it up
+    if (whole >= 0) return {whole};
+  }
   std::string unit;
+  bool previous_unk = false;
   for (size_t pos = 0; pos < word.size();) {
     const size_t start = pos;
     unicode::next_code_point(word, pos, "BPE model");
@@ -49,11 +56,27 @@ std::vector<int64_t> BpeModel::merge_word(std::string_view word) const {
     const int64_t id = id_of(unit);
     if (id >= 0) {
       symbols.push_back(id);
-    } else {
-      KILN_CHECK(unk_id_.has_value(),
-                 "BPE model: symbol \"" << unit << "\" is not in the vocabulary and no unk token is set");
-      symbols.push_back(*unk_id_);
+      previous_unk = false;
+      continue;
     }
+    if (options_.byte_fallback) {
+      std::vector<int64_t> bytes;
+      for (size_t b = start; b < pos; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof(name), "<0x%02X>",
+                      static_cast<unsigned>(static_cast<unsigned char>(word[b])));
+        const int64_t byte_id = id_of(name);
+        if (byte_id < 0) break;
+        bytes.push_back(byte_id);
+      }
+      if (bytes.size() == pos - start) {
+        symbols.insert(symbols.end(), bytes.begin(), bytes.end());
+        previous_unk = false;
+        continue;
+      }
+    }
+    if (unk_id_ && !(options_.fuse_unk && previous_unk)) symbols.push_back(*unk_id_);
+    previous_unk = unk_id_.has_value();
   }
   // Merges in rank order, leftmost first among equal ranks, as HF's word.merge_all: a heap of candidate pairs
   // over a linked list of symbols, so a long word costs O(n log n) rather than a rescan per merge (a 64 KB

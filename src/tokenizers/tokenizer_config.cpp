@@ -1,6 +1,7 @@
 #include "tokenizers/tokenizer_config.h"
 
 #include <limits>
+#include <utility>
 
 #include "kiln/core/error.h"
 #include "tokenizers/json_file.h"
@@ -65,6 +66,21 @@ TokenizerConfig TokenizerConfig::load_files(const std::filesystem::path& tokeniz
         }
         c.added_tokens.push_back(std::move(t));
       }
+    }
+    for (auto [key, field] :
+         {std::pair<const char*, std::optional<std::string>*>{"padding_side", &c.padding_side},
+          {"truncation_side", &c.truncation_side}}) {
+      if (!j.contains(key) || j[key].is_null()) continue;
+      KILN_CHECK(j[key].is_string() && (j[key] == "left" || j[key] == "right"),
+                 source << ": \"" << key << "\" is " << j[key].dump() << ", expected \"left\" or \"right\"");
+      *field = j[key].get<std::string>();
+    }
+    for (auto [key, field] : {std::pair<const char*, std::optional<bool>*>{"add_bos_token", &c.add_bos_token},
+                              {"add_eos_token", &c.add_eos_token}}) {
+      if (!j.contains(key) || j[key].is_null()) continue;
+      KILN_CHECK(j[key].is_boolean(),
+                 source << ": \"" << key << "\" is " << j[key].dump() << ", expected a boolean");
+      *field = j[key].get<bool>();
     }
     if (j.contains("model_max_length") && j["model_max_length"].is_number()) {
       // Unlimited tokenizers store 1e30 here.

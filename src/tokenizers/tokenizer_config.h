@@ -1,5 +1,6 @@
 // What transformers reads from tokenizer_config.json and special_tokens_map.json: the special tokens (bos,
-// eos, unk, pad, each a string or an AddedToken dict), added_tokens_decoder and model_max_length.
+// eos, unk, pad, each a string or an AddedToken dict), added_tokens_decoder, model_max_length, and for the
+// tokenizers-backed classes padding_side, truncation_side, add_bos_token and add_eos_token.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,9 @@ struct TokenizerConfig {
   std::map<std::string, AddedToken> special_tokens;
   std::vector<AddedToken> added_tokens;  // from added_tokens_decoder, ids set
   std::optional<int64_t> model_max_length;
+  std::optional<std::string> padding_side;     // "left" or "right"
+  std::optional<std::string> truncation_side;  // "left" or "right"
+  std::optional<bool> add_bos_token, add_eos_token;
 
   // Either path may be empty or name a missing file; special_tokens_map.json overrides tokenizer_config.json.
   static TokenizerConfig load(const std::filesystem::path& tokenizer_config,

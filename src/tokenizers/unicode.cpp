@@ -96,6 +96,20 @@ CharProperties properties(char32_t c) {
   return r;
 }
 
+GeneralCategory general_category(char32_t c) {
+  if (c > kMaxCodePoint) return GeneralCategory::Cn;
+  auto it =
+      std::upper_bound(std::begin(kGeneralCategory), std::end(kGeneralCategory), static_cast<uint32_t>(c),
+                       [](uint32_t v, const PropertyRange& r) { return v < r.first; });
+  return static_cast<GeneralCategory>((it - 1)->props);
+}
+
+char32_t simple_case_fold(char32_t c) {
+  auto it = std::lower_bound(std::begin(kCaseFold), std::end(kCaseFold), static_cast<uint32_t>(c),
+                             [](const CodePointPair& p, uint32_t v) { return p.from < v; });
+  return (it != std::end(kCaseFold) && it->from == c) ? static_cast<char32_t>(it->to) : c;
+}
+
 size_t utf8_length(unsigned char b) {
   if (b < 0x80) return 1;
   if ((b & 0xE0) == 0xC0) return 2;

@@ -30,6 +30,40 @@ enum class GraphemeBreak : uint8_t {
 };
 enum class IndicConjunctBreak : uint8_t { None, Consonant, Extend, Linker };
 
+// Unicode general categories. Order matches CATEGORIES in tools/refs/unicode_tables.py; Cn (unassigned) is 0.
+enum class GeneralCategory : uint8_t {
+  Cn,
+  Lu,
+  Ll,
+  Lt,
+  Lm,
+  Lo,
+  Mn,
+  Mc,
+  Me,
+  Nd,
+  Nl,
+  No,
+  Pc,
+  Pd,
+  Ps,
+  Pe,
+  Pi,
+  Pf,
+  Po,
+  Sm,
+  Sc,
+  Sk,
+  So,
+  Zs,
+  Zl,
+  Zp,
+  Cc,
+  Cf,
+  Cs,
+  Co,
+};
+
 struct CharProperties {
   bool letter = false;       // general category L*
   bool number = false;       // general category N*
@@ -50,6 +84,10 @@ inline bool is_number(char32_t c) {
 inline bool is_white_space(char32_t c) {
   return properties(c).white_space;
 }
+
+GeneralCategory general_category(char32_t c);
+// Simple case folding (CaseFolding.txt statuses C and S): the code point itself when it has no folding.
+char32_t simple_case_fold(char32_t c);
 
 // Decodes the code point starting at text[pos] and advances pos. Throws kiln::Error naming `who` on
 // malformed UTF-8 (overlong forms, surrogates, truncated sequences, values above U+10FFFF).

@@ -37,6 +37,16 @@ add_test(NAME cli.generate_rejects_huge_prompt
                         --prompt \"$(printf %0100000d 0)\" --output ${KILN_CLI_OUT}")
 set_tests_properties(cli.generate_rejects_huge_prompt PROPERTIES
                      PASS_REGULAR_EXPRESSION "--prompt is 100000 bytes, more than the maximum 65536")
+add_test(NAME cli.generate_rejects_missing_image_before_loading
+         COMMAND kiln_cli generate --model ${KILN_CLI_NO_MODEL} --prompt x --image ${KILN_CLI_WORK}/no-such.png
+                 --output ${KILN_CLI_OUT})
+set_tests_properties(cli.generate_rejects_missing_image_before_loading PROPERTIES
+                     PASS_REGULAR_EXPRESSION "--image .*/no-such.png: cannot be read as a reference image: No such file")
+add_test(NAME cli.generate_rejects_a_folder_as_image
+         COMMAND kiln_cli generate --model ${KILN_CLI_NO_MODEL} --prompt x --image ${CMAKE_CURRENT_SOURCE_DIR}/data
+                 --output ${KILN_CLI_OUT})
+set_tests_properties(cli.generate_rejects_a_folder_as_image PROPERTIES
+                     PASS_REGULAR_EXPRESSION "--image .*: cannot be read as a reference image: not a file")
 add_test(NAME cli.generate_rejects_unwritable_output
          COMMAND kiln_cli generate --model ${KILN_CLI_TINY_FLUX} --prompt x --output /proc/kiln-out.png)
 set_tests_properties(cli.generate_rejects_unwritable_output PROPERTIES
@@ -46,5 +56,6 @@ add_test(NAME cli.generate_rejects_missing_output_folder
 set_tests_properties(cli.generate_rejects_missing_output_folder PROPERTIES
                      PASS_REGULAR_EXPRESSION "--output .*/none/out.png: cannot write: directory .* does not exist")
 set_tests_properties(cli.generate_rejects_huge_height cli.generate_rejects_zero_steps cli.generate_rejects_huge_prompt
+                     cli.generate_rejects_missing_image_before_loading cli.generate_rejects_a_folder_as_image
                      cli.generate_rejects_unwritable_output cli.generate_rejects_missing_output_folder
                      PROPERTIES FAIL_REGULAR_EXPRESSION "loading" LABELS cli)

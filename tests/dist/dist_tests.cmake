@@ -31,6 +31,12 @@ add_test(NAME dist.launch_sd3_tp2
                  --negative-prompt blurry --guidance 4.5 --mode compile-blocks
                  --output ${CMAKE_CURRENT_BINARY_DIR}/dist_sd3_tp2.png)
 set_tests_properties(dist.launch_sd3_tp2 PROPERTIES PASS_REGULAR_EXPRESSION "wrote .*dist_sd3_tp2.png")
+# FLUX.2 [klein] from a prompt, its text encoder and transformer split.
+add_test(NAME dist.generate_flux2_klein_tp2
+         COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2
+                 --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux2-tiny-klein-full ${KILN_TINY_GENERATE}
+                 --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux2_klein_tp2.png)
+set_tests_properties(dist.generate_flux2_klein_tp2 PROPERTIES PASS_REGULAR_EXPRESSION "wrote .*dist_flux2_klein_tp2.png")
 add_test(NAME dist.generate_tp_without_ranks
          COMMAND $<TARGET_FILE:kiln_cli> generate --tp 2 --model ${KILN_TINY_FLUX} ${KILN_TINY_GENERATE}
                  --output ${CMAKE_CURRENT_BINARY_DIR}/dist_no_ranks.png)
@@ -44,7 +50,7 @@ foreach(scenario killed-rank unreadable-shard)
                    ${CMAKE_CURRENT_BINARY_DIR}/dist_failure_${scenario} ${scenario})
   set_tests_properties(dist.rank_failure_${scenario} PROPERTIES TIMEOUT 90)
 endforeach()
-set_tests_properties(dist.generate_flux_tp2 dist.launch_sd3_tp2 dist.generate_tp_without_ranks
+set_tests_properties(dist.generate_flux_tp2 dist.launch_sd3_tp2 dist.generate_flux2_klein_tp2 dist.generate_tp_without_ranks
                      dist.rank_failure_killed-rank dist.rank_failure_unreadable-shard PROPERTIES LABELS dist)
 
 # Two hosts on one machine: two network namespaces joined by a veth pair, one rank in each, over TCP; the

@@ -8,6 +8,7 @@
 
 #include "kiln/dist/device_mesh.h"
 #include "kiln/dist/process_group.h"
+#include "kiln/models/flux2_transformer.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/models/sd3_transformer.h"
 #include "kiln/models/t5_encoder.h"
@@ -71,6 +72,39 @@ TEST(TensorParallelFlux, EachRankHoldsAboutHalfTheWeights) {
   std::printf("[rank %d] FluxTransformer2DModel weights: %zu bytes on one rank, %zu on this rank (%.3fx)\n",
               dist::rank(), one, mine, static_cast<double>(mine) / static_cast<double>(one));
   EXPECT_LE(static_cast<double>(mine), 0.55 * static_cast<double>(one));
+}
+
+// FLUX.2 (models/flux2_blocks.h): heads split, the SwiGLU halves and the single block's five packed blocks
+// [q | k | v | gate | up] split block by block, to_out row-parallel over [attention | mlp]; dev with two
+// reference images (guidance embedding), and klein (none).
+TEST(TensorParallelFlux2, MatchesOneRankInEveryMode) {
+  for (const char* golden : {"dev_ref2_auto_s11", "klein_cfg_64x64_s0"}) {
+    const auto in = testing::flux2_step0_inputs(golden);
+    const std::string folder = testing::data_path("models/" + in.pipeline + "/transformer");
+    auto full = models::load_flux2_transformer(folder, float32);
+    auto shard = models::load_flux2_transformer(folder, float32, two_ranks());
+    auto run = [&](const models::Flux2Transformer2DModel& m) {
+      return m.forward(in.hidden, in.encoder_hidden, in.timestep, in.guidance, in.txt_ids, in.img_ids);
+    };
+    const Tensor expected = run(*full);
+    EXPECT_LE(max_abs_diff(expected, in.expected), 1e-4f) << golden;
+    EXPECT_LE(max_abs_diff(run(*shard), expected), kTolerance) << golden << " strict eager";
+    {
+      EagerModeGuard fuse(EagerMode::DeferAndFuse);
+      EXPECT_LE(max_abs_diff(run(*shard), expected), kTolerance) << golden << " deferred and fused";
+    }
+    shard->compile({.fullgraph = true, .dynamic = false});
+    EXPECT_LE(max_abs_diff(run(*shard), expected), kTolerance) << golden << " compiled";
+    shard->reset_compiled();
+    shard->compile_repeated_blocks();
+    EXPECT_LE(max_abs_diff(run(*shard), expected), kTolerance) << golden << " compiled repeated blocks";
+
+    const size_t one = held_weight_bytes(*full), mine = held_weight_bytes(*shard);
+    std::printf(
+        "[rank %d] Flux2Transformer2DModel (%s) weights: %zu bytes on one rank, %zu on this rank (%.3fx)\n",
+        dist::rank(), in.pipeline.c_str(), one, mine, static_cast<double>(mine) / static_cast<double>(one));
+    EXPECT_LE(static_cast<double>(mine), 0.55 * static_cast<double>(one));
+  }
 }
 
 TEST(TensorParallelSD3, MatchesOneRankInEveryMode) {

@@ -1,11 +1,13 @@
-// Whole pipelines with the transformer and the T5 encoder split over two ranks draw the one-rank image
-// (within one 8-bit level) from the same seed.
+// Whole pipelines with the transformer and the large text encoder (T5, FLUX.2's) split over two ranks draw
+// the one-rank image (within one 8-bit level) from the same seed.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
 #include "kiln/dist/device_mesh.h"
 #include "kiln/dist/process_group.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/pipelines/flux2_pipeline.h"
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/sd3_pipeline.h"
 #include "support/test_data.h"
@@ -58,6 +60,54 @@ TEST(TensorParallelPipeline, StableDiffusion3DrawsTheOneRankImage) {
   const Image expected = one(call).images.front();
   call.generator = Generator(5);
   auto split = StableDiffusion3Pipeline::from_pretrained(model, split_over_ranks("text_encoder_3"));
+  EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+}
+
+TEST(TensorParallelPipeline, Flux2DrawsTheOneRankImage) {
+  // A reference image and klein's classifier-free guidance (two transformer passes per step).
+  io::SafetensorsFile g(testing::data_path("goldens/flux2/klein_cfg_ref1_64x64_s2.safetensors"));
+  const std::string model = testing::data_path("models/flux2-tiny-klein");
+  Flux2PipelineCall call;
+  call.prompt_embeds = g.tensor("prompt_embeds");
+  call.negative_prompt_embeds = g.tensor("negative_prompt_embeds");
+  call.image = {Image::load(testing::data_path("goldens/flux2/ref_a.png"))};
+  call.height = 64;
+  call.width = 64;
+  call.num_inference_steps = 2;
+  call.guidance_scale = 3.5f;
+  call.generator = Generator(2);
+  auto one = Flux2KleinPipeline::from_pretrained(model);
+  const Image expected = one(call).images.front();
+  call.generator = Generator(2);
+  const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("cpu", {2})};
+  PipelineLoadOptions options;
+  options.parallel_config = {{"transformer", parallel}};
+  auto split = Flux2KleinPipeline::from_pretrained(model, options);
+  EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+  // The VAE stays replicated.
+  options.parallel_config.emplace("vae", parallel);
+  EXPECT_THROW(Flux2KleinPipeline::from_pretrained(model, options), Error);
+}
+
+TEST(TensorParallelPipeline, Flux2FromAPromptDrawsTheOneRankImage) {
+  // The text encoder (Qwen3: q/k/v and gate/up column, o and down row) and the transformer split, klein's
+  // guidance with its negative prompt; the prompt embeddings and the image equal one rank's.
+  const std::string model = testing::data_path("models/flux2-tiny-klein-full");
+  Flux2PipelineCall call;
+  call.prompt = "a red fox in the snow";
+  call.negative_prompt = "blurry";
+  call.height = 48;
+  call.width = 64;
+  call.num_inference_steps = 2;
+  call.guidance_scale = 4.0f;
+  call.max_sequence_length = 40;
+  call.generator = Generator(3);
+  auto one = Flux2KleinPipeline::from_pretrained(model);
+  const Image expected = one(call).images.front();
+  call.generator = Generator(3);
+  auto split = Flux2KleinPipeline::from_pretrained(model, split_over_ranks("text_encoder"));
+  EXPECT_TRUE(testing::rel_max_error_within(split.encode_prompt(call.prompt, Tensor(), 1, 40).first,
+                                            one.encode_prompt(call.prompt, Tensor(), 1, 40).first, 1e-5));
   EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
 }
 

@@ -7,7 +7,10 @@
 #include "io/io_test_util.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/json_config.h"
+#include "kiln/io/png.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/models/autoencoder_kl.h"
+#include "kiln/models/decoder_text_encoder.h"
 #include "kiln/models/flux_transformer.h"
 #include "support/test_data.h"
 
@@ -43,6 +46,33 @@ TEST(FuzzRegressions, ConfigNumberBeyondDouble) {
     const std::string path = reproducer("config_json", name);
     EXPECT_KILN_ERROR(io::JsonConfig::load(path), path, "not valid JSON", "number overflow");
   }
+}
+
+// FLUX.2's text encoder config had no upper bounds, and with num_attention_heads 0 and no head_dim the
+// default head_dim divided by zero (SIGFPE) before the positivity check (found by review when the FLUX.2
+// readers joined the config_json target).
+TEST(FuzzRegressions, DecoderTextEncoderConfigSizes) {
+  std::string path = reproducer("config_json", "qwen3-zero-heads-without-head-dim");
+  EXPECT_KILN_ERROR(models::DecoderTextEncoderConfig::from_file(path), "num_attention_heads",
+                    "must be positive, got 0");
+  path = reproducer("config_json", "qwen3-2-to-the-40-layers");
+  EXPECT_KILN_ERROR(models::DecoderTextEncoderConfig::from_file(path), path,
+                    "num_hidden_layers 1099511627776 exceeds the maximum 1024");
+}
+
+// AutoencoderKLFlux2's decoder_block_out_channels were checked against norm_num_groups only: 2^62 channels
+// overflowed the weight shapes (found by review).
+TEST(FuzzRegressions, Flux2VaeDecoderWidth) {
+  const std::string path = reproducer("config_json", "flux2-vae-decoder-width-2-to-the-62");
+  EXPECT_KILN_ERROR(models::AutoencoderKLConfig::from_file(path), path,
+                    "decoder_block_out_channels entry 4611686018427387904 exceeds the maximum 1048576");
+}
+
+// A reference image's header of 900000 x 900000 RGBA pixels (within libpng's own limit of 10^6 a side)
+// asked for 3.2 TB before a single row was read (found by review when --image joined kiln generate).
+TEST(FuzzRegressions, PngSideAboveTheLimit) {
+  const std::string path = reproducer("png", "900000-square-rgba-header");
+  EXPECT_KILN_ERROR(io::read_png(path), path, "900000x900000 pixels exceeds the maximum side 16384");
 }
 
 }  // namespace

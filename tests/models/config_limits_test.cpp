@@ -5,6 +5,8 @@
 #include "io/io_test_util.h"
 #include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/clip_text_model.h"
+#include "kiln/models/decoder_text_encoder.h"
+#include "kiln/models/flux2_transformer.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/models/sd3_transformer.h"
 #include "kiln/models/t5_encoder.h"
@@ -34,6 +36,21 @@ TEST(ConfigLimits, SD3Transformer) {
                     "t/config.json: num_layers 1099511627776 exceeds the maximum 1024");
   EXPECT_KILN_ERROR(SD3TransformerConfig::from_json(R"({"pos_embed_max_size": 1000000000})"),
                     "pos_embed_max_size 1000000000 exceeds the maximum 4096");
+}
+
+TEST(ConfigLimits, Flux2TransformerAndTextEncoders) {
+  EXPECT_KILN_ERROR(Flux2TransformerConfig::from_json(R"({"num_layers": 1099511627776})", "t/config.json"),
+                    "t/config.json", "num_layers", "1024");
+  const std::string dir = temp_dir("config_limits_flux2");
+  write_text(dir + "/mistral.json", R"({"model_type": "mistral3", "text_config": {"model_type": "mistral",
+      "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 1048576, "head_dim": 1048576}})");
+  EXPECT_KILN_ERROR(DecoderTextEncoderConfig::from_file(dir + "/mistral.json"),
+                    "num_attention_heads * head_dim 1099511627776 exceeds the maximum 1048576");
+  write_text(dir + "/qwen.json", R"({"model_type": "qwen3", "vocab_size": 1099511627776, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4})");
+  EXPECT_KILN_ERROR(DecoderTextEncoderConfig::from_file(dir + "/qwen.json"),
+                    "qwen.json: vocab_size 1099511627776 exceeds the maximum 4194304");
 }
 
 TEST(ConfigLimits, TextEncodersAndVae) {

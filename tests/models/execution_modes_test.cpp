@@ -9,6 +9,7 @@
 #include "kiln/core/device_runtime.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/autoencoder_kl.h"
+#include "kiln/models/flux2_transformer.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/models/sd3_transformer.h"
 #include "kiln/nn/module.h"
@@ -194,6 +195,53 @@ TEST(ExecutionModes, Sd3EveryModeMatchesEagerAndDiffusers) {
         EXPECT_EQ(programs, 1) << name;
       }
     }
+  }
+}
+
+// ---- FLUX.2: the same modes on the tiny dev (guidance, reference images) and klein transformers.
+
+Tensor run_flux2(Mode mode, const testing::Flux2StepInputs& in, DType dtype, int64_t* programs = nullptr) {
+  auto model =
+      models::load_flux2_transformer(testing::data_path("models/" + in.pipeline + "/transformer"), dtype);
+  if (mode == Mode::Compile) model->compile({.fullgraph = true, .dynamic = false});
+  if (mode == Mode::CompileBlocks) model->compile_repeated_blocks();
+  std::optional<EagerModeGuard> fuse;
+  if (mode == Mode::Fuse) fuse.emplace(EagerMode::DeferAndFuse);
+  reset_counters();
+  Tensor out = model->forward(in.hidden, in.encoder_hidden, in.timestep, in.guidance, in.txt_ids, in.img_ids);
+  synchronize();
+  if (programs) *programs = counters().graphs_compiled;
+  return out;
+}
+
+TEST(ExecutionModes, Flux2EveryModeMatchesEagerAndDiffusers) {
+  for (const char* golden : {"dev_ref1_64x48_s3", "klein_nocfg_48x80_s9"}) {
+    const testing::Flux2StepInputs in = testing::flux2_step0_inputs(golden);
+    const Tensor eager = run_flux2(Mode::Eager, in, float32);
+    for (Mode mode : {Mode::Fuse, Mode::Compile, Mode::CompileBlocks}) {
+      int64_t programs = 0;
+      const Tensor out = run_flux2(mode, in, float32, &programs);
+      EXPECT_TRUE(testing::rel_max_error_within(out, eager, 1e-5)) << golden << " " << mode_name(mode);
+      EXPECT_TRUE(testing::rel_max_error_within(out, in.expected, 1e-4)) << golden << " " << mode_name(mode);
+      // One program per block class (double-stream, single-stream), shared by the blocks of each class.
+      if (mode == Mode::CompileBlocks) {
+        EXPECT_EQ(programs, 2) << golden;
+      }
+      if (mode == Mode::Compile) {
+        EXPECT_EQ(programs, 1) << golden;
+      }
+    }
+  }
+}
+
+TEST(ExecutionModes, Flux2EveryModeMatchesDiffusersInBfloat16) {
+  const testing::Flux2StepInputs in = testing::flux2_step0_inputs("devbf16_64x64_s0");
+  const Tensor eager = run_flux2(Mode::Eager, in, bfloat16);
+  for (Mode mode : {Mode::Fuse, Mode::Compile, Mode::CompileBlocks}) {
+    // As for FLUX.1 above: the fused ops round once where eager rounds after every op.
+    const Tensor out = run_flux2(mode, in, bfloat16);
+    EXPECT_TRUE(testing::rel_max_error_within(out, in.expected, 2e-2)) << mode_name(mode);
+    EXPECT_TRUE(testing::rel_max_error_within(out, eager, 2e-2)) << mode_name(mode);
   }
 }
 

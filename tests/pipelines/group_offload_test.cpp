@@ -3,6 +3,7 @@
 // plan's arithmetic (issue #13). The resident set itself is measured in tests/runtime/weight_groups_test.cpp.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -179,6 +180,35 @@ TEST(GroupOffload, StableDiffusion3KeepsItsImage) {
   const std::vector<uint8_t> plain = run(std::nullopt);
   EXPECT_EQ(run(1), plain);
   EXPECT_EQ(run(2), plain);
+}
+
+// pipe.to(device) turns group offloading off (no more switches between groups, the same image); a device this
+// build has no backend for is refused by name, by to() and by enable_model_cpu_offload().
+TEST(PipelineTo, CpuKeepsEverythingResidentAndOtherDevicesAreRefused) {
+  OffloadScope scope;
+  auto pipe =
+      FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev-bf16"), {.dtype = bfloat16});
+  const std::vector<uint8_t> plain = pipe(tiny_flux_call(3)).images[0].pixels;
+  pipe.enable_group_offload({.blocks_per_group = 1});
+  EXPECT_EQ(pipe(tiny_flux_call(3)).images[0].pixels, plain);
+  EXPECT_GT(weight_group_stats().switches, 0);
+  pipe.to(cpu);
+  EXPECT_FALSE(pipe.model_cpu_offload_enabled());
+  EXPECT_EQ(weight_group_stats().groups, 0) << "no groups registered after to(cpu)";
+  EXPECT_EQ(pipe(tiny_flux_call(3)).images[0].pixels, plain);
+  for (const auto& call : std::vector<std::function<void()>>{
+           [&] { pipe.to(Device("cuda")); }, [&] { pipe.enable_model_cpu_offload(Device("cuda:1")); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "a cuda device was accepted by a cpu-only build";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
+    }
+  }
+  pipe.enable_model_cpu_offload();  // the device detected: the CPU
+  EXPECT_TRUE(pipe.model_cpu_offload_enabled());
+  EXPECT_EQ(default_compute_device(), cpu);
+  EXPECT_EQ(pipe(tiny_flux_call(3)).images[0].pixels, plain);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kiln/io/safetensors.h"
+#include "kiln/models/flux2_transformer.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/ops/layout.h"
 #include "support/test_data.h"
@@ -53,6 +54,28 @@ inline Sd3StepInputs sd3_step0_inputs(const std::string& name) {
     in.pooled = concat({g.tensor("negative_pooled_prompt_embeds"), in.pooled}, 0);
   }
   in.timestep = g.tensor("transformer_in_timestep");
+  in.expected = g.tensor("transformer_out_step0");
+  return in;
+}
+
+// FLUX.2 (tools/goldens/flux2.py): the first transformer call of a pipeline run, as the pipeline made it (the
+// reference images' latents appended to the noise; ids as diffusers passed them, batch row 0).
+struct Flux2StepInputs {
+  Tensor hidden, encoder_hidden, timestep, guidance, txt_ids, img_ids, expected;
+  std::string pipeline;
+};
+
+inline Flux2StepInputs flux2_step0_inputs(const std::string& golden) {
+  io::SafetensorsFile g(data_path("goldens/flux2/" + golden + ".safetensors"));
+  Flux2StepInputs in;
+  in.pipeline = g.metadata().at("pipeline");
+  in.hidden = g.tensor("transformer_in_hidden");
+  const Tensor embeds = g.tensor("prompt_embeds");
+  in.encoder_hidden = embeds.expand({in.hidden.size(0), embeds.size(1), embeds.size(2)}).contiguous();
+  in.timestep = g.tensor("transformer_in_timestep");
+  if (g.contains("transformer_in_guidance")) in.guidance = g.tensor("transformer_in_guidance");
+  in.txt_ids = g.tensor("transformer_in_txt_ids").select(0, 0);
+  in.img_ids = g.tensor("transformer_in_img_ids").select(0, 0);
   in.expected = g.tensor("transformer_out_step0");
   return in;
 }

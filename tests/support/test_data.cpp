@@ -4,7 +4,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <system_error>
+#include <vector>
 
 namespace kiln::testing {
 
@@ -12,11 +15,36 @@ std::string data_path(const std::string& relative) {
   return std::string(KILN_TEST_DATA_DIR) + "/" + relative;
 }
 
+namespace {
+// The directories temp_dir made, removed when the test process exits (ctest runs each test in a process of
+// its own, so without this every run would leave its files in /tmp). Unlinking a file that is still mapped is
+// fine on Linux: the mapping keeps the pages until it goes.
+class TempDirs {
+ public:
+  ~TempDirs() {
+    for (const auto& dir : dirs_) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
+  void add(const std::filesystem::path& dir) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dirs_.push_back(dir);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::filesystem::path> dirs_;
+};
+}  // namespace
+
 std::string temp_dir(const std::string& name) {
+  static TempDirs made;
   const auto dir =
       std::filesystem::temp_directory_path() / ("kiln_test_" + std::to_string(::getpid()) + "_" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  made.add(dir);
   return dir.string();
 }
 

@@ -15,7 +15,8 @@ namespace kiln::testing {
 
 // Absolute path of a file under tests/data.
 std::string data_path(const std::string& relative);
-// A fresh empty directory for the calling test (removed and re-created on each call).
+// A fresh empty directory for the calling test (removed and re-created on each call, removed when the
+// process exits).
 std::string temp_dir(const std::string& name);
 
 // Deterministic pseudo-random values in [lo, hi) (a small LCG: no dependence on a library's stream).

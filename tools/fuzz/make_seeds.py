@@ -6,15 +6,19 @@ fastest on small inputs, so beside one real file per format this makes small one
 part of the parsers: a SentencePiece model trained here with a few normalisation rules (a charsmap of a few
 hundred bytes), its tokenizer.json as transformers converts it, a byte-level BPE tokenizer.json (the kind
 FLUX.2's text encoders use), a CLIP vocabulary cut to a few hundred tokens, and hand-written safetensors,
-index, config and command-line inputs. Seeds are named by the SHA-1 of their bytes, as libFuzzer names
-corpus files. Run from anywhere: python3 tools/fuzz/make_seeds.py
+index, config and command-line inputs; for FLUX.2 the committed Mistral, Tekken-pattern and Qwen3
+tokenizer.json files, their pre-tokenizer patterns for the regex target, and small PNGs of every colour type
+for the png target. Seeds are named by the SHA-1 of their bytes, as libFuzzer names corpus files.
+Run from anywhere: python3 tools/fuzz/make_seeds.py [TARGET...]   (all targets when none is named)
 """
 
 import hashlib
 import json
 import os
 import struct
+import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,6 +97,64 @@ def config_json_seeds():
             put("config_json", text)
     put("config_json", json.dumps({"_class_name": "FluxTransformer2DModel", "num_layers": 2**40}))
     put("config_json", json.dumps({"_class_name": "AutoencoderKL", "block_out_channels": []}))
+    put("config_json", json.dumps({"_class_name": "Flux2Transformer2DModel", "num_single_layers": 2**40}))
+    put("config_json", json.dumps({"_class_name": "AutoencoderKLFlux2", "decoder_block_out_channels": [2**62]}))
+    put("config_json", json.dumps({"model_type": "qwen3", "vocab_size": 64, "hidden_size": 32,
+                                   "intermediate_size": 64, "num_hidden_layers": 2**40, "num_attention_heads": 0}))
+
+
+FLUX2_TOKENIZERS = ["models/flux2-tiny-dev-full/tokenizer", "tokenizers/tekken", "models/flux2-tiny-klein-full/tokenizer"]
+
+
+def flux2_tokenizer_json_seeds():
+    for folder in FLUX2_TOKENIZERS + ["tokenizers/bpe_variants/behaviors", "tokenizers/bpe_variants/byte_fallback"]:
+        put("tokenizer_json", (DATA / folder / "tokenizer.json").read_text())
+
+
+def regex_seeds():
+    patterns = set()
+    for folder in FLUX2_TOKENIZERS + ["tokenizers/bpe_variants/behaviors"]:
+        stack = [json.loads((DATA / folder / "tokenizer.json").read_text())]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                if "Regex" in node and isinstance(node["Regex"], str):
+                    patterns.add(node["Regex"])
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+    # GPT-2's (ByteLevel's use_regex), and constructs the patterns above do not use.
+    patterns.add(r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+")
+    patterns.update([r"(?>a+)b|a++c|x{2,4}?|[\x{1F600}-\x{1F64F}]|\u00e9|(?=\d)\w|(?!x).", r"(?i)ss|[\p{^L}]"])
+    for pattern in sorted(patterns):
+        for prompt in PROMPTS[:4] + ["  \r\n\t 12345 ..!! don't STOP", ""]:
+            put("regex", pattern.encode() + b"\0" + prompt.encode())
+
+
+def png_bytes(width, height, color_type, bit_depth, rows, extra=b"", interlace=0):
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, interlace)
+    raw = b"".join(b"\0" + row for row in rows)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + extra + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def png_seeds():
+    for name in ["ref_a.png", "ref_b.png"]:
+        path = DATA / "goldens/flux2" / name
+        if path.stat().st_size < 20000:
+            put("png", path.read_bytes())
+    w, h = 80, 64
+    put("png", png_bytes(w, h, 2, 8, [bytes((x * 3 + y) % 256 for x in range(w * 3)) for y in range(h)]))  # RGB
+    put("png", png_bytes(w, h, 0, 8, [bytes((x + y) % 256 for x in range(w)) for y in range(h)],
+                         extra=struct.pack(">I", 9) + b"tEXtseed\x0042" + struct.pack(">I", zlib.crc32(b"tEXtseed\x0042"))))
+    put("png", png_bytes(w, h, 4, 8, [bytes(x % 256 for x in range(w * 2)) for y in range(h)]))  # gray + alpha
+    put("png", png_bytes(w, h, 6, 16, [bytes(x % 256 for x in range(w * 8)) for y in range(h)], interlace=1))
+    palette = bytes(i % 256 for i in range(3 * 16))
+    plte = struct.pack(">I", len(palette)) + b"PLTE" + palette + struct.pack(">I", zlib.crc32(b"PLTE" + palette))
+    put("png", png_bytes(w, h, 3, 4, [bytes((x * 17) % 256 for x in range(w // 2)) for y in range(h)], extra=plte))
+    put("png", png_bytes(64, 600, 2, 8, [bytes(192) for _ in range(600)]))  # too elongated
+    put("png", png_bytes(20000, 1, 0, 8, [bytes(20000)]))  # above the maximum side
 
 
 def gguf_seeds():
@@ -198,6 +260,8 @@ def tokenizer_json_seeds(model_path, workdir):
 def tokenizer_text_seeds():
     for p in PROMPTS:
         put("tokenizer_text", p)
+    # What FLUX.2's patterns split on: contractions in any case, digit runs, newlines, spaces before letters.
+    put("tokenizer_text", "I'M SURE it's 2024\r\n\n  \tTHE fox's  den's 1234567 ...\n\n\u00c9T\u00c9 \u0130stanbul")
     put("tokenizer_text", "x" * 3000)
     put("tokenizer_text", " \t\n\u3000\u00a0" * 40)
     put("tokenizer_text", b"\xff\xfe invalid \xc3")
@@ -214,23 +278,41 @@ def cli_flags_seeds():
         ["--prompt", "x", "--offload", "group", "--blocks-per-group", "2", "--vae-tiling", "--vae-tile-size", "512"],
         ["--prompt", "x", "--guidance", "nan", "--seed", "-1", "--width", "1e5"],
         ["--prompt=x", "--prompt-2=y", "--height=64"],
+        ["--prompt", "x", "--image", "/nonexistent.png", "--image", "/dev/null", "--steps", "4"],
     ]
     for args in lists:
         put("cli_flags", "\0".join(args))
 
 
-def main():
-    safetensors_seeds()
-    checkpoint_index_seeds()
-    config_json_seeds()
-    gguf_seeds()
-    clip_bpe_seeds()
+def trained_tokenizer_seeds():
     with tempfile.TemporaryDirectory() as workdir:
         model = small_sentencepiece(workdir)
         sentencepiece_seeds(model)
         tokenizer_json_seeds(model, workdir)
-    tokenizer_text_seeds()
-    cli_flags_seeds()
+
+
+SEEDS = {
+    "safetensors": [safetensors_seeds],
+    "checkpoint_index": [checkpoint_index_seeds],
+    "config_json": [config_json_seeds],
+    "gguf": [gguf_seeds],
+    "clip_bpe": [clip_bpe_seeds],
+    "sentencepiece": [trained_tokenizer_seeds],
+    "tokenizer_json": [trained_tokenizer_seeds, flux2_tokenizer_json_seeds],
+    "tokenizer_text": [tokenizer_text_seeds],
+    "regex": [regex_seeds],
+    "png": [png_seeds],
+    "cli_flags": [cli_flags_seeds],
+}
+
+
+def main():
+    done = set()
+    for target in sys.argv[1:] or SEEDS:
+        for make in SEEDS[target]:
+            if make not in done:
+                done.add(make)
+                make()
     for folder in sorted(CORPUS.iterdir()):
         files = list(folder.iterdir())
         print(f"{folder.name}: {len(files)} seeds, {sum(f.stat().st_size for f in files)} bytes")

@@ -1,9 +1,11 @@
-// The per-device services: allocator and stream. One DeviceRuntime exists for each device in use.
+// The per-device services: allocator, stream and weight tier. One DeviceRuntime exists for each device in
+// use.
 #pragma once
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/device.h"
 #include "kiln/core/stream.h"
+#include "kiln/core/weight_tier.h"
 
 namespace kiln {
 
@@ -13,6 +15,8 @@ class DeviceRuntime {
   virtual Device device() const = 0;
   virtual Allocator& allocator() = 0;
   virtual Stream& stream() = 0;
+  // How offloaded weights come in and go out of this device's reach (kiln/core/weight_tier.h).
+  virtual WeightTier& weight_tier() = 0;
 };
 
 // The runtime for `device`; throws kiln::Error when no backend for that device type is built in.

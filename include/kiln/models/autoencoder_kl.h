@@ -1,5 +1,6 @@
-// diffusers' AutoencoderKL (the FLUX.1 and SD3 VAEs): encoder to a diagonal Gaussian latent, decoder back to
-// pixels. Sizes all come from the component's config.json.
+// diffusers' AutoencoderKL (the FLUX.1 and SD3 VAEs) and the convolutional part of AutoencoderKLFlux2
+// (FLUX.2): encoder to a diagonal Gaussian latent, decoder back to pixels. Sizes all come from the
+// component's config.json.
 #pragma once
 
 #include <memory>
@@ -24,10 +25,20 @@ struct AutoencoderKLConfig {
   double scaling_factor = 0.18215;
   double shift_factor = 0.0;  // absent (null) in SD1/SDXL configs: 0
   int64_t sample_size = 32;  // pixels; the default tile size of tiled decode/encode (1024 for FLUX.1 and SD3)
+  // AutoencoderKLFlux2 (config "_class_name"): the decoder's own block widths (empty: block_out_channels),
+  // and the BatchNorm statistics of the 2x2-patchified latents (kiln/models/autoencoder_kl_flux2.h).
+  bool flux2 = false;
+  std::vector<int64_t> decoder_block_out_channels;
+  double batch_norm_eps = 1e-4;
+  std::vector<int64_t> patch_size = {2, 2};
 
   static AutoencoderKLConfig from_file(const std::string& config_json);
   // Pixels per latent pixel: 2^(number of blocks - 1).
   int64_t scale_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }
+  // The decoder's block widths.
+  const std::vector<int64_t>& decoder_channels() const {
+    return decoder_block_out_channels.empty() ? block_out_channels : decoder_block_out_channels;
+  }
 };
 
 // diffusers' AutoencoderKL tiling attributes (enable_tiling, then tile_sample_min_size / tile_latent_min_size

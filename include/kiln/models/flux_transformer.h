@@ -51,12 +51,12 @@ struct FluxTransformerConfig {
 class FluxTimeTextEmbedding;
 class FluxTransformerBlock;
 class FluxSingleTransformerBlock;
-class FluxAdaLayerNormContinuous;
+class AdaLayerNormContinuous;
 
 class FluxTransformer2DModel : public nn::Module {
  public:
   // Registers every parameter with its diffusers name and shape (nothing is allocated until load_weights).
-  // With `tp` (size > 1) this rank holds its shard of every block by the plan in models/flux_blocks.h; the
+  // With `tp` (size > 1) this rank holds its shard of every block by the plan in models/dit_layers.h; the
   // embedders, norm_out and proj_out are column-parallel and gathered. Every rank returns the full output.
   explicit FluxTransformer2DModel(const FluxTransformerConfig& config, const nn::TensorParallel& tp = {});
   ~FluxTransformer2DModel() override;
@@ -105,7 +105,7 @@ class FluxTransformer2DModel : public nn::Module {
   nn::Linear x_embedder_;
   std::vector<std::unique_ptr<FluxTransformerBlock>> transformer_blocks_;
   std::vector<std::unique_ptr<FluxSingleTransformerBlock>> single_transformer_blocks_;
-  std::unique_ptr<FluxAdaLayerNormContinuous> norm_out_;
+  std::unique_ptr<AdaLayerNormContinuous> norm_out_;
   nn::Linear proj_out_;
 };
 

@@ -56,13 +56,13 @@ struct SD3TransformerConfig {
 
 class SD3JointTransformerBlock;
 class FluxTimeTextEmbedding;
-class FluxAdaLayerNormContinuous;
+class AdaLayerNormContinuous;
 
 class SD3Transformer2DModel : public nn::Module {
  public:
   // Registers every parameter with its diffusers name and shape (nothing is allocated until load_weights).
   // The position table pos_embed.pos_embed [1, max * max, inner_dim] is a buffer stored in the checkpoint.
-  // With `tp` (size > 1) this rank holds its shard of every block by the plan in models/flux_blocks.h; the
+  // With `tp` (size > 1) this rank holds its shard of every block by the plan in models/dit_layers.h; the
   // context embedder, time/text embedders, norm_out and proj_out are split too; pos_embed (a small
   // convolution and the position table) is replicated. Every rank returns the full output.
   explicit SD3Transformer2DModel(const SD3TransformerConfig& config, const nn::TensorParallel& tp = {});
@@ -108,7 +108,7 @@ class SD3Transformer2DModel : public nn::Module {
   std::unique_ptr<FluxTimeTextEmbedding> time_text_embed_;
   nn::Linear context_embedder_;
   std::vector<std::unique_ptr<SD3JointTransformerBlock>> transformer_blocks_;
-  std::unique_ptr<FluxAdaLayerNormContinuous> norm_out_;
+  std::unique_ptr<AdaLayerNormContinuous> norm_out_;
   nn::Linear proj_out_;
 };
 

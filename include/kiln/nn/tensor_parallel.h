@@ -6,8 +6,9 @@
 //  - Row: the weight's input features (columns) are split; each rank multiplies its slice of the input and
 //    the partial products are summed over the ranks (one all-reduce, closing a Column -> Row pair). The
 //    bias is added once, by rank 0, before the sum.
-// A packed weight (FLUX's single-stream proj_out reads [attention | mlp]) names its blocks: each block is
-// split on its own and the rank's pieces are concatenated, so the local layout matches the local inputs.
+// A packed weight (FLUX's single-stream proj_out reads [attention | mlp]; FLUX.2's single-stream
+// to_qkv_mlp_proj writes [q | k | v | gate | up]) names its blocks: each block is split on its own and the
+// rank's pieces are concatenated, so the local layout matches the local inputs (or outputs).
 #pragma once
 
 #include <cstdint>
@@ -37,8 +38,8 @@ struct LinearParallel {
 };
 
 // The shardings a tensor-parallel plan writes, one per layer (inactive when tp.size is 1).
-inline LinearParallel column(const TensorParallel& tp) {
-  return {Sharding::Column, tp, {}};
+inline LinearParallel column(const TensorParallel& tp, std::vector<int64_t> blocks = {}) {
+  return {Sharding::Column, tp, std::move(blocks)};
 }
 inline LinearParallel column_gathered(const TensorParallel& tp) {
   return {Sharding::ColumnGathered, tp, {}};

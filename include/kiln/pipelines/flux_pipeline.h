@@ -18,11 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "kiln/dist/device_mesh.h"
+#include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/pipelines/generator.h"
-#include "kiln/pipelines/image.h"
-#include "kiln/pipelines/offload.h"
-#include "kiln/pipelines/weight_packing.h"
 
 namespace kiln {
 
@@ -38,32 +35,6 @@ class T5Tokenizer;
 }  // namespace tokenizers
 class FlowMatchEulerDiscreteScheduler;
 
-struct PipelineLoadOptions {
-  DType dtype = float32;  // every component is run in this dtype (weights converted when stored otherwise)
-  std::string revision;   // for repo ids: branch, tag or commit in the local Hugging Face cache
-  // The transformer from this single file in the original layout (Black Forest Labs' for FLUX, Stability
-  // AI's for SD3), .safetensors or .gguf (FluxTransformer2DModel / SD3Transformer2DModel::from_single_file),
-  // instead of the model's transformer/ folder, whose config.json describes it (required for SD3).
-  // GGUF-quantized Linear weights stay quantized.
-  std::string transformer_file;
-  // Called as each component finishes loading: (component name, index, count).
-  std::function<void(const std::string&, int, int)> on_component_loaded;
-  // The most bytes of packed weight copies (kiln/pipelines/weight_packing.h; kAllWeightsPacked: no limit).
-  // Absent: all weights packed when they fit in half of this machine's memory, none otherwise (they are then
-  // read from the memory-mapped checkpoint, as diffusers does). Applied process-wide when loading ends.
-  std::optional<int64_t> packed_weight_budget;
-  // Tensor parallelism per component, by the pipeline's component names ("transformer", and the T5 encoder:
-  // "text_encoder_2" in FLUX, "text_encoder_3" in SD3), as diffusers' parallel_config: each rank builds the
-  // component's shard and reads only its slices. CLIP and the VAE stay replicated (an error names them):
-  // they are small, and CLIP's pooled output and the VAE's convolutions have no column/row split that
-  // pays for its collectives.
-  std::map<std::string, dist::TensorParallelConfig> parallel_config;
-  // The layer view of parallel_config[component] (no parallelism when absent); throws naming a component
-  // that cannot be split or is not in `splittable`.
-  nn::TensorParallel tensor_parallel_for(const std::string& component,
-                                         const std::vector<std::string>& splittable) const;
-};
-
 struct FluxPipelineCall {
   std::string prompt;
   std::optional<std::string> prompt_2;  // the T5 prompt; the CLIP prompt is used when absent (as diffusers)
@@ -78,17 +49,13 @@ struct FluxPipelineCall {
   std::function<void(int, int, double)> on_step_end;
 };
 
-struct PipelineOutput {
-  std::vector<Image> images;
-};
-
-class FluxPipeline {
+class FluxPipeline : public DiffusionPipeline {
  public:
   // `model` is a diffusers folder or a repo id ("black-forest-labs/FLUX.1-dev") in the local HF cache.
   static FluxPipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
   FluxPipeline(FluxPipeline&&) noexcept;
   FluxPipeline& operator=(FluxPipeline&&) noexcept;
-  ~FluxPipeline();
+  ~FluxPipeline() override;
 
   PipelineOutput operator()(const FluxPipelineCall& call);
 
@@ -110,45 +77,13 @@ class FluxPipeline {
   const models::FluxTransformer2DModel& transformer() const { return *transformer_; }
   // For compiled mode: pipe.transformer().compile({...}) or .compile_repeated_blocks().
   models::FluxTransformer2DModel& transformer() { return *transformer_; }
-  // diffusers' enable_vae_tiling / disable_vae_tiling: the VAE decodes latents larger than a tile in
-  // overlapping, blended tiles. `tile_size` in pixels; 0 keeps the VAE's sample_size (1024 for FLUX.1 and
-  // SD3, so only larger images tile unless a smaller size is given).
-  void enable_vae_tiling(int64_t tile_size = 0);
-  void disable_vae_tiling();
-  DType dtype() const { return dtype_; }
-  const std::string& model_path() const { return path_; }
-  // How the weights are held (applied when loading ended).
-  const WeightPackingPlan& weight_packing() const { return weight_packing_; }
-  // diffusers' enable_model_cpu_offload: each component holds its weights only while it runs. On a host
-  // without an accelerator the weights live in the memory-mapped checkpoint; once a component has run, its
-  // packed copies are freed and its file pages handed back (page cache included), so the memory goes to the
-  // component that runs next (Module::release_weights). The image does not change; later calls read the
-  // weights from the file again. KILN_LOG=offload says what was released and when.
-  void enable_model_cpu_offload() { model_cpu_offload_ = true; }
-  bool model_cpu_offload_enabled() const { return model_cpu_offload_; }
-  // diffusers' enable_sequential_cpu_offload (kiln/pipelines/offload.h): no packed copies, at most
-  // `resident_bytes` of the mapped weights kept in memory (0: each weight released once the next one is
-  // read), and model offload between components.
-  void enable_sequential_cpu_offload(int64_t resident_bytes = 0);
-  // diffusers' enable_group_offload (block level): weights read in place from the mapped checkpoint; each
-  // component's repeated blocks in groups of `blocks_per_group`, a group's pages handed back once the next
-  // group runs and, with `prefetch`, the group after it brought in on a background thread while the current
-  // one computes (kiln/runtime/weight_groups.h); model offload between components. Every execution mode.
-  void enable_group_offload(const GroupOffloadOptions& options = {});
-  // Applies the coarsest offload that keeps the weights under `bytes` (plan_offload); throws before any work
-  // when even the largest weight does not fit. Activations come on top.
-  OffloadPlan set_memory_budget(int64_t bytes);
+  std::vector<std::pair<std::string, nn::Module*>> components() const override;
 
  private:
   FluxPipeline();
-  std::vector<std::pair<std::string, nn::Module*>> components() const;
+  models::AutoencoderKL& vae_model() const override;
   void check_call(const FluxPipelineCall& call) const;
 
-  std::string path_;
-  std::string name_;  // what the user asked for (repo id or folder), recorded in image metadata
-  DType dtype_ = float32;
-  WeightPackingPlan weight_packing_;
-  bool model_cpu_offload_ = false;
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_2_;
   std::unique_ptr<models::ClipTextModel> text_encoder_;

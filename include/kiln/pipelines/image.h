@@ -19,6 +19,9 @@ struct Image {
 
   // Writes a PNG atomically (never a half-written file); throws kiln::Error naming the path.
   void save(const std::string& path) const;
+  // Reads a PNG (gray, gray + alpha, RGB or RGBA, as stored; its text chunks become the metadata), e.g. a
+  // reference image for FLUX.2; throws kiln::Error naming the path.
+  static Image load(const std::string& path);
 
   // From a float image [H, W, C] in [0, 1] (diffusers' output_type="np"): round(x * 255) with ties to even,
   // as diffusers' numpy_to_pil does.

@@ -12,15 +12,21 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kiln/core/device.h"
 #include "kiln/nn/module.h"
 
 namespace kiln {
 
 enum class OffloadMode { None, Model, Group, Sequential };
+
+// The device components compute on when an offload call names none (diffusers detects the accelerator): the
+// first accelerator this build has a backend for, else the CPU. This build has the CPU backend only.
+Device default_compute_device();
 const char* offload_mode_name(OffloadMode mode);
 
 // diffusers' enable_group_offload(num_blocks_per_group=..., use_stream=...), with block-level groups.

@@ -19,7 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "kiln/pipelines/flux_pipeline.h"  // PipelineLoadOptions, PipelineOutput
+#include "kiln/pipelines/diffusion_pipeline.h"
+#include "kiln/pipelines/flux_pipeline.h"  // FlowMatchEulerDiscreteScheduler, tokenizers, encoders
 #include "kiln/pipelines/generator.h"
 #include "kiln/pipelines/image.h"
 #include "kiln/pipelines/offload.h"
@@ -53,7 +54,7 @@ struct StableDiffusion3PipelineCall {
   std::function<void(int, int, double)> on_step_end;
 };
 
-class StableDiffusion3Pipeline {
+class StableDiffusion3Pipeline : public DiffusionPipeline {
  public:
   // `model` is a diffusers folder or a repo id ("stabilityai/stable-diffusion-3.5-large") in the local HF
   // cache. text_encoder_3 / tokenizer_3 may be absent ([null, null]): T5's embeddings are then zeros, as in
@@ -62,7 +63,7 @@ class StableDiffusion3Pipeline {
                                                   const PipelineLoadOptions& options = {});
   StableDiffusion3Pipeline(StableDiffusion3Pipeline&&) noexcept;
   StableDiffusion3Pipeline& operator=(StableDiffusion3Pipeline&&) noexcept;
-  ~StableDiffusion3Pipeline();
+  ~StableDiffusion3Pipeline() override;
 
   PipelineOutput operator()(const StableDiffusion3PipelineCall& call);
 
@@ -100,48 +101,16 @@ class StableDiffusion3Pipeline {
   const models::SD3Transformer2DModel& transformer() const { return *transformer_; }
   // For compiled mode: pipe.transformer().compile({...}) or .compile_repeated_blocks().
   models::SD3Transformer2DModel& transformer() { return *transformer_; }
-  // diffusers' enable_vae_tiling / disable_vae_tiling: the VAE decodes latents larger than a tile in
-  // overlapping, blended tiles. `tile_size` in pixels; 0 keeps the VAE's sample_size (1024 for FLUX.1 and
-  // SD3, so only larger images tile unless a smaller size is given).
-  void enable_vae_tiling(int64_t tile_size = 0);
-  void disable_vae_tiling();
-  DType dtype() const { return dtype_; }
-  const std::string& model_path() const { return path_; }
-  // How the weights are held (applied when loading ended).
-  const WeightPackingPlan& weight_packing() const { return weight_packing_; }
-  // diffusers' enable_model_cpu_offload: each component holds its weights only while it runs. On a host
-  // without an accelerator the weights live in the memory-mapped checkpoint; once a component has run, its
-  // packed copies are freed and its file pages handed back (page cache included), so the memory goes to the
-  // component that runs next (Module::release_weights). The image does not change; later calls read the
-  // weights from the file again. KILN_LOG=offload says what was released and when.
-  void enable_model_cpu_offload() { model_cpu_offload_ = true; }
-  bool model_cpu_offload_enabled() const { return model_cpu_offload_; }
-  // diffusers' enable_sequential_cpu_offload (kiln/pipelines/offload.h): no packed copies, at most
-  // `resident_bytes` of the mapped weights kept in memory (0: each weight released once the next one is
-  // read), and model offload between components.
-  void enable_sequential_cpu_offload(int64_t resident_bytes = 0);
-  // diffusers' enable_group_offload (block level): weights read in place from the mapped checkpoint; each
-  // component's repeated blocks in groups of `blocks_per_group`, a group's pages handed back once the next
-  // group runs and, with `prefetch`, the group after it brought in on a background thread while the current
-  // one computes (kiln/runtime/weight_groups.h); model offload between components. Every execution mode.
-  void enable_group_offload(const GroupOffloadOptions& options = {});
-  // Applies the coarsest offload that keeps the weights under `bytes` (plan_offload); throws before any work
-  // when even the largest weight does not fit. Activations come on top.
-  OffloadPlan set_memory_budget(int64_t bytes);
+  std::vector<std::pair<std::string, nn::Module*>> components() const override;
   // The image size a call with height = width = 0 gets.
   int64_t default_image_size() const;
 
  private:
   StableDiffusion3Pipeline();
-  std::vector<std::pair<std::string, nn::Module*>> components() const;
+  models::AutoencoderKL& vae_model() const override;
   StableDiffusion3PipelineCall resolved(
       const StableDiffusion3PipelineCall& call) const;  // defaults filled, checked
 
-  std::string path_;
-  std::string name_;  // what the user asked for (repo id or folder), recorded in image metadata
-  DType dtype_ = float32;
-  WeightPackingPlan weight_packing_;
-  bool model_cpu_offload_ = false;
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_, tokenizer_2_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_3_;  // null when the pipeline has no T5
   std::unique_ptr<models::ClipTextModel> text_encoder_, text_encoder_2_;

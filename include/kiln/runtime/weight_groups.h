@@ -8,11 +8,11 @@
 // Because the trigger is a kernel reading a weight, it works the same in every execution mode (eager,
 // deferred-and-fused, compiled: compiled programs take the weights as inputs), and nothing recompiles.
 //
-// The tiers. On a host without an accelerator a weight lives in its memory-mapped checkpoint file: "in" means
-// its pages are mapped in this process (read from the file, or from the page cache, by the prefetch
-// thread), "out" means they are handed back to the OS (Storage::drop_resident_pages; the page cache keeps
-// them while memory allows). A device backend plugs in at the same two points: bringing a group in becomes a
-// copy to device memory on its transfer stream, sending it out frees that copy.
+// Weights move through their device's WeightTier (kiln/core/weight_tier.h): on a host without an
+// accelerator "in" means a weight's file pages are mapped in this process (read from the file, or from the
+// page cache, by the prefetch thread) and "out" means they are handed back to the OS, the page cache keeping
+// them while memory allows; a device backend's tier makes "in" a copy to device memory on its transfer
+// stream and "out" the freeing of that copy.
 #pragma once
 
 #include <cstdint>

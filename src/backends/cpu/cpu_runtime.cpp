@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "backends/cpu/cpu_allocator.h"
+#include "backends/cpu/host_weight_tier.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
 #include "runtime/worker_stream.h"
@@ -17,11 +18,13 @@ class CpuRuntime final : public DeviceRuntime {
   Device device() const override { return device_; }
   Allocator& allocator() override { return allocator_; }
   Stream& stream() override { return stream_; }
+  WeightTier& weight_tier() override { return weight_tier_; }
 
  private:
   Device device_;
   CpuAllocator allocator_;
   runtime::WorkerStream stream_;
+  HostWeightTier weight_tier_;
 };
 
 }  // namespace

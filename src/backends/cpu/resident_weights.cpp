@@ -5,6 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "kiln/core/device_runtime.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/runtime/weight_groups.h"
 
@@ -37,7 +38,7 @@ class ResidentWeights {
     }
     while (held_ > budget && lru_.size() > 1) {
       const auto oldest = lru_.begin();
-      if (const auto s = oldest->storage.lock()) s->drop_resident_pages();
+      if (const auto s = oldest->storage.lock()) device_runtime(s->device()).weight_tier().send_out(*s);
       remove(oldest);
     }
   }

@@ -1,0 +1,38 @@
+#include "cli/weight_traffic.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "kiln/runtime/weight_groups.h"
+
+namespace kiln::cli {
+
+int64_t disk_bytes_read() {
+  std::ifstream io("/proc/self/io");
+  for (std::string line; std::getline(io, line);)
+    if (line.rfind("read_bytes:", 0) == 0) return std::stoll(line.substr(11));
+  return 0;
+}
+
+WeightTraffic::WeightTraffic() : disk_(disk_bytes_read()), streamed_(weight_group_stats().prefetched_bytes) {}
+
+std::string WeightTraffic::since_last() {
+  const int64_t disk = disk_bytes_read(), streamed = weight_group_stats().prefetched_bytes;
+  // Group registration restarts the streamed count; a smaller value is a new count, not a negative amount.
+  const int64_t d = disk - disk_, s = streamed >= streamed_ ? streamed - streamed_ : streamed;
+  disk_ = disk;
+  streamed_ = streamed;
+  std::string out;
+  char part[64];
+  if (d >= 50'000'000) {
+    std::snprintf(part, sizeof part, "read %.1f GB from disk", d / 1e9);
+    out += part;
+  }
+  if (s >= 50'000'000) {
+    std::snprintf(part, sizeof part, "%s%.1f GB streamed in groups", out.empty() ? "" : ", ", s / 1e9);
+    out += part;
+  }
+  return out;
+}
+
+}  // namespace kiln::cli

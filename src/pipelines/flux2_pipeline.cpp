@@ -1,0 +1,291 @@
+#include "kiln/pipelines/flux2_pipeline.h"
+
+#include <cmath>
+
+#include "kiln/core/limits.h"
+#include "kiln/core/log.h"
+#include "kiln/models/autoencoder_kl_flux2.h"
+#include "kiln/models/flux2_prompt_encoder.h"
+#include "kiln/models/flux2_transformer.h"
+#include "kiln/ops.h"
+#include "kiln/schedulers/flow_match_euler.h"
+#include "kiln/schedulers/timestep_shift.h"
+#include "pipelines/flux2_reference_image.h"
+#include "pipelines/pipeline_common.h"
+
+namespace kiln {
+
+namespace {
+
+// Flux2Pipeline.default_sample_size: 128 latents of the VAE's scale factor 8, 1024 pixels.
+constexpr int64_t kDefaultSampleSize = 128;
+
+// x.repeat(1, n, 1).view(B * n, L, D): each prompt's row n times in a row.
+Tensor repeat_per_prompt(const Tensor& x, int n) {
+  if (n == 1) return x;
+  return x.unsqueeze(1)
+      .expand({x.size(0), n, x.size(1), x.size(2)})
+      .reshape({x.size(0) * n, x.size(1), x.size(2)});
+}
+
+}  // namespace
+
+Flux2PipelineBase::Flux2PipelineBase(Variant variant) : variant_(variant) {}
+Flux2PipelineBase::Flux2PipelineBase(Flux2PipelineBase&&) noexcept = default;
+Flux2PipelineBase& Flux2PipelineBase::operator=(Flux2PipelineBase&&) noexcept = default;
+Flux2PipelineBase::~Flux2PipelineBase() = default;
+
+void Flux2PipelineBase::load(const std::string& model, const PipelineLoadOptions& options,
+                             const char* pipeline_class) {
+  pipelines::PipelineFolder folder(model, options, pipeline_class);
+  KILN_CHECK(
+      options.transformer_file.empty(),
+      pipeline_class << ": single-file transformers are FLUX.1 and SD3 only; load the FLUX.2 transformer "
+                        "from the model's transformer/ folder");
+  path_ = folder.path();
+  name_ = model;
+  dtype_ = options.dtype;
+  const bool dev = variant_ == Variant::Dev;
+  // Both listed (real folders) or both [null, null] (folders saved without them, driven by prompt_embeds).
+  const bool text = folder.present("text_encoder") || folder.present("tokenizer");
+  folder.set_component_count(text ? 5 : 3);
+  scheduler_ =
+      std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
+          folder.need("scheduler", {"FlowMatchEulerDiscreteScheduler"})));
+  folder.loaded("scheduler");
+  const std::vector<std::string> splittable = {"transformer", "text_encoder"};
+  if (text) {
+    // The slow and fast tokenizer classes read the same tokenizer.json.
+    const std::string tokenizer = dev ? folder.need("tokenizer", {"PixtralProcessor"})
+                                      : folder.need("tokenizer", {"Qwen2TokenizerFast", "Qwen2Tokenizer"});
+    const std::string text_encoder =
+        folder.need("text_encoder", {dev ? "Mistral3ForConditionalGeneration" : "Qwen3ForCausalLM"});
+    const auto family = models::DecoderTextEncoderConfig::from_file(text_encoder + "/config.json").family;
+    const auto expected = dev ? models::DecoderFamily::Mistral : models::DecoderFamily::Qwen3;
+    KILN_CHECK(family == expected, text_encoder << "/config.json: " << pipeline_class << " expects a "
+                                                << (dev ? "Mistral 3" : "Qwen3") << " text encoder");
+    text_side_ = std::make_unique<Flux2PromptEncoder>(Flux2PromptEncoder::from_folders(
+        text_encoder, tokenizer,
+        {.dtype = options.dtype, .tp = options.tensor_parallel_for("text_encoder", splittable)},
+        [&](const char* component) { folder.loaded(component); }));
+  }
+  transformer_ =
+      models::load_flux2_transformer(folder.need("transformer", {"Flux2Transformer2DModel"}), options.dtype,
+                                     options.tensor_parallel_for("transformer", splittable));
+  folder.loaded("transformer");
+  vae_ = models::load_autoencoder_kl_flux2(folder.need("vae", {"AutoencoderKLFlux2"}), options.dtype);
+  folder.loaded("vae");
+  if (variant_ == Variant::Klein) is_distilled_ = folder.index().raw.get_or<bool>("is_distilled", false);
+  plan_weight_packing(options.packed_weight_budget);
+  KILN_CHECK(transformer_->config().in_channels == vae_->patchified_channels(),
+             path_ << ": transformer in_channels " << transformer_->config().in_channels
+                   << " is not 4 x the VAE's latent_channels " << vae_->config().latent_channels);
+  KILN_CHECK(!text_side_ || text_side_->embedding_dim() == transformer_->config().joint_attention_dim,
+             path_ << ": the text encoder's " << text_side_->text_encoder_out_layers().size()
+                   << " hidden states of " << text_side_->text_encoder().config().hidden_size << " make "
+                   << text_side_->embedding_dim() << " values per token, but the transformer's "
+                   << "joint_attention_dim is " << transformer_->config().joint_attention_dim);
+  KILN_CHECK(transformer_->config().out_channels == transformer_->config().in_channels,
+             path_ << ": transformer out_channels " << transformer_->config().out_channels
+                   << " differs from in_channels " << transformer_->config().in_channels
+                   << " (the scheduler steps the latents with the prediction)");
+}
+
+Flux2Pipeline Flux2Pipeline::from_pretrained(const std::string& model, const PipelineLoadOptions& options) {
+  Flux2Pipeline pipe;
+  pipe.load(model, options, "Flux2Pipeline");
+  return pipe;
+}
+
+Flux2KleinPipeline Flux2KleinPipeline::from_pretrained(const std::string& model,
+                                                       const PipelineLoadOptions& options) {
+  Flux2KleinPipeline pipe;
+  pipe.load(model, options, "Flux2KleinPipeline");
+  return pipe;
+}
+
+std::pair<Tensor, Tensor> Flux2PipelineBase::encode_prompt(const std::string& prompt,
+                                                           const Tensor& prompt_embeds,
+                                                           int num_images_per_prompt,
+                                                           int64_t max_sequence_length) const {
+  Tensor embeds = prompt_embeds;
+  if (!embeds.defined()) {
+    if (custom_prompt_encoder_) {
+      embeds = custom_prompt_encoder_({prompt}, max_sequence_length);
+    } else {
+      KILN_CHECK(text_side_, name() << ": " << path_
+                                    << " has no text encoder (model_index.json lists text_encoder and "
+                                       "tokenizer as null); pass prompt_embeds (and, for classifier-free "
+                                       "guidance, negative_prompt_embeds) or install a prompt encoder");
+      embeds = text_side_->encode({prompt}, max_sequence_length).prompt_embeds;
+    }
+  }
+  const int64_t joint = transformer_->config().joint_attention_dim;
+  KILN_CHECK(embeds.dim() == 3 && embeds.size(0) >= 1 && embeds.size(1) >= 1 && embeds.size(2) == joint &&
+                 embeds.dtype() == dtype_,
+             name() << ": expected prompt embeddings [B, L, " << joint << "] " << dtype_name(dtype_)
+                    << " (the transformer's joint_attention_dim, the pipeline's dtype), got "
+                    << embeds.str());
+  embeds = repeat_per_prompt(embeds, num_images_per_prompt);
+  return {embeds, models::flux2_text_ids(embeds.size(1))};
+}
+
+std::pair<Tensor, Tensor> Flux2PipelineBase::prepare_latents(int64_t batch, int64_t height, int64_t width,
+                                                             DType dtype, Generator& generator) const {
+  const int64_t f = vae_->config().scale_factor() * 2;
+  const int64_t h = height / f, w = width / f, c = transformer_->config().in_channels;
+  // Drawn in the patchified shape, so the stream lands on the channels as in diffusers.
+  const Tensor noise = randn_tensor({batch, c, h, w}, generator, dtype);
+  // _pack_latents: [B, C, h, w] -> [B, C, h * w] -> [B, h * w, C]
+  const Tensor packed = noise.reshape({batch, c, h * w}).transpose(1, 2).contiguous();
+  return {packed, models::flux2_latent_ids(h, w)};
+}
+
+Tensor Flux2PipelineBase::preprocess_image(const Image& image) const {
+  return pipelines::preprocess_flux2_reference(image, vae_->config().scale_factor() * 2);
+}
+
+std::pair<Tensor, Tensor> Flux2PipelineBase::prepare_image_latents(const std::vector<Tensor>& images,
+                                                                   int64_t batch) const {
+  std::vector<Tensor> tokens;
+  std::vector<std::pair<int64_t, int64_t>> grids;
+  for (const Tensor& image : images) {
+    // _encode_vae_image: the latent distribution's mode (its mean), patchified, normalised.
+    const Tensor mean = vae_->encode(image.to(dtype_)).mean;
+    const Tensor z = vae_->normalize(models::AutoencoderKLFlux2::patchify(mean));
+    grids.emplace_back(z.size(2), z.size(3));
+    tokens.push_back(z.reshape({z.size(1), z.size(2) * z.size(3)}).transpose(0, 1));
+  }
+  const Tensor all = concat(tokens, 0).unsqueeze(0);
+  return {all.expand({batch, all.size(1), all.size(2)}).contiguous(), models::flux2_image_ids(grids)};
+}
+
+Tensor Flux2PipelineBase::decode_latents(const Tensor& latents, int64_t height, int64_t width) const {
+  const int64_t f = vae_->config().scale_factor() * 2;
+  const int64_t b = latents.size(0), c = latents.size(2), h = height / f, w = width / f;
+  KILN_CHECK(latents.dim() == 3 && latents.size(1) == h * w,
+             name() << ".decode_latents: expected [B, " << h * w << ", C] latents for " << height << "x"
+                    << width << ", got " << shape_str(latents.shape()));
+  // _unpack_latents_with_ids: the ids are row-major, so scattering them back is the transpose of packing.
+  const Tensor grid = latents.transpose(1, 2).reshape({b, c, h, w});
+  const Tensor z = models::AutoencoderKLFlux2::unpatchify(vae_->denormalize(grid));
+  return pipelines::postprocess(vae_->decode(z));
+}
+
+bool Flux2PipelineBase::classifier_free_guidance(const Flux2PipelineCall& call) const {
+  return variant_ == Variant::Klein && call.guidance_scale > 1.0f && !is_distilled_;
+}
+
+Flux2PipelineCall Flux2PipelineBase::resolved(const Flux2PipelineCall& call,
+                                              const std::vector<Tensor>& references) const {
+  Flux2PipelineCall c = call;
+  const int64_t default_size = kDefaultSampleSize * vae_->config().scale_factor();
+  // diffusers: height = height or the first reference image's, else the default.
+  if (c.height == 0) c.height = references.empty() ? default_size : references.front().size(2);
+  if (c.width == 0) c.width = references.empty() ? default_size : references.front().size(3);
+  pipelines::check_image_size(name(), c.height, c.width, vae_->config().scale_factor() * 2);
+  return c;
+}
+
+void Flux2PipelineBase::check_request(const Flux2PipelineCall& c) const {
+  // A size given explicitly is checked against its limit here already; one taken from a reference image is
+  // checked by resolved().
+  if (c.height != 0)
+    limits::check_range(std::string(name()) + ": height", c.height, 1, limits::kMaxImageSide);
+  if (c.width != 0) limits::check_range(std::string(name()) + ": width", c.width, 1, limits::kMaxImageSide);
+  pipelines::check_steps(name(), c.num_inference_steps);
+  pipelines::check_prompt_size(name(), "prompt", c.prompt);
+  pipelines::check_prompt_size(name(), "negative_prompt", c.negative_prompt);
+  pipelines::check_max_sequence_length(name(), c.max_sequence_length);
+  pipelines::check_images_per_prompt(name(), c.num_images_per_prompt);
+  pipelines::check_guidance_scale(name(), c.guidance_scale);
+  KILN_CHECK(!(c.prompt_embeds.defined() && !c.prompt.empty()),
+             name() << ": pass either prompt or prompt_embeds, not both");
+  KILN_CHECK(variant_ == Variant::Klein || (!c.negative_prompt_embeds.defined() && c.negative_prompt.empty()),
+             name() << ": FLUX.2-dev has no negative prompt (it embeds the guidance scale)");
+  KILN_CHECK(!(c.negative_prompt_embeds.defined() && !c.negative_prompt.empty()),
+             name() << ": pass either negative_prompt or negative_prompt_embeds, not both");
+}
+
+PipelineOutput Flux2PipelineBase::operator()(const Flux2PipelineCall& request) {
+  check_request(request);  // before a reference image is preprocessed
+  std::vector<Tensor> references;
+  for (const Image& image : request.image) references.push_back(preprocess_image(image));
+  const Flux2PipelineCall call = resolved(request, references);
+  const int n = call.num_images_per_prompt;
+  const auto [embeds, text_ids] = encode_prompt(call.prompt, call.prompt_embeds, n, call.max_sequence_length);
+  const bool cfg = classifier_free_guidance(call);
+  if (variant_ == Variant::Klein && is_distilled_ && call.guidance_scale > 1.0f)
+    warn(std::string(name()) + ": guidance scale " + std::to_string(call.guidance_scale) +
+         " is ignored for step-wise distilled models");
+  Tensor negative, negative_ids;
+  if (cfg) {
+    std::tie(negative, negative_ids) =
+        encode_prompt(call.negative_prompt, call.negative_prompt_embeds, n, call.max_sequence_length);
+    KILN_CHECK(negative.size(0) == embeds.size(0), name() << ": negative_prompt_embeds has batch "
+                                                          << negative.size(0) / n << ", prompt_embeds "
+                                                          << embeds.size(0) / n);
+  }
+  // Model offload: the text encoder's memory goes to the transformer.
+  if (text_side_) release_after_use({{"text_encoder", &text_side_->text_encoder()}});
+
+  Generator generator = call.generator ? *call.generator : Generator();
+  const uint64_t seed = generator.initial_seed();
+  const int64_t batch = embeds.size(0);
+  auto [latents, latent_ids] = prepare_latents(batch, call.height, call.width, embeds.dtype(), generator);
+  const int64_t image_tokens = latents.size(1);
+  Tensor image_latents, ids = latent_ids;
+  if (!references.empty()) {
+    Tensor image_ids;
+    std::tie(image_latents, image_ids) = prepare_image_latents(references, batch);
+    ids = concat({latent_ids, image_ids}, 0);
+    // Model offload: the VAE's memory goes to the transformer until the decode needs it again.
+    release_after_use({{"vae", vae_.get()}});
+  }
+
+  scheduler_->set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps),
+                            compute_empirical_mu(image_tokens, call.num_inference_steps));
+  // Flux2Pipeline passes the guidance scale (float32) to every call; Flux2KleinPipeline passes none.
+  const Tensor guidance = variant_ == Variant::Dev
+                              ? Tensor::full({batch}, static_cast<double>(call.guidance_scale), float32)
+                              : Tensor();
+  const double scale = call.guidance_scale;
+  pipelines::denoise(
+      *scheduler_, latents,
+      [&](const Tensor& x, int, float timestep) {
+        // diffusers: t.expand(B).to(latents.dtype) / 1000; the reference latents follow the noise.
+        const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
+        const Tensor input = image_latents.defined() ? concat({x, image_latents}, 1) : x;
+        Tensor v =
+            transformer_->forward(input, embeds, t, guidance, text_ids, ids).narrow(1, 0, image_tokens);
+        if (!cfg) return v;
+        const Tensor uncond =
+            transformer_->forward(input, negative, t, Tensor(), negative_ids, ids).narrow(1, 0, image_tokens);
+        return add(uncond, mul(sub(v, uncond), scale));
+      },
+      call.on_step_end);
+
+  release_after_use({{"transformer", transformer_.get()}});
+  const Tensor images = decode_latents(latents, call.height, call.width);
+  release_after_use({{"vae", vae_.get()}});
+  auto metadata = pipelines::common_metadata(name_, name(), seed, call.num_inference_steps,
+                                             call.guidance_scale, call.height, call.width, dtype_);
+  if (!call.prompt_embeds.defined()) {
+    metadata["prompt"] = call.prompt;
+    metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
+  }
+  if (cfg && !call.negative_prompt_embeds.defined()) metadata["negative_prompt"] = call.negative_prompt;
+  if (!references.empty()) metadata["reference_images"] = std::to_string(references.size());
+  return {pipelines::to_images(images, metadata)};
+}
+
+std::vector<std::pair<std::string, nn::Module*>> Flux2PipelineBase::components() const {
+  nn::Module* text_encoder = text_side_ ? &text_side_->text_encoder() : nullptr;
+  return {{"text_encoder", text_encoder}, {"transformer", transformer_.get()}, {"vae", vae_.get()}};
+}
+
+models::AutoencoderKL& Flux2PipelineBase::vae_model() const {
+  return *vae_;
+}
+
+}  // namespace kiln

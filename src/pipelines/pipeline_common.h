@@ -1,0 +1,76 @@
+// The skeleton the pipelines share: opening a diffusers pipeline folder (model_index.json, the component
+// folders and their classes, the loading progress), the checks every call makes, the denoising loop around a
+// pipeline's velocity, the VAE output's postprocessing, and the images with their PNG metadata.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/io/model_index.h"
+#include "kiln/pipelines/diffusion_pipeline.h"
+
+namespace kiln {
+class FlowMatchEulerDiscreteScheduler;
+}
+
+namespace kiln::pipelines {
+
+// A pipeline folder being loaded: a diffusers folder or a repo id in the local Hugging Face cache whose
+// model_index.json names `pipeline_class`.
+class PipelineFolder {
+ public:
+  // Throws kiln::Error for a dtype the pipelines do not run (f32, bf16 and f16 only), a folder that cannot be
+  // resolved, or another pipeline class.
+  PipelineFolder(const std::string& model, const PipelineLoadOptions& options, const char* pipeline_class);
+  const std::string& path() const { return path_; }
+  const io::ModelIndex& index() const { return index_; }
+  // Whether model_index.json lists `name` with a class (not [null, null]).
+  bool present(const char* name) const;
+  // The folder of component `name`, which must be present, have one of `classes` (the first is the one
+  // named in errors) and exist.
+  std::string need(const char* name, std::initializer_list<const char*> classes) const;
+  // How many loading steps on_component_loaded counts (it may depend on the components present).
+  void set_component_count(int count) { count_ = count; }
+  // Reports that `name` finished loading (PipelineLoadOptions::on_component_loaded).
+  void loaded(const char* name);
+
+ private:
+  std::string path_;
+  io::ModelIndex index_;
+  std::function<void(const std::string&, int, int)> on_loaded_;
+  int count_ = 0, done_ = 0;
+};
+
+// The checks every pipeline call makes, each error naming the pipeline, the argument and what it accepts.
+void check_image_size(const char* pipeline, int64_t height, int64_t width, int64_t multiple);
+void check_steps(const char* pipeline, int num_inference_steps);
+// A prompt's size in bytes against limits::kMaxPromptBytes, naming the pipeline and the argument.
+void check_prompt_size(const char* pipeline, const char* argument, const std::string& prompt);
+void check_max_sequence_length(const char* pipeline, int64_t max_sequence_length);
+void check_images_per_prompt(const char* pipeline, int num_images_per_prompt);
+void check_guidance_scale(const char* pipeline, float guidance_scale);
+
+// The denoising loop of every pipeline: for each of the scheduler's timesteps, latents =
+// step(velocity(latents, step, timestep)), waiting for the step to finish so that on_step_end gets (step,
+// steps, seconds).
+void denoise(const FlowMatchEulerDiscreteScheduler& scheduler, Tensor& latents,
+             const std::function<Tensor(const Tensor& latents, int step, float timestep)>& velocity,
+             const std::function<void(int, int, double)>& on_step_end);
+
+// VaeImageProcessor.postprocess: (x * 0.5 + 0.5).clamp(0, 1) in the VAE output's dtype, then NHWC float32
+// [B, H, W, C] (diffusers' output_type="np").
+Tensor postprocess(const Tensor& decoded);
+
+// One 8-bit image per batch element of `nhwc`, each with `metadata` plus "software" (the PNG's text chunks).
+std::vector<Image> to_images(const Tensor& nhwc, const std::map<std::string, std::string>& metadata);
+
+// The metadata every pipeline records: model, pipeline, seed, steps, guidance scale, size, dtype.
+std::map<std::string, std::string> common_metadata(const std::string& model, const char* pipeline,
+                                                   uint64_t seed, int steps, float guidance_scale,
+                                                   int64_t height, int64_t width, DType dtype);
+
+}  // namespace kiln::pipelines
