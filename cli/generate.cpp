@@ -50,7 +50,7 @@ struct GenerateArgs {
   std::optional<std::string> packed_weights;
   std::string offload = "auto";
   std::optional<std::string> max_memory;
-  int blocks_per_group = 1;
+  std::optional<int> blocks_per_group;  // --offload group only (1 when absent)
   int tp = 1;
 };
 
@@ -119,11 +119,11 @@ void load_and_run(const GenerateArgs& args, Call call, int components,
     const OffloadPlan plan = pipe.set_memory_budget(parse_byte_budget(*args.max_memory, "--max-memory"));
     if (reporting) std::fprintf(stderr, "kiln: %s\n", plan.describe().c_str());
   } else if (args.offload == "group") {
-    pipe.enable_group_offload({.blocks_per_group = args.blocks_per_group, .prefetch = true});
+    pipe.enable_group_offload({.blocks_per_group = args.blocks_per_group.value_or(1), .prefetch = true});
     if (reporting)
       std::fprintf(stderr,
                    "kiln: group offload: %d block(s) per group, the next group brought in while one runs\n",
-                   args.blocks_per_group);
+                   args.blocks_per_group.value_or(1));
   } else if (args.offload == "sequential") {
     pipe.enable_sequential_cpu_offload();
     if (reporting)
@@ -233,7 +233,18 @@ const std::map<std::string, PipelineRunner>& pipeline_registry() {
   return registry;
 }
 
+// Offload flags that contradict each other are refused before anything loads.
+void check_offload_flags(const GenerateArgs& args) {
+  KILN_CHECK(
+      !args.max_memory || args.offload == "auto",
+      "--max-memory " << *args.max_memory << " picks the offload itself (none, model, group or sequential); "
+                      << "it cannot be combined with --offload " << args.offload << ": give one of the two");
+  KILN_CHECK(!args.blocks_per_group || args.offload == "group",
+             "--blocks-per-group sizes the groups of --offload group; got --offload " << args.offload);
+}
+
 void run_generate(const GenerateArgs& args) {
+  check_offload_flags(args);
   join_tensor_parallel_group(args);
   const io::ResolvedModel resolved = io::resolve_model(args.model);
   const io::ModelIndex index = io::load_model_index(resolved.path);
@@ -311,9 +322,8 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "none", "model", "group", "sequential"}))
       ->capture_default_str();
   cmd->add_option("--blocks-per-group", args->blocks_per_group,
-                  "blocks per group for --offload group (diffusers' num_blocks_per_group)")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
+                  "blocks per group for --offload group (diffusers' num_blocks_per_group; default 1)")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option(
       "--max-memory", args->max_memory,
       "the most memory the weights may hold, e.g. 12GiB: picks the coarsest offload that stays under "
