@@ -96,11 +96,11 @@ void load_and_run(const GenerateArgs& args, Call call, int components,
     const OffloadPlan plan = pipe.set_memory_budget(parse_byte_budget(*args.max_memory, "--max-memory"));
     if (reporting) std::fprintf(stderr, "kiln: %s\n", plan.describe().c_str());
   } else if (args.offload == "group") {
-    pipe.enable_group_offload({.blocks_per_group = args.blocks_per_group, .prefetch = true});
+    pipe.enable_group_offload({.blocks_per_group = args.blocks_per_group.value_or(1), .prefetch = true});
     if (reporting)
       std::fprintf(stderr,
                    "kiln: group offload: %d block(s) per group, the next group brought in while one runs\n",
-                   args.blocks_per_group);
+                   args.blocks_per_group.value_or(1));
   } else if (args.offload == "sequential") {
     pipe.enable_sequential_cpu_offload();
     if (reporting)
@@ -290,9 +290,8 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "none", "model", "group", "sequential"}))
       ->capture_default_str();
   cmd->add_option("--blocks-per-group", args->blocks_per_group,
-                  "blocks per group for --offload group (diffusers' num_blocks_per_group)")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
+                  "blocks per group for --offload group (diffusers' num_blocks_per_group; default 1)")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option(
       "--max-memory", args->max_memory,
       "the most memory the weights may hold, e.g. 12GiB: picks the coarsest offload that stays under "

@@ -32,6 +32,13 @@ void check_generate_args(const GenerateArgs& args) {
   limits::check_range("--tp", args.tp, 1, limits::kMaxProcesses);
   if (args.packed_weights) parse_byte_budget(*args.packed_weights, "--packed-weights");
   if (args.max_memory) parse_byte_budget(*args.max_memory, "--max-memory");
+  // Offload flags that contradict each other are refused before anything loads.
+  KILN_CHECK(
+      !args.max_memory || args.offload == "auto",
+      "--max-memory " << *args.max_memory << " picks the offload itself (none, model, group or sequential); "
+                      << "it cannot be combined with --offload " << args.offload << ": give one of the two");
+  KILN_CHECK(!args.blocks_per_group || args.offload == "group",
+             "--blocks-per-group sizes the groups of --offload group; got --offload " << args.offload);
   // Reference images are decoded once the pipeline is known; a path that cannot be read fails here, before
   // anything is loaded.
   for (const std::string& path : args.images) {

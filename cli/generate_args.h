@@ -30,7 +30,7 @@ struct GenerateArgs {
   std::optional<std::string> packed_weights;
   std::string offload = "auto";
   std::optional<std::string> max_memory;
-  int blocks_per_group = 1;
+  std::optional<int> blocks_per_group;  // --offload group only (1 when absent)
   int tp = 1;
 };
 

@@ -108,7 +108,7 @@ TEST(GroupOffload, EveryExecutionModeKeepsItsImage) {
   OffloadScope scope;
   PipelineLoadOptions options{.dtype = bfloat16};
   for (const std::string mode : {"eager", "fuse", "compile", "compile-blocks"}) {
-    const auto run = [&](bool offload, WeightGroupStats* stats) {
+    const auto run = [&](bool offload, WeightGroupStats* stats, size_t* programs) {
       auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev-bf16"), options);
       if (mode == "compile") pipe.transformer().compile({.fullgraph = true, .dynamic = false});
       if (mode == "compile-blocks") pipe.transformer().compile_repeated_blocks();
@@ -116,13 +116,21 @@ TEST(GroupOffload, EveryExecutionModeKeepsItsImage) {
       std::optional<EagerModeGuard> fuse;
       if (mode == "fuse") fuse.emplace(EagerMode::DeferAndFuse);
       std::vector<uint8_t> pixels = pipe(tiny_flux_call(11)).images[0].pixels;
+      // A second call: streaming the groups again must not compile anything new.
+      if (offload) {
+        EXPECT_EQ(pipe(tiny_flux_call(11)).images[0].pixels, pixels) << mode;
+      }
       if (stats != nullptr) *stats = weight_group_stats();
+      *programs = pipe.transformer().compiled_program_count();
       clear_weight_groups();
       set_packed_weight_budget(std::nullopt);
       return pixels;
     };
     WeightGroupStats stats;
-    EXPECT_EQ(run(true, &stats), run(false, nullptr)) << mode;
+    size_t programs_offloaded = 0, programs_plain = 0;
+    EXPECT_EQ(run(true, &stats, &programs_offloaded), run(false, nullptr, &programs_plain)) << mode;
+    EXPECT_EQ(programs_offloaded, programs_plain)
+        << mode << ": weights are program inputs, streaming recompiles nothing";
     EXPECT_GT(stats.groups, 4) << mode;
     // Two steps through the tiny transformer's blocks at least, most of them prefetched.
     EXPECT_GE(stats.switches, 8) << mode;
