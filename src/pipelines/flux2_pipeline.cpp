@@ -1,5 +1,6 @@
 #include "kiln/pipelines/flux2_pipeline.h"
 
+#include <tuple>
 #include <cmath>
 
 #include "kiln/core/limits.h"
@@ -213,7 +214,9 @@ PipelineOutput Flux2PipelineBase::operator()(const Flux2PipelineCall& request) {
   for (const Image& image : request.image) references.push_back(preprocess_image(image));
   const Flux2PipelineCall call = resolved(request, references);
   const int n = call.num_images_per_prompt;
-  const auto [embeds, text_ids] = encode_prompt(call.prompt, call.prompt_embeds, n, call.max_sequence_length);
+  // Named tensors, not structured bindings: the step lambda captures them (clang 14 cannot capture bindings).
+  Tensor embeds, text_ids;
+  std::tie(embeds, text_ids) = encode_prompt(call.prompt, call.prompt_embeds, n, call.max_sequence_length);
   const bool cfg = classifier_free_guidance(call);
   if (variant_ == Variant::Klein && is_distilled_ && call.guidance_scale > 1.0f)
     warn(std::string(name()) + ": guidance scale " + std::to_string(call.guidance_scale) +
@@ -232,7 +235,8 @@ PipelineOutput Flux2PipelineBase::operator()(const Flux2PipelineCall& request) {
   Generator generator = call.generator ? *call.generator : Generator();
   const uint64_t seed = generator.initial_seed();
   const int64_t batch = embeds.size(0);
-  auto [latents, latent_ids] = prepare_latents(batch, call.height, call.width, embeds.dtype(), generator);
+  Tensor latents, latent_ids;
+  std::tie(latents, latent_ids) = prepare_latents(batch, call.height, call.width, embeds.dtype(), generator);
   const int64_t image_tokens = latents.size(1);
   Tensor image_latents, ids = latent_ids;
   if (!references.empty()) {

@@ -1,5 +1,6 @@
 #include "kiln/pipelines/flux_pipeline.h"
 
+#include <tuple>
 #include <filesystem>
 
 #include "kiln/core/log.h"
@@ -164,7 +165,9 @@ PipelineOutput FluxPipeline::operator()(const FluxPipelineCall& call) {
   Generator generator = call.generator ? *call.generator : Generator();
   const uint64_t seed = generator.initial_seed();
   const int64_t batch = call.num_images_per_prompt;
-  auto [latents, image_ids] =
+  // Named tensors, not a structured binding: the step lambda captures them (clang 14 cannot capture bindings).
+  Tensor latents, image_ids;
+  std::tie(latents, image_ids) =
       prepare_latents(batch, call.height, call.width, prompt.prompt_embeds.dtype(), generator);
 
   const int64_t image_seq_len = latents.size(1);
