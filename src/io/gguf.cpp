@@ -250,6 +250,14 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(MappedFile::ope
                                                       << " blocks of " << traits->block_size);
     // ne[0] is the innermost (contiguous) dimension; torch's shape lists the outermost first.
     for (uint32_t d = n_dims; d-- > 0;) info.shape.push_back(static_cast<int64_t>(ne[d]));
+    // A row's bytes too: with another dimension 0 the tensor is empty, but its rows are still sized
+    // (blocks()) and 2^61 F32 elements are 2^63 bytes.
+    uint64_t row_bytes = 0;
+    KILN_CHECK(!__builtin_mul_overflow(ne[0] / traits->block_size, static_cast<uint64_t>(traits->type_size),
+                                       &row_bytes) &&
+                   row_bytes <= kMaxElements,
+               where << ": a row of " << ne[0] << " " << traits->name << " elements overflows its byte size "
+                     << "(corrupt file?)");
     const uint64_t blocks = numel / static_cast<uint64_t>(traits->block_size);
     KILN_CHECK(!__builtin_mul_overflow(blocks, static_cast<uint64_t>(traits->type_size), &info.bytes),
                where << ": byte size overflows (corrupt file?)");

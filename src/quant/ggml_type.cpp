@@ -60,7 +60,10 @@ int64_t row_bytes(GgmlType type, int64_t elements) {
   KILN_CHECK(elements >= 0 && elements % t.block_size == 0, t.name << ": a row of " << elements
                                                                    << " elements is not a whole number of "
                                                                    << t.block_size << "-element blocks");
-  return elements / t.block_size * t.type_size;
+  int64_t bytes = 0;
+  KILN_CHECK(!__builtin_mul_overflow(elements / t.block_size, static_cast<int64_t>(t.type_size), &bytes),
+             t.name << ": a row of " << elements << " elements is too large");
+  return bytes;
 }
 
 DType plain_dtype(GgmlType type) {

@@ -6,6 +6,7 @@
 
 #include "io/io_test_util.h"
 #include "kiln/io/checkpoint.h"
+#include "kiln/io/gguf.h"
 #include "kiln/io/json_config.h"
 #include "kiln/io/png.h"
 #include "kiln/io/safetensors.h"
@@ -73,6 +74,14 @@ TEST(FuzzRegressions, Flux2VaeDecoderWidth) {
 TEST(FuzzRegressions, PngSideAboveTheLimit) {
   const std::string path = reproducer("png", "900000-square-rgba-header");
   EXPECT_KILN_ERROR(io::read_png(path), path, "900000x900000 pixels exceeds the maximum side 16384");
+}
+
+// A GGUF tensor with a zero dimension and a row of 2^61 F32 elements: empty, so its 0 bytes passed the file's
+// bounds, but sizing its rows multiplied 2^61 by 4 in int64 (signed overflow; found by the gguf fuzzer in the
+// campaign's second session).
+TEST(FuzzRegressions, GgufRowBytesOverflow) {
+  const std::string path = reproducer("gguf", "row-of-2-to-the-61-f32-in-an-empty-tensor");
+  EXPECT_KILN_ERROR(io::GgufFile{path}, path, "elements overflows its byte size");
 }
 
 }  // namespace
