@@ -1,7 +1,7 @@
 #include "kiln/pipelines/flux2_pipeline.h"
 
-#include <tuple>
 #include <cmath>
+#include <tuple>
 
 #include "kiln/core/limits.h"
 #include "kiln/core/log.h"

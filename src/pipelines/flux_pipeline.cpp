@@ -1,7 +1,7 @@
 #include "kiln/pipelines/flux_pipeline.h"
 
-#include <tuple>
 #include <filesystem>
+#include <tuple>
 
 #include "kiln/core/log.h"
 #include "kiln/models/autoencoder_kl.h"
@@ -165,7 +165,8 @@ PipelineOutput FluxPipeline::operator()(const FluxPipelineCall& call) {
   Generator generator = call.generator ? *call.generator : Generator();
   const uint64_t seed = generator.initial_seed();
   const int64_t batch = call.num_images_per_prompt;
-  // Named tensors, not a structured binding: the step lambda captures them (clang 14 cannot capture bindings).
+  // Named tensors, not a structured binding: the step lambda captures them (clang 14 cannot capture
+  // bindings).
   Tensor latents, image_ids;
   std::tie(latents, image_ids) =
       prepare_latents(batch, call.height, call.width, prompt.prompt_embeds.dtype(), generator);
