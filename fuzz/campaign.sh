@@ -4,7 +4,8 @@
 # instances on disjoint target lists use two cores). Each target fuzzes its own
 # working corpus ($WORK/corpus/<target>, seeded from fuzz/corpus/<target>), keeps going after a finding
 # (fork mode: crashes, timeouts and out-of-memory inputs are saved under $WORK/findings/<target>/) and logs to
-# $WORK/logs/<target>.<start time>.log; tools/fuzz/campaign_table.py sums the logs into the table.
+# $WORK/logs/<target>.<start time>.log; tools/fuzz/campaign_table.py turns the logs into the rows committed in
+# fuzz/campaign/ (the logs stay on the machine) and sums those rows into the table.
 #   usage: fuzz/campaign.sh [SLICE_SECONDS] [ROUNDS] [TARGET...]   (WORK defaults to /work/fuzz-campaign)
 # Afterwards, minimise a working corpus back into the repository with
 #   build-fuzz/fuzz/fuzz_<t> -merge=1 fuzz/corpus/<t> $WORK/corpus/<t>
