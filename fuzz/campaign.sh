@@ -7,8 +7,7 @@
 # $WORK/logs/<target>.<start time>.log; tools/fuzz/campaign_table.py turns the logs into the rows committed in
 # fuzz/campaign/ (the logs stay on the machine) and sums those rows into the table.
 #   usage: fuzz/campaign.sh [SLICE_SECONDS] [ROUNDS] [TARGET...]   (WORK defaults to /work/fuzz-campaign)
-# Afterwards, minimise a working corpus back into the repository with
-#   build-fuzz/fuzz/fuzz_<t> -merge=1 fuzz/corpus/<t> $WORK/corpus/<t>
+# Afterwards, merge the working corpora back into the repository's with fuzz/minimise.sh.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 slice=${1:-900}

@@ -1,0 +1,20 @@
+#!/bin/sh
+# Merges a campaign's working corpora back into the repository's: for each target, the inputs of
+# $WORK/corpus/<target> up to MAX_BYTES (default 4096) that reach instrumented edges fuzz/corpus/<target> does not
+# reach are added to it (edges only, -use_counters=0: hit counts would keep thousands of near-copies). Keeps the
+# committed corpora to about 1 MB a target, so that CI's sanitizer replay stays quick.
+#   usage: fuzz/minimise.sh [TARGET...]   (WORK defaults to /work/fuzz-campaign)
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=${WORK:-/work/fuzz-campaign}
+max=${MAX_BYTES:-4096}
+targets=${*:-"safetensors checkpoint_index config_json gguf clip_bpe sentencepiece tokenizer_json tokenizer_text regex png cli_flags"}
+for t in $targets; do
+  small=$(mktemp -d)
+  find "$work/corpus/$t" -type f -size -"$((max + 1))"c -exec cp {} "$small/" \;
+  before=$(ls "$root/fuzz/corpus/$t" | wc -l)
+  (cd "$small" && "$root/build-fuzz/fuzz/fuzz_$t" -merge=1 -use_counters=0 -timeout=10 -rss_limit_mb=2048 \
+      "$root/fuzz/corpus/$t" "$small" > "$small.log" 2>&1) || { echo "minimise: $t failed, see $small.log" >&2; exit 1; }
+  echo "minimise: $t: $before -> $(ls "$root/fuzz/corpus/$t" | wc -l) inputs ($(du -sh "$root/fuzz/corpus/$t" | cut -f1))"
+  rm -rf "$small" "$small.log"
+done
