@@ -5,11 +5,11 @@
 # committed corpora to about 1 MB a target, so that CI's sanitizer replay stays quick. MAX_BYTES defaults to 4096,
 # more for targets whose smallest meaningful inputs are larger: GGUF files (which carry tensor data) 65536,
 # tokenizer.json and spiece.model files 16384.
-#   usage: fuzz/minimise.sh [TARGET...]   (WORK defaults to /work/fuzz-campaign)
+#   usage: fuzz/minimise.sh [TARGET...]   (WORK defaults to /work/fuzz-campaign; no TARGET: all of $WORK/corpus)
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${WORK:-/work/fuzz-campaign}
-targets=${*:-"safetensors checkpoint_index config_json gguf clip_bpe sentencepiece tokenizer_json tokenizer_text regex png cli_flags"}
+targets=${*:-$(ls "$work/corpus")}  # by default every target the campaign fuzzed
 for t in $targets; do
   case $t in
     gguf) max=${MAX_BYTES:-65536} ;;
