@@ -30,6 +30,7 @@
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/attention.h"
+#include "kiln/runtime/execution_context.h"
 
 namespace {
 

@@ -26,6 +26,7 @@
 #include "kiln/ops/fused.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/nn.h"
+#include "kiln/runtime/execution_context.h"
 
 namespace {
 

@@ -25,6 +25,7 @@
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/linalg.h"
+#include "kiln/runtime/execution_context.h"
 
 namespace {
 

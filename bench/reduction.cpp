@@ -20,6 +20,7 @@
 #include "kiln/ops/layout.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/reduction.h"
+#include "kiln/runtime/execution_context.h"
 
 namespace {
 

@@ -25,5 +25,6 @@
 #include "kiln/pipelines/sd3_pipeline.h"
 #include "kiln/runtime/counters.h"
 #include "kiln/runtime/eager_mode.h"
+#include "kiln/runtime/execution_context.h"
 #include "kiln/schedulers/flow_match_euler.h"
 #include "kiln/schedulers/timestep_shift.h"

@@ -7,7 +7,6 @@
 #include <cstdint>
 
 #include "kiln/core/device_runtime.h"
-#include "runtime/deferred.h"
 
 namespace kiln {
 
@@ -99,11 +98,6 @@ Storage::~Storage() {
   if (!borrowed_ && p) device_runtime(device_).allocator().deallocate(p, bytes_);
 }
 
-void synchronize(Device device) {
-  // Ops recorded in DeferAndFuse mode run first: whoever synchronises wants their results.
-  runtime::flush_deferred();
-  device_runtime(device).stream().synchronize();
-}
 MemoryStats memory_stats(Device device) {
   return device_runtime(device).allocator().stats();
 }

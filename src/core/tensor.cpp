@@ -1,8 +1,6 @@
 // Tensor metadata and views. Methods that copy data (contiguous, to, copy_) are in src/ops/copy.cpp.
 #include "kiln/core/tensor.h"
 
-#include "runtime/capture.h"
-
 #include <algorithm>
 #include <cstring>
 
@@ -277,16 +275,16 @@ void* Tensor::host_data() const {
   KILN_CHECK(defined(), "Tensor::data: tensor is undefined");
   KILN_CHECK(device().type == DeviceType::CPU,
              "Tensor::data: tensor is on " << device().str() << "; copy it with .to(kiln::cpu)");
-  runtime::check_host_read(*this);
-  synchronize(device());
+  if (HostReadObserver* observer = host_read_observer()) observer->before_host_read(*this);
+  storage_->wait_for_writes();
   return raw_data();
 }
 
 double Tensor::item() const {
   KILN_CHECK(numel() == 1, "Tensor::item: tensor of shape " << shape_str(shape_) << " has " << numel()
                                                             << " elements, expected 1");
-  runtime::check_host_read(*this);
-  synchronize(device());
+  if (HostReadObserver* observer = host_read_observer()) observer->before_host_read(*this);
+  storage_->wait_for_writes();
   return visit_dtype(dtype_, [&](auto tag) {
     using T = decltype(tag);
     T v;

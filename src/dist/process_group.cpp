@@ -10,6 +10,7 @@
 #include "dist/transport.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
+#include "kiln/runtime/execution_context.h"
 
 namespace kiln::dist {
 

@@ -15,6 +15,8 @@
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
 #include "kiln/core/log.h"
+#include "kiln/runtime/execution_context.h"
+#include "runtime/counter_updates.h"
 
 namespace kiln::graph {
 
@@ -82,8 +84,9 @@ JitOptions JitOptions::from_env() {
   return o;
 }
 
-CpuJit::CpuJit(JitOptions options)
-    : options_(std::move(options)),
+CpuJit::CpuJit(JitOptions options, bool report_to_counters)
+    : report_to_counters_(report_to_counters),
+      options_(std::move(options)),
       avx512_(options_.isa < 0 ? cpu_kernels::use_avx512() : options_.isa == 1),
       compiler_(options_.compiler) {
   KILN_CHECK(!(avx512_ && !cpu_kernels::cpu_features().avx512),
@@ -91,8 +94,17 @@ CpuJit::CpuJit(JitOptions options)
 }
 
 CpuJit& CpuJit::global() {
-  static CpuJit jit(JitOptions::from_env());
+  static CpuJit jit(JitOptions::from_env(), /*report_to_counters=*/true);
   return jit;
+}
+
+void CpuJit::note(int64_t JitCounters::*event) {
+  ++(counters_.*event);
+  if (!report_to_counters_) return;
+  if (event == &JitCounters::compiled) runtime::count_kernel_compiled();
+  if (event == &JitCounters::memory_hits) runtime::count_kernel_cache_memory_hit();
+  if (event == &JitCounters::disk_hits) runtime::count_kernel_cache_disk_hit();
+  if (event == &JitCounters::disk_misses) runtime::count_kernel_cache_disk_miss();
 }
 
 void CpuJit::warn_fallback(const std::string& why) {
@@ -114,16 +126,16 @@ std::shared_ptr<const FusedKernel> CpuJit::kernel(const ElementwiseRegion& regio
   const std::string key = canonical.structural_key();
   std::lock_guard lock(mutex_);
   if (auto it = memory_.find(key); it != memory_.end()) {
-    ++counters_.memory_hits;
+    note(&JitCounters::memory_hits);
     return it->second;
   }
   if (!compiler_.available()) {
     warn_fallback("no C++ compiler found (tried " + compiler_.description() + ")");
-    ++counters_.fallbacks;
+    note(&JitCounters::fallbacks);
     return nullptr;
   }
   if (failed_.count(key)) {
-    ++counters_.fallbacks;
+    note(&JitCounters::fallbacks);
     return nullptr;
   }
   const std::string full_key = key + "\nisa=" + (avx512_ ? "avx512" : "generic") +
@@ -138,7 +150,7 @@ std::shared_ptr<const FusedKernel> CpuJit::kernel(const ElementwiseRegion& regio
   if (!k) k = build(canonical, full_key);
   if (!k) {
     failed_.insert(key);
-    ++counters_.fallbacks;
+    note(&JitCounters::fallbacks);
     return nullptr;
   }
   memory_.emplace(key, k);
@@ -150,21 +162,21 @@ std::shared_ptr<const FusedKernel> CpuJit::load_from_disk(const std::string& ent
   bool ok_meta = false, ok_so = false;
   const std::string meta = read_file(entry + ".meta", &ok_meta);
   if (!ok_meta) {
-    ++counters_.disk_misses;
+    note(&JitCounters::disk_misses);
     return nullptr;
   }
   const std::string so = read_file(entry + ".so", &ok_so);
   // The whole .meta must be what this .so and key would produce: any corruption, truncation, a different
   // key (hash collision, other compiler or Kiln) or a replaced .so fails the comparison.
   if (!ok_so || meta != meta_text(so, full_key)) {
-    ++counters_.disk_misses;
-    ++counters_.disk_rejected;
+    note(&JitCounters::disk_misses);
+    note(&JitCounters::disk_rejected);
     return nullptr;
   }
   void* handle = dlopen((entry + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
-    ++counters_.disk_misses;
-    ++counters_.disk_rejected;
+    note(&JitCounters::disk_misses);
+    note(&JitCounters::disk_rejected);
     return nullptr;
   }
   const std::string structural = full_key.substr(0, full_key.find('\n'));
@@ -172,11 +184,11 @@ std::shared_ptr<const FusedKernel> CpuJit::load_from_disk(const std::string& ent
   auto entry_fn = reinterpret_cast<FusedKernel::Entry>(dlsym(handle, sym.c_str()));
   if (!entry_fn) {
     dlclose(handle);
-    ++counters_.disk_misses;
-    ++counters_.disk_rejected;
+    note(&JitCounters::disk_misses);
+    note(&JitCounters::disk_rejected);
     return nullptr;
   }
-  ++counters_.disk_hits;
+  note(&JitCounters::disk_hits);
   return std::make_shared<FusedKernel>(handle, entry_fn, structural);
 }
 
@@ -216,7 +228,7 @@ std::shared_ptr<const FusedKernel> CpuJit::build(const ElementwiseRegion& canoni
     fs::remove_all(dir, ec);
     return nullptr;
   }
-  ++counters_.compiled;
+  note(&JitCounters::compiled);
   if (log_enabled("compile"))
     log("compile", "built fused kernel " + sym + " (a region structure not in the memory or disk cache" +
                        (persist ? ", now saved to " + options_.cache_dir : std::string()) +

@@ -63,7 +63,7 @@ class FusedKernel {
 
 class CpuJit {
  public:
-  explicit CpuJit(JitOptions options);
+  explicit CpuJit(JitOptions options) : CpuJit(std::move(options), false) {}
   // The process-wide instance, configured from the environment.
   static CpuJit& global();
 
@@ -95,6 +95,9 @@ class CpuJit {
   bool avx512() const { return avx512_; }
 
  private:
+  CpuJit(JitOptions options, bool report_to_counters);
+
+  const bool report_to_counters_;  // the process-wide instance's counts go to kiln::counters() too
   std::shared_ptr<const FusedKernel> build(const ElementwiseRegion& canonical, const std::string& full_key);
   std::shared_ptr<const FusedKernel> load_from_disk(const std::string& entry_path,
                                                     const std::string& full_key);
@@ -106,6 +109,10 @@ class CpuJit {
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<const FusedKernel>> memory_;
   std::set<std::string> failed_;  // structural keys whose compile failed: not retried
+  // Counts `event`; the process-wide instance also reports it to kiln::counters()
+  // (runtime/counter_updates.h).
+  void note(int64_t JitCounters::*event);
+
   JitCounters counters_;
   bool warned_ = false;
 };

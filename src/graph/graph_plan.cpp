@@ -67,7 +67,7 @@ void eliminate_common(std::vector<OpCall>& calls, std::vector<bool>& removed, Fa
   std::unordered_map<std::string, int> seen;
   for (int i = 0; i < static_cast<int>(calls.size()); ++i) {
     OpCall& c = calls[i];
-    if (c.outputs.empty()) continue;
+    if (c.outputs.empty() || !c.may_merge) continue;
     const std::string key = call_key(c);
     auto [it, inserted] = seen.try_emplace(key, i);
     if (inserted) continue;

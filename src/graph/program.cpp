@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "graph/fused_launch.h"
 #include "graph/graph_facts.h"
 #include "graph/graph_plan.h"
 #include "runtime/capture.h"
@@ -272,8 +273,8 @@ std::vector<Tensor> Program::run(const std::vector<Tensor>& inputs, const std::v
       runtime::launch(runtime::OpCall{step.op, std::move(ins), std::move(outs), step.attrs});
       continue;
     }
-    runtime::launch_fused(step.kernel, step.region, step.scalars, std::move(ins), std::move(outs),
-                          [description = step.description] { return description; });
+    launch_fused(step.kernel, step.region, step.scalars, std::move(ins), std::move(outs),
+                 [description = step.description] { return description; });
   }
   std::vector<Tensor> result;
   for (const ValueRef& r : outputs_) result.push_back(bind(r));

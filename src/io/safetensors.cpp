@@ -10,6 +10,7 @@
 #include "io/json_depth.h"
 #include "io/mapped_file.h"
 #include "kiln/core/device_runtime.h"
+#include "kiln/runtime/execution_context.h"
 
 namespace kiln::io {
 

@@ -7,6 +7,7 @@
 
 #include "kiln/core/device_runtime.h"
 #include "kiln/ops/layout.h"
+#include "kiln/runtime/execution_context.h"
 #include "kiln/runtime/weight_groups.h"
 #include "nn/compiled_forward.h"
 #include "runtime/capture.h"

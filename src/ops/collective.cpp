@@ -1,8 +1,6 @@
-// Front ends of the collective ops: argument checks, output allocation and the sequence number that keeps
-// every call distinct to the graph passes.
+// Front ends of the collective ops: argument checks, output allocation, and the flag that keeps the graph
+// passes from merging two identical calls (each rank must make every one).
 #include "kiln/ops/collective.h"
-
-#include <atomic>
 
 #include "kiln/dist/process_group.h"
 #include "runtime/dispatcher.h"
@@ -10,11 +8,6 @@
 namespace kiln {
 
 namespace {
-
-int64_t next_collective_sequence() {
-  static std::atomic<int64_t> sequence{0};
-  return sequence.fetch_add(1, std::memory_order_relaxed);
-}
 
 void check_float(const Tensor& x, const char* op) {
   KILN_CHECK(x.defined(), op << ": undefined tensor");
@@ -29,8 +22,7 @@ Tensor all_reduce_sum(const Tensor& x) {
   check_float(x, "all_reduce_sum");
   if (dist::world_size() == 1) return x;
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  runtime::OpCall call{"all_reduce_sum", {x.contiguous()}, {out}, {}};
-  call.attrs.set("sequence", next_collective_sequence());
+  runtime::OpCall call{"all_reduce_sum", {x.contiguous()}, {out}, {}, /*may_merge=*/false};
   runtime::dispatch(std::move(call));
   return out;
 }
@@ -46,8 +38,8 @@ Tensor all_gather(const Tensor& x, int64_t dim) {
   Shape shape = x.shape();
   shape[static_cast<size_t>(d)] *= n;
   Tensor out = Tensor::empty(shape, x.dtype(), x.device());
-  runtime::OpCall call{"all_gather", {x.contiguous()}, {out}, {}};
-  call.attrs.set("dim", d).set("sequence", next_collective_sequence());
+  runtime::OpCall call{"all_gather", {x.contiguous()}, {out}, {}, /*may_merge=*/false};
+  call.attrs.set("dim", d);
   runtime::dispatch(std::move(call));
   return out;
 }

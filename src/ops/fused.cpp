@@ -7,6 +7,7 @@
 
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/linalg.h"
+#include "kiln/runtime/memory_policy.h"
 #include "runtime/dispatcher.h"
 
 namespace kiln {

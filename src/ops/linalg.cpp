@@ -2,30 +2,14 @@
 // that lets the kernels hand every view straight to oneDNN's fast (brgemm) kernels.
 #include "kiln/ops/linalg.h"
 
-#include <atomic>
-#include <cstdlib>
 #include <string>
 
+#include "kiln/runtime/memory_policy.h"
 #include "runtime/dispatcher.h"
 
 namespace kiln {
 
 namespace {
-
-// The prepacking policy (see linalg.h). Its Auto rule comes from cpu-limits.md section 2 (quiet host,
-// 2 threads, 4096 x 3072 x {3072, 12288}): bf16 with the weight in place ("ba") 655-675 GFLOP/s against
-// 743-753 packed; f32 377-383 against 380-395. bench/matmul.cpp measures the same comparison through
-// kiln::linear. -1: not read from the environment yet.
-std::atomic<int> g_prepack{-1};
-
-WeightPrepacking prepack_from_env() {
-  const char* v = std::getenv("KILN_PREPACK_WEIGHTS");
-  if (v == nullptr || *v == '\0') return WeightPrepacking::Auto;
-  const std::string s(v);
-  KILN_CHECK(s == "auto" || s == "0" || s == "1",
-             "KILN_PREPACK_WEIGHTS: expected auto, 0 or 1, got '" << s << "'");
-  return s == "auto" ? WeightPrepacking::Auto : s == "1" ? WeightPrepacking::Always : WeightPrepacking::Never;
-}
 
 void check_floating(const char* op, const char* name, const Tensor& t) {
   KILN_CHECK(t.dtype() == float32 || t.dtype() == bfloat16 || t.dtype() == float16,
@@ -79,31 +63,6 @@ Tensor bias_or_zeros(const Shape& shape, DType dtype, const Tensor& bias) {
 }
 
 }  // namespace
-
-void set_weight_prepacking(WeightPrepacking policy) {
-  g_prepack.store(static_cast<int>(policy));
-}
-
-WeightPrepacking weight_prepacking() {
-  int v = g_prepack.load();
-  if (v < 0) {
-    v = static_cast<int>(prepack_from_env());
-    g_prepack.store(v);
-  }
-  return static_cast<WeightPrepacking>(v);
-}
-
-bool weight_is_prepacked(DType dtype) {
-  switch (weight_prepacking()) {
-    case WeightPrepacking::Always:
-      return true;
-    case WeightPrepacking::Never:
-      return false;
-    case WeightPrepacking::Auto:
-      break;
-  }
-  return dtype == bfloat16;
-}
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   KILN_CHECK(x.defined() && weight.defined(), "linear: x and weight must be defined");

@@ -8,6 +8,7 @@
 #include "kiln/core/limits.h"
 #include "kiln/io/model_ref.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/execution_context.h"
 #include "kiln/schedulers/flow_match_euler.h"
 
 namespace kiln::pipelines {

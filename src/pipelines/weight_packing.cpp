@@ -11,6 +11,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/log.h"
 #include "kiln/ops/linalg.h"
+#include "kiln/runtime/execution_context.h"
 
 namespace kiln {
 

@@ -6,11 +6,12 @@
 
 #include <vector>
 
+#include "kiln/core/pending_work.h"
 #include "runtime/op_call.h"
 
 namespace kiln::runtime {
 
-class CaptureGuard {
+class CaptureGuard : private HostReadObserver {
  public:
   explicit CaptureGuard(std::vector<OpCall>* into);
   ~CaptureGuard();
@@ -18,14 +19,16 @@ class CaptureGuard {
   CaptureGuard& operator=(const CaptureGuard&) = delete;
 
  private:
+  // While capturing, the values do not exist yet, so a host read (Tensor::data/to_vector/item) breaks the
+  // graph; the error names the captured op that makes the tensor, if one does.
+  void before_host_read(const Tensor& t) override;
+
   std::vector<OpCall>* previous_;
+  std::vector<OpCall>* into_;
+  HostReadObserverScope observing_;
 };
 
 // The list the calling thread captures into, or nullptr.
 std::vector<OpCall>* capture_target();
-
-// Host reads (Tensor::data/to_vector/item) call this: while capturing, the values do not exist yet, so a
-// read breaks the graph; the error names the captured op that makes the tensor, if one does.
-void check_host_read(const Tensor& t);
 
 }  // namespace kiln::runtime

@@ -18,5 +18,10 @@ int64_t operand_bytes(const std::vector<Tensor>& inputs, const std::vector<Tenso
 void count_graph_flush(int64_t ops_eliminated, int64_t ops_fused, int64_t chains_fused);
 void count_graph_compiled();
 void count_graph_cache_hit();
+// The process-wide fused-kernel JIT's events (graph/cpu_jit.h).
+void count_kernel_compiled();
+void count_kernel_cache_memory_hit();
+void count_kernel_cache_disk_hit();
+void count_kernel_cache_disk_miss();
 
 }  // namespace kiln::runtime

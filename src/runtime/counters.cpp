@@ -1,9 +1,7 @@
 #include "kiln/runtime/counters.h"
 
 #include <atomic>
-#include <mutex>
 
-#include "graph/cpu_jit.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
 #include "runtime/counter_updates.h"
@@ -23,9 +21,10 @@ std::atomic<int64_t> g_chains_fused{0};
 std::atomic<int64_t> g_graphs_compiled{0};
 std::atomic<int64_t> g_graph_cache_hits{0};
 
-// The JIT keeps its own totals; the counters report them relative to the last reset.
-std::mutex g_jit_mutex;
-graph::JitCounters g_jit_at_reset;
+std::atomic<int64_t> g_kernels_compiled{0};
+std::atomic<int64_t> g_kernel_cache_memory_hits{0};
+std::atomic<int64_t> g_kernel_cache_disk_hits{0};
+std::atomic<int64_t> g_kernel_cache_disk_misses{0};
 
 // The devices this build has a runtime for.
 const Device kDevices[] = {cpu};
@@ -68,6 +67,18 @@ void count_graph_compiled() {
 void count_graph_cache_hit() {
   g_graph_cache_hits.fetch_add(1, std::memory_order_relaxed);
 }
+void count_kernel_compiled() {
+  g_kernels_compiled.fetch_add(1, std::memory_order_relaxed);
+}
+void count_kernel_cache_memory_hit() {
+  g_kernel_cache_memory_hits.fetch_add(1, std::memory_order_relaxed);
+}
+void count_kernel_cache_disk_hit() {
+  g_kernel_cache_disk_hits.fetch_add(1, std::memory_order_relaxed);
+}
+void count_kernel_cache_disk_miss() {
+  g_kernel_cache_disk_misses.fetch_add(1, std::memory_order_relaxed);
+}
 }  // namespace runtime
 
 const DeviceMemoryCounters& Counters::memory_of(Device device) const {
@@ -88,14 +99,10 @@ Counters counters() {
   c.chains_fused = g_chains_fused.load(std::memory_order_relaxed);
   c.graphs_compiled = g_graphs_compiled.load(std::memory_order_relaxed);
   c.graph_cache_hits = g_graph_cache_hits.load(std::memory_order_relaxed);
-  {
-    const graph::JitCounters jit = graph::CpuJit::global().counters();
-    std::lock_guard lock(g_jit_mutex);
-    c.kernels_compiled = jit.compiled - g_jit_at_reset.compiled;
-    c.kernel_cache_memory_hits = jit.memory_hits - g_jit_at_reset.memory_hits;
-    c.kernel_cache_disk_hits = jit.disk_hits - g_jit_at_reset.disk_hits;
-    c.kernel_cache_disk_misses = jit.disk_misses - g_jit_at_reset.disk_misses;
-  }
+  c.kernels_compiled = g_kernels_compiled.load(std::memory_order_relaxed);
+  c.kernel_cache_memory_hits = g_kernel_cache_memory_hits.load(std::memory_order_relaxed);
+  c.kernel_cache_disk_hits = g_kernel_cache_disk_hits.load(std::memory_order_relaxed);
+  c.kernel_cache_disk_misses = g_kernel_cache_disk_misses.load(std::memory_order_relaxed);
   for (size_t i = 0; i < kDeviceCount; ++i) {
     const MemoryStats s = memory_stats(kDevices[i]);
     c.memory.push_back({kDevices[i], s.current_bytes, s.peak_bytes,
@@ -108,13 +115,9 @@ void reset_counters() {
   g_ops_dispatched.store(0, std::memory_order_relaxed);
   g_kernels_launched.store(0, std::memory_order_relaxed);
   for (auto* c : {&g_fused_kernels_launched, &g_bytes_moved, &g_graph_flushes, &g_ops_eliminated,
-                  &g_ops_fused, &g_chains_fused, &g_graphs_compiled, &g_graph_cache_hits})
+                  &g_ops_fused, &g_chains_fused, &g_graphs_compiled, &g_graph_cache_hits, &g_kernels_compiled,
+                  &g_kernel_cache_memory_hits, &g_kernel_cache_disk_hits, &g_kernel_cache_disk_misses})
     c->store(0, std::memory_order_relaxed);
-  {
-    const graph::JitCounters jit = graph::CpuJit::global().counters();
-    std::lock_guard lock(g_jit_mutex);
-    g_jit_at_reset = jit;
-  }
   for (size_t i = 0; i < kDeviceCount; ++i) {
     g_allocations_at_reset[i].store(memory_stats(kDevices[i]).allocations, std::memory_order_relaxed);
     reset_peak_memory(kDevices[i]);

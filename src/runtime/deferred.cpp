@@ -1,161 +1,17 @@
 #include "runtime/deferred.h"
 
-#include <mutex>
-#include <unordered_map>
-#include <utility>
-#include <vector>
-
-#include "graph/cpu_jit.h"
-#include "graph/graph_plan.h"
-#include "kiln/core/log.h"
-#include "runtime/counter_updates.h"
-#include "runtime/dispatcher.h"
+#include "kiln/runtime/execution_context.h"
+#include "runtime/context_state.h"
 
 namespace kiln::runtime {
 
-namespace {
-
-// Spots the end of a repeating block: the newest `p` recorded calls have the same structure as the `p` just
-// before them. Calls are compared by a structural hash (op, attributes' names, operand shapes and dtypes),
-// kept across flushes so that the second block already ends a graph.
-class RepeatDetector {
- public:
-  // Records one call's hash; returns the block length when the newest calls just completed a repeat of at
-  // least kMinBlock calls, else 0.
-  size_t push(uint64_t h) {
-    if (history_.size() >= kHistory) {
-      history_.erase(history_.begin(), history_.begin() + static_cast<std::ptrdiff_t>(kHistory / 2));
-      last_seen_.clear();
-      for (size_t i = 0; i < history_.size(); ++i) remember(history_[i], i);
-    }
-    const size_t i = history_.size();
-    history_.push_back(h);
-    size_t found = 0;
-    auto it = last_seen_.find(h);
-    if (it != last_seen_.end()) {
-      for (size_t j : it->second) {
-        const size_t p = i - j;
-        if (p < kMinBlock || i + 1 < 2 * p) continue;
-        bool same = true;
-        for (size_t k = 0; k < p && same; ++k) same = history_[i - k] == history_[i - p - k];
-        if (same) {
-          found = p;
-          break;
-        }
-      }
-    }
-    remember(h, i);
-    return found;
-  }
-
- private:
-  static constexpr size_t kHistory = 1 << 14;
-  static constexpr size_t kMinBlock = 8;
-  static constexpr size_t kCandidates = 8;  // earlier occurrences of a hash tried as block starts
-
-  void remember(uint64_t h, size_t i) {
-    auto& v = last_seen_[h];
-    v.insert(v.begin(), i);
-    if (v.size() > kCandidates) v.pop_back();
-  }
-
-  std::vector<uint64_t> history_;
-  std::unordered_map<uint64_t, std::vector<size_t>> last_seen_;  // newest first
-};
-
-uint64_t structural_hash(const OpCall& c) {
-  uint64_t h = graph::fnv1a64(c.op.data(), c.op.size());
-  auto mix = [&](const void* p, size_t n) { h = graph::fnv1a64(p, n, h); };
-  for (const auto& [name, value] : c.attrs.items()) mix(name.data(), name.size());
-  for (const auto* list : {&c.inputs, &c.outputs})
-    for (const Tensor& t : *list) {
-      if (!t.defined()) continue;
-      const int d = static_cast<int>(t.dtype());
-      mix(&d, sizeof d);
-      mix(t.shape().data(), t.shape().size() * sizeof(int64_t));
-    }
-  return h;
-}
-
-struct DeferredGraph {
-  // Recursive: a kernel launched by a flush may read a tensor on the host, which flushes again (finding
-  // nothing new). Held while a flush launches its plan, so concurrent flushes cannot reorder work.
-  std::recursive_mutex mutex;
-  std::vector<OpCall> calls;
-  RepeatDetector repeats;
-  // When a block boundary or the size cap is reached, the calls before it are flushed at the NEXT record:
-  // by then the code that recorded the block has usually returned, so its local temporaries are gone and
-  // the plan can see that nothing outside the graph reads them.
-  size_t flush_before = 0;
-};
-
-DeferredGraph& deferred_graph() {
-  static DeferredGraph* graph = new DeferredGraph;  // never destroyed: flushed from late destructors too
-  return *graph;
-}
-
-void launch_group(const std::shared_ptr<graph::FusedGroup>& group) {
-  std::shared_ptr<const graph::FusedKernel> kernel = graph::CpuJit::global().kernel(group->region);
-  if (!kernel) {  // no compiler (warned once): the calls run as recorded
-    for (OpCall& c : group->members) launch(std::move(c));
-    return;
-  }
-  launch_fused(std::move(kernel), std::shared_ptr<const graph::ElementwiseRegion>(group, &group->region),
-               group->scalars, group->inputs, group->outputs, [group] { return group->describe(); });
-}
-
-void run_graph(std::vector<OpCall> calls) {
-  graph::PlanStats stats;
-  std::vector<graph::PlanStep> plan = graph::plan_graph(std::move(calls), {}, &stats);
-  count_graph_flush(stats.dead + stats.common, stats.fused_calls, stats.patterns);
-  if (log_enabled("graph")) {
-    std::string text = "flush of " + std::to_string(stats.calls) +
-                       " op calls: " + std::to_string(stats.dead) + " dead, " + std::to_string(stats.common) +
-                       " duplicates, " + std::to_string(stats.fused_calls) + " fused into " +
-                       std::to_string(stats.fused_kernels) + " kernels, " + std::to_string(stats.patterns) +
-                       " chains into fused ops";
-    for (const graph::PlanStep& step : plan)
-      text += "\n  " + (step.fused ? step.fused->describe() : step.call.describe());
-    log("graph", text);
-  }
-  for (graph::PlanStep& step : plan) {
-    if (step.fused)
-      launch_group(step.fused);
-    else
-      launch(std::move(step.call));
-  }
-}
-
-}  // namespace
-
-void defer(OpCall call) {
-  DeferredGraph& g = deferred_graph();
-  std::lock_guard lock(g.mutex);
-  if (g.flush_before > 0) {
-    std::vector<OpCall> ready(
-        std::make_move_iterator(g.calls.begin()),
-        std::make_move_iterator(g.calls.begin() + static_cast<std::ptrdiff_t>(g.flush_before)));
-    g.calls.erase(g.calls.begin(), g.calls.begin() + static_cast<std::ptrdiff_t>(g.flush_before));
-    g.flush_before = 0;
-    run_graph(std::move(ready));
-  }
-  const size_t block = g.repeats.push(structural_hash(call));
-  g.calls.push_back(std::move(call));
-  if (g.calls.size() >= kMaxDeferredOps || (block > 0 && g.calls.size() >= block))
-    g.flush_before = g.calls.size();
-}
-
 void flush_deferred() {
-  DeferredGraph& g = deferred_graph();
-  std::lock_guard lock(g.mutex);
-  g.flush_before = 0;
-  if (!g.calls.empty()) run_graph(std::exchange(g.calls, {}));
+  current_context().state().flush_deferred();
 }
 
 size_t deferred_op_count() {
-  DeferredGraph& g = deferred_graph();
-  std::lock_guard lock(g.mutex);
-  return g.calls.size();
+  const std::shared_ptr<DeferredGraph> graph = current_context().state().existing_deferred_graph();
+  return graph ? graph->size() : 0;
 }
 
 }  // namespace kiln::runtime

@@ -1,20 +1,22 @@
 #include "runtime/dispatcher.h"
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
-#include "backends/cpu/register_kernels.h"
-#include "graph/cpu_jit.h"
-#include "kiln/core/device_runtime.h"
 #include "kiln/runtime/eager_mode.h"
+#include "kiln/runtime/execution_context.h"
+#include "runtime/builtin_kernels.h"
 #include "runtime/capture.h"
+#include "runtime/context_state.h"
 #include "runtime/counter_updates.h"
-#include "runtime/deferred.h"
+#include "runtime/kernel_work.h"
 
 namespace kiln::runtime {
 
 namespace {
+
 struct RegistryTable {
   std::map<std::pair<std::string, DeviceType>, Kernel, std::less<>> kernels;
 };
@@ -22,6 +24,25 @@ RegistryTable& table() {
   static RegistryTable t;
   return t;
 }
+
+// An op call as a stream's work: its operands are what the kernel reads and writes.
+class OpCallWork final : public KernelWork {
+ public:
+  OpCallWork(OpCall call, Kernel kernel) : call_(std::move(call)), kernel_(kernel) {}
+  const std::vector<Tensor>& reads() const override { return call_.inputs; }
+  const std::vector<Tensor>& writes() const override { return call_.outputs; }
+  void run() override { kernel_(call_); }
+  std::string describe() const override { return call_.describe(); }
+
+ private:
+  OpCall call_;
+  Kernel kernel_;
+};
+
+const Tensor& anchor_of(const OpCall& call) {
+  return !call.outputs.empty() ? call.outputs.front() : call.inputs.front();
+}
+
 }  // namespace
 
 void KernelRegistry::add(std::string_view op, DeviceType device, Kernel kernel) {
@@ -37,7 +58,7 @@ Kernel KernelRegistry::find(std::string_view op, DeviceType device) const {
 KernelRegistry& kernel_registry() {
   static KernelRegistry registry;
   static std::once_flag once;
-  std::call_once(once, [] { cpu_kernels::register_kernels(registry); });
+  std::call_once(once, [] { register_builtin_kernels(registry); });
   return registry;
 }
 
@@ -61,87 +82,59 @@ std::string OpCall::describe() const {
 }
 
 void launch(OpCall call) {
-  const Tensor& anchor = !call.outputs.empty() ? call.outputs.front() : call.inputs.front();
-  const Device device = anchor.device();
+  const Device device = anchor_of(call).device();
   Kernel kernel = kernel_registry().find(call.op, device.type);
   KILN_CHECK(kernel != nullptr, call.op << ": no kernel for device " << device.str());
-  count_bytes_moved(operand_bytes(call.inputs, call.outputs));
-  auto shared = std::make_shared<OpCall>(std::move(call));
-  device_runtime(device).stream().enqueue(
-      [shared, kernel] {
+  enqueue_work(device, std::make_shared<OpCallWork>(std::move(call), kernel));
+}
+
+void enqueue_work(Device device, std::shared_ptr<KernelWork> work) {
+  ExecutionContext& context = current_context();
+  ContextState& state = context.state();
+  const std::shared_ptr<Stream> stream = state.stream(device);
+  const std::shared_ptr<DeferredGraph> own_graph = state.existing_deferred_graph();
+  for (const Tensor& t : work->reads()) {
+    if (!t.defined()) continue;
+    const std::shared_ptr<PendingWork> pending = t.storage()->pending_write();
+    if (pending == nullptr || pending == stream) continue;  // done, or queued before this on the same stream
+    if (pending == own_graph)
+      own_graph->flush();  // recorded before a mode change and not run yet: it runs first, on this stream
+    else
+      pending->wait();  // another context's work
+  }
+  for (const Tensor& t : work->writes())
+    if (t.defined()) t.storage()->set_pending_write(stream);
+  count_bytes_moved(operand_bytes(work->reads(), work->writes()));
+  stream->enqueue(
+      [work, &context] {
+        ExecutionScope in(context);
         // Ops a kernel dispatches internally run at once, whatever mode recorded the kernel's own call.
         EagerModeGuard eager(EagerMode::DeferNever);
+        context.memory().note_reads(work->reads());
         count_kernel_launched();
-        kernel(*shared);
+        if (work->fused()) count_fused_kernel_launched();
+        work->run();
       },
-      [shared] { return shared->describe(); });
-}
-
-void launch_fused(std::shared_ptr<const graph::FusedKernel> kernel,
-                  std::shared_ptr<const graph::ElementwiseRegion> region, std::vector<double> scalars,
-                  std::vector<Tensor> inputs, std::vector<Tensor> outputs,
-                  std::function<std::string()> describe) {
-  count_bytes_moved(operand_bytes(inputs, outputs));
-  const Device device = outputs.front().device();
-  device_runtime(device).stream().enqueue(
-      [kernel = std::move(kernel), region = std::move(region), scalars = std::move(scalars),
-       inputs = std::move(inputs), outputs = std::move(outputs)] {
-        EagerModeGuard eager(EagerMode::DeferNever);
-        count_kernel_launched();
-        count_fused_kernel_launched();
-        graph::CpuJit::invoke(*kernel, *region, inputs, scalars, outputs);
-      },
-      std::move(describe));
-}
-
-namespace {
-thread_local std::vector<OpCall>* t_capture = nullptr;
-}  // namespace
-
-CaptureGuard::CaptureGuard(std::vector<OpCall>* into) : previous_(t_capture) {
-  t_capture = into;
-}
-CaptureGuard::~CaptureGuard() {
-  t_capture = previous_;
-}
-std::vector<OpCall>* capture_target() {
-  return t_capture;
-}
-
-void check_host_read(const Tensor& t) {
-  if (t_capture == nullptr) return;
-  std::string made_by = "a tensor the traced code did not compute";
-  for (auto it = t_capture->rbegin(); it != t_capture->rend(); ++it)
-    for (const Tensor& o : it->outputs)
-      if (o.defined() && o.storage() == t.storage()) {
-        made_by = "the result of " + it->describe();
-        it = std::prev(t_capture->rend());
-        break;
-      }
-  KILN_FAIL(
-      "the traced forward reads tensor values on the host ("
-      << made_by
-      << "), which breaks the graph: ops are being recorded, not run; compute it with ops, or move the read "
-         "out of the compiled forward");
+      [work] { return work->describe(); });
 }
 
 void dispatch(OpCall call) {
-  const Tensor& anchor = !call.outputs.empty() ? call.outputs.front() : call.inputs.front();
-  KILN_CHECK(kernel_registry().find(call.op, anchor.device().type) != nullptr,
-             call.op << ": no kernel for device " << anchor.device().str());
-  if (t_capture != nullptr) {
-    t_capture->push_back(std::move(call));
+  const Device device = anchor_of(call).device();
+  KILN_CHECK(kernel_registry().find(call.op, device.type) != nullptr,
+             call.op << ": no kernel for device " << device.str());
+  if (std::vector<OpCall>* capture = capture_target()) {
+    capture->push_back(std::move(call));
     return;
   }
   const EagerMode mode = eager_mode();
   count_op_dispatched();
+  ExecutionContext& context = current_context();
   if (mode == EagerMode::DeferAndFuse) {
-    defer(std::move(call));
+    context.state().deferred_graph(context).record(std::move(call));
     return;
   }
-  const Device device = anchor.device();
   launch(std::move(call));
-  if (mode == EagerMode::DeferNeverLaunchBlocking) device_runtime(device).stream().synchronize();
+  if (mode == EagerMode::DeferNeverLaunchBlocking) context.synchronize(device);
 }
 
 }  // namespace kiln::runtime

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/runtime/execution_context.h"
 
 namespace kiln {
 
@@ -60,6 +61,7 @@ EagerMode eager_mode_from_environment() {
 EagerMode eager_mode() {
   const auto& stack = guard_stack();
   if (!stack.empty()) return stack.back();
+  if (const std::optional<EagerMode> mode = current_context().eager_mode_setting()) return *mode;
   const int process = g_process_mode.load(std::memory_order_relaxed);
   if (process >= 0) return static_cast<EagerMode>(process);
   return environment_default_once();

@@ -53,6 +53,9 @@ struct OpCall {
   std::vector<Tensor> inputs;
   std::vector<Tensor> outputs;
   Attrs attrs;
+  // False for ops with effects beyond their outputs (collectives: every rank must make each call), which the
+  // graph passes must never merge with an identical call.
+  bool may_merge = true;
 
   // "add(float32[2, 3], float32[3]) -> float32[2, 3]", used in errors raised while the op runs.
   std::string describe() const;

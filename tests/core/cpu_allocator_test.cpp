@@ -11,6 +11,7 @@
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
+#include "kiln/runtime/execution_context.h"
 
 namespace kiln {
 namespace {

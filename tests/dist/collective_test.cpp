@@ -7,6 +7,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/runtime/counters.h"
 #include "kiln/runtime/eager_mode.h"
+#include "kiln/runtime/execution_context.h"
 
 namespace kiln {
 namespace {

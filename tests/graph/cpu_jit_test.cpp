@@ -20,6 +20,7 @@
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/log.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
 namespace kiln::graph {

@@ -16,6 +16,7 @@
 #include "kiln/ops.h"
 #include "kiln/runtime/counters.h"
 #include "kiln/runtime/eager_mode.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/golden_steps.h"
 #include "support/test_data.h"
 

@@ -12,6 +12,7 @@
 #include "kiln/models/flux2_prompt_encoder.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/eager_mode.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
 namespace kiln {

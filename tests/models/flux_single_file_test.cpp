@@ -12,6 +12,7 @@
 #include "kiln/nn/gguf_weights.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/runtime/eager_mode.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
 namespace kiln {

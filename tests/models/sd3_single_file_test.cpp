@@ -7,6 +7,7 @@
 #include "kiln/core/device_runtime.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/sd3_transformer.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
 namespace kiln {

@@ -19,6 +19,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
 namespace kiln {

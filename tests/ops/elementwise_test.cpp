@@ -17,6 +17,7 @@
 #include "backends/cpu/isa_dispatch.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/ops/elementwise.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
 namespace kiln::cpu_kernels {

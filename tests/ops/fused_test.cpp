@@ -25,6 +25,7 @@
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/nn.h"
 #include "kiln/runtime/counters.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
 namespace kiln {

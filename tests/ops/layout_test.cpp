@@ -4,6 +4,7 @@
 
 #include "kiln/core/device_runtime.h"
 #include "kiln/ops/layout.h"
+#include "kiln/runtime/execution_context.h"
 #include "ops/reference_cases.h"
 
 namespace kiln {

@@ -19,6 +19,7 @@
 
 #include "kiln/core/device_runtime.h"
 #include "kiln/ops/linalg.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
 namespace kiln {

@@ -12,6 +12,7 @@
 #include "kiln/ops/fused.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/runtime/counters.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
 namespace kiln {

@@ -14,6 +14,7 @@
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/nn/layers.h"
 #include "kiln/ops/linalg.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
 namespace kiln {

@@ -7,6 +7,7 @@
 #include "kiln/pipelines/flux2_pipeline.h"
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/sd3_pipeline.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
 namespace kiln {

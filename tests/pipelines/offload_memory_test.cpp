@@ -25,6 +25,7 @@
 #include "kiln/pipelines/offload.h"
 #include "kiln/pipelines/weight_packing.h"
 #include "kiln/runtime/eager_mode.h"
+#include "kiln/runtime/execution_context.h"
 #include "kiln/runtime/weight_groups.h"
 #include "support/test_data.h"
 

@@ -14,6 +14,7 @@
 #include "kiln/ops/linalg.h"
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/runtime/eager_mode.h"
+#include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
 namespace kiln {

@@ -1,6 +1,8 @@
-// The per-device services: allocator, stream and weight tier. One DeviceRuntime exists for each device in
-// use.
+// The per-device services: allocator, streams and weight tier. One DeviceRuntime exists for each device in
+// use; the backend that drives the device provides it.
 #pragma once
+
+#include <memory>
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/device.h"
@@ -14,7 +16,9 @@ class DeviceRuntime {
   virtual ~DeviceRuntime() = default;
   virtual Device device() const = 0;
   virtual Allocator& allocator() = 0;
-  virtual Stream& stream() = 0;
+  // A new ordered queue of work for this device; each execution context makes its own
+  // (kiln/runtime/execution_context.h).
+  virtual std::shared_ptr<Stream> create_stream() = 0;
   // How offloaded weights come in and go out of this device's reach (kiln/core/weight_tier.h).
   virtual WeightTier& weight_tier() = 0;
 };
@@ -24,7 +28,5 @@ DeviceRuntime& device_runtime(Device device);
 
 MemoryStats memory_stats(Device device = cpu);
 void reset_peak_memory(Device device = cpu);
-// Waits for all work queued on `device`.
-void synchronize(Device device = cpu);
 
 }  // namespace kiln

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "kiln/core/device.h"
+#include "kiln/core/pending_work.h"
 
 namespace kiln {
 
@@ -61,6 +62,22 @@ class Storage {
   // no-op (0) for any other storage.
   size_t prefetch_resident_pages(const std::atomic<bool>& cancel) const;
 
+  // The queue whose work writes these bytes last (an op queued on a stream or recorded in a deferred graph),
+  // set when that op is queued or recorded; empty once nothing is pending that anyone must wait for.
+  void set_pending_write(std::weak_ptr<PendingWork> work) const {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_ = std::move(work);
+  }
+  std::shared_ptr<PendingWork> pending_write() const {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    return pending_.lock();
+  }
+  // From the host, before reading the bytes: runs and waits for the pending write, if any (throws its
+  // queue's failure, naming the op).
+  void wait_for_writes() const {
+    if (const std::shared_ptr<PendingWork> work = pending_write()) work->wait();
+  }
+
   // A slot where a backend keeps a derived form of this storage (a weight prepacked for matmul), so it
   // is built once and freed together with the storage.
   template <class T, class Make>
@@ -95,6 +112,8 @@ class Storage {
   bool borrowed_;
   bool file_pages_;
   mutable std::mutex materialize_mutex_;
+  mutable std::mutex pending_mutex_;
+  mutable std::weak_ptr<PendingWork> pending_;
   std::mutex derived_mutex_;
   std::any derived_;
 };

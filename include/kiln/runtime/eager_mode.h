@@ -9,8 +9,9 @@
 //                             optimised, fused and run when something needs its values: a host read,
 //                             synchronize(), a repeating block of ops, or a size cap (runtime/deferred.h).
 //
-// The mode in effect on a thread is the innermost EagerModeGuard alive on that thread, else the process
-// mode (set_eager_mode), else the default from the environment: KILN_LAUNCH_BLOCKING=1 wins over
+// The mode in effect on a thread is the innermost EagerModeGuard alive on that thread, else the mode of the
+// thread's execution context (ExecutionContext::set_eager_mode, kiln/runtime/execution_context.h), else the
+// process mode (set_eager_mode), else the default from the environment: KILN_LAUNCH_BLOCKING=1 wins over
 // KILN_DEFER_AND_FUSE=1, otherwise DeferNever.
 #pragma once
 
@@ -26,7 +27,7 @@ std::string_view eager_mode_name(EagerMode mode);  // "DeferNever", ...
 // mode that is not available or holds a value other than 0/1 (and no guard or set_eager_mode overrides it).
 EagerMode eager_mode();
 
-// Sets the process-wide mode (threads without a guard follow it).
+// Sets the process-wide mode (threads without a guard, in contexts without a mode of their own, follow it).
 void set_eager_mode(EagerMode mode);
 
 // The process default read from KILN_LAUNCH_BLOCKING / KILN_DEFER_AND_FUSE now (not cached), with the same
@@ -35,7 +36,7 @@ EagerMode eager_mode_from_environment();
 
 // Selects `mode` for the calling thread while alive; guards nest, the innermost wins, and other threads
 // are unaffected. Leaving DeferAndFuse (the guard's destructor, or set_eager_mode) does not flush: recorded
-// ops run at the next synchronisation point as usual.
+// ops run at the next synchronisation point as usual, or as soon as an op run eagerly reads their results.
 class EagerModeGuard {
  public:
   explicit EagerModeGuard(EagerMode mode);

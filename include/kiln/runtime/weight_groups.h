@@ -1,6 +1,7 @@
-// Group offloading's mechanism (diffusers' enable_group_offload), process-wide: weights are registered in
-// groups (a few consecutive transformer blocks each), and the kernels report each weight they read. When
-// a kernel first reads a weight of another group, that group becomes the current one: the group that ran
+// Group offloading's mechanism (diffusers' enable_group_offload), per execution context (its MemoryPolicy,
+// kiln/runtime/memory_policy.h): weights are registered in groups (a few consecutive transformer blocks
+// each), and the runtime reports each tensor a kernel reads when it launches the kernel. When a kernel first
+// reads a weight of another group, that group becomes the current one: the group that ran
 // before is sent out, and the group expected next is brought in on a background thread while the current
 // one computes. The expected next group is the one that followed last time, or the next registered group
 // of the same component (wrapping to its first: a denoising loop runs the blocks again).
@@ -29,6 +30,7 @@ struct WeightGroup {
   std::vector<Tensor> weights;
 };
 
+// On the calling thread's current context (kiln/runtime/execution_context.h):
 // Replaces the registered groups (none: group offloading off). `prefetch`: bring the expected next group in
 // while the current one runs (diffusers' use_stream=True); without it, a group's pages are read when its
 // kernels touch them.
@@ -47,10 +49,5 @@ struct WeightGroupStats {
   int64_t released = 0;          // groups sent out
 };
 WeightGroupStats weight_group_stats();
-
-namespace runtime {
-// Called by the kernels before reading a weight (a no-op unless groups are registered).
-void note_weight_read(const Storage& storage);
-}  // namespace runtime
 
 }  // namespace kiln

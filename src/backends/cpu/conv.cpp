@@ -9,7 +9,6 @@
 // convert on the way in and out.
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/register_kernels.h"
-#include "backends/cpu/resident_weights.h"
 
 namespace kiln::cpu_kernels {
 
@@ -99,7 +98,6 @@ void conv2d_kernel(const runtime::OpCall& call) {
   if (std::optional<memory> packed = onednn::packed_weight(w, w_plain, pd.weights_desc())) {
     weights = *packed;
   } else {
-    use_resident_weight(w);
     weight_scratch = Tensor::empty({static_cast<int64_t>(pd.weights_desc().get_size())}, uint8);
     weights = memory(pd.weights_desc(), onednn::engine(), weight_scratch.raw_data());
     onednn::reorder(memory(w_plain, onednn::engine(), w.raw_data()), weights);

@@ -1,6 +1,7 @@
-// The CPU device: the caching allocator (cpu_allocator.h) and an in-order stream whose tasks run on a
-// worker thread (runtime/worker_stream.h; kernels parallelise inside it with OpenMP).
+// The CPU device: the caching allocator (cpu_allocator.h) and in-order streams whose tasks run on a worker
+// thread each (runtime/worker_stream.h; kernels parallelise inside it with OpenMP).
 #include <cstdlib>
+#include <memory>
 
 #include "backends/cpu/cpu_allocator.h"
 #include "backends/cpu/host_weight_tier.h"
@@ -17,13 +18,12 @@ class CpuRuntime final : public DeviceRuntime {
   explicit CpuRuntime(Device device) : device_(device) {}
   Device device() const override { return device_; }
   Allocator& allocator() override { return allocator_; }
-  Stream& stream() override { return stream_; }
+  std::shared_ptr<Stream> create_stream() override { return std::make_shared<runtime::WorkerStream>(); }
   WeightTier& weight_tier() override { return weight_tier_; }
 
  private:
   Device device_;
   CpuAllocator allocator_;
-  runtime::WorkerStream stream_;
   HostWeightTier weight_tier_;
 };
 
@@ -34,7 +34,7 @@ DeviceRuntime& device_runtime(Device device) {
              "device " << device.str() << " is not available: this build of Kiln has the cpu backend only");
   KILN_CHECK(device.index == 0, "device " << device.str() << " does not exist: the cpu device is cpu:0");
   // Never destroyed: tensors held by other statics free their storage through this allocator during exit,
-  // in whatever order those statics go; the stream's worker is stopped by the exit hook instead.
+  // in whatever order those statics go; the streams' workers are stopped by the exit hook instead.
   static CpuRuntime* runtime = new CpuRuntime(cpu);
   return *runtime;
 }

@@ -4,9 +4,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backends/cpu/packed_weight_budget.h"
-#include "backends/cpu/resident_weights.h"
 #include "kiln/core/error.h"
+#include "kiln/runtime/execution_context.h"
+#include "runtime/packed_weight_charge.h"
 
 namespace kiln::cpu_kernels::onednn {
 
@@ -174,7 +174,7 @@ struct PackedEntry {
   dnnl::memory::desc target;
   std::shared_ptr<Storage> bytes;  // counted by the CPU allocator, unlike memory oneDNN allocates itself
   dnnl::memory memory;
-  PackedWeightCharge charge;  // against the packed-weight budget
+  runtime::PackedWeightCharge charge;  // against the packed-weight budget of the context that packed it
 };
 
 // Lives in the weight Storage's derived slot; one per Storage.
@@ -193,7 +193,8 @@ class PackedWeights {
     for (const PackedEntry& e : entries_) {
       if (same_view(e, weight) && e.target == target_desc) return e.memory;
     }
-    PackedWeightCharge charge = PackedWeightCharge::reserve(static_cast<int64_t>(target_desc.get_size()));
+    runtime::PackedWeightCharge charge =
+        current_context().memory().reserve_packed(static_cast<int64_t>(target_desc.get_size()));
     if (!charge) return std::nullopt;
     // Packed under the lock: concurrent first calls on one weight must not pack (and hold) it twice.
     auto bytes = Storage::allocate(target_desc.get_size(), cpu);
@@ -243,7 +244,6 @@ MatmulWithWeight matmul_with_weight(
     return PrimitiveCache<dnnl::matmul>::get(key_for(w_md), [&] { return make_pd(w_md); });
   };
   const auto in_place = [&] {
-    use_resident_weight(w);
     return MatmulWithWeight{primitive_for(w_plain), dnnl::memory(w_plain, engine(), w.raw_data())};
   };
   if (!pack) return in_place();

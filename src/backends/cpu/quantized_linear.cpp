@@ -16,7 +16,6 @@
 #include "backends/cpu/isa_dispatch.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/register_kernels.h"
-#include "backends/cpu/resident_weights.h"
 #include "kiln/quant/ggml_type.h"
 
 namespace kiln::cpu_kernels {
@@ -75,8 +74,6 @@ void linear_quantized_kernel(const runtime::OpCall& call) {
   const Tensor* bias = call.inputs.size() > 2 ? &call.inputs[2] : nullptr;
   const Tensor& out = call.outputs[0];
   const auto type = static_cast<quant::GgmlType>(call.attrs.get_int("type"));
-  // The blocks are read in place from the file's pages: they count against the resident-weight budget.
-  use_resident_weight(w);
   const int64_t m = x.size(0), k = x.size(1), n = out.size(1);
   if (m <= kMatvecMaxRows) return matvec(call, type);
   const DType ct = x.dtype();

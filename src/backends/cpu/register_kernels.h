@@ -1,4 +1,4 @@
-// Every CPU kernel group registers itself here; src/runtime/dispatcher.cpp calls register_kernels once.
+// Every CPU kernel group registers itself here; src/backends/builtin_kernels.cpp calls register_kernels once.
 #pragma once
 
 #include "runtime/dispatcher.h"
