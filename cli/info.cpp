@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/gguf_info.h"
 #include "kiln/io/model_summary.h"
+#include "kiln/pipelines/component_blocks.h"
 #include "kiln/pipelines/loaded_weights.h"
 #include "kiln/pipelines/offload.h"
 #include "kiln/pipelines/weight_packing.h"
@@ -135,10 +136,14 @@ void print_offload_plan(const io::ModelSummary& s, int64_t budget) {
   for (const auto& c : s.components) {
     if (!c.has_weights) continue;
     ComponentWeights w{c.name, {}};
-    for (const auto& [name, parameters] : loaded_weights(s, c).tensors)
-      w.tensors.emplace_back(name, 2 * parameters);
+    const std::map<std::string, nn::BlockPosition> blocks = component_block_positions(c);
+    for (const auto& [name, parameters] : loaded_weights(s, c).tensors) {
+      const auto block = blocks.find(name);
+      w.tensors.push_back(
+          {name, 2 * parameters, block == blocks.end() ? nn::BlockPosition{} : block->second});
+    }
     std::sort(w.tensors.begin(), w.tensors.end(),
-              [](const auto& x, const auto& y) { return natural_less(x.first, y.first); });
+              [](const auto& x, const auto& y) { return natural_less(x.name, y.name); });
     components.push_back(std::move(w));
   }
   const OffloadPlan plan = plan_offload(components, budget);

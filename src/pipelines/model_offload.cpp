@@ -77,35 +77,20 @@ bool apply_offload(const OffloadPlan& plan, const NamedComponents& components) {
 std::vector<WeightGroup> block_groups(const NamedComponents& components, int blocks_per_group) {
   KILN_CHECK(blocks_per_group >= 1,
              "group offload: blocks_per_group must be at least 1, got " << blocks_per_group);
+  const auto per_group = static_cast<size_t>(blocks_per_group);
   std::vector<WeightGroup> groups;
   for (const auto& [component, module] : components) {
     if (module == nullptr) continue;
-    std::string list, block, first_block;
-    int in_group = 0;
-    // The binding is captured by an init-capture: clang before 16 cannot capture structured bindings.
-    const auto name_last = [&, &component = component] {
-      if (!groups.empty() && groups.back().component == component && !first_block.empty())
-        groups.back().name =
-            first_block == block ? first_block : first_block + "-" + block.substr(list.size() + 1);
-    };
-    for (const auto& [tensor, slot] : module->named_parameters()) {
-      const std::string b = block_of(tensor);
-      if (b.empty()) continue;
-      if (b != block) {
-        const std::string l = b.substr(0, b.rfind('.'));
-        if (l != list || in_group == blocks_per_group) {
-          name_last();
-          groups.push_back({component, "", {}});
-          in_group = 0;
-          first_block = b;
-        }
-        list = l;
-        block = b;
-        ++in_group;
+    for (const nn::BlockList& list : module->repeated_blocks()) {
+      for (size_t first = 0; first < list.blocks.size(); first += per_group) {
+        const size_t last = std::min(first + per_group, list.blocks.size()) - 1;
+        WeightGroup group{component, list.name + "." + std::to_string(first), {}};
+        if (last > first) group.name += "-" + std::to_string(last);
+        for (size_t i = first; i <= last; ++i)
+          for (const auto& [name, slot] : list.blocks[i]->named_parameters()) group.weights.push_back(*slot);
+        groups.push_back(std::move(group));
       }
-      groups.back().weights.push_back(*slot);
     }
-    name_last();
   }
   return groups;
 }
@@ -130,10 +115,6 @@ std::string gib(int64_t bytes) {
   return buf;
 }
 
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 // A component's repeated blocks in order, as (block list, bytes) per block, and the bytes outside them.
 struct BlockLayout {
   std::vector<std::pair<std::string, int64_t>> blocks;  // (list the block belongs to, bytes)
@@ -142,16 +123,15 @@ struct BlockLayout {
 
 BlockLayout block_layout(const ComponentWeights& component) {
   BlockLayout layout;
-  std::map<std::string, size_t> index;  // block name -> position in layout.blocks
-  for (const auto& [tensor, bytes] : component.tensors) {
-    const std::string block = block_of(tensor);
-    if (block.empty()) {
-      layout.outside += bytes;
+  std::map<std::pair<std::string, int64_t>, size_t> index;  // (list, block) -> position in layout.blocks
+  for (const ComponentWeight& w : component.tensors) {
+    if (!w.block.in_block()) {
+      layout.outside += w.bytes;
       continue;
     }
-    auto [it, added] = index.emplace(block, layout.blocks.size());
-    if (added) layout.blocks.emplace_back(block.substr(0, block.rfind('.')), 0);
-    layout.blocks[it->second].second += bytes;
+    auto [it, added] = index.emplace(std::pair{w.block.list, w.block.block}, layout.blocks.size());
+    if (added) layout.blocks.emplace_back(w.block.list, 0);
+    layout.blocks[it->second].second += w.bytes;
   }
   return layout;
 }
@@ -208,25 +188,18 @@ const char* offload_mode_name(OffloadMode mode) {
   return "?";
 }
 
-std::string block_of(const std::string& tensor_name) {
-  size_t start = 0;
-  while (start < tensor_name.size()) {
-    const size_t dot = tensor_name.find('.', start);
-    if (dot == std::string::npos) return "";  // the last part is the parameter's own name
-    if (start > 0 && all_digits(tensor_name.substr(start, dot - start))) return tensor_name.substr(0, dot);
-    start = dot + 1;
-  }
-  return "";
-}
-
 std::vector<ComponentWeights> component_weights(
     const std::vector<std::pair<std::string, nn::Module*>>& components) {
   std::vector<ComponentWeights> out;
   for (const auto& [name, module] : components) {
     if (module == nullptr) continue;
     ComponentWeights c{name, {}};
-    for (const auto& [tensor, slot] : module->named_parameters())
-      if (slot->defined()) c.tensors.emplace_back(tensor, static_cast<int64_t>(slot->nbytes()));
+    const std::vector<nn::BlockPosition> blocks = nn::parameter_block_positions(*module);
+    size_t i = 0;
+    for (const auto& [tensor, slot] : module->named_parameters()) {
+      const nn::BlockPosition& block = blocks[i++];
+      if (slot->defined()) c.tensors.push_back({tensor, static_cast<int64_t>(slot->nbytes()), block});
+    }
     out.push_back(std::move(c));
   }
   return out;
@@ -243,11 +216,11 @@ OffloadPlan plan_offload(const std::vector<ComponentWeights>& components, int64_
   int most_blocks = 0;
   for (const ComponentWeights& c : components) {
     ComponentResidency r{c.name};
-    for (const auto& [tensor, bytes] : c.tensors) {
-      r.bytes += bytes;
-      if (bytes > plan.largest_tensor_bytes) {
-        plan.largest_tensor_bytes = bytes;
-        plan.largest_tensor = c.name + ": " + tensor;
+    for (const ComponentWeight& w : c.tensors) {
+      r.bytes += w.bytes;
+      if (w.bytes > plan.largest_tensor_bytes) {
+        plan.largest_tensor_bytes = w.bytes;
+        plan.largest_tensor = c.name + ": " + w.name;
       }
     }
     layouts.push_back(block_layout(c));
