@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "kiln/core/bytes.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
 #include "kiln/core/log.h"
@@ -24,8 +25,8 @@ void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       char line[160];
-      std::snprintf(line, sizeof line, "%s: released %.2f GB of weights after use (%.0f ms)", name,
-                    bytes / 1e9, ms);
+      std::snprintf(line, sizeof line, "%s: released %s of weights after use (%.0f ms)", name,
+                    format_bytes(static_cast<int64_t>(bytes)).c_str(), ms);
       log("offload", line);
     }
   }
@@ -100,20 +101,6 @@ std::vector<WeightGroup> block_groups(const NamedComponents& components, int blo
 namespace kiln {
 
 namespace {
-
-// "12.00 GiB", "264.2 KiB": sizes from tiny test models to full-size checkpoints.
-std::string gib(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 3) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : u == 3 ? "%.2f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
 
 // A component's repeated blocks in order, as (block list, bytes) per block, and the bytes outside them.
 struct BlockLayout {
@@ -234,11 +221,12 @@ OffloadPlan plan_offload(const std::vector<ComponentWeights>& components, int64_
     }
     plan.components.push_back(r);
   }
-  KILN_CHECK(
-      budget >= plan.largest_tensor_bytes,
-      "memory budget " << gib(budget) << " is below the largest weight, " << plan.largest_tensor << " ("
-                       << gib(plan.largest_tensor_bytes) << "), which must be in memory while it is used; "
-                       << "expected at least " << gib(plan.largest_tensor_bytes) << " plus activations");
+  KILN_CHECK(budget >= plan.largest_tensor_bytes,
+             "memory budget " << format_bytes(budget) << " is below the largest weight, "
+                              << plan.largest_tensor << " (" << format_bytes(plan.largest_tensor_bytes)
+                              << "), which must be in memory while it is used; "
+                              << "expected at least " << format_bytes(plan.largest_tensor_bytes)
+                              << " plus activations");
   // The most blocks per group whose every component fits; 0 when even single blocks do not.
   const auto group_fits = [&](int per_group) {
     for (const BlockLayout& layout : layouts)
@@ -277,25 +265,26 @@ OffloadPlan plan_offload(const std::vector<ComponentWeights>& components, int64_
 
 std::string OffloadPlan::describe() const {
   std::ostringstream s;
-  s << "memory budget " << gib(budget) << " for " << gib(weight_bytes) << " of weights (plus activations): ";
+  s << "memory budget " << format_bytes(budget) << " for " << format_bytes(weight_bytes)
+    << " of weights (plus activations): ";
   switch (mode) {
     case OffloadMode::None:
       s << "every component stays in memory (no offload)";
       break;
     case OffloadMode::Model:
       s << "model offload, one component at a time (the largest, " << largest_component << ", "
-        << gib(largest_component_bytes) << ")";
+        << format_bytes(largest_component_bytes) << ")";
       break;
     case OffloadMode::Group:
       s << "group offload, " << group.blocks_per_group << " block" << (group.blocks_per_group > 1 ? "s" : "")
-        << " per group, the next group brought in while one runs (at most " << gib(peak_weight_bytes)
+        << " per group, the next group brought in while one runs (at most " << format_bytes(peak_weight_bytes)
         << " of weights at once)";
       break;
     case OffloadMode::Sequential:
-      s << "sequential offload: at most " << gib(budget)
+      s << "sequential offload: at most " << format_bytes(budget)
         << " of mapped weights in memory, read in place, the "
         << "least recently used released first (largest component " << largest_component << ", "
-        << gib(largest_component_bytes) << ")";
+        << format_bytes(largest_component_bytes) << ")";
       break;
   }
   return s.str();
@@ -307,9 +296,9 @@ std::string OffloadPlan::describe_residency() const {
   if (mode == OffloadMode::Group)
     s << ", " << group.blocks_per_group << (group.blocks_per_group == 1 ? " block" : " blocks")
       << " per group, prefetch";
-  s << " (budget " << gib(budget) << ", weights " << gib(weight_bytes) << ")\n";
+  s << " (budget " << format_bytes(budget) << ", weights " << format_bytes(weight_bytes) << ")\n";
   for (const ComponentResidency& r : components) {
-    s << "  " << r.name << " (" << gib(r.bytes) << "): ";
+    s << "  " << r.name << " (" << format_bytes(r.bytes) << "): ";
     switch (mode) {
       case OffloadMode::None:
         s << "stays in memory";
@@ -321,18 +310,19 @@ std::string OffloadPlan::describe_residency() const {
         if (r.blocks == 0 || r.peak == r.bytes) {
           s << "in memory while it runs, released after";
         } else {
-          s << gib(r.outside_blocks) << " outside its " << r.blocks
+          s << format_bytes(r.outside_blocks) << " outside its " << r.blocks
             << " blocks while it runs, plus groups of " << group.blocks_per_group << " (largest "
-            << gib(r.largest_group) << "), the running one and the next: at most " << gib(r.peak);
+            << format_bytes(r.largest_group) << "), the running one and the next: at most "
+            << format_bytes(r.peak);
         }
         break;
       case OffloadMode::Sequential:
-        s << "read in place, at most " << gib(r.peak) << " resident, least recently used out first";
+        s << "read in place, at most " << format_bytes(r.peak) << " resident, least recently used out first";
         break;
     }
     s << "\n";
   }
-  s << "  expected peak: " << gib(peak_weight_bytes) << " of weights, plus activations";
+  s << "  expected peak: " << format_bytes(peak_weight_bytes) << " of weights, plus activations";
   return s.str();
 }
 

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "kiln/core/bytes.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/log.h"
 
@@ -66,7 +67,8 @@ class Prefetcher {
         const double ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         char line[256];
-        std::snprintf(line, sizeof line, "prefetched %s: %.2f GB in %.0f ms%s", what.c_str(), bytes / 1e9, ms,
+        std::snprintf(line, sizeof line, "prefetched %s: %s in %.0f ms%s", what.c_str(),
+                      format_bytes(static_cast<int64_t>(bytes)).c_str(), ms,
                       cancel_.load() ? " (cancelled)" : "");
         log("offload", line);
       }
