@@ -3,19 +3,10 @@
 #include <cstdio>
 #include <map>
 
+#include "kiln/core/bytes.h"
 #include "kiln/io/gguf.h"
 
 namespace kiln::cli {
-
-namespace {
-
-std::string mib(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buf;
-}
-
-}  // namespace
 
 void print_gguf_info(const std::string& path) {
   const io::GgufFile f(path);
@@ -33,8 +24,8 @@ void print_gguf_info(const std::string& path) {
     const io::GgufTensorInfo& i = f.info(name);
     const std::string type(quant::type_name(i.type));
     const auto elements = static_cast<uint64_t>(shape_numel(i.shape));
-    std::printf("    %-6s %-20s %10s  %s\n", type.c_str(), shape_str(i.shape).c_str(), mib(i.bytes).c_str(),
-                name.c_str());
+    std::printf("    %-6s %-20s %10s  %s\n", type.c_str(), shape_str(i.shape).c_str(),
+                format_bytes(i.bytes).c_str(), name.c_str());
     Totals& t = by_type[type];
     ++t.tensors;
     t.elements += elements;
@@ -46,13 +37,13 @@ void print_gguf_info(const std::string& path) {
   for (const auto& [type, t] : by_type)
     std::printf("    %-6s %5d tensors, %.2f bits per weight, %s\n", type.c_str(), t.tensors,
                 t.elements ? 8.0 * static_cast<double>(t.bytes) / static_cast<double>(t.elements) : 0.0,
-                mib(t.bytes).c_str());
+                format_bytes(t.bytes).c_str());
   // Block-quantized Linear weights stay in this form in memory (kiln/ops/quantized_linear.h); plain F32/F16
   // tensors are converted to the compute dtype when loaded.
   const double saved =
       bf16_bytes ? 100.0 * (1.0 - static_cast<double>(bytes) / static_cast<double>(bf16_bytes)) : 0;
-  std::printf("  weights: %s as stored, %s in bfloat16: %.1f%% saved\n", mib(bytes).c_str(),
-              mib(bf16_bytes).c_str(), saved);
+  std::printf("  weights: %s as stored, %s in bfloat16: %.1f%% saved\n", format_bytes(bytes).c_str(),
+              format_bytes(bf16_bytes).c_str(), saved);
 }
 
 }  // namespace kiln::cli

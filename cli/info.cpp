@@ -9,7 +9,9 @@
 
 #include "cli/commands.h"
 #include "cli/gguf_info.h"
+#include "kiln/core/bytes.h"
 #include "kiln/io/model_summary.h"
+#include "kiln/pipelines/component_blocks.h"
 #include "kiln/pipelines/loaded_weights.h"
 #include "kiln/pipelines/offload.h"
 #include "kiln/pipelines/weight_packing.h"
@@ -27,19 +29,6 @@ std::string with_commas(int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
-std::string human_bytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
-
 std::string dtype_list(const std::map<std::string, int64_t>& by_dtype, bool with_counts) {
   std::string s;
   for (const auto& [dtype, n] : by_dtype) {
@@ -55,8 +44,8 @@ void print_weights(const io::WeightsSummary& w, const char* indent) {
   std::printf("%s  %s parameters in %s tensors; dtype %s\n", indent, with_commas(w.parameters).c_str(),
               with_commas(w.tensors).c_str(),
               dtype_list(w.parameters_by_dtype, w.parameters_by_dtype.size() > 1).c_str());
-  std::printf("%s  %s on disk, %s in memory\n", indent, human_bytes(w.bytes_on_disk).c_str(),
-              human_bytes(w.bytes_in_memory).c_str());
+  std::printf("%s  %s on disk, %s in memory\n", indent, format_bytes(w.bytes_on_disk).c_str(),
+              format_bytes(w.bytes_in_memory).c_str());
 }
 
 void print_summary(const std::string& ref, const io::ModelSummary& s) {
@@ -94,12 +83,12 @@ void print_summary(const std::string& ref, const io::ModelSummary& s) {
     const LoadedWeights loaded = loaded_weights(s, c);
     if (!loaded.note.empty())
       std::printf("      %s: %s parameters, %s in bf16\n", loaded.note.c_str(),
-                  with_commas(loaded.parameters).c_str(), human_bytes(2 * loaded.parameters).c_str());
+                  with_commas(loaded.parameters).c_str(), format_bytes(2 * loaded.parameters).c_str());
     read += loaded.parameters;
   }
   std::printf("  total: %s parameters (%s); %s on disk, %s in memory\n",
               with_commas(s.total.parameters).c_str(), dtype_list(s.total.parameters_by_dtype, true).c_str(),
-              human_bytes(s.total.bytes_on_disk).c_str(), human_bytes(s.total.bytes_in_memory).c_str());
+              format_bytes(s.total.bytes_on_disk).c_str(), format_bytes(s.total.bytes_in_memory).c_str());
   // What `kiln generate` holds by default in bf16 (the weights it reads, at 2 bytes per parameter).
   std::printf("  memory (kiln generate, bf16, default): %s\n",
               plan_weight_packing(2 * read, std::nullopt).describe().c_str());
@@ -135,10 +124,14 @@ void print_offload_plan(const io::ModelSummary& s, int64_t budget) {
   for (const auto& c : s.components) {
     if (!c.has_weights) continue;
     ComponentWeights w{c.name, {}};
-    for (const auto& [name, parameters] : loaded_weights(s, c).tensors)
-      w.tensors.emplace_back(name, 2 * parameters);
+    const std::map<std::string, nn::BlockPosition> blocks = component_block_positions(c);
+    for (const auto& [name, parameters] : loaded_weights(s, c).tensors) {
+      const auto block = blocks.find(name);
+      w.tensors.push_back(
+          {name, 2 * parameters, block == blocks.end() ? nn::BlockPosition{} : block->second});
+    }
     std::sort(w.tensors.begin(), w.tensors.end(),
-              [](const auto& x, const auto& y) { return natural_less(x.first, y.first); });
+              [](const auto& x, const auto& y) { return natural_less(x.name, y.name); });
     components.push_back(std::move(w));
   }
   const OffloadPlan plan = plan_offload(components, budget);

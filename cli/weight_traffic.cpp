@@ -1,8 +1,8 @@
 #include "cli/weight_traffic.h"
 
-#include <cstdio>
 #include <fstream>
 
+#include "kiln/core/bytes.h"
 #include "kiln/runtime/weight_groups.h"
 
 namespace kiln::cli {
@@ -23,15 +23,8 @@ std::string WeightTraffic::since_last() {
   disk_ = disk;
   streamed_ = streamed;
   std::string out;
-  char part[64];
-  if (d >= 50'000'000) {
-    std::snprintf(part, sizeof part, "read %.1f GB from disk", d / 1e9);
-    out += part;
-  }
-  if (s >= 50'000'000) {
-    std::snprintf(part, sizeof part, "%s%.1f GB streamed in groups", out.empty() ? "" : ", ", s / 1e9);
-    out += part;
-  }
+  if (d >= 50'000'000) out += "read " + format_bytes(d) + " from disk";
+  if (s >= 50'000'000) out += (out.empty() ? "" : ", ") + format_bytes(s) + " streamed in groups";
   return out;
 }
 

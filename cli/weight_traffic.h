@@ -11,7 +11,7 @@ namespace kiln::cli {
 class WeightTraffic {
  public:
   WeightTraffic();
-  // Since the last call (or construction): "read 3.1 GB from disk, 9.4 GB streamed in groups", the parts
+  // Since the last call (or construction): "read 2.89 GiB from disk, 8.75 GiB streamed in groups", the parts
   // that are zero left out; empty when both are.
   std::string since_last();
 

@@ -217,6 +217,19 @@ Tensor AutoencoderKL::MidBlock::forward(Tensor x, int64_t band) const {
   return resnet1.forward(std::move(x), band);
 }
 
+AutoencoderKL::Stage::Stage(int64_t in, int64_t out, int64_t layers, int64_t groups) {
+  for (int64_t j = 0; j < layers; ++j) {
+    resnets.push_back(std::make_unique<ResnetBlock>(j == 0 ? in : out, out, groups));
+    register_module("resnets." + std::to_string(j), resnets.back().get());
+  }
+}
+
+void AutoencoderKL::Stage::add_resample(const std::string& name, int64_t channels, int64_t stride,
+                                        int64_t padding) {
+  resample.emplace(channels, channels, 3, stride, padding);
+  register_module(name, &*resample);
+}
+
 AutoencoderKL::AutoencoderKL(const AutoencoderKLConfig& c)
     : config_(c),
       enc_conv_in_(c.in_channels, c.block_out_channels.front(), 3, 1, 1),
@@ -234,16 +247,9 @@ AutoencoderKL::AutoencoderKL(const AutoencoderKLConfig& c)
   for (size_t i = 0; i < n; ++i) {
     const int64_t in = out;
     out = ch[i];
-    auto stage = std::make_unique<Stage>();
-    const std::string prefix = "encoder.down_blocks." + std::to_string(i);
-    for (int64_t j = 0; j < c.layers_per_block; ++j) {
-      stage->resnets.push_back(std::make_unique<ResnetBlock>(j == 0 ? in : out, out, c.norm_num_groups));
-      register_module(prefix + ".resnets." + std::to_string(j), stage->resnets.back().get());
-    }
-    if (i + 1 < n) {
-      stage->resample.emplace(out, out, 3, 2, 0);
-      register_module(prefix + ".downsamplers.0.conv", &*stage->resample);
-    }
+    auto stage = std::make_unique<Stage>(in, out, c.layers_per_block, c.norm_num_groups);
+    if (i + 1 < n) stage->add_resample("downsamplers.0.conv", out, 2, 0);
+    register_module("encoder.down_blocks." + std::to_string(i), stage.get());
     down_.push_back(std::move(stage));
   }
   register_module("encoder.mid_block", &enc_mid_);
@@ -264,22 +270,19 @@ AutoencoderKL::AutoencoderKL(const AutoencoderKLConfig& c)
   for (size_t i = 0; i < n; ++i) {
     const int64_t in = out;
     out = dch[n - 1 - i];
-    auto stage = std::make_unique<Stage>();
-    const std::string prefix = "decoder.up_blocks." + std::to_string(i);
-    for (int64_t j = 0; j <= c.layers_per_block; ++j) {
-      stage->resnets.push_back(std::make_unique<ResnetBlock>(j == 0 ? in : out, out, c.norm_num_groups));
-      register_module(prefix + ".resnets." + std::to_string(j), stage->resnets.back().get());
-    }
-    if (i + 1 < n) {
-      stage->resample.emplace(out, out, 3, 1, 1);
-      register_module(prefix + ".upsamplers.0.conv", &*stage->resample);
-    }
+    auto stage = std::make_unique<Stage>(in, out, c.layers_per_block + 1, c.norm_num_groups);
+    if (i + 1 < n) stage->add_resample("upsamplers.0.conv", out, 1, 1);
+    register_module("decoder.up_blocks." + std::to_string(i), stage.get());
     up_.push_back(std::move(stage));
   }
   register_module("decoder.conv_norm_out", &dec_norm_out_);
   register_module("decoder.conv_out", &dec_conv_out_);
   enable_tiling();  // resolves the default tile sizes
   use_tiling_ = false;
+}
+
+std::vector<nn::BlockList> AutoencoderKL::repeated_blocks() const {
+  return {nn::block_list("encoder.down_blocks", down_), nn::block_list("decoder.up_blocks", up_)};
 }
 
 void AutoencoderKL::set_conv_band_bytes(int64_t bytes) {

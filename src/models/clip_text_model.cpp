@@ -83,6 +83,10 @@ ClipTextModel::ClipTextModel(const ClipTextConfig& config)
   if (config.with_projection) register_module("text_projection", &text_projection_);
 }
 
+std::vector<nn::BlockList> ClipTextModel::repeated_blocks() const {
+  return {nn::block_list("text_model.encoder.layers", layer_list_)};
+}
+
 Tensor ClipTextModel::activation(const Tensor& x) const {
   if (config_.hidden_act == "gelu") return gelu(x);
   return quick_gelu(x);

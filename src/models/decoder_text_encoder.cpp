@@ -220,13 +220,8 @@ Tensor DecoderTextEncoder::Layer::forward_eager(const Tensor& x, const Tensor& c
   return add(out, down_proj(mul(silu(gate_proj(f)), up_proj(f))));
 }
 
-void DecoderTextEncoder::compile_repeated_blocks() {
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (i == 0)
-      layers_[0]->compile();
-    else
-      layers_[i]->share_compiled_cache(*layers_[0]);
-  }
+std::vector<nn::BlockList> DecoderTextEncoder::repeated_blocks() const {
+  return {nn::block_list("layers", layers_)};
 }
 
 std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const Tensor& attention_mask,

@@ -68,21 +68,9 @@ Tensor FluxTransformer2DModel::forward(const Tensor& hidden, const Tensor& encod
       })[0];
 }
 
-void FluxTransformer2DModel::compile_repeated_blocks() {
-  // Every double-stream block has the same structure, and so has every single-stream block: one program
-  // each, shared by all instances (their weights are bound as inputs).
-  for (size_t i = 0; i < transformer_blocks_.size(); ++i) {
-    if (i == 0)
-      transformer_blocks_[0]->compile();
-    else
-      transformer_blocks_[i]->share_compiled_cache(*transformer_blocks_[0]);
-  }
-  for (size_t i = 0; i < single_transformer_blocks_.size(); ++i) {
-    if (i == 0)
-      single_transformer_blocks_[0]->compile();
-    else
-      single_transformer_blocks_[i]->share_compiled_cache(*single_transformer_blocks_[0]);
-  }
+std::vector<nn::BlockList> FluxTransformer2DModel::repeated_blocks() const {
+  return {nn::block_list("transformer_blocks", transformer_blocks_),
+          nn::block_list("single_transformer_blocks", single_transformer_blocks_)};
 }
 
 Tensor FluxTransformer2DModel::forward_eager(const Tensor& hidden, const Tensor& encoder_hidden,

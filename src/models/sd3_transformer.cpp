@@ -83,16 +83,12 @@ Tensor SD3Transformer2DModel::forward(const Tensor& hidden, const Tensor& encode
       "skip_layers=" + shape_str(skip_layers))[0];
 }
 
-void SD3Transformer2DModel::compile_repeated_blocks() {
-  // diffusers has no repeated-block list for SD3. The joint blocks share one cache whose programs are keyed
-  // by each block's parameter shapes and flags, so each distinct structure (MMDiT-X dual-attention blocks,
-  // plain blocks, the context_pre_only last block) compiles once and its instances share it.
-  for (size_t i = 0; i < transformer_blocks_.size(); ++i) {
-    if (i == 0)
-      transformer_blocks_[0]->compile();
-    else
-      transformer_blocks_[i]->share_compiled_cache(*transformer_blocks_[0]);
-  }
+std::vector<nn::BlockList> SD3Transformer2DModel::repeated_blocks() const {
+  // diffusers has no repeated-block list for SD3. The joint blocks are one list all the same: under
+  // compile_repeated_blocks they share one cache whose programs are keyed by each block's parameter shapes
+  // and flags, so each distinct structure (MMDiT-X dual-attention blocks, plain blocks, the context_pre_only
+  // last block) compiles once and its instances share it.
+  return {nn::block_list("transformer_blocks", transformer_blocks_)};
 }
 
 Tensor SD3Transformer2DModel::forward_eager(const Tensor& hidden, const Tensor& encoder_hidden,

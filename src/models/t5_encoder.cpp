@@ -87,6 +87,10 @@ T5EncoderModel::T5EncoderModel(const T5EncoderConfig& config, const nn::TensorPa
   register_module("encoder.final_layer_norm", &final_layer_norm_);
 }
 
+std::vector<nn::BlockList> T5EncoderModel::repeated_blocks() const {
+  return {nn::block_list("encoder.block", blocks_)};
+}
+
 Tensor T5EncoderModel::relative_position_buckets(int64_t seq_len, int64_t num_buckets, int64_t max_distance) {
   // Bidirectional: half the buckets per direction; small distances exact, larger ones log-spaced. The log is
   // taken in float32, as torch does, so bucket boundaries match exactly.

@@ -1,5 +1,6 @@
 #include "nn/compiled_forward.h"
 
+#include "kiln/core/bytes.h"
 #include "kiln/core/error.h"
 #include "kiln/core/log.h"
 #include "runtime/counter_updates.h"
@@ -91,9 +92,8 @@ std::vector<Tensor> CompiledForward::call(const std::vector<Tensor>& raw_inputs,
                        "; " + std::to_string(s.traced_calls) + " op calls -> " + std::to_string(s.steps) +
                        " kernels (" + std::to_string(s.fused_kernels) + " fused elementwise, " +
                        std::to_string(s.chains_fused) + " fused chains), arena " +
-                       std::to_string(s.arena_bytes >> 10) + " KiB (at most " +
-                       std::to_string(s.peak_live_bytes >> 10) + " KiB alive at once) for " +
-                       std::to_string(s.unplanned_bytes >> 10) + " KiB of intermediates");
+                       format_bytes(s.arena_bytes) + " (at most " + format_bytes(s.peak_live_bytes) +
+                       " alive at once) for " + format_bytes(s.unplanned_bytes) + " of intermediates");
   }
   return program->run(inputs, params);
 }

@@ -185,7 +185,22 @@ void Module::reset_compiled() {
 }
 
 void Module::compile_repeated_blocks() {
-  KILN_FAIL(type_name() << ".compile_repeated_blocks: this module has no repeated blocks to compile");
+  const std::vector<BlockList> lists = repeated_blocks();
+  KILN_CHECK(!lists.empty(),
+             type_name() << ".compile_repeated_blocks: this module has no repeated blocks to compile");
+  // Checked for every list first, so that a refusal leaves nothing half compiled.
+  for (const BlockList& list : lists)
+    KILN_CHECK(list.blocks.empty() || list.blocks.front()->supports_compile(),
+               type_name() << ".compile_repeated_blocks: the blocks of " << list.name << " ("
+                           << list.blocks.front()->type_name() << ") cannot be compiled");
+  // Compiled programs take the weights as inputs, so the first block's cache serves its whole list; blocks
+  // whose structures differ (SD3's) get a program each in it, keyed by their parameters' shapes.
+  for (const BlockList& list : lists) {
+    if (list.blocks.empty()) continue;
+    list.blocks.front()->compile();
+    for (size_t i = 1; i < list.blocks.size(); ++i)
+      list.blocks[i]->share_compiled_cache(*list.blocks.front());
+  }
 }
 
 size_t Module::compiled_program_count() const {

@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "kiln/core/bytes.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
 #include "kiln/core/log.h"
@@ -25,8 +26,8 @@ void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       char line[160];
-      std::snprintf(line, sizeof line, "%s: released %.2f GB of weights after use (%.0f ms)", name,
-                    bytes / 1e9, ms);
+      std::snprintf(line, sizeof line, "%s: released %s of weights after use (%.0f ms)", name,
+                    format_bytes(static_cast<int64_t>(bytes)).c_str(), ms);
       log("offload", line);
     }
   }
@@ -78,35 +79,20 @@ bool apply_offload(const OffloadPlan& plan, const NamedComponents& components) {
 std::vector<WeightGroup> block_groups(const NamedComponents& components, int blocks_per_group) {
   KILN_CHECK(blocks_per_group >= 1,
              "group offload: blocks_per_group must be at least 1, got " << blocks_per_group);
+  const auto per_group = static_cast<size_t>(blocks_per_group);
   std::vector<WeightGroup> groups;
   for (const auto& [component, module] : components) {
     if (module == nullptr) continue;
-    std::string list, block, first_block;
-    int in_group = 0;
-    // The binding is captured by an init-capture: clang before 16 cannot capture structured bindings.
-    const auto name_last = [&, &component = component] {
-      if (!groups.empty() && groups.back().component == component && !first_block.empty())
-        groups.back().name =
-            first_block == block ? first_block : first_block + "-" + block.substr(list.size() + 1);
-    };
-    for (const auto& [tensor, slot] : module->named_parameters()) {
-      const std::string b = block_of(tensor);
-      if (b.empty()) continue;
-      if (b != block) {
-        const std::string l = b.substr(0, b.rfind('.'));
-        if (l != list || in_group == blocks_per_group) {
-          name_last();
-          groups.push_back({component, "", {}});
-          in_group = 0;
-          first_block = b;
-        }
-        list = l;
-        block = b;
-        ++in_group;
+    for (const nn::BlockList& list : module->repeated_blocks()) {
+      for (size_t first = 0; first < list.blocks.size(); first += per_group) {
+        const size_t last = std::min(first + per_group, list.blocks.size()) - 1;
+        WeightGroup group{component, list.name + "." + std::to_string(first), {}};
+        if (last > first) group.name += "-" + std::to_string(last);
+        for (size_t i = first; i <= last; ++i)
+          for (const auto& [name, slot] : list.blocks[i]->named_parameters()) group.weights.push_back(*slot);
+        groups.push_back(std::move(group));
       }
-      groups.back().weights.push_back(*slot);
     }
-    name_last();
   }
   return groups;
 }
@@ -117,24 +103,6 @@ namespace kiln {
 
 namespace {
 
-// "12.00 GiB", "264.2 KiB": sizes from tiny test models to full-size checkpoints.
-std::string gib(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 3) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : u == 3 ? "%.2f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
-
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 // A component's repeated blocks in order, as (block list, bytes) per block, and the bytes outside them.
 struct BlockLayout {
   std::vector<std::pair<std::string, int64_t>> blocks;  // (list the block belongs to, bytes)
@@ -143,16 +111,15 @@ struct BlockLayout {
 
 BlockLayout block_layout(const ComponentWeights& component) {
   BlockLayout layout;
-  std::map<std::string, size_t> index;  // block name -> position in layout.blocks
-  for (const auto& [tensor, bytes] : component.tensors) {
-    const std::string block = block_of(tensor);
-    if (block.empty()) {
-      layout.outside += bytes;
+  std::map<std::pair<std::string, int64_t>, size_t> index;  // (list, block) -> position in layout.blocks
+  for (const ComponentWeight& w : component.tensors) {
+    if (!w.block.in_block()) {
+      layout.outside += w.bytes;
       continue;
     }
-    auto [it, added] = index.emplace(block, layout.blocks.size());
-    if (added) layout.blocks.emplace_back(block.substr(0, block.rfind('.')), 0);
-    layout.blocks[it->second].second += bytes;
+    auto [it, added] = index.emplace(std::pair{w.block.list, w.block.block}, layout.blocks.size());
+    if (added) layout.blocks.emplace_back(w.block.list, 0);
+    layout.blocks[it->second].second += w.bytes;
   }
   return layout;
 }
@@ -209,25 +176,18 @@ const char* offload_mode_name(OffloadMode mode) {
   return "?";
 }
 
-std::string block_of(const std::string& tensor_name) {
-  size_t start = 0;
-  while (start < tensor_name.size()) {
-    const size_t dot = tensor_name.find('.', start);
-    if (dot == std::string::npos) return "";  // the last part is the parameter's own name
-    if (start > 0 && all_digits(tensor_name.substr(start, dot - start))) return tensor_name.substr(0, dot);
-    start = dot + 1;
-  }
-  return "";
-}
-
 std::vector<ComponentWeights> component_weights(
     const std::vector<std::pair<std::string, nn::Module*>>& components) {
   std::vector<ComponentWeights> out;
   for (const auto& [name, module] : components) {
     if (module == nullptr) continue;
     ComponentWeights c{name, {}};
-    for (const auto& [tensor, slot] : module->named_parameters())
-      if (slot->defined()) c.tensors.emplace_back(tensor, static_cast<int64_t>(slot->nbytes()));
+    const std::vector<nn::BlockPosition> blocks = nn::parameter_block_positions(*module);
+    size_t i = 0;
+    for (const auto& [tensor, slot] : module->named_parameters()) {
+      const nn::BlockPosition& block = blocks[i++];
+      if (slot->defined()) c.tensors.push_back({tensor, static_cast<int64_t>(slot->nbytes()), block});
+    }
     out.push_back(std::move(c));
   }
   return out;
@@ -244,11 +204,11 @@ OffloadPlan plan_offload(const std::vector<ComponentWeights>& components, int64_
   int most_blocks = 0;
   for (const ComponentWeights& c : components) {
     ComponentResidency r{c.name};
-    for (const auto& [tensor, bytes] : c.tensors) {
-      r.bytes += bytes;
-      if (bytes > plan.largest_tensor_bytes) {
-        plan.largest_tensor_bytes = bytes;
-        plan.largest_tensor = c.name + ": " + tensor;
+    for (const ComponentWeight& w : c.tensors) {
+      r.bytes += w.bytes;
+      if (w.bytes > plan.largest_tensor_bytes) {
+        plan.largest_tensor_bytes = w.bytes;
+        plan.largest_tensor = c.name + ": " + w.name;
       }
     }
     layouts.push_back(block_layout(c));
@@ -262,11 +222,12 @@ OffloadPlan plan_offload(const std::vector<ComponentWeights>& components, int64_
     }
     plan.components.push_back(r);
   }
-  KILN_CHECK(
-      budget >= plan.largest_tensor_bytes,
-      "memory budget " << gib(budget) << " is below the largest weight, " << plan.largest_tensor << " ("
-                       << gib(plan.largest_tensor_bytes) << "), which must be in memory while it is used; "
-                       << "expected at least " << gib(plan.largest_tensor_bytes) << " plus activations");
+  KILN_CHECK(budget >= plan.largest_tensor_bytes,
+             "memory budget " << format_bytes(budget) << " is below the largest weight, "
+                              << plan.largest_tensor << " (" << format_bytes(plan.largest_tensor_bytes)
+                              << "), which must be in memory while it is used; "
+                              << "expected at least " << format_bytes(plan.largest_tensor_bytes)
+                              << " plus activations");
   // The most blocks per group whose every component fits; 0 when even single blocks do not.
   const auto group_fits = [&](int per_group) {
     for (const BlockLayout& layout : layouts)
@@ -305,25 +266,26 @@ OffloadPlan plan_offload(const std::vector<ComponentWeights>& components, int64_
 
 std::string OffloadPlan::describe() const {
   std::ostringstream s;
-  s << "memory budget " << gib(budget) << " for " << gib(weight_bytes) << " of weights (plus activations): ";
+  s << "memory budget " << format_bytes(budget) << " for " << format_bytes(weight_bytes)
+    << " of weights (plus activations): ";
   switch (mode) {
     case OffloadMode::None:
       s << "every component stays in memory (no offload)";
       break;
     case OffloadMode::Model:
       s << "model offload, one component at a time (the largest, " << largest_component << ", "
-        << gib(largest_component_bytes) << ")";
+        << format_bytes(largest_component_bytes) << ")";
       break;
     case OffloadMode::Group:
       s << "group offload, " << group.blocks_per_group << " block" << (group.blocks_per_group > 1 ? "s" : "")
-        << " per group, the next group brought in while one runs (at most " << gib(peak_weight_bytes)
+        << " per group, the next group brought in while one runs (at most " << format_bytes(peak_weight_bytes)
         << " of weights at once)";
       break;
     case OffloadMode::Sequential:
-      s << "sequential offload: at most " << gib(budget)
+      s << "sequential offload: at most " << format_bytes(budget)
         << " of mapped weights in memory, read in place, the "
         << "least recently used released first (largest component " << largest_component << ", "
-        << gib(largest_component_bytes) << ")";
+        << format_bytes(largest_component_bytes) << ")";
       break;
   }
   return s.str();
@@ -335,9 +297,9 @@ std::string OffloadPlan::describe_residency() const {
   if (mode == OffloadMode::Group)
     s << ", " << group.blocks_per_group << (group.blocks_per_group == 1 ? " block" : " blocks")
       << " per group, prefetch";
-  s << " (budget " << gib(budget) << ", weights " << gib(weight_bytes) << ")\n";
+  s << " (budget " << format_bytes(budget) << ", weights " << format_bytes(weight_bytes) << ")\n";
   for (const ComponentResidency& r : components) {
-    s << "  " << r.name << " (" << gib(r.bytes) << "): ";
+    s << "  " << r.name << " (" << format_bytes(r.bytes) << "): ";
     switch (mode) {
       case OffloadMode::None:
         s << "stays in memory";
@@ -349,18 +311,19 @@ std::string OffloadPlan::describe_residency() const {
         if (r.blocks == 0 || r.peak == r.bytes) {
           s << "in memory while it runs, released after";
         } else {
-          s << gib(r.outside_blocks) << " outside its " << r.blocks
+          s << format_bytes(r.outside_blocks) << " outside its " << r.blocks
             << " blocks while it runs, plus groups of " << group.blocks_per_group << " (largest "
-            << gib(r.largest_group) << "), the running one and the next: at most " << gib(r.peak);
+            << format_bytes(r.largest_group) << "), the running one and the next: at most "
+            << format_bytes(r.peak);
         }
         break;
       case OffloadMode::Sequential:
-        s << "read in place, at most " << gib(r.peak) << " resident, least recently used out first";
+        s << "read in place, at most " << format_bytes(r.peak) << " resident, least recently used out first";
         break;
     }
     s << "\n";
   }
-  s << "  expected peak: " << gib(peak_weight_bytes) << " of weights, plus activations";
+  s << "  expected peak: " << format_bytes(peak_weight_bytes) << " of weights, plus activations";
   return s.str();
 }
 

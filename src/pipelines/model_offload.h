@@ -35,9 +35,9 @@ void clear_offload(const WeightPackingPlan& packing);
 // component after use.
 bool apply_offload(const OffloadPlan& plan, const NamedComponents& components);
 
-// The components' repeated blocks in groups of `blocks_per_group` consecutive blocks of one list, in the
-// order they run (kiln/runtime/weight_groups.h). Weights outside blocks are in no group: they stay while
-// their component runs.
+// The components' repeated blocks (nn::Module::repeated_blocks) in groups of `blocks_per_group` consecutive
+// blocks of one list, in the order they run (kiln/runtime/weight_groups.h). Weights outside blocks are in no
+// group: they stay while their component runs.
 std::vector<WeightGroup> block_groups(const NamedComponents& components, int blocks_per_group);
 
 }  // namespace kiln::pipelines

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "kiln/core/bytes.h"
 #include "kiln/core/error.h"
 #include "kiln/core/log.h"
 #include "kiln/ops/linalg.h"
@@ -16,12 +16,6 @@
 namespace kiln {
 
 namespace {
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
 
 // The first number in a cgroup limit file ("max" or absent: no limit).
 std::optional<int64_t> cgroup_limit(const char* path) {
@@ -68,20 +62,21 @@ WeightPackingPlan apply_weight_packing(int64_t weight_bytes, std::optional<int64
 
 std::string WeightPackingPlan::describe() const {
   std::ostringstream s;
-  s << "weights " << gib(weight_bytes) << "; packed copies for the matmuls: ";
+  s << "weights " << format_bytes(weight_bytes) << "; packed copies for the matmuls: ";
   if (!budget) {
     s << "all (resident once: each weight's file pages are handed back once it is packed)";
   } else if (*budget == 0) {
     s << "none, the weights stay in the memory-mapped files (page cache)";
   } else {
-    s << "up to " << gib(*budget) << ", the other weights stay in the memory-mapped files (page cache)";
+    s << "up to " << format_bytes(*budget)
+      << ", the other weights stay in the memory-mapped files (page cache)";
   }
   if (requested)
     s << " [as requested]";
   else if (budget)
-    s << " [the weights exceed half of this machine's " << gib(memory_bytes) << "]";
+    s << " [the weights exceed half of this machine's " << format_bytes(memory_bytes) << "]";
   else
-    s << " [they fit in half of this machine's " << gib(memory_bytes) << "]";
+    s << " [they fit in half of this machine's " << format_bytes(memory_bytes) << "]";
   return s.str();
 }
 

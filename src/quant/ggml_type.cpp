@@ -1,5 +1,8 @@
 #include "kiln/quant/ggml_type.h"
 
+#include <iterator>
+#include <string>
+
 #include "backends/cpu/isa_dispatch.h"
 #include "kiln/core/error.h"
 
@@ -20,29 +23,14 @@ void dequantize_row_picked(quant::GgmlType type, const void* src, bf16_t* dst, i
 
 namespace quant {
 
-namespace {
-
-// Block sizes and bytes per block as in ggml's type_traits (ggml.c) and gguf's GGML_QUANT_SIZES.
-constexpr GgmlTypeTraits kTypes[] = {
-    {GgmlType::F32, "F32", 1, 4, false},      {GgmlType::F16, "F16", 1, 2, false},
-    {GgmlType::BF16, "BF16", 1, 2, false},    {GgmlType::Q4_0, "Q4_0", 32, 18, true},
-    {GgmlType::Q4_1, "Q4_1", 32, 20, true},   {GgmlType::Q5_0, "Q5_0", 32, 22, true},
-    {GgmlType::Q5_1, "Q5_1", 32, 24, true},   {GgmlType::Q8_0, "Q8_0", 32, 34, true},
-    {GgmlType::Q2_K, "Q2_K", 256, 84, true},  {GgmlType::Q3_K, "Q3_K", 256, 110, true},
-    {GgmlType::Q4_K, "Q4_K", 256, 144, true}, {GgmlType::Q5_K, "Q5_K", 256, 176, true},
-    {GgmlType::Q6_K, "Q6_K", 256, 210, true},
-};
-
-}  // namespace
-
 std::optional<GgmlTypeTraits> find_ggml_type(uint32_t id) {
-  for (const auto& t : kTypes)
+  for (const auto& t : kGgmlTypes)
     if (static_cast<uint32_t>(t.type) == id) return t;
   return std::nullopt;
 }
 
 const GgmlTypeTraits& traits(GgmlType type) {
-  for (const auto& t : kTypes)
+  for (const auto& t : kGgmlTypes)
     if (t.type == type) return t;
   KILN_FAIL("internal: ggml type id " << static_cast<uint32_t>(type) << " has no traits");
 }
@@ -52,7 +40,14 @@ std::string_view type_name(GgmlType type) {
 }
 
 const char* supported_type_names() {
-  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K";
+  static const std::string names = [] {
+    std::string s;
+    const size_t n = std::size(kGgmlTypes);
+    for (size_t i = 0; i < n; ++i)
+      s += (i == 0 ? "" : i + 1 == n ? " or " : ", ") + std::string(kGgmlTypes[i].name);
+    return s;
+  }();
+  return names.c_str();
 }
 
 int64_t row_bytes(GgmlType type, int64_t elements) {

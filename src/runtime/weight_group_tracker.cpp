@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "kiln/core/bytes.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/log.h"
 
@@ -61,7 +62,8 @@ void Prefetcher::run() {
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       char line[256];
-      std::snprintf(line, sizeof line, "prefetched %s: %.2f GB in %.0f ms%s", what.c_str(), bytes / 1e9, ms,
+      std::snprintf(line, sizeof line, "prefetched %s: %s in %.0f ms%s", what.c_str(),
+                    format_bytes(static_cast<int64_t>(bytes)).c_str(), ms,
                     cancel_.load() ? " (cancelled)" : "");
       log("offload", line);
     }

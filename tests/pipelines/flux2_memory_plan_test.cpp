@@ -3,7 +3,8 @@
 // meta device) and of the real text encoders (tests/data/goldens/flux2_text/real_layouts.json, transformers'
 // classes), through plan_offload, as set_memory_budget and `kiln info --max-memory` plan them. The text
 // encoders count what the pipelines read of them (loaded_weights: the embedding and the layers their default
-// text_encoder_out_layers need), checked against the real names and shapes.
+// text_encoder_out_layers need), checked against the real names and shapes. Each weight is placed in its
+// repeated block by the model Kiln builds of the real config (component_block_positions, as kiln info does).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
+#include "kiln/pipelines/component_blocks.h"
 #include "kiln/pipelines/loaded_weights.h"
 #include "kiln/pipelines/offload.h"
 #include "support/test_data.h"
@@ -22,17 +24,29 @@ namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
+// `tensor` with its block in the model Kiln builds of the component (as `kiln info` places it).
+ComponentWeight real_weight(const std::string& tensor, int64_t bytes,
+                            const std::map<std::string, nn::BlockPosition>& blocks) {
+  const auto block = blocks.find(tensor);
+  return {tensor, bytes, block == blocks.end() ? nn::BlockPosition{} : block->second};
+}
+
 std::vector<ComponentWeights> real_components(const std::string& transformer) {
   std::ifstream file(testing::data_path("goldens/flux2/real_layouts.json"));
   const nlohmann::json layouts = nlohmann::json::parse(file);
   std::vector<ComponentWeights> out;
   for (const auto& [name, key] :
        std::vector<std::pair<std::string, std::string>>{{"transformer", transformer}, {"vae", "vae"}}) {
+    io::ComponentSummary component;
+    component.class_name = layouts["configs"][key]["_class_name"];
+    component.path = testing::temp_dir("flux2_memory_" + key);
+    std::ofstream(component.path + "/config.json") << layouts["configs"][key].dump();
+    const auto blocks = component_block_positions(component);
     ComponentWeights c{name, {}};
     for (const auto& [tensor, shape] : layouts.at(key).items()) {
       int64_t numel = 1;
       for (int64_t d : shape.get<std::vector<int64_t>>()) numel *= d;
-      c.tensors.emplace_back(tensor, numel * 2);  // bf16
+      c.tensors.push_back(real_weight(tensor, numel * 2, blocks));  // bf16
     }
     out.push_back(std::move(c));
   }
@@ -80,6 +94,7 @@ ComponentWeights real_text_encoder(const std::string& key, const std::string& pr
   pipeline.class_name = key.rfind("flux2_dev", 0) == 0 ? "Flux2Pipeline" : "Flux2KleinPipeline";
   io::ComponentSummary component;
   component.name = "text_encoder";
+  component.class_name = text_layouts()["configs"][key]["architectures"][0];
   component.path = dir;
   component.has_weights = true;
   std::map<std::string, int64_t> real;
@@ -92,12 +107,13 @@ ComponentWeights real_text_encoder(const std::string& key, const std::string& pr
   }
   const LoadedWeights loaded = loaded_weights(pipeline, component);
   EXPECT_FALSE(loaded.note.empty()) << key;
+  const auto blocks = component_block_positions(component);
   ComponentWeights c{"text_encoder", {}};
   for (const auto& [tensor, numel] : loaded.tensors) {
     const auto it = real.find(prefix + tensor);
     EXPECT_TRUE(it != real.end() && it->second == numel)
         << key << ": " << tensor << " is not in the real layout";
-    c.tensors.emplace_back(tensor, numel * 2);  // bf16
+    c.tensors.push_back(real_weight(tensor, numel * 2, blocks));  // bf16
   }
   *parameters = loaded.parameters;
   return c;

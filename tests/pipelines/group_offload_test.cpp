@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "kiln/runtime/eager_mode.h"
 #include "kiln/runtime/execution_context.h"
 #include "kiln/runtime/weight_groups.h"
+#include "pipelines/model_offload.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -46,27 +48,66 @@ class OffloadScope {
   std::optional<int64_t> packed_;
 };
 
-TEST(BlockOf, NamesTheRepeatedBlockAWeightBelongsTo) {
-  EXPECT_EQ(block_of("transformer_blocks.3.attn.to_q.weight"), "transformer_blocks.3");
-  EXPECT_EQ(block_of("single_transformer_blocks.37.proj_out.bias"), "single_transformer_blocks.37");
-  EXPECT_EQ(block_of("encoder.block.11.layer.0.SelfAttention.q.weight"), "encoder.block.11");
-  EXPECT_EQ(block_of("text_model.encoder.layers.0.mlp.fc1.weight"), "text_model.encoder.layers.0");
-  EXPECT_EQ(block_of("x_embedder.weight"), "");
-  EXPECT_EQ(block_of("shared.weight"), "");
-  EXPECT_EQ(block_of("0.weight"), "") << "a leading number is not a block of a list";
-  EXPECT_EQ(block_of("blocks.7"), "") << "the last part is the parameter's own name";
+// The weights of the tiny FLUX.1 transformer (2 double-stream and 2 single-stream blocks) are put in the
+// blocks whose modules hold them, and groups are made of consecutive blocks of one list.
+TEST(BlockGroups, FollowTheRepeatedBlocksOfTheModel) {
+  const auto model =
+      models::load_flux_transformer(testing::data_path("models/flux-tiny-dev-bf16/transformer"), bfloat16);
+  const std::vector<ComponentWeights> weights = component_weights({{"transformer", model.get()}});
+  ASSERT_EQ(weights.size(), 1u);
+  std::map<std::string, nn::BlockPosition> position;
+  for (const ComponentWeight& w : weights[0].tensors) position[w.name] = w.block;
+  EXPECT_EQ(position.at("transformer_blocks.1.attn.to_q.weight"),
+            (nn::BlockPosition{"transformer_blocks", 1}));
+  EXPECT_EQ(position.at("single_transformer_blocks.0.proj_out.bias"),
+            (nn::BlockPosition{"single_transformer_blocks", 0}));
+  EXPECT_FALSE(position.at("x_embedder.weight").in_block());
+  EXPECT_FALSE(position.at("norm_out.linear.weight").in_block());
+
+  const auto names = [](const std::vector<WeightGroup>& groups) {
+    std::vector<std::string> out;
+    for (const WeightGroup& g : groups) out.push_back(g.component + ": " + g.name);
+    return out;
+  };
+  EXPECT_EQ(names(pipelines::block_groups({{"transformer", model.get()}}, 1)),
+            (std::vector<std::string>{
+                "transformer: transformer_blocks.0", "transformer: transformer_blocks.1",
+                "transformer: single_transformer_blocks.0", "transformer: single_transformer_blocks.1"}));
+  const std::vector<WeightGroup> groups = pipelines::block_groups({{"transformer", model.get()}}, 3);
+  EXPECT_EQ(names(groups), (std::vector<std::string>{"transformer: transformer_blocks.0-1",
+                                                     "transformer: single_transformer_blocks.0-1"}))
+      << "a group never spans two lists";
+  // Each group holds exactly the weights placed in its blocks.
+  std::map<const void*, std::string> group_of;
+  for (const WeightGroup& g : groups)
+    for (const Tensor& t : g.weights) group_of[t.raw_data()] = g.name;
+  size_t in_blocks = 0;
+  for (const auto& [name, slot] : model->named_parameters()) {
+    const nn::BlockPosition& p = position.at(name);
+    const auto it = group_of.find(slot->raw_data());
+    if (!p.in_block()) {
+      EXPECT_TRUE(it == group_of.end()) << name << " is outside the blocks but in group " << it->second;
+      continue;
+    }
+    ++in_blocks;
+    ASSERT_TRUE(it != group_of.end()) << name << " is in no group";
+    EXPECT_EQ(it->second, p.list + ".0-1") << name;
+  }
+  EXPECT_EQ(group_of.size(), in_blocks);
+}
+
+ComponentWeight in_block(const std::string& list, int64_t block, int64_t bytes) {
+  return {list + "." + std::to_string(block) + ".w", bytes, {list, block}};
 }
 
 // A transformer of 4 double blocks (10 bytes each) and 8 single blocks (5 each) with 6 bytes outside them,
 // and an encoder of 3 blocks (4 each) with 20 bytes of embeddings.
 std::vector<ComponentWeights> toy_model() {
   ComponentWeights encoder{"text_encoder", {{"shared.weight", 20}}};
-  for (int i = 0; i < 3; ++i) encoder.tensors.emplace_back("encoder.block." + std::to_string(i) + ".w", 4);
+  for (int i = 0; i < 3; ++i) encoder.tensors.push_back(in_block("encoder.block", i, 4));
   ComponentWeights transformer{"transformer", {{"x_embedder.weight", 6}}};
-  for (int i = 0; i < 4; ++i)
-    transformer.tensors.emplace_back("transformer_blocks." + std::to_string(i) + ".w", 10);
-  for (int i = 0; i < 8; ++i)
-    transformer.tensors.emplace_back("single_transformer_blocks." + std::to_string(i) + ".w", 5);
+  for (int i = 0; i < 4; ++i) transformer.tensors.push_back(in_block("transformer_blocks", i, 10));
+  for (int i = 0; i < 8; ++i) transformer.tensors.push_back(in_block("single_transformer_blocks", i, 5));
   return {encoder, transformer};
 }
 

@@ -90,6 +90,17 @@ TEST(Dequantize, Avx512KernelsMatchTheGgufPackage) {
                           cpu_kernels::avx512::dequantize_row_bf16, "avx512");
 }
 
+// A type added to the table (which the kernels take their block sizes from) needs reference values here.
+TEST(GgmlTypeTraits, EveryTypeOfTheTableHasReferences) {
+  std::set<std::string> table, covered;
+  for (const quant::GgmlTypeTraits& t : quant::kGgmlTypes) table.insert(t.name);
+  for (const auto& name : refs().file.names())
+    covered.insert(std::string(quant::type_name(refs().file.info(name).type)));
+  EXPECT_EQ(covered, table);
+  EXPECT_STREQ(quant::supported_type_names(),
+               "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K");
+}
+
 TEST(GgmlTypeTraits, BlockSizesAndRowBytes) {
   EXPECT_EQ(quant::row_bytes(GgmlType::Q8_0, 3072), 3072 / 32 * 34);
   EXPECT_EQ(quant::row_bytes(GgmlType::Q4_K, 3072), 3072 / 256 * 144);

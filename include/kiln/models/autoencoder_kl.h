@@ -87,6 +87,10 @@ class AutoencoderKL : public nn::Module {
   void set_conv_band_bytes(int64_t bytes);
   int64_t conv_band_bytes() const { return conv_band_bytes_; }
 
+  // encoder.down_blocks and decoder.up_blocks, the stages group offload streams. The mid blocks are not
+  // declared: they run once between the two lists, and their weights stay while the VAE runs.
+  std::vector<nn::BlockList> repeated_blocks() const override;
+
   struct ResnetBlock : nn::Module {
     ResnetBlock(int64_t in, int64_t out, int64_t groups);
     // Takes x by value so that a moved-in activation is freed as soon as it has been normalised.
@@ -108,6 +112,10 @@ class AutoencoderKL : public nn::Module {
     std::optional<MidAttention> attention;
   };
   struct Stage : nn::Module {  // one DownEncoderBlock2D or UpDecoderBlock2D
+    // `layers` resnets ("resnets.<j>"), the first from `in` channels, the others from `out`.
+    Stage(int64_t in, int64_t out, int64_t layers, int64_t groups);
+    // The 3x3 resampler of `channels` channels, registered as `name` ("downsamplers.0.conv").
+    void add_resample(const std::string& name, int64_t channels, int64_t stride, int64_t padding);
     std::vector<std::unique_ptr<ResnetBlock>> resnets;
     std::optional<nn::Conv2d> resample;  // downsampler (3x3 stride 2) or upsampler (3x3 after nearest x2)
   };

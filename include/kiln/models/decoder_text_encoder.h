@@ -53,8 +53,9 @@ class DecoderTextEncoder : public nn::Module {
   std::vector<Tensor> hidden_states(const Tensor& ids, const Tensor& attention_mask,
                                     const std::vector<int64_t>& indices) const;
 
-  // One program per layer shape, shared by every layer (their weights bound as inputs).
-  void compile_repeated_blocks() override;
+  // The layers built; compile_repeated_blocks() compiles one program per layer shape, shared by every layer
+  // (their weights bound as inputs).
+  std::vector<nn::BlockList> repeated_blocks() const override;
 
   const DecoderTextEncoderConfig& config() const { return config_; }
   int64_t num_layers_built() const { return static_cast<int64_t>(layers_.size()); }

@@ -108,7 +108,8 @@ class Flux2Transformer2DModel : public nn::Module {
   // compile_repeated_blocks() compiles one double-stream and one single-stream block program, shared by all
   // the blocks, and runs the rest eagerly.
   bool supports_compile() const override { return true; }
-  void compile_repeated_blocks() override;
+  // The double-stream transformer_blocks, then the single_transformer_blocks.
+  std::vector<nn::BlockList> repeated_blocks() const override;
 
   const Flux2TransformerConfig& config() const { return config_; }
   // The dtype the model computes in (its loaded weights').

@@ -79,7 +79,8 @@ class FluxTransformer2DModel : public nn::Module {
   // compile_repeated_blocks() compiles one double-stream and one single-stream block program, shared by all
   // the blocks, and runs the rest eagerly.
   bool supports_compile() const override { return true; }
-  void compile_repeated_blocks() override;
+  // The double-stream transformer_blocks, then the single_transformer_blocks.
+  std::vector<nn::BlockList> repeated_blocks() const override;
 
   const FluxTransformerConfig& config() const { return config_; }
 

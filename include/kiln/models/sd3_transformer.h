@@ -83,7 +83,8 @@ class SD3Transformer2DModel : public nn::Module {
   // Compiled mode (kiln/nn/compile.h): compile() compiles the whole forward per input shape (and skip list);
   // compile_repeated_blocks() compiles each distinct joint-block structure once, shared by its instances.
   bool supports_compile() const override { return true; }
-  void compile_repeated_blocks() override;
+  // The joint transformer_blocks.
+  std::vector<nn::BlockList> repeated_blocks() const override;
 
   const SD3TransformerConfig& config() const { return config_; }
   // The compute dtype (that of the loaded weights).

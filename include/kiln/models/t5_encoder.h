@@ -35,6 +35,8 @@ class T5EncoderModel : public nn::Module {
   // as FluxPipeline and StableDiffusion3Pipeline call it.
   Tensor forward(const Tensor& ids) const;
   const T5EncoderConfig& config() const { return config_; }
+  // encoder.block (streamed by group offload; their forward cannot be compiled).
+  std::vector<nn::BlockList> repeated_blocks() const override;
   // The bucket of each (query, key) pair, [S, S] int64, as T5Attention._relative_position_bucket computes it.
   static Tensor relative_position_buckets(int64_t seq_len, int64_t num_buckets, int64_t max_distance);
 

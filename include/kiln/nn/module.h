@@ -19,6 +19,23 @@
 namespace kiln::nn {
 
 class CompiledForward;
+class Module;
+
+// One list of a module's repeated blocks: the blocks registered as "<name>.0", "<name>.1", ... under the
+// module ("transformer_blocks"), in the order they run.
+struct BlockList {
+  std::string name;
+  std::vector<Module*> blocks;
+};
+
+// The BlockList of blocks held by unique_ptr, as the models hold them.
+template <class Block>
+BlockList block_list(std::string name, const std::vector<std::unique_ptr<Block>>& blocks) {
+  BlockList list{std::move(name), {}};
+  list.blocks.reserve(blocks.size());
+  for (const auto& block : blocks) list.blocks.push_back(block.get());
+  return list;
+}
 
 // Where weights come from: a checkpoint addressed by tensor name (one file or shards).
 class WeightSource {
@@ -80,6 +97,11 @@ class Module {
   // source holds nothing unexpected. Errors name the tensor, the source, and the expected and found shapes.
   void load_weights(const WeightSource& source, const LoadOptions& options = {});
 
+  // This module's lists of repeated blocks, in the order they run: what compile_repeated_blocks shares one
+  // program between and what group offload streams in groups (kiln/nn/block_positions.h says which block
+  // each parameter belongs to). None by default; weights outside every block stay while the module runs.
+  virtual std::vector<BlockList> repeated_blocks() const { return {}; }
+
   // Offloading on a host without an accelerator: frees the packed copies of this module's weights and hands
   // their checkpoint file pages back to the OS (page cache included), so the module holds no memory until it
   // runs again and reads them from the file. Waits for queued work first (a queued kernel may still read a
@@ -92,10 +114,11 @@ class Module {
   // later calls reuse. Only modules whose forward supports it (the transformers, their blocks) can be
   // compiled; others throw. Calling it again replaces the cache.
   void compile(const CompileOptions& options = {});
-  // Compiles each distinct repeated block once and shares the program between its instances (FLUX: the
-  // double- and single-stream blocks; SD3: the joint blocks, one program per distinct block structure).
-  // Throws for modules without repeated blocks.
-  virtual void compile_repeated_blocks();
+  // Compiles the first block of each of repeated_blocks()' lists and makes the list's other blocks share its
+  // cache (FLUX: one program for the double-stream blocks, one for the single-stream blocks; SD3: one cache
+  // for the joint blocks, holding a program per distinct block structure). Throws for modules without
+  // repeated blocks.
+  void compile_repeated_blocks();
   bool is_compiled() const { return compiled_ != nullptr; }
   // Back to eager: drops this module's and its submodules' compiled caches.
   void reset_compiled();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kiln/core/device.h"
+#include "kiln/nn/block_positions.h"
 #include "kiln/nn/module.h"
 
 namespace kiln {
@@ -35,17 +36,22 @@ struct GroupOffloadOptions {
   bool prefetch = true;  // bring the next group in while the current one runs (diffusers' use_stream)
 };
 
-// A component's weights by name, in the order they are registered (which is the order the blocks run).
+// One weight of a component: its bytes in memory and the repeated block it belongs to, which the planner
+// groups blocks by (nn::Module::repeated_blocks; outside every block unless set).
+struct ComponentWeight {
+  std::string name;
+  int64_t bytes = 0;
+  nn::BlockPosition block;
+};
+
+// A component's weights, in the order they are registered (which is the order the blocks run).
 struct ComponentWeights {
   std::string name;
-  std::vector<std::pair<std::string, int64_t>> tensors;  // (name, bytes in memory)
+  std::vector<ComponentWeight> tensors;
 };
+// The loaded weights of each module (undefined slots left out), each with its block.
 std::vector<ComponentWeights> component_weights(
     const std::vector<std::pair<std::string, nn::Module*>>& components);
-
-// The repeated block a weight belongs to: its name up to the first all-digit part ("transformer_blocks.3"
-// for "transformer_blocks.3.attn.to_q.weight", "encoder.block.11" in T5); empty for weights outside blocks.
-std::string block_of(const std::string& tensor_name);
 
 // What one component holds while it runs, under a plan.
 struct ComponentResidency {
@@ -76,7 +82,8 @@ struct OffloadPlan {
 
 // The coarsest mode whose weights stay under `budget`: None when every component fits, Model when the largest
 // component does, Group with the most blocks per group that fit (a component's weights outside its blocks,
-// plus the running group and the one being brought in), Sequential otherwise. Throws kiln::Error before any
+// plus the running group and the one being brought in; a group holds consecutive blocks of one list, blocks
+// in the order their weights first come), Sequential otherwise. Throws kiln::Error before any
 // work when even the largest weight tensor does not fit, naming it and the size needed.
 OffloadPlan plan_offload(const std::vector<ComponentWeights>& components, int64_t budget);
 OffloadPlan plan_offload(const std::vector<std::pair<std::string, nn::Module*>>& components, int64_t budget);

@@ -42,6 +42,19 @@ struct GgmlTypeTraits {
   bool is_quantized;   // block-quantized (false for F32, F16, BF16)
 };
 
+// Every supported type, with block sizes and bytes per block as in ggml's type_traits (ggml.c) and gguf's
+// GGML_QUANT_SIZES. The kernels read their block sizes from here (through traits()), and check at compile
+// time that each block-quantized type has a dequantize kernel.
+inline constexpr GgmlTypeTraits kGgmlTypes[] = {
+    {GgmlType::F32, "F32", 1, 4, false},      {GgmlType::F16, "F16", 1, 2, false},
+    {GgmlType::BF16, "BF16", 1, 2, false},    {GgmlType::Q4_0, "Q4_0", 32, 18, true},
+    {GgmlType::Q4_1, "Q4_1", 32, 20, true},   {GgmlType::Q5_0, "Q5_0", 32, 22, true},
+    {GgmlType::Q5_1, "Q5_1", 32, 24, true},   {GgmlType::Q8_0, "Q8_0", 32, 34, true},
+    {GgmlType::Q2_K, "Q2_K", 256, 84, true},  {GgmlType::Q3_K, "Q3_K", 256, 110, true},
+    {GgmlType::Q4_K, "Q4_K", 256, 144, true}, {GgmlType::Q5_K, "Q5_K", 256, 176, true},
+    {GgmlType::Q6_K, "Q6_K", 256, 210, true},
+};
+
 // The traits of a type id read from a file; nullopt for ids Kiln does not support (Q8_1, IQ*, TQ*, ...).
 std::optional<GgmlTypeTraits> find_ggml_type(uint32_t id);
 const GgmlTypeTraits& traits(GgmlType type);

@@ -182,40 +182,48 @@ void q6_k(const uint8_t* b, float* y) {
   }
 }
 
+// Expands one block of the type into its traits' block_size floats.
 using BlockFn = void (*)(const uint8_t*, float*);
 
-struct BlockFormat {
-  BlockFn fn;
-  int elements;
-  int bytes;
-};
-
-BlockFormat block_format(GgmlType type) {
+// The type's block kernel; null for the plain types. Block sizes and bytes come from quant::traits.
+constexpr BlockFn block_fn(GgmlType type) {
   switch (type) {
     case GgmlType::Q4_0:
-      return {q4_0, kQK, 18};
+      return q4_0;
     case GgmlType::Q4_1:
-      return {q4_1, kQK, 20};
+      return q4_1;
     case GgmlType::Q5_0:
-      return {q5_0, kQK, 22};
+      return q5_0;
     case GgmlType::Q5_1:
-      return {q5_1, kQK, 24};
+      return q5_1;
     case GgmlType::Q8_0:
-      return {q8_0, kQK, 34};
+      return q8_0;
     case GgmlType::Q2_K:
-      return {q2_k, kQKK, 84};
+      return q2_k;
     case GgmlType::Q3_K:
-      return {q3_k, kQKK, 110};
+      return q3_k;
     case GgmlType::Q4_K:
-      return {q4_k, kQKK, 144};
+      return q4_k;
     case GgmlType::Q5_K:
-      return {q5_k, kQKK, 176};
+      return q5_k;
     case GgmlType::Q6_K:
-      return {q6_k, kQKK, 210};
+      return q6_k;
     default:
-      return {nullptr, 0, 0};
+      return nullptr;
   }
 }
+
+// A type added to quant::kGgmlTypes needs a kernel here, and a kernel here a row in that table; the kernels
+// expand kQK or kQKK elements (and the bfloat16 path's chunk holds a whole number of either).
+constexpr bool kernels_match_the_type_table() {
+  for (const quant::GgmlTypeTraits& t : quant::kGgmlTypes) {
+    if (t.is_quantized != (block_fn(t.type) != nullptr)) return false;
+    if (t.is_quantized && t.block_size != kQK && t.block_size != kQKK) return false;
+  }
+  return true;
+}
+static_assert(kernels_match_the_type_table(),
+              "every block-quantized type of quant::kGgmlTypes needs a dequantize kernel of its block size");
 
 float to_float(float v) {
   return v;
@@ -278,22 +286,24 @@ void to_bf16(const float* src, bf16_t* dst, int64_t n) {
 // n is a multiple of the type's block size (checked by the caller, kiln::quant::dequantize_row).
 void dequantize_row_f32(GgmlType type, const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
-  const BlockFormat f = block_format(type);
-  if (f.fn == nullptr) return plain_row(type, p, dst, n);
-  for (int64_t i = 0; i < n; i += f.elements, p += f.bytes) f.fn(p, dst + i);
+  const quant::GgmlTypeTraits& t = quant::traits(type);
+  if (!t.is_quantized) return plain_row(type, p, dst, n);
+  const BlockFn fn = block_fn(type);
+  for (int64_t i = 0; i < n; i += t.block_size, p += t.type_size) fn(p, dst + i);
 }
 
 void dequantize_row_bf16(GgmlType type, const void* src, bf16_t* dst, int64_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
-  const BlockFormat f = block_format(type);
-  if (f.fn == nullptr) return plain_row(type, p, dst, n);
+  const quant::GgmlTypeTraits& t = quant::traits(type);
+  if (!t.is_quantized) return plain_row(type, p, dst, n);
+  const BlockFn fn = block_fn(type);
   // Blocks are expanded into a float chunk and converted once the chunk is full: reading each block back
   // right after its (narrower) stores would stall on store forwarding (4x slower on Zen 4).
   constexpr int64_t kChunk = 1024;  // a whole number of blocks of every format
   alignas(64) float chunk[kChunk];
   for (int64_t i = 0; i < n; i += kChunk) {
     const int64_t len = std::min(kChunk, n - i);
-    for (int64_t j = 0; j < len; j += f.elements, p += f.bytes) f.fn(p, chunk + j);
+    for (int64_t j = 0; j < len; j += t.block_size, p += t.type_size) fn(p, chunk + j);
     to_bf16(chunk, dst + i, len);
   }
 }

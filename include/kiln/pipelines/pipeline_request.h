@@ -1,0 +1,121 @@
+// What a caller asks a pipeline for: one request type for every pipeline, with diffusers' argument names
+// (the keyword arguments of a pipeline's __call__). A pipeline refuses, by name, a field it does not take
+// (RequestError: FluxPipeline has no negative prompt, only FLUX.2 takes reference images); fields left unset
+// take that pipeline's diffusers defaults (DiffusionPipeline::defaults()).
+//
+//   kiln::PipelineRequest request{.prompt = "a cat", .height = 512, .width = 512, .num_inference_steps = 4,
+//                                 .guidance_scale = 0.0f, .generator = kiln::Generator(0)};
+//   request.callback_on_step_end = [](kiln::StepState& s) { std::printf("step %d of %d\n", s.step + 1, s.num_steps); };
+//   auto result = pipe(request);
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+#include "kiln/pipelines/generator.h"
+#include "kiln/pipelines/image.h"
+
+namespace kiln {
+
+// A request that names a field the pipeline does not take, or a value out of its range: field() is the
+// request's field ("negative_prompt"), so a command line can name its flag and a server its JSON field.
+class RequestError : public Error {
+ public:
+  RequestError(std::string field, const std::string& message) : Error(message), field_(std::move(field)) {}
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
+
+// Thrown by a pipeline call that was cancelled (CancellationToken::cancel): no image; the call's memory is
+// freed and the pipeline serves the next call as if this one had not run.
+class Cancelled : public Error {
+ public:
+  using Error::Error;
+};
+
+// Shared between a call and whoever may cancel it (another thread, a signal handler's flag, a server whose
+// client went away): copies refer to the same flag. A cancelled call stops at its next step boundary.
+class CancellationToken {
+ public:
+  CancellationToken() : flag_(std::make_shared<std::atomic<bool>>(false)) {}
+  void cancel() const { flag_->store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return flag_->load(std::memory_order_relaxed); }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> flag_;
+};
+
+// What callback_on_step_end sees after each denoising step (diffusers' callback_on_step_end with its
+// callback_kwargs): it may replace `latents` (the loop continues from them) or set `stop` (the remaining
+// steps are skipped and what was denoised so far is decoded, as diffusers' pipe._interrupt does).
+struct StepState {
+  int step = 0;            // from 0
+  int num_steps = 0;       // steps this call runs
+  float timestep = 0;      // the scheduler's timestep of this step
+  double seconds = 0;      // what the step took, its kernels included
+  Tensor latents;          // after the step
+  bool stop = false;
+};
+
+// SD3's skip-layer guidance (off when `layers` is empty; diffusers recommends {7, 8, 9} for 3.5 Medium).
+// Active at steps i with start < i / steps < stop.
+struct SkipLayerGuidance {
+  std::vector<int64_t> layers;
+  double scale = 2.8;
+  double start = 0.01;
+  double stop = 0.2;
+};
+
+struct PipelineRequest {
+  // FLUX.2: prompt embeddings [B, L, joint_attention_dim] in the pipeline's dtype (encode_prompt's output),
+  // instead of a prompt encoded by the folder's text encoder.
+  Tensor prompt_embeds;
+  std::string prompt;
+  // The second and third text encoders' prompts (FLUX.1: prompt_2 is T5's; SD3: prompt_2 CLIP-G's, prompt_3
+  // T5's); `prompt` when absent or empty, as diffusers.
+  std::optional<std::string> prompt_2, prompt_3;
+  // FLUX.2 [klein]: the negative embeddings of its classifier-free guidance.
+  Tensor negative_prompt_embeds;
+  // Classifier-free guidance's negative prompt (SD3, FLUX.2 [klein]); "" when absent.
+  std::optional<std::string> negative_prompt;
+  std::optional<std::string> negative_prompt_2, negative_prompt_3;  // SD3; negative_prompt when absent
+  // diffusers' `image=`: FLUX.2's reference images (RGB; gray and RGBA are converted as PIL's
+  // convert("RGB") does), conditioning the generation. Image-to-image and inpainting pipelines will take
+  // their initial image here; the text-to-image pipelines refuse it.
+  std::vector<Image> image;
+  // Inpainting's mask and image-to-image's strength: no pipeline in this build takes them yet (each refuses
+  // them by name).
+  std::optional<Image> mask_image;
+  std::optional<float> strength;
+  std::optional<int64_t> height, width;  // pixels; unset: the pipeline's default
+  std::optional<int> num_inference_steps;
+  // FLUX.1-dev, FLUX.2-dev: the embedded guidance; SD3, klein: classifier-free guidance (on when > 1).
+  std::optional<float> guidance_scale;
+  std::optional<Generator> generator;  // torch's default seed when absent
+  std::optional<int64_t> max_sequence_length;  // tokens of the T5 / FLUX.2 text encoder
+  int num_images_per_prompt = 1;
+  SkipLayerGuidance skip_layer_guidance;  // SD3 only
+  // Called after each denoising step (see StepState).
+  std::function<void(StepState&)> callback_on_step_end;
+  // Cancels the call from elsewhere (see CancellationToken).
+  CancellationToken cancel;
+};
+
+// A pipeline's diffusers defaults for the fields a request leaves unset.
+struct PipelineDefaults {
+  int64_t height = 1024, width = 1024;
+  int num_inference_steps = 28;
+  float guidance_scale = 3.5f;
+  int64_t max_sequence_length = 512;
+};
+
+}  // namespace kiln
