@@ -97,6 +97,20 @@ void euler_step(const Out* model_output, const In* sample, Out* out, int64_t n, 
   }
 }
 
+// sigma * noise + (1 - sigma) * sample in T, as torch computes it with sigma a T tensor: 1 - sigma, both
+// products and the sum are each rounded to T.
+template <class T>
+void forward_process(const T* sample, const T* noise, T* out, int64_t n, float sigma) {
+  const float s = to_f32(from_f32<T>(sigma));
+  const float keep = to_f32(from_f32<T>(1.0f - s));
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    const float noised = to_f32(from_f32<T>(rounded(s * to_f32(noise[i]))));
+    const float kept = to_f32(from_f32<T>(rounded(keep * to_f32(sample[i]))));
+    out[i] = from_f32<T>(noised + kept);
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------
@@ -241,6 +255,30 @@ Tensor FlowMatchEulerDiscreteScheduler::step(const Tensor& model_output, int ste
         }
       });
     }
+  });
+  return out;
+}
+
+Tensor FlowMatchEulerDiscreteScheduler::scale_noise(const Tensor& sample, int step_index,
+                                                    const Tensor& noise) const {
+  KILN_CHECK(!timesteps_.empty(), kClassName << "::scale_noise: call set_timesteps before scale_noise");
+  KILN_CHECK(step_index >= 0 && step_index < num_inference_steps(),
+             kClassName << "::scale_noise: expected a step index in [0, " << num_inference_steps()
+                        << "), got " << step_index);
+  KILN_CHECK(sample.shape() == noise.shape() && sample.dtype() == noise.dtype(),
+             kClassName << "::scale_noise: sample " << sample.str() << " and noise " << noise.str()
+                        << " must have the same shape and dtype");
+  KILN_CHECK(is_supported_float(sample.dtype()),
+             kClassName << "::scale_noise: expected float32, bfloat16 or float16 tensors, got "
+                        << dtype_name(sample.dtype()));
+  const float sigma = sigmas_[static_cast<size_t>(step_index)];
+  const Tensor x = sample.contiguous();
+  const Tensor z = noise.contiguous();
+  Tensor out = Tensor::empty(sample.shape(), sample.dtype());
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>)
+      forward_process(x.data<T>(), z.data<T>(), out.data<T>(), out.numel(), sigma);
   });
   return out;
 }

@@ -131,6 +131,31 @@ TEST(FlowMatchEulerRefs, StepMatchesDiffusersBitForBit) {
   EXPECT_EQ(checked, 45);
 }
 
+TEST(FlowMatchEulerRefs, ScaleNoiseMatchesDiffusersBitForBit) {
+  const io::JsonConfig cases = refs().object("scale_noise_cases");
+  const auto& t = step_refs();
+  int checked = 0;
+  for (const std::string& key : cases.keys()) {
+    SCOPED_TRACE(key);
+    const io::JsonConfig c = cases.object(key);
+    const FlowMatchEulerDiscreteScheduler s = scheduler_for(c.get<std::string>("schedule"));
+    const Tensor sample = t.tensor(key + ".sample");
+    const Tensor noise = t.tensor(key + ".noise");
+    const Tensor expected = t.tensor(key + ".expected");
+    const Tensor out = s.scale_noise(sample, c.get<int>("index"), noise);
+    EXPECT_EQ(out.dtype(), expected.dtype());
+    EXPECT_TRUE(testing::all_close(out, expected, 0.0, 0.0));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 18);
+  const FlowMatchEulerDiscreteScheduler s = scheduler_for("schnell_n4");
+  const Tensor x = Tensor::zeros({2, 3}, float32);
+  EXPECT_NE(error_of([&] { s.scale_noise(x, 4, x); }).find("expected a step index in [0, 4), got 4"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.scale_noise(x, 0, x.to(bfloat16)); }).find("same shape and dtype"),
+            std::string::npos);
+}
+
 TEST(FlowMatchEuler, ConfigFromJsonAndFolder) {
   const std::string dir = testing::temp_dir("flow_match_config");
   {

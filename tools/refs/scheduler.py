@@ -117,6 +117,26 @@ for cname, cfg, mu in (("dev28", DEV, calculate_shift(4096)), ("schnell4", SCHNE
             tensors[f"{key}.expected"] = prev.contiguous()
             step_cases.append({"key": key, "case": cname, "index": i})
 
+# scale_noise(): the forward process image-to-image starts from and inpainting blends with, at several step
+# indices (begin_index set, as the img2img pipelines do), f32/bf16/f16.
+noise_cases = []
+for cname, cfg, mu in (("dev28", DEV, calculate_shift(4096)), ("sd3_28", SD3, None)):
+    n = 28
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for i in (0, 9, n - 1):
+            s = FlowMatchEulerDiscreteScheduler(**cfg)
+            sig = np.linspace(1.0, 1 / n, n) if cname != "sd3_28" else None
+            s.set_timesteps(n, sigmas=sig, mu=mu if cname == "dev28" else None)
+            s.set_begin_index(i)
+            sample = torch.randn(2, 5, 11).to(dtype)
+            noise = torch.randn(2, 5, 11).to(dtype)
+            noised = s.scale_noise(sample, s.timesteps[i:i + 1].repeat(2), noise)
+            key = f"noise.{cname}.{str(dtype)[6:]}.i{i}"
+            tensors[f"{key}.sample"] = sample
+            tensors[f"{key}.noise"] = noise
+            tensors[f"{key}.expected"] = noised.contiguous()
+            noise_cases.append({"key": key, "case": cname, "index": i})
+
 # The schedules the step cases use, by name.
 step_schedules = {"dev28": "dev_seq4096_n28", "schnell4": "schnell_n4", "sd3_28": "sd3_n28"}
 
@@ -130,6 +150,8 @@ doc = {
     "compute_empirical_mu": empirical_refs,
     "flux_sigmas": linspace_refs,
     "step_cases": {c["key"]: {"schedule": step_schedules[c["case"]], "index": c["index"]} for c in step_cases},
+    "scale_noise_cases": {c["key"]: {"schedule": step_schedules[c["case"]], "index": c["index"]}
+                          for c in noise_cases},
 }
 os.makedirs(os.path.dirname(OUT_JSON), exist_ok=True)
 with open(OUT_JSON, "w") as f:

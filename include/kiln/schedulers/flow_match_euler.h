@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
+#include "kiln/schedulers/scheduler.h"
 #include "kiln/schedulers/timestep_shift.h"
 
 namespace kiln {
@@ -51,7 +52,7 @@ struct FlowMatchEulerConfig {
   static FlowMatchEulerConfig load(const std::string& path);
 };
 
-class FlowMatchEulerDiscreteScheduler {
+class FlowMatchEulerDiscreteScheduler final : public Scheduler {
  public:
   // Throws kiln::Error for options this implementation does not support (karras / exponential / beta
   // sigmas, stochastic sampling) and for invalid values (num_train_timesteps < 1, shift <= 0).
@@ -73,9 +74,8 @@ class FlowMatchEulerDiscreteScheduler {
   void set_timesteps(int num_inference_steps, std::optional<std::vector<double>> sigmas = std::nullopt,
                      std::optional<double> mu = std::nullopt);
 
-  int num_inference_steps() const { return static_cast<int>(timesteps_.size()); }
   // One per step, = sigma * num_train_timesteps (what the transformer is given, before its own scaling).
-  const std::vector<float>& timesteps() const { return timesteps_; }
+  const std::vector<float>& timesteps() const override { return timesteps_; }
   // One per step plus the terminal value (0, or 1 with invert_sigmas).
   const std::vector<float>& sigmas() const { return sigmas_; }
 
@@ -83,7 +83,12 @@ class FlowMatchEulerDiscreteScheduler {
   // model_output, with torch's dtype path: the difference is a float32 scalar rounded to model_output's
   // dtype, the product is rounded to that dtype, the sum is float32, and the result has model_output's dtype.
   // model_output and sample must have the same shape and a float32, bfloat16 or float16 dtype.
-  Tensor step(const Tensor& model_output, int step_index, const Tensor& sample) const;
+  Tensor step(const Tensor& model_output, int step_index, const Tensor& sample) const override;
+  // diffusers' scale_noise with the schedule's begin index at `step_index` (as its image-to-image pipelines
+  // set it): sigma * noise + (1 - sigma) * sample, with sigma = sigmas[step_index] in the sample's dtype and
+  // every product and the sum rounded to it, as torch computes it. `sample` and `noise` must have the same
+  // shape and dtype (float32, bfloat16 or float16).
+  Tensor scale_noise(const Tensor& sample, int step_index, const Tensor& noise) const override;
 
  private:
   FlowMatchEulerConfig config_;
