@@ -37,7 +37,7 @@ void tiny(const std::string& data, int reps) {
     pipe.transformer().forward(latents, prompt.prompt_embeds, prompt.pooled_prompt_embeds, t, {},
                                prompt.text_ids, ids);
   });
-  kiln::FluxPipelineCall call;
+  kiln::PipelineRequest call;
   call.prompt = "a photo of a cat";
   call.height = call.width = 64;
   call.num_inference_steps = 4;

@@ -1,30 +1,22 @@
-// `kiln generate`: text to image with the pipeline named in the model's model_index.json (FluxPipeline,
-// StableDiffusion3Pipeline, Flux2Pipeline, Flux2KleinPipeline), found in a registry keyed by that class name.
-// Options left out take that pipeline's diffusers defaults.
+// `kiln generate`: text to image with the pipeline named in the model's model_index.json, found in the
+// library's registry (kiln/pipelines/pipeline_registry.h). This file only turns flags into a PipelineRequest,
+// load options and execution options; options left out take that pipeline's diffusers defaults.
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/generate_args.h"
 #include "cli/progress.h"
 #include "cli/weight_traffic.h"
-#include "kiln/dist/device_mesh.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
-#include "kiln/models/flux2_transformer.h"
-#include "kiln/models/flux_transformer.h"
-#include "kiln/models/sd3_transformer.h"
-#include "kiln/pipelines/flux2_pipeline.h"
-#include "kiln/pipelines/flux_pipeline.h"
-#include "kiln/pipelines/sd3_pipeline.h"
-#include "kiln/runtime/eager_mode.h"
+#include "kiln/pipelines/pipeline_registry.h"
 
 namespace kiln::cli {
 
@@ -41,174 +33,57 @@ void join_tensor_parallel_group(const GenerateArgs& args) {
                      << " -- generate ...` (and give --tp the number of processes)");
 }
 
-// --mode: how the ops run (kiln/runtime/eager_mode.h, kiln/nn/compile.h). The transformer is what compiled
-// modes compile; the encoders and the VAE run once per image and stay eager.
-template <typename Pipeline>
-void apply_mode(const std::string& mode, Pipeline& pipe) {
-  if (mode == "eager") return;
-  if (mode == "fuse") {
-    set_eager_mode(EagerMode::DeferAndFuse);
-  } else if (mode == "compile") {
-    pipe.transformer().compile({.fullgraph = true, .dynamic = false});
-  } else if (mode == "compile-blocks") {
-    pipe.transformer().compile_repeated_blocks();
-  } else {
-    KILN_FAIL("--mode: expected eager, fuse, compile or compile-blocks, got '" << mode << "'");
-  }
-}
-
 std::string format_seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, s < 10 ? "%.2fs" : "%.1fs", s);
   return buf;
 }
 
-// Loads the pipeline with a progress bar (`components` loading steps), runs `call` (the fields every pipeline
-// has filled from `args`) with a denoising progress bar, and saves the first image. --tp splits the
-// `splittable` components.
-template <typename Pipeline, typename Call>
-void load_and_run(const GenerateArgs& args, Call call, int components,
-                  const std::vector<std::string>& splittable) {
-  PipelineLoadOptions load;
-  load.dtype = parse_dtype(args.dtype);
-  if (args.packed_weights)
-    load.packed_weight_budget = parse_byte_budget(*args.packed_weights, "--packed-weights");
-  load.transformer_file = args.transformer;
-  // Rank 0 alone reports; the others work silently (their errors still go to stderr).
-  const bool reporting = dist::rank() == 0;
-  std::optional<ProgressBar> loading;
-  if (reporting) loading.emplace("loading", components);
-  load.on_component_loaded = [&](const std::string& name, int i, int) {
-    check_safe_point("after loading " + name);
-    if (loading) loading->update(i, name);
-  };
-  if (args.tp > 1) {
-    const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("cpu", {args.tp})};
-    for (const std::string& component : splittable) load.parallel_config.emplace(component, parallel);
+// The flag that sets a request field, for errors (RequestError::field).
+std::string flag_of(const std::string& field) {
+  static const std::map<std::string, std::string> flags = {{"prompt", "--prompt"},
+                                                           {"prompt_2", "--prompt-2"},
+                                                           {"prompt_3", "--prompt-2"},
+                                                           {"negative_prompt", "--negative-prompt"},
+                                                           {"negative_prompt_2", "--negative-prompt"},
+                                                           {"negative_prompt_3", "--negative-prompt"},
+                                                           {"image", "--image"},
+                                                           {"height", "--height"},
+                                                           {"width", "--width"},
+                                                           {"num_inference_steps", "--steps"},
+                                                           {"guidance_scale", "--guidance"},
+                                                           {"max_sequence_length", "--max-sequence-length"}};
+  const auto it = flags.find(field);
+  return it == flags.end() ? field : it->second;
+}
+
+// The request the flags describe (reference images are read later, once the request's fields are known to
+// be ones the pipeline takes).
+PipelineRequest request_from(const GenerateArgs& args, const std::string& pipeline_class) {
+  PipelineRequest request;
+  request.prompt = args.prompt;
+  // --prompt-2 is the T5 prompt in FLUX.1 (prompt_2) and SD3 (prompt_3).
+  if (!args.prompt_2.empty())
+    (pipeline_class == "StableDiffusion3Pipeline" ? request.prompt_3 : request.prompt_2) = args.prompt_2;
+  request.negative_prompt = args.negative_prompt;
+  request.height = args.height;
+  request.width = args.width;
+  request.num_inference_steps = args.steps;
+  request.guidance_scale = args.guidance;
+  request.max_sequence_length = args.max_sequence_length;
+  // A placeholder per --image, so that a pipeline without reference images refuses them before any is read.
+  request.image.resize(args.images.size());
+  return request;
+}
+
+// Runs `check`, naming the flag of a refused request field.
+template <class Check>
+void with_flag_names(Check check) {
+  try {
+    check();
+  } catch (const RequestError& e) {
+    KILN_FAIL(flag_of(e.field()) << ": " << e.what());
   }
-  Pipeline pipe = Pipeline::from_pretrained(args.model, load);
-  if (loading) loading->finish();
-  if (reporting) std::fprintf(stderr, "kiln: %s\n", pipe.weight_packing().describe().c_str());
-  // auto: a pipeline whose weights exceed half of the machine's memory (nothing packed) frees each
-  // component's pages once it has run, so that the page cache holds the transformer while it denoises.
-  const bool too_big = pipe.weight_packing().budget.has_value() && !pipe.weight_packing().requested;
-  if (args.max_memory) {
-    const OffloadPlan plan = pipe.set_memory_budget(parse_byte_budget(*args.max_memory, "--max-memory"));
-    if (reporting) std::fprintf(stderr, "kiln: %s\n", plan.describe().c_str());
-  } else if (args.offload == "group") {
-    pipe.enable_group_offload({.blocks_per_group = args.blocks_per_group.value_or(1), .prefetch = true});
-    if (reporting)
-      std::fprintf(stderr,
-                   "kiln: group offload: %d block(s) per group, the next group brought in while one runs\n",
-                   args.blocks_per_group.value_or(1));
-  } else if (args.offload == "sequential") {
-    pipe.enable_sequential_cpu_offload();
-    if (reporting)
-      std::fprintf(stderr, "kiln: sequential offload: each weight is released once the next one is read\n");
-  } else if (args.offload == "model" || (args.offload == "auto" && too_big)) {
-    pipe.enable_model_cpu_offload();
-    if (reporting)
-      std::fprintf(stderr, "kiln: model offload: each component's weights are released once it has run\n");
-  }
-  if (args.vae_tiling) pipe.enable_vae_tiling(args.vae_tile_size ? *args.vae_tile_size : 0);
-  apply_mode(args.mode, pipe);
-
-  call.prompt = args.prompt;
-  if (args.steps) call.num_inference_steps = *args.steps;
-  if (args.height) call.height = *args.height;
-  if (args.width) call.width = *args.width;
-  if (args.guidance) call.guidance_scale = *args.guidance;
-  if (args.max_sequence_length) call.max_sequence_length = *args.max_sequence_length;
-  // Like diffusers without a generator the noise is random, but the seed is reported and stored, so any
-  // image can be made again.
-  uint64_t seed = args.seed ? *args.seed : (uint64_t{std::random_device{}()} << 16) ^ std::random_device{}();
-  dist::broadcast_from_rank0(&seed, sizeof seed);  // one noise for all ranks
-  call.generator = Generator(seed);
-  std::optional<ProgressBar> denoising;
-  if (reporting) denoising.emplace("denoising", call.num_inference_steps);
-  double total = 0;
-  WeightTraffic traffic;  // offloaded weights coming back each step: from the disk, or streamed in groups
-  call.on_step_end = [&](int i, int n, double seconds) {
-    check_safe_point("after denoising step " + std::to_string(i + 1) + " of " + std::to_string(n));
-    total += seconds;
-    const double eta = total / (i + 1) * (n - i - 1);
-    const std::string moved = traffic.since_last();
-    if (denoising)
-      denoising->update(i + 1, format_seconds(seconds) + "/step, ETA " + format_seconds(eta) +
-                                   (moved.empty() ? "" : ", " + moved));
-  };
-  PipelineOutput out = pipe(call);
-  if (!reporting) return;
-  denoising->finish();
-  out.images.front().save(args.output);
-  std::fprintf(stderr, "kiln: wrote %s (%dx%d, seed %llu)\n", args.output.c_str(), out.images.front().width,
-               out.images.front().height, static_cast<unsigned long long>(seed));
-}
-
-void reject_reference_images(const GenerateArgs& args, const char* pipeline) {
-  KILN_CHECK(args.images.empty(), "--image: " << pipeline
-                                              << " takes no reference images (Flux2Pipeline and "
-                                                 "Flux2KleinPipeline do)");
-}
-
-void run_flux(const GenerateArgs& args, const io::ModelIndex&) {
-  KILN_CHECK(!args.negative_prompt,
-             "--negative-prompt: FluxPipeline has no negative prompt (FLUX.1 is "
-             "guidance-distilled; it runs without classifier-free guidance)");
-  reject_reference_images(args, "FluxPipeline");
-  FluxPipelineCall call;
-  if (!args.prompt_2.empty()) call.prompt_2 = args.prompt_2;
-  load_and_run<FluxPipeline>(args, call, 7, {"transformer", "text_encoder_2"});
-}
-
-void run_sd3(const GenerateArgs& args, const io::ModelIndex& index) {
-  reject_reference_images(args, "StableDiffusion3Pipeline");
-  StableDiffusion3PipelineCall call;
-  if (!args.prompt_2.empty()) call.prompt_3 = args.prompt_2;  // --prompt-2 is the T5 prompt in both pipelines
-  call.negative_prompt = args.negative_prompt;
-  const io::PipelineComponent* t5 = index.find("text_encoder_3");
-  load_and_run<StableDiffusion3Pipeline>(args, call, t5 != nullptr && t5->present() ? 9 : 7,
-                                         {"transformer", "text_encoder_3"});
-}
-
-// Flux2Pipeline (FLUX.2-dev: no negative prompt, the guidance is embedded) and Flux2KleinPipeline (the
-// negative prompt of its classifier-free guidance, "" by default as in diffusers).
-template <typename Pipeline>
-void run_flux2(const GenerateArgs& args, const io::ModelIndex& index) {
-  const bool klein = std::is_same_v<Pipeline, Flux2KleinPipeline>;
-  const std::string& name = index.class_name;
-  KILN_CHECK(args.prompt_2.empty(), "--prompt-2: " << name << " has one text encoder and one prompt");
-  KILN_CHECK(klein || !args.negative_prompt,
-             "--negative-prompt: Flux2Pipeline has no negative prompt (FLUX.2-dev is guidance-distilled: "
-             "--guidance is embedded, without classifier-free guidance)");
-  const io::PipelineComponent* text_encoder = index.find("text_encoder");
-  KILN_CHECK(text_encoder != nullptr && text_encoder->present(),
-             index.path << ": this " << name
-                        << " has no text encoder (text_encoder is null in model_index.json), which kiln "
-                           "generate needs to encode --prompt");
-  Flux2PipelineCall call;
-  if (args.negative_prompt) call.negative_prompt = *args.negative_prompt;
-  // Read before loading, so that a bad file fails at once.
-  for (const std::string& path : args.images) {
-    try {
-      call.image.push_back(Image::load(path));
-    } catch (const Error& e) {
-      KILN_FAIL("--image " << path << ": cannot be read as a reference image (a PNG file): " << e.what());
-    }
-  }
-  load_and_run<Pipeline>(args, call, 5, {"transformer", "text_encoder"});
-}
-
-// model_index.json's _class_name -> how kiln generate runs that pipeline.
-using PipelineRunner = void (*)(const GenerateArgs&, const io::ModelIndex&);
-const std::map<std::string, PipelineRunner>& pipeline_registry() {
-  static const std::map<std::string, PipelineRunner> registry = {
-      {"FluxPipeline", run_flux},
-      {"StableDiffusion3Pipeline", run_sd3},
-      {"Flux2Pipeline", run_flux2<Flux2Pipeline>},
-      {"Flux2KleinPipeline", run_flux2<Flux2KleinPipeline>},
-  };
-  return registry;
 }
 
 void run_generate(const GenerateArgs& args) {
@@ -216,15 +91,76 @@ void run_generate(const GenerateArgs& args) {
   join_tensor_parallel_group(args);
   const io::ResolvedModel resolved = io::resolve_model(args.model);
   const io::ModelIndex index = io::load_model_index(resolved.path);
-  const auto& registry = pipeline_registry();
-  const auto runner = registry.find(index.class_name);
-  if (runner == registry.end()) {
-    std::string known;
-    for (const auto& [name, run] : registry) known += (known.empty() ? "" : ", ") + name;
-    KILN_FAIL(index.path << ": pipeline class '" << index.class_name << "' is not supported (Kiln runs "
-                         << known << ")");
+  const PipelineClass& pipeline_class = kiln::pipeline_class(index.class_name, index.path);
+  PipelineRequest request = request_from(args, index.class_name);
+  with_flag_names([&] { pipeline_class.check_fields(request); });
+  // Read before loading, so that a bad file fails at once.
+  request.image.clear();
+  for (const std::string& path : args.images) {
+    try {
+      request.image.push_back(Image::load(path));
+    } catch (const Error& e) {
+      KILN_FAIL("--image " << path << ": cannot be read as a reference image (a PNG file): " << e.what());
+    }
   }
-  runner->second(args, index);
+
+  PipelineLoadOptions load;
+  load.dtype = parse_dtype(args.dtype);
+  if (args.packed_weights)
+    load.packed_weight_budget = parse_byte_budget(*args.packed_weights, "--packed-weights");
+  load.transformer_file = args.transformer;
+  load.tensor_parallel = args.tp;
+  // Rank 0 alone reports; the others work silently (their errors still go to stderr).
+  const bool reporting = dist::rank() == 0;
+  std::optional<ProgressBar> loading;
+  load.on_component_loaded = [&](const std::string& name, int i, int n) {
+    check_safe_point("after loading " + name);
+    if (!reporting) return;
+    if (!loading) loading.emplace("loading", n);
+    loading->update(i, name);
+  };
+  const std::unique_ptr<DiffusionPipeline> pipe = pipeline_class.load(args.model, load);
+  if (loading) loading->finish();
+  if (reporting) std::fprintf(stderr, "kiln: %s\n", pipe->weight_packing().describe().c_str());
+
+  ExecutionOptions execution;
+  if (args.mode) execution.mode = parse_execution_mode(*args.mode);
+  if (args.max_memory) execution.max_memory = parse_byte_budget(*args.max_memory, "--max-memory");
+  if (args.offload == "none") execution.offload = OffloadMode::None;
+  if (args.offload == "model") execution.offload = OffloadMode::Model;
+  if (args.offload == "group") execution.offload = OffloadMode::Group;
+  if (args.offload == "sequential") execution.offload = OffloadMode::Sequential;
+  execution.blocks_per_group = args.blocks_per_group.value_or(1);
+  for (const std::string& line : pipe->configure(execution))
+    if (reporting) std::fprintf(stderr, "kiln: %s\n", line.c_str());
+  if (args.vae_tiling) pipe->enable_vae_tiling(args.vae_tile_size ? *args.vae_tile_size : 0);
+
+  // Like diffusers without a generator the noise is random, but the seed is reported and stored, so any
+  // image can be made again.
+  uint64_t seed = args.seed ? *args.seed : (uint64_t{std::random_device{}()} << 16) ^ std::random_device{}();
+  dist::broadcast_from_rank0(&seed, sizeof seed);  // one noise for all ranks
+  request.generator = Generator(seed);
+  std::optional<ProgressBar> denoising;
+  double total = 0;
+  WeightTraffic traffic;  // offloaded weights coming back each step: from the disk, or streamed in groups
+  request.callback_on_step_end = [&](StepState& step) {
+    check_safe_point("after denoising step " + std::to_string(step.step + 1) + " of " +
+                     std::to_string(step.num_steps));
+    if (!reporting) return;
+    if (!denoising) denoising.emplace("denoising", step.num_steps);
+    total += step.seconds;
+    const double eta = total / (step.step + 1) * (step.num_steps - step.step - 1);
+    const std::string moved = traffic.since_last(pipe->context().memory());
+    denoising->update(step.step + 1, format_seconds(step.seconds) + "/step, ETA " + format_seconds(eta) +
+                                         (moved.empty() ? "" : ", " + moved));
+  };
+  PipelineOutput out;
+  with_flag_names([&] { out = (*pipe)(request); });
+  if (!reporting) return;
+  if (denoising) denoising->finish();
+  out.images.front().save(args.output);
+  std::fprintf(stderr, "kiln: wrote %s (%dx%d, seed %llu)\n", args.output.c_str(), out.images.front().width,
+               out.images.front().height, static_cast<unsigned long long>(seed));
 }
 
 }  // namespace
@@ -273,7 +209,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option(
          "--mode", args->mode,
          "execution mode: eager (strict eager, the default), fuse (deferred and fused), compile (the "
-         "transformer compiled per shape), compile-blocks (its repeated blocks compiled once each)")
+         "transformer compiled per shape), compile-blocks (its repeated blocks compiled once each); without "
+         "it, "
+         "strict eager unless KILN_DEFER_AND_FUSE=1")
       ->check(CLI::IsMember({"eager", "fuse", "compile", "compile-blocks"}));
   cmd->add_option(
       "--packed-weights", args->packed_weights,

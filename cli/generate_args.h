@@ -26,7 +26,7 @@ struct GenerateArgs {
   std::string output = "output.png";
   bool vae_tiling = false;
   std::optional<int64_t> vae_tile_size;
-  std::string mode = "eager";
+  std::optional<std::string> mode;  // unset: as the environment says (KILN_DEFER_AND_FUSE)
   std::optional<std::string> packed_weights;
   std::string offload = "auto";
   std::optional<std::string> max_memory;

@@ -3,7 +3,6 @@
 #include <fstream>
 
 #include "kiln/core/bytes.h"
-#include "kiln/runtime/weight_groups.h"
 
 namespace kiln::cli {
 
@@ -14,10 +13,10 @@ int64_t disk_bytes_read() {
   return 0;
 }
 
-WeightTraffic::WeightTraffic() : disk_(disk_bytes_read()), streamed_(weight_group_stats().prefetched_bytes) {}
+WeightTraffic::WeightTraffic() : disk_(disk_bytes_read()) {}
 
-std::string WeightTraffic::since_last() {
-  const int64_t disk = disk_bytes_read(), streamed = weight_group_stats().prefetched_bytes;
+std::string WeightTraffic::since_last(const MemoryPolicy& memory) {
+  const int64_t disk = disk_bytes_read(), streamed = memory.weight_group_stats().prefetched_bytes;
   // Group registration restarts the streamed count; a smaller value is a new count, not a negative amount.
   const int64_t d = disk - disk_, s = streamed >= streamed_ ? streamed - streamed_ : streamed;
   disk_ = disk;

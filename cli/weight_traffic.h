@@ -6,14 +6,17 @@
 #include <cstdint>
 #include <string>
 
+#include "kiln/runtime/memory_policy.h"
+
 namespace kiln::cli {
 
 class WeightTraffic {
  public:
   WeightTraffic();
-  // Since the last call (or construction): "read 2.89 GiB from disk, 8.75 GiB streamed in groups", the parts
-  // that are zero left out; empty when both are.
-  std::string since_last();
+  // Since the last call (or construction): "read 2.89 GiB from disk, 8.75 GiB streamed in groups" (by the
+  // weight groups of `memory`, a pipeline's context's policy), the parts that are zero left out; empty when
+  // both are.
+  std::string since_last(const MemoryPolicy& memory);
 
  private:
   int64_t disk_ = 0, streamed_ = 0;

@@ -150,4 +150,14 @@ void all_gather_bytes(const void* send, size_t bytes, void* recv) {
                                                                 << " failed: " << mpi_error_text(rc));
 }
 
+bool any_rank_true(bool mine) {
+  GroupState& s = state();
+  KILN_CHECK(s.initialized, "any_rank: the process group is not initialised");
+  int local = mine ? 1 : 0, any = 0;
+  const int rc = MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+  KILN_CHECK(rc == MPI_SUCCESS,
+             "any_rank: MPI_Allreduce on rank " << s.rank << " failed: " << mpi_error_text(rc));
+  return any != 0;
+}
+
 }  // namespace kiln::dist

@@ -10,4 +10,8 @@ namespace kiln::dist {
 // Throws kiln::Error when the group is not initialised or the transfer fails.
 void all_gather_bytes(const void* send, size_t bytes, void* recv);
 
+// Whether `mine` is true on any rank (MPI_Allreduce with a logical or), from the host thread. Throws
+// kiln::Error when the group is not initialised or the reduction fails.
+bool any_rank_true(bool mine);
+
 }  // namespace kiln::dist

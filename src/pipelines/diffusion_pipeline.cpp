@@ -1,29 +1,169 @@
 #include "kiln/pipelines/diffusion_pipeline.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/log.h"
+#include "kiln/dist/call_sequencer.h"
+#include "kiln/dist/process_group.h"
+#include "kiln/io/model_index.h"
+#include "kiln/io/model_ref.h"
 #include "kiln/models/autoencoder_kl.h"
+#include "kiln/pipelines/pipeline_registry.h"
+#include "pipelines/call_control.h"
 #include "pipelines/model_offload.h"
 
 namespace kiln {
 
-DiffusionPipeline::DiffusionPipeline() = default;
+DiffusionPipeline::DiffusionPipeline() : calls_(std::make_unique<pipelines::CallQueue>()) {}
 DiffusionPipeline::DiffusionPipeline(DiffusionPipeline&&) noexcept = default;
 DiffusionPipeline& DiffusionPipeline::operator=(DiffusionPipeline&&) noexcept = default;
 DiffusionPipeline::~DiffusionPipeline() = default;
 
+std::unique_ptr<DiffusionPipeline> DiffusionPipeline::from_pretrained(const std::string& model,
+                                                                      const PipelineLoadOptions& options) {
+  io::ResolveOptions resolve;
+  resolve.revision = options.revision;
+  const io::ModelIndex index = io::load_model_index(io::resolve_model(model, resolve).path);
+  return pipeline_class(index.class_name, index.path).load(model, options);
+}
+
+void DiffusionPipeline::make_context(const PipelineLoadOptions& options, const std::string& model) {
+  context_ =
+      options.context ? options.context : ExecutionContext::create(std::string(class_name()) + " " + model);
+}
+
+void DiffusionPipeline::check_request(const PipelineRequest& request) const {
+  check_loaded_request(request);
+}
+
+PipelineOutput DiffusionPipeline::operator()(const PipelineRequest& request) {
+  check_request(request);
+  // Under a process group of several ranks every rank runs the calls in rank 0's order (which also serves
+  // this pipeline's calls one at a time); otherwise the pipeline's own queue does.
+  const bool distributed = dist::is_initialized() && dist::world_size() > 1;
+  std::optional<dist::CallTurn> tp_turn;
+  std::optional<pipelines::CallQueue::Turn> turn;
+  if (distributed)
+    tp_turn.emplace(dist::admit_call(pipelines::request_key(request)));
+  else
+    turn.emplace(calls_->wait_turn());
+  ExecutionScope in(*context_);
+  const pipelines::CallControl control([&](const std::string& where) {
+    bool cancelled = request.cancel.cancelled();
+    if (distributed) {
+      context_->synchronize_all();  // no collective of this call may be in flight during the agreement
+      cancelled = dist::any_rank(cancelled);
+    }
+    if (cancelled) throw Cancelled(std::string(class_name()) + ": cancelled " + where);
+  });
+  try {
+    PipelineOutput out = run(request, control);
+    context_->synchronize_all();
+    return out;
+  } catch (...) {
+    // Nothing of this call may still run when the next one starts (or the pipeline goes); the error that
+    // ended it is the one reported.
+    try {
+      context_->synchronize_all();
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+const char* execution_mode_name(ExecutionMode mode) {
+  switch (mode) {
+    case ExecutionMode::Eager:
+      return "eager";
+    case ExecutionMode::Fuse:
+      return "fuse";
+    case ExecutionMode::Compile:
+      return "compile";
+    case ExecutionMode::CompileBlocks:
+      return "compile-blocks";
+  }
+  return "?";
+}
+
+ExecutionMode parse_execution_mode(const std::string& name) {
+  for (ExecutionMode m :
+       {ExecutionMode::Eager, ExecutionMode::Fuse, ExecutionMode::Compile, ExecutionMode::CompileBlocks})
+    if (name == execution_mode_name(m)) return m;
+  KILN_FAIL("execution mode: expected eager, fuse, compile or compile-blocks, got '" << name << "'");
+}
+
+std::vector<std::string> DiffusionPipeline::configure(const ExecutionOptions& options) {
+  KILN_CHECK(
+      !(options.max_memory && options.offload),
+      class_name() << ".configure: max_memory picks the offload itself; give it or an offload mode, not "
+                      "both");
+  KILN_CHECK(options.blocks_per_group >= 1, class_name()
+                                                << ".configure: blocks_per_group must be at least 1, got "
+                                                << options.blocks_per_group);
+  std::vector<std::string> said;
+  // Automatic: a pipeline whose weights exceed half of the machine's memory (nothing packed) frees each
+  // component's pages once it has run, so that the page cache holds the transformer while it denoises.
+  const bool too_big = weight_packing_.budget.has_value() && !weight_packing_.requested;
+  if (options.max_memory) {
+    said.push_back(set_memory_budget(*options.max_memory).describe());
+  } else if (options.offload == OffloadMode::Group) {
+    enable_group_offload({.blocks_per_group = options.blocks_per_group, .prefetch = true});
+    char line[128];
+    std::snprintf(line, sizeof line,
+                  "group offload: %d block(s) per group, the next group brought in while one runs",
+                  options.blocks_per_group);
+    said.push_back(line);
+  } else if (options.offload == OffloadMode::Sequential) {
+    enable_sequential_cpu_offload();
+    said.push_back("sequential offload: each weight is released once the next one is read");
+  } else if (options.offload == OffloadMode::Model || (!options.offload && too_big)) {
+    enable_model_cpu_offload();
+    said.push_back("model offload: each component's weights are released once it has run");
+  } else if (options.offload == OffloadMode::None) {
+    to(cpu);
+  }
+  if (!options.mode) return said;
+  // The encoders and the VAE run once per image and stay eager in the compiled modes.
+  nn::Module& transformer = transformer_module();
+  switch (*options.mode) {
+    case ExecutionMode::Eager:
+    case ExecutionMode::Fuse: {
+      transformer.reset_compiled();
+      EagerMode eager = EagerMode::DeferAndFuse;
+      if (*options.mode == ExecutionMode::Eager)
+        eager = eager_mode_from_environment() == EagerMode::DeferNeverLaunchBlocking
+                    ? EagerMode::DeferNeverLaunchBlocking
+                    : EagerMode::DeferNever;
+      context_->set_eager_mode(eager);
+      break;
+    }
+    case ExecutionMode::Compile:
+      context_->set_eager_mode(std::nullopt);
+      transformer.compile({.fullgraph = true, .dynamic = false});
+      break;
+    case ExecutionMode::CompileBlocks:
+      context_->set_eager_mode(std::nullopt);
+      transformer.compile_repeated_blocks();
+      break;
+  }
+  return said;
+}
+
 void DiffusionPipeline::enable_sequential_cpu_offload(int64_t resident_bytes) {
+  ExecutionScope in(*context_);
   model_cpu_offload_ = pipelines::apply_offload(
       {.mode = OffloadMode::Sequential, .budget = std::max<int64_t>(resident_bytes, 0)}, components());
 }
 
 void DiffusionPipeline::enable_group_offload(const GroupOffloadOptions& options) {
+  ExecutionScope in(*context_);
   model_cpu_offload_ = pipelines::apply_offload({.mode = OffloadMode::Group, .group = options}, components());
 }
 
 void DiffusionPipeline::enable_model_cpu_offload(std::optional<Device> device) {
+  ExecutionScope in(*context_);
   const Device on = pipelines::offload_compute_device(device);
   pipelines::clear_offload(weight_packing_);
   model_cpu_offload_ = true;
@@ -32,6 +172,7 @@ void DiffusionPipeline::enable_model_cpu_offload(std::optional<Device> device) {
 }
 
 void DiffusionPipeline::to(const Device& device) {
+  ExecutionScope in(*context_);
   device_runtime(device);  // throws, naming the device, when this build has no backend for it
   pipelines::clear_offload(weight_packing_);
   model_cpu_offload_ = false;
@@ -39,6 +180,7 @@ void DiffusionPipeline::to(const Device& device) {
 }
 
 OffloadPlan DiffusionPipeline::set_memory_budget(int64_t bytes) {
+  ExecutionScope in(*context_);
   const OffloadPlan plan = plan_offload(components(), bytes);
   model_cpu_offload_ = pipelines::apply_offload(plan, components());
   return plan;
@@ -57,11 +199,13 @@ void DiffusionPipeline::release_after_use(
   if (model_cpu_offload_) pipelines::release_after_use(ran);
 }
 
-void DiffusionPipeline::plan_weight_packing(const std::optional<int64_t>& requested_budget) {
+void DiffusionPipeline::finish_loading(const std::optional<int64_t>& requested_budget) {
   size_t bytes = 0;
   for (const auto& [name, module] : components())
     if (module != nullptr) bytes += module->parameter_bytes(dtype_);
+  ExecutionScope in(*context_);
   weight_packing_ = apply_weight_packing(static_cast<int64_t>(bytes), requested_budget);
+  context_->synchronize_all();
 }
 
 }  // namespace kiln

@@ -11,6 +11,8 @@
 #include "kiln/ops.h"
 #include "kiln/schedulers/flow_match_euler.h"
 #include "kiln/schedulers/timestep_shift.h"
+#include "pipelines/call_control.h"
+#include "pipelines/denoise.h"
 #include "pipelines/flux2_reference_image.h"
 #include "pipelines/pipeline_common.h"
 
@@ -46,6 +48,8 @@ void Flux2PipelineBase::load(const std::string& model, const PipelineLoadOptions
   path_ = folder.path();
   name_ = model;
   dtype_ = options.dtype;
+  make_context(options, model);
+  ExecutionScope loading_in(*context_);
   const bool dev = variant_ == Variant::Dev;
   // Both listed (real folders) or both [null, null] (folders saved without them, driven by prompt_embeds).
   const bool text = folder.present("text_encoder") || folder.present("tokenizer");
@@ -54,7 +58,7 @@ void Flux2PipelineBase::load(const std::string& model, const PipelineLoadOptions
       std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
           folder.need("scheduler", {"FlowMatchEulerDiscreteScheduler"})));
   folder.loaded("scheduler");
-  const std::vector<std::string> splittable = {"transformer", "text_encoder"};
+  const std::vector<std::string> splittable = splittable_components();
   if (text) {
     // The slow and fast tokenizer classes read the same tokenizer.json.
     const std::string tokenizer = dev ? folder.need("tokenizer", {"PixtralProcessor"})
@@ -77,7 +81,7 @@ void Flux2PipelineBase::load(const std::string& model, const PipelineLoadOptions
   vae_ = models::load_autoencoder_kl_flux2(folder.need("vae", {"AutoencoderKLFlux2"}), options.dtype);
   folder.loaded("vae");
   if (variant_ == Variant::Klein) is_distilled_ = folder.index().raw.get_or<bool>("is_distilled", false);
-  plan_weight_packing(options.packed_weight_budget);
+  finish_loading(options.packed_weight_budget);
   KILN_CHECK(transformer_->config().in_channels == vae_->patchified_channels(),
              path_ << ": transformer in_channels " << transformer_->config().in_channels
                    << " is not 4 x the VAE's latent_channels " << vae_->config().latent_channels);
@@ -173,58 +177,105 @@ Tensor Flux2PipelineBase::decode_latents(const Tensor& latents, int64_t height, 
   return pipelines::postprocess(vae_->decode(z));
 }
 
-bool Flux2PipelineBase::classifier_free_guidance(const Flux2PipelineCall& call) const {
-  return variant_ == Variant::Klein && call.guidance_scale > 1.0f && !is_distilled_;
+bool Flux2PipelineBase::classifier_free_guidance(float guidance_scale) const {
+  return variant_ == Variant::Klein && guidance_scale > 1.0f && !is_distilled_;
 }
 
-Flux2PipelineCall Flux2PipelineBase::resolved(const Flux2PipelineCall& call,
-                                              const std::vector<Tensor>& references) const {
-  Flux2PipelineCall c = call;
-  const int64_t default_size = kDefaultSampleSize * vae_->config().scale_factor();
+PipelineDefaults Flux2PipelineBase::defaults() const {
+  const int64_t size = kDefaultSampleSize * vae_->config().scale_factor();
+  return {.height = size,
+          .width = size,
+          .num_inference_steps = 50,
+          .guidance_scale = 4.0f,
+          .max_sequence_length = 512};
+}
+
+void Flux2PipelineBase::check_common_fields(const char* pipeline, const PipelineRequest& request) {
+  using pipelines::refuse;
+  refuse(request.prompt_2.has_value() || request.prompt_3.has_value(), "prompt_2",
+         std::string(pipeline) + " has one text encoder and one prompt");
+  refuse(request.negative_prompt_2.has_value() || request.negative_prompt_3.has_value(), "negative_prompt_2",
+         std::string(pipeline) + " has one text encoder and one negative prompt");
+  refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
+         std::string(pipeline) + " has no skip-layer guidance (StableDiffusion3Pipeline does)");
+  pipelines::refuse_image_editing(pipeline, request);
+}
+
+void Flux2Pipeline::check_fields(const PipelineRequest& request) {
+  check_common_fields("Flux2Pipeline", request);
+  pipelines::refuse(
+      (request.negative_prompt && !request.negative_prompt->empty()) ||
+          request.negative_prompt_embeds.defined(),
+      "negative_prompt",
+      "Flux2Pipeline has no negative prompt (FLUX.2-dev is guidance-distilled: guidance_scale is "
+      "embedded, without classifier-free guidance)");
+}
+
+void Flux2KleinPipeline::check_fields(const PipelineRequest& request) {
+  check_common_fields("Flux2KleinPipeline", request);
+}
+
+pipelines::ResolvedRequest Flux2PipelineBase::resolved(const PipelineRequest& request,
+                                                       const std::vector<Tensor>& references) const {
+  PipelineDefaults d = defaults();
   // diffusers: height = height or the first reference image's, else the default.
-  if (c.height == 0) c.height = references.empty() ? default_size : references.front().size(2);
-  if (c.width == 0) c.width = references.empty() ? default_size : references.front().size(3);
+  if (!references.empty()) {
+    d.height = references.front().size(2);
+    d.width = references.front().size(3);
+  }
+  const pipelines::ResolvedRequest c = pipelines::resolve(request, d);
   pipelines::check_image_size(name(), c.height, c.width, vae_->config().scale_factor() * 2);
   return c;
 }
 
-void Flux2PipelineBase::check_request(const Flux2PipelineCall& c) const {
+void Flux2PipelineBase::check_loaded_request(const PipelineRequest& request) const {
+  if (variant_ == Variant::Dev)
+    Flux2Pipeline::check_fields(request);
+  else
+    Flux2KleinPipeline::check_fields(request);
   // A size given explicitly is checked against its limit here already; one taken from a reference image is
   // checked by resolved().
-  if (c.height != 0)
-    limits::check_range(std::string(name()) + ": height", c.height, 1, limits::kMaxImageSide);
-  if (c.width != 0) limits::check_range(std::string(name()) + ": width", c.width, 1, limits::kMaxImageSide);
+  const pipelines::ResolvedRequest c = pipelines::resolve(request, defaults());
+  if (request.height || request.width) pipelines::check_image_size(name(), c.height, c.width, 1);
   pipelines::check_steps(name(), c.num_inference_steps);
-  pipelines::check_prompt_size(name(), "prompt", c.prompt);
-  pipelines::check_prompt_size(name(), "negative_prompt", c.negative_prompt);
+  pipelines::check_prompt_size(name(), "prompt", request.prompt);
+  if (request.negative_prompt)
+    pipelines::check_prompt_size(name(), "negative_prompt", *request.negative_prompt);
   pipelines::check_max_sequence_length(name(), c.max_sequence_length);
-  pipelines::check_images_per_prompt(name(), c.num_images_per_prompt);
+  pipelines::check_images_per_prompt(name(), request.num_images_per_prompt);
   pipelines::check_guidance_scale(name(), c.guidance_scale);
-  KILN_CHECK(!(c.prompt_embeds.defined() && !c.prompt.empty()),
-             name() << ": pass either prompt or prompt_embeds, not both");
-  KILN_CHECK(variant_ == Variant::Klein || (!c.negative_prompt_embeds.defined() && c.negative_prompt.empty()),
-             name() << ": FLUX.2-dev has no negative prompt (it embeds the guidance scale)");
-  KILN_CHECK(!(c.negative_prompt_embeds.defined() && !c.negative_prompt.empty()),
-             name() << ": pass either negative_prompt or negative_prompt_embeds, not both");
+  pipelines::refuse(request.prompt_embeds.defined() && !request.prompt.empty(), "prompt_embeds",
+                    std::string(name()) + ": pass either prompt or prompt_embeds, not both");
+  pipelines::refuse(
+      request.negative_prompt_embeds.defined() && request.negative_prompt &&
+          !request.negative_prompt->empty(),
+      "negative_prompt_embeds",
+      std::string(name()) + ": pass either negative_prompt or negative_prompt_embeds, not both");
+  pipelines::refuse(
+      !request.prompt_embeds.defined() && !has_prompt_encoder(), "prompt",
+      std::string(name()) + ": this " + name() +
+          " has no text encoder (text_encoder is null in model_index.json) to encode the prompt; "
+          "give prompt_embeds or set_prompt_encoder()");
 }
 
-PipelineOutput Flux2PipelineBase::operator()(const Flux2PipelineCall& request) {
-  check_request(request);  // before a reference image is preprocessed
+PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipelines::CallControl& control) {
   std::vector<Tensor> references;
   for (const Image& image : request.image) references.push_back(preprocess_image(image));
-  const Flux2PipelineCall call = resolved(request, references);
-  const int n = call.num_images_per_prompt;
+  const pipelines::ResolvedRequest call = resolved(request, references);
+  const int n = request.num_images_per_prompt;
+  const std::string negative_prompt = request.negative_prompt.value_or("");
   // Named tensors, not structured bindings: the step lambda captures them (clang 14 cannot capture bindings).
   Tensor embeds, text_ids;
-  std::tie(embeds, text_ids) = encode_prompt(call.prompt, call.prompt_embeds, n, call.max_sequence_length);
-  const bool cfg = classifier_free_guidance(call);
+  std::tie(embeds, text_ids) =
+      encode_prompt(request.prompt, request.prompt_embeds, n, call.max_sequence_length);
+  const bool cfg = classifier_free_guidance(call.guidance_scale);
   if (variant_ == Variant::Klein && is_distilled_ && call.guidance_scale > 1.0f)
     warn(std::string(name()) + ": guidance scale " + std::to_string(call.guidance_scale) +
          " is ignored for step-wise distilled models");
   Tensor negative, negative_ids;
   if (cfg) {
     std::tie(negative, negative_ids) =
-        encode_prompt(call.negative_prompt, call.negative_prompt_embeds, n, call.max_sequence_length);
+        encode_prompt(negative_prompt, request.negative_prompt_embeds, n, call.max_sequence_length);
     KILN_CHECK(negative.size(0) == embeds.size(0), name() << ": negative_prompt_embeds has batch "
                                                           << negative.size(0) / n << ", prompt_embeds "
                                                           << embeds.size(0) / n);
@@ -232,7 +283,7 @@ PipelineOutput Flux2PipelineBase::operator()(const Flux2PipelineCall& request) {
   // Model offload: the text encoder's memory goes to the transformer.
   if (text_side_) release_after_use({{"text_encoder", &text_side_->text_encoder()}});
 
-  Generator generator = call.generator ? *call.generator : Generator();
+  Generator generator = request.generator ? *request.generator : Generator();
   const uint64_t seed = generator.initial_seed();
   const int64_t batch = embeds.size(0);
   Tensor latents, latent_ids;
@@ -247,38 +298,44 @@ PipelineOutput Flux2PipelineBase::operator()(const Flux2PipelineCall& request) {
     release_after_use({{"vae", vae_.get()}});
   }
 
-  scheduler_->set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps),
-                            compute_empirical_mu(image_tokens, call.num_inference_steps));
+  // The call's own schedule: the pipeline's scheduler is never changed by a call.
+  FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
+  schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps),
+                         compute_empirical_mu(image_tokens, call.num_inference_steps));
   // Flux2Pipeline passes the guidance scale (float32) to every call; Flux2KleinPipeline passes none.
   const Tensor guidance = variant_ == Variant::Dev
                               ? Tensor::full({batch}, static_cast<double>(call.guidance_scale), float32)
                               : Tensor();
   const double scale = call.guidance_scale;
-  pipelines::denoise(
-      *scheduler_, latents,
-      [&](const Tensor& x, int, float timestep) {
-        // diffusers: t.expand(B).to(latents.dtype) / 1000; the reference latents follow the noise.
-        const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
-        const Tensor input = image_latents.defined() ? concat({x, image_latents}, 1) : x;
-        Tensor v =
-            transformer_->forward(input, embeds, t, guidance, text_ids, ids).narrow(1, 0, image_tokens);
-        if (!cfg) return v;
-        const Tensor uncond =
-            transformer_->forward(input, negative, t, Tensor(), negative_ids, ids).narrow(1, 0, image_tokens);
-        return add(uncond, mul(sub(v, uncond), scale));
-      },
-      call.on_step_end);
+  latents = pipelines::denoise(
+      latents,
+      {.scheduler = &schedule,
+       .model_output =
+           [&](const Tensor& x, int, float timestep) {
+             // diffusers: t.expand(B).to(latents.dtype) / 1000; the reference latents follow the noise.
+             const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
+             const Tensor input = image_latents.defined() ? concat({x, image_latents}, 1) : x;
+             Tensor v =
+                 transformer_->forward(input, embeds, t, guidance, text_ids, ids).narrow(1, 0, image_tokens);
+             if (!cfg) return v;
+             const Tensor uncond = transformer_->forward(input, negative, t, Tensor(), negative_ids, ids)
+                                       .narrow(1, 0, image_tokens);
+             return add(uncond, mul(sub(v, uncond), scale));
+           },
+       .on_step_end = request.callback_on_step_end,
+       .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
 
   release_after_use({{"transformer", transformer_.get()}});
+  control.checkpoint("before decoding");
   const Tensor images = decode_latents(latents, call.height, call.width);
   release_after_use({{"vae", vae_.get()}});
   auto metadata = pipelines::common_metadata(name_, name(), seed, call.num_inference_steps,
                                              call.guidance_scale, call.height, call.width, dtype_);
-  if (!call.prompt_embeds.defined()) {
-    metadata["prompt"] = call.prompt;
+  if (!request.prompt_embeds.defined()) {
+    metadata["prompt"] = request.prompt;
     metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
   }
-  if (cfg && !call.negative_prompt_embeds.defined()) metadata["negative_prompt"] = call.negative_prompt;
+  if (cfg && !request.negative_prompt_embeds.defined()) metadata["negative_prompt"] = negative_prompt;
   if (!references.empty()) metadata["reference_images"] = std::to_string(references.size());
   return {pipelines::to_images(images, metadata)};
 }
@@ -290,6 +347,10 @@ std::vector<std::pair<std::string, nn::Module*>> Flux2PipelineBase::components()
 
 models::AutoencoderKL& Flux2PipelineBase::vae_model() const {
   return *vae_;
+}
+
+nn::Module& Flux2PipelineBase::transformer_module() {
+  return *transformer_;
 }
 
 }  // namespace kiln

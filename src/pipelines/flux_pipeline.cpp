@@ -13,6 +13,8 @@
 #include "kiln/schedulers/timestep_shift.h"
 #include "kiln/tokenizers/clip_tokenizer.h"
 #include "kiln/tokenizers/t5_tokenizer.h"
+#include "pipelines/call_control.h"
+#include "pipelines/denoise.h"
 #include "pipelines/pipeline_common.h"
 
 namespace kiln {
@@ -37,6 +39,8 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
   pipe.path_ = folder.path();
   pipe.name_ = model;
   pipe.dtype_ = options.dtype;
+  pipe.make_context(options, model);
+  ExecutionScope loading_in(pipe.context());
   auto done = [&](const char* name) { folder.loaded(name); };
   pipe.scheduler_ = std::make_unique<FlowMatchEulerDiscreteScheduler>(
       FlowMatchEulerDiscreteScheduler::from_pretrained(need("scheduler", "FlowMatchEulerDiscreteScheduler")));
@@ -49,7 +53,7 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
   done("tokenizer_2");
   pipe.text_encoder_ = models::load_clip_text_model(need("text_encoder", "CLIPTextModel"), options.dtype);
   done("text_encoder");
-  const std::vector<std::string> splittable = {"transformer", "text_encoder_2"};
+  const std::vector<std::string> splittable = splittable_components();
   pipe.text_encoder_2_ = models::load_t5_encoder(need("text_encoder_2", "T5EncoderModel"), options.dtype,
                                                  options.tensor_parallel_for("text_encoder_2", splittable));
   done("text_encoder_2");
@@ -69,7 +73,7 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", "AutoencoderKL"), options.dtype);
   done("vae");
-  pipe.plan_weight_packing(options.packed_weight_budget);
+  pipe.finish_loading(options.packed_weight_budget);
   const auto& tc = pipe.transformer_->config();
   KILN_CHECK(tc.joint_attention_dim == pipe.text_encoder_2_->config().d_model,
              pipe.path_ << ": transformer joint_attention_dim " << tc.joint_attention_dim
@@ -146,58 +150,82 @@ Tensor FluxPipeline::decode_latents(const Tensor& latents, int64_t height, int64
   return pipelines::postprocess(vae_->decode(z));
 }
 
-void FluxPipeline::check_call(const FluxPipelineCall& call) const {
-  const char* name = "FluxPipeline";
-  pipelines::check_image_size(name, call.height, call.width, vae_->config().scale_factor() * 2);
-  pipelines::check_steps(name, call.num_inference_steps);
-  pipelines::check_prompt_size(name, "prompt", call.prompt);
-  if (call.prompt_2) pipelines::check_prompt_size(name, "prompt_2", *call.prompt_2);
-  pipelines::check_max_sequence_length(name, call.max_sequence_length);
-  pipelines::check_images_per_prompt(name, call.num_images_per_prompt);
-  pipelines::check_guidance_scale(name, call.guidance_scale);
+void FluxPipeline::check_fields(const PipelineRequest& request) {
+  using pipelines::refuse;
+  refuse(request.negative_prompt || request.negative_prompt_2 || request.negative_prompt_3 ||
+             request.negative_prompt_embeds.defined(),
+         "negative_prompt",
+         "FluxPipeline has no negative prompt (FLUX.1 is guidance-distilled; it runs without classifier-free "
+         "guidance)");
+  refuse(!request.image.empty(), "image",
+         "FluxPipeline takes no reference images (Flux2Pipeline and Flux2KleinPipeline do)");
+  refuse(request.prompt_3.has_value(), "prompt_3", "FluxPipeline has two text encoders: prompt and prompt_2");
+  refuse(request.prompt_embeds.defined(), "prompt_embeds",
+         "FluxPipeline encodes its prompts itself; give prompt (and prompt_2) instead of prompt_embeds");
+  refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
+         "FluxPipeline has no skip-layer guidance (StableDiffusion3Pipeline does)");
+  pipelines::refuse_image_editing("FluxPipeline", request);
 }
 
-PipelineOutput FluxPipeline::operator()(const FluxPipelineCall& call) {
-  check_call(call);
-  const PromptEmbeddings prompt =
-      encode_prompt(call.prompt, call.prompt_2, call.num_images_per_prompt, call.max_sequence_length);
+void FluxPipeline::check_loaded_request(const PipelineRequest& request) const {
+  check_fields(request);
+  const char* name = "FluxPipeline";
+  const pipelines::ResolvedRequest r = pipelines::resolve(request, defaults());
+  pipelines::check_image_size(name, r.height, r.width, vae_->config().scale_factor() * 2);
+  pipelines::check_steps(name, r.num_inference_steps);
+  pipelines::check_prompt_size(name, "prompt", request.prompt);
+  if (request.prompt_2) pipelines::check_prompt_size(name, "prompt_2", *request.prompt_2);
+  pipelines::check_max_sequence_length(name, r.max_sequence_length);
+  pipelines::check_images_per_prompt(name, request.num_images_per_prompt);
+  pipelines::check_guidance_scale(name, r.guidance_scale);
+}
+
+PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines::CallControl& control) {
+  const pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
+  const PromptEmbeddings prompt = encode_prompt(request.prompt, request.prompt_2,
+                                                request.num_images_per_prompt, call.max_sequence_length);
   release_after_use({{"text_encoder", text_encoder_.get()}, {"text_encoder_2", text_encoder_2_.get()}});
-  Generator generator = call.generator ? *call.generator : Generator();
+  Generator generator = request.generator ? *request.generator : Generator();
   const uint64_t seed = generator.initial_seed();
-  const int64_t batch = call.num_images_per_prompt;
+  const int64_t batch = request.num_images_per_prompt;
   // Named tensors, not a structured binding: the step lambda captures them (clang 14 cannot capture
   // bindings).
   Tensor latents, image_ids;
   std::tie(latents, image_ids) =
       prepare_latents(batch, call.height, call.width, prompt.prompt_embeds.dtype(), generator);
 
+  // The call's own schedule: the pipeline's scheduler is never changed by a call.
+  FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
   const int64_t image_seq_len = latents.size(1);
-  const auto& sc = scheduler_->config();
+  const auto& sc = schedule.config();
   const double mu = calculate_shift(image_seq_len, sc.base_image_seq_len, sc.max_image_seq_len,
                                     sc.base_shift.value_or(0.5), sc.max_shift.value_or(1.15));
-  scheduler_->set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps), mu);
+  schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps), mu);
   Tensor guidance;
   if (transformer_->config().guidance_embeds)
     guidance = Tensor::full({batch}, static_cast<double>(call.guidance_scale), float32);
 
-  pipelines::denoise(
-      *scheduler_, latents,
-      [&](const Tensor& x, int, float timestep) {
-        // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
-        const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
-        return transformer_->forward(x, prompt.prompt_embeds, prompt.pooled_prompt_embeds, t, guidance,
-                                     prompt.text_ids, image_ids);
-      },
-      call.on_step_end);
+  latents = pipelines::denoise(
+      latents, {.scheduler = &schedule,
+                .model_output =
+                    [&](const Tensor& x, int, float timestep) {
+                      // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
+                      const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
+                      return transformer_->forward(x, prompt.prompt_embeds, prompt.pooled_prompt_embeds, t,
+                                                   guidance, prompt.text_ids, image_ids);
+                    },
+                .on_step_end = request.callback_on_step_end,
+                .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
 
   release_after_use({{"transformer", transformer_.get()}});
+  control.checkpoint("before decoding");
   const Tensor images = decode_latents(latents, call.height, call.width);
   release_after_use({{"vae", vae_.get()}});
   auto metadata = pipelines::common_metadata(name_, "FluxPipeline", seed, call.num_inference_steps,
                                              call.guidance_scale, call.height, call.width, dtype_);
-  metadata["prompt"] = call.prompt;
+  metadata["prompt"] = request.prompt;
   metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
-  if (call.prompt_2) metadata["prompt_2"] = *call.prompt_2;
+  if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
   return {pipelines::to_images(images, metadata)};
 }
 
@@ -210,6 +238,10 @@ std::vector<std::pair<std::string, nn::Module*>> FluxPipeline::components() cons
 
 models::AutoencoderKL& FluxPipeline::vae_model() const {
   return *vae_;
+}
+
+nn::Module& FluxPipeline::transformer_module() {
+  return *transformer_;
 }
 
 }  // namespace kiln

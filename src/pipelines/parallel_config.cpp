@@ -1,6 +1,6 @@
 // PipelineLoadOptions::tensor_parallel_for: which components of a pipeline take a TensorParallelConfig.
 #include "kiln/core/error.h"
-#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/pipelines/diffusion_pipeline.h"
 
 namespace kiln {
 
@@ -15,8 +15,14 @@ nn::TensorParallel PipelineLoadOptions::tensor_parallel_for(
                           << "parallelism applies to the transformer and the large text encoder (T5; "
                           << "FLUX.2's Mistral 3 / Qwen3)");
   }
+  KILN_CHECK(tensor_parallel >= 1, "tensor_parallel must be at least 1, got " << tensor_parallel);
   auto it = parallel_config.find(component);
-  return it == parallel_config.end() ? nn::TensorParallel{} : it->second.layers();
+  if (it != parallel_config.end()) return it->second.layers();
+  if (tensor_parallel == 1) return {};
+  for (const std::string& s : splittable)
+    if (s == component)
+      return dist::TensorParallelConfig{.mesh = dist::DeviceMesh("cpu", {tensor_parallel})}.layers();
+  return {};
 }
 
 }  // namespace kiln

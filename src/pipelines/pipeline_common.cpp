@@ -3,13 +3,13 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/limits.h"
 #include "kiln/io/model_ref.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/execution_context.h"
-#include "kiln/schedulers/flow_match_euler.h"
 
 namespace kiln::pipelines {
 
@@ -50,50 +50,88 @@ void PipelineFolder::loaded(const char* name) {
   if (on_loaded_) on_loaded_(name, ++done_, count_);
 }
 
+ResolvedRequest resolve(const PipelineRequest& request, const PipelineDefaults& defaults) {
+  return {.height = request.height.value_or(defaults.height),
+          .width = request.width.value_or(defaults.width),
+          .num_inference_steps = request.num_inference_steps.value_or(defaults.num_inference_steps),
+          .guidance_scale = request.guidance_scale.value_or(defaults.guidance_scale),
+          .max_sequence_length = request.max_sequence_length.value_or(defaults.max_sequence_length)};
+}
+
+void refuse(bool given, const char* field, const std::string& message) {
+  if (given) throw RequestError(field, message);
+}
+
+void refuse_image_editing(const char* pipeline, const PipelineRequest& request) {
+  refuse(request.mask_image.has_value(), "mask_image",
+         std::string(pipeline) + " takes no mask_image: inpainting is not in this build of Kiln");
+  refuse(request.strength.has_value(), "strength",
+         std::string(pipeline) + " takes no strength: image-to-image is not in this build of Kiln");
+}
+
+namespace {
+
+// Runs `check`, turning its kiln::Error into a RequestError naming `field`.
+template <class Check>
+void as_request_error(const char* field, Check check) {
+  try {
+    check();
+  } catch (const RequestError&) {
+    throw;
+  } catch (const Error& e) {
+    throw RequestError(field, e.what());
+  }
+}
+
+}  // namespace
+
 void check_image_size(const char* pipeline, int64_t height, int64_t width, int64_t multiple) {
   // The named limit first, so that an absurd side is refused as such before anything is sized from it.
-  limits::check_range(std::string(pipeline) + ": height", height, 1, limits::kMaxImageSide);
-  limits::check_range(std::string(pipeline) + ": width", width, 1, limits::kMaxImageSide);
-  KILN_CHECK(height > 0 && width > 0 && height % multiple == 0 && width % multiple == 0,
-             pipeline << ": height and width must be positive multiples of " << multiple << ", got " << height
-                      << "x" << width);
+  as_request_error("height", [&] {
+    limits::check_range(std::string(pipeline) + ": height", height, 1, limits::kMaxImageSide);
+  });
+  as_request_error("width", [&] {
+    limits::check_range(std::string(pipeline) + ": width", width, 1, limits::kMaxImageSide);
+  });
+  const bool height_ok = height > 0 && height % multiple == 0;
+  if (!height_ok || width <= 0 || width % multiple != 0) {
+    std::ostringstream message;
+    message << pipeline << ": height and width must be positive multiples of " << multiple << ", got "
+            << height << "x" << width;
+    throw RequestError(height_ok ? "width" : "height", message.str());
+  }
 }
 
 void check_steps(const char* pipeline, int num_inference_steps) {
-  KILN_CHECK(num_inference_steps >= 1 && num_inference_steps <= limits::kMaxInferenceSteps,
-             pipeline << ": num_inference_steps must be between 1 and 1000, got " << num_inference_steps);
+  if (num_inference_steps < 1 || num_inference_steps > limits::kMaxInferenceSteps)
+    throw RequestError("num_inference_steps", std::string(pipeline) +
+                                                  ": num_inference_steps must be between 1 and 1000, got " +
+                                                  std::to_string(num_inference_steps));
 }
 
-void check_prompt_size(const char* pipeline, const char* argument, const std::string& prompt) {
-  limits::check_prompt_size(std::string(pipeline) + ": " + argument, prompt);
+void check_prompt_size(const char* pipeline, const char* field, const std::string& prompt) {
+  as_request_error(field, [&] { limits::check_prompt_size(std::string(pipeline) + ": " + field, prompt); });
 }
 
 void check_max_sequence_length(const char* pipeline, int64_t max_sequence_length) {
-  KILN_CHECK(max_sequence_length >= 1 && max_sequence_length <= 512,
-             pipeline << ": max_sequence_length must be between 1 and 512, got " << max_sequence_length);
+  if (max_sequence_length < 1 || max_sequence_length > 512)
+    throw RequestError("max_sequence_length", std::string(pipeline) +
+                                                  ": max_sequence_length must be between 1 and 512, got " +
+                                                  std::to_string(max_sequence_length));
 }
 
 void check_images_per_prompt(const char* pipeline, int num_images_per_prompt) {
-  KILN_CHECK(num_images_per_prompt >= 1 && num_images_per_prompt <= limits::kMaxImagesPerPrompt,
-             pipeline << ": num_images_per_prompt must be between 1 and 64, got " << num_images_per_prompt);
+  if (num_images_per_prompt < 1 || num_images_per_prompt > limits::kMaxImagesPerPrompt)
+    throw RequestError("num_images_per_prompt", std::string(pipeline) +
+                                                    ": num_images_per_prompt must be between 1 and 64, got " +
+                                                    std::to_string(num_images_per_prompt));
 }
 
 void check_guidance_scale(const char* pipeline, float guidance_scale) {
-  KILN_CHECK(std::isfinite(guidance_scale) && guidance_scale >= 0,
-             pipeline << ": guidance_scale must be a finite value >= 0, got " << guidance_scale);
-}
-
-void denoise(const FlowMatchEulerDiscreteScheduler& scheduler, Tensor& latents,
-             const std::function<Tensor(const Tensor&, int, float)>& velocity,
-             const std::function<void(int, int, double)>& on_step_end) {
-  const auto& timesteps = scheduler.timesteps();
-  for (size_t i = 0; i < timesteps.size(); ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    const Tensor v = velocity(latents, static_cast<int>(i), timesteps[i]);
-    latents = scheduler.step(v, static_cast<int>(i), latents);
-    synchronize(latents.device());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (on_step_end) on_step_end(static_cast<int>(i), static_cast<int>(timesteps.size()), seconds);
+  if (!std::isfinite(guidance_scale) || guidance_scale < 0) {
+    std::ostringstream message;
+    message << pipeline << ": guidance_scale must be a finite value >= 0, got " << guidance_scale;
+    throw RequestError("guidance_scale", message.str());
   }
 }
 

@@ -1,6 +1,7 @@
 // The skeleton the pipelines share: opening a diffusers pipeline folder (model_index.json, the component
-// folders and their classes, the loading progress), the checks every call makes, the denoising loop around a
-// pipeline's velocity, the VAE output's postprocessing, and the images with their PNG metadata.
+// folders and their classes, the loading progress), a request's defaults and the checks every call makes,
+// the VAE output's postprocessing, and the images with their PNG metadata. The denoising loop is
+// pipelines/denoise.h.
 #pragma once
 
 #include <cstdint>
@@ -12,10 +13,6 @@
 
 #include "kiln/io/model_index.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
-
-namespace kiln {
-class FlowMatchEulerDiscreteScheduler;
-}
 
 namespace kiln::pipelines {
 
@@ -45,21 +42,30 @@ class PipelineFolder {
   int count_ = 0, done_ = 0;
 };
 
-// The checks every pipeline call makes, each error naming the pipeline, the argument and what it accepts.
+// A request with the pipeline's defaults filled in.
+struct ResolvedRequest {
+  int64_t height = 0, width = 0;
+  int num_inference_steps = 0;
+  float guidance_scale = 0;
+  int64_t max_sequence_length = 0;
+};
+ResolvedRequest resolve(const PipelineRequest& request, const PipelineDefaults& defaults);
+
+// Field refusals: a pipeline that does not take `field` throws RequestError(field, "<pipeline> <why>") when
+// the request sets it.
+void refuse(bool given, const char* field, const std::string& message);
+// What no text-to-image pipeline of this build takes: mask_image and strength (inpainting, image-to-image).
+void refuse_image_editing(const char* pipeline, const PipelineRequest& request);
+
+// The checks every pipeline call makes, each a RequestError naming the pipeline, the field and what it
+// accepts.
 void check_image_size(const char* pipeline, int64_t height, int64_t width, int64_t multiple);
 void check_steps(const char* pipeline, int num_inference_steps);
-// A prompt's size in bytes against limits::kMaxPromptBytes, naming the pipeline and the argument.
-void check_prompt_size(const char* pipeline, const char* argument, const std::string& prompt);
+// A prompt's size in bytes against limits::kMaxPromptBytes, naming the pipeline and the field.
+void check_prompt_size(const char* pipeline, const char* field, const std::string& prompt);
 void check_max_sequence_length(const char* pipeline, int64_t max_sequence_length);
 void check_images_per_prompt(const char* pipeline, int num_images_per_prompt);
 void check_guidance_scale(const char* pipeline, float guidance_scale);
-
-// The denoising loop of every pipeline: for each of the scheduler's timesteps, latents =
-// step(velocity(latents, step, timestep)), waiting for the step to finish so that on_step_end gets (step,
-// steps, seconds).
-void denoise(const FlowMatchEulerDiscreteScheduler& scheduler, Tensor& latents,
-             const std::function<Tensor(const Tensor& latents, int step, float timestep)>& velocity,
-             const std::function<void(int, int, double)>& on_step_end);
 
 // VaeImageProcessor.postprocess: (x * 0.5 + 0.5).clamp(0, 1) in the VAE output's dtype, then NHWC float32
 // [B, H, W, C] (diffusers' output_type="np").

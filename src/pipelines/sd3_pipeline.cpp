@@ -13,6 +13,8 @@
 #include "kiln/schedulers/timestep_shift.h"
 #include "kiln/tokenizers/clip_tokenizer.h"
 #include "kiln/tokenizers/t5_tokenizer.h"
+#include "pipelines/call_control.h"
+#include "pipelines/denoise.h"
 #include "pipelines/pipeline_common.h"
 
 namespace kiln {
@@ -58,8 +60,10 @@ StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::st
   pipe.path_ = folder.path();
   pipe.name_ = model;
   pipe.dtype_ = options.dtype;
+  pipe.make_context(options, model);
+  ExecutionScope loading_in(pipe.context());
   folder.set_component_count(with_t5 ? 9 : 7);
-  const std::vector<std::string> splittable = {"transformer", "text_encoder_3"};
+  const std::vector<std::string> splittable = splittable_components();
   auto done = [&](const char* name) { folder.loaded(name); };
   pipe.scheduler_ =
       std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
@@ -103,7 +107,7 @@ StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::st
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", {"AutoencoderKL"}), options.dtype);
   done("vae");
-  pipe.plan_weight_packing(options.packed_weight_budget);
+  pipe.finish_loading(options.packed_weight_budget);
 
   const auto& tc = pipe.transformer_->config();
   const auto& l = pipe.text_encoder_->config();
@@ -187,16 +191,17 @@ StableDiffusion3Pipeline::TextEmbeddings StableDiffusion3Pipeline::encode_text(
 }
 
 StableDiffusion3Pipeline::PromptEmbeddings StableDiffusion3Pipeline::encode_prompt(
-    const StableDiffusion3PipelineCall& call) const {
+    const PipelineRequest& call) const {
+  const pipelines::ResolvedRequest r = pipelines::resolve(call, defaults());
   PromptEmbeddings out;
   out.positive =
       encode_text(call.prompt, or_else(call.prompt_2, call.prompt), or_else(call.prompt_3, call.prompt),
-                  call.num_images_per_prompt, call.max_sequence_length);
-  if (call.guidance_scale > 1.0f) {
+                  call.num_images_per_prompt, r.max_sequence_length);
+  if (r.guidance_scale > 1.0f) {
     const std::string negative = call.negative_prompt.value_or("");
     out.negative = encode_text(negative, or_else(call.negative_prompt_2, negative),
                                or_else(call.negative_prompt_3, negative), call.num_images_per_prompt,
-                               call.max_sequence_length);
+                               r.max_sequence_length);
   }
   return out;
 }
@@ -209,7 +214,9 @@ Tensor StableDiffusion3Pipeline::prepare_latents(int64_t batch, int64_t height, 
 
 Tensor StableDiffusion3Pipeline::predict_velocity(const Tensor& latents, float timestep, int step,
                                                   const PromptEmbeddings& prompt,
-                                                  const StableDiffusion3PipelineCall& call) const {
+                                                  const PipelineRequest& request) const {
+  const pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
+  const SkipLayerGuidance& skip = request.skip_layer_guidance;
   const int64_t batch = latents.size(0);
   const TextEmbeddings& pos = prompt.positive;
   if (!prompt.negative) {
@@ -225,12 +232,11 @@ Tensor StableDiffusion3Pipeline::predict_velocity(const Tensor& latents, float t
   Tensor guided = add(uncond, mul(static_cast<double>(call.guidance_scale), sub(text, uncond)));
   // Skip-layer guidance (diffusers compares the step index with steps * start / stop in Python floats).
   const double steps = call.num_inference_steps;
-  if (!call.skip_guidance_layers.empty() && step > steps * call.skip_layer_guidance_start &&
-      step < steps * call.skip_layer_guidance_stop) {
-    const Tensor skipped = transformer_->forward(
-        latents, pos.prompt_embeds, pos.pooled_prompt_embeds,
-        Tensor::full({batch}, static_cast<double>(timestep), float32), call.skip_guidance_layers);
-    guided = add(guided, mul(sub(text, skipped), call.skip_layer_guidance_scale));
+  if (!skip.layers.empty() && step > steps * skip.start && step < steps * skip.stop) {
+    const Tensor skipped =
+        transformer_->forward(latents, pos.prompt_embeds, pos.pooled_prompt_embeds,
+                              Tensor::full({batch}, static_cast<double>(timestep), float32), skip.layers);
+    guided = add(guided, mul(sub(text, skipped), skip.scale));
   }
   return guided;
 }
@@ -243,79 +249,105 @@ Tensor StableDiffusion3Pipeline::decode_latents(const Tensor& latents) const {
   return pipelines::postprocess(image);
 }
 
-StableDiffusion3PipelineCall StableDiffusion3Pipeline::resolved(
-    const StableDiffusion3PipelineCall& call) const {
-  StableDiffusion3PipelineCall c = call;
-  if (c.height == 0) c.height = default_image_size();
-  if (c.width == 0) c.width = default_image_size();
-  pipelines::check_prompt_size(kName, "prompt", c.prompt);
-  for (const auto& [name, text] : {std::pair{"prompt_2", &c.prompt_2},
-                                   {"prompt_3", &c.prompt_3},
-                                   {"negative_prompt", &c.negative_prompt},
-                                   {"negative_prompt_2", &c.negative_prompt_2},
-                                   {"negative_prompt_3", &c.negative_prompt_3}})
+PipelineDefaults StableDiffusion3Pipeline::defaults() const {
+  return {.height = default_image_size(),
+          .width = default_image_size(),
+          .num_inference_steps = 28,
+          .guidance_scale = 7.0f,
+          .max_sequence_length = 256};
+}
+
+void StableDiffusion3Pipeline::check_fields(const PipelineRequest& request) {
+  using pipelines::refuse;
+  refuse(!request.image.empty(), "image",
+         "StableDiffusion3Pipeline takes no reference images (Flux2Pipeline and Flux2KleinPipeline do)");
+  refuse(
+      request.prompt_embeds.defined() || request.negative_prompt_embeds.defined(), "prompt_embeds",
+      "StableDiffusion3Pipeline encodes its prompts itself; give prompt (and prompt_2, prompt_3) instead of "
+      "prompt_embeds");
+  pipelines::refuse_image_editing(kName, request);
+}
+
+void StableDiffusion3Pipeline::check_loaded_request(const PipelineRequest& request) const {
+  check_fields(request);
+  const pipelines::ResolvedRequest c = pipelines::resolve(request, defaults());
+  pipelines::check_prompt_size(kName, "prompt", request.prompt);
+  for (const auto& [name, text] : {std::pair{"prompt_2", &request.prompt_2},
+                                   {"prompt_3", &request.prompt_3},
+                                   {"negative_prompt", &request.negative_prompt},
+                                   {"negative_prompt_2", &request.negative_prompt_2},
+                                   {"negative_prompt_3", &request.negative_prompt_3}})
     if (*text) pipelines::check_prompt_size(kName, name, **text);
   const int64_t multiple = vae_->config().scale_factor() * transformer_->config().patch_size;
   pipelines::check_image_size(kName, c.height, c.width, multiple);
   const int64_t max_side = transformer_->config().pos_embed_max_size * multiple;
-  KILN_CHECK(c.height <= max_side && c.width <= max_side,
-             kName << ": " << c.height << "x" << c.width
-                   << " is larger than this transformer's position table allows (" << max_side
-                   << " pixels per side)");
+  if (c.height > max_side || c.width > max_side)
+    throw RequestError(c.height > max_side ? "height" : "width",
+                       std::string(kName) + ": " + std::to_string(c.height) + "x" + std::to_string(c.width) +
+                           " is larger than this transformer's position table allows (" +
+                           std::to_string(max_side) + " pixels per side)");
   pipelines::check_steps(kName, c.num_inference_steps);
   pipelines::check_max_sequence_length(kName, c.max_sequence_length);
-  pipelines::check_images_per_prompt(kName, c.num_images_per_prompt);
+  pipelines::check_images_per_prompt(kName, request.num_images_per_prompt);
   pipelines::check_guidance_scale(kName, c.guidance_scale);
-  KILN_CHECK(std::isfinite(c.skip_layer_guidance_scale) && std::isfinite(c.skip_layer_guidance_start) &&
-                 std::isfinite(c.skip_layer_guidance_stop),
-             kName << ": the skip-layer guidance scale, start and stop must be finite");
-  for (int64_t layer : c.skip_guidance_layers)
-    KILN_CHECK(layer >= 0 && layer < transformer_->config().num_layers,
-               kName << ": skip_guidance_layers holds " << layer << ", but the transformer has blocks 0.."
-                     << transformer_->config().num_layers - 1);
-  return c;
+  const SkipLayerGuidance& skip = request.skip_layer_guidance;
+  if (!std::isfinite(skip.scale) || !std::isfinite(skip.start) || !std::isfinite(skip.stop))
+    throw RequestError("skip_layer_guidance",
+                       std::string(kName) + ": the skip-layer guidance scale, start and stop must be finite");
+  for (int64_t layer : skip.layers)
+    if (layer < 0 || layer >= transformer_->config().num_layers)
+      throw RequestError("skip_layer_guidance", std::string(kName) + ": skip_guidance_layers holds " +
+                                                    std::to_string(layer) +
+                                                    ", but the transformer has blocks 0.." +
+                                                    std::to_string(transformer_->config().num_layers - 1));
 }
 
-PipelineOutput StableDiffusion3Pipeline::operator()(const StableDiffusion3PipelineCall& request) {
-  const StableDiffusion3PipelineCall call = resolved(request);
-  const PromptEmbeddings prompt = encode_prompt(call);
+PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
+                                             const pipelines::CallControl& control) {
+  const pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
+  const PromptEmbeddings prompt = encode_prompt(request);
   release_after_use({{"text_encoder", text_encoder_.get()},
                      {"text_encoder_2", text_encoder_2_.get()},
                      {"text_encoder_3", text_encoder_3_.get()}});
-  Generator generator = call.generator ? *call.generator : Generator();
+  Generator generator = request.generator ? *request.generator : Generator();
   const uint64_t seed = generator.initial_seed();
-  const int64_t batch = call.num_images_per_prompt;
+  const int64_t batch = request.num_images_per_prompt;
   Tensor latents =
       prepare_latents(batch, call.height, call.width, prompt.positive.prompt_embeds.dtype(), generator);
 
-  const auto& sc = scheduler_->config();
+  // The call's own schedule: the pipeline's scheduler is never changed by a call.
+  FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
+  const auto& sc = schedule.config();
   std::optional<double> mu;
   if (sc.use_dynamic_shifting) {
     const int64_t p = transformer_->config().patch_size;
     mu = calculate_shift((latents.size(2) / p) * (latents.size(3) / p), sc.base_image_seq_len,
                          sc.max_image_seq_len, sc.base_shift.value_or(0.5), sc.max_shift.value_or(1.16));
   }
-  scheduler_->set_timesteps(call.num_inference_steps, std::nullopt, mu);
-  pipelines::denoise(
-      *scheduler_, latents,
-      [&](const Tensor& x, int step, float timestep) {
-        return predict_velocity(x, timestep, step, prompt, call);
-      },
-      call.on_step_end);
+  schedule.set_timesteps(call.num_inference_steps, std::nullopt, mu);
+  latents = pipelines::denoise(
+      latents,
+      {.scheduler = &schedule,
+       .model_output = [&](const Tensor& x, int step,
+                           float timestep) { return predict_velocity(x, timestep, step, prompt, request); },
+       .on_step_end = request.callback_on_step_end,
+       .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
 
   release_after_use({{"transformer", transformer_.get()}});
+  control.checkpoint("before decoding");
   const Tensor images = decode_latents(latents);
   release_after_use({{"vae", vae_.get()}});
   auto metadata = pipelines::common_metadata(name_, kName, seed, call.num_inference_steps,
                                              call.guidance_scale, call.height, call.width, dtype_);
-  metadata["prompt"] = call.prompt;
+  metadata["prompt"] = request.prompt;
   metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
-  if (call.guidance_scale > 1.0f) metadata["negative_prompt"] = call.negative_prompt.value_or("");
-  if (call.prompt_2) metadata["prompt_2"] = *call.prompt_2;
-  if (call.prompt_3) metadata["prompt_3"] = *call.prompt_3;
-  if (!call.skip_guidance_layers.empty()) {
+  if (call.guidance_scale > 1.0f) metadata["negative_prompt"] = request.negative_prompt.value_or("");
+  if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
+  if (request.prompt_3) metadata["prompt_3"] = *request.prompt_3;
+  if (!request.skip_layer_guidance.layers.empty()) {
     std::string layers;
-    for (int64_t l : call.skip_guidance_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+    for (int64_t l : request.skip_layer_guidance.layers)
+      layers += (layers.empty() ? "" : ",") + std::to_string(l);
     metadata["skip_guidance_layers"] = layers;
   }
   return {pipelines::to_images(images, metadata)};
@@ -331,6 +363,10 @@ std::vector<std::pair<std::string, nn::Module*>> StableDiffusion3Pipeline::compo
 
 models::AutoencoderKL& StableDiffusion3Pipeline::vae_model() const {
   return *vae_;
+}
+
+nn::Module& StableDiffusion3Pipeline::transformer_module() {
+  return *transformer_;
 }
 
 }  // namespace kiln

@@ -32,12 +32,12 @@ int max_level_difference(const Image& a, const Image& b) {
 
 TEST(TensorParallelPipeline, FluxDrawsTheOneRankImage) {
   const std::string model = testing::data_path("models/flux-tiny-dev");
-  FluxPipelineCall call{.prompt = "a cat",
-                        .height = 64,
-                        .width = 64,
-                        .num_inference_steps = 3,
-                        .generator = Generator(7),
-                        .max_sequence_length = 16};
+  PipelineRequest call{.prompt = "a cat",
+                       .height = 64,
+                       .width = 64,
+                       .num_inference_steps = 3,
+                       .generator = Generator(7),
+                       .max_sequence_length = 16};
   auto one = FluxPipeline::from_pretrained(model);
   const Image expected = one(call).images.front();
   call.generator = Generator(7);
@@ -47,7 +47,7 @@ TEST(TensorParallelPipeline, FluxDrawsTheOneRankImage) {
 
 TEST(TensorParallelPipeline, StableDiffusion3DrawsTheOneRankImage) {
   const std::string model = testing::data_path("models/sd3-tiny-medium");
-  StableDiffusion3PipelineCall call;
+  PipelineRequest call;
   call.prompt = "a cat";
   call.negative_prompt = "blurry";
   call.height = 64;
@@ -67,7 +67,7 @@ TEST(TensorParallelPipeline, Flux2DrawsTheOneRankImage) {
   // A reference image and klein's classifier-free guidance (two transformer passes per step).
   io::SafetensorsFile g(testing::data_path("goldens/flux2/klein_cfg_ref1_64x64_s2.safetensors"));
   const std::string model = testing::data_path("models/flux2-tiny-klein");
-  Flux2PipelineCall call;
+  PipelineRequest call;
   call.prompt_embeds = g.tensor("prompt_embeds");
   call.negative_prompt_embeds = g.tensor("negative_prompt_embeds");
   call.image = {Image::load(testing::data_path("goldens/flux2/ref_a.png"))};
@@ -93,7 +93,7 @@ TEST(TensorParallelPipeline, Flux2FromAPromptDrawsTheOneRankImage) {
   // The text encoder (Qwen3: q/k/v and gate/up column, o and down row) and the transformer split, klein's
   // guidance with its negative prompt; the prompt embeddings and the image equal one rank's.
   const std::string model = testing::data_path("models/flux2-tiny-klein-full");
-  Flux2PipelineCall call;
+  PipelineRequest call;
   call.prompt = "a red fox in the snow";
   call.negative_prompt = "blurry";
   call.height = 48;

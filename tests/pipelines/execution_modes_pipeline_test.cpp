@@ -33,7 +33,7 @@ void apply(Mode mode, Pipeline& pipe) {
 struct FluxGolden {
   io::SafetensorsFile file;
   std::string pipeline;
-  FluxPipelineCall call;
+  PipelineRequest call;
   DType dtype = float32;
   explicit FluxGolden(const std::string& name)
       : file(testing::data_path("goldens/flux/" + name + ".safetensors")) {
@@ -70,7 +70,7 @@ TEST(PipelineModes, FluxFloat32ImageMatchesDiffusersInEveryMode) {
     if (mode == Mode::Compile) {
       // One program for the image's shape; every later step reuses it.
       EXPECT_EQ(counters().graphs_compiled, 1);
-      EXPECT_EQ(counters().graph_cache_hits, g.call.num_inference_steps - 1);
+      EXPECT_EQ(counters().graph_cache_hits, *g.call.num_inference_steps - 1);
     }
   }
 }
@@ -91,7 +91,7 @@ TEST(PipelineModes, FluxBfloat16ImageMatchesDiffusersInEveryMode) {
 TEST(PipelineModes, Sd3MediumWithGuidanceMatchesDiffusersInEveryMode) {
   io::SafetensorsFile file(testing::data_path("goldens/sd3/medium_slg_48x64_s5.safetensors"));
   const auto& m = file.metadata();
-  StableDiffusion3PipelineCall call;
+  PipelineRequest call;
   call.prompt = m.at("prompt");
   if (m.count("negative_prompt")) call.negative_prompt = m.at("negative_prompt");
   call.height = std::stoll(m.at("height"));
@@ -100,10 +100,10 @@ TEST(PipelineModes, Sd3MediumWithGuidanceMatchesDiffusersInEveryMode) {
   call.guidance_scale = std::stof(m.at("guidance"));
   call.max_sequence_length = std::stoll(m.at("max_sequence_length"));
   std::stringstream layers(m.at("skip_guidance_layers"));
-  for (std::string l; std::getline(layers, l, ',');) call.skip_guidance_layers.push_back(std::stoll(l));
-  call.skip_layer_guidance_scale = std::stod(m.at("skip_layer_guidance_scale"));
-  call.skip_layer_guidance_start = std::stod(m.at("skip_layer_guidance_start"));
-  call.skip_layer_guidance_stop = std::stod(m.at("skip_layer_guidance_stop"));
+  for (std::string l; std::getline(layers, l, ',');) call.skip_layer_guidance.layers.push_back(std::stoll(l));
+  call.skip_layer_guidance.scale = std::stod(m.at("skip_layer_guidance_scale"));
+  call.skip_layer_guidance.start = std::stod(m.at("skip_layer_guidance_start"));
+  call.skip_layer_guidance.stop = std::stod(m.at("skip_layer_guidance_stop"));
   for (Mode mode : {Mode::Fuse, Mode::Compile, Mode::CompileBlocks}) {
     auto pipe = StableDiffusion3Pipeline::from_pretrained(testing::data_path("models/" + m.at("pipeline")));
     apply(mode, pipe);

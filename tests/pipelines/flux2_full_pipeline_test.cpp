@@ -55,14 +55,14 @@ struct FullCase {
   }
   bool klein() const { return pipeline == "flux2-tiny-klein-full"; }
   std::string folder() const { return testing::data_path("models/" + pipeline); }
-  Flux2PipelineCall call() const {
-    Flux2PipelineCall c;
+  PipelineRequest call() const {
+    PipelineRequest c;
     c.prompt = prompt;
     c.negative_prompt = negative_prompt;
     for (const auto& r : references)
       c.image.push_back(Image::load(testing::data_path("goldens/flux2/" + r + ".png")));
-    c.height = height;  // 0: the first reference image's size
-    c.width = width;
+    if (height != 0) c.height = height;  // 0 in the case: the first reference image's size
+    if (width != 0) c.width = width;
     c.num_inference_steps = steps;
     c.guidance_scale = guidance;
     c.generator = Generator(seed);
@@ -280,7 +280,7 @@ TEST(Flux2FullPipeline, ListedTextComponentsLoadStrictly) {
 TEST(Flux2FullPipeline, NegativePromptErrors) {
   const FullCase dev("dev_retriever_64x64_s0");
   auto pipe = load(dev);
-  Flux2PipelineCall call = dev.call();
+  PipelineRequest call = dev.call();
   call.negative_prompt = "blurry";
   EXPECT_THROW((*pipe)(call), Error);  // FLUX.2-dev has no negative prompt
   const FullCase k("klein_cfg_negative_64x48_s4");

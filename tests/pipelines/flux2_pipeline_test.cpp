@@ -51,13 +51,13 @@ struct GoldenCase {
       out.push_back(Image::load(testing::data_path("goldens/flux2/" + r + ".png")));
     return out;
   }
-  Flux2PipelineCall call() const {
-    Flux2PipelineCall c;
+  PipelineRequest call() const {
+    PipelineRequest c;
     c.prompt_embeds = file.tensor("prompt_embeds");
     if (cfg) c.negative_prompt_embeds = file.tensor("negative_prompt_embeds");
     c.image = images();
-    c.height = auto_size ? 0 : height;
-    c.width = auto_size ? 0 : width;
+    if (!auto_size) c.height = height;
+    if (!auto_size) c.width = width;
     c.num_inference_steps = steps;
     c.guidance_scale = guidance;
     c.generator = Generator(seed);
@@ -187,7 +187,7 @@ TEST(Flux2KleinPipeline, DistilledModelsIgnoreTheGuidanceScale) {
                                                 [](auto& j) { j["is_distilled"] = true; });
   auto distilled = Flux2KleinPipeline::from_pretrained(dir);
   EXPECT_TRUE(distilled.is_distilled());
-  Flux2PipelineCall call = g.call();
+  PipelineRequest call = g.call();
   call.negative_prompt_embeds = Tensor();  // not needed without guidance
   std::vector<std::string> warnings;
   auto previous = set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
@@ -205,7 +205,7 @@ TEST(Flux2Pipeline, PromptEncoderSeam) {
   for (const char* name : {"dev_64x64_s0", "klein_cfg_64x64_s0"}) {
     const GoldenCase g(name);
     auto pipe = load(g);
-    Flux2PipelineCall call = g.call();
+    PipelineRequest call = g.call();
     const PipelineOutput reference = (*pipe)(call);
     call.prompt_embeds = Tensor();
     call.negative_prompt_embeds = Tensor();
@@ -275,7 +275,7 @@ TEST(Flux2Pipeline, SavesAPngWithTheGenerationParameters) {
 TEST(Flux2Pipeline, BadInputGivesClearErrors) {
   const GoldenCase g("dev_64x64_s0");
   auto pipe = load(g);
-  auto expect_error = [&](Flux2PipelineCall call, const std::string& needle) {
+  auto expect_error = [&](PipelineRequest call, const std::string& needle) {
     try {
       (*pipe)(call);
       ADD_FAILURE() << "expected an error mentioning " << needle;
@@ -283,7 +283,7 @@ TEST(Flux2Pipeline, BadInputGivesClearErrors) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  Flux2PipelineCall base = g.call();
+  PipelineRequest base = g.call();
   base.num_inference_steps = 1;
   auto c = base;
   c.height = 72;
@@ -326,7 +326,7 @@ TEST(Flux2Pipeline, BadInputGivesClearErrors) {
   // klein with guidance needs negative embeddings (or an encoder for "").
   const GoldenCase k("klein_cfg_64x64_s0");
   auto klein = load(k);
-  Flux2PipelineCall kc = k.call();
+  PipelineRequest kc = k.call();
   kc.negative_prompt_embeds = Tensor();
   try {
     (*klein)(kc);

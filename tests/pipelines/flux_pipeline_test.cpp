@@ -33,8 +33,8 @@ struct GoldenCase {
     seed = std::stoull(m.at("seed"));
     max_sequence_length = std::stoll(m.at("max_sequence_length"));
   }
-  FluxPipelineCall call() const {
-    FluxPipelineCall c;
+  PipelineRequest call() const {
+    PipelineRequest c;
     c.prompt = prompt;
     c.height = height;
     c.width = width;
@@ -139,7 +139,7 @@ TEST(FluxPipeline, LongPromptIsTruncatedWithAWarning) {
 
 TEST(FluxPipeline, SavesAnAtomicPngWithTheGenerationParameters) {
   auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-schnell"));
-  FluxPipelineCall call;
+  PipelineRequest call;
   call.prompt = "a photo of a cat";
   call.height = 32;
   call.width = 48;
@@ -161,7 +161,7 @@ TEST(FluxPipeline, SavesAnAtomicPngWithTheGenerationParameters) {
 
 TEST(FluxPipeline, BadInputGivesClearErrors) {
   auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-schnell"));
-  auto expect_error = [&](FluxPipelineCall call, const std::string& needle) {
+  auto expect_error = [&](PipelineRequest call, const std::string& needle) {
     try {
       pipe(call);
       ADD_FAILURE() << "expected an error mentioning " << needle;
@@ -169,7 +169,7 @@ TEST(FluxPipeline, BadInputGivesClearErrors) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  FluxPipelineCall base;
+  PipelineRequest base;
   base.prompt = "x";
   base.height = 64;
   base.width = 64;

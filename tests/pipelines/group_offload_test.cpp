@@ -24,7 +24,7 @@
 namespace kiln {
 namespace {
 
-FluxPipelineCall tiny_flux_call(uint64_t seed) {
+PipelineRequest tiny_flux_call(uint64_t seed) {
   return {.prompt = "an orange cube",
           .height = 32,
           .width = 32,
@@ -162,7 +162,7 @@ TEST(GroupOffload, EveryExecutionModeKeepsItsImage) {
       if (offload) {
         EXPECT_EQ(pipe(tiny_flux_call(11)).images[0].pixels, pixels) << mode;
       }
-      if (stats != nullptr) *stats = weight_group_stats();
+      if (stats != nullptr) *stats = pipe.context().memory().weight_group_stats();
       *programs = pipe.transformer().compiled_program_count();
       clear_weight_groups();
       set_packed_weight_budget(std::nullopt);
@@ -182,7 +182,7 @@ TEST(GroupOffload, EveryExecutionModeKeepsItsImage) {
 
 TEST(GroupOffload, MemoryBudgetBetweenModelAndSequentialPicksGroupsAndKeepsTheImage) {
   OffloadScope scope;
-  const FluxPipelineCall call = tiny_flux_call(12);
+  const PipelineRequest call = tiny_flux_call(12);
   PipelineLoadOptions options{.dtype = bfloat16};
   const auto load = [&] {
     return FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev-bf16"), options);
@@ -203,17 +203,17 @@ TEST(GroupOffload, MemoryBudgetBetweenModelAndSequentialPicksGroupsAndKeepsTheIm
   EXPECT_EQ(plan.mode, OffloadMode::Group);
   EXPECT_LE(plan.peak_weight_bytes, *group_budget);
   EXPECT_EQ(pipe(call).images[0].pixels, unbudgeted) << plan.describe();
-  EXPECT_GT(weight_group_stats().switches, 0);
+  EXPECT_GT(pipe.context().memory().weight_group_stats().switches, 0);
 }
 
 TEST(GroupOffload, StableDiffusion3KeepsItsImage) {
   OffloadScope scope;
-  const StableDiffusion3PipelineCall call{.prompt = "a red sphere",
-                                          .height = 32,
-                                          .width = 32,
-                                          .num_inference_steps = 2,
-                                          .generator = Generator(4),
-                                          .max_sequence_length = 16};
+  const PipelineRequest call{.prompt = "a red sphere",
+                             .height = 32,
+                             .width = 32,
+                             .num_inference_steps = 2,
+                             .generator = Generator(4),
+                             .max_sequence_length = 16};
   // float32, the checkpoint's dtype: the weights stay file pages, which is what groups send out.
   const auto run = [&](std::optional<int> blocks_per_group) {
     auto pipe = StableDiffusion3Pipeline::from_pretrained(testing::data_path("models/sd3-tiny-medium"),
@@ -221,7 +221,7 @@ TEST(GroupOffload, StableDiffusion3KeepsItsImage) {
     if (blocks_per_group) pipe.enable_group_offload({.blocks_per_group = *blocks_per_group});
     std::vector<uint8_t> pixels = pipe(call).images[0].pixels;
     if (blocks_per_group) {
-      EXPECT_GT(weight_group_stats().switches, 2) << *blocks_per_group;
+      EXPECT_GT(pipe.context().memory().weight_group_stats().switches, 2) << *blocks_per_group;
     }
     clear_weight_groups();
     set_packed_weight_budget(std::nullopt);
@@ -241,10 +241,10 @@ TEST(PipelineTo, CpuKeepsEverythingResidentAndOtherDevicesAreRefused) {
   const std::vector<uint8_t> plain = pipe(tiny_flux_call(3)).images[0].pixels;
   pipe.enable_group_offload({.blocks_per_group = 1});
   EXPECT_EQ(pipe(tiny_flux_call(3)).images[0].pixels, plain);
-  EXPECT_GT(weight_group_stats().switches, 0);
+  EXPECT_GT(pipe.context().memory().weight_group_stats().switches, 0);
   pipe.to(cpu);
   EXPECT_FALSE(pipe.model_cpu_offload_enabled());
-  EXPECT_EQ(weight_group_stats().groups, 0) << "no groups registered after to(cpu)";
+  EXPECT_EQ(pipe.context().memory().weight_group_stats().groups, 0) << "no groups registered after to(cpu)";
   EXPECT_EQ(pipe(tiny_flux_call(3)).images[0].pixels, plain);
   for (const auto& call : std::vector<std::function<void()>>{
            [&] { pipe.to(Device("cuda")); }, [&] { pipe.enable_model_cpu_offload(Device("cuda:1")); }}) {

@@ -135,7 +135,7 @@ class OffloadScope {
   std::optional<int64_t> packed_;
 };
 
-FluxPipelineCall call() {
+PipelineRequest call() {
   return {.prompt = "a blue square",
           .height = 32,
           .width = 32,

@@ -19,7 +19,7 @@ namespace {
 struct GoldenCase {
   io::SafetensorsFile file;
   std::string pipeline;
-  StableDiffusion3PipelineCall call;
+  PipelineRequest call;
   bool cfg = false;
   DType dtype = float32;
 
@@ -37,10 +37,11 @@ struct GoldenCase {
     call.max_sequence_length = std::stoll(m.at("max_sequence_length"));
     if (m.count("skip_guidance_layers")) {
       std::stringstream layers(m.at("skip_guidance_layers"));
-      for (std::string l; std::getline(layers, l, ',');) call.skip_guidance_layers.push_back(std::stoll(l));
-      call.skip_layer_guidance_scale = std::stod(m.at("skip_layer_guidance_scale"));
-      call.skip_layer_guidance_start = std::stod(m.at("skip_layer_guidance_start"));
-      call.skip_layer_guidance_stop = std::stod(m.at("skip_layer_guidance_stop"));
+      for (std::string l; std::getline(layers, l, ',');)
+        call.skip_layer_guidance.layers.push_back(std::stoll(l));
+      call.skip_layer_guidance.scale = std::stod(m.at("skip_layer_guidance_scale"));
+      call.skip_layer_guidance.start = std::stod(m.at("skip_layer_guidance_start"));
+      call.skip_layer_guidance.stop = std::stod(m.at("skip_layer_guidance_stop"));
     }
     cfg = m.at("cfg") == "true";
     dtype = m.at("dtype") == "bfloat16" ? bfloat16 : float32;
@@ -89,7 +90,7 @@ TEST_P(SD3PipelineFloat32, EveryStageMatchesDiffusers) {
   if (g.cfg) expect_text_matches(*prompt.negative, g, "negative_", 1e-4);
 
   Generator gen(g.call.generator->initial_seed());
-  const Tensor latents = pipe.prepare_latents(1, g.call.height, g.call.width, float32, gen);
+  const Tensor latents = pipe.prepare_latents(1, *g.call.height, *g.call.width, float32, gen);
   EXPECT_TRUE(testing::all_close(latents, g["latents_init"], 0, 0)) << "initial noise must be bit-exact";
 
   // The first step's velocity (the batch-2 transformer pass combined with the guidance scale), from
@@ -127,8 +128,8 @@ TEST(SD3Pipeline, SkipLayerGuidanceChangesTheSteps) {
   const GoldenCase g("medium_slg_48x64_s5");
   auto pipe = load(g);
   const auto prompt = pipe.encode_prompt(g.call);
-  StableDiffusion3PipelineCall plain = g.call;
-  plain.skip_guidance_layers.clear();
+  PipelineRequest plain = g.call;
+  plain.skip_layer_guidance.layers.clear();
   const Tensor x = g["latents_step0"];
   const float t1 = g["sigmas"].to_vector<float>()[1] * 1000.0f;
   EXPECT_TRUE(testing::all_close(pipe.predict_velocity(x, t1, 0, prompt, g.call),
@@ -154,7 +155,7 @@ TEST_P(SD3PipelineBfloat16, MatchesDiffusersWithinBf16Rounding) {
   if (g.cfg) expect_text_matches(*prompt.negative, g, "negative_", 2e-2);
 
   Generator gen(g.call.generator->initial_seed());
-  const Tensor latents = pipe.prepare_latents(1, g.call.height, g.call.width, bfloat16, gen);
+  const Tensor latents = pipe.prepare_latents(1, *g.call.height, *g.call.width, bfloat16, gen);
   EXPECT_EQ(latents.dtype(), bfloat16);
   EXPECT_TRUE(testing::all_close(latents, g["latents_init"], 0, 0)) << "bf16 noise must be bit-exact";
 
@@ -168,14 +169,16 @@ INSTANTIATE_TEST_SUITE_P(Goldens, SD3PipelineBfloat16,
 
 TEST(SD3Pipeline, DefaultsFollowDiffusers) {
   auto pipe = StableDiffusion3Pipeline::from_pretrained(testing::data_path("models/sd3-tiny-medium"));
-  const StableDiffusion3PipelineCall defaults;
+  const PipelineDefaults defaults = pipe.defaults();
   EXPECT_EQ(defaults.num_inference_steps, 28);
   EXPECT_EQ(defaults.guidance_scale, 7.0f);
   EXPECT_EQ(defaults.max_sequence_length, 256);
-  EXPECT_TRUE(defaults.skip_guidance_layers.empty());
+  EXPECT_EQ(defaults.height, 64);
+  EXPECT_EQ(defaults.width, 64);
+  EXPECT_TRUE(PipelineRequest().skip_layer_guidance.layers.empty());
   EXPECT_EQ(pipe.default_image_size(), 64);  // sample_size 8 x VAE factor 8
   // An absent negative prompt is the empty string, not zeros; prompt_2/3 fall back to the prompt.
-  StableDiffusion3PipelineCall call;
+  PipelineRequest call;
   call.prompt = "a photo of a cat";
   call.max_sequence_length = 16;
   const auto p = pipe.encode_prompt(call);
@@ -221,7 +224,7 @@ TEST(SD3Pipeline, SavesThePngWithTheGenerationParameters) {
 
 TEST(SD3Pipeline, BadInputGivesClearErrors) {
   auto pipe = StableDiffusion3Pipeline::from_pretrained(testing::data_path("models/sd3-tiny-medium"));
-  auto expect_error = [&](StableDiffusion3PipelineCall call, const std::string& needle) {
+  auto expect_error = [&](PipelineRequest call, const std::string& needle) {
     try {
       pipe(call);
       ADD_FAILURE() << "expected an error mentioning " << needle;
@@ -230,7 +233,7 @@ TEST(SD3Pipeline, BadInputGivesClearErrors) {
       EXPECT_NE(std::string(e.what()).find("StableDiffusion3Pipeline"), std::string::npos) << e.what();
     }
   };
-  StableDiffusion3PipelineCall base;
+  PipelineRequest base;
   base.prompt = "x";
   base.num_inference_steps = 1;
   auto c = base;
@@ -246,7 +249,7 @@ TEST(SD3Pipeline, BadInputGivesClearErrors) {
   c.max_sequence_length = 513;
   expect_error(c, "max_sequence_length");
   c = base;
-  c.skip_guidance_layers = {3};
+  c.skip_layer_guidance.layers = {3};
   expect_error(c, "skip_guidance_layers");
   c = base;
   c.guidance_scale = -1.0f;

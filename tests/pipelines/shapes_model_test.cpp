@@ -25,8 +25,8 @@ std::string model_dir() {
 
 constexpr int64_t kMaxSequenceLength = 40;  // what the model was trained with
 
-FluxPipelineCall shapes_call(const std::string& prompt, uint64_t seed, int steps) {
-  FluxPipelineCall c;
+PipelineRequest shapes_call(const std::string& prompt, uint64_t seed, int steps) {
+  PipelineRequest c;
   c.prompt = prompt;
   c.height = 64;
   c.width = 64;

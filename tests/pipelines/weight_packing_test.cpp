@@ -23,7 +23,7 @@ namespace {
 constexpr int64_t kGiB = int64_t{1} << 30;
 
 // A 32x32, 2-step call of the tiny FLUX.1-dev pipeline.
-FluxPipelineCall tiny_call(const std::string& prompt, uint64_t seed) {
+PipelineRequest tiny_call(const std::string& prompt, uint64_t seed) {
   return {.prompt = prompt,
           .height = 32,
           .width = 32,
@@ -83,15 +83,15 @@ TEST(WeightPacking, ParsesSizesAsTheCommandLineWritesThem) {
 // all the image is the same, and nothing is packed.
 TEST(WeightPacking, PipelineImageIsTheSameWithWeightsReadInPlace) {
   const std::optional<int64_t> saved = packed_weight_budget();
-  const FluxPipelineCall call = tiny_call("a red circle", 3);
+  const PipelineRequest call = tiny_call("a red circle", 3);
   const auto run = [&](std::optional<int64_t> budget, int64_t* packed) {
     PipelineLoadOptions options{.dtype = bfloat16};
     options.packed_weight_budget = budget;
     auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev-bf16"), options);
-    const int64_t before = packed_weight_bytes();
+    const int64_t before = pipe.context().memory().packed_weight_bytes();
     auto out = pipe(call);
     synchronize();
-    *packed = packed_weight_bytes() - before;
+    *packed = pipe.context().memory().packed_weight_bytes() - before;
     return out.images[0].pixels;
   };
   int64_t packed_default = 0, packed_none = 0;
@@ -110,7 +110,7 @@ TEST(WeightPacking, PipelineImageIsTheSameWithWeightsReadInPlace) {
 // enable_model_cpu_offload: every component's packed copies are gone once the call returns, the image is the
 // same as without offloading, and a second call (reading the weights from the files again) gives it again.
 TEST(ModelCpuOffload, ReleasesEveryComponentAndKeepsTheImage) {
-  const FluxPipelineCall call = tiny_call("a blue square", 5);
+  const PipelineRequest call = tiny_call("a blue square", 5);
   PipelineLoadOptions options{.dtype = bfloat16};
   options.packed_weight_budget = kAllWeightsPacked;
   const std::optional<int64_t> saved = packed_weight_budget();
@@ -122,16 +122,17 @@ TEST(ModelCpuOffload, ReleasesEveryComponentAndKeepsTheImage) {
   auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev-bf16"), options);
   pipe.enable_model_cpu_offload();
   EXPECT_TRUE(pipe.model_cpu_offload_enabled());
-  const int64_t before = packed_weight_bytes();
+  const int64_t before = pipe.context().memory().packed_weight_bytes();
   EXPECT_EQ(pipe(call).images[0].pixels, resident_image);
-  EXPECT_EQ(packed_weight_bytes(), before) << "a component kept packed copies after the call";
+  EXPECT_EQ(pipe.context().memory().packed_weight_bytes(), before)
+      << "a component kept packed copies after the call";
   EXPECT_EQ(pipe(call).images[0].pixels, resident_image);
   set_packed_weight_budget(saved);
 }
 
 // set_memory_budget picks the coarsest offload under the budget, and the image does not change with it.
 TEST(MemoryBudget, PicksTheCoarsestOffloadAndKeepsTheImage) {
-  const FluxPipelineCall call = tiny_call("a white circle", 9);
+  const PipelineRequest call = tiny_call("a white circle", 9);
   PipelineLoadOptions options{.dtype = bfloat16};
   const std::optional<int64_t> saved_packed = packed_weight_budget();
   const auto load = [&] {
@@ -171,7 +172,7 @@ TEST(MemoryBudget, PicksTheCoarsestOffloadAndKeepsTheImage) {
 // Model offload releases weights between components, outside any forward: in every execution mode the image
 // with offloading equals the image without it in that mode, and no packed copy survives the call.
 TEST(ModelCpuOffload, EveryExecutionModeKeepsItsImage) {
-  const FluxPipelineCall call = tiny_call("a green triangle", 7);
+  const PipelineRequest call = tiny_call("a green triangle", 7);
   PipelineLoadOptions options{.dtype = bfloat16};
   options.packed_weight_budget = kAllWeightsPacked;
   const std::optional<int64_t> saved = packed_weight_budget();
@@ -183,10 +184,11 @@ TEST(ModelCpuOffload, EveryExecutionModeKeepsItsImage) {
       if (offload) pipe.enable_model_cpu_offload();
       std::optional<EagerModeGuard> fuse;
       if (mode == "fuse") fuse.emplace(EagerMode::DeferAndFuse);
-      const int64_t before = packed_weight_bytes();
+      const int64_t before = pipe.context().memory().packed_weight_bytes();
       std::vector<uint8_t> pixels = pipe(call).images[0].pixels;
       if (offload) {
-        EXPECT_EQ(packed_weight_bytes(), before) << mode << ": packed copies survived the call";
+        EXPECT_EQ(pipe.context().memory().packed_weight_bytes(), before)
+            << mode << ": packed copies survived the call";
       }
       return pixels;
     };

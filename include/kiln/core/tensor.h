@@ -89,6 +89,8 @@ class Tensor {
   }
   // Single element as double (any dtype); requires numel() == 1.
   double item() const;
+  // Pointer to element 0 of this view, whatever the dtype; waits like data().
+  void* host_data() const;
 
   // Pointer to element 0 without waiting: for kernels running on the stream.
   void* raw_data() const {
@@ -96,8 +98,6 @@ class Tensor {
   }
 
  private:
-  void* host_data() const;
-
   std::shared_ptr<Storage> storage_;
   Shape shape_;
   Strides strides_;

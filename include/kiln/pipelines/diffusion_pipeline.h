@@ -1,13 +1,25 @@
 // What every Kiln pipeline (FluxPipeline, StableDiffusion3Pipeline, Flux2Pipeline, Flux2KleinPipeline)
-// shares, as diffusers' DiffusionPipeline does: the load options, the output, where the model came from, its
-// dtype, how its weights are held, the offload API and VAE tiling. Each pipeline names its components (in the
-// order they run) and its VAE; the rest is here.
+// shares, as diffusers' DiffusionPipeline does: loading by class name from model_index.json, the load
+// options, one request type and one call, the execution context the pipeline runs in, the offload API, the
+// execution modes and VAE tiling. Each pipeline names its components (in the order they run), its VAE and its
+// transformer, checks the requests it takes and runs them; the rest is here.
+//
+//   auto pipe = kiln::DiffusionPipeline::from_pretrained("black-forest-labs/FLUX.1-schnell",
+//                                                        {.dtype = kiln::bfloat16});
+//   pipe->configure({.mode = kiln::ExecutionMode::Compile});
+//   auto result = (*pipe)({.prompt = "a cat", .num_inference_steps = 4, .generator = kiln::Generator(0)});
+//
+// Calls are reentrant: one loaded pipeline may be called from several threads. Each call owns its state
+// (schedule, generator, buffers); calls to one pipeline are served one at a time, in arrival order (its
+// context's stream, deferred graph and offloaded weights are the pipeline's), and each gives exactly the
+// image it gives alone. Pipelines with contexts of their own run side by side.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -17,13 +29,19 @@
 #include "kiln/nn/module.h"
 #include "kiln/pipelines/image.h"
 #include "kiln/pipelines/offload.h"
+#include "kiln/pipelines/pipeline_request.h"
 #include "kiln/pipelines/weight_packing.h"
+#include "kiln/runtime/execution_context.h"
 
 namespace kiln {
 
 namespace models {
 class AutoencoderKL;
 }  // namespace models
+namespace pipelines {
+class CallQueue;
+class CallControl;
+}  // namespace pipelines
 
 struct PipelineLoadOptions {
   DType dtype = float32;  // every component is run in this dtype (weights converted when stored otherwise)
@@ -37,16 +55,21 @@ struct PipelineLoadOptions {
   std::function<void(const std::string&, int, int)> on_component_loaded;
   // The most bytes of packed weight copies (kiln/pipelines/weight_packing.h; kAllWeightsPacked: no limit).
   // Absent: all weights packed when they fit in half of this machine's memory, none otherwise (they are then
-  // read from the memory-mapped checkpoint, as diffusers does). Applied process-wide when loading ends.
+  // read from the memory-mapped checkpoint, as diffusers does). Applied to the pipeline's context.
   std::optional<int64_t> packed_weight_budget;
   // Tensor parallelism per component, by the pipeline's component names ("transformer", and the large text
   // encoder: T5, "text_encoder_2" in FLUX, "text_encoder_3" in SD3; Mistral 3 / Qwen3, "text_encoder" in
-  // FLUX.2), as diffusers' parallel_config: each rank builds the
-  // component's shard and reads only its slices. CLIP and the VAE stay replicated (an error names them):
-  // they are small, and CLIP's pooled output and the VAE's convolutions have no column/row split that
-  // pays for its collectives.
+  // FLUX.2), as diffusers' parallel_config: each rank builds the component's shard and reads only its slices.
+  // CLIP and the VAE stay replicated (an error names them): they are small, and CLIP's pooled output and the
+  // VAE's convolutions have no column/row split that pays for its collectives.
   std::map<std::string, dist::TensorParallelConfig> parallel_config;
-  // The layer view of parallel_config[component] (no parallelism when absent); throws naming a component
+  // Shorthand: every component the pipeline can split (splittable_components()) over this many ranks of the
+  // process group, on a one-dimensional CPU mesh; parallel_config entries win.
+  int tensor_parallel = 1;
+  // The execution context the pipeline runs in (kiln/runtime/execution_context.h); a new one of its own when
+  // null. Pipelines that share one share its mode, budgets and stream.
+  std::shared_ptr<ExecutionContext> context;
+  // The layer view of the tensor parallelism of `component` (none when absent); throws naming a component
   // that cannot be split or is not in `splittable`.
   nn::TensorParallel tensor_parallel_for(const std::string& component,
                                          const std::vector<std::string>& splittable) const;
@@ -56,16 +79,65 @@ struct PipelineOutput {
   std::vector<Image> images;
 };
 
+// How a pipeline's ops run (kiln/runtime/eager_mode.h, kiln/nn/compile.h).
+enum class ExecutionMode {
+  Eager,          // strict eager, asynchronous dispatch
+  Fuse,           // deferred and fused
+  Compile,        // the transformer compiled per input shape
+  CompileBlocks,  // the transformer's repeated blocks compiled once each
+};
+const char* execution_mode_name(ExecutionMode mode);  // "eager", "fuse", "compile", "compile-blocks"
+// From its name; throws kiln::Error naming the accepted ones.
+ExecutionMode parse_execution_mode(const std::string& name);
+
+// DiffusionPipeline::configure's settings, as `kiln generate` takes them.
+struct ExecutionOptions {
+  // Unset: strict eager unless the environment says otherwise (KILN_DEFER_AND_FUSE, KILN_LAUNCH_BLOCKING).
+  std::optional<ExecutionMode> mode;
+  // Unset: model offload when the weights exceed half of this machine's memory (nothing packed), else none.
+  std::optional<OffloadMode> offload;
+  int blocks_per_group = 1;  // group offload's blocks per group
+  // The most memory the weights may hold: picks the offload itself (set_memory_budget); not with `offload`.
+  std::optional<int64_t> max_memory;
+};
+
 class DiffusionPipeline {
  public:
   virtual ~DiffusionPipeline();
 
+  // diffusers' DiffusionPipeline.from_pretrained: the pipeline class named by model_index.json's _class_name
+  // (pipeline_class_names()), loaded from a diffusers folder or a repo id in the local Hugging Face cache.
+  // Throws kiln::Error naming the class and the ones Kiln runs when it is not one of them.
+  static std::unique_ptr<DiffusionPipeline> from_pretrained(const std::string& model,
+                                                            const PipelineLoadOptions& options = {});
+
+  // "FluxPipeline", as model_index.json names it.
+  virtual const char* class_name() const = 0;
+  // The values a request's unset fields take.
+  virtual PipelineDefaults defaults() const = 0;
+
+  // Generates images: checks the request (RequestError naming the field at fault), waits for its turn (see
+  // above; under tensor parallelism every rank runs calls in rank 0's order: kiln/dist/call_sequencer.h), and
+  // runs it in the pipeline's execution context. Throws Cancelled when request.cancel is cancelled before the
+  // call ends.
+  PipelineOutput operator()(const PipelineRequest& request);
+  // The checks operator() makes before it waits or loads anything: a field this pipeline does not take or a
+  // value out of range throws RequestError naming the field.
+  void check_request(const PipelineRequest& request) const;
+
   DType dtype() const { return dtype_; }
   const std::string& model_path() const { return path_; }
+  ExecutionContext& context() const { return *context_; }
   // How the weights are held (applied when loading ended).
   const WeightPackingPlan& weight_packing() const { return weight_packing_; }
   // The components that hold weights, in the order a call runs them (absent ones are null).
   virtual std::vector<std::pair<std::string, nn::Module*>> components() const = 0;
+  // The denoising transformer, which the compiled modes compile.
+  virtual nn::Module& transformer_module() = 0;
+
+  // Applies the execution mode and the offload (as `kiln generate --mode/--offload/--max-memory` do) and
+  // returns what was chosen, one line per setting that needs saying ("model offload: ...").
+  std::vector<std::string> configure(const ExecutionOptions& options);
 
   // diffusers' enable_model_cpu_offload: each component holds its weights only while it runs. On a host
   // without an accelerator the weights live in the memory-mapped checkpoint; once a component has run, its
@@ -103,17 +175,31 @@ class DiffusionPipeline {
   DiffusionPipeline(DiffusionPipeline&&) noexcept;
   DiffusionPipeline& operator=(DiffusionPipeline&&) noexcept;
 
+  // Runs a checked request, in the pipeline's context, with the call's turn held; `control` tells it when to
+  // stop (CallControl::checkpoint between stages; the denoising loop checks before every step).
+  virtual PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) = 0;
+  // The request checks that need the loaded pipeline (sizes against its VAE and transformer, ...), after the
+  // field checks of its class.
+  virtual void check_loaded_request(const PipelineRequest& request) const = 0;
   virtual models::AutoencoderKL& vae_model() const = 0;
+
+  // Sets the pipeline's execution context: options.context, else a new one named after the pipeline and the
+  // model. Loading then happens inside it.
+  void make_context(const PipelineLoadOptions& options, const std::string& model);
   // Under model offload, releases the weights of the (name, module) components that just ran.
   void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>> ran) const;
-  // Sets the packed-weight plan from the components' weights in the pipeline's dtype (at the end of loading).
-  void plan_weight_packing(const std::optional<int64_t>& requested_budget);
+  // At the end of loading: sets the packed-weight plan from the components' weights in the pipeline's dtype,
+  // and waits for the loading work (conversions queued on the context's stream), so that a loaded pipeline
+  // holds its weights and a failure while loading is reported by from_pretrained.
+  void finish_loading(const std::optional<int64_t>& requested_budget);
 
   std::string path_;
   std::string name_;  // what the user asked for (repo id or folder), recorded in image metadata
   DType dtype_ = float32;
   WeightPackingPlan weight_packing_;
   bool model_cpu_offload_ = false;
+  std::shared_ptr<ExecutionContext> context_;
+  std::unique_ptr<pipelines::CallQueue> calls_;
 };
 
 }  // namespace kiln

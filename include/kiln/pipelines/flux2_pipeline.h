@@ -2,11 +2,17 @@
 // conditioned on reference images, as diffusers' pipelines of those names, from a diffusers folder or a
 // Hugging Face repo id in the local cache:
 //
-//   auto pipe = kiln::Flux2Pipeline::from_pretrained("black-forest-labs/FLUX.2-dev", {.dtype =
-//   kiln::bfloat16}); auto result = pipe({.prompt = "a golden retriever surfing a wave", .height = 1024,
-//   .width = 1024,
+//   auto pipe = kiln::Flux2Pipeline::from_pretrained("black-forest-labs/FLUX.2-dev",
+//                                                    {.dtype = kiln::bfloat16});
+//   auto result = pipe({.prompt = "a golden retriever surfing a wave", .height = 1024, .width = 1024,
 //                       .num_inference_steps = 50, .guidance_scale = 4.0f, .generator = kiln::Generator(0)});
 //   result.images[0].save("output.png");
+//
+// They take prompt or prompt_embeds, reference images (image: each at least 64 pixels a side with an aspect
+// ratio up to 8, resized to 1024 x 1024 pixels of area when larger, then centre-cropped to multiples of 16),
+// the size (default: the first reference image's, else 1024 x 1024), steps (50), guidance (4.0),
+// generator, num_images_per_prompt and max_sequence_length (512) of a PipelineRequest; klein also its
+// negative prompt (negative_prompt or negative_prompt_embeds; "" as in diffusers when absent).
 //
 // The same seed gives diffusers' initial noise (drawn in the patchified 128-channel shape), the schedule uses
 // diffusers' empirical mu, and every stage follows diffusers' dtype path, so Kiln's image matches diffusers'.
@@ -29,41 +35,16 @@
 
 namespace kiln {
 
+namespace pipelines {
+struct ResolvedRequest;
+}  // namespace pipelines
+
 namespace models {
 class Flux2Transformer2DModel;
 class AutoencoderKLFlux2;
 }  // namespace models
 class FlowMatchEulerDiscreteScheduler;
 class Flux2PromptEncoder;
-
-struct Flux2PipelineCall {
-  // The prompt embeddings [B, L, joint_attention_dim] in the pipeline's dtype (encode_prompt's output: the
-  // selected text-encoder layers stacked per token). Not with a non-empty prompt; without them the prompt
-  // ("" included, as diffusers' prompt=None) is encoded by the folder's text encoder.
-  Tensor prompt_embeds;
-  std::string prompt;
-  // Flux2KleinPipeline's classifier-free guidance (guidance_scale > 1, not a distilled model) runs a second
-  // pass with these; when absent they are the text encoder's embeddings of negative_prompt, which is "" as in
-  // diffusers unless given (a given one is what diffusers does with
-  // negative_prompt_embeds=pipe.encode_prompt(negative_prompt)[0]). FLUX.2-dev has neither.
-  Tensor negative_prompt_embeds;
-  std::string negative_prompt;
-  // Reference images conditioning the generation (diffusers' `image=`), RGB (gray and RGBA are converted as
-  // PIL's convert("RGB") does); each at least 64 pixels a side with an aspect ratio up to 8, resized to
-  // 1024 x 1024 pixels of area when larger, then centre-cropped to multiples of 16.
-  std::vector<Image> image;
-  int64_t height = 0;  // 0: the first reference image's (cropped) size, else 1024
-  int64_t width = 0;
-  int num_inference_steps = 50;
-  // Flux2Pipeline: the embedded guidance (FLUX.2-dev is guidance-distilled). Flux2KleinPipeline: the
-  // classifier-free guidance scale, on when > 1 unless the model is step-distilled (is_distilled).
-  float guidance_scale = 4.0f;
-  std::optional<Generator> generator;  // torch's default seed when absent
-  int num_images_per_prompt = 1;
-  int64_t max_sequence_length = 512;  // tokens of the text encoder (the prompt padded or truncated to it)
-  // Called after each denoising step with (step index from 0, total steps, seconds the step took).
-  std::function<void(int, int, double)> on_step_end;
-};
 
 // The shared implementation of both pipelines (they differ in their text encoders and in how they guide).
 class Flux2PipelineBase : public DiffusionPipeline {
@@ -72,7 +53,8 @@ class Flux2PipelineBase : public DiffusionPipeline {
   Flux2PipelineBase& operator=(Flux2PipelineBase&&) noexcept;
   ~Flux2PipelineBase() override;
 
-  PipelineOutput operator()(const Flux2PipelineCall& call);
+  PipelineDefaults defaults() const override;
+  static std::vector<std::string> splittable_components() { return {"transformer", "text_encoder"}; }
 
   // The text side, when the folder has one: the tokenizer and the text encoder's layers the pipeline reads
   // (null for a folder saved without them).
@@ -110,6 +92,7 @@ class Flux2PipelineBase : public DiffusionPipeline {
   models::Flux2Transformer2DModel& transformer() { return *transformer_; }
   const models::AutoencoderKLFlux2& vae() const { return *vae_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
+  nn::Module& transformer_module() override;
 
  protected:
   enum class Variant { Dev, Klein };
@@ -118,17 +101,21 @@ class Flux2PipelineBase : public DiffusionPipeline {
   // `pipeline_class`); the text encoder and tokenizer are both listed or both [null, null].
   void load(const std::string& model, const PipelineLoadOptions& options, const char* pipeline_class);
   models::AutoencoderKL& vae_model() const override;
-  const char* name() const { return variant_ == Variant::Dev ? "Flux2Pipeline" : "Flux2KleinPipeline"; }
+  const char* name() const { return class_name(); }
+  // The fields both variants refuse.
+  static void check_common_fields(const char* pipeline, const PipelineRequest& request);
 
   Variant variant_;
   bool is_distilled_ = false;  // klein: model_index.json's is_distilled (no classifier-free guidance)
 
  private:
   // The call's checks that do not depend on the reference images (sizes given, prompts, steps, ...).
-  void check_request(const Flux2PipelineCall& call) const;
-  // The call with defaults resolved (size from the first reference image), its size checked.
-  Flux2PipelineCall resolved(const Flux2PipelineCall& call, const std::vector<Tensor>& references) const;
-  bool classifier_free_guidance(const Flux2PipelineCall& call) const;
+  void check_loaded_request(const PipelineRequest& request) const override;
+  PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
+  // The request's values with defaults resolved (the size from the first reference image), its size checked.
+  pipelines::ResolvedRequest resolved(const PipelineRequest& request,
+                                      const std::vector<Tensor>& references) const;
+  bool classifier_free_guidance(float guidance_scale) const;
 
   std::unique_ptr<Flux2PromptEncoder> text_side_;
   PromptEncoder custom_prompt_encoder_;
@@ -142,6 +129,8 @@ class Flux2Pipeline : public Flux2PipelineBase {
  public:
   // `model` is a diffusers folder or a repo id ("black-forest-labs/FLUX.2-dev") in the local HF cache.
   static Flux2Pipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
+  const char* class_name() const override { return "Flux2Pipeline"; }
+  static void check_fields(const PipelineRequest& request);
 
  private:
   Flux2Pipeline() : Flux2PipelineBase(Variant::Dev) {}
@@ -155,6 +144,8 @@ class Flux2KleinPipeline : public Flux2PipelineBase {
  public:
   static Flux2KleinPipeline from_pretrained(const std::string& model,
                                             const PipelineLoadOptions& options = {});
+  const char* class_name() const override { return "Flux2KleinPipeline"; }
+  static void check_fields(const PipelineRequest& request);
   bool is_distilled() const { return is_distilled_; }
 
  private:

@@ -1,11 +1,15 @@
 // FluxPipeline: FLUX.1-schnell / FLUX.1-dev text-to-image, as diffusers' FluxPipeline, from a diffusers
 // folder or a Hugging Face repo id in the local cache:
 //
-//   auto pipe = kiln::FluxPipeline::from_pretrained("black-forest-labs/FLUX.1-schnell", {.dtype =
-//   kiln::bfloat16}); auto result = pipe({.prompt = "a golden retriever surfing a wave", .height = 1024,
-//   .width = 1024,
+//   auto pipe = kiln::FluxPipeline::from_pretrained("black-forest-labs/FLUX.1-schnell",
+//                                                   {.dtype = kiln::bfloat16});
+//   auto result = pipe({.prompt = "a golden retriever surfing a wave", .height = 1024, .width = 1024,
 //                       .num_inference_steps = 4, .guidance_scale = 0.0f, .generator = kiln::Generator(0)});
 //   result.images[0].save("output.png");
+//
+// It takes prompt and prompt_2 (T5's), the size, steps, guidance (embedded, FLUX.1-dev; schnell ignores it),
+// generator, max_sequence_length and num_images_per_prompt of a PipelineRequest; defaults: 1024 x 1024, 28
+// steps, guidance 3.5, 512 tokens.
 //
 // The same seed gives diffusers' initial noise, and every stage follows diffusers' dtype path, so Kiln's
 // image matches diffusers' for the same inputs.
@@ -35,20 +39,6 @@ class T5Tokenizer;
 }  // namespace tokenizers
 class FlowMatchEulerDiscreteScheduler;
 
-struct FluxPipelineCall {
-  std::string prompt;
-  std::optional<std::string> prompt_2;  // the T5 prompt; the CLIP prompt is used when absent (as diffusers)
-  int64_t height = 1024;
-  int64_t width = 1024;
-  int num_inference_steps = 28;
-  float guidance_scale = 3.5f;         // ignored by models without guidance embeddings (schnell)
-  std::optional<Generator> generator;  // torch's default seed when absent
-  int64_t max_sequence_length = 512;
-  int num_images_per_prompt = 1;
-  // Called after each denoising step with (step index from 0, total steps, seconds the step took).
-  std::function<void(int, int, double)> on_step_end;
-};
-
 class FluxPipeline : public DiffusionPipeline {
  public:
   // `model` is a diffusers folder or a repo id ("black-forest-labs/FLUX.1-dev") in the local HF cache.
@@ -57,7 +47,10 @@ class FluxPipeline : public DiffusionPipeline {
   FluxPipeline& operator=(FluxPipeline&&) noexcept;
   ~FluxPipeline() override;
 
-  PipelineOutput operator()(const FluxPipelineCall& call);
+  const char* class_name() const override { return "FluxPipeline"; }
+  PipelineDefaults defaults() const override { return {}; }
+  static void check_fields(const PipelineRequest& request);
+  static std::vector<std::string> splittable_components() { return {"transformer", "text_encoder_2"}; }
 
   // ---- the stages, as diffusers names them (public so each can be checked against diffusers)
   struct PromptEmbeddings {
@@ -78,11 +71,13 @@ class FluxPipeline : public DiffusionPipeline {
   // For compiled mode: pipe.transformer().compile({...}) or .compile_repeated_blocks().
   models::FluxTransformer2DModel& transformer() { return *transformer_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
+  nn::Module& transformer_module() override;
 
  private:
   FluxPipeline();
   models::AutoencoderKL& vae_model() const override;
-  void check_call(const FluxPipelineCall& call) const;
+  void check_loaded_request(const PipelineRequest& request) const override;
+  PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
 
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_2_;

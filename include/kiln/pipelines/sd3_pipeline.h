@@ -7,6 +7,10 @@
 //                       .num_inference_steps = 40, .guidance_scale = 4.5f, .generator = kiln::Generator(0)});
 //   result.images[0].save("output.png");
 //
+// It takes prompt, prompt_2 (CLIP-G's), prompt_3 (T5's), the negative prompts, the size, steps, guidance,
+// generator, max_sequence_length, num_images_per_prompt and skip_layer_guidance of a PipelineRequest;
+// defaults: the transformer's sample size (1024 for SD3.5), 28 steps, guidance 7.0, 256 T5 tokens.
+//
 // Prompts are encoded by CLIP-L and CLIP-G (penultimate hidden states, projected pooled vectors) and T5; with
 // guidance_scale > 1 the negative prompt ("" when absent) and the prompt run through the transformer as one
 // batch of 2 (classifier-free guidance), optionally with diffusers' skip-layer guidance. The same seed gives
@@ -31,29 +35,6 @@ namespace models {
 class SD3Transformer2DModel;
 }  // namespace models
 
-struct StableDiffusion3PipelineCall {
-  std::string prompt;
-  std::optional<std::string> prompt_2;  // CLIP-G's prompt; `prompt` when absent or empty (as diffusers)
-  std::optional<std::string> prompt_3;  // T5's prompt; likewise
-  std::optional<std::string> negative_prompt;  // "" when absent; used only with guidance_scale > 1
-  std::optional<std::string> negative_prompt_2, negative_prompt_3;  // negative_prompt when absent or empty
-  int64_t height = 0;  // 0: the model's default, transformer sample_size * VAE scale factor (1024 for SD3.5)
-  int64_t width = 0;
-  int num_inference_steps = 28;
-  float guidance_scale = 7.0f;         // classifier-free guidance is on when > 1
-  std::optional<Generator> generator;  // torch's default seed when absent
-  int64_t max_sequence_length = 256;   // T5 tokens (at most 512)
-  int num_images_per_prompt = 1;
-  // Skip-layer guidance (off when empty; diffusers recommends {7, 8, 9} for 3.5 Medium). Active at steps i
-  // with steps * start < i < steps * stop, and only with classifier-free guidance.
-  std::vector<int64_t> skip_guidance_layers;
-  double skip_layer_guidance_scale = 2.8;
-  double skip_layer_guidance_start = 0.01;
-  double skip_layer_guidance_stop = 0.2;
-  // Called after each denoising step with (step index from 0, total steps, seconds the step took).
-  std::function<void(int, int, double)> on_step_end;
-};
-
 class StableDiffusion3Pipeline : public DiffusionPipeline {
  public:
   // `model` is a diffusers folder or a repo id ("stabilityai/stable-diffusion-3.5-large") in the local HF
@@ -65,7 +46,10 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
   StableDiffusion3Pipeline& operator=(StableDiffusion3Pipeline&&) noexcept;
   ~StableDiffusion3Pipeline() override;
 
-  PipelineOutput operator()(const StableDiffusion3PipelineCall& call);
+  const char* class_name() const override { return "StableDiffusion3Pipeline"; }
+  PipelineDefaults defaults() const override;
+  static void check_fields(const PipelineRequest& request);
+  static std::vector<std::string> splittable_components() { return {"transformer", "text_encoder_3"}; }
 
   // ---- the stages, as diffusers names them (public so each can be checked against diffusers)
   // One prompt through the three encoders (encode_prompt without the negative branch). Each tensor is
@@ -86,7 +70,7 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
     TextEmbeddings positive;
     std::optional<TextEmbeddings> negative;
   };
-  PromptEmbeddings encode_prompt(const StableDiffusion3PipelineCall& call) const;
+  PromptEmbeddings encode_prompt(const PipelineRequest& request) const;
   // Noise [batch, in_channels, height / 8, width / 8], drawn as diffusers' prepare_latents does.
   Tensor prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
                          Generator& generator) const;
@@ -94,7 +78,7 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
   // batched [negative; positive] and combined with the guidance scale when guidance is on, plus skip-layer
   // guidance when the call asks for it at this step.
   Tensor predict_velocity(const Tensor& latents, float timestep, int step, const PromptEmbeddings& prompt,
-                          const StableDiffusion3PipelineCall& call) const;
+                          const PipelineRequest& request) const;
   // Latents -> float image [B, H, W, 3] in [0, 1] (diffusers' output_type="np").
   Tensor decode_latents(const Tensor& latents) const;
 
@@ -102,14 +86,15 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
   // For compiled mode: pipe.transformer().compile({...}) or .compile_repeated_blocks().
   models::SD3Transformer2DModel& transformer() { return *transformer_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
-  // The image size a call with height = width = 0 gets.
+  nn::Module& transformer_module() override;
+  // The image size a request without height and width gets.
   int64_t default_image_size() const;
 
  private:
   StableDiffusion3Pipeline();
   models::AutoencoderKL& vae_model() const override;
-  StableDiffusion3PipelineCall resolved(
-      const StableDiffusion3PipelineCall& call) const;  // defaults filled, checked
+  void check_loaded_request(const PipelineRequest& request) const override;
+  PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
 
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_, tokenizer_2_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_3_;  // null when the pipeline has no T5

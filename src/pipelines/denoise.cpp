@@ -1,0 +1,40 @@
+#include "pipelines/denoise.h"
+
+#include <chrono>
+#include <string>
+
+#include "kiln/runtime/execution_context.h"
+
+namespace kiln::pipelines {
+
+Tensor denoise(Tensor latents, const DenoiseLoop& loop) {
+  const std::vector<float>& timesteps = loop.scheduler->timesteps();
+  const int n = static_cast<int>(timesteps.size());
+  KILN_CHECK(loop.start_step >= 0 && loop.start_step <= n,
+             "denoise: the first step " << loop.start_step << " is outside the schedule's " << n << " steps");
+  for (int i = loop.start_step; i < n; ++i) {
+    if (loop.checkpoint)
+      loop.checkpoint(i == loop.start_step
+                          ? "before the first denoising step"
+                          : "after denoising step " + std::to_string(i) + " of " + std::to_string(n));
+    const auto start = std::chrono::steady_clock::now();
+    const Tensor v = loop.model_output(latents, i, timesteps[static_cast<size_t>(i)]);
+    latents = loop.scheduler->step(v, i, latents);
+    if (loop.blend) latents = loop.blend(latents, i);
+    synchronize(latents.device());
+    StepState state{
+        .step = i,
+        .num_steps = n,
+        .timestep = timesteps[static_cast<size_t>(i)],
+        .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+        .latents = latents};
+    if (loop.on_step_end) {
+      loop.on_step_end(state);
+      latents = state.latents;
+      if (state.stop) break;
+    }
+  }
+  return latents;
+}
+
+}  // namespace kiln::pipelines
