@@ -30,6 +30,12 @@ Tensor denoise(Tensor latents, const DenoiseLoop& loop) {
         .latents = latents};
     if (loop.on_step_end) {
       loop.on_step_end(state);
+      if (!state.latents.defined() || state.latents.shape() != latents.shape() ||
+          state.latents.dtype() != latents.dtype())
+        throw RequestError("callback_on_step_end",
+                           "callback_on_step_end: the latents it returns must keep their shape and dtype " +
+                               latents.str() + ", got " +
+                               (state.latents.defined() ? state.latents.str() : std::string("none")));
       latents = state.latents;
       if (state.stop) break;
     }

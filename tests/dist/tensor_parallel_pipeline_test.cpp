@@ -2,13 +2,17 @@
 // the one-rank image (within one 8-bit level) from the same seed.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
+#include <vector>
 
 #include "kiln/dist/device_mesh.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/pipelines/flux2_pipeline.h"
 #include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/pipelines/pipeline_registry.h"
 #include "kiln/pipelines/sd3_pipeline.h"
 #include "support/test_data.h"
 
@@ -109,6 +113,69 @@ TEST(TensorParallelPipeline, Flux2FromAPromptDrawsTheOneRankImage) {
   EXPECT_TRUE(testing::rel_max_error_within(split.encode_prompt(call.prompt, Tensor(), 1, 40).first,
                                             one.encode_prompt(call.prompt, Tensor(), 1, 40).first, 1e-5));
   EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+}
+
+// Concurrent calls under tensor parallelism: 4 threads per rank, each with its own seed, call one split
+// pipeline at once, in whatever order each rank's threads arrive; every rank runs the calls in rank 0's order
+// (kiln/dist/call_sequencer.h), so each thread gets the image its request gives alone. Compiled mode and
+// eager: the collectives are graph nodes in one and kernels on the stream in the other.
+TEST(TensorParallelPipeline, FourThreadsPerRankGetTheirSingleRunImages) {
+  const std::string model = testing::data_path("models/flux-tiny-dev");
+  for (const ExecutionMode mode : {ExecutionMode::Eager, ExecutionMode::CompileBlocks}) {
+    SCOPED_TRACE(execution_mode_name(mode));
+    PipelineLoadOptions options;
+    options.tensor_parallel = 2;
+    auto pipe = DiffusionPipeline::from_pretrained(model, options);
+    pipe->configure({.mode = mode});
+    const auto call = [](int i) {
+      return PipelineRequest{.prompt = i % 2 ? "a cat" : "a dog",
+                             .height = 32,
+                             .width = 32,
+                             .num_inference_steps = 2,
+                             .generator = Generator(20 + i),
+                             .max_sequence_length = 16};
+    };
+    std::vector<std::vector<uint8_t>> alone(4), together(4);
+    for (int i = 0; i < 4; ++i) alone[i] = (*pipe)(call(i)).images.front().pixels;
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 4; ++i)
+      threads.emplace_back([&, i] {
+        // Each rank's threads start in a different order.
+        std::this_thread::sleep_for(std::chrono::milliseconds(dist::rank() == 0 ? 5 * i : 5 * (3 - i)));
+        try {
+          together[i] = (*pipe)(call(i)).images.front().pixels;
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "thread " << i << ": " << e.what();
+        }
+      });
+    for (std::thread& t : threads) t.join();
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(together[i], alone[i]) << "thread " << i;
+  }
+}
+
+// A call cancelled on one rank stops at the same step on every rank (the ranks agree at each step), and the
+// next call runs normally.
+TEST(TensorParallelPipeline, CancellingOnOneRankStopsEveryRank) {
+  PipelineLoadOptions options;
+  options.tensor_parallel = 2;
+  auto pipe = DiffusionPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"), options);
+  PipelineRequest call{.prompt = "a cat",
+                       .height = 32,
+                       .width = 32,
+                       .num_inference_steps = 4,
+                       .generator = Generator(3),
+                       .max_sequence_length = 16};
+  const std::vector<uint8_t> alone = (*pipe)(call).images.front().pixels;
+  PipelineRequest cancelled = call;
+  cancelled.cancel = CancellationToken();  // a copy of a request shares its token
+  int steps = 0;
+  cancelled.callback_on_step_end = [&](StepState& s) {
+    ++steps;
+    if (dist::rank() == 1 && s.step == 0) cancelled.cancel.cancel();
+  };
+  EXPECT_THROW((*pipe)(cancelled), Cancelled);
+  EXPECT_EQ(steps, 1);
+  EXPECT_EQ((*pipe)(call).images.front().pixels, alone);
 }
 
 TEST(TensorParallelPipeline, ClipCannotBeSplit) {

@@ -5,8 +5,8 @@
 //
 //   kiln::PipelineRequest request{.prompt = "a cat", .height = 512, .width = 512, .num_inference_steps = 4,
 //                                 .guidance_scale = 0.0f, .generator = kiln::Generator(0)};
-//   request.callback_on_step_end = [](kiln::StepState& s) { std::printf("step %d of %d\n", s.step + 1, s.num_steps); };
-//   auto result = pipe(request);
+//   request.callback_on_step_end = [](kiln::StepState& s) { std::printf("step %d of %d\n", s.step + 1,
+//   s.num_steps); }; auto result = pipe(request);
 #pragma once
 
 #include <atomic>
@@ -58,11 +58,11 @@ class CancellationToken {
 // callback_kwargs): it may replace `latents` (the loop continues from them) or set `stop` (the remaining
 // steps are skipped and what was denoised so far is decoded, as diffusers' pipe._interrupt does).
 struct StepState {
-  int step = 0;            // from 0
-  int num_steps = 0;       // steps this call runs
-  float timestep = 0;      // the scheduler's timestep of this step
-  double seconds = 0;      // what the step took, its kernels included
-  Tensor latents;          // after the step
+  int step = 0;        // from 0
+  int num_steps = 0;   // steps this call runs
+  float timestep = 0;  // the scheduler's timestep of this step
+  double seconds = 0;  // what the step took, its kernels included
+  Tensor latents;      // after the step
   bool stop = false;
 };
 
@@ -100,13 +100,14 @@ struct PipelineRequest {
   std::optional<int> num_inference_steps;
   // FLUX.1-dev, FLUX.2-dev: the embedded guidance; SD3, klein: classifier-free guidance (on when > 1).
   std::optional<float> guidance_scale;
-  std::optional<Generator> generator;  // torch's default seed when absent
+  std::optional<Generator> generator;          // torch's default seed when absent
   std::optional<int64_t> max_sequence_length;  // tokens of the T5 / FLUX.2 text encoder
   int num_images_per_prompt = 1;
   SkipLayerGuidance skip_layer_guidance;  // SD3 only
   // Called after each denoising step (see StepState).
   std::function<void(StepState&)> callback_on_step_end;
-  // Cancels the call from elsewhere (see CancellationToken).
+  // Cancels the call from elsewhere (see CancellationToken). Copies of a request share it: give a copy a new
+  // CancellationToken() to cancel it alone.
   CancellationToken cancel;
 };
 
