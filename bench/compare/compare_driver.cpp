@@ -40,6 +40,7 @@
 #include "../bench_util.h"
 #include "../bf16_ceiling.h"
 #include "backends/cpu/cpu_features.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/kiln.h"
 #include "kiln/models/flux2_transformer.h"
 #include "kiln/models/flux_transformer.h"

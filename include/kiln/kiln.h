@@ -1,27 +1,25 @@
-// Kiln's public API in one include.
+// Kiln's public API in one include: tensors and ops, execution contexts and modes, the pipelines (by class
+// name or each class), their requests and images, the process group of tensor parallelism, and the counters.
+// Internals (device runtimes, kernels, graphs) stay out of it.
 #pragma once
 
+#include "kiln/core/allocator.h"
 #include "kiln/core/device.h"
-#include "kiln/core/device_runtime.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/log.h"
 #include "kiln/core/tensor.h"
 #include "kiln/dist/device_mesh.h"
 #include "kiln/dist/process_group.h"
-#include "kiln/io/checkpoint.h"
-#include "kiln/io/json_config.h"
-#include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
-#include "kiln/io/png.h"
-#include "kiln/io/safetensors.h"
-#include "kiln/models/flux2_prompt_encoder.h"
-#include "kiln/models/flux2_transformer.h"
 #include "kiln/ops.h"
+#include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/pipelines/flux2_pipeline.h"
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/generator.h"
-#include "kiln/pipelines/loaded_weights.h"
+#include "kiln/pipelines/image.h"
+#include "kiln/pipelines/pipeline_registry.h"
+#include "kiln/pipelines/pipeline_request.h"
 #include "kiln/pipelines/sd3_pipeline.h"
 #include "kiln/runtime/counters.h"
 #include "kiln/runtime/eager_mode.h"

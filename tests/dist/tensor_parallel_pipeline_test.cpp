@@ -117,11 +117,12 @@ TEST(TensorParallelPipeline, Flux2FromAPromptDrawsTheOneRankImage) {
 
 // Concurrent calls under tensor parallelism: 4 threads per rank, each with its own seed, call one split
 // pipeline at once, in whatever order each rank's threads arrive; every rank runs the calls in rank 0's order
-// (kiln/dist/call_sequencer.h), so each thread gets the image its request gives alone. Compiled mode and
-// eager: the collectives are graph nodes in one and kernels on the stream in the other.
+// (kiln/dist/call_sequencer.h), so each thread gets the image its request gives alone, in every execution
+// mode (the collectives are kernels on the stream in eager, graph nodes in the others).
 TEST(TensorParallelPipeline, FourThreadsPerRankGetTheirSingleRunImages) {
   const std::string model = testing::data_path("models/flux-tiny-dev");
-  for (const ExecutionMode mode : {ExecutionMode::Eager, ExecutionMode::CompileBlocks}) {
+  for (const ExecutionMode mode :
+       {ExecutionMode::Eager, ExecutionMode::Fuse, ExecutionMode::Compile, ExecutionMode::CompileBlocks}) {
     SCOPED_TRACE(execution_mode_name(mode));
     PipelineLoadOptions options;
     options.tensor_parallel = 2;

@@ -45,4 +45,8 @@ class Allocator {
 // live tensors are untouched.
 void empty_cache(Device device = cpu);
 
+// `device`'s allocator counters (torch.cuda.memory_stats), and a reset of its peak.
+MemoryStats memory_stats(Device device = cpu);
+void reset_peak_memory(Device device = cpu);
+
 }  // namespace kiln

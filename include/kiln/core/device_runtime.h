@@ -1,5 +1,6 @@
 // The per-device services: allocator, streams and weight tier. One DeviceRuntime exists for each device in
-// use; the backend that drives the device provides it.
+// use; the backend that drives the device provides it. This is plumbing between the runtime and the
+// backends, not part of the public API (kiln/kiln.h).
 #pragma once
 
 #include <memory>
@@ -25,8 +26,5 @@ class DeviceRuntime {
 
 // The runtime for `device`; throws kiln::Error when no backend for that device type is built in.
 DeviceRuntime& device_runtime(Device device);
-
-MemoryStats memory_stats(Device device = cpu);
-void reset_peak_memory(Device device = cpu);
 
 }  // namespace kiln
