@@ -326,6 +326,7 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
        .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
 
   release_after_use({{"transformer", transformer_.get()}});
+  if (request.output_type == OutputType::Latent) return {.latents = latents};
   control.checkpoint("before decoding");
   const Tensor images = decode_latents(latents, call.height, call.width);
   release_after_use({{"vae", vae_.get()}});
@@ -337,7 +338,7 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
   }
   if (cfg && !request.negative_prompt_embeds.defined()) metadata["negative_prompt"] = negative_prompt;
   if (!references.empty()) metadata["reference_images"] = std::to_string(references.size());
-  return {pipelines::to_images(images, metadata)};
+  return pipelines::make_output(request.output_type, images, metadata);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> Flux2PipelineBase::components() const {

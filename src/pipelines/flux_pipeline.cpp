@@ -218,6 +218,7 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
                 .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
 
   release_after_use({{"transformer", transformer_.get()}});
+  if (request.output_type == OutputType::Latent) return {.latents = latents};
   control.checkpoint("before decoding");
   const Tensor images = decode_latents(latents, call.height, call.width);
   release_after_use({{"vae", vae_.get()}});
@@ -226,7 +227,7 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   metadata["prompt"] = request.prompt;
   metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
   if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
-  return {pipelines::to_images(images, metadata)};
+  return pipelines::make_output(request.output_type, images, metadata);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> FluxPipeline::components() const {

@@ -151,6 +151,12 @@ std::vector<Image> to_images(const Tensor& nhwc, const std::map<std::string, std
   return images;
 }
 
+PipelineOutput make_output(OutputType type, const Tensor& nhwc,
+                           const std::map<std::string, std::string>& metadata) {
+  if (type == OutputType::Array) return {.array = nhwc};
+  return {.images = to_images(nhwc, metadata)};
+}
+
 std::map<std::string, std::string> common_metadata(const std::string& model, const char* pipeline,
                                                    uint64_t seed, int steps, float guidance_scale,
                                                    int64_t height, int64_t width, DType dtype) {

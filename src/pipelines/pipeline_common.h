@@ -73,6 +73,9 @@ Tensor postprocess(const Tensor& decoded);
 
 // One 8-bit image per batch element of `nhwc`, each with `metadata` plus "software" (the PNG's text chunks).
 std::vector<Image> to_images(const Tensor& nhwc, const std::map<std::string, std::string>& metadata);
+// A call's output from the decoded NHWC float32 images: the images (to_images) or the array itself.
+PipelineOutput make_output(OutputType type, const Tensor& nhwc,
+                           const std::map<std::string, std::string>& metadata);
 
 // The metadata every pipeline records: model, pipeline, seed, steps, guidance scale, size, dtype.
 std::map<std::string, std::string> common_metadata(const std::string& model, const char* pipeline,

@@ -334,6 +334,7 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
        .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
 
   release_after_use({{"transformer", transformer_.get()}});
+  if (request.output_type == OutputType::Latent) return {.latents = latents};
   control.checkpoint("before decoding");
   const Tensor images = decode_latents(latents);
   release_after_use({{"vae", vae_.get()}});
@@ -350,7 +351,7 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
       layers += (layers.empty() ? "" : ",") + std::to_string(l);
     metadata["skip_guidance_layers"] = layers;
   }
-  return {pipelines::to_images(images, metadata)};
+  return pipelines::make_output(request.output_type, images, metadata);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> StableDiffusion3Pipeline::components() const {

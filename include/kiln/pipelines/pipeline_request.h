@@ -75,6 +75,10 @@ struct SkipLayerGuidance {
   double stop = 0.2;
 };
 
+// What a call returns (diffusers' output_type): 8-bit images ("pil"), the decoded float array ("np"), or
+// the latents the denoising loop ends with ("latent", the VAE is not run).
+enum class OutputType { Image, Array, Latent };
+
 struct PipelineRequest {
   // FLUX.2: prompt embeddings [B, L, joint_attention_dim] in the pipeline's dtype (encode_prompt's output),
   // instead of a prompt encoded by the folder's text encoder.
@@ -104,6 +108,7 @@ struct PipelineRequest {
   std::optional<int64_t> max_sequence_length;  // tokens of the T5 / FLUX.2 text encoder
   int num_images_per_prompt = 1;
   SkipLayerGuidance skip_layer_guidance;  // SD3 only
+  OutputType output_type = OutputType::Image;
   // Called after each denoising step (see StepState).
   std::function<void(StepState&)> callback_on_step_end;
   // Cancels the call from elsewhere (see CancellationToken). Copies of a request share it: give a copy a new
