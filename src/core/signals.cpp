@@ -90,6 +90,12 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
   for (MappedSlot& slot : g_mapped_files) {
     if (slot.state.load(std::memory_order_acquire) != kReady) continue;
     if (addr < slot.base || addr >= slot.base + slot.size) continue;
+    // Several threads (a kernel's OpenMP team, two contexts' streams) may fault on the same pages at once:
+    // the first reports and ends the process, the others wait for that, so the message is written once,
+    // whole.
+    static std::atomic<bool> reporting{false};
+    if (reporting.exchange(true))
+      for (;;) ::pause();
     write_str("kiln: error: ");
     write_str(slot.path);
     write_str(": the file was truncated or changed while Kiln was reading it (bus error at byte ");
