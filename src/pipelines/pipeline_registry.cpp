@@ -24,7 +24,12 @@ const std::vector<PipelineClass>& pipeline_classes() {
   static const std::vector<PipelineClass> classes = {
       entry<Flux2KleinPipeline>("Flux2KleinPipeline"),
       entry<Flux2Pipeline>("Flux2Pipeline"),
+      entry<FluxFillPipeline>("FluxFillPipeline"),
+      entry<FluxImg2ImgPipeline>("FluxImg2ImgPipeline"),
+      entry<FluxInpaintPipeline>("FluxInpaintPipeline"),
       entry<FluxPipeline>("FluxPipeline"),
+      entry<StableDiffusion3Img2ImgPipeline>("StableDiffusion3Img2ImgPipeline"),
+      entry<StableDiffusion3InpaintPipeline>("StableDiffusion3InpaintPipeline"),
       entry<StableDiffusion3Pipeline>("StableDiffusion3Pipeline"),
   };
   return classes;

@@ -92,14 +92,14 @@ struct PipelineRequest {
   // Classifier-free guidance's negative prompt (SD3, FLUX.2 [klein]); "" when absent.
   std::optional<std::string> negative_prompt;
   std::optional<std::string> negative_prompt_2, negative_prompt_3;  // SD3; negative_prompt when absent
-  // diffusers' `image=`: FLUX.2's reference images (RGB; gray and RGBA are converted as PIL's
-  // convert("RGB") does), conditioning the generation. Image-to-image and inpainting pipelines will take
-  // their initial image here; the text-to-image pipelines refuse it.
+  // diffusers' `image=` (RGB; gray and RGBA are converted as PIL's convert("RGB") does): FLUX.2's reference
+  // images, conditioning the generation; the image that image-to-image, inpainting and Fill start from (one).
+  // The text-to-image pipelines refuse it.
   std::vector<Image> image;
-  // Inpainting's mask and image-to-image's strength: no pipeline in this build takes them yet (each refuses
-  // them by name).
+  // Inpainting's and Fill's mask: white repaints, black keeps (gray, binarised at half).
   std::optional<Image> mask_image;
-  std::optional<float> strength;
+  // Image-to-image and inpainting: how much of the schedule runs, in [0, 1] (1: from pure noise).
+  std::optional<double> strength;
   std::optional<int64_t> height, width;  // pixels; unset: the pipeline's default
   std::optional<int> num_inference_steps;
   // FLUX.1-dev, FLUX.2-dev: the embedded guidance; SD3, klein: classifier-free guidance (on when > 1).
@@ -122,6 +122,7 @@ struct PipelineDefaults {
   int num_inference_steps = 28;
   float guidance_scale = 3.5f;
   int64_t max_sequence_length = 512;
+  double strength = 1.0;
 };
 
 }  // namespace kiln
