@@ -148,7 +148,8 @@ class DiffusionPipeline:
     # ---- the call
     def __call__(self, prompt=None, prompt_2=None, prompt_3=None, negative_prompt=None, negative_prompt_2=None,
                  negative_prompt_3=None, height=None, width=None, num_inference_steps=None, guidance_scale=None,
-                 num_images_per_prompt=1, generator=None, max_sequence_length=None, image=None,
+                 num_images_per_prompt=1, generator=None, max_sequence_length=None, image=None, mask_image=None,
+                 strength=None,
                  prompt_embeds=None, negative_prompt_embeds=None, output_type="pil", return_dict=True,
                  callback_on_step_end=None, callback_on_step_end_tensor_inputs=None, skip_guidance_layers=None,
                  **kwargs):
@@ -185,7 +186,9 @@ class DiffusionPipeline:
                 negative_prompt_3=self._one("negative_prompt_3", negative_prompt_3),
                 prompt_embeds=None if prompt_embeds is None else _convert.to_kiln(prompt_embeds),
                 negative_prompt_embeds=None if negative_prompt_embeds is None else _convert.to_kiln(negative_prompt_embeds),
-                images=images, height=height, width=width, num_inference_steps=num_inference_steps,
+                images=images, mask_image=None if mask_image is None else _convert.image_array(mask_image),
+                strength=None if strength is None else float(strength), height=height, width=width,
+                num_inference_steps=num_inference_steps,
                 guidance_scale=guidance_scale, seed=_convert.seed_of(generator),
                 max_sequence_length=max_sequence_length, num_images_per_prompt=num_images_per_prompt,
                 skip_guidance_layers=list(skip_guidance_layers or []),
@@ -241,6 +244,26 @@ class FluxPipeline(DiffusionPipeline):
 
 class StableDiffusion3Pipeline(DiffusionPipeline):
     """Stable Diffusion 3 / 3.5 (diffusers' StableDiffusion3Pipeline)."""
+
+
+class FluxImg2ImgPipeline(DiffusionPipeline):
+    """FLUX.1 image-to-image (diffusers' FluxImg2ImgPipeline): image=, strength=."""
+
+
+class FluxInpaintPipeline(DiffusionPipeline):
+    """FLUX.1 inpainting (diffusers' FluxInpaintPipeline): image=, mask_image=, strength=."""
+
+
+class FluxFillPipeline(DiffusionPipeline):
+    """FLUX.1 Fill [dev] (diffusers' FluxFillPipeline): image=, mask_image=."""
+
+
+class StableDiffusion3Img2ImgPipeline(DiffusionPipeline):
+    """SD3 / SD3.5 image-to-image (diffusers' StableDiffusion3Img2ImgPipeline)."""
+
+
+class StableDiffusion3InpaintPipeline(DiffusionPipeline):
+    """SD3 / SD3.5 inpainting (diffusers' StableDiffusion3InpaintPipeline)."""
 
 
 class Flux2Pipeline(DiffusionPipeline):

@@ -170,6 +170,7 @@ class PyPipeline {
                     std::optional<std::string> negative_prompt_2,
                     std::optional<std::string> negative_prompt_3, std::optional<AnyArray> prompt_embeds,
                     std::optional<AnyArray> negative_prompt_embeds, std::vector<AnyArray> images,
+                    std::optional<AnyArray> mask_image, std::optional<double> strength,
                     std::optional<int64_t> height, std::optional<int64_t> width,
                     std::optional<int> num_inference_steps, std::optional<float> guidance_scale,
                     std::optional<uint64_t> seed, std::optional<int64_t> max_sequence_length,
@@ -187,6 +188,8 @@ class PyPipeline {
     if (negative_prompt_embeds)
       r.negative_prompt_embeds = from_array(*negative_prompt_embeds, "negative_prompt_embeds");
     for (const AnyArray& image : images) r.image.push_back(to_image(image));
+    if (mask_image) r.mask_image = to_image(*mask_image);
+    r.strength = strength;
     r.height = height;
     r.width = width;
     r.num_inference_steps = num_inference_steps;
@@ -299,10 +302,11 @@ NB_MODULE(_kiln, m) {
            nb::arg("prompt_3") = nb::none(), nb::arg("negative_prompt") = nb::none(),
            nb::arg("negative_prompt_2") = nb::none(), nb::arg("negative_prompt_3") = nb::none(),
            nb::arg("prompt_embeds") = nb::none(), nb::arg("negative_prompt_embeds") = nb::none(),
-           nb::arg("images") = std::vector<AnyArray>(), nb::arg("height") = nb::none(),
-           nb::arg("width") = nb::none(), nb::arg("num_inference_steps") = nb::none(),
-           nb::arg("guidance_scale") = nb::none(), nb::arg("seed") = nb::none(),
-           nb::arg("max_sequence_length") = nb::none(), nb::arg("num_images_per_prompt") = 1,
-           nb::arg("skip_guidance_layers") = std::vector<int64_t>(), nb::arg("output_type") = "pil",
-           nb::arg("on_step") = nb::none(), nb::arg("widen_bfloat16") = false);
+           nb::arg("images") = std::vector<AnyArray>(), nb::arg("mask_image") = nb::none(),
+           nb::arg("strength") = nb::none(), nb::arg("height") = nb::none(), nb::arg("width") = nb::none(),
+           nb::arg("num_inference_steps") = nb::none(), nb::arg("guidance_scale") = nb::none(),
+           nb::arg("seed") = nb::none(), nb::arg("max_sequence_length") = nb::none(),
+           nb::arg("num_images_per_prompt") = 1, nb::arg("skip_guidance_layers") = std::vector<int64_t>(),
+           nb::arg("output_type") = "pil", nb::arg("on_step") = nb::none(),
+           nb::arg("widen_bfloat16") = false);
 }

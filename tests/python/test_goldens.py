@@ -58,3 +58,23 @@ def test_np_and_pil_outputs_agree(tiny_flux):
     assert 0.0 <= array.min() and array.max() <= 1.0
     # diffusers' numpy_to_pil: round(x * 255)
     assert np.array_equal(np.asarray(pil), np.round(array[0] * 255).astype(np.uint8))
+
+
+@pytest.mark.parametrize("case", ["flux_img2img_64x64_s3", "sd3_img2img_64x64_s5", "flux_inpaint_64x64_s4",
+                                  "sd3_inpaint_64x64_s8", "flux_fill_64x64_s9"])
+def test_editing_pipelines_match_diffusers(case):
+    tensors, m = golden("edit", case + ".safetensors")
+    cls = getattr(kiln, m["pipeline"])
+    pipe = cls.from_pretrained(data_path("models", m["model"]))
+    kwargs = dict(image=Image.open(data_path("goldens", "flux2", m["image"] + ".png")), height=int(m["height"]),
+                  width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]),
+                  max_sequence_length=int(m["max_sequence_length"]), generator=int(m["seed"]))
+    if "mask_image" in m:
+        kwargs["mask_image"] = Image.open(data_path("goldens", "edit", m["mask_image"] + ".png"))
+    for key in ("strength", "guidance_scale"):
+        if key in m:
+            kwargs[key] = float(m[key])
+    if "negative_prompt" in m:
+        kwargs["negative_prompt"] = m["negative_prompt"]
+    image = pipe(m["prompt"], **kwargs).images[0]
+    assert max_level_difference(image, tensors["image_u8"]) <= 1
