@@ -149,7 +149,7 @@ class DiffusionPipeline:
     def __call__(self, prompt=None, prompt_2=None, prompt_3=None, negative_prompt=None, negative_prompt_2=None,
                  negative_prompt_3=None, height=None, width=None, num_inference_steps=None, guidance_scale=None,
                  num_images_per_prompt=1, generator=None, max_sequence_length=None, image=None, mask_image=None,
-                 strength=None,
+                 strength=None, max_area=None, _auto_resize=None,
                  prompt_embeds=None, negative_prompt_embeds=None, output_type="pil", return_dict=True,
                  callback_on_step_end=None, callback_on_step_end_tensor_inputs=None, skip_guidance_layers=None,
                  **kwargs):
@@ -187,7 +187,8 @@ class DiffusionPipeline:
                 prompt_embeds=None if prompt_embeds is None else _convert.to_kiln(prompt_embeds),
                 negative_prompt_embeds=None if negative_prompt_embeds is None else _convert.to_kiln(negative_prompt_embeds),
                 images=images, mask_image=None if mask_image is None else _convert.image_array(mask_image),
-                strength=None if strength is None else float(strength), height=height, width=width,
+                strength=None if strength is None else float(strength), max_area=max_area,
+                auto_resize=_auto_resize, height=height, width=width,
                 num_inference_steps=num_inference_steps,
                 guidance_scale=guidance_scale, seed=_convert.seed_of(generator),
                 max_sequence_length=max_sequence_length, num_images_per_prompt=num_images_per_prompt,
@@ -256,6 +257,10 @@ class FluxInpaintPipeline(DiffusionPipeline):
 
 class FluxFillPipeline(DiffusionPipeline):
     """FLUX.1 Fill [dev] (diffusers' FluxFillPipeline): image=, mask_image=."""
+
+
+class FluxKontextPipeline(DiffusionPipeline):
+    """FLUX.1 Kontext [dev] (diffusers' FluxKontextPipeline): image= to edit, max_area=, _auto_resize=."""
 
 
 class StableDiffusion3Img2ImgPipeline(DiffusionPipeline):

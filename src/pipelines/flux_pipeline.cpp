@@ -1,8 +1,10 @@
 #include "kiln/pipelines/flux_pipeline.h"
 
+#include <cmath>
 #include <filesystem>
 #include <tuple>
 
+#include "kiln/core/limits.h"
 #include "kiln/core/log.h"
 #include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/clip_text_model.h"
@@ -47,6 +49,13 @@ FluxInpaintPipeline FluxInpaintPipeline::from_pretrained(const std::string& mode
                                                          const PipelineLoadOptions& options) {
   FluxInpaintPipeline pipe;
   load(pipe, model, options, "FluxInpaintPipeline", {KILN_FLUX1_CLASSES});
+  return pipe;
+}
+
+FluxKontextPipeline FluxKontextPipeline::from_pretrained(const std::string& model,
+                                                         const PipelineLoadOptions& options) {
+  FluxKontextPipeline pipe;
+  load(pipe, model, options, "FluxKontextPipeline", {KILN_FLUX1_CLASSES});
   return pipe;
 }
 
@@ -254,6 +263,69 @@ void FluxInpaintPipeline::check_fields(const PipelineRequest& request) {
 void FluxFillPipeline::check_fields(const PipelineRequest& request) {
   check_editing_fields("FluxFillPipeline", request, true, true);
 }
+void FluxKontextPipeline::check_fields(const PipelineRequest& request) {
+  PipelineRequest shared = request;
+  shared.image.clear();
+  shared.max_area.reset();
+  shared.auto_resize.reset();
+  try {
+    FluxPipeline::check_fields(shared);
+  } catch (const RequestError& e) {
+    std::string message = e.what();
+    if (message.rfind("FluxPipeline", 0) == 0) message = "FluxKontextPipeline" + message.substr(12);
+    throw RequestError(e.field(), message);
+  }
+  pipelines::refuse(request.image.size() > 1, "image",
+                    "FluxKontextPipeline edits one image, got " + std::to_string(request.image.size()));
+  if (request.max_area &&
+      (*request.max_area < 16 * 16 || *request.max_area > limits::kMaxImageSide * limits::kMaxImageSide))
+    throw RequestError("max_area", "FluxKontextPipeline: max_area must be between 256 and " +
+                                       std::to_string(limits::kMaxImageSide * limits::kMaxImageSide) +
+                                       " pixels, got " + std::to_string(*request.max_area));
+}
+
+namespace {
+
+// diffusers' PREFERRED_KONTEXT_RESOLUTIONS: (width, height) Kontext was trained at.
+constexpr std::pair<int64_t, int64_t> kKontextResolutions[] = {
+    {672, 1568}, {688, 1504}, {720, 1456},  {752, 1392}, {800, 1328}, {832, 1248},
+    {880, 1184}, {944, 1104}, {1024, 1024}, {1104, 944}, {1184, 880}, {1248, 832},
+    {1328, 800}, {1392, 752}, {1456, 720},  {1504, 688}, {1568, 672}};
+
+}  // namespace
+
+std::pair<int64_t, int64_t> FluxKontextPipeline::output_size(const PipelineRequest& request) const {
+  const PipelineDefaults d = defaults();
+  const double height = static_cast<double>(request.height.value_or(d.height));
+  const double width = static_cast<double>(request.width.value_or(d.width));
+  const double area = static_cast<double>(request.max_area.value_or(1024 * 1024));
+  const double aspect = width / height;
+  // Python's round() (half to even) of the sizes at max_area, floored to multiples of 16.
+  const auto rounded = [](double x) { return static_cast<int64_t>(std::nearbyint(x)); };
+  const int64_t w = rounded(std::pow(area * aspect, 0.5)) / 16 * 16;
+  const int64_t h = rounded(std::pow(area / aspect, 0.5)) / 16 * 16;
+  return {h, w};
+}
+
+std::pair<int64_t, int64_t> FluxKontextPipeline::image_size(const Image& image, bool auto_resize) {
+  int64_t w = image.width / 16 * 16, h = image.height / 16 * 16;
+  if (auto_resize) {
+    // min((abs(aspect - w / h), w, h)) over the resolutions: the nearest aspect ratio, ties to the smaller.
+    const double aspect = static_cast<double>(w) / static_cast<double>(h);
+    double best = 0;
+    bool first = true;
+    for (const auto& [pw, ph] : kKontextResolutions) {
+      const double distance = std::abs(aspect - static_cast<double>(pw) / static_cast<double>(ph));
+      if (first || distance < best) {
+        best = distance;
+        w = pw;
+        h = ph;
+        first = false;
+      }
+    }
+  }
+  return {h / 16 * 16, w / 16 * 16};
+}
 
 PipelineDefaults FluxImg2ImgPipeline::defaults() const {
   return {.guidance_scale = 7.0f, .strength = 0.6};
@@ -280,8 +352,20 @@ void FluxPipeline::check_loaded_request(const PipelineRequest& request) const {
     case Task::Fill:
       FluxFillPipeline::check_fields(request);
       break;
+    case Task::Kontext:
+      FluxKontextPipeline::check_fields(request);
+      break;
   }
-  const pipelines::ResolvedRequest r = pipelines::resolve(request, defaults());
+  pipelines::ResolvedRequest r = pipelines::resolve(request, defaults());
+  if (task_ == Task::Kontext) {
+    if (request.height) pipelines::check_image_size(name, *request.height, 16, 16);
+    if (request.width) pipelines::check_image_size(name, 16, *request.width, 16);
+    std::tie(r.height, r.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
+    for (const Image& image : request.image)
+      pipelines::refuse(image.width < 16 || image.height < 16, "image",
+                        std::string(name) + ": the image is " + std::to_string(image.width) + "x" +
+                            std::to_string(image.height) + " pixels; both sides must be at least 16");
+  }
   pipelines::check_image_size(name, r.height, r.width, vae_->config().scale_factor() * 2);
   pipelines::check_steps(name, r.num_inference_steps);
   pipelines::check_prompt_size(name, "prompt", request.prompt);
@@ -289,11 +373,14 @@ void FluxPipeline::check_loaded_request(const PipelineRequest& request) const {
   pipelines::check_max_sequence_length(name, r.max_sequence_length);
   pipelines::check_images_per_prompt(name, request.num_images_per_prompt);
   pipelines::check_guidance_scale(name, r.guidance_scale);
-  if (task_ != Task::TextToImage) pipelines::check_strength(name, r.strength, r.num_inference_steps);
+  if (task_ != Task::TextToImage && task_ != Task::Kontext)
+    pipelines::check_strength(name, r.strength, r.num_inference_steps);
 }
 
 PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines::CallControl& control) {
-  const pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
+  pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
+  if (task_ == Task::Kontext)
+    std::tie(call.height, call.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
   const PromptEmbeddings prompt = encode_prompt(request.prompt, request.prompt_2,
                                                 request.num_images_per_prompt, call.max_sequence_length);
   release_after_use({{"text_encoder", text_encoder_.get()}, {"text_encoder_2", text_encoder_2_.get()}});
@@ -312,10 +399,26 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps), mu);
 
   // Named tensors, not structured bindings: the step lambdas capture them (clang 14 cannot capture bindings).
-  Tensor latents, image_ids, image_latents, noise, mask, condition;
+  Tensor latents, image_ids, image_latents, noise, mask, condition, context;
   int start = 0;
-  if (task_ == Task::TextToImage) {
-    std::tie(latents, image_ids) = prepare_latents(batch, call.height, call.width, dtype, generator);
+  if (task_ == Task::TextToImage || task_ == Task::Kontext) {
+    if (task_ == Task::Kontext && !request.image.empty()) {
+      // The image at the trained resolution nearest its aspect ratio, encoded (its latent mean: no draw),
+      // packed, its ids those of its own grid with the first coordinate 1.
+      const auto [ih, iw] =
+          FluxKontextPipeline::image_size(request.image.front(), request.auto_resize.value_or(true));
+      const Tensor init = pipelines::preprocess_image(request.image.front(), ih, iw);
+      const auto& vc = vae_->config();
+      const Tensor encoded = mul(sub(vae_->encode(init.to(dtype)).mean, vc.shift_factor), vc.scaling_factor);
+      const Tensor repeated =
+          batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
+      context = pack(repeated);
+      const Tensor first = Tensor::from_vector(std::vector<float>{1, 0, 0}, {1, 3}).to(dtype);
+      image_ids = add(models::flux_latent_image_ids(encoded.size(2) / 2, encoded.size(3) / 2, dtype), first);
+    }
+    Tensor latent_ids;
+    std::tie(latents, latent_ids) = prepare_latents(batch, call.height, call.width, dtype, generator);
+    image_ids = image_ids.defined() ? concat({latent_ids, image_ids}, 0) : latent_ids;
   } else {
     // prepare_latents: the image encoded (its posterior sampled: the generator's first draw), then the noise,
     // the image noised to the first step the strength runs.
@@ -373,9 +476,15 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
                     [&](const Tensor& x, int, float timestep) {
                       // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
                       const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
-                      const Tensor input = condition.defined() ? concat({x, condition}, 2) : x;
-                      return transformer_->forward(input, prompt.prompt_embeds, prompt.pooled_prompt_embeds,
-                                                   t, guidance, prompt.text_ids, image_ids);
+                      // Fill: the condition beside each token's channels; Kontext: the image's tokens after
+                      // the latents', their prediction dropped.
+                      const Tensor input = condition.defined() ? concat({x, condition}, 2)
+                                           : context.defined() ? concat({x, context}, 1)
+                                                               : x;
+                      const Tensor out =
+                          transformer_->forward(input, prompt.prompt_embeds, prompt.pooled_prompt_embeds, t,
+                                                guidance, prompt.text_ids, image_ids);
+                      return context.defined() ? out.narrow(1, 0, x.size(1)) : out;
                     },
                 .blend = blend,
                 .on_step_end = request.callback_on_step_end,
@@ -391,7 +500,8 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   metadata["prompt"] = request.prompt;
   metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
   if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
-  if (task_ != Task::TextToImage) metadata["strength"] = std::to_string(call.strength);
+  if (task_ != Task::TextToImage && task_ != Task::Kontext)
+    metadata["strength"] = std::to_string(call.strength);
   return pipelines::make_output(request.output_type, images, metadata);
 }
 

@@ -31,6 +31,7 @@ const std::vector<PipelineClass>& pipeline_classes() {
       entry<FluxFillPipeline>("FluxFillPipeline", "", "FluxFillPipeline", true),
       entry<FluxImg2ImgPipeline>("FluxImg2ImgPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline", true),
       entry<FluxInpaintPipeline>("FluxInpaintPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline", true),
+      entry<FluxKontextPipeline>("FluxKontextPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline"),
       entry<FluxPipeline>("FluxPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline"),
       entry<StableDiffusion3Img2ImgPipeline>("StableDiffusion3Img2ImgPipeline",
                                              "StableDiffusion3Img2ImgPipeline",

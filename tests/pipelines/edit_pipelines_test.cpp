@@ -44,8 +44,11 @@ struct EditCase {
     if (has("guidance_scale")) r.guidance_scale = std::stof(meta("guidance_scale"));
     r.max_sequence_length = std::stoll(meta("max_sequence_length"));
     r.generator = Generator(std::stoull(meta("seed")));
+    if (has("max_area")) r.max_area = std::stoll(meta("max_area"));
+    if (has("_auto_resize")) r.auto_resize = meta("_auto_resize") == "True";
     return r;
   }
+  bool kontext() const { return meta("pipeline") == "FluxKontextPipeline"; }
   std::unique_ptr<DiffusionPipeline> load() const {
     const DType dtype = meta("dtype") == "bfloat16" ? bfloat16 : float32;
     return pipeline_class(meta("pipeline"), name)
@@ -70,7 +73,11 @@ TEST_P(EditPipelines, EveryStageAndTheImageMatchDiffusers) {
   const PipelineRequest request = g.request();
 
   // The preprocessing is exact: PIL's Lanczos and luma, numpy's float32 division, the binarisation.
-  const Tensor init = pipelines::preprocess_image(request.image.front(), *request.height, *request.width);
+  auto [height, width] = std::pair{*request.height, *request.width};
+  if (g.kontext())
+    std::tie(height, width) =
+        FluxKontextPipeline::image_size(request.image.front(), request.auto_resize.value_or(true));
+  const Tensor init = pipelines::preprocess_image(request.image.front(), height, width);
   EXPECT_TRUE(testing::all_close(init, g["init_image"], 0, 0)) << "the preprocessed image";
   if (request.mask_image) {
     const Tensor mask = pipelines::preprocess_mask(*request.mask_image, *request.height, *request.width);
@@ -95,14 +102,30 @@ TEST_P(EditPipelines, EveryStageAndTheImageMatchDiffusers) {
   else
     EXPECT_LE(max_level_difference(out.images[0], g["image_u8"]), 1);
   EXPECT_EQ(out.images[0].metadata.at("pipeline"), g.meta("pipeline"));
-  EXPECT_EQ(out.images[0].metadata.count("strength"), 1u);
+  EXPECT_EQ(out.images[0].metadata.count("strength"), g.kontext() ? 0u : 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, EditPipelines,
                          ::testing::Values("flux_img2img_64x64_s3", "flux_img2img_schnell_48x80_s7",
                                            "flux_img2img_bf16_64x64_s2", "sd3_img2img_64x64_s5",
                                            "flux_inpaint_64x64_s4", "sd3_inpaint_64x64_s8",
-                                           "flux_fill_64x64_s9"));
+                                           "flux_fill_64x64_s9", "kontext_auto_s10",
+                                           "kontext_own_size_48x80_s11"));
+
+// Kontext's sizes: the output at max_area with the aspect ratio of height x width, the image at the trained
+// resolution nearest its aspect ratio (ref_a, 72 x 88 -> 944 x 1104), as diffusers computes them.
+TEST(EditPipelines, KontextSizes) {
+  auto pipe = FluxKontextPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
+  EXPECT_EQ(pipe.output_size({}), (std::pair<int64_t, int64_t>{1024, 1024}));
+  PipelineRequest r;
+  r.height = 48;
+  r.width = 80;
+  r.max_area = 4096;
+  EXPECT_EQ(pipe.output_size(r), (std::pair<int64_t, int64_t>{48, 80}));
+  const Image a = Image::load(testing::data_path("goldens/flux2/ref_a.png"));
+  EXPECT_EQ(FluxKontextPipeline::image_size(a, true), (std::pair<int64_t, int64_t>{1104, 944}));
+  EXPECT_EQ(FluxKontextPipeline::image_size(a, false), (std::pair<int64_t, int64_t>{80, 64}));
+}
 
 // The VAE's posterior sample draws the generator's first numbers, as DiagonalGaussianDistribution.sample; the
 // pipeline then shifts and scales it (flux-tiny-dev's VAE: shift_factor 0.1159, scaling_factor 0.3611).

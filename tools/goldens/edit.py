@@ -100,7 +100,26 @@ CASES = [
     ("flux_fill_64x64_s9", "FluxFillPipeline", "flux-tiny-fill", torch.float32,
      dict(prompt="a green triangle", image="ref_a", mask_image="mask_box", height=64, width=64,
           num_inference_steps=3, guidance_scale=30.0, max_sequence_length=32, seed=9)),
+    # Kontext: the image auto-resized to the preferred resolution nearest its aspect ratio (944 x 1104 for
+    # ref_a), the output at max_area; and without the resize, the image at its own size floored to 16.
+    ("kontext_auto_s10", "FluxKontextPipeline", "flux-tiny-dev", torch.float32,
+     dict(prompt="make it a watercolour", image="ref_a", height=64, width=64, max_area=4096, num_inference_steps=3,
+          guidance_scale=2.5, max_sequence_length=32, seed=10)),
+    ("kontext_own_size_48x80_s11", "FluxKontextPipeline", "flux-tiny-dev", torch.float32,
+     dict(prompt="at night", image="ref_b", height=48, width=80, max_area=4096, _auto_resize=False,
+          num_inference_steps=2, max_sequence_length=32, seed=11)),
 ]
+
+
+def kontext_image(pipe, img, auto_resize):
+    """FluxKontextPipeline's step 3: the image at the preferred resolution nearest its aspect ratio."""
+    from diffusers.pipelines.flux.pipeline_flux_kontext import PREFERRED_KONTEXT_RESOLUTIONS
+
+    h, w = pipe.image_processor.get_default_height_width(img)
+    if auto_resize:
+        _, w, h = min((abs(w / h - pw / ph), pw, ph) for pw, ph in PREFERRED_KONTEXT_RESOLUTIONS)
+    w, h = w // 16 * 16, h // 16 * 16
+    return pipe.image_processor.preprocess(pipe.image_processor.resize(img, h, w), h, w)
 
 
 def flat(metadata):
@@ -127,8 +146,11 @@ def run_case(name, cls_name, model, dtype, args):
         crops = pipe.mask_processor.get_crop_region(call["mask_image"], width, height, pad=args["padding_mask_crop"])
         meta["crops_coords"] = ",".join(str(int(c)) for c in crops)
     resize_mode = "fill" if crops is not None else "default"
-    out["init_image"] = pipe.image_processor.preprocess(call["image"], height=height, width=width,
-                                                        crops_coords=crops, resize_mode=resize_mode)
+    if cls_name == "FluxKontextPipeline":
+        out["init_image"] = kontext_image(pipe, call["image"], args.get("_auto_resize", True))
+    else:
+        out["init_image"] = pipe.image_processor.preprocess(call["image"], height=height, width=width,
+                                                            crops_coords=crops, resize_mode=resize_mode)
     if "mask_image" in args:
         out["mask_condition"] = pipe.mask_processor.preprocess(call["mask_image"], height=height, width=width,
                                                                crops_coords=crops, resize_mode=resize_mode)

@@ -79,7 +79,7 @@ class FluxPipeline : public DiffusionPipeline {
  protected:
   // What a call does with the request's image; the editing pipelines below are FluxPipelines with another
   // task.
-  enum class Task { TextToImage, ImageToImage, Inpaint, Fill };
+  enum class Task { TextToImage, ImageToImage, Inpaint, Fill, Kontext };
   explicit FluxPipeline(Task task);
   // Loads `model` (whose model_index.json names `pipeline_class` or one of `compatible`) into `pipe`.
   static void load(FluxPipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
@@ -145,6 +145,27 @@ class FluxFillPipeline : public FluxPipeline {
 
  private:
   FluxFillPipeline() : FluxPipeline(Task::Fill) {}
+};
+
+// FluxKontextPipeline: FLUX.1 Kontext [dev], editing by instruction. The image (optional) is encoded (its
+// latent mean) and its tokens appended to the sequence with their own position ids (first coordinate 1); the
+// output keeps the aspect ratio of height x width at max_area pixels (default 1024 x 1024), and the image is
+// first resized to the trained resolution nearest its aspect ratio (auto_resize). Loads FluxPipeline folders
+// too. Defaults: 28 steps, guidance 3.5.
+class FluxKontextPipeline : public FluxPipeline {
+ public:
+  static FluxKontextPipeline from_pretrained(const std::string& model,
+                                             const PipelineLoadOptions& options = {});
+  const char* class_name() const override { return "FluxKontextPipeline"; }
+  static void check_fields(const PipelineRequest& request);
+  // The call's output size: height x width (or the default) rescaled to max_area pixels, in multiples of 16.
+  std::pair<int64_t, int64_t> output_size(const PipelineRequest& request) const;
+  // The image's size after the auto-resize (the trained resolution nearest its aspect ratio), multiples
+  // of 16.
+  static std::pair<int64_t, int64_t> image_size(const Image& image, bool auto_resize);
+
+ private:
+  FluxKontextPipeline() : FluxPipeline(Task::Kontext) {}
 };
 
 }  // namespace kiln

@@ -100,6 +100,11 @@ struct PipelineRequest {
   std::optional<Image> mask_image;
   // Image-to-image and inpainting: how much of the schedule runs, in [0, 1] (1: from pure noise).
   std::optional<double> strength;
+  // FLUX.1 Kontext: the image's area in pixels (the size keeps the aspect ratio of height x width; default
+  // 1024 x 1024), and whether the input image is resized to the trained resolution nearest its aspect ratio
+  // (diffusers' _auto_resize, default true).
+  std::optional<int64_t> max_area;
+  std::optional<bool> auto_resize;
   std::optional<int64_t> height, width;  // pixels; unset: the pipeline's default
   std::optional<int> num_inference_steps;
   // FLUX.1-dev, FLUX.2-dev: the embedded guidance; SD3, klein: classifier-free guidance (on when > 1).
