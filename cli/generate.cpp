@@ -39,8 +39,9 @@ std::string format_seconds(double s) {
   return buf;
 }
 
-// The flag that sets a request field, for errors (RequestError::field).
-std::string flag_of(const std::string& field) {
+// The flag that sets a request field, for errors (RequestError::field). `editing`: the image is --init-image.
+std::string flag_of(const std::string& field, bool editing) {
+  if (field == "image" && editing) return "--init-image";
   static const std::map<std::string, std::string> flags = {{"prompt", "--prompt"},
                                                            {"prompt_2", "--prompt-2"},
                                                            {"prompt_3", "--prompt-2"},
@@ -52,7 +53,9 @@ std::string flag_of(const std::string& field) {
                                                            {"width", "--width"},
                                                            {"num_inference_steps", "--steps"},
                                                            {"guidance_scale", "--guidance"},
-                                                           {"max_sequence_length", "--max-sequence-length"}};
+                                                           {"max_sequence_length", "--max-sequence-length"},
+                                                           {"mask_image", "--mask"},
+                                                           {"strength", "--strength"}};
   const auto it = flags.find(field);
   return it == flags.end() ? field : it->second;
 }
@@ -71,18 +74,43 @@ PipelineRequest request_from(const GenerateArgs& args, const std::string& pipeli
   request.num_inference_steps = args.steps;
   request.guidance_scale = args.guidance;
   request.max_sequence_length = args.max_sequence_length;
-  // A placeholder per --image, so that a pipeline without reference images refuses them before any is read.
-  request.image.resize(args.images.size());
+  request.strength = args.strength;
+  // Placeholders for the images, so that a pipeline that does not take them refuses them before any is read.
+  request.image.resize(args.images.size() + (args.init_image ? 1 : 0));
+  if (args.mask) request.mask_image = Image();
   return request;
 }
 
 // Runs `check`, naming the flag of a refused request field.
 template <class Check>
-void with_flag_names(Check check) {
+void with_flag_names(bool editing, Check check) {
   try {
     check();
   } catch (const RequestError& e) {
-    KILN_FAIL(flag_of(e.field()) << ": " << e.what());
+    KILN_FAIL(flag_of(e.field(), editing) << ": " << e.what());
+  }
+}
+
+// The class that runs the flags: the folder's, or its image-to-image or inpainting sibling for --init-image
+// and
+// --mask (a FluxPipeline folder runs FluxInpaintPipeline with --mask).
+const PipelineClass& class_for(const GenerateArgs& args, const io::ModelIndex& index) {
+  const PipelineClass& folder = pipeline_class(index.class_name, index.path);
+  if (!args.init_image || folder.edits_an_image) return folder;
+  const std::string& sibling = args.mask ? folder.inpainting : folder.image_to_image;
+  KILN_CHECK(!sibling.empty(),
+             (args.mask ? "--mask: " : "--init-image: ")
+                 << index.class_name << " has no " << (args.mask ? "inpainting" : "image-to-image")
+                 << " pipeline (FLUX.1 and SD3 folders have; FLUX.2 takes reference images with "
+                    "--image)");
+  return pipeline_class(sibling, index.path);
+}
+
+Image read_image(const char* flag, const std::string& path, const char* what) {
+  try {
+    return Image::load(path);
+  } catch (const Error& e) {
+    KILN_FAIL(flag << " " << path << ": cannot be read as " << what << " (a PNG file): " << e.what());
   }
 }
 
@@ -91,18 +119,17 @@ void run_generate(const GenerateArgs& args) {
   join_tensor_parallel_group(args);
   const io::ResolvedModel resolved = io::resolve_model(args.model);
   const io::ModelIndex index = io::load_model_index(resolved.path);
-  const PipelineClass& pipeline_class = kiln::pipeline_class(index.class_name, index.path);
+  const PipelineClass& pipeline_class = class_for(args, index);
+  const bool editing = pipeline_class.edits_an_image;
   PipelineRequest request = request_from(args, index.class_name);
-  with_flag_names([&] { pipeline_class.check_fields(request); });
+  with_flag_names(editing, [&] { pipeline_class.check_fields(request); });
   // Read before loading, so that a bad file fails at once.
   request.image.clear();
-  for (const std::string& path : args.images) {
-    try {
-      request.image.push_back(Image::load(path));
-    } catch (const Error& e) {
-      KILN_FAIL("--image " << path << ": cannot be read as a reference image (a PNG file): " << e.what());
-    }
-  }
+  if (args.init_image)
+    request.image.push_back(read_image("--init-image", *args.init_image, "the initial image"));
+  for (const std::string& path : args.images)
+    request.image.push_back(read_image("--image", path, "a reference image"));
+  if (args.mask) request.mask_image = read_image("--mask", *args.mask, "a mask");
 
   PipelineLoadOptions load;
   load.dtype = parse_dtype(args.dtype);
@@ -155,7 +182,7 @@ void run_generate(const GenerateArgs& args) {
                                          (moved.empty() ? "" : ", " + moved));
   };
   PipelineOutput out;
-  with_flag_names([&] { out = (*pipe)(request); });
+  with_flag_names(editing, [&] { out = (*pipe)(request); });
   if (!reporting) return;
   if (denoising) denoising->finish();
   out.images.front().save(args.output);
@@ -186,6 +213,19 @@ void add_generate_command(CLI::App& app) {
                   "first one's size (cropped to multiples of 16)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option(
+      "--init-image", args->init_image,
+      "image-to-image: the image (PNG) to start from, resized to --height x --width (default "
+      "1024 x 1024); with --mask, inpainting (FluxImg2ImgPipeline, FluxInpaintPipeline, FluxFillPipeline "
+      "and the SD3 ones, picked from the model's folder)");
+  cmd->add_option(
+      "--mask", args->mask,
+      "inpainting: a PNG, white where --init-image is repainted, black where it is kept (gray binarised "
+      "at half)");
+  cmd->add_option(
+      "--strength", args->strength,
+      "how much of --init-image is redrawn, from 0 to 1: the denoising starts at step int(steps - "
+      "steps * strength) (default 0.6; FluxFillPipeline 1)");
   cmd->add_option("--height", args->height,
                   "image height in pixels, a multiple of 16 (default: the model's, 1024)");
   cmd->add_option("--width", args->width,

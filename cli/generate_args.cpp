@@ -39,15 +39,24 @@ void check_generate_args(const GenerateArgs& args) {
                       << "it cannot be combined with --offload " << args.offload << ": give one of the two");
   KILN_CHECK(!args.blocks_per_group || args.offload == "group",
              "--blocks-per-group sizes the groups of --offload group; got --offload " << args.offload);
-  // Reference images are decoded once the pipeline is known; a path that cannot be read fails here, before
-  // anything is loaded.
-  for (const std::string& path : args.images) {
+  // Images are decoded once the pipeline is known; a path that cannot be read fails here, before anything is
+  // loaded.
+  const auto readable = [](const char* flag, const std::string& path, const char* what) {
     std::ifstream in(path, std::ios::binary);
-    KILN_CHECK(in, "--image " << path << ": cannot be read as a reference image: " << std::strerror(errno));
+    KILN_CHECK(in, flag << " " << path << ": cannot be read as " << what << ": " << std::strerror(errno));
     std::error_code ec;
     KILN_CHECK(std::filesystem::is_regular_file(path, ec),
-               "--image " << path << ": cannot be read as a reference image: not a file");
-  }
+               flag << " " << path << ": cannot be read as " << what << ": not a file");
+  };
+  for (const std::string& path : args.images) readable("--image", path, "a reference image");
+  if (args.init_image) readable("--init-image", *args.init_image, "the initial image");
+  if (args.mask) readable("--mask", *args.mask, "a mask");
+  KILN_CHECK(!args.mask || args.init_image,
+             "--mask marks what to repaint in --init-image; give --init-image too");
+  KILN_CHECK(!args.strength || (*args.strength >= 0 && *args.strength <= 1),
+             "--strength " << *args.strength << " is outside [0, 1]");
+  KILN_CHECK(!args.strength || args.init_image,
+             "--strength says how much of --init-image is redrawn; give --init-image too");
   try {
     io::check_output_writable(args.output);
   } catch (const Error& e) {

@@ -16,7 +16,10 @@ struct GenerateArgs {
   std::string prompt;
   std::string prompt_2;
   std::optional<std::string> negative_prompt;
-  std::vector<std::string> images;  // reference images (FLUX.2)
+  std::vector<std::string> images;        // reference images (FLUX.2)
+  std::optional<std::string> init_image;  // image-to-image, inpainting, Fill: the image to start from
+  std::optional<std::string> mask;        // inpainting, Fill
+  std::optional<double> strength;
   std::optional<int64_t> height, width;
   std::optional<int> steps;
   std::optional<float> guidance;

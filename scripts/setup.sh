@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
-# Installs what Kiln needs to build and test on Debian 12. Idempotent: installs only what is missing.
+# Installs what Kiln needs on Debian 12. Idempotent: installs only what is missing.
+#   ./scripts/setup.sh           what building and running `kiln` needs (the README's first command)
+#   ./scripts/setup.sh --tests   that, plus what the test command needs: GoogleTest and Google Benchmark, clang
+#                                for the fuzz targets, and the Python packages of the package's tests
 set -euo pipefail
+cd "$(dirname "$0")/.."
 packages=(build-essential cmake ccache pkg-config libdnnl-dev nlohmann-json3-dev libpng-dev libcli11-dev
-          libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-          clang-14 libclang-rt-14-dev libomp-14-dev)  # clang: the fuzz targets (libFuzzer, fuzz/)
+          libopenmpi-dev openmpi-bin)
+tests=false
+for arg in "$@"; do
+  case "$arg" in
+    --tests) tests=true ;;
+    *) echo "setup: unknown option $arg (expected --tests)" >&2; exit 2 ;;
+  esac
+done
+if $tests; then
+  packages+=(libgtest-dev libgmock-dev libbenchmark-dev
+             clang-14 libclang-rt-14-dev libomp-14-dev)  # clang: the fuzz targets (libFuzzer, fuzz/)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,4 +28,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if $tests; then
+  python3 -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 fi

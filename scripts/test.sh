@@ -1,14 +1,29 @@
 #!/usr/bin/env bash
-# Builds Kiln with warnings as errors and runs every test; then rebuilds the file loaders' and the tokenizers'
-# tests (both parse untrusted files and text) and the fuzz targets' corpus replays under AddressSanitizer and
-# UndefinedBehaviorSanitizer and runs them again; then builds the libFuzzer targets with clang and fuzzes each
-# briefly (KILN_FUZZ_SECONDS, default 15; docs/reliability.md).
+# The README's test command (after ./scripts/setup.sh --tests):
+#  1. builds everything (the command, every test and benchmark) with warnings as errors and runs every test,
+#     the installed CMake package's out-of-tree example included;
+#  2. installs the Python package (`pip install .`: its build in build-python/ finds the library's objects in
+#     ccache), runs its tests (tests/python) against it, and builds a wheel;
+#  3. rebuilds the file loaders' and the tokenizers' tests (both parse untrusted files and text) and the fuzz
+#     targets' corpus replays under AddressSanitizer and UndefinedBehaviorSanitizer and runs them again;
+#  4. builds the libFuzzer targets with clang and fuzzes each briefly (KILN_FUZZ_SECONDS, default 15;
+#     docs/reliability.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/build.sh -DKILN_WERROR=ON
+# Paths relative to the checkout in ccache's keys, so that another clone (CI's) reuses the cached objects, and
+# the Python package's build reuses the main build's.
+export CCACHE_BASEDIR="$PWD"
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCH=ON >/dev/null
+cmake --build build -j "$(nproc)"
 (cd build && ctest --output-on-failure -j "$(nproc)")
 
-export CCACHE_BASEDIR="$PWD"
+# The same compiler and flags as build/, so that ccache serves the library's objects.
+CXX=c++ python3 -m pip install -q --disable-pip-version-check . -C cmake.define.KILN_WERROR=ON
+python3 -m pytest -q tests/python
+CXX=c++ python3 -m pip wheel -q --disable-pip-version-check --no-deps . -w build/wheels -C cmake.define.KILN_WERROR=ON
+ls build/wheels/kiln-*.whl
+
 cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_WERROR=ON -DKILN_BUILD_BENCH=OFF >/dev/null
 cmake --build build-sanitize -j "$(nproc)" --target kiln_test_io kiln_test_tokenizers kiln_fuzz
 (cd build-sanitize && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -L "io|tokenizers|fuzz")

@@ -198,7 +198,8 @@ void Flux2PipelineBase::check_common_fields(const char* pipeline, const Pipeline
          std::string(pipeline) + " has one text encoder and one negative prompt");
   refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
          std::string(pipeline) + " has no skip-layer guidance (StableDiffusion3Pipeline does)");
-  pipelines::refuse_image_editing(pipeline, request);
+  pipelines::refuse_image_editing(pipeline, request,
+                                  "the FLUX.1 and SD3 image-to-image and inpainting pipelines");
 }
 
 void Flux2Pipeline::check_fields(const PipelineRequest& request) {
@@ -326,6 +327,7 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
        .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
 
   release_after_use({{"transformer", transformer_.get()}});
+  if (request.output_type == OutputType::Latent) return {.latents = latents};
   control.checkpoint("before decoding");
   const Tensor images = decode_latents(latents, call.height, call.width);
   release_after_use({{"vae", vae_.get()}});
@@ -337,7 +339,7 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
   }
   if (cfg && !request.negative_prompt_embeds.defined()) metadata["negative_prompt"] = negative_prompt;
   if (!references.empty()) metadata["reference_images"] = std::to_string(references.size());
-  return {pipelines::to_images(images, metadata)};
+  return pipelines::make_output(request.output_type, images, metadata);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> Flux2PipelineBase::components() const {

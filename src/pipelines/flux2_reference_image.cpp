@@ -5,6 +5,7 @@
 
 #include "kiln/ops.h"
 #include "pipelines/lanczos_resize.h"
+#include "pipelines/pil_convert.h"
 
 namespace kiln::pipelines {
 
@@ -15,28 +16,10 @@ constexpr int kMinSide = 64;
 constexpr double kMaxAspectRatio = 8.0;
 constexpr int64_t kMaxArea = 1024 * 1024;
 
-// PIL's convert("RGB"): gray is repeated, alpha dropped.
-Image to_rgb(const Image& image) {
-  if (image.channels == 3) return image;
-  Image rgb;
-  rgb.width = image.width;
-  rgb.height = image.height;
-  rgb.channels = 3;
-  const size_t n = static_cast<size_t>(image.width) * image.height;
-  rgb.pixels.resize(n * 3);
-  const size_t ch = static_cast<size_t>(image.channels);
-  for (size_t i = 0; i < n; ++i)
-    for (size_t c = 0; c < 3; ++c) rgb.pixels[i * 3 + c] = image.pixels[i * ch + (ch >= 3 ? c : 0)];
-  return rgb;
-}
-
 }  // namespace
 
 Tensor preprocess_flux2_reference(const Image& image, int64_t multiple) {
-  KILN_CHECK(image.channels >= 1 && image.channels <= 4 && image.width > 0 && image.height > 0 &&
-                 image.pixels.size() == static_cast<size_t>(image.width) * image.height * image.channels,
-             "reference image: expected 8-bit pixels with 1 to 4 channels, got a "
-                 << image.width << "x" << image.height << "x" << image.channels << " image");
+  check_image(image, "reference image");
   KILN_CHECK(image.width >= kMinSide && image.height >= kMinSide,
              "reference image too small: " << image.width << "x" << image.height
                                            << "; both sides must be at least " << kMinSide << " pixels");

@@ -1,8 +1,10 @@
 #include "kiln/pipelines/flux_pipeline.h"
 
+#include <cmath>
 #include <filesystem>
 #include <tuple>
 
+#include "kiln/core/limits.h"
 #include "kiln/core/log.h"
 #include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/clip_text_model.h"
@@ -15,19 +17,58 @@
 #include "kiln/tokenizers/t5_tokenizer.h"
 #include "pipelines/call_control.h"
 #include "pipelines/denoise.h"
+#include "pipelines/image_processor.h"
 #include "pipelines/pipeline_common.h"
 
 namespace kiln {
 
 namespace fs = std::filesystem;
 
-FluxPipeline::FluxPipeline() = default;
+FluxPipeline::FluxPipeline(Task task) : task_(task) {}
 FluxPipeline::FluxPipeline(FluxPipeline&&) noexcept = default;
 FluxPipeline& FluxPipeline::operator=(FluxPipeline&&) noexcept = default;
 FluxPipeline::~FluxPipeline() = default;
 
+// The pipelines that read the same components as FluxPipeline.
+#define KILN_FLUX1_CLASSES "FluxPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline"
+
 FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const PipelineLoadOptions& options) {
-  pipelines::PipelineFolder folder(model, options, "FluxPipeline");
+  FluxPipeline pipe;
+  load(pipe, model, options, "FluxPipeline", {KILN_FLUX1_CLASSES});
+  return pipe;
+}
+
+FluxImg2ImgPipeline FluxImg2ImgPipeline::from_pretrained(const std::string& model,
+                                                         const PipelineLoadOptions& options) {
+  FluxImg2ImgPipeline pipe;
+  load(pipe, model, options, "FluxImg2ImgPipeline", {KILN_FLUX1_CLASSES});
+  return pipe;
+}
+
+FluxInpaintPipeline FluxInpaintPipeline::from_pretrained(const std::string& model,
+                                                         const PipelineLoadOptions& options) {
+  FluxInpaintPipeline pipe;
+  load(pipe, model, options, "FluxInpaintPipeline", {KILN_FLUX1_CLASSES});
+  return pipe;
+}
+
+FluxKontextPipeline FluxKontextPipeline::from_pretrained(const std::string& model,
+                                                         const PipelineLoadOptions& options) {
+  FluxKontextPipeline pipe;
+  load(pipe, model, options, "FluxKontextPipeline", {KILN_FLUX1_CLASSES});
+  return pipe;
+}
+
+FluxFillPipeline FluxFillPipeline::from_pretrained(const std::string& model,
+                                                   const PipelineLoadOptions& options) {
+  FluxFillPipeline pipe;
+  load(pipe, model, options, "FluxFillPipeline", {});
+  return pipe;
+}
+
+void FluxPipeline::load(FluxPipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
+                        const char* pipeline_class, std::initializer_list<const char*> compatible) {
+  pipelines::PipelineFolder folder(model, options, pipeline_class, compatible);
   folder.set_component_count(7);
   auto need = [&](const char* name, const char* cls) {
     // The slow and fast tokenizer classes read the same files.
@@ -35,7 +76,6 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
     if (std::string(cls) == "CLIPTokenizer") return folder.need(name, {cls, "CLIPTokenizerFast"});
     return folder.need(name, {cls});
   };
-  FluxPipeline pipe;
   pipe.path_ = folder.path();
   pipe.name_ = model;
   pipe.dtype_ = options.dtype;
@@ -62,9 +102,10 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
         models::load_flux_transformer(need("transformer", "FluxTransformer2DModel"), options.dtype,
                                       options.tensor_parallel_for("transformer", splittable));
   } else {
-    KILN_CHECK(options.parallel_config.count("transformer") == 0,
-               "FluxPipeline: a single-file transformer cannot be split across ranks yet; load it without "
-               "tensor parallelism or from a diffusers folder");
+    KILN_CHECK(
+        options.parallel_config.count("transformer") == 0 && options.tensor_parallel == 1,
+        pipeline_class << ": a single-file transformer cannot be split across ranks yet; load it without "
+                          "tensor parallelism or from a diffusers folder");
     const fs::path config = fs::path(folder.path()) / "transformer" / "config.json";
     pipe.transformer_ = models::FluxTransformer2DModel::from_single_file(
         options.transformer_file,
@@ -83,10 +124,16 @@ FluxPipeline FluxPipeline::from_pretrained(const std::string& model, const Pipel
              pipe.path_ << ": transformer pooled_projection_dim " << tc.pooled_projection_dim
                         << " does not match text_encoder hidden_size "
                         << pipe.text_encoder_->config().hidden_size);
-  KILN_CHECK(tc.in_channels == 4 * pipe.vae_->config().latent_channels,
-             pipe.path_ << ": transformer in_channels " << tc.in_channels
-                        << " is not 4 x vae latent_channels " << pipe.vae_->config().latent_channels);
-  return pipe;
+  // Packed latents are 2 x 2 patches of the VAE's channels; Fill's transformer also takes the masked image's
+  // latents and the mask's 8 x 8 pixels per latent, packed alike.
+  const int64_t packed = 4 * pipe.vae_->config().latent_channels;
+  const int64_t mask_values = 4 * pipe.vae_->config().scale_factor() * pipe.vae_->config().scale_factor();
+  const int64_t expected = pipe.task_ == Task::Fill ? 2 * packed + mask_values : packed;
+  KILN_CHECK(tc.in_channels == expected && tc.out_channels == packed,
+             pipe.path_ << ": transformer in_channels " << tc.in_channels << " and out_channels "
+                        << tc.out_channels << " do not fit " << pipeline_class << " (expected " << expected
+                        << " and " << packed << " for vae latent_channels "
+                        << pipe.vae_->config().latent_channels << ")");
 }
 
 FluxPipeline::PromptEmbeddings FluxPipeline::encode_prompt(const std::string& prompt,
@@ -131,11 +178,22 @@ std::pair<Tensor, Tensor> FluxPipeline::prepare_latents(int64_t batch, int64_t h
   const int64_t h = 2 * (height / (f * 2)), w = 2 * (width / (f * 2));
   const int64_t c = transformer_->config().in_channels / 4;
   const Tensor noise = randn_tensor({batch, c, h, w}, generator, dtype);
+  return {pack(noise), models::flux_latent_image_ids(h / 2, w / 2, dtype)};
+}
+
+Tensor FluxPipeline::pack(const Tensor& latents) {
+  const int64_t b = latents.size(0), c = latents.size(1), h = latents.size(2), w = latents.size(3);
   // 2x2 patches: [B, C, h/2, 2, w/2, 2] -> [B, h/2, w/2, C, 2, 2] -> [B, (h/2)(w/2), 4C]
-  const Tensor packed = noise.view({batch, c, h / 2, 2, w / 2, 2})
-                            .permute({0, 2, 4, 1, 3, 5})
-                            .reshape({batch, (h / 2) * (w / 2), c * 4});
-  return {packed, models::flux_latent_image_ids(h / 2, w / 2, dtype)};
+  return latents.view({b, c, h / 2, 2, w / 2, 2})
+      .permute({0, 2, 4, 1, 3, 5})
+      .reshape({b, (h / 2) * (w / 2), c * 4});
+}
+
+Tensor FluxPipeline::encode_image(const Tensor& image, DType dtype, Generator& generator) const {
+  const auto& vc = vae_->config();
+  const Tensor latents = pipelines::sample_latents(vae_->encode(image.to(dtype)), generator);
+  // diffusers: (latents - shift_factor) * scaling_factor, in the latents' dtype.
+  return mul(sub(latents, vc.shift_factor), vc.scaling_factor);
 }
 
 Tensor FluxPipeline::decode_latents(const Tensor& latents, int64_t height, int64_t width) const {
@@ -157,20 +215,157 @@ void FluxPipeline::check_fields(const PipelineRequest& request) {
          "negative_prompt",
          "FluxPipeline has no negative prompt (FLUX.1 is guidance-distilled; it runs without classifier-free "
          "guidance)");
-  refuse(!request.image.empty(), "image",
-         "FluxPipeline takes no reference images (Flux2Pipeline and Flux2KleinPipeline do)");
+  refuse(
+      !request.image.empty(), "image",
+      "FluxPipeline takes no reference images (Flux2Pipeline and Flux2KleinPipeline do; FluxImg2ImgPipeline, "
+      "FluxInpaintPipeline and FluxFillPipeline start from an image)");
   refuse(request.prompt_3.has_value(), "prompt_3", "FluxPipeline has two text encoders: prompt and prompt_2");
   refuse(request.prompt_embeds.defined(), "prompt_embeds",
          "FluxPipeline encodes its prompts itself; give prompt (and prompt_2) instead of prompt_embeds");
   refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
          "FluxPipeline has no skip-layer guidance (StableDiffusion3Pipeline does)");
-  pipelines::refuse_image_editing("FluxPipeline", request);
+  pipelines::refuse_image_editing("FluxPipeline", request,
+                                  "FluxImg2ImgPipeline, FluxInpaintPipeline and FluxFillPipeline");
+}
+
+namespace {
+
+// FluxPipeline's checks of the fields the editing pipelines share with it, and theirs.
+void check_editing_fields(const char* pipeline, const PipelineRequest& request, bool mask, bool strength) {
+  PipelineRequest shared = request;
+  shared.image.clear();
+  shared.mask_image.reset();
+  shared.strength.reset();
+  try {
+    FluxPipeline::check_fields(shared);
+  } catch (const RequestError& e) {
+    std::string message = e.what();
+    if (message.rfind("FluxPipeline", 0) == 0) message = pipeline + message.substr(12);
+    throw RequestError(e.field(), message);
+  }
+  pipelines::check_edit_inputs(pipeline, request, mask);
+  pipelines::refuse(
+      !mask && request.mask_image.has_value(), "mask_image",
+      std::string(pipeline) + " takes no mask_image (FluxInpaintPipeline and FluxFillPipeline do)");
+  pipelines::refuse(
+      !strength && request.strength.has_value(), "strength",
+      std::string(pipeline) + " takes no strength (FluxImg2ImgPipeline and FluxInpaintPipeline do)");
+}
+
+}  // namespace
+
+void FluxImg2ImgPipeline::check_fields(const PipelineRequest& request) {
+  check_editing_fields("FluxImg2ImgPipeline", request, false, true);
+}
+void FluxInpaintPipeline::check_fields(const PipelineRequest& request) {
+  check_editing_fields("FluxInpaintPipeline", request, true, true);
+}
+void FluxFillPipeline::check_fields(const PipelineRequest& request) {
+  check_editing_fields("FluxFillPipeline", request, true, true);
+}
+void FluxKontextPipeline::check_fields(const PipelineRequest& request) {
+  PipelineRequest shared = request;
+  shared.image.clear();
+  shared.max_area.reset();
+  shared.auto_resize.reset();
+  try {
+    FluxPipeline::check_fields(shared);
+  } catch (const RequestError& e) {
+    std::string message = e.what();
+    if (message.rfind("FluxPipeline", 0) == 0) message = "FluxKontextPipeline" + message.substr(12);
+    throw RequestError(e.field(), message);
+  }
+  pipelines::refuse(request.image.size() > 1, "image",
+                    "FluxKontextPipeline edits one image, got " + std::to_string(request.image.size()));
+  if (request.max_area &&
+      (*request.max_area < 16 * 16 || *request.max_area > limits::kMaxImageSide * limits::kMaxImageSide))
+    throw RequestError("max_area", "FluxKontextPipeline: max_area must be between 256 and " +
+                                       std::to_string(limits::kMaxImageSide * limits::kMaxImageSide) +
+                                       " pixels, got " + std::to_string(*request.max_area));
+}
+
+namespace {
+
+// diffusers' PREFERRED_KONTEXT_RESOLUTIONS: (width, height) Kontext was trained at.
+constexpr std::pair<int64_t, int64_t> kKontextResolutions[] = {
+    {672, 1568}, {688, 1504}, {720, 1456},  {752, 1392}, {800, 1328}, {832, 1248},
+    {880, 1184}, {944, 1104}, {1024, 1024}, {1104, 944}, {1184, 880}, {1248, 832},
+    {1328, 800}, {1392, 752}, {1456, 720},  {1504, 688}, {1568, 672}};
+
+}  // namespace
+
+std::pair<int64_t, int64_t> FluxKontextPipeline::output_size(const PipelineRequest& request) const {
+  const PipelineDefaults d = defaults();
+  const double height = static_cast<double>(request.height.value_or(d.height));
+  const double width = static_cast<double>(request.width.value_or(d.width));
+  const double area = static_cast<double>(request.max_area.value_or(1024 * 1024));
+  const double aspect = width / height;
+  // Python's round() (half to even) of the sizes at max_area, floored to multiples of 16.
+  const auto rounded = [](double x) { return static_cast<int64_t>(std::nearbyint(x)); };
+  const int64_t w = rounded(std::pow(area * aspect, 0.5)) / 16 * 16;
+  const int64_t h = rounded(std::pow(area / aspect, 0.5)) / 16 * 16;
+  return {h, w};
+}
+
+std::pair<int64_t, int64_t> FluxKontextPipeline::image_size(const Image& image, bool auto_resize) {
+  int64_t w = image.width / 16 * 16, h = image.height / 16 * 16;
+  if (auto_resize) {
+    // min((abs(aspect - w / h), w, h)) over the resolutions: the nearest aspect ratio, ties to the smaller.
+    const double aspect = static_cast<double>(w) / static_cast<double>(h);
+    double best = 0;
+    bool first = true;
+    for (const auto& [pw, ph] : kKontextResolutions) {
+      const double distance = std::abs(aspect - static_cast<double>(pw) / static_cast<double>(ph));
+      if (first || distance < best) {
+        best = distance;
+        w = pw;
+        h = ph;
+        first = false;
+      }
+    }
+  }
+  return {h / 16 * 16, w / 16 * 16};
+}
+
+PipelineDefaults FluxImg2ImgPipeline::defaults() const {
+  return {.guidance_scale = 7.0f, .strength = 0.6};
+}
+PipelineDefaults FluxInpaintPipeline::defaults() const {
+  return {.guidance_scale = 7.0f, .strength = 0.6};
+}
+PipelineDefaults FluxFillPipeline::defaults() const {
+  return {.num_inference_steps = 50, .guidance_scale = 30.0f, .strength = 1.0};
 }
 
 void FluxPipeline::check_loaded_request(const PipelineRequest& request) const {
-  check_fields(request);
-  const char* name = "FluxPipeline";
-  const pipelines::ResolvedRequest r = pipelines::resolve(request, defaults());
+  const char* name = class_name();
+  switch (task_) {
+    case Task::TextToImage:
+      check_fields(request);
+      break;
+    case Task::ImageToImage:
+      FluxImg2ImgPipeline::check_fields(request);
+      break;
+    case Task::Inpaint:
+      FluxInpaintPipeline::check_fields(request);
+      break;
+    case Task::Fill:
+      FluxFillPipeline::check_fields(request);
+      break;
+    case Task::Kontext:
+      FluxKontextPipeline::check_fields(request);
+      break;
+  }
+  pipelines::ResolvedRequest r = pipelines::resolve(request, defaults());
+  if (task_ == Task::Kontext) {
+    if (request.height) pipelines::check_image_size(name, *request.height, 16, 16);
+    if (request.width) pipelines::check_image_size(name, 16, *request.width, 16);
+    std::tie(r.height, r.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
+    for (const Image& image : request.image)
+      pipelines::refuse(image.width < 16 || image.height < 16, "image",
+                        std::string(name) + ": the image is " + std::to_string(image.width) + "x" +
+                            std::to_string(image.height) + " pixels; both sides must be at least 16");
+  }
   pipelines::check_image_size(name, r.height, r.width, vae_->config().scale_factor() * 2);
   pipelines::check_steps(name, r.num_inference_steps);
   pipelines::check_prompt_size(name, "prompt", request.prompt);
@@ -178,55 +373,136 @@ void FluxPipeline::check_loaded_request(const PipelineRequest& request) const {
   pipelines::check_max_sequence_length(name, r.max_sequence_length);
   pipelines::check_images_per_prompt(name, request.num_images_per_prompt);
   pipelines::check_guidance_scale(name, r.guidance_scale);
+  if (task_ != Task::TextToImage && task_ != Task::Kontext)
+    pipelines::check_strength(name, r.strength, r.num_inference_steps);
 }
 
 PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines::CallControl& control) {
-  const pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
+  pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
+  if (task_ == Task::Kontext)
+    std::tie(call.height, call.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
   const PromptEmbeddings prompt = encode_prompt(request.prompt, request.prompt_2,
                                                 request.num_images_per_prompt, call.max_sequence_length);
   release_after_use({{"text_encoder", text_encoder_.get()}, {"text_encoder_2", text_encoder_2_.get()}});
   Generator generator = request.generator ? *request.generator : Generator();
   const uint64_t seed = generator.initial_seed();
   const int64_t batch = request.num_images_per_prompt;
-  // Named tensors, not a structured binding: the step lambda captures them (clang 14 cannot capture
-  // bindings).
-  Tensor latents, image_ids;
-  std::tie(latents, image_ids) =
-      prepare_latents(batch, call.height, call.width, prompt.prompt_embeds.dtype(), generator);
+  const DType dtype = prompt.prompt_embeds.dtype();
+  const int64_t f = vae_->config().scale_factor();
+  const int64_t h = 2 * (call.height / (f * 2)), w = 2 * (call.width / (f * 2));
 
   // The call's own schedule: the pipeline's scheduler is never changed by a call.
   FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
-  const int64_t image_seq_len = latents.size(1);
   const auto& sc = schedule.config();
-  const double mu = calculate_shift(image_seq_len, sc.base_image_seq_len, sc.max_image_seq_len,
+  const double mu = calculate_shift((h / 2) * (w / 2), sc.base_image_seq_len, sc.max_image_seq_len,
                                     sc.base_shift.value_or(0.5), sc.max_shift.value_or(1.15));
   schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps), mu);
+
+  // Named tensors, not structured bindings: the step lambdas capture them (clang 14 cannot capture bindings).
+  Tensor latents, image_ids, image_latents, noise, mask, condition, context;
+  int start = 0;
+  if (task_ == Task::TextToImage || task_ == Task::Kontext) {
+    if (task_ == Task::Kontext && !request.image.empty()) {
+      // The image at the trained resolution nearest its aspect ratio, encoded (its latent mean: no draw),
+      // packed, its ids those of its own grid with the first coordinate 1.
+      const auto [ih, iw] =
+          FluxKontextPipeline::image_size(request.image.front(), request.auto_resize.value_or(true));
+      const Tensor init = pipelines::preprocess_image(request.image.front(), ih, iw);
+      const auto& vc = vae_->config();
+      const Tensor encoded = mul(sub(vae_->encode(init.to(dtype)).mean, vc.shift_factor), vc.scaling_factor);
+      const Tensor repeated =
+          batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
+      context = pack(repeated);
+      const Tensor first = Tensor::from_vector(std::vector<float>{1, 0, 0}, {1, 3}).to(dtype);
+      image_ids = add(models::flux_latent_image_ids(encoded.size(2) / 2, encoded.size(3) / 2, dtype), first);
+    }
+    Tensor latent_ids;
+    std::tie(latents, latent_ids) = prepare_latents(batch, call.height, call.width, dtype, generator);
+    image_ids = image_ids.defined() ? concat({latent_ids, image_ids}, 0) : latent_ids;
+  } else {
+    // prepare_latents: the image encoded (its posterior sampled: the generator's first draw), then the noise,
+    // the image noised to the first step the strength runs.
+    start = pipelines::first_step(call.num_inference_steps, call.strength);
+    const Tensor init = pipelines::preprocess_image(request.image.front(), call.height, call.width);
+    const int64_t c = vae_->config().latent_channels;
+    const Tensor encoded = encode_image(init, dtype, generator);
+    image_latents = batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
+    noise = randn_tensor({batch, c, h, w}, generator, dtype);
+    latents = pack(schedule.scale_noise(image_latents, start, noise));
+    image_ids = models::flux_latent_image_ids(h / 2, w / 2, dtype);
+    const Tensor mask_condition =
+        task_ == Task::TextToImage || task_ == Task::ImageToImage
+            ? Tensor()
+            : pipelines::preprocess_mask(*request.mask_image, call.height, call.width);
+    if (task_ == Task::Inpaint) {
+      // prepare_mask_latents: the mask at the latents' size, one value per channel, packed. (diffusers also
+      // encodes the masked image here, which a 64-channel transformer never reads.)
+      const Tensor small = pipelines::resize_nearest(mask_condition, h, w).to(dtype);
+      mask = pack(small.expand({batch, c, h, w}).contiguous());
+      image_latents = pack(image_latents);
+      noise = pack(noise);
+    } else if (task_ == Task::Fill) {
+      // The masked image (black where the mask repaints) encoded: the generator's third draw.
+      const Tensor masked = mul(init, sub(1.0, mask_condition));
+      const Tensor masked_latents = encode_image(masked, dtype, generator);
+      const Tensor repeated = batch > 1
+                                  ? concat(std::vector<Tensor>(static_cast<size_t>(batch), masked_latents), 0)
+                                  : masked_latents;
+      // The mask's 8 x 8 pixels per latent as channels: [B, H, W] -> [B, 64, h, w], packed to [B, N, 256].
+      const Tensor pixels = mask_condition.select(1, 0).expand({batch, h * f, w * f}).contiguous();
+      const Tensor per_latent =
+          pixels.view({batch, h, f, w, f}).permute({0, 2, 4, 1, 3}).reshape({batch, f * f, h, w}).to(dtype);
+      condition = concat({pack(repeated), pack(per_latent)}, 2);
+    }
+  }
   Tensor guidance;
   if (transformer_->config().guidance_embeds)
     guidance = Tensor::full({batch}, static_cast<double>(call.guidance_scale), float32);
 
+  std::function<Tensor(const Tensor&, int)> blend;
+  if (task_ == Task::Inpaint)
+    blend = [&](const Tensor& x, int step) {
+      // The kept region from the image, noised to the next step's level (clean after the last step).
+      const int next = step + 1;
+      const Tensor kept = next < schedule.num_inference_steps()
+                              ? schedule.scale_noise(image_latents, next, noise)
+                              : image_latents;
+      return add(mul(sub(1.0, mask), kept), mul(mask, x));
+    };
   latents = pipelines::denoise(
       latents, {.scheduler = &schedule,
+                .start_step = start,
                 .model_output =
                     [&](const Tensor& x, int, float timestep) {
                       // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
                       const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
-                      return transformer_->forward(x, prompt.prompt_embeds, prompt.pooled_prompt_embeds, t,
-                                                   guidance, prompt.text_ids, image_ids);
+                      // Fill: the condition beside each token's channels; Kontext: the image's tokens after
+                      // the latents', their prediction dropped.
+                      const Tensor input = condition.defined() ? concat({x, condition}, 2)
+                                           : context.defined() ? concat({x, context}, 1)
+                                                               : x;
+                      const Tensor out =
+                          transformer_->forward(input, prompt.prompt_embeds, prompt.pooled_prompt_embeds, t,
+                                                guidance, prompt.text_ids, image_ids);
+                      return context.defined() ? out.narrow(1, 0, x.size(1)) : out;
                     },
+                .blend = blend,
                 .on_step_end = request.callback_on_step_end,
                 .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
 
   release_after_use({{"transformer", transformer_.get()}});
+  if (request.output_type == OutputType::Latent) return {.latents = latents};
   control.checkpoint("before decoding");
   const Tensor images = decode_latents(latents, call.height, call.width);
   release_after_use({{"vae", vae_.get()}});
-  auto metadata = pipelines::common_metadata(name_, "FluxPipeline", seed, call.num_inference_steps,
+  auto metadata = pipelines::common_metadata(name_, class_name(), seed, call.num_inference_steps,
                                              call.guidance_scale, call.height, call.width, dtype_);
   metadata["prompt"] = request.prompt;
   metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
   if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
-  return {pipelines::to_images(images, metadata)};
+  if (task_ != Task::TextToImage && task_ != Task::Kontext)
+    metadata["strength"] = std::to_string(call.strength);
+  return pipelines::make_output(request.output_type, images, metadata);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> FluxPipeline::components() const {

@@ -16,7 +16,7 @@ namespace kiln::pipelines {
 namespace fs = std::filesystem;
 
 PipelineFolder::PipelineFolder(const std::string& model, const PipelineLoadOptions& options,
-                               const char* pipeline_class)
+                               const char* pipeline_class, std::initializer_list<const char*> compatible)
     : on_loaded_(options.on_component_loaded) {
   KILN_CHECK(options.dtype == float32 || options.dtype == bfloat16 || options.dtype == float16,
              pipeline_class << ": dtype " << dtype_name(options.dtype)
@@ -25,8 +25,10 @@ PipelineFolder::PipelineFolder(const std::string& model, const PipelineLoadOptio
   resolve.revision = options.revision;
   path_ = io::resolve_model(model, resolve).path;
   index_ = io::load_model_index(path_);
-  KILN_CHECK(index_.class_name == pipeline_class, index_.path << ": pipeline class is '" << index_.class_name
-                                                              << "', but this is " << pipeline_class);
+  bool known = index_.class_name == pipeline_class;
+  for (const char* c : compatible) known = known || index_.class_name == c;
+  KILN_CHECK(known, index_.path << ": pipeline class is '" << index_.class_name << "', but this is "
+                                << pipeline_class);
 }
 
 bool PipelineFolder::present(const char* name) const {
@@ -55,18 +57,19 @@ ResolvedRequest resolve(const PipelineRequest& request, const PipelineDefaults& 
           .width = request.width.value_or(defaults.width),
           .num_inference_steps = request.num_inference_steps.value_or(defaults.num_inference_steps),
           .guidance_scale = request.guidance_scale.value_or(defaults.guidance_scale),
-          .max_sequence_length = request.max_sequence_length.value_or(defaults.max_sequence_length)};
+          .max_sequence_length = request.max_sequence_length.value_or(defaults.max_sequence_length),
+          .strength = request.strength.value_or(defaults.strength)};
 }
 
 void refuse(bool given, const char* field, const std::string& message) {
   if (given) throw RequestError(field, message);
 }
 
-void refuse_image_editing(const char* pipeline, const PipelineRequest& request) {
+void refuse_image_editing(const char* pipeline, const PipelineRequest& request, const char* editing) {
   refuse(request.mask_image.has_value(), "mask_image",
-         std::string(pipeline) + " takes no mask_image: inpainting is not in this build of Kiln");
+         std::string(pipeline) + " takes no mask_image (" + editing + " do)");
   refuse(request.strength.has_value(), "strength",
-         std::string(pipeline) + " takes no strength: image-to-image is not in this build of Kiln");
+         std::string(pipeline) + " takes no strength (" + editing + " do)");
 }
 
 namespace {
@@ -135,6 +138,28 @@ void check_guidance_scale(const char* pipeline, float guidance_scale) {
   }
 }
 
+void check_strength(const char* pipeline, double strength, int num_inference_steps) {
+  if (!(strength >= 0.0 && strength <= 1.0)) {
+    std::ostringstream message;
+    message << pipeline << ": strength must be in [0, 1], got " << strength;
+    throw RequestError("strength", message.str());
+  }
+  const double n = num_inference_steps;
+  if (n - static_cast<int>(std::max(n - std::min(n * strength, n), 0.0)) < 1) {
+    std::ostringstream message;
+    message << pipeline << ": strength " << strength << " leaves no step of " << num_inference_steps
+            << " (it runs int(num_inference_steps * strength) steps, at least one is needed)";
+    throw RequestError("strength", message.str());
+  }
+}
+
+void check_edit_inputs(const char* pipeline, const PipelineRequest& request, bool with_mask) {
+  refuse(
+      request.image.size() != 1, "image",
+      std::string(pipeline) + " takes one image to start from, got " + std::to_string(request.image.size()));
+  refuse(with_mask && !request.mask_image, "mask_image", std::string(pipeline) + " needs a mask_image");
+}
+
 Tensor postprocess(const Tensor& decoded) {
   const Tensor denorm = clamp(add(mul(decoded, 0.5), 0.5), 0.0, 1.0);
   return denorm.permute({0, 2, 3, 1}).to(float32).contiguous();
@@ -149,6 +174,12 @@ std::vector<Image> to_images(const Tensor& nhwc, const std::map<std::string, std
     images.push_back(std::move(image));
   }
   return images;
+}
+
+PipelineOutput make_output(OutputType type, const Tensor& nhwc,
+                           const std::map<std::string, std::string>& metadata) {
+  if (type == OutputType::Array) return {.array = nhwc};
+  return {.images = to_images(nhwc, metadata)};
 }
 
 std::map<std::string, std::string> common_metadata(const std::string& model, const char* pipeline,

@@ -21,8 +21,10 @@ namespace kiln::pipelines {
 class PipelineFolder {
  public:
   // Throws kiln::Error for a dtype the pipelines do not run (f32, bf16 and f16 only), a folder that cannot be
-  // resolved, or another pipeline class.
-  PipelineFolder(const std::string& model, const PipelineLoadOptions& options, const char* pipeline_class);
+  // resolved, or a pipeline class other than `pipeline_class` and the `compatible` ones (folders with the
+  // same components: FluxImg2ImgPipeline loads a FluxPipeline folder, as diffusers lets it).
+  PipelineFolder(const std::string& model, const PipelineLoadOptions& options, const char* pipeline_class,
+                 std::initializer_list<const char*> compatible = {});
   const std::string& path() const { return path_; }
   const io::ModelIndex& index() const { return index_; }
   // Whether model_index.json lists `name` with a class (not [null, null]).
@@ -48,14 +50,16 @@ struct ResolvedRequest {
   int num_inference_steps = 0;
   float guidance_scale = 0;
   int64_t max_sequence_length = 0;
+  double strength = 1.0;
 };
 ResolvedRequest resolve(const PipelineRequest& request, const PipelineDefaults& defaults);
 
 // Field refusals: a pipeline that does not take `field` throws RequestError(field, "<pipeline> <why>") when
 // the request sets it.
 void refuse(bool given, const char* field, const std::string& message);
-// What no text-to-image pipeline of this build takes: mask_image and strength (inpainting, image-to-image).
-void refuse_image_editing(const char* pipeline, const PipelineRequest& request);
+// A text-to-image pipeline's refusal of mask_image and strength, naming the pipelines that take them
+// (`editing`: "FluxImg2ImgPipeline and FluxInpaintPipeline").
+void refuse_image_editing(const char* pipeline, const PipelineRequest& request, const char* editing);
 
 // The checks every pipeline call makes, each a RequestError naming the pipeline, the field and what it
 // accepts.
@@ -66,6 +70,10 @@ void check_prompt_size(const char* pipeline, const char* field, const std::strin
 void check_max_sequence_length(const char* pipeline, int64_t max_sequence_length);
 void check_images_per_prompt(const char* pipeline, int num_images_per_prompt);
 void check_guidance_scale(const char* pipeline, float guidance_scale);
+// strength in [0, 1], and a schedule of `num_inference_steps` it leaves at least one step of.
+void check_strength(const char* pipeline, double strength, int num_inference_steps);
+// The one image an editing pipeline starts from (request.image), and the mask when `with_mask`.
+void check_edit_inputs(const char* pipeline, const PipelineRequest& request, bool with_mask);
 
 // VaeImageProcessor.postprocess: (x * 0.5 + 0.5).clamp(0, 1) in the VAE output's dtype, then NHWC float32
 // [B, H, W, C] (diffusers' output_type="np").
@@ -73,6 +81,9 @@ Tensor postprocess(const Tensor& decoded);
 
 // One 8-bit image per batch element of `nhwc`, each with `metadata` plus "software" (the PNG's text chunks).
 std::vector<Image> to_images(const Tensor& nhwc, const std::map<std::string, std::string>& metadata);
+// A call's output from the decoded NHWC float32 images: the images (to_images) or the array itself.
+PipelineOutput make_output(OutputType type, const Tensor& nhwc,
+                           const std::map<std::string, std::string>& metadata);
 
 // The metadata every pipeline records: model, pipeline, seed, steps, guidance scale, size, dtype.
 std::map<std::string, std::string> common_metadata(const std::string& model, const char* pipeline,

@@ -14,8 +14,12 @@ std::unique_ptr<DiffusionPipeline> load(const std::string& model, const Pipeline
 }
 
 template <class Pipeline>
-PipelineClass entry(const char* name) {
-  return {name, Pipeline::splittable_components(), load<Pipeline>, Pipeline::check_fields};
+PipelineClass entry(const char* name, std::string image_to_image = "", std::string inpainting = "",
+                    bool edits_an_image = false) {
+  return {name,           Pipeline::splittable_components(),
+          load<Pipeline>, Pipeline::check_fields,
+          image_to_image, inpainting,
+          edits_an_image};
 }
 
 }  // namespace
@@ -24,8 +28,19 @@ const std::vector<PipelineClass>& pipeline_classes() {
   static const std::vector<PipelineClass> classes = {
       entry<Flux2KleinPipeline>("Flux2KleinPipeline"),
       entry<Flux2Pipeline>("Flux2Pipeline"),
-      entry<FluxPipeline>("FluxPipeline"),
-      entry<StableDiffusion3Pipeline>("StableDiffusion3Pipeline"),
+      entry<FluxFillPipeline>("FluxFillPipeline", "", "FluxFillPipeline", true),
+      entry<FluxImg2ImgPipeline>("FluxImg2ImgPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline", true),
+      entry<FluxInpaintPipeline>("FluxInpaintPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline", true),
+      entry<FluxKontextPipeline>("FluxKontextPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline"),
+      entry<FluxPipeline>("FluxPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline"),
+      entry<StableDiffusion3Img2ImgPipeline>("StableDiffusion3Img2ImgPipeline",
+                                             "StableDiffusion3Img2ImgPipeline",
+                                             "StableDiffusion3InpaintPipeline", true),
+      entry<StableDiffusion3InpaintPipeline>("StableDiffusion3InpaintPipeline",
+                                             "StableDiffusion3Img2ImgPipeline",
+                                             "StableDiffusion3InpaintPipeline", true),
+      entry<StableDiffusion3Pipeline>("StableDiffusion3Pipeline", "StableDiffusion3Img2ImgPipeline",
+                                      "StableDiffusion3InpaintPipeline"),
   };
   return classes;
 }

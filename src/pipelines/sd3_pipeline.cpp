@@ -15,6 +15,7 @@
 #include "kiln/tokenizers/t5_tokenizer.h"
 #include "pipelines/call_control.h"
 #include "pipelines/denoise.h"
+#include "pipelines/image_processor.h"
 #include "pipelines/pipeline_common.h"
 
 namespace kiln {
@@ -40,14 +41,38 @@ Tensor repeat_batch(const Tensor& x, int n) {
 
 }  // namespace
 
-StableDiffusion3Pipeline::StableDiffusion3Pipeline() = default;
+StableDiffusion3Pipeline::StableDiffusion3Pipeline(Task task) : task_(task) {}
 StableDiffusion3Pipeline::StableDiffusion3Pipeline(StableDiffusion3Pipeline&&) noexcept = default;
 StableDiffusion3Pipeline& StableDiffusion3Pipeline::operator=(StableDiffusion3Pipeline&&) noexcept = default;
 StableDiffusion3Pipeline::~StableDiffusion3Pipeline() = default;
 
 StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::string& model,
                                                                    const PipelineLoadOptions& options) {
-  pipelines::PipelineFolder folder(model, options, kName);
+  StableDiffusion3Pipeline pipe;
+  load(pipe, model, options, kName);
+  return pipe;
+}
+
+StableDiffusion3Img2ImgPipeline StableDiffusion3Img2ImgPipeline::from_pretrained(
+    const std::string& model, const PipelineLoadOptions& options) {
+  StableDiffusion3Img2ImgPipeline pipe;
+  load(pipe, model, options, "StableDiffusion3Img2ImgPipeline");
+  return pipe;
+}
+
+StableDiffusion3InpaintPipeline StableDiffusion3InpaintPipeline::from_pretrained(
+    const std::string& model, const PipelineLoadOptions& options) {
+  StableDiffusion3InpaintPipeline pipe;
+  load(pipe, model, options, "StableDiffusion3InpaintPipeline");
+  return pipe;
+}
+
+void StableDiffusion3Pipeline::load(StableDiffusion3Pipeline& pipe, const std::string& model,
+                                    const PipelineLoadOptions& options, const char* pipeline_class) {
+  // The three pipelines read the same components, so each loads the others' folders, as diffusers lets it.
+  pipelines::PipelineFolder folder(
+      model, options, pipeline_class,
+      {kName, "StableDiffusion3Img2ImgPipeline", "StableDiffusion3InpaintPipeline"});
   auto present = [&](const char* name) { return folder.present(name); };
   auto need = [&](const char* name, std::initializer_list<const char*> classes) {
     return folder.need(name, classes);
@@ -56,7 +81,6 @@ StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::st
   KILN_CHECK(with_t5 == present("tokenizer_3"),
              folder.index().path << ": text_encoder_3 and tokenizer_3 must both be present or both absent");
 
-  StableDiffusion3Pipeline pipe;
   pipe.path_ = folder.path();
   pipe.name_ = model;
   pipe.dtype_ = options.dtype;
@@ -129,7 +153,6 @@ StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::st
   KILN_CHECK(tc.in_channels == pipe.vae_->config().latent_channels,
              pipe.path_ << ": transformer in_channels " << tc.in_channels
                         << " is not the VAE's latent_channels " << pipe.vae_->config().latent_channels);
-  return pipe;
 }
 
 int64_t StableDiffusion3Pipeline::default_image_size() const {
@@ -265,11 +288,63 @@ void StableDiffusion3Pipeline::check_fields(const PipelineRequest& request) {
       request.prompt_embeds.defined() || request.negative_prompt_embeds.defined(), "prompt_embeds",
       "StableDiffusion3Pipeline encodes its prompts itself; give prompt (and prompt_2, prompt_3) instead of "
       "prompt_embeds");
-  pipelines::refuse_image_editing(kName, request);
+  pipelines::refuse_image_editing(kName, request,
+                                  "StableDiffusion3Img2ImgPipeline and StableDiffusion3InpaintPipeline");
+}
+
+namespace {
+
+// StableDiffusion3Pipeline's checks of the fields the editing pipelines share with it, and theirs.
+void check_editing_fields(const char* pipeline, const PipelineRequest& request, bool mask) {
+  PipelineRequest shared = request;
+  shared.image.clear();
+  shared.mask_image.reset();
+  shared.strength.reset();
+  try {
+    StableDiffusion3Pipeline::check_fields(shared);
+  } catch (const RequestError& e) {
+    std::string message = e.what();
+    if (message.rfind(kName, 0) == 0) message = pipeline + message.substr(std::string(kName).size());
+    throw RequestError(e.field(), message);
+  }
+  pipelines::check_edit_inputs(pipeline, request, mask);
+  pipelines::refuse(!mask && request.mask_image.has_value(), "mask_image",
+                    std::string(pipeline) + " takes no mask_image (StableDiffusion3InpaintPipeline does)");
+  pipelines::refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
+                    std::string(pipeline) + " has no skip-layer guidance (StableDiffusion3Pipeline does)");
+}
+
+// diffusers' image-to-image and inpainting defaults beside the text-to-image ones.
+PipelineDefaults editing_defaults(PipelineDefaults d) {
+  d.num_inference_steps = 50;
+  d.strength = 0.6;
+  return d;
+}
+
+}  // namespace
+
+void StableDiffusion3Img2ImgPipeline::check_fields(const PipelineRequest& request) {
+  check_editing_fields("StableDiffusion3Img2ImgPipeline", request, false);
+}
+void StableDiffusion3InpaintPipeline::check_fields(const PipelineRequest& request) {
+  check_editing_fields("StableDiffusion3InpaintPipeline", request, true);
+}
+
+PipelineDefaults StableDiffusion3Img2ImgPipeline::defaults() const {
+  return editing_defaults(StableDiffusion3Pipeline::defaults());
+}
+PipelineDefaults StableDiffusion3InpaintPipeline::defaults() const {
+  return editing_defaults(StableDiffusion3Pipeline::defaults());
 }
 
 void StableDiffusion3Pipeline::check_loaded_request(const PipelineRequest& request) const {
-  check_fields(request);
+  const char* kName = class_name();  // the errors name the class the caller has
+  if (task_ == Task::ImageToImage)
+    StableDiffusion3Img2ImgPipeline::check_fields(request);
+  else if (task_ == Task::Inpaint)
+    StableDiffusion3InpaintPipeline::check_fields(request);
+  else
+    check_fields(request);
   const pipelines::ResolvedRequest c = pipelines::resolve(request, defaults());
   pipelines::check_prompt_size(kName, "prompt", request.prompt);
   for (const auto& [name, text] : {std::pair{"prompt_2", &request.prompt_2},
@@ -300,6 +375,7 @@ void StableDiffusion3Pipeline::check_loaded_request(const PipelineRequest& reque
                                                     std::to_string(layer) +
                                                     ", but the transformer has blocks 0.." +
                                                     std::to_string(transformer_->config().num_layers - 1));
+  if (task_ != Task::TextToImage) pipelines::check_strength(kName, c.strength, c.num_inference_steps);
 }
 
 PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
@@ -312,8 +388,9 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
   Generator generator = request.generator ? *request.generator : Generator();
   const uint64_t seed = generator.initial_seed();
   const int64_t batch = request.num_images_per_prompt;
-  Tensor latents =
-      prepare_latents(batch, call.height, call.width, prompt.positive.prompt_embeds.dtype(), generator);
+  const DType dtype = prompt.positive.prompt_embeds.dtype();
+  const auto& vc = vae_->config();
+  const int64_t f = vc.scale_factor(), h = call.height / f, w = call.width / f;
 
   // The call's own schedule: the pipeline's scheduler is never changed by a call.
   FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
@@ -321,24 +398,68 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
   std::optional<double> mu;
   if (sc.use_dynamic_shifting) {
     const int64_t p = transformer_->config().patch_size;
-    mu = calculate_shift((latents.size(2) / p) * (latents.size(3) / p), sc.base_image_seq_len,
-                         sc.max_image_seq_len, sc.base_shift.value_or(0.5), sc.max_shift.value_or(1.16));
+    mu = calculate_shift((h / p) * (w / p), sc.base_image_seq_len, sc.max_image_seq_len,
+                         sc.base_shift.value_or(0.5), sc.max_shift.value_or(1.16));
   }
   schedule.set_timesteps(call.num_inference_steps, std::nullopt, mu);
-  latents = pipelines::denoise(
-      latents,
-      {.scheduler = &schedule,
-       .model_output = [&](const Tensor& x, int step,
-                           float timestep) { return predict_velocity(x, timestep, step, prompt, request); },
-       .on_step_end = request.callback_on_step_end,
-       .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
+
+  // Named tensors, not structured bindings: the step lambdas capture them (clang 14 cannot capture bindings).
+  Tensor latents, image_latents, noise, mask;
+  int start = 0;
+  if (task_ == Task::TextToImage) {
+    latents = prepare_latents(batch, call.height, call.width, dtype, generator);
+  } else {
+    // prepare_latents: the image encoded (its posterior sampled: the generator's first draw), then the noise,
+    // the image noised to the first step the strength runs (inpainting at strength 1: the noise itself).
+    start = pipelines::first_step(call.num_inference_steps, call.strength);
+    const Tensor init = pipelines::preprocess_image(request.image.front(), call.height, call.width);
+    const Tensor sampled = pipelines::sample_latents(vae_->encode(init.to(dtype)), generator);
+    const Tensor encoded = mul(sub(sampled, vc.shift_factor), vc.scaling_factor);
+    image_latents = batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
+    noise = randn_tensor({batch, vc.latent_channels, h, w}, generator, dtype);
+    const bool from_noise = task_ == Task::Inpaint && call.strength == 1.0;
+    latents = from_noise ? noise : schedule.scale_noise(image_latents, start, noise);
+    if (task_ == Task::Inpaint) {
+      // prepare_mask_latents: the mask at the latents' size. (diffusers also encodes the masked image here,
+      // which a 16-channel transformer never reads.)
+      const Tensor mask_condition = pipelines::preprocess_mask(*request.mask_image, call.height, call.width);
+      mask = pipelines::resize_nearest(mask_condition, h, w).to(dtype);
+    }
+  }
+  std::function<Tensor(const Tensor&, int)> blend;
+  if (task_ == Task::Inpaint)
+    blend = [&](const Tensor& x, int step) {
+      // The kept region from the image, noised to the next step's level (clean after the last step).
+      const int next = step + 1;
+      const Tensor kept = next < schedule.num_inference_steps()
+                              ? schedule.scale_noise(image_latents, next, noise)
+                              : image_latents;
+      return add(mul(sub(1.0, mask), kept), mul(mask, x));
+    };
+  latents = pipelines::denoise(latents,
+                               {.scheduler = &schedule,
+                                .start_step = start,
+                                .model_output =
+                                    [&](const Tensor& x, int step, float timestep) {
+                                      return predict_velocity(x, timestep, step - start, prompt, request);
+                                    },
+                                .blend = blend,
+                                .on_step_end = request.callback_on_step_end,
+                                .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
 
   release_after_use({{"transformer", transformer_.get()}});
+  if (request.output_type == OutputType::Latent) return {.latents = latents};
   control.checkpoint("before decoding");
-  const Tensor images = decode_latents(latents);
+  // diffusers' StableDiffusion3InpaintPipeline decodes latents / scaling_factor without adding the shift the
+  // other SD3 pipelines add back; its images are matched, so is that.
+  const Tensor images =
+      task_ == Task::Inpaint
+          ? pipelines::postprocess(vae_->decode(div(latents, vae_->config().scaling_factor)))
+          : decode_latents(latents);
   release_after_use({{"vae", vae_.get()}});
-  auto metadata = pipelines::common_metadata(name_, kName, seed, call.num_inference_steps,
+  auto metadata = pipelines::common_metadata(name_, class_name(), seed, call.num_inference_steps,
                                              call.guidance_scale, call.height, call.width, dtype_);
+  if (task_ != Task::TextToImage) metadata["strength"] = std::to_string(call.strength);
   metadata["prompt"] = request.prompt;
   metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
   if (call.guidance_scale > 1.0f) metadata["negative_prompt"] = request.negative_prompt.value_or("");
@@ -350,7 +471,7 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
       layers += (layers.empty() ? "" : ",") + std::to_string(l);
     metadata["skip_guidance_layers"] = layers;
   }
-  return {pipelines::to_images(images, metadata)};
+  return pipelines::make_output(request.output_type, images, metadata);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> StableDiffusion3Pipeline::components() const {

@@ -75,8 +75,11 @@ struct PipelineLoadOptions {
                                          const std::vector<std::string>& splittable) const;
 };
 
+// One of these, by the request's output_type.
 struct PipelineOutput {
-  std::vector<Image> images;
+  std::vector<Image> images;  // OutputType::Image: 8-bit RGB, with the parameters in their metadata
+  Tensor array;               // OutputType::Array: float32 [B, H, W, 3] in [0, 1] (diffusers' "np")
+  Tensor latents;             // OutputType::Latent: as the denoising loop ends (FLUX: packed [B, N, C])
 };
 
 // How a pipeline's ops run (kiln/runtime/eager_mode.h, kiln/nn/compile.h).

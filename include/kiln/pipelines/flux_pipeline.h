@@ -66,6 +66,9 @@ class FluxPipeline : public DiffusionPipeline {
                                             Generator& generator) const;
   // Packed latents -> float image [B, H, W, 3] in [0, 1] (diffusers' output_type="np").
   Tensor decode_latents(const Tensor& latents, int64_t height, int64_t width) const;
+  // _encode_vae_image: a preprocessed image [1, 3, H, W] (float32 in [-1, 1]) through the VAE, its posterior
+  // sampled with `generator`, shifted and scaled: [1, C, H / 8, W / 8] in `dtype`.
+  Tensor encode_image(const Tensor& image, DType dtype, Generator& generator) const;
 
   const models::FluxTransformer2DModel& transformer() const { return *transformer_; }
   // For compiled mode: pipe.transformer().compile({...}) or .compile_repeated_blocks().
@@ -73,12 +76,24 @@ class FluxPipeline : public DiffusionPipeline {
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
   nn::Module& transformer_module() override;
 
- private:
-  FluxPipeline();
-  models::AutoencoderKL& vae_model() const override;
+ protected:
+  // What a call does with the request's image; the editing pipelines below are FluxPipelines with another
+  // task.
+  enum class Task { TextToImage, ImageToImage, Inpaint, Fill, Kontext };
+  explicit FluxPipeline(Task task);
+  // Loads `model` (whose model_index.json names `pipeline_class` or one of `compatible`) into `pipe`.
+  static void load(FluxPipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
+                   const char* pipeline_class, std::initializer_list<const char*> compatible);
   void check_loaded_request(const PipelineRequest& request) const override;
-  PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
 
+ private:
+  FluxPipeline() : FluxPipeline(Task::TextToImage) {}
+  models::AutoencoderKL& vae_model() const override;
+  PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
+  // [B, C, h, w] -> [B, (h/2)(w/2), 4C] (diffusers' _pack_latents).
+  static Tensor pack(const Tensor& latents);
+
+  Task task_;
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_2_;
   std::unique_ptr<models::ClipTextModel> text_encoder_;
@@ -86,6 +101,71 @@ class FluxPipeline : public DiffusionPipeline {
   std::unique_ptr<models::FluxTransformer2DModel> transformer_;
   std::unique_ptr<models::AutoencoderKL> vae_;
   std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
+};
+
+// FluxImg2ImgPipeline: FLUX.1 image-to-image. `image` (one) is resized to the call's size, encoded by the
+// VAE, noised to the schedule's step int(n - n * strength) and denoised from there. Loads FluxPipeline
+// folders too. Defaults (diffusers'): 1024 x 1024 (not the image's size), 28 steps, guidance 7.0, strength
+// 0.6.
+class FluxImg2ImgPipeline : public FluxPipeline {
+ public:
+  static FluxImg2ImgPipeline from_pretrained(const std::string& model,
+                                             const PipelineLoadOptions& options = {});
+  const char* class_name() const override { return "FluxImg2ImgPipeline"; }
+  PipelineDefaults defaults() const override;
+  static void check_fields(const PipelineRequest& request);
+
+ private:
+  FluxImg2ImgPipeline() : FluxPipeline(Task::ImageToImage) {}
+};
+
+// FluxInpaintPipeline: FLUX.1 inpainting. As image-to-image, and after every step the region outside
+// `mask_image` (white: repaint, black: keep; binarised at half) is put back from the image, noised to the
+// next step's level. Defaults as FluxImg2ImgPipeline. Absent: padding_mask_crop.
+class FluxInpaintPipeline : public FluxPipeline {
+ public:
+  static FluxInpaintPipeline from_pretrained(const std::string& model,
+                                             const PipelineLoadOptions& options = {});
+  const char* class_name() const override { return "FluxInpaintPipeline"; }
+  PipelineDefaults defaults() const override;
+  static void check_fields(const PipelineRequest& request);
+
+ private:
+  FluxInpaintPipeline() : FluxPipeline(Task::Inpaint) {}
+};
+
+// FluxFillPipeline: FLUX.1 Fill [dev], whose transformer takes the masked image's latents and the mask (8 x 8
+// pixels per latent, packed) beside the latents. Defaults: 1024 x 1024, 50 steps, guidance 30, strength 1.
+class FluxFillPipeline : public FluxPipeline {
+ public:
+  static FluxFillPipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
+  const char* class_name() const override { return "FluxFillPipeline"; }
+  PipelineDefaults defaults() const override;
+  static void check_fields(const PipelineRequest& request);
+
+ private:
+  FluxFillPipeline() : FluxPipeline(Task::Fill) {}
+};
+
+// FluxKontextPipeline: FLUX.1 Kontext [dev], editing by instruction. The image (optional) is encoded (its
+// latent mean) and its tokens appended to the sequence with their own position ids (first coordinate 1); the
+// output keeps the aspect ratio of height x width at max_area pixels (default 1024 x 1024), and the image is
+// first resized to the trained resolution nearest its aspect ratio (auto_resize). Loads FluxPipeline folders
+// too. Defaults: 28 steps, guidance 3.5.
+class FluxKontextPipeline : public FluxPipeline {
+ public:
+  static FluxKontextPipeline from_pretrained(const std::string& model,
+                                             const PipelineLoadOptions& options = {});
+  const char* class_name() const override { return "FluxKontextPipeline"; }
+  static void check_fields(const PipelineRequest& request);
+  // The call's output size: height x width (or the default) rescaled to max_area pixels, in multiples of 16.
+  std::pair<int64_t, int64_t> output_size(const PipelineRequest& request) const;
+  // The image's size after the auto-resize (the trained resolution nearest its aspect ratio), multiples
+  // of 16.
+  static std::pair<int64_t, int64_t> image_size(const Image& image, bool auto_resize);
+
+ private:
+  FluxKontextPipeline() : FluxPipeline(Task::Kontext) {}
 };
 
 }  // namespace kiln

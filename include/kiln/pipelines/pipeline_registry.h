@@ -19,6 +19,11 @@ struct PipelineClass {
   // The request checks that need no loaded pipeline: the fields this class does not take (RequestError
   // naming the field), so that a caller can refuse a request before loading anything.
   void (*check_fields)(const PipelineRequest& request);
+  // The classes that edit an image with this class's components (they load its folders): image-to-image
+  // (image, strength) and inpainting (image, mask_image, strength); empty when there is none.
+  std::string image_to_image, inpainting;
+  // Whether the class starts from request.image (an editing pipeline) rather than taking references.
+  bool edits_an_image = false;
 };
 
 // Every class, sorted by name.

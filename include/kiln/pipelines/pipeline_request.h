@@ -75,6 +75,10 @@ struct SkipLayerGuidance {
   double stop = 0.2;
 };
 
+// What a call returns (diffusers' output_type): 8-bit images ("pil"), the decoded float array ("np"), or
+// the latents the denoising loop ends with ("latent", the VAE is not run).
+enum class OutputType { Image, Array, Latent };
+
 struct PipelineRequest {
   // FLUX.2: prompt embeddings [B, L, joint_attention_dim] in the pipeline's dtype (encode_prompt's output),
   // instead of a prompt encoded by the folder's text encoder.
@@ -88,14 +92,19 @@ struct PipelineRequest {
   // Classifier-free guidance's negative prompt (SD3, FLUX.2 [klein]); "" when absent.
   std::optional<std::string> negative_prompt;
   std::optional<std::string> negative_prompt_2, negative_prompt_3;  // SD3; negative_prompt when absent
-  // diffusers' `image=`: FLUX.2's reference images (RGB; gray and RGBA are converted as PIL's
-  // convert("RGB") does), conditioning the generation. Image-to-image and inpainting pipelines will take
-  // their initial image here; the text-to-image pipelines refuse it.
+  // diffusers' `image=` (RGB; gray and RGBA are converted as PIL's convert("RGB") does): FLUX.2's reference
+  // images, conditioning the generation; the image that image-to-image, inpainting and Fill start from (one).
+  // The text-to-image pipelines refuse it.
   std::vector<Image> image;
-  // Inpainting's mask and image-to-image's strength: no pipeline in this build takes them yet (each refuses
-  // them by name).
+  // Inpainting's and Fill's mask: white repaints, black keeps (gray, binarised at half).
   std::optional<Image> mask_image;
-  std::optional<float> strength;
+  // Image-to-image and inpainting: how much of the schedule runs, in [0, 1] (1: from pure noise).
+  std::optional<double> strength;
+  // FLUX.1 Kontext: the image's area in pixels (the size keeps the aspect ratio of height x width; default
+  // 1024 x 1024), and whether the input image is resized to the trained resolution nearest its aspect ratio
+  // (diffusers' _auto_resize, default true).
+  std::optional<int64_t> max_area;
+  std::optional<bool> auto_resize;
   std::optional<int64_t> height, width;  // pixels; unset: the pipeline's default
   std::optional<int> num_inference_steps;
   // FLUX.1-dev, FLUX.2-dev: the embedded guidance; SD3, klein: classifier-free guidance (on when > 1).
@@ -104,6 +113,7 @@ struct PipelineRequest {
   std::optional<int64_t> max_sequence_length;  // tokens of the T5 / FLUX.2 text encoder
   int num_images_per_prompt = 1;
   SkipLayerGuidance skip_layer_guidance;  // SD3 only
+  OutputType output_type = OutputType::Image;
   // Called after each denoising step (see StepState).
   std::function<void(StepState&)> callback_on_step_end;
   // Cancels the call from elsewhere (see CancellationToken). Copies of a request share it: give a copy a new
@@ -117,6 +127,7 @@ struct PipelineDefaults {
   int num_inference_steps = 28;
   float guidance_scale = 3.5f;
   int64_t max_sequence_length = 512;
+  double strength = 1.0;
 };
 
 }  // namespace kiln

@@ -90,12 +90,21 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
   // The image size a request without height and width gets.
   int64_t default_image_size() const;
 
- private:
-  StableDiffusion3Pipeline();
-  models::AutoencoderKL& vae_model() const override;
+ protected:
+  // What a call does with the request's image; the editing pipelines below are StableDiffusion3Pipelines with
+  // another task.
+  enum class Task { TextToImage, ImageToImage, Inpaint };
+  explicit StableDiffusion3Pipeline(Task task);
+  static void load(StableDiffusion3Pipeline& pipe, const std::string& model,
+                   const PipelineLoadOptions& options, const char* pipeline_class);
   void check_loaded_request(const PipelineRequest& request) const override;
+
+ private:
+  StableDiffusion3Pipeline() : StableDiffusion3Pipeline(Task::TextToImage) {}
+  models::AutoencoderKL& vae_model() const override;
   PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
 
+  Task task_;
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_, tokenizer_2_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_3_;  // null when the pipeline has no T5
   std::unique_ptr<models::ClipTextModel> text_encoder_, text_encoder_2_;
@@ -103,6 +112,35 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
   std::unique_ptr<models::SD3Transformer2DModel> transformer_;
   std::unique_ptr<models::AutoencoderKL> vae_;
   std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
+};
+
+// StableDiffusion3Img2ImgPipeline: SD3 / SD3.5 image-to-image (`image`, `strength`), as
+// FluxImg2ImgPipeline does it. Loads StableDiffusion3Pipeline folders too. Defaults (diffusers'): the
+// transformer's sample size, 50 steps, guidance 7.0, strength 0.6.
+class StableDiffusion3Img2ImgPipeline : public StableDiffusion3Pipeline {
+ public:
+  static StableDiffusion3Img2ImgPipeline from_pretrained(const std::string& model,
+                                                         const PipelineLoadOptions& options = {});
+  const char* class_name() const override { return "StableDiffusion3Img2ImgPipeline"; }
+  PipelineDefaults defaults() const override;
+  static void check_fields(const PipelineRequest& request);
+
+ private:
+  StableDiffusion3Img2ImgPipeline() : StableDiffusion3Pipeline(Task::ImageToImage) {}
+};
+
+// StableDiffusion3InpaintPipeline: SD3 / SD3.5 inpainting (`image`, `mask_image`, `strength`; a strength of 1
+// starts from pure noise). Defaults as StableDiffusion3Img2ImgPipeline. Absent: padding_mask_crop.
+class StableDiffusion3InpaintPipeline : public StableDiffusion3Pipeline {
+ public:
+  static StableDiffusion3InpaintPipeline from_pretrained(const std::string& model,
+                                                         const PipelineLoadOptions& options = {});
+  const char* class_name() const override { return "StableDiffusion3InpaintPipeline"; }
+  PipelineDefaults defaults() const override;
+  static void check_fields(const PipelineRequest& request);
+
+ private:
+  StableDiffusion3InpaintPipeline() : StableDiffusion3Pipeline(Task::Inpaint) {}
 };
 
 }  // namespace kiln

@@ -1,0 +1,52 @@
+"""Kiln from Python: diffusers' text-to-image pipelines, run by Kiln's C++ engine.
+
+A diffusers script runs by changing its import line::
+
+    import torch
+    from kiln import FluxPipeline   # was: from diffusers import FluxPipeline
+
+    pipe = FluxPipeline.from_pretrained("black-forest-labs/FLUX.1-schnell", torch_dtype=torch.bfloat16)
+    image = pipe("a golden retriever surfing a wave", num_inference_steps=4, guidance_scale=0.0,
+                 generator=torch.Generator().manual_seed(0)).images[0]
+    image.save("output.png")
+
+torch is optional: dtypes may be strings ("bfloat16") and seeds ints. numpy is required; Pillow for PIL
+images (the default output_type); tqdm, when installed, shows the denoising progress as diffusers does.
+"""
+
+from ._kiln import Cancelled, KilnError, RequestError, pipeline_classes
+from .pipelines import (
+    DiffusionPipeline,
+    Flux2KleinPipeline,
+    Flux2Pipeline,
+    FluxFillPipeline,
+    FluxImg2ImgPipeline,
+    FluxInpaintPipeline,
+    FluxKontextPipeline,
+    FluxPipeline,
+    PipelineOutput,
+    StableDiffusion3Img2ImgPipeline,
+    StableDiffusion3InpaintPipeline,
+    StableDiffusion3Pipeline,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Cancelled",
+    "DiffusionPipeline",
+    "Flux2KleinPipeline",
+    "Flux2Pipeline",
+    "FluxFillPipeline",
+    "FluxImg2ImgPipeline",
+    "FluxInpaintPipeline",
+    "FluxKontextPipeline",
+    "FluxPipeline",
+    "KilnError",
+    "PipelineOutput",
+    "RequestError",
+    "StableDiffusion3Img2ImgPipeline",
+    "StableDiffusion3InpaintPipeline",
+    "StableDiffusion3Pipeline",
+    "pipeline_classes",
+]

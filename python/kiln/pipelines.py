@@ -1,0 +1,279 @@
+"""diffusers' pipeline classes, over Kiln's C++ pipelines (kiln._kiln.Pipeline).
+
+The names, arguments and defaults are diffusers'. What differs: one prompt per call (num_images_per_prompt for
+several images), a generator that is an int seed or a fresh torch.Generator, and devices: this build runs on the
+CPU (`pipe.to("cpu")`; another device is refused by name). Calls release the GIL, may come from several threads
+(each gets the image it would get alone), and Ctrl-C cancels a call within one denoising step.
+"""
+
+from . import _convert
+from ._kiln import Pipeline as _Pipeline
+
+
+class PipelineOutput:
+    """diffusers' output: `.images` (PIL images, a float32 array [B, H, W, 3], or a torch tensor [B, 3, H, W],
+    by output_type; the latents for output_type="latent")."""
+
+    def __init__(self, images):
+        self.images = images
+
+    def __getitem__(self, index):
+        return (self.images,)[index]
+
+    def __repr__(self):
+        return f"PipelineOutput(images={self.images!r})"
+
+
+class _Transformer:
+    """`pipe.transformer`, for the compiled modes: `.compile(...)` (torch.nn.Module.compile's arguments) and
+    `.compile_repeated_blocks(...)`."""
+
+    def __init__(self, pipe):
+        self._pipe = pipe
+
+    def compile(self, *args, fullgraph=False, dynamic=None, backend=None, mode=None, options=None, **kwargs):
+        # Kiln compiles for its own backend whatever `backend` names; shapes are static (dynamic=False), as
+        # TorchTPU requires: a new size compiles once.
+        self._pipe._native.compile_transformer(fullgraph=bool(fullgraph), dynamic=bool(dynamic))
+
+    def compile_repeated_blocks(self, *args, **kwargs):
+        self._pipe._native.compile_repeated_blocks()
+
+    @property
+    def is_compiled(self):
+        return self._pipe._native.is_compiled
+
+
+class _Vae:
+    def __init__(self, pipe):
+        self._pipe = pipe
+
+    def enable_tiling(self, tile_sample_min_size=None, **kwargs):
+        self._pipe._native.enable_vae_tiling(int(tile_sample_min_size or 0))
+
+    def disable_tiling(self):
+        self._pipe._native.disable_vae_tiling()
+
+    def to(self, device, *args, **kwargs):
+        self._pipe.to(device)
+        return self
+
+
+_CLASSES = {}
+
+
+class DiffusionPipeline:
+    """Loads the pipeline class a model's model_index.json names (`DiffusionPipeline.from_pretrained`), or, from a
+    subclass, that class."""
+
+    def __init__(self, native):
+        self._native = native
+        self.transformer = _Transformer(self)
+        self.vae = _Vae(self)
+        self._progress_config = {}
+        self._interrupt = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _CLASSES[cls.__name__] = cls
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, torch_dtype=None, dtype=None, revision=None,
+                        transformer_file=None, packed_weight_budget=None, tensor_parallel=1, **kwargs):
+        """diffusers' from_pretrained: a diffusers folder or a repo id in the local Hugging Face cache.
+        `torch_dtype` (or `dtype`, diffusers' newer name): torch.bfloat16 or "bfloat16", float32 by default."""
+        expected = "" if cls is DiffusionPipeline else cls.__name__
+        native = _Pipeline.from_pretrained(
+            str(pretrained_model_name_or_path), dtype=_convert.dtype_name(dtype if dtype is not None else torch_dtype),
+            revision=revision or "", transformer_file=str(transformer_file or ""),
+            packed_weight_budget=packed_weight_budget, tensor_parallel=tensor_parallel, expected_class=expected)
+        return _CLASSES.get(native.class_name, DiffusionPipeline)(native)
+
+    # ---- what diffusers' pipelines have
+    @property
+    def dtype(self):
+        torch = _convert.torch_module()
+        return getattr(torch, self._native.dtype) if torch is not None else self._native.dtype
+
+    @property
+    def device(self):
+        return "cpu"
+
+    @property
+    def interrupt(self):
+        return self._interrupt
+
+    def to(self, *args, **kwargs):
+        device = kwargs.get("device", args[0] if args else None)
+        if device is not None:
+            self._native.to(str(device))
+        return self
+
+    def enable_model_cpu_offload(self, gpu_id=None, device=None):
+        self._native.enable_model_cpu_offload(None if device is None else str(device))
+
+    def enable_sequential_cpu_offload(self, gpu_id=None, device=None):
+        self._native.enable_sequential_cpu_offload(0)
+
+    def enable_group_offload(self, onload_device=None, offload_device=None, offload_type="block_level",
+                             num_blocks_per_group=1, use_stream=True, **kwargs):
+        if offload_type != "block_level":
+            raise ValueError(f"enable_group_offload: Kiln offloads blocks (offload_type='block_level'), "
+                             f"got {offload_type!r}")
+        self._native.enable_group_offload(int(num_blocks_per_group), bool(use_stream))
+
+    def enable_vae_tiling(self):
+        self._native.enable_vae_tiling(0)
+
+    def disable_vae_tiling(self):
+        self._native.disable_vae_tiling()
+
+    def set_progress_bar_config(self, **kwargs):
+        self._progress_config = kwargs
+
+    # ---- Kiln's own
+    def configure(self, mode=None, offload=None, blocks_per_group=1, max_memory=None):
+        """Kiln's execution mode ("eager", "fuse", "compile", "compile-blocks") and offload ("none", "model",
+        "group", "sequential", or a `max_memory` in bytes that picks it); returns what was chosen."""
+        return self._native.configure(mode=mode, offload=offload, blocks_per_group=blocks_per_group,
+                                      max_memory=max_memory)
+
+    def set_memory_budget(self, bytes):
+        return self._native.set_memory_budget(int(bytes))
+
+    @property
+    def defaults(self):
+        return self._native.defaults()
+
+    # ---- the call
+    def __call__(self, prompt=None, prompt_2=None, prompt_3=None, negative_prompt=None, negative_prompt_2=None,
+                 negative_prompt_3=None, height=None, width=None, num_inference_steps=None, guidance_scale=None,
+                 num_images_per_prompt=1, generator=None, max_sequence_length=None, image=None, mask_image=None,
+                 strength=None, max_area=None, _auto_resize=None,
+                 prompt_embeds=None, negative_prompt_embeds=None, output_type="pil", return_dict=True,
+                 callback_on_step_end=None, callback_on_step_end_tensor_inputs=None, skip_guidance_layers=None,
+                 **kwargs):
+        unknown = sorted(k for k in kwargs if kwargs[k] is not None)
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: unsupported argument(s) {', '.join(unknown)}")
+        prompt = self._one("prompt", prompt)
+        want_torch = output_type == "pt" or (output_type == "latent" and _convert.torch_module() is not None)
+        if output_type not in ("pil", "np", "pt", "latent"):
+            raise ValueError(f'output_type must be "pil", "np", "pt" or "latent", got {output_type!r}')
+        images = [] if image is None else [_convert.image_array(i) for i in (image if isinstance(image, list) else [image])]
+        self._interrupt = False
+        steps = num_inference_steps or int(self._native.defaults()["num_inference_steps"])
+        bar = self._progress_bar(steps)
+        torch_latents = _convert.torch_module() is not None
+
+        def on_step(step, num_steps, timestep, latents):
+            if bar is not None:
+                bar.update(1)
+            if callback_on_step_end is None:
+                return self._interrupt or None
+            given = _convert.from_kiln(latents, torch_latents)
+            result = callback_on_step_end(self, step, timestep, {"latents": given})
+            returned = (result or {}).get("latents", given)
+            if self._interrupt:
+                return True
+            return None if returned is given else _convert.to_kiln(returned)
+
+        try:
+            out = self._native.generate(
+                prompt=prompt or "", prompt_2=self._one("prompt_2", prompt_2), prompt_3=self._one("prompt_3", prompt_3),
+                negative_prompt=self._one("negative_prompt", negative_prompt),
+                negative_prompt_2=self._one("negative_prompt_2", negative_prompt_2),
+                negative_prompt_3=self._one("negative_prompt_3", negative_prompt_3),
+                prompt_embeds=None if prompt_embeds is None else _convert.to_kiln(prompt_embeds),
+                negative_prompt_embeds=None if negative_prompt_embeds is None else _convert.to_kiln(negative_prompt_embeds),
+                images=images, mask_image=None if mask_image is None else _convert.image_array(mask_image),
+                strength=None if strength is None else float(strength), max_area=max_area,
+                auto_resize=_auto_resize, height=height, width=width,
+                num_inference_steps=num_inference_steps,
+                guidance_scale=guidance_scale, seed=_convert.seed_of(generator),
+                max_sequence_length=max_sequence_length, num_images_per_prompt=num_images_per_prompt,
+                skip_guidance_layers=list(skip_guidance_layers or []),
+                output_type="np" if output_type == "pt" else output_type,
+                on_step=on_step if (bar is not None or callback_on_step_end is not None) else None,
+                widen_bfloat16=_convert.torch_module() is None)
+        finally:
+            if bar is not None:
+                bar.close()
+        result = self._images(out, output_type, want_torch)
+        return PipelineOutput(result) if return_dict else (result,)
+
+    # ---- helpers
+    @staticmethod
+    def _one(name, value):
+        if isinstance(value, (list, tuple)):
+            if len(value) != 1:
+                raise ValueError(f"{name}: Kiln takes one prompt per call (num_images_per_prompt makes several "
+                                 f"images of it), got a list of {len(value)}")
+            return value[0]
+        return value
+
+    def _progress_bar(self, total):
+        if self._progress_config.get("disable", False):
+            return None
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            return None
+        return tqdm(total=total, **{k: v for k, v in self._progress_config.items() if k != "disable"})
+
+    @staticmethod
+    def _images(out, output_type, want_torch):
+        if output_type == "latent":
+            return _convert.from_kiln(out["latents"], want_torch)
+        if output_type == "np":
+            return _convert.from_kiln(out["array"], False)
+        if output_type == "pt":
+            return _convert.from_kiln(out["array"], True).permute(0, 3, 1, 2)
+        from PIL import Image  # output_type="pil" needs Pillow, as in diffusers
+
+        images = []
+        for pixels, metadata in out["images"]:
+            picture = Image.fromarray(pixels, "RGB")
+            picture.info.update(metadata)  # prompt, seed, steps, ...: what `kiln generate` writes as PNG text
+            images.append(picture)
+        return images
+
+
+class FluxPipeline(DiffusionPipeline):
+    """FLUX.1-schnell / FLUX.1-dev (diffusers' FluxPipeline)."""
+
+
+class StableDiffusion3Pipeline(DiffusionPipeline):
+    """Stable Diffusion 3 / 3.5 (diffusers' StableDiffusion3Pipeline)."""
+
+
+class FluxImg2ImgPipeline(DiffusionPipeline):
+    """FLUX.1 image-to-image (diffusers' FluxImg2ImgPipeline): image=, strength=."""
+
+
+class FluxInpaintPipeline(DiffusionPipeline):
+    """FLUX.1 inpainting (diffusers' FluxInpaintPipeline): image=, mask_image=, strength=."""
+
+
+class FluxFillPipeline(DiffusionPipeline):
+    """FLUX.1 Fill [dev] (diffusers' FluxFillPipeline): image=, mask_image=."""
+
+
+class FluxKontextPipeline(DiffusionPipeline):
+    """FLUX.1 Kontext [dev] (diffusers' FluxKontextPipeline): image= to edit, max_area=, _auto_resize=."""
+
+
+class StableDiffusion3Img2ImgPipeline(DiffusionPipeline):
+    """SD3 / SD3.5 image-to-image (diffusers' StableDiffusion3Img2ImgPipeline)."""
+
+
+class StableDiffusion3InpaintPipeline(DiffusionPipeline):
+    """SD3 / SD3.5 inpainting (diffusers' StableDiffusion3InpaintPipeline)."""
+
+
+class Flux2Pipeline(DiffusionPipeline):
+    """FLUX.2-dev (diffusers' Flux2Pipeline)."""
+
+
+class Flux2KleinPipeline(DiffusionPipeline):
+    """FLUX.2 [klein] (diffusers' Flux2KleinPipeline)."""

@@ -1,0 +1,206 @@
+// The image-editing pipelines against diffusers' own (tools/goldens/edit.py): FluxImg2ImgPipeline,
+// StableDiffusion3Img2ImgPipeline, FluxInpaintPipeline, StableDiffusion3InpaintPipeline and FluxFillPipeline
+// on the tiny models. Stage by stage (the preprocessed image and mask, the VAE's posterior sample, the
+// latents after the first step and at the end) and the image: float32 within one 8-bit level, bfloat16 within
+// its noise.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "kiln/io/safetensors.h"
+#include "kiln/ops.h"
+#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/pipelines/pipeline_registry.h"
+#include "kiln/pipelines/sd3_pipeline.h"
+#include "pipelines/image_processor.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+struct EditCase {
+  io::SafetensorsFile file;
+  std::string name;
+
+  explicit EditCase(const std::string& case_name)
+      : file(testing::data_path("goldens/edit/" + case_name + ".safetensors")), name(case_name) {}
+  const std::string& meta(const std::string& key) const { return file.metadata().at(key); }
+  bool has(const std::string& key) const { return file.metadata().count(key) > 0; }
+  Tensor operator[](const std::string& key) const { return file.tensor(key); }
+  Image input(const std::string& key, const std::string& folder) const {
+    return Image::load(testing::data_path(folder + meta(key) + ".png"));
+  }
+
+  PipelineRequest request() const {
+    PipelineRequest r;
+    r.prompt = meta("prompt");
+    if (has("negative_prompt")) r.negative_prompt = meta("negative_prompt");
+    r.image = {input("image", "goldens/flux2/")};
+    if (has("mask_image")) r.mask_image = input("mask_image", "goldens/edit/");
+    r.height = std::stoll(meta("height"));
+    r.width = std::stoll(meta("width"));
+    if (has("strength")) r.strength = std::stod(meta("strength"));
+    r.num_inference_steps = std::stoi(meta("num_inference_steps"));
+    if (has("guidance_scale")) r.guidance_scale = std::stof(meta("guidance_scale"));
+    r.max_sequence_length = std::stoll(meta("max_sequence_length"));
+    r.generator = Generator(std::stoull(meta("seed")));
+    if (has("max_area")) r.max_area = std::stoll(meta("max_area"));
+    if (has("_auto_resize")) r.auto_resize = meta("_auto_resize") == "True";
+    return r;
+  }
+  bool kontext() const { return meta("pipeline") == "FluxKontextPipeline"; }
+  std::unique_ptr<DiffusionPipeline> load() const {
+    const DType dtype = meta("dtype") == "bfloat16" ? bfloat16 : float32;
+    return pipeline_class(meta("pipeline"), name)
+        .load(testing::data_path("models/" + meta("model")), {.dtype = dtype});
+  }
+};
+
+int max_level_difference(const Image& image, const Tensor& expected_u8) {
+  const std::vector<uint8_t> want = expected_u8.to_vector<uint8_t>();
+  EXPECT_EQ(image.pixels.size(), want.size());
+  int worst = 0;
+  for (size_t i = 0; i < want.size() && i < image.pixels.size(); ++i)
+    worst = std::max(worst, std::abs(static_cast<int>(image.pixels[i]) - static_cast<int>(want[i])));
+  return worst;
+}
+
+class EditPipelines : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EditPipelines, EveryStageAndTheImageMatchDiffusers) {
+  const EditCase g(GetParam());
+  const bool bf16 = g.meta("dtype") == "bfloat16";
+  const PipelineRequest request = g.request();
+
+  // The preprocessing is exact: PIL's Lanczos and luma, numpy's float32 division, the binarisation.
+  auto [height, width] = std::pair{*request.height, *request.width};
+  if (g.kontext())
+    std::tie(height, width) =
+        FluxKontextPipeline::image_size(request.image.front(), request.auto_resize.value_or(true));
+  const Tensor init = pipelines::preprocess_image(request.image.front(), height, width);
+  EXPECT_TRUE(testing::all_close(init, g["init_image"], 0, 0)) << "the preprocessed image";
+  if (request.mask_image) {
+    const Tensor mask = pipelines::preprocess_mask(*request.mask_image, *request.height, *request.width);
+    EXPECT_TRUE(testing::all_close(mask, g["mask_condition"], 0, 0)) << "the preprocessed mask";
+  }
+
+  const auto pipe = g.load();
+  EXPECT_EQ(pipe->class_name(), g.meta("pipeline"));
+  std::vector<Tensor> steps;
+  PipelineRequest traced = request;
+  traced.callback_on_step_end = [&](StepState& s) { steps.push_back(s.latents.contiguous()); };
+  const PipelineOutput out = (*pipe)(traced);
+  ASSERT_EQ(static_cast<int>(steps.size()), std::stoi(g.meta("steps_run")));
+  const double tolerance = bf16 ? 3e-2 : 2e-4;
+  EXPECT_TRUE(testing::rel_max_error_within(steps.front(), g["latents_step0"], tolerance))
+      << "after the first step";
+  EXPECT_TRUE(testing::rel_max_error_within(steps.back(), g["latents_final"], tolerance))
+      << "the final latents";
+  ASSERT_EQ(out.images.size(), 1u);
+  if (bf16)
+    EXPECT_LE(testing::mean_level_difference(out.images[0].pixels, g["image_u8"]), 2.0);
+  else
+    EXPECT_LE(max_level_difference(out.images[0], g["image_u8"]), 1);
+  EXPECT_EQ(out.images[0].metadata.at("pipeline"), g.meta("pipeline"));
+  EXPECT_EQ(out.images[0].metadata.count("strength"), g.kontext() ? 0u : 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, EditPipelines,
+                         ::testing::Values("flux_img2img_64x64_s3", "flux_img2img_schnell_48x80_s7",
+                                           "flux_img2img_bf16_64x64_s2", "sd3_img2img_64x64_s5",
+                                           "flux_inpaint_64x64_s4", "sd3_inpaint_64x64_s8",
+                                           "flux_fill_64x64_s9", "kontext_auto_s10",
+                                           "kontext_own_size_48x80_s11"));
+
+// Kontext's sizes: the output at max_area with the aspect ratio of height x width, the image at the trained
+// resolution nearest its aspect ratio (ref_a, 72 x 88 -> 944 x 1104), as diffusers computes them.
+TEST(EditPipelines, KontextSizes) {
+  auto pipe = FluxKontextPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
+  EXPECT_EQ(pipe.output_size({}), (std::pair<int64_t, int64_t>{1024, 1024}));
+  PipelineRequest r;
+  r.height = 48;
+  r.width = 80;
+  r.max_area = 4096;
+  EXPECT_EQ(pipe.output_size(r), (std::pair<int64_t, int64_t>{48, 80}));
+  const Image a = Image::load(testing::data_path("goldens/flux2/ref_a.png"));
+  EXPECT_EQ(FluxKontextPipeline::image_size(a, true), (std::pair<int64_t, int64_t>{1104, 944}));
+  EXPECT_EQ(FluxKontextPipeline::image_size(a, false), (std::pair<int64_t, int64_t>{80, 64}));
+}
+
+// The VAE's posterior sample draws the generator's first numbers, as DiagonalGaussianDistribution.sample; the
+// pipeline then shifts and scales it (flux-tiny-dev's VAE: shift_factor 0.1159, scaling_factor 0.3611).
+TEST(EditPipelines, PosteriorSampleMatchesDiffusers) {
+  const EditCase g("flux_img2img_64x64_s3");
+  auto pipe = FluxImg2ImgPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
+  Generator generator(std::stoull(g.meta("seed")));
+  const Tensor shifted = pipe.encode_image(g["init_image"], float32, generator);
+  const Tensor expected = mul(sub(g["image_latents_sample"], 0.1159), 0.3611);
+  EXPECT_TRUE(testing::rel_max_error_within(shifted, expected, 2e-4));
+  Generator other(std::stoull(g.meta("seed")) + 1);
+  EXPECT_FALSE(
+      testing::rel_max_error_within(pipe.encode_image(g["init_image"], float32, other), expected, 1e-2))
+      << "the sample must depend on the generator";
+}
+
+// Refusals name the field: a mask of another size is resized (diffusers' behaviour); a strength outside [0,
+// 1], or one that leaves no step, a missing image or mask, a size that is not a multiple of 16, are errors.
+TEST(EditPipelines, BadInputsAreNamed) {
+  auto pipe = FluxInpaintPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
+  const EditCase g("flux_inpaint_64x64_s4");
+  PipelineRequest base = g.request();
+  base.num_inference_steps = 2;
+  const auto field_of = [&](PipelineRequest r) -> std::string {
+    try {
+      pipe(r);
+    } catch (const RequestError& e) {
+      return e.field();
+    }
+    return "(none)";
+  };
+  PipelineRequest r = base;
+  r.strength = 1.5;
+  EXPECT_EQ(field_of(r), "strength");
+  r.strength = 0.0;  // no step to run
+  EXPECT_EQ(field_of(r), "strength");
+  r = base;
+  r.mask_image.reset();
+  EXPECT_EQ(field_of(r), "mask_image");
+  r = base;
+  r.image.clear();
+  EXPECT_EQ(field_of(r), "image");
+  r = base;
+  r.height = 72;
+  EXPECT_EQ(field_of(r), "height");
+  // A mask of another size than the image is resized to the call's size, as diffusers does.
+  r = base;
+  r.mask_image = Image::load(testing::data_path("goldens/edit/mask_soft.png"));
+  EXPECT_EQ(pipe(r).images.at(0).width, 64);
+  // Text-to-image refuses the editing fields, naming the pipelines that take them.
+  auto text = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
+  PipelineRequest t{.prompt = "x", .height = 32, .width = 32, .num_inference_steps = 1};
+  t.strength = 0.5;
+  try {
+    text(t);
+    ADD_FAILURE() << "strength accepted by FluxPipeline";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.field(), "strength");
+    EXPECT_NE(std::string(e.what()).find("FluxImg2ImgPipeline"), std::string::npos) << e.what();
+  }
+}
+
+// Editing pipelines load their text-to-image siblings' folders, as diffusers lets them, and Fill refuses a
+// transformer that does not take the masked image and the mask.
+TEST(EditPipelines, LoadTheFoldersTheyShareAndRefuseTheOthers) {
+  EXPECT_STREQ(FluxImg2ImgPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev")).class_name(),
+               "FluxImg2ImgPipeline");
+  EXPECT_STREQ(StableDiffusion3InpaintPipeline::from_pretrained(testing::data_path("models/sd3-tiny-medium"))
+                   .class_name(),
+               "StableDiffusion3InpaintPipeline");
+  EXPECT_THROW(FluxFillPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev")), Error);
+  EXPECT_THROW(FluxInpaintPipeline::from_pretrained(testing::data_path("models/sd3-tiny-medium")), Error);
+  EXPECT_STREQ(DiffusionPipeline::from_pretrained(testing::data_path("models/flux-tiny-fill"))->class_name(),
+               "FluxFillPipeline");
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,84 @@
+"""The tiny FLUX.1, SD3.5 and FLUX.2 pipelines from Python give diffusers' images within one 8-bit level
+(float32): the goldens the C++ tests use (tools/goldens/)."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import kiln
+from conftest import data_path, golden, max_level_difference
+
+
+@pytest.mark.parametrize("case", ["schnell_cat_64x64_s0", "dev_cat_64x64_s0", "dev_unicode_80x48_s1234"])
+def test_flux_matches_diffusers(case):
+    tensors, m = golden("flux", case + ".safetensors")
+    pipe = kiln.DiffusionPipeline.from_pretrained(data_path("models", m["pipeline"]))
+    assert isinstance(pipe, kiln.FluxPipeline)
+    image = pipe(m["prompt"], height=int(m["height"]), width=int(m["width"]), num_inference_steps=int(m["steps"]),
+                 guidance_scale=float(m["guidance"]), max_sequence_length=int(m["max_sequence_length"]),
+                 generator=int(m["seed"])).images[0]
+    assert image.size == (int(m["width"]), int(m["height"]))
+    assert max_level_difference(image, tensors["image_u8"]) <= 1
+
+
+@pytest.mark.parametrize("case", ["medium_cat_64x64_s0", "medium_nocfg_64x48_s3", "large_unicode_80x48_s7"])
+def test_sd3_matches_diffusers(case):
+    tensors, m = golden("sd3", case + ".safetensors")
+    pipe = kiln.StableDiffusion3Pipeline.from_pretrained(data_path("models", m["pipeline"]))
+    image = pipe(prompt=m["prompt"], negative_prompt=m.get("negative_prompt") or None, height=int(m["height"]),
+                 width=int(m["width"]), num_inference_steps=int(m["steps"]), guidance_scale=float(m["guidance"]),
+                 max_sequence_length=int(m["max_sequence_length"]), generator=int(m["seed"])).images[0]
+    assert max_level_difference(image, tensors["image_u8"]) <= 1
+
+
+@pytest.mark.parametrize("case", ["dev_retriever_64x64_s0", "dev_ref1_64x48_s3", "klein_cfg_fox_64x64_s0"])
+def test_flux2_matches_diffusers(case):
+    tensors, m = golden("flux2_e2e", case + ".safetensors")
+    cls = kiln.Flux2KleinPipeline if "klein" in m["pipeline"] else kiln.Flux2Pipeline
+    pipe = cls.from_pretrained(data_path("models", m["pipeline"]))
+    references = [Image.open(data_path("goldens", "flux2", r + ".png")) for r in m["references"].split(",") if r]
+    kwargs = dict(negative_prompt=m["negative_prompt"]) if m["cfg"] == "true" else {}
+    images = pipe(m["prompt"], image=references or None, height=int(m["height"]) or None,
+                  width=int(m["width"]) or None, num_inference_steps=int(m["steps"]),
+                  guidance_scale=float(m["guidance"]), max_sequence_length=int(m["max_sequence_length"]),
+                  num_images_per_prompt=int(m["num_images_per_prompt"]), generator=int(m["seed"]), **kwargs).images
+    expected = tensors["image_u8"]
+    expected = expected if expected.ndim == 4 else expected[None]
+    assert len(images) == len(expected)
+    for image, want in zip(images, expected):
+        assert max_level_difference(image, want) <= 1
+
+
+def test_np_and_pil_outputs_agree(tiny_flux):
+    from conftest import small_call
+
+    pil = tiny_flux(**small_call(generator=5)).images[0]
+    array = tiny_flux(**small_call(generator=5), output_type="np").images
+    assert array.dtype == np.float32 and array.shape == (1, 32, 32, 3)
+    assert 0.0 <= array.min() and array.max() <= 1.0
+    # diffusers' numpy_to_pil: round(x * 255)
+    assert np.array_equal(np.asarray(pil), np.round(array[0] * 255).astype(np.uint8))
+
+
+@pytest.mark.parametrize("case", ["flux_img2img_64x64_s3", "sd3_img2img_64x64_s5", "flux_inpaint_64x64_s4",
+                                  "sd3_inpaint_64x64_s8", "flux_fill_64x64_s9", "kontext_own_size_48x80_s11"])
+def test_editing_pipelines_match_diffusers(case):
+    tensors, m = golden("edit", case + ".safetensors")
+    cls = getattr(kiln, m["pipeline"])
+    pipe = cls.from_pretrained(data_path("models", m["model"]))
+    kwargs = dict(image=Image.open(data_path("goldens", "flux2", m["image"] + ".png")), height=int(m["height"]),
+                  width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]),
+                  max_sequence_length=int(m["max_sequence_length"]), generator=int(m["seed"]))
+    if "mask_image" in m:
+        kwargs["mask_image"] = Image.open(data_path("goldens", "edit", m["mask_image"] + ".png"))
+    for key in ("strength", "guidance_scale"):
+        if key in m:
+            kwargs[key] = float(m[key])
+    if "negative_prompt" in m:
+        kwargs["negative_prompt"] = m["negative_prompt"]
+    if "max_area" in m:
+        kwargs["max_area"] = int(m["max_area"])
+    if "_auto_resize" in m:
+        kwargs["_auto_resize"] = m["_auto_resize"] == "True"
+    image = pipe(m["prompt"], **kwargs).images[0]
+    assert max_level_difference(image, tensors["image_u8"]) <= 1
