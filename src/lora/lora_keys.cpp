@@ -162,7 +162,9 @@ Mapping kohya_mapping(const std::string& module, ModelFamily family) {
   }
   for (const char* prefix : {"lora_te1_", "lora_te_"})
     if (starts_with(module, prefix)) return clip_targets(module.substr(std::string(prefix).size()), family);
-  return skipped("a T5 (lora_te2_ / lora_te3_) LoRA: diffusers loads none");
+  if (starts_with(module, "lora_te2_") || starts_with(module, "lora_te3_"))
+    return skipped("a T5 (lora_te2_ / lora_te3_) LoRA: diffusers loads none");
+  return unknown("not a kohya name (lora_unet_*, lora_te1_* or lora_te_*)");
 }
 
 Mapping bfl_mapping(const std::string& module, ModelFamily family) {
