@@ -42,8 +42,8 @@ struct LoraGolden {
     return r;
   }
 
-  std::unique_ptr<DiffusionPipeline> load() const {
-    PipelineLoadOptions options;
+  // The golden's pipeline (`options` for what else it is loaded with: tensor parallelism).
+  std::unique_ptr<DiffusionPipeline> load(PipelineLoadOptions options = {}) const {
     options.dtype = dtype;
     if (!transformer_file.empty()) options.transformer_file = data_path("gguf/" + transformer_file);
     return DiffusionPipeline::from_pretrained(data_path("models/" + pipeline), options);
