@@ -252,9 +252,9 @@ LoraKeys plan_lora_keys(const std::vector<std::string>& names, ModelFamily famil
                          << (names.empty() ? "" : "; the first is '" + names.front() + "'"));
   KILN_CHECK(
       family != ModelFamily::SD3 || *format == LoraFormat::Diffusers,
-      "a " << format_name(*format)
-           << " LoRA file: SD3 pipelines take diffusers (PEFT) LoRA files (transformer.*, text_encoder.*, "
-              "text_encoder_2.*), as diffusers does");
+      "LoRA files in the " << format_name(*format)
+                           << " layout are not for SD3: its pipelines take diffusers (PEFT) ones (transformer.*, "
+                              "text_encoder.*, text_encoder_2.*), as diffusers does");
   KILN_CHECK(family != ModelFamily::Flux2 || *format != LoraFormat::XLabs,
              "an XLabs LoRA file: XLabs LoRAs are for FLUX.1, not FLUX.2");
   LoraKeys keys;
