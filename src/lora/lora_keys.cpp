@@ -250,13 +250,13 @@ LoraKeys plan_lora_keys(const std::vector<std::string>& names, ModelFamily famil
                          << " tensors is named like a LoRA's (.lora_A.weight / "
                             ".lora_B.weight, .lora_down.weight / .lora_up.weight)"
                          << (names.empty() ? "" : "; the first is '" + names.front() + "'"));
-  KILN_CHECK(
-      family != ModelFamily::SD3 || *format == LoraFormat::Diffusers,
-      "LoRA files in the " << format_name(*format)
-                           << " layout are not for SD3: its pipelines take diffusers (PEFT) ones (transformer.*, "
-                              "text_encoder.*, text_encoder_2.*), as diffusers does");
+  KILN_CHECK(family != ModelFamily::SD3 || *format == LoraFormat::Diffusers,
+             "LoRA files in the "
+                 << format_name(*format)
+                 << " layout are not for SD3: its pipelines take diffusers (PEFT) ones (transformer.*, "
+                    "text_encoder.*, text_encoder_2.*), as diffusers does");
   KILN_CHECK(family != ModelFamily::Flux2 || *format != LoraFormat::XLabs,
-             "an XLabs LoRA file: XLabs LoRAs are for FLUX.1, not FLUX.2");
+             "LoRA files in the XLabs layout are not for FLUX.2: XLabs made them for FLUX.1");
   LoraKeys keys;
   keys.format = *format;
   std::vector<std::pair<size_t, std::pair<std::string, std::string>>> unknown_at, skipped_at;
