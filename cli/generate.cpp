@@ -1,7 +1,9 @@
 // `kiln generate`: text to image with the pipeline named in the model's model_index.json, found in the
 // library's registry (kiln/pipelines/pipeline_registry.h). This file only turns flags into a PipelineRequest,
 // load options and execution options; options left out take that pipeline's diffusers defaults.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -16,6 +18,8 @@
 #include "kiln/dist/process_group.h"
 #include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/lora/lora_keys.h"
 #include "kiln/pipelines/pipeline_registry.h"
 
 namespace kiln::cli {
@@ -31,6 +35,13 @@ void join_tensor_parallel_group(const GenerateArgs& args) {
              "--tp " << args.tp << ": " << dist::world_size() << " process(es) were started; run `mpirun -np "
                      << args.tp << " kiln generate --tp " << args.tp << " ...` or `kiln launch -n " << args.tp
                      << " -- generate ...` (and give --tp the number of processes)");
+}
+
+// A weight as typed: 0.8, -0.5, 1.
+std::string format_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
 }
 
 std::string format_seconds(double s) {
@@ -131,6 +142,23 @@ void run_generate(const GenerateArgs& args) {
     request.image.push_back(read_image("--image", path, "a reference image"));
   if (args.mask) request.mask_image = read_image("--mask", *args.mask, "a mask");
 
+  // The LoRA files' names against the pipeline's family, before loading: a file of another layout or model
+  // fails at once (its shapes are checked once the pipeline is loaded).
+  for (const std::string& value : args.loras) {
+    const LoraFlag lora = parse_lora_flag(value);
+    try {
+      const lora::LoraKeys keys = lora::plan_lora_keys(io::SafetensorsFile(lora.path).names(),
+                                                       lora::lora_spec_for(index.class_name).family);
+      KILN_CHECK(keys.unknown.empty() || args.lora_skip_mismatches,
+                 lora.path << ": tensor '" << keys.unknown.front().first
+                           << "': " << keys.unknown.front().second
+                           << " (--lora-skip-mismatches skips what does not fit)");
+    } catch (const Error& e) {
+      KILN_FAIL("--lora " << (std::string(e.what()).rfind(lora.path, 0) == 0 ? "" : lora.path + ": ")
+                          << e.what());
+    }
+  }
+
   PipelineLoadOptions load;
   load.dtype = parse_dtype(args.dtype);
   if (args.packed_weights)
@@ -149,6 +177,41 @@ void run_generate(const GenerateArgs& args) {
   const std::unique_ptr<DiffusionPipeline> pipe = pipeline_class.load(args.model, load);
   if (loading) loading->finish();
   if (reporting) std::fprintf(stderr, "kiln: %s\n", pipe->weight_packing().describe().c_str());
+
+  // LoRA adapters, each named after its file, at the weights given; fused into the weights with --fuse-lora.
+  std::vector<std::string> adapters;
+  std::vector<double> weights;
+  std::string lora_metadata;
+  for (const std::string& value : args.loras) {
+    const LoraFlag lora = parse_lora_flag(value);
+    std::string name = std::filesystem::path(lora.path).stem().string();
+    while (std::find(adapters.begin(), adapters.end(), name) != adapters.end()) name += "_";
+    lora::LoraLoadReport report;
+    try {
+      report = pipe->load_lora_weights(
+          lora.path, {.adapter_name = name, .ignore_mismatches = args.lora_skip_mismatches});
+    } catch (const Error& e) {
+      KILN_FAIL("--lora " << e.what());
+    }
+    adapters.push_back(name);
+    weights.push_back(lora.scale);
+    lora_metadata += (lora_metadata.empty() ? "" : ", ") +
+                     std::filesystem::path(lora.path).filename().string() + ":" + format_number(lora.scale);
+    if (!reporting) continue;
+    std::fprintf(stderr, "kiln: LoRA %s, weight %s: %s\n", lora.path.c_str(),
+                 format_number(lora.scale).c_str(), report.describe().c_str());
+    for (size_t i = 0; i < report.skipped.size() && i < 5; ++i)
+      std::fprintf(stderr, "kiln:   skipped %s: %s\n", report.skipped[i].first.c_str(),
+                   report.skipped[i].second.c_str());
+    if (report.skipped.size() > 5)
+      std::fprintf(stderr, "kiln:   ... and %zu more\n", report.skipped.size() - 5);
+  }
+  if (!adapters.empty()) pipe->set_adapters(adapters, weights);
+  if (args.fuse_lora) {
+    pipe->fuse_lora();
+    lora_metadata += " (fused)";
+    if (reporting) std::fprintf(stderr, "kiln: LoRA fused into the weights\n");
+  }
 
   ExecutionOptions execution;
   if (args.mode) execution.mode = parse_execution_mode(*args.mode);
@@ -185,6 +248,7 @@ void run_generate(const GenerateArgs& args) {
   with_flag_names(editing, [&] { out = (*pipe)(request); });
   if (!reporting) return;
   if (denoising) denoising->finish();
+  if (!lora_metadata.empty()) out.images.front().metadata["lora"] = lora_metadata;
   out.images.front().save(args.output);
   std::fprintf(stderr, "kiln: wrote %s (%dx%d, seed %llu)\n", args.output.c_str(), out.images.front().width,
                out.images.front().height, static_cast<unsigned long long>(seed));
@@ -282,6 +346,20 @@ void add_generate_command(CLI::App& app) {
          "--vae-tile-size", args->vae_tile_size,
          "tile size in pixels for --vae-tiling (default: the VAE's sample_size, 1024 for FLUX.1 and SD3)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option(
+         "--lora", args->loras,
+         "a LoRA file (.safetensors: diffusers/PEFT, kohya, Black Forest Labs or XLabs layout) and its "
+         "weight, FILE[:SCALE] (default weight 1); repeat for several, applied together as diffusers' "
+         "set_adapters(names, weights). Unfused: run beside the base weights")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag(
+      "--fuse-lora", args->fuse_lora,
+      "fuse the --lora adapters into the weights before generating (diffusers' fuse_lora: faster steps, "
+      "a copy of each adapted weight)");
+  cmd->add_flag("--lora-skip-mismatches", args->lora_skip_mismatches,
+                "load the --lora files skipping the layers the model lacks or whose shapes differ (each is "
+                "reported) instead of failing");
   cmd->add_option(
          "--tp", args->tp,
          "tensor-parallel degree: split the transformer and the T5 encoder (FLUX.2: its text encoder) over "

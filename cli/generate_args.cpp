@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -57,11 +58,37 @@ void check_generate_args(const GenerateArgs& args) {
              "--strength " << *args.strength << " is outside [0, 1]");
   KILN_CHECK(!args.strength || args.init_image,
              "--strength says how much of --init-image is redrawn; give --init-image too");
+  // LoRA files: readable, each weight a finite number; the LoRA-only flags need one.
+  for (const std::string& value : args.loras) {
+    const LoraFlag lora = parse_lora_flag(value);
+    std::ifstream in(lora.path, std::ios::binary);
+    KILN_CHECK(in, "--lora " << value << ": cannot read " << lora.path << ": " << std::strerror(errno)
+                             << " (expected FILE[:SCALE], e.g. style.safetensors:0.8)");
+    std::error_code ec;
+    KILN_CHECK(std::filesystem::is_regular_file(lora.path, ec),
+               "--lora " << value << ": " << lora.path << " is not a file");
+  }
+  KILN_CHECK(!args.fuse_lora || !args.loras.empty(), "--fuse-lora fuses the adapters of --lora; give one");
+  KILN_CHECK(!args.lora_skip_mismatches || !args.loras.empty(),
+             "--lora-skip-mismatches applies to the files of --lora; give one");
   try {
     io::check_output_writable(args.output);
   } catch (const Error& e) {
     KILN_FAIL("--output " << e.what());
   }
+}
+
+LoraFlag parse_lora_flag(const std::string& value) {
+  const size_t colon = value.rfind(':');
+  if (colon == std::string::npos || colon + 1 == value.size()) return {value, 1.0};
+  const std::string tail = value.substr(colon + 1);
+  char* end = nullptr;
+  errno = 0;
+  const double scale = std::strtod(tail.c_str(), &end);
+  if (end != tail.c_str() + tail.size()) return {value, 1.0};  // not a number: part of the path
+  KILN_CHECK(std::isfinite(scale) && errno != ERANGE,
+             "--lora " << value << ": the adapter weight after ':' must be a finite number, got " << tail);
+  return {value.substr(0, colon), scale};
 }
 
 void check_safe_point(const std::string& where) {

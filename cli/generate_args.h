@@ -35,7 +35,19 @@ struct GenerateArgs {
   std::optional<std::string> max_memory;
   std::optional<int> blocks_per_group;  // --offload group only (1 when absent)
   int tp = 1;
+  std::vector<std::string> loras;     // --lora FILE[:SCALE], in order
+  bool fuse_lora = false;             // --fuse-lora
+  bool lora_skip_mismatches = false;  // --lora-skip-mismatches
 };
+
+// One --lora value: the file and its adapter weight, "style.safetensors:0.8" (1 without ":SCALE"; a suffix
+// after the last ':' that is not a number belongs to the path). Throws naming the flag for a weight that is
+// not finite.
+struct LoraFlag {
+  std::string path;
+  double scale = 1.0;
+};
+LoraFlag parse_lora_flag(const std::string& value);
 
 // Throws kiln::Error naming the flag and its limit ("--height 1000000 exceeds the maximum 16384"), a --image
 // that is not a readable file, or why the output cannot be written; the pipelines check the rest (multiples

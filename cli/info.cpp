@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -9,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/gguf_info.h"
+#include "cli/lora_info.h"
 #include "kiln/core/bytes.h"
 #include "kiln/io/model_summary.h"
 #include "kiln/pipelines/component_blocks.h"
@@ -150,7 +152,8 @@ void add_info_command(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("model", args->model,
-                  "a .safetensors or .gguf file, a *.safetensors.index.json, a component or pipeline folder, "
+                  "a .safetensors or .gguf file (a LoRA file: its layout and the layers it reaches), a "
+                  "*.safetensors.index.json, a component or pipeline folder, "
                   "or a Hugging Face repo id in the local cache (org/name[@revision])")
       ->required();
   cmd->add_option("--revision", args->revision,
@@ -165,6 +168,10 @@ void add_info_command(CLI::App& app) {
       print_gguf_info(args->model);
       return;
     }
+    const std::string& m = args->model;
+    if (m.size() > 12 && m.substr(m.size() - 12) == ".safetensors" && std::filesystem::is_regular_file(m) &&
+        print_lora_info(m))
+      return;
     const auto summary = io::summarize_model(args->model, {.revision = args->revision}, args->variant);
     print_summary(args->model, summary);
     if (args->max_memory) print_offload_plan(summary, parse_byte_budget(*args->max_memory, "--max-memory"));

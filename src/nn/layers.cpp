@@ -10,6 +10,8 @@ namespace kiln::nn {
 Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, LinearParallel parallel)
     : in_(in_features), out_(out_features), parallel_(std::move(parallel)) {
   if (!parallel_.tp.enabled()) parallel_.sharding = Sharding::Replicated;
+  register_runtime_input(&lora_down_);
+  register_runtime_input(&lora_up_);
   switch (parallel_.sharding) {
     case Sharding::Replicated:
       register_quantizable_parameter("weight", &weight, {out_features, in_features}, &weight_storage);
@@ -40,15 +42,17 @@ Tensor Linear::forward(const Tensor& x) const {
   switch (parallel_.sharding) {
     case Sharding::Replicated:
       if (is_quantized())
-        return linear(x, quant::QuantizedTensor{weight, weight_storage.type, {out_, in_}}, bias);
-      return linear(x, weight, bias);
+        return add_adapters(
+            x, linear(x, quant::QuantizedTensor{weight, weight_storage.type, {out_, in_}}, bias));
+      return add_adapters(x, linear(x, weight, bias));
     case Sharding::Column:
-      return linear(x, weight, bias);
+      return add_adapters(x, linear(x, weight, bias));
     case Sharding::ColumnGathered:
-      return all_gather(linear(x, weight, bias), -1);
+      return all_gather(add_adapters(x, linear(x, weight, bias)), -1);
     case Sharding::Row:
-      // Rank 0 alone adds the bias, so the sum over the ranks holds it once.
-      return all_reduce_sum(linear(x, weight, parallel_.tp.rank == 0 ? bias : Tensor()));
+      // Rank 0 alone adds the bias, so the sum over the ranks holds it once. Each rank's adapter product
+      // reads its slice of x through its columns of A; B (A_local x_local) summed over the ranks is B (A x).
+      return all_reduce_sum(add_adapters(x, linear(x, weight, parallel_.tp.rank == 0 ? bias : Tensor())));
   }
   KILN_FAIL("internal: unknown Linear sharding");
 }

@@ -58,6 +58,24 @@ void Module::register_module(const std::string& name, Module* child) {
   children_.emplace_back(name, child);
 }
 
+void Module::register_runtime_input(Tensor* slot) {
+  runtime_inputs_.push_back(slot);
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules(const std::string& prefix) {
+  std::vector<std::pair<std::string, Module*>> out{{prefix, this}};
+  for (const auto& [name, child] : children_) {
+    auto below = child->named_modules(prefix.empty() ? name : prefix + "." + name);
+    out.insert(out.end(), below.begin(), below.end());
+  }
+  return out;
+}
+
+void Module::collect_runtime_inputs(std::vector<Tensor>& out) const {
+  for (const Tensor* slot : runtime_inputs_) out.push_back(*slot);
+  for (const auto& [name, child] : children_) child->collect_runtime_inputs(out);
+}
+
 void Module::collect(const std::string& prefix,
                      std::vector<std::pair<std::string, const Parameter*>>& out) const {
   for (const auto& p : parameters_) out.emplace_back(prefix + p.name, &p);
@@ -219,6 +237,7 @@ std::vector<Tensor> Module::parameter_tensors() const {
   std::vector<Tensor> out;
   out.reserve(all.size());
   for (const auto& [name, prm] : all) out.push_back(*prm->slot);
+  collect_runtime_inputs(out);
   return out;
 }
 

@@ -37,6 +37,14 @@ add_test(NAME dist.generate_flux2_klein_tp2
                  --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux2-tiny-klein-full ${KILN_TINY_GENERATE}
                  --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux2_klein_tp2.png)
 set_tests_properties(dist.generate_flux2_klein_tp2 PROPERTIES PASS_REGULAR_EXPRESSION "wrote .*dist_flux2_klein_tp2.png")
+# LoRA adapters on the split transformer (their images against one rank's: tensor_parallel_lora_test.cpp).
+add_test(NAME dist.generate_flux_lora_tp2
+         COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2
+                 --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-dev ${KILN_TINY_GENERATE}
+                 --lora ${CMAKE_CURRENT_SOURCE_DIR}/data/lora/flux_kohya.safetensors:0.7
+                 --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_lora_tp2.png)
+set_tests_properties(dist.generate_flux_lora_tp2 PROPERTIES PASS_REGULAR_EXPRESSION
+                     "adapter 'flux_kohya'.*wrote .*dist_flux_lora_tp2.png" LABELS dist)
 add_test(NAME dist.generate_tp_without_ranks
          COMMAND $<TARGET_FILE:kiln_cli> generate --tp 2 --model ${KILN_TINY_FLUX} ${KILN_TINY_GENERATE}
                  --output ${CMAKE_CURRENT_BINARY_DIR}/dist_no_ranks.png)

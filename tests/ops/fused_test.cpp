@@ -146,6 +146,18 @@ void run_linear_case(const LinearCase& c, DType dtype, Activation act, uint32_t 
   }
 }
 
+// A [1, N] bias and a [1, N] gate have the same oneDNN description: a product with a bias and a residual and
+// one with a gate and a residual, of equal shapes, are two primitives (a LoRA adapter's residual made the
+// first kind common and once ran the second on the first's primitive).
+TEST(LinearFused, BiasAndGateOfOneRowAreDifferentPrimitives) {
+  const Tensor x = values({32, 32}, 1), w = values({32, 32}, 2), residual = values({32, 32}, 3);
+  const Tensor bias = values({32}, 4), gate = values({1, 32}, 5);
+  const Tensor with_bias = linear_fused(x, w, bias, {.residual = residual});
+  EXPECT_TRUE(close(with_bias, add(residual, linear(x, w, bias)), 1e-5));
+  const Tensor with_gate = linear_fused(x, w, Tensor(), {.gate = gate, .residual = residual});
+  EXPECT_TRUE(close(with_gate, add(residual, mul(gate, linear(x, w))), 1e-5));
+}
+
 TEST(FusedLinear, MatchesUnfusedChainFloat32) {
   uint32_t seed = 1;
   for (const LinearCase& c : kLinearCases)

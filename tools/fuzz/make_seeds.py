@@ -279,9 +279,52 @@ def cli_flags_seeds():
         ["--prompt", "x", "--guidance", "nan", "--seed", "-1", "--width", "1e5"],
         ["--prompt=x", "--prompt-2=y", "--height=64"],
         ["--prompt", "x", "--image", "/nonexistent.png", "--image", "/dev/null", "--steps", "4"],
+        ["--prompt", "x", "--lora", "/nonexistent.safetensors:0.8", "--lora", "/dev/null:x:nan", "--fuse-lora"],
     ]
     for args in lists:
         put("cli_flags", "\0".join(args))
+
+
+def lora_keys_seeds():
+    """Every committed LoRA file's names, for the family it is for and for the others."""
+    from safetensors import safe_open
+
+    for f in sorted((DATA / "lora").glob("*.safetensors")):
+        with safe_open(str(f), "pt") as sf:
+            names = "\n".join(sf.keys())
+        family = 1 if f.name.startswith("sd3") else 2 if f.name.startswith("flux2") else 0
+        put("lora_keys", bytes([family]) + names.encode())
+        put("lora_keys", bytes([(family + 1) % 3]) + names.encode())
+    put("lora_keys", b"\x00lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight\nlora_unet_double_blocks_0_img_attn_qkv"
+                     b".dora_scale\nlora_te2_encoder_block_0_q.lora_up.weight\ntransformer.x.lora_B.bias")
+
+
+def lora_file_seeds():
+    """Small LoRA files of every layout for the tiny pipelines (rank 1, float16), with alphas and metadata."""
+    def pair(module, fan_in, fan_out, down=".lora_A.weight", up=".lora_B.weight", alpha=None):
+        out = [(module + down, "F16", [1, fan_in], b"\x00\x3c" * fan_in),
+               (module + up, "F16", [fan_out, 1], b"\x00\xb8" * fan_out)]
+        if alpha is not None:
+            out.append((module + ".alpha", "F32", [], struct.pack("<f", alpha)))
+        return out
+
+    kohya = dict(down=".lora_down.weight", up=".lora_up.weight")
+    meta = {"lora_adapter_metadata": json.dumps({"transformer.lora_alpha": 2, "transformer.r": 1,
+                                                 "transformer.alpha_pattern": {"proj_out": 4},
+                                                 "transformer.use_rslora": True})}
+    put("lora_file", safetensors_bytes(pair("transformer.transformer_blocks.0.attn.to_q", 32, 32, alpha=2.0) +
+                                       pair("transformer.proj_out", 32, 64) +
+                                       pair("text_encoder.text_model.encoder.layers.0.mlp.fc1", 32, 40), meta))
+    put("lora_file", safetensors_bytes(pair("lora_unet_double_blocks_0_img_attn_qkv", 32, 96, alpha=0.5, **kohya) +
+                                       pair("lora_unet_single_blocks_0_linear1", 32, 224, **kohya) +
+                                       pair("lora_te1_text_model_encoder_layers_1_self_attn_out_proj", 32, 32, **kohya)))
+    put("lora_file", safetensors_bytes(pair("diffusion_model.final_layer.adaLN_modulation.1", 32, 64) +
+                                       pair("diffusion_model.single_blocks.1.linear2", 160, 32) +
+                                       pair("diffusion_model.single_blocks.0.linear1", 32, 288)))
+    put("lora_file", safetensors_bytes(pair("single_blocks.1.processor.proj_lora", 32, 32, ".down.weight", ".up.weight") +
+                                       pair("double_blocks.0.processor.qkv_lora2", 32, 96, ".down.weight", ".up.weight")))
+    put("lora_file", safetensors_bytes(pair("transformer.transformer_blocks.0.attn2.to_q", 32, 32) +
+                                       pair("text_encoder_2.text_model.encoder.layers.2.mlp.fc2", 48, 32)))
 
 
 def trained_tokenizer_seeds():
@@ -303,6 +346,8 @@ SEEDS = {
     "regex": [regex_seeds],
     "png": [png_seeds],
     "cli_flags": [cli_flags_seeds],
+    "lora_keys": [lora_keys_seeds],
+    "lora_file": [lora_file_seeds],
 }
 
 

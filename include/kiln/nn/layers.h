@@ -2,6 +2,10 @@
 #pragma once
 
 #include <array>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/nn/module.h"
 #include "kiln/nn/tensor_parallel.h"
@@ -15,9 +19,19 @@ namespace kiln::nn {
 // With a LinearParallel, this rank holds its slice (kiln/nn/tensor_parallel.h) and forward returns what that
 // sharding defines: a local slice of the output (Column), the full output (ColumnGathered, Row).
 // in_features/out_features stay the full layer's. A quantized weight is not sharded (replicated layers only).
+//
+// LoRA adapters (PEFT's lora.Linear, diffusers' load_lora_weights): each adapter is a low-rank pair down (A,
+// [rank, in_features]) and up (B, [out_features, rank]) with its scale (alpha / rank). The layer adds
+// sum_i w_i * scale_i * B_i (A_i x) for its active adapters (w_i: set_adapters' weights) as ONE low-rank
+// product beside the base weight, which stays as it is (memory-mapped, bfloat16 or GGUF blocks): lora_down
+// holds the active A_i stacked, lora_up the B_i side by side with w_i * scale_i folded in. Both are runtime
+// inputs of the module, so a compiled program takes them as inputs: new adapters or weights of the same total
+// rank never recompile. Without active adapters (lora_down undefined) the forward is exactly the plain
+// layer's. Under tensor parallelism A is split like the weight's input (Row) and B like its output (Column).
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, LinearParallel parallel = {});
+  ~Linear() override;
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
   int64_t in_features() const { return in_; }
@@ -29,9 +43,42 @@ class Linear : public Module {
   Tensor weight, bias;
   QuantizedStorage weight_storage;
 
+  // ---- LoRA adapters (src/nn/linear_lora.cpp)
+  // Adds adapter `name` (replacing one of that name): the whole layer's down [rank, in_features] and up
+  // [out_features, rank] in any floating dtype (this rank keeps its slice); `scale` is alpha / rank. It is
+  // inactive until set_active_adapters names it. Throws naming the shapes when they do not fit the layer.
+  void add_adapter(const std::string& name, const Tensor& down, const Tensor& up, double scale);
+  // Removes adapter `name` (inactive or not); absent names are ignored.
+  void delete_adapter(const std::string& name);
+  bool has_adapter(const std::string& name) const;
+  std::vector<std::string> adapter_names() const;
+  // The adapters the forward adds, each with its weight, in this order (names this layer does not hold are
+  // skipped: an adapter rarely touches every layer); rebuilds lora_down / lora_up. Refused while fused.
+  void set_active_adapters(const std::vector<std::pair<std::string, double>>& weights);
+  // PEFT's scale_layer + merge: the active adapters' weights are multiplied by `lora_scale` (they keep it
+  // after unfuse_adapters, as in diffusers) and their sum is added into the weight, computed in float32 and
+  // rounded once. The weight becomes an owned copy in the compute dtype (a GGUF-quantized one is
+  // dequantized); the original is kept, untouched, for unfuse_adapters. No-op without active adapters.
+  void fuse_adapters(double lora_scale);
+  // The original weight (and its storage type) back, bit for bit; the adapters run unfused again.
+  void unfuse_adapters();
+  bool is_fused() const;
+  // Drops every adapter. A fused weight stays fused (diffusers' unload_lora_weights after fuse_lora).
+  void clear_adapters();
+  // The combined low-rank pair the forward reads (undefined without active adapters or while fused).
+  const Tensor& lora_down() const { return lora_down_; }
+  const Tensor& lora_up() const { return lora_up_; }
+
  private:
+  struct Adapters;
+  // y plus the active adapters' low-rank product of x (y itself without them).
+  Tensor add_adapters(const Tensor& x, const Tensor& y) const;
+  void rebuild_adapters();
+
   int64_t in_, out_;
   LinearParallel parallel_;
+  Tensor lora_down_, lora_up_;
+  std::shared_ptr<Adapters> adapters_;  // null until an adapter is added
 };
 
 // torch.nn.LayerNorm over the last dimension; affine=false (FLUX) has no parameters.

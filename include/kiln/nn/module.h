@@ -86,6 +86,9 @@ class Module {
 
   // Every parameter with its full dotted name, in registration order.
   std::vector<std::pair<std::string, Tensor*>> named_parameters(const std::string& prefix = "");
+  // This module and every module under it with its full dotted name ("" for this one, then
+  // "transformer_blocks.0", "transformer_blocks.0.attn", ...), in registration order.
+  std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
   // Every parameter's full dotted name and registered shape (what the checkpoint must hold).
   std::vector<std::pair<std::string, Shape>> parameter_shapes(const std::string& prefix = "");
   int64_t num_parameters();
@@ -141,6 +144,11 @@ class Module {
                                   ParameterShard shard);
   // `name` may be dotted ("self_attn.q_proj") to reproduce a checkpoint's nesting without scope modules.
   void register_module(const std::string& name, Module* child);
+  // Registers `slot` (a member) as a tensor the forward reads besides the parameters, set at run time rather
+  // than loaded (a LoRA layer's low-rank pair, kiln/nn/lora_layer.h). Compiled programs take it as an input
+  // like a parameter, so a new value of the same shape never recompiles; it is not loaded, counted, packed
+  // by the weight plans or offloaded. An undefined slot is simply absent.
+  void register_runtime_input(Tensor* slot);
 
   // Whether this module's forward goes through call_compiled (compile() refuses the others).
   virtual bool supports_compile() const { return false; }
@@ -150,7 +158,8 @@ class Module {
       const std::vector<Tensor>& inputs,
       const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& eager,
       const std::string& extra_key = "") const;
-  // Every parameter tensor (undefined slots included), in named_parameters() order.
+  // Every parameter tensor (undefined slots included), in named_parameters() order, then every runtime input
+  // (register_runtime_input) in registration order: what a compiled program binds at each run.
   std::vector<Tensor> parameter_tensors() const;
   // The class name for messages ("FluxTransformerBlock").
   std::string type_name() const;
@@ -166,8 +175,10 @@ class Module {
     std::optional<ParameterShard> shard;  // set for a tensor-parallel slice
   };
   void collect(const std::string& prefix, std::vector<std::pair<std::string, const Parameter*>>& out) const;
+  void collect_runtime_inputs(std::vector<Tensor>& out) const;
 
   std::vector<Parameter> parameters_;
+  std::vector<Tensor*> runtime_inputs_;
   std::vector<std::pair<std::string, Module*>> children_;
   std::shared_ptr<CompiledForward> compiled_;
 };

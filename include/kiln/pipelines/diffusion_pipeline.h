@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kiln/dist/device_mesh.h"
+#include "kiln/lora/lora_adapters.h"
 #include "kiln/nn/module.h"
 #include "kiln/pipelines/image.h"
 #include "kiln/pipelines/offload.h"
@@ -173,6 +174,24 @@ class DiffusionPipeline {
   void enable_vae_tiling(int64_t tile_size = 0);
   void disable_vae_tiling();
 
+  // ---- LoRA adapters, as diffusers' LoraLoaderMixin (kiln/lora/lora_adapters.h says what each does; the
+  // layouts read: kiln/lora/lora_keys.h). An unfused adapter runs beside the base weights (memory-mapped,
+  // bfloat16 or GGUF blocks alike), in every execution mode and under tensor parallelism; a compiled program
+  // takes its weights as inputs, so set_adapters never recompiles unless the active adapters' total rank on
+  // a layer changes. Each of these waits for the calls that arrived before it, like a call.
+  //   pipe.load_lora_weights("style.safetensors", {.adapter_name = "style"});
+  //   pipe.load_lora_weights("detail.safetensors", {.adapter_name = "detail"});
+  //   pipe.set_adapters({"style", "detail"}, {0.8, 0.5});
+  lora::LoraLoadReport load_lora_weights(const std::string& path, const lora::LoraLoadOptions& options = {});
+  void set_adapters(const std::vector<std::string>& adapter_names,
+                    const std::vector<double>& adapter_weights = {});
+  void fuse_lora(const lora::FuseLoraOptions& options = {});
+  void unfuse_lora();
+  void unload_lora_weights();
+  void delete_adapters(const std::vector<std::string>& adapter_names);
+  std::vector<std::string> get_active_adapters() const;
+  std::map<std::string, std::vector<std::string>> get_list_adapters() const;
+
  protected:
   DiffusionPipeline();
   DiffusionPipeline(DiffusionPipeline&&) noexcept;
@@ -203,6 +222,11 @@ class DiffusionPipeline {
   bool model_cpu_offload_ = false;
   std::shared_ptr<ExecutionContext> context_;
   std::unique_ptr<pipelines::CallQueue> calls_;
+
+ private:
+  // The pipeline's adapters, made on first use.
+  lora::LoraAdapters& lora_adapters();
+  std::unique_ptr<lora::LoraAdapters> lora_;
 };
 
 }  // namespace kiln

@@ -91,6 +91,9 @@ void linear_fused_kernel(const runtime::OpCall& call) {
       [&](const Md& w_md) {
         onednn::KeyBuilder key("linear_fused");
         key.add(src_md).add(w_md).add(dst_md).add(static_cast<int64_t>(act));
+        // Which operands are present, not only their descriptions: a [1, N] bias and a [1, N] gate describe
+        // alike, and a primitive made for one cannot run with the other.
+        key.add(int64_t{bias != nullptr} | int64_t{gate != nullptr} << 1 | int64_t{residual != nullptr} << 2);
         if (bias != nullptr) key.add(b.desc);
         if (gate != nullptr) key.add(gate_md);
         if (residual != nullptr) key.add(residual_md);

@@ -1,0 +1,54 @@
+// A LoRA file (.safetensors) read for one pipeline: each pair of its layout (kiln/lora/lora_keys.h) with its
+// tensors and scale, matched to the pipeline's layers and checked against their shapes.
+//
+// The scale of a pair is alpha / rank, as diffusers applies it:
+//   - kohya, Black Forest Labs, XLabs: the pair's own .alpha tensor (none: alpha = rank, scale 1);
+//   - diffusers (PEFT): PEFT's LoraConfig as diffusers builds it: when a component has .alpha tensors, a
+//   module
+//     without one takes the component's "most common" alpha, which is the first in the file (diffusers counts
+//     the alpha tensors by identity, so each is counted once); without any, the file's lora_adapter_metadata
+//     (lora_alpha, alpha_pattern, use_rslora: alpha / sqrt(rank)) and otherwise alpha = rank.
+// The transformer of FLUX.1 takes a down narrower than its layer padded with zeros (diffusers'
+// _maybe_expand_lora_state_dict: XLabs' single-block proj_lora reads the attention part of proj_out's input).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+#include "kiln/lora/lora_keys.h"
+
+namespace kiln::nn {
+class Linear;
+}
+
+namespace kiln::lora {
+
+// One layer's share of a pair: the whole layer's down [rank, in_features] and up [out_features, rank].
+struct LayerAdapter {
+  LoraTarget target;
+  nn::Linear* layer = nullptr;
+  Tensor down, up;
+  double scale = 1.0;  // alpha / rank
+  std::string source;  // the pair's module as the file names it
+};
+
+struct LoraContents {
+  LoraFormat format = LoraFormat::Diffusers;
+  std::vector<LayerAdapter> layers;
+  std::vector<std::pair<std::string, std::string>> skipped;  // (tensor or pair, why), in file order
+};
+
+// A component's Linear layer by its diffusers module name; nullptr when it has none of that name.
+using LayerLookup = std::function<nn::Linear*(const std::string& component, const std::string& module)>;
+
+// Reads `path` for a pipeline of `family` whose layers `find` gives. A pair that fits no layer (a name no
+// layout rule accounts for, a layer the model lacks, a shape or rank that does not match) is an error naming
+// the file, the first such tensor in file order and what was expected, unless `ignore_mismatches`: it is then
+// skipped and reported in `skipped`. Tensors diffusers ignores too (DoRA scales, T5 LoRA) are always skipped.
+LoraContents read_lora_file(const std::string& path, ModelFamily family, const LayerLookup& find,
+                            bool ignore_mismatches = false);
+
+}  // namespace kiln::lora

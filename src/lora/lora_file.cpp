@@ -1,0 +1,186 @@
+#include "kiln/lora/lora_file.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "kiln/core/error.h"
+#include "kiln/io/json_config.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/nn/layers.h"
+#include "kiln/ops/layout.h"
+
+namespace kiln::lora {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+double alpha_value(const io::SafetensorsFile& file, const std::string& name) {
+  const io::TensorInfo& info = file.info(name);
+  KILN_CHECK(shape_numel(info.shape) == 1, file.path() << ": alpha tensor '" << name
+                                                       << "' must hold one value, has shape "
+                                                       << shape_str(info.shape));
+  const double alpha = file.tensor(name).to(float32).item();
+  KILN_CHECK(std::isfinite(alpha), file.path() << ": alpha tensor '" << name << "' is " << alpha);
+  return alpha;
+}
+
+// How PEFT's LoraConfig, as diffusers builds it for one component of a diffusers-format file, scales a module
+// that has no .alpha tensor of its own.
+struct ComponentAlphas {
+  std::optional<double> common_alpha;  // PEFT's lora_alpha from the component's .alpha tensors
+  std::optional<double> lora_alpha;    // lora_adapter_metadata
+  std::map<std::string, double> alpha_pattern;
+  bool rslora = false;
+
+  double scale(const std::string& module, std::optional<double> own_alpha, int64_t rank) const {
+    double alpha = static_cast<double>(rank);
+    if (own_alpha) {
+      alpha = *own_alpha;
+    } else if (common_alpha) {
+      alpha = *common_alpha;
+    } else if (lora_alpha) {
+      alpha = *lora_alpha;
+      for (const auto& [pattern, value] : alpha_pattern)
+        if (module == pattern || ends_with(module, "." + pattern)) alpha = value;
+    }
+    return alpha / (rslora ? std::sqrt(static_cast<double>(rank)) : static_cast<double>(rank));
+  }
+};
+
+std::map<std::string, ComponentAlphas> diffusers_alphas(const io::SafetensorsFile& file,
+                                                        const LoraKeys& keys) {
+  std::map<std::string, ComponentAlphas> out;
+  // diffusers passes the .alpha tensors to PEFT's LoraConfig as network_alphas and takes the most common
+  // value as lora_alpha; torch tensors count by identity, so every alpha is "most common" once and the first
+  // one (in the file's order) wins.
+  std::map<std::string, std::string> component_of;
+  for (const LoraPairKeys& pair : keys.pairs)
+    if (!pair.alpha.empty()) component_of[pair.alpha] = pair.targets.front().component;
+  for (const std::string& name : file.names()) {
+    const auto it = component_of.find(name);
+    if (it != component_of.end() && !out[it->second].common_alpha)
+      out[it->second].common_alpha = alpha_value(file, name);
+  }
+  const auto meta = file.metadata().find("lora_adapter_metadata");
+  if (meta == file.metadata().end()) return out;
+  const io::JsonConfig config = io::JsonConfig::parse(meta->second, file.path() + ": lora_adapter_metadata");
+  for (const std::string component : {"transformer", "text_encoder", "text_encoder_2"}) {
+    const std::string p = component + ".";
+    KILN_CHECK(!config.get_or<bool>(p + "use_dora", false),
+               file.path() << ": a DoRA adapter (" << p << "use_dora): DoRA is not supported");
+    KILN_CHECK(!config.get_or<bool>(p + "lora_bias", false),
+               file.path() << ": an adapter with biases (" << p << "lora_bias): not supported");
+    if (!config.has(p + "lora_alpha")) continue;
+    ComponentAlphas& c = out[component];
+    c.lora_alpha = config.get<double>(p + "lora_alpha");
+    c.rslora = config.get_or<bool>(p + "use_rslora", false);
+    if (config.has(p + "alpha_pattern")) {
+      const io::JsonConfig pattern = config.object(p + "alpha_pattern");
+      for (const std::string& key : pattern.keys())
+        c.alpha_pattern[key.rfind('^', 0) == 0 ? key.substr(1) : key] = pattern.get<double>(key);
+    }
+  }
+  return out;
+}
+
+// down [rank, n] widened to [rank, width] with zero columns.
+Tensor padded(const Tensor& down, int64_t width) {
+  return concat({down, Tensor::zeros({down.size(0), width - down.size(1)}, down.dtype())}, 1);
+}
+
+}  // namespace
+
+LoraContents read_lora_file(const std::string& path, ModelFamily family, const LayerLookup& find,
+                            bool ignore_mismatches) {
+  const io::SafetensorsFile file(path);
+  LoraKeys keys;
+  try {
+    keys = plan_lora_keys(file.names(), family);
+  } catch (const Error& e) {
+    KILN_FAIL(path << ": " << e.what());
+  }
+  LoraContents out;
+  out.format = keys.format;
+  out.skipped = keys.skipped;
+  const std::string hint = " (a " + std::string(format_name(keys.format)) + " LoRA file for " +
+                           family_name(family) +
+                           "; load it with ignore_mismatches to skip what does not fit)";
+  if (!keys.unknown.empty() && !ignore_mismatches)
+    KILN_FAIL(path << ": tensor '" << keys.unknown.front().first << "': " << keys.unknown.front().second
+                   << hint);
+  for (const auto& u : keys.unknown) out.skipped.push_back(u);
+
+  const auto alphas = keys.format == LoraFormat::Diffusers ? diffusers_alphas(file, keys)
+                                                           : std::map<std::string, ComponentAlphas>{};
+  std::map<const nn::Linear*, std::string> reached_by;
+  for (const LoraPairKeys& pair : keys.pairs) {
+    std::string why;
+    std::vector<LayerAdapter> layers;
+    const io::TensorInfo& down_info = file.info(pair.down);
+    const io::TensorInfo& up_info = file.info(pair.up);
+    const Shape &ds = down_info.shape, &us = up_info.shape;
+    if (ds.size() != 2 || us.size() != 2 || ds[0] < 1 || ds[0] != us[1]) {
+      why = "down " + shape_str(ds) + " and up " + shape_str(us) +
+            " are not a low-rank pair ([rank, in] and [out, rank])";
+    } else if (!is_floating(down_info.dtype) || !is_floating(up_info.dtype)) {
+      why = "down and up must be floating point, got " + std::string(dtype_name(down_info.dtype)) + " and " +
+            std::string(dtype_name(up_info.dtype));
+    }
+    int64_t rows = 0;
+    for (const LoraTarget& t : pair.targets) {
+      if (!why.empty()) break;
+      nn::Linear* layer = find(t.component, t.module);
+      if (layer == nullptr) {
+        why = "the model has no layer " + t.component + "." + t.module;
+      } else if (const auto seen = reached_by.find(layer); seen != reached_by.end()) {
+        why = "layer " + t.component + "." + t.module + " is also reached by '" + seen->second + "'";
+      } else {
+        const bool pad =
+            family == ModelFamily::Flux1 && t.component == "transformer" && ds[1] < layer->in_features();
+        if (ds[1] != layer->in_features() && !pad)
+          why = "down " + shape_str(ds) + " does not fit layer " + t.component + "." + t.module + " of " +
+                std::to_string(layer->in_features()) + " input features";
+        layers.push_back(LayerAdapter{t, layer, {}, {}, 1.0, pair.name});
+        rows += layer->out_features();
+      }
+    }
+    if (why.empty() && rows != us[0])
+      why = "up " + shape_str(us) + " has " + std::to_string(us[0]) + " rows, but its layer" +
+            (layers.size() > 1 ? "s have " : " has ") + std::to_string(rows) + " output features";
+    if (why.empty() && pair.swap_up_halves && us[0] % 2 != 0)
+      why = "up " + shape_str(us) + " cannot be split into (shift, scale) halves";
+    if (!why.empty()) {
+      KILN_CHECK(ignore_mismatches,
+                 path << ": tensor '" << pair.down << "' (" << pair.name << "): " << why << hint);
+      out.skipped.emplace_back(pair.name, why);
+      continue;
+    }
+    const Tensor down = file.tensor(pair.down);
+    Tensor up = file.tensor(pair.up);
+    if (pair.swap_up_halves) up = concat({up.narrow(0, us[0] / 2, us[0] / 2), up.narrow(0, 0, us[0] / 2)}, 0);
+    const std::optional<double> own_alpha =
+        pair.alpha.empty() ? std::nullopt : std::optional<double>(alpha_value(file, pair.alpha));
+    const auto component_alphas = alphas.find(pair.targets.front().component);
+    const double scale = component_alphas != alphas.end()
+                             ? component_alphas->second.scale(pair.targets.front().module, own_alpha, ds[0])
+                             : own_alpha.value_or(static_cast<double>(ds[0])) / static_cast<double>(ds[0]);
+    int64_t offset = 0;
+    for (LayerAdapter& l : layers) {
+      const int64_t n = l.layer->out_features();
+      l.up = up.narrow(0, offset, n);
+      offset += n;
+      l.down = ds[1] < l.layer->in_features() ? padded(down, l.layer->in_features()) : down;
+      l.scale = scale;
+      reached_by[l.layer] = pair.name;
+      out.layers.push_back(std::move(l));
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::lora
