@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <chrono>
+
 #include "cli/serve/api_key.h"
 #include "cli/serve/http_util.h"
 #include "cli/serve/routes.h"
@@ -71,17 +73,26 @@ HttpServer::~HttpServer() {
 int HttpServer::bind(const std::string& host, int port) {
   if (port == 0) {
     const int bound = server_->bind_to_any_port(host);
-    KILN_CHECK(bound > 0, "kiln serve: cannot listen on " << host << " (any port): " << std::strerror(errno));
+    KILN_CHECK(bound > 0,
+               "kiln serve: cannot listen on " << host << " (any port): is it an address of this machine?");
     return bound;
   }
   KILN_CHECK(server_->bind_to_port(host, port),
-             "kiln serve: cannot listen on " << host << ":" << port << ": " << std::strerror(errno)
-                                             << " (is another server on that port? --port picks another)");
+             "kiln serve: cannot listen on " << host << ":" << port
+                                             << ": is another server on that port (--port picks another), or "
+                                                "the address not one of this machine's?");
   return port;
 }
 
 void HttpServer::start() {
-  listener_ = std::thread([this] { server_->listen_after_bind(); });
+  listening_done_ = false;
+  listener_ = std::thread([this] {
+    server_->listen_after_bind();
+    listening_done_ = true;
+  });
+  // stop() can only stop a server that runs: wait for it to (or for it to have given up).
+  while (!server_->is_running() && !listening_done_)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void HttpServer::stop() {

@@ -3,6 +3,7 @@
 // and a clean stop.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -34,6 +35,7 @@ class HttpServer {
  private:
   std::unique_ptr<httplib::Server> server_;
   std::thread listener_;
+  std::atomic<bool> listening_done_{false};
 };
 
 }  // namespace kiln::serve
