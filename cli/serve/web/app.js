@@ -60,6 +60,7 @@ function showModelDefaults() {
   $("height").placeholder = h || "default";
   $("steps").placeholder = defaults.steps ?? "default";
   $("guidance").placeholder = defaults.guidance ?? "default";
+  $("max-sequence-length").placeholder = defaults.max_sequence_length ?? "default";
   $("negative-prompt-row").hidden = !(model && takesNegativePrompt.has(model.kiln.pipeline));
 }
 
@@ -86,6 +87,7 @@ function formParams() {
   }
   if (number("steps") !== undefined) params.steps = number("steps");
   if (number("guidance") !== undefined) params.guidance = number("guidance");
+  if (number("max-sequence-length") !== undefined) params.max_sequence_length = number("max-sequence-length");
   if (!$("random-seed").checked && number("seed") !== undefined) params.seed = number("seed");
   return params;
 }
@@ -100,6 +102,7 @@ function fillForm(params) {
   $("height").value = h;
   $("steps").value = params.steps ?? "";
   $("guidance").value = params.guidance ?? "";
+  $("max-sequence-length").value = params.max_sequence_length ?? "";
   $("random-seed").checked = false;
   $("seed").disabled = false;
   $("seed").value = params.seed;
