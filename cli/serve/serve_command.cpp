@@ -4,6 +4,8 @@
 //
 // SIGINT or SIGTERM drains the server: new jobs are refused, waiting jobs are cancelled, running jobs stop
 // at their next step, the answers in flight are written, and the process exits 0. The server writes no files.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -113,9 +115,11 @@ void run_serve(const ServeArgs& args) {
   const int port = http.bind(args.host, args.port);
   http.start();
   const bool ipv6 = args.host.find(':') != std::string::npos;
-  std::fprintf(stderr, "kiln: serving %zu model(s) on http://%s%s%s:%d/ (queue %zu%s)\n",
+  // The pid says whom to signal: under mpirun, rank 0 (mpirun itself exits 1 when it is signalled, though it
+  // passes the signal on and every rank drains).
+  std::fprintf(stderr, "kiln: serving %zu model(s) on http://%s%s%s:%d/ (queue %zu%s; pid %d)\n",
                pool.models().size(), ipv6 ? "[" : "", args.host.c_str(), ipv6 ? "]" : "", port, args.queue,
-               args.api_key.empty() ? "" : ", API key required");
+               args.api_key.empty() ? "" : ", API key required", static_cast<int>(getpid()));
 
   while (!stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "kiln: stopping: cancelling %zu waiting and %zu running job(s)\n", queue.waiting(),

@@ -39,8 +39,10 @@ def kiln_binary():
 class Server:
     """`kiln serve ARGS --port 0` in the background; .url once it listens, .stop() sends SIGTERM."""
 
-    def __init__(self, *args, env=None, timeout=120):
-        self.args = [kiln_binary(), "serve", "--port", "0", "--dtype", "f32", *args]
+    def __init__(self, *args, env=None, timeout=120, launch=()):
+        # launch: `kiln launch` flags (["-n", "2"]) to start the server as several ranks under mpirun.
+        launcher = [kiln_binary(), "launch", *launch, "--"] if launch else [kiln_binary()]
+        self.args = [*launcher, "serve", "--port", "0", "--dtype", "f32", *args]
         self.process = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True, env=env)
         self.lines = []
         listening = threading.Event()
@@ -49,9 +51,10 @@ class Server:
         def read():
             for line in self.process.stderr:
                 self.lines.append(line.rstrip("\n"))
-                found = re.search(r"serving .* on (http://[^/]+)/", line)
+                found = re.search(r"serving .* on (http://[^/]+)/.*pid (\d+)", line)
                 if found:
                     self.url = found.group(1)
+                    self.pid = int(found.group(2))  # rank 0's under `kiln launch`
                     listening.set()
             listening.set()  # it exited
 
@@ -66,9 +69,9 @@ class Server:
         return "\n".join(self.lines)
 
     def stop(self, timeout=60):
-        """SIGTERM, then the exit status (the server drains first)."""
+        """SIGTERM to the server (rank 0 under mpirun), then the exit status (the server drains first)."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            os.kill(self.pid, signal.SIGTERM)
         try:
             code = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
