@@ -44,7 +44,11 @@ void generate_images(const httplib::Request& req, httplib::Response& res, Server
   json body = {{"created", static_cast<int64_t>(std::time(nullptr))},
                {"data", data},
                {"output_format", "png"},
-               {"kiln", {{"job", job->id()}, {"seed", job->seed()}}}};
+               {"kiln",
+                {{"job", job->id()},
+                 {"seed", job->seed()},
+                 {"queue_seconds", end.queue_seconds},
+                 {"run_seconds", end.run_seconds}}}};
   if (job->params().width)
     body["size"] = std::to_string(*job->params().width) + "x" + std::to_string(*job->params().height);
   send_json(res, 200, body);
