@@ -16,7 +16,7 @@ namespace {
 // What anyone may fetch without the API key: the page (it holds no secret, and asks for the key itself)
 // and the health check.
 bool is_public(const std::string& path) {
-  return path == "/" || path == "/health" || path == "/index.html" || path == "/app.js" || path == "/app.css";
+  return path == "/health" || is_page_path(path);
 }
 
 // Answers without a route of their own, as JSON errors.

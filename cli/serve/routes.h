@@ -3,6 +3,8 @@
 
 #include <httplib.h>
 
+#include <string>
+
 #include "cli/serve/server_state.h"
 
 namespace kiln::serve {
@@ -16,5 +18,7 @@ void add_job_routes(httplib::Server& server, ServerState& state);
 void add_status_routes(httplib::Server& server, ServerState& state);
 // The web page: GET / and its script and style sheet, served from memory.
 void add_page_routes(httplib::Server& server);
+// Whether `path` is the page or one of its files (which need no API key: they hold no secret).
+bool is_page_path(const std::string& path);
 
 }  // namespace kiln::serve

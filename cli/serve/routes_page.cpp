@@ -27,6 +27,13 @@ const char* content_type(std::string_view path) {
 
 }  // namespace
 
+bool is_page_path(const std::string& path) {
+  if (path == "/") return true;
+  for (const WebAsset& asset : kWebAssets)
+    if (path == asset.path) return true;
+  return false;
+}
+
 void add_page_routes(httplib::Server& server) {
   for (const WebAsset& asset : kWebAssets) {
     const std::string path = asset.path;
