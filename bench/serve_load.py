@@ -2,8 +2,9 @@
 """Load test of `kiln serve` (not part of the tests): starts a server on a free loopback port, sends it a
 bounded number of OpenAI image requests (POST /v1/images/generations) from several clients at once, and reports
 throughput, latency and queue-wait percentiles, the answers by status (every request must be answered: 200, or
-503 with Retry-After when the queue was full; a 503 is not retried), and the server's resident memory after
-loading, after a warm-up and at the end (no growth).
+503 with Retry-After when the queue was full; a refused request is not sent again, but its client waits the
+Retry-After before its next one, as OpenAI's clients do), and the server's resident memory after loading, after a
+warm-up, at each tenth of the requests and at the end (no growth).
 
   python3 bench/serve_load.py --model tests/data/models/flux-tiny-schnell --model tests/data/models/sd3-tiny-medium \\
       --clients 8 --requests 200 --size 32x32 --steps 2 --max-sequence-length 16 --queue 4 --dtype f32
@@ -89,7 +90,7 @@ def one_request(url, body, timeout):
         return f"no answer ({type(e).__name__}: {e})", time.monotonic() - start, None, None
 
 
-def run_clients(url, bodies, clients, timeout, deadline):
+def run_clients(url, bodies, clients, timeout, deadline, on_progress=None):
     results = []
     lock = threading.Lock()
     next_index = [0]
@@ -104,6 +105,11 @@ def run_clients(url, bodies, clients, timeout, deadline):
             status, seconds, answer, retry_after = one_request(url, bodies[i], timeout)
             with lock:
                 results.append({"status": status, "seconds": seconds, "answer": answer, "retry_after": retry_after})
+                done = len(results)
+            if on_progress:
+                on_progress(done)
+            if status == 503 and retry_after:
+                time.sleep(min(float(retry_after), 60))
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     for t in threads:
@@ -127,6 +133,7 @@ def main():
     ap.add_argument("--queue", type=int, default=4, help="kiln serve --queue")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds one request may take")
+    ap.add_argument("--warmup", type=int, help="requests before the measured ones (default: one per client)")
     ap.add_argument("serve_args", nargs="*", help="after --: more kiln serve flags")
     args = ap.parse_args()
     if not 1 <= args.clients <= 64 or not 1 <= args.requests <= 10000:
@@ -147,13 +154,22 @@ def main():
 
     try:
         rss_loaded = server.metrics()["kiln_resident_memory_bytes"]
-        # Warm-up: one request per client, so that every buffer and cache a request needs exists.
-        warm = run_clients(server.url, [body(-1 - i) for i in range(args.clients)], args.clients, args.timeout,
+        # Warm-up, one request at a time (--warmup, default a request per model and per client), so that every
+        # buffer and cache a request needs exists.
+        warmup = args.warmup if args.warmup is not None else max(args.clients, len(names))
+        warm = run_clients(server.url, [body(args.requests + i) for i in range(warmup)], 1, args.timeout,
                            time.monotonic() + args.max_seconds)
         rss_warm = server.metrics()["kiln_resident_memory_bytes"]
+        rss_series = []
+        tenth = max(1, args.requests // 10)
+
+        def sample(done):
+            if done % tenth == 0:
+                rss_series.append(round(server.metrics()["kiln_resident_memory_bytes"] / 2**20, 1))
+
         start = time.monotonic()
         results = run_clients(server.url, [body(i) for i in range(args.requests)], args.clients, args.timeout,
-                              start + args.max_seconds)
+                              start + args.max_seconds, sample)
         wall = time.monotonic() - start
         metrics = server.metrics()
     finally:
@@ -179,7 +195,7 @@ def main():
         "retry_after_p50": percentile([int(r["retry_after"]) for r in full if r["retry_after"]], 50) if full else None,
         "step_seconds_mean": round(metrics["kiln_step_seconds_sum"] / max(1, metrics["kiln_step_seconds_count"]), 4),
         "rss_loaded_mib": round(rss_loaded / 2**20, 1), "rss_after_warmup_mib": round(rss_warm / 2**20, 1),
-        "rss_end_mib": round(metrics["kiln_resident_memory_bytes"] / 2**20, 1),
+        "rss_end_mib": round(metrics["kiln_resident_memory_bytes"] / 2**20, 1), "rss_series_mib": rss_series,
         "warmup_answers": sorted({str(r["status"]) for r in warm}), "server_exit": code,
     }
     print(f"kiln serve load test: {', '.join(names)}; {args.clients} clients, {len(results)} requests "
@@ -190,11 +206,15 @@ def main():
           f"queue wait p50 {report['queue_wait_p50']} s, p99 {report['queue_wait_p99']} s; "
           f"run p50 {report['run_p50']} s; mean step {report['step_seconds_mean']} s")
     print(f"  resident memory: {report['rss_loaded_mib']} MiB loaded, {report['rss_after_warmup_mib']} MiB after "
-          f"warm-up, {report['rss_end_mib']} MiB at the end; server exit status {code}")
+          f"warm-up, {report['rss_series_mib']} MiB at each tenth, {report['rss_end_mib']} MiB at the end; "
+          f"server exit status {code}")
     print("RESULT " + json.dumps(report))
     for r in unanswered[:5]:
         print(f"  unexpected: {r['status']}", file=sys.stderr)
-    return 1 if unanswered or code != 0 or len(results) < args.requests else 0
+    failed_warmup = [r for r in warm if r["status"] != 200]
+    if failed_warmup:
+        print(f"  the warm-up was not answered with 200: {failed_warmup[0]['status']}", file=sys.stderr)
+    return 1 if unanswered or failed_warmup or code != 0 or len(results) < args.requests else 0
 
 
 if __name__ == "__main__":
