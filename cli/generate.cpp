@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/execution_flags.h"
 #include "cli/generate_args.h"
 #include "cli/progress.h"
 #include "cli/weight_traffic.h"
@@ -25,17 +26,6 @@
 namespace kiln::cli {
 
 namespace {
-
-// --tp N: the process group must already hold N ranks (mpirun -np N, or `kiln launch -n N`); the transformer
-// and the large text encoder (T5, FLUX.2's) are split over them.
-void join_tensor_parallel_group(const GenerateArgs& args) {
-  if (args.tp == 1 && !dist::launched_by_mpirun()) return;
-  if (!dist::is_initialized()) dist::init_process_group({.backend = "mpi"});
-  KILN_CHECK(dist::world_size() == args.tp,
-             "--tp " << args.tp << ": " << dist::world_size() << " process(es) were started; run `mpirun -np "
-                     << args.tp << " kiln generate --tp " << args.tp << " ...` or `kiln launch -n " << args.tp
-                     << " -- generate ...` (and give --tp the number of processes)");
-}
 
 // A weight as typed: 0.8, -0.5, 1.
 std::string format_number(double v) {
@@ -127,7 +117,7 @@ Image read_image(const char* flag, const std::string& path, const char* what) {
 
 void run_generate(const GenerateArgs& args) {
   check_generate_args(args);
-  join_tensor_parallel_group(args);
+  join_tensor_parallel_group(args.execution.tp, "generate");
   const io::ResolvedModel resolved = io::resolve_model(args.model);
   const io::ModelIndex index = io::load_model_index(resolved.path);
   const PipelineClass& pipeline_class = class_for(args, index);
@@ -159,12 +149,8 @@ void run_generate(const GenerateArgs& args) {
     }
   }
 
-  PipelineLoadOptions load;
-  load.dtype = parse_dtype(args.dtype);
-  if (args.packed_weights)
-    load.packed_weight_budget = parse_byte_budget(*args.packed_weights, "--packed-weights");
+  PipelineLoadOptions load = load_options_from(args.execution);
   load.transformer_file = args.transformer;
-  load.tensor_parallel = args.tp;
   // Rank 0 alone reports; the others work silently (their errors still go to stderr).
   const bool reporting = dist::rank() == 0;
   std::optional<ProgressBar> loading;
@@ -213,17 +199,8 @@ void run_generate(const GenerateArgs& args) {
     if (reporting) std::fprintf(stderr, "kiln: LoRA fused into the weights\n");
   }
 
-  ExecutionOptions execution;
-  if (args.mode) execution.mode = parse_execution_mode(*args.mode);
-  if (args.max_memory) execution.max_memory = parse_byte_budget(*args.max_memory, "--max-memory");
-  if (args.offload == "none") execution.offload = OffloadMode::None;
-  if (args.offload == "model") execution.offload = OffloadMode::Model;
-  if (args.offload == "group") execution.offload = OffloadMode::Group;
-  if (args.offload == "sequential") execution.offload = OffloadMode::Sequential;
-  execution.blocks_per_group = args.blocks_per_group.value_or(1);
-  for (const std::string& line : pipe->configure(execution))
+  for (const std::string& line : configure_pipeline(*pipe, args.execution))
     if (reporting) std::fprintf(stderr, "kiln: %s\n", line.c_str());
-  if (args.vae_tiling) pipe->enable_vae_tiling(args.vae_tile_size ? *args.vae_tile_size : 0);
 
   // Like diffusers without a generator the noise is random, but the seed is reported and stored, so any
   // image can be made again.
@@ -303,49 +280,10 @@ void add_generate_command(CLI::App& app) {
                   "classifier-free guidance, which step-distilled klein models ignore)");
   cmd->add_option("--seed", args->seed,
                   "random seed (as torch.Generator(\"cpu\").manual_seed); random when absent");
-  cmd->add_option("--dtype", args->dtype, "compute dtype: bf16, f32 or f16")
-      ->check(CLI::IsMember({"bf16", "f32", "f16", "bfloat16", "float32", "float16"}))
-      ->capture_default_str();
   cmd->add_option("--max-sequence-length", args->max_sequence_length,
                   "text encoder tokens (T5's, FLUX.2's), at most 512 (default: 512 for FLUX.1 and FLUX.2, "
                   "256 for SD3)");
   cmd->add_option("--output", args->output, "PNG file to write")->capture_default_str();
-  cmd->add_option(
-         "--mode", args->mode,
-         "execution mode: eager (strict eager, the default), fuse (deferred and fused), compile (the "
-         "transformer compiled per shape), compile-blocks (its repeated blocks compiled once each); without "
-         "it, "
-         "strict eager unless KILN_DEFER_AND_FUSE=1")
-      ->check(CLI::IsMember({"eager", "fuse", "compile", "compile-blocks"}));
-  cmd->add_option(
-      "--packed-weights", args->packed_weights,
-      "the most memory for packed copies of the weights (faster matmuls): a size such as 12GiB or "
-      "512MiB, all, or none (default: all when the weights fit in half of this machine's memory, "
-      "none otherwise: they are then read from the memory-mapped checkpoint, as diffusers does)");
-  cmd->add_option("--offload", args->offload,
-                  "model: each component's weights are released once it has run (diffusers' "
-                  "enable_model_cpu_offload); group: weights read in place, a component's repeated blocks "
-                  "in groups of --blocks-per-group, the next group brought in while one runs "
-                  "(enable_group_offload); sequential: no packed copies and each weight released once the "
-                  "next is read (enable_sequential_cpu_offload); none: every component keeps them; auto "
-                  "(default): model when the weights exceed half of this machine's memory")
-      ->check(CLI::IsMember({"auto", "none", "model", "group", "sequential"}))
-      ->capture_default_str();
-  cmd->add_option("--blocks-per-group", args->blocks_per_group,
-                  "blocks per group for --offload group (diffusers' num_blocks_per_group; default 1)")
-      ->check(CLI::Range(1, 1000));
-  cmd->add_option(
-      "--max-memory", args->max_memory,
-      "the most memory the weights may hold, e.g. 12GiB: picks the coarsest offload that stays under "
-      "it (none, model, group, sequential) and fails before any work when the largest weight does not fit; "
-      "activations come on top");
-  cmd->add_flag(
-      "--vae-tiling", args->vae_tiling,
-      "decode in overlapping, blended tiles (diffusers' enable_vae_tiling): memory bounded by the tile");
-  cmd->add_option(
-         "--vae-tile-size", args->vae_tile_size,
-         "tile size in pixels for --vae-tiling (default: the VAE's sample_size, 1024 for FLUX.1 and SD3)")
-      ->check(CLI::PositiveNumber);
   cmd->add_option(
          "--lora", args->loras,
          "a LoRA file (.safetensors: diffusers/PEFT, kohya, Black Forest Labs or XLabs layout) and its "
@@ -360,13 +298,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--lora-skip-mismatches", args->lora_skip_mismatches,
                 "load the --lora files skipping the layers the model lacks or whose shapes differ (each is "
                 "reported) instead of failing");
-  cmd->add_option(
-         "--tp", args->tp,
-         "tensor-parallel degree: split the transformer and the T5 encoder (FLUX.2: its text encoder) over "
-         "this many processes, "
-         "started by `mpirun -np N` or `kiln launch -n N`; rank 0 reports and writes the PNG")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  add_execution_flags(*cmd, args->execution, "reports and writes the PNG");
   cmd->callback([args] { run_generate(*args); });
 }
 

@@ -11,7 +11,6 @@
 #include "kiln/core/limits.h"
 #include "kiln/core/signals.h"
 #include "kiln/io/output_file.h"
-#include "kiln/pipelines/weight_packing.h"
 
 namespace kiln::cli {
 
@@ -25,21 +24,9 @@ void check_generate_args(const GenerateArgs& args) {
   if (args.guidance)
     KILN_CHECK(std::isfinite(*args.guidance) && *args.guidance >= 0,
                "--guidance: expected a finite value >= 0, got " << *args.guidance);
-  // The pipelines' T5 limit (tokenizer_2 / tokenizer_3 model_max_length).
   if (args.max_sequence_length)
-    limits::check_range("--max-sequence-length", *args.max_sequence_length, 1, 512);
-  if (args.vae_tile_size)
-    limits::check_range("--vae-tile-size", *args.vae_tile_size, 1, limits::kMaxImageSide);
-  limits::check_range("--tp", args.tp, 1, limits::kMaxProcesses);
-  if (args.packed_weights) parse_byte_budget(*args.packed_weights, "--packed-weights");
-  if (args.max_memory) parse_byte_budget(*args.max_memory, "--max-memory");
-  // Offload flags that contradict each other are refused before anything loads.
-  KILN_CHECK(
-      !args.max_memory || args.offload == "auto",
-      "--max-memory " << *args.max_memory << " picks the offload itself (none, model, group or sequential); "
-                      << "it cannot be combined with --offload " << args.offload << ": give one of the two");
-  KILN_CHECK(!args.blocks_per_group || args.offload == "group",
-             "--blocks-per-group sizes the groups of --offload group; got --offload " << args.offload);
+    limits::check_range("--max-sequence-length", *args.max_sequence_length, 1, limits::kMaxSequenceLength);
+  check_execution_flags(args.execution);
   // Images are decoded once the pipeline is known; a path that cannot be read fails here, before anything is
   // loaded.
   const auto readable = [](const char* flag, const std::string& path, const char* what) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/execution_flags.h"
+
 namespace kiln::cli {
 
 struct GenerateArgs {
@@ -24,17 +26,9 @@ struct GenerateArgs {
   std::optional<int> steps;
   std::optional<float> guidance;
   std::optional<uint64_t> seed;
-  std::string dtype = "bf16";
   std::optional<int64_t> max_sequence_length;
   std::string output = "output.png";
-  bool vae_tiling = false;
-  std::optional<int64_t> vae_tile_size;
-  std::optional<std::string> mode;  // unset: as the environment says (KILN_DEFER_AND_FUSE)
-  std::optional<std::string> packed_weights;
-  std::string offload = "auto";
-  std::optional<std::string> max_memory;
-  std::optional<int> blocks_per_group;  // --offload group only (1 when absent)
-  int tp = 1;
+  ExecutionFlags execution;  // dtype, mode, offload, memory, VAE tiling, --tp (shared with kiln serve)
   std::vector<std::string> loras;     // --lora FILE[:SCALE], in order
   bool fuse_lora = false;             // --fuse-lora
   bool lora_skip_mismatches = false;  // --lora-skip-mismatches

@@ -1,6 +1,6 @@
-// `kiln launch -n N [--hosts a,b] -- generate ...`: starts N copies of this kiln under mpirun, one per
-// device, with --tp N added to the command. A thin wrapper: mpirun places and supervises the processes (and
-// ends them all when one dies); Kiln has no process manager of its own.
+// `kiln launch -n N [--hosts a,b] -- generate ...` (or `-- serve ...`): starts N copies of this kiln under
+// mpirun, one per device, with --tp N added to the command. A thin wrapper: mpirun places and supervises the
+// processes (and ends them all when one dies); Kiln has no process manager of its own.
 #include <unistd.h>
 
 #include <cerrno>
@@ -33,9 +33,9 @@ bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
 
 [[noreturn]] void run_launch(const LaunchArgs& args) {
   KILN_CHECK(
-      !args.command.empty() && args.command.front() == "generate",
-      "launch: expected the kiln command to run after `--`, e.g. `kiln launch -n 2 -- generate --model M "
-      "--prompt P`");
+      !args.command.empty() && (args.command.front() == "generate" || args.command.front() == "serve"),
+      "launch: expected the kiln command to run after `--` (generate or serve), e.g. `kiln launch -n 2 -- "
+      "generate --model M --prompt P`");
   std::vector<std::string> argv = {args.mpirun, "-np", std::to_string(args.processes)};
   if (!args.hosts.empty()) argv.insert(argv.end(), {"--host", args.hosts});
   if (args.oversubscribe) argv.push_back("--oversubscribe");
@@ -54,9 +54,9 @@ bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
 
 void add_launch_command(CLI::App& app) {
   auto args = std::make_shared<LaunchArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "launch",
-      "run a kiln command as N processes under mpirun (tensor parallelism): launch -n N -- generate ...");
+  CLI::App* cmd = app.add_subcommand("launch",
+                                     "run a kiln command as N processes under mpirun (tensor parallelism): "
+                                     "launch -n N -- generate (or serve) ...");
   cmd->add_option("-n,--nproc", args->processes, "number of processes (devices), one rank each")
       ->required()
       ->check(CLI::PositiveNumber);

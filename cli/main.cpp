@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   kiln::cli::add_info_command(app);
   kiln::cli::add_generate_command(app);
+  kiln::cli::add_serve_command(app);
   kiln::cli::add_launch_command(app);
   try {
     app.parse(argc, argv);

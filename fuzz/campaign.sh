@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 slice=${1:-900}
 rounds=${2:-4}
 [ $# -ge 2 ] && shift 2 || shift $#
-targets=${*:-"safetensors checkpoint_index config_json gguf clip_bpe sentencepiece tokenizer_json tokenizer_text regex png cli_flags lora_keys lora_file"}
+targets=${*:-"safetensors checkpoint_index config_json gguf clip_bpe sentencepiece tokenizer_json tokenizer_text regex png cli_flags lora_keys lora_file serve_request"}
 work=${WORK:-/work/fuzz-campaign}
 mkdir -p "$work/logs"
 round=1

@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(build-essential cmake ccache pkg-config libdnnl-dev nlohmann-json3-dev libpng-dev libcli11-dev
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin
+          libcpp-httplib-dev)  # kiln serve's HTTP
 tests=false
 for arg in "$@"; do
   case "$arg" in
@@ -16,7 +17,8 @@ for arg in "$@"; do
 done
 if $tests; then
   packages+=(libgtest-dev libgmock-dev libbenchmark-dev
-             clang-14 libclang-rt-14-dev libomp-14-dev)  # clang: the fuzz targets (libFuzzer, fuzz/)
+             clang-14 libclang-rt-14-dev libomp-14-dev  # clang: the fuzz targets (libFuzzer, fuzz/)
+             chromium chromium-driver)                   # kiln serve's web page, tested in a browser
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -30,5 +32,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if $tests; then
-  python3 -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+  # The Python packages of the package's tests and of kiln serve's (pytest, the official openai client,
+  # Selenium), pinned; pip installs only what is missing or at another version.
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+      -r tests/python/requirements.txt -r tests/serve/requirements.txt
 fi

@@ -4,8 +4,9 @@
 #     the installed CMake package's out-of-tree example included;
 #  2. installs the Python package (`pip install .`: its build in build-python/ finds the library's objects in
 #     ccache), runs its tests (tests/python) against it, and builds a wheel;
-#  3. rebuilds the file loaders' and the tokenizers' tests (both parse untrusted files and text) and the fuzz
-#     targets' corpus replays under AddressSanitizer and UndefinedBehaviorSanitizer and runs them again;
+#  3. rebuilds the file loaders', the tokenizers' and kiln serve's tests (untrusted files, text and requests;
+#     the server's threads) and the fuzz targets' corpus replays under AddressSanitizer and
+#     UndefinedBehaviorSanitizer and runs them again;
 #  4. builds the libFuzzer targets with clang and fuzzes each briefly (KILN_FUZZ_SECONDS, default 15;
 #     docs/reliability.md).
 set -euo pipefail
@@ -25,8 +26,8 @@ CXX=c++ python3 -m pip wheel -q --disable-pip-version-check --no-deps . -w build
 ls build/wheels/kiln-*.whl
 
 cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_WERROR=ON -DKILN_BUILD_BENCH=OFF >/dev/null
-cmake --build build-sanitize -j "$(nproc)" --target kiln_test_io kiln_test_tokenizers kiln_fuzz
-(cd build-sanitize && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -L "io|tokenizers|fuzz")
+cmake --build build-sanitize -j "$(nproc)" --target kiln_test_io kiln_test_tokenizers kiln_test_serve kiln_fuzz
+(cd build-sanitize && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -L "io|tokenizers|serve|fuzz")
 
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON -DKILN_BUILD_TESTS=OFF \
     -DKILN_BUILD_BENCH=OFF -DKILN_FUZZ_SECONDS="${KILN_FUZZ_SECONDS:-15}" >/dev/null

@@ -29,8 +29,10 @@ void on_error(png_structp png, png_const_charp msg) {
 }
 void on_warning(png_structp, png_const_charp) {}  // benign (e.g. a known-incorrect sRGB profile)
 
+// Where the encoded bytes go: a file being written atomically, or memory.
 struct WriteSink {
   AtomicFile* file;
+  std::string* memory;
   PngError* error;
 };
 
@@ -38,7 +40,10 @@ void write_to_sink(png_structp png, png_bytep data, size_t size) {
   auto* sink = static_cast<WriteSink*>(png_get_io_ptr(png));
   bool failed = false;
   try {
-    sink->file->write(data, size);
+    if (sink->file != nullptr)
+      sink->file->write(data, size);
+    else
+      sink->memory->append(reinterpret_cast<const char*>(data), size);
   } catch (const std::exception& e) {
     std::snprintf(sink->error->message, sizeof sink->error->message, "%s", e.what());
     failed = true;
@@ -121,23 +126,20 @@ void collect_text(png_structp png, png_infop info, std::map<std::string, std::st
   }
 }
 
-}  // namespace
-
-void write_png(const std::string& path, const uint8_t* pixels, int width, int height, int channels,
-               const std::map<std::string, std::string>& text) {
+// Checks the image and its text and encodes it into `sink`; `what` names the destination in errors.
+void encode_checked(const std::string& what, WriteSink& sink, const uint8_t* pixels, int width, int height,
+                    int channels, const std::map<std::string, std::string>& text) {
   KILN_CHECK(channels >= 1 && channels <= 4,
-             "write_png: " << path
-                           << ": expected 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA) channels, got "
-                           << channels);
+             what << ": expected 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA) channels, got " << channels);
   KILN_CHECK(width > 0 && height > 0,
-             "write_png: " << path << ": image size " << width << "x" << height << " must be positive");
-  KILN_CHECK(pixels != nullptr, "write_png: " << path << ": no pixel data");
+             what << ": image size " << width << "x" << height << " must be positive");
+  KILN_CHECK(pixels != nullptr, what << ": no pixel data");
   std::vector<png_text> texts;
   texts.reserve(text.size());
   for (const auto& [key, value] : text) {
-    check_text_key(path, key);
+    check_text_key(what, key);
     KILN_CHECK(value.find('\0') == std::string::npos,
-               "write_png: " << path << ": PNG text '" << key << "' contains a NUL byte");
+               what << ": PNG text '" << key << "' contains a NUL byte");
     png_text t{};
     t.key = const_cast<char*>(key.c_str());
     t.text = const_cast<char*>(value.c_str());
@@ -153,21 +155,37 @@ void write_png(const std::string& path, const uint8_t* pixels, int width, int he
     texts.push_back(t);
   }
 
-  AtomicFile file(path);  // removes its temporary file unless committed
-  PngError error;
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &error, on_error, on_warning);
-  KILN_CHECK(png != nullptr, "write_png: " << path << ": cannot initialise libpng");
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, sink.error, on_error, on_warning);
+  KILN_CHECK(png != nullptr, what << ": cannot initialise libpng");
   png_infop info = png_create_info_struct(png);
   if (info == nullptr) {
     png_destroy_write_struct(&png, nullptr);
-    KILN_FAIL("write_png: " << path << ": cannot initialise libpng");
+    KILN_FAIL(what << ": cannot initialise libpng");
   }
-  WriteSink sink{&file, &error};
   const bool ok =
       encode(png, info, &sink, pixels, width, height, channels, texts.data(), static_cast<int>(texts.size()));
   png_destroy_write_struct(&png, &info);
-  KILN_CHECK(ok, "write_png: " << path << ": " << error.message);
+  KILN_CHECK(ok, what << ": " << sink.error->message);
+}
+
+}  // namespace
+
+void write_png(const std::string& path, const uint8_t* pixels, int width, int height, int channels,
+               const std::map<std::string, std::string>& text) {
+  AtomicFile file(path);  // removes its temporary file unless committed
+  PngError error;
+  WriteSink sink{&file, nullptr, &error};
+  encode_checked("write_png: " + path, sink, pixels, width, height, channels, text);
   file.commit();
+}
+
+std::string encode_png(const uint8_t* pixels, int width, int height, int channels,
+                       const std::map<std::string, std::string>& text) {
+  std::string bytes;
+  PngError error;
+  WriteSink sink{nullptr, &bytes, &error};
+  encode_checked("encode_png", sink, pixels, width, height, channels, text);
+  return bytes;
 }
 
 PngImage read_png(const std::string& path) {

@@ -13,6 +13,13 @@ void Image::save(const std::string& path) const {
   io::write_png(path, pixels, width, height, channels, metadata);
 }
 
+std::string Image::encode_png() const {
+  KILN_CHECK(static_cast<int64_t>(pixels.size()) == int64_t{width} * height * channels,
+             "Image::encode_png: " << pixels.size() << " bytes do not fill " << width << "x" << height << "x"
+                                   << channels);
+  return io::encode_png(pixels.data(), width, height, channels, metadata);
+}
+
 Image Image::load(const std::string& path) {
   io::PngImage png = io::read_png(path);
   Image image;

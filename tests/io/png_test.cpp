@@ -9,6 +9,7 @@
 #include <random>
 
 #include "io/io_test_util.h"
+#include "kiln/pipelines/image.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -65,6 +66,21 @@ TEST(Png, StoresGenerationParametersAsText) {
   EXPECT_NE(bytes.find("iTXtDescription"), std::string::npos);
   // The text precedes the pixel data.
   EXPECT_LT(bytes.find("tEXtprompt"), bytes.find("IDAT"));
+}
+
+// encode_png (an image served over HTTP) gives the bytes of the file write_png writes, text chunks included.
+TEST(Png, EncodesInMemoryTheBytesOfTheFile) {
+  const std::string path = temp_dir("png_memory") + "/gen.png";
+  const std::map<std::string, std::string> text = {{"prompt", "a red fox"}, {"Description", "caf\xc3\xa9"}};
+  const auto pixels = noise(13 * 7 * 3, 7);
+  io::write_png(path, pixels, 13, 7, 3, text);
+  const std::string bytes = io::encode_png(pixels.data(), 13, 7, 3, text);
+  EXPECT_EQ(bytes, testing::read_bytes(path));
+  Image image{.width = 13, .height = 7, .channels = 3, .pixels = pixels, .metadata = text};
+  EXPECT_EQ(image.encode_png(), bytes);
+  image.pixels.pop_back();
+  EXPECT_KILN_ERROR(image.encode_png(), "Image::encode_png", "do not fill 13x7x3");
+  EXPECT_KILN_ERROR(io::encode_png(pixels.data(), 13, 7, 5), "encode_png", "channels, got 5");
 }
 
 TEST(Png, RejectsBadArguments) {

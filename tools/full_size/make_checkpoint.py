@@ -10,6 +10,9 @@ ids are valid for the real vocabularies); the scheduler config is the real one.
 
 Usage: python tools/full_size/make_checkpoint.py --model flux-schnell --out /tmp/flux1-schnell-full
        (--model flux-schnell | flux-dev | sd35-large | sd35-medium; about 33 / 33 / 28 / 16 GB of disk)
+       --blocks D,S and --t5-layers N keep every width and shape but fewer FLUX transformer blocks (D double,
+       S single; SD3: --blocks N) and T5 layers: a FLUX-shaped pipeline that fits a small machine, e.g.
+       --blocks 2,4 --t5-layers 2 (about 4 GB) for the load test of kiln serve (bench/serve_load.py).
 Needs torch, diffusers, transformers, safetensors (pip).
 """
 import argparse
@@ -82,8 +85,16 @@ def save_config(model, folder):
         model.config.save_pretrained(folder)
 
 
-def components(kind):
-    """(name, model on the meta device, weights file stem) of each component with weights."""
+def shallower(config, layers):
+    """`config` with the given layer counts ({key: count}) where they are set."""
+    return {**config, **{k: v for k, v in layers.items() if v is not None}}
+
+
+def components(kind, blocks=None, t5_layers=None):
+    """(name, model on the meta device, weights file stem) of each component with weights; `blocks` (FLUX:
+    (double, single), SD3: (joint,)) and `t5_layers` make the transformer and T5 shallower."""
+    blocks = blocks or ()
+    t5 = {"num_layers": t5_layers}
     from diffusers import AutoencoderKL, FluxTransformer2DModel, SD3Transformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
@@ -92,9 +103,13 @@ def components(kind):
         makers = [
             ("text_encoder", lambda: CLIPTextModel(CLIPTextConfig(**real("flux_real_configs.json", "text_encoder"))),
              "model"),
-            ("text_encoder_2", lambda: T5EncoderModel(T5Config(**real("flux_real_configs.json", "text_encoder_2"))),
+            ("text_encoder_2",
+             lambda: T5EncoderModel(T5Config(**shallower(real("flux_real_configs.json", "text_encoder_2"), t5))),
              "model"),
-            ("transformer", lambda: FluxTransformer2DModel(**real("flux_real_configs.json", key)),
+            ("transformer",
+             lambda: FluxTransformer2DModel(**shallower(real("flux_real_configs.json", key),
+                                                        {"num_layers": blocks[0] if blocks else None,
+                                                         "num_single_layers": blocks[1] if blocks else None})),
              "diffusion_pytorch_model"),
             ("vae", lambda: AutoencoderKL(**real("flux_real_configs.json", "vae")), "diffusion_pytorch_model"),
         ]
@@ -104,9 +119,12 @@ def components(kind):
         makers = [
             ("text_encoder", clip("text_encoder"), "model"),
             ("text_encoder_2", clip("text_encoder_2"), "model"),
-            ("text_encoder_3", lambda: T5EncoderModel(T5Config(**real("sd3_real_configs.json", "text_encoder_3"))),
+            ("text_encoder_3",
+             lambda: T5EncoderModel(T5Config(**shallower(real("sd3_real_configs.json", "text_encoder_3"), t5))),
              "model"),
-            ("transformer", lambda: SD3Transformer2DModel(**real("sd3_real_configs.json", key)),
+            ("transformer",
+             lambda: SD3Transformer2DModel(**shallower(real("sd3_real_configs.json", key),
+                                                       {"num_layers": blocks[0] if blocks else None})),
              "diffusion_pytorch_model"),
             ("vae", lambda: AutoencoderKL(**real("sd3_real_configs.json", "vae")), "diffusion_pytorch_model"),
         ]
@@ -122,7 +140,12 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--shard-gb", type=float, default=5.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--blocks", help="transformer blocks: D,S (FLUX: double, single) or N (SD3); default: the real ones")
+    ap.add_argument("--t5-layers", type=int, help="T5 encoder layers (default: the real 24)")
     args = ap.parse_args()
+    blocks = tuple(int(b) for b in args.blocks.split(",")) if args.blocks else None
+    if blocks and len(blocks) != (2 if args.model.startswith("flux") else 1):
+        ap.error("--blocks: FLUX takes D,S (double and single blocks), SD3 one count")
 
     # Everything that is not weights comes from a committed tiny pipeline of the same class: model_index.json,
     # tokenizers, scheduler config (FLUX.1-schnell's has shift 1.0 without dynamic shifting, dev's and SD3.5's
@@ -133,7 +156,7 @@ def main():
     shutil.copytree(os.path.join(TINY, tiny), args.out,
                     ignore=shutil.ignore_patterns("*.safetensors", "*.safetensors.index.json", "config.json"))
     total = 0
-    for i, (name, model, stem) in enumerate(components(args.model)):
+    for i, (name, model, stem) in enumerate(components(args.model, blocks, args.t5_layers)):
         folder = os.path.join(args.out, name)
         save_config(model, folder)
         total += write_weights(model, folder, stem, int(args.shard_gb * 1e9), args.seed + i)

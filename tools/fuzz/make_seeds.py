@@ -7,8 +7,8 @@ part of the parsers: a SentencePiece model trained here with a few normalisation
 hundred bytes), its tokenizer.json as transformers converts it, a byte-level BPE tokenizer.json (the kind
 FLUX.2's text encoders use), a CLIP vocabulary cut to a few hundred tokens, and hand-written safetensors,
 index, config and command-line inputs; for FLUX.2 the committed Mistral, Tekken-pattern and Qwen3
-tokenizer.json files, their pre-tokenizer patterns for the regex target, and small PNGs of every colour type
-for the png target. Seeds are named by the SHA-1 of their bytes, as libFuzzer names corpus files.
+tokenizer.json files, their pre-tokenizer patterns for the regex target, small PNGs of every colour type
+for the png target, and request bodies of `kiln serve` for the serve_request target. Seeds are named by the SHA-1 of their bytes, as libFuzzer names corpus files.
 Run from anywhere: python3 tools/fuzz/make_seeds.py [TARGET...]   (all targets when none is named)
 """
 
@@ -327,6 +327,29 @@ def lora_file_seeds():
                                        pair("text_encoder_2.text_model.encoder.layers.2.mlp.fc2", 48, 32)))
 
 
+def serve_request_seeds():
+    bodies = [
+        {"model": "flux-tiny-schnell", "prompt": "a red circle", "n": 1, "size": "32x32", "response_format": "b64_json",
+         "seed": 1, "steps": 2, "guidance": 3.5, "max_sequence_length": 16},
+        {"prompt": "x", "negative_prompt": "blurry", "prompt_2": "y", "size": "auto", "response_format": "url",
+         "seed": 18446744073709551615, "quality": "hd", "style": "vivid", "user": "u", "output_format": "png",
+         "stream": False},
+        {"prompt": None},
+        {"prompt": "x", "size": "1024x16385", "steps": 0, "n": 65},
+        {"prompt": "x", "seed": -1, "guidance": 1e308, "max_sequence_length": 513},
+        {"prompt": "x", "steps": 2.5, "n": "2", "size": 32},
+        {"prompt": "x", "sead": 1},
+        {"prompt": "\u00e9\U0001f408 caf\u00e9", "model": ""},
+    ]
+    for body in bodies:
+        put("serve_request", json.dumps(body))
+    put("serve_request", "[" * 20 + "]" * 20)
+    put("serve_request", '{"prompt": [{"a": {"b": [1, 2, {"c": null}]}}]}')
+    put("serve_request", b'{"prompt": "\xff\xfe"}')
+    put("serve_request", '{"prompt": "x", "prompt": "y", "seed": 1e400}')
+    put("serve_request", '{"prompt": "x"')
+
+
 def trained_tokenizer_seeds():
     with tempfile.TemporaryDirectory() as workdir:
         model = small_sentencepiece(workdir)
@@ -348,6 +371,7 @@ SEEDS = {
     "cli_flags": [cli_flags_seeds],
     "lora_keys": [lora_keys_seeds],
     "lora_file": [lora_file_seeds],
+    "serve_request": [serve_request_seeds],
 }
 
 

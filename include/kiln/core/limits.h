@@ -15,6 +15,7 @@ inline constexpr int64_t kMaxImageSide = 16384;  // pixels, height or width
 inline constexpr int64_t kMaxInferenceSteps = 1000;
 inline constexpr int64_t kMaxImagesPerPrompt = 64;
 inline constexpr int64_t kMaxPromptBytes = 64 * 1024;  // each prompt; T5's 512 tokens are about 2-3 KB
+inline constexpr int64_t kMaxSequenceLength = 512;     // the T5 tokenizers' model_max_length
 inline constexpr int64_t kMaxProcesses = 1024;         // tensor-parallel ranks
 
 // ---- a model config (config.json)

@@ -21,6 +21,10 @@ inline void write_png(const std::string& path, const std::vector<uint8_t>& pixel
   write_png(path, pixels.data(), width, height, channels, text);
 }
 
+// The bytes write_png would write, in memory (an image served over HTTP). Same checks; throws kiln::Error.
+std::string encode_png(const uint8_t* pixels, int width, int height, int channels,
+                       const std::map<std::string, std::string>& text = {});
+
 struct PngImage {
   int width = 0;
   int height = 0;

@@ -19,6 +19,8 @@ struct Image {
 
   // Writes a PNG atomically (never a half-written file); throws kiln::Error naming the path.
   void save(const std::string& path) const;
+  // The PNG file save() writes, as bytes in memory (the same text chunks).
+  std::string encode_png() const;
   // Reads a PNG (gray, gray + alpha, RGB or RGBA, as stored; its text chunks become the metadata), e.g. a
   // reference image for FLUX.2; throws kiln::Error naming the path.
   static Image load(const std::string& path);

@@ -1,0 +1,47 @@
+// The flags that say how pipelines are loaded and run, shared by `kiln generate` and `kiln serve`: compute
+// dtype, execution mode, packed weights, offload, memory budget, VAE tiling and tensor parallelism. One
+// definition, so that both commands take the same spellings, defaults and checks.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/pipelines/diffusion_pipeline.h"
+
+namespace kiln::cli {
+
+struct ExecutionFlags {
+  std::string dtype = "bf16";
+  std::optional<std::string> mode;  // unset: as the environment says (KILN_DEFER_AND_FUSE)
+  std::optional<std::string> packed_weights;
+  std::string offload = "auto";
+  std::optional<std::string> max_memory;
+  std::optional<int> blocks_per_group;  // --offload group only (1 when absent)
+  bool vae_tiling = false;
+  std::optional<int64_t> vae_tile_size;
+  int tp = 1;
+};
+
+// Adds --dtype, --mode, --packed-weights, --offload, --blocks-per-group, --max-memory, --vae-tiling,
+// --vae-tile-size and --tp to `command`. `tp_reporter` ends the --tp help: what rank 0 does that the other
+// ranks do not ("reports and writes the PNG").
+void add_execution_flags(CLI::App& command, ExecutionFlags& flags, const std::string& tp_reporter);
+
+// Throws kiln::Error naming the flag: a size or count out of its limit, a budget that does not parse, offload
+// flags that contradict each other.
+void check_execution_flags(const ExecutionFlags& flags);
+
+// The load options the flags give (dtype, packed-weight budget, tensor parallelism).
+PipelineLoadOptions load_options_from(const ExecutionFlags& flags);
+// Applies the mode, offload and memory budget (DiffusionPipeline::configure) and VAE tiling; returns the
+// lines configure() reports.
+std::vector<std::string> configure_pipeline(DiffusionPipeline& pipe, const ExecutionFlags& flags);
+
+// --tp N: the process group must already hold N ranks (mpirun -np N, or `kiln launch -n N`); joins it.
+// Throws naming `command` (generate, serve) and how to start it when the process count differs.
+void join_tensor_parallel_group(int tp, const std::string& command);
+
+}  // namespace kiln::cli

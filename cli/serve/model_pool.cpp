@@ -1,0 +1,94 @@
+#include "cli/serve/model_pool.h"
+
+#include <filesystem>
+
+#include "kiln/core/error.h"
+#include "kiln/io/model_index.h"
+#include "kiln/io/model_ref.h"
+
+namespace kiln::serve {
+
+namespace {
+
+// A repo id from the Hugging Face cache keeps its name ("black-forest-labs/FLUX.1-schnell"); a folder is
+// named by its last component ("/models/flux-schnell/" is "flux-schnell").
+std::string model_id(const std::string& ref, const io::ResolvedModel& resolved) {
+  if (resolved.from_cache()) return ref;
+  std::filesystem::path p(ref);
+  if (p.filename().empty()) p = p.parent_path();
+  const std::string name = p.filename().string();
+  return name.empty() || name == "." || name == ".." ? ref : name;
+}
+
+}  // namespace
+
+ModelPool::ModelPool(const std::vector<std::string>& refs, Loader load, bool load_on_demand)
+    : load_(std::move(load)), load_on_demand_(load_on_demand) {
+  KILN_CHECK(!refs.empty(), "kiln serve: give at least one --model");
+  for (const std::string& ref : refs) {
+    const io::ResolvedModel resolved = io::resolve_model(ref);
+    const io::ModelIndex index = io::load_model_index(resolved.path);
+    Model model{model_id(ref, resolved), ref, &pipeline_class(index.class_name, index.path)};
+    for (const Model& other : models_)
+      KILN_CHECK(other.id != model.id && other.ref != model.ref,
+                 "--model " << ref << ": its name '" << model.id << "' is also the name of --model "
+                            << other.ref
+                            << "; clients could not tell them apart (rename or link one of the folders)");
+    models_.push_back(std::move(model));
+  }
+  pipelines_.resize(models_.size());
+}
+
+void ModelPool::load_all() {
+  for (const Model& model : models_) acquire(model.id);
+}
+
+const ModelPool::Model* ModelPool::find(const std::string& name) const {
+  if (name.empty()) return &models_.front();
+  for (const Model& model : models_)
+    if (model.id == name || model.ref == name) return &model;
+  return nullptr;
+}
+
+size_t ModelPool::index_of(const std::string& id) const {
+  for (size_t i = 0; i < models_.size(); ++i)
+    if (models_[i].id == id) return i;
+  KILN_FAIL("kiln serve: no model named '" << id << "'");
+}
+
+size_t ModelPool::lane_of(const std::string& id) const {
+  return load_on_demand_ ? 0 : index_of(id);
+}
+
+std::shared_ptr<DiffusionPipeline> ModelPool::loaded(const std::string& id) const {
+  const size_t i = index_of(id);
+  std::lock_guard lock(mutex_);
+  return pipelines_[i];
+}
+
+std::shared_ptr<DiffusionPipeline> ModelPool::acquire(const std::string& id) {
+  const size_t i = index_of(id);
+  {
+    std::lock_guard lock(mutex_);
+    if (pipelines_[i]) return pipelines_[i];
+    // Under a budget the other model goes first, so that the two never hold their weights together. (A
+    // handler checking a request against it may hold it a moment longer.)
+    if (load_on_demand_)
+      for (auto& other : pipelines_) other.reset();
+  }
+  // Loading takes long: outside the lock, so that requests are still checked and answered meanwhile. Only
+  // one thread loads a given model: its lane's worker (or load_all before the workers start).
+  std::shared_ptr<DiffusionPipeline> pipe = load_(models_[i].ref);
+  std::lock_guard lock(mutex_);
+  pipelines_[i] = pipe;
+  return pipe;
+}
+
+size_t ModelPool::loaded_count() const {
+  std::lock_guard lock(mutex_);
+  size_t n = 0;
+  for (const auto& p : pipelines_) n += p != nullptr;
+  return n;
+}
+
+}  // namespace kiln::serve

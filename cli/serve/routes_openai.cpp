@@ -1,0 +1,91 @@
+// OpenAI's images API, so that its official clients work unchanged:
+//   client.images.generate(model=..., prompt=..., size="1024x1024", response_format="b64_json",
+//                          extra_body={"seed": 1, "steps": 4})
+// The answer waits for the images; a client that closes its connection meanwhile cancels its job.
+#include <chrono>
+#include <ctime>
+
+#include "cli/serve/base64.h"
+#include "cli/serve/connection_watch.h"
+#include "cli/serve/http_util.h"
+#include "cli/serve/routes.h"
+#include "cli/serve/submit.h"
+
+namespace kiln::serve {
+
+namespace {
+
+using nlohmann::json;
+
+// How often a waiting handler looks at its client's connection.
+constexpr std::chrono::milliseconds kWatchInterval{100};
+
+void generate_images(const httplib::Request& req, httplib::Response& res, ServerState& state) {
+  const std::shared_ptr<Job> job = submit_job(req.body, state);
+  const ConnectionWatch watch(req.remote_addr, req.remote_port, req.local_port);
+  bool client_gone = false;
+  while (!job->wait_finished(kWatchInterval)) {
+    if (!client_gone && watch.closed()) {
+      client_gone = true;
+      state.queue.cancel(job->id(), {499, "cancelled", "", "the client closed its connection"});
+    }
+  }
+  const Job::Snapshot end = job->snapshot();
+  if (end.status != JobStatus::Succeeded) throw job_error(*end.error);
+
+  const bool urls = job->params().response_format == ResponseFormat::Url;
+  json data = json::array();
+  for (size_t i = 0; i < end.images; ++i) {
+    if (urls)
+      data.push_back({{"url", "http://" + req.get_header_value("Host") + job->image_path(i)}});
+    else
+      data.push_back({{"b64_json", base64_encode(*job->png(i))}});
+  }
+  json body = {{"created", static_cast<int64_t>(std::time(nullptr))},
+               {"data", data},
+               {"output_format", "png"},
+               {"kiln",
+                {{"job", job->id()},
+                 {"seed", job->seed()},
+                 {"queue_seconds", end.queue_seconds},
+                 {"run_seconds", end.run_seconds}}}};
+  if (job->params().width)
+    body["size"] = std::to_string(*job->params().width) + "x" + std::to_string(*job->params().height);
+  send_json(res, 200, body);
+}
+
+json models_json(const ModelPool& pool) {
+  json data = json::array();
+  for (const ModelPool::Model& m : pool.models()) {
+    json model = {{"id", m.id},
+                  {"object", "model"},
+                  {"created", 0},
+                  {"owned_by", "kiln"},
+                  {"kiln", {{"model", m.ref}, {"pipeline", m.pipeline_class->name}}}};
+    if (const auto pipe = pool.loaded(m.id)) {
+      const PipelineDefaults d = pipe->defaults();
+      model["kiln"]["loaded"] = true;
+      model["kiln"]["defaults"] = {{"size", std::to_string(d.width) + "x" + std::to_string(d.height)},
+                                   {"steps", d.num_inference_steps},
+                                   {"guidance", d.guidance_scale},
+                                   {"max_sequence_length", d.max_sequence_length}};
+    } else {
+      model["kiln"]["loaded"] = false;
+    }
+    data.push_back(model);
+  }
+  return {{"object", "list"}, {"data", data}};
+}
+
+}  // namespace
+
+void add_openai_routes(httplib::Server& server, ServerState& state) {
+  server.Post("/v1/images/generations", [&state](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] { generate_images(req, res, state); });
+  });
+  server.Get("/v1/models", [&state](const httplib::Request&, httplib::Response& res) {
+    guarded(res, [&] { send_json(res, 200, models_json(state.pool)); });
+  });
+}
+
+}  // namespace kiln::serve

@@ -1,0 +1,169 @@
+// `kiln serve --model M [--model M2 ...]`: keeps the pipelines loaded and generates images for HTTP clients:
+// OpenAI's images API, Kiln's job API with progress events, and a web page (docs/serve.md). The pipelines
+// are loaded and configured by the flags `kiln generate` takes (cli/execution_flags.h).
+//
+// SIGINT or SIGTERM drains the server: new jobs are refused, waiting jobs are cancelled, running jobs stop
+// at their next step, the answers in flight are written, and the process exits 0. The server writes no files.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/execution_flags.h"
+#include "cli/serve/api_key.h"
+#include "cli/serve/http_server.h"
+#include "cli/serve/job_queue.h"
+#include "cli/serve/job_runner.h"
+#include "cli/serve/tensor_parallel_jobs.h"
+#include "kiln/core/error.h"
+#include "kiln/core/signals.h"
+#include "kiln/dist/process_group.h"
+
+namespace kiln::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::vector<std::string> models;
+  std::string host = "127.0.0.1";
+  int port = 8188;
+  size_t queue = 16;
+  size_t keep_jobs = 64;
+  std::string api_key;
+  ExecutionFlags execution;
+};
+
+void check_serve_args(const ServeArgs& args) {
+  check_execution_flags(args.execution);
+  KILN_CHECK(!args.api_key.empty() || serve::is_loopback_host(args.host),
+             "--host " << args.host
+                       << " serves beyond this machine: give an --api-key KEY (or set KILN_API_KEY) that "
+                          "clients send as `Authorization: Bearer KEY`");
+}
+
+// Loads a model's pipeline and applies the execution flags, reporting both on stderr (rank 0).
+std::unique_ptr<DiffusionPipeline> load_pipeline(const std::string& ref, const ExecutionFlags& flags) {
+  const bool reporting = dist::rank() == 0;
+  if (reporting) std::fprintf(stderr, "kiln: loading %s\n", ref.c_str());
+  const auto start = std::chrono::steady_clock::now();
+  PipelineLoadOptions options = load_options_from(flags);
+  // A stop asked for while a large model loads ends the load between components.
+  options.on_component_loaded = [&](const std::string& name, int, int) {
+    throw_if_stop_requested("after loading " + ref + ": " + name);
+  };
+  std::unique_ptr<DiffusionPipeline> pipe = DiffusionPipeline::from_pretrained(ref, options);
+  for (const std::string& line : configure_pipeline(*pipe, flags))
+    if (reporting) std::fprintf(stderr, "kiln: %s\n", line.c_str());
+  if (reporting)
+    std::fprintf(stderr, "kiln: loaded %s (%s) in %.1fs; %s\n", ref.c_str(), pipe->class_name(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                 pipe->weight_packing().describe().c_str());
+  return pipe;
+}
+
+void log_job_end(const serve::Job& job) {
+  const serve::Job::Snapshot s = job.snapshot();
+  const serve::GenerationParams& p = job.params();
+  const std::string size =
+      p.width ? std::to_string(*p.width) + "x" + std::to_string(*p.height) : "default size";
+  std::fprintf(stderr, "kiln: %s %s %s, seed %llu: %s after %d step(s) in %.2fs (queued %.2fs)%s%s\n",
+               job.id().c_str(), job.model().c_str(), size.c_str(),
+               static_cast<unsigned long long>(job.seed()), serve::status_name(s.status), s.step,
+               s.run_seconds, s.queue_seconds, s.error ? ": " : "", s.error ? s.error->message.c_str() : "");
+}
+
+void run_serve(const ServeArgs& args) {
+  check_serve_args(args);
+  join_tensor_parallel_group(args.execution.tp, "serve");
+  const bool load_on_demand = args.execution.max_memory.has_value();
+  serve::ModelPool pool(
+      args.models, [&](const std::string& ref) { return load_pipeline(ref, args.execution); },
+      load_on_demand);
+  if (!load_on_demand) pool.load_all();
+
+  if (dist::rank() != 0) {
+    serve::follow_rank0(pool);
+    dist::destroy_process_group();
+    return;
+  }
+
+  const bool tensor_parallel = dist::world_size() > 1;
+  serve::Metrics metrics;
+  // Under --tp one job at a time: every rank must make the same calls in the same order.
+  const size_t lanes = tensor_parallel ? 1 : pool.lanes();
+  serve::JobQueue queue(
+      {.capacity = args.queue, .keep_finished = args.keep_jobs}, lanes,
+      [&](const std::string& model) { return tensor_parallel ? 0 : pool.lane_of(model); },
+      [&](serve::Job& job) {
+        serve::run_job(job, pool, metrics,
+                       tensor_parallel ? serve::announce_job : std::function<void(const serve::Job&)>());
+      },
+      [&](const serve::Job& job) {
+        metrics.job_ended(job.snapshot());
+        log_job_end(job);
+      });
+  serve::ServerState state{pool, queue, metrics, args.api_key};
+  // A connection per waiting client, event stream or request: enough for a full queue, each running job,
+  // and the page's and monitors' requests besides.
+  serve::HttpServer http(state, args.queue + lanes + 16);
+  const int port = http.bind(args.host, args.port);
+  http.start();
+  const bool ipv6 = args.host.find(':') != std::string::npos;
+  // The pid says whom to signal: under mpirun, rank 0 (mpirun itself exits 1 when it is signalled, though it
+  // passes the signal on and every rank drains).
+  std::fprintf(stderr, "kiln: serving %zu model(s) on http://%s%s%s:%d/ (queue %zu%s; pid %d)\n",
+               pool.models().size(), ipv6 ? "[" : "", args.host.c_str(), ipv6 ? "]" : "", port, args.queue,
+               args.api_key.empty() ? "" : ", API key required", static_cast<int>(getpid()));
+
+  while (!stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::fprintf(stderr, "kiln: stopping: cancelling %zu waiting and %zu running job(s)\n", queue.waiting(),
+               queue.running());
+  queue.shutdown({503, "server_error", "", "the server is shutting down"});
+  http.stop();
+  if (tensor_parallel) serve::announce_stop();
+  std::fprintf(stderr, "kiln: stopped\n");
+  dist::destroy_process_group();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  auto* cmd = app.add_subcommand(
+      "serve", "Serve image generation over HTTP: OpenAI's images API, Kiln's job API and a web page");
+  cmd->add_option(
+         "--model", args->models,
+         "a diffusers folder or Hugging Face repo id in the local cache; repeat for several. Clients "
+         "name a model by its folder's name (or repo id); the first is the default")
+      ->required()
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--host", args->host,
+                  "address to listen on; anything but a loopback address needs --api-key")
+      ->capture_default_str();
+  cmd->add_option("--port", args->port, "TCP port (0: any free port, printed at start)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--queue", args->queue,
+                  "jobs that may wait for their turn; more are refused with 503 and Retry-After")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  cmd->add_option("--keep-jobs", args->keep_jobs,
+                  "finished jobs (and their images) kept for GET /v1/jobs/{id}; older ones are forgotten")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--api-key", args->api_key,
+                  "require `Authorization: Bearer KEY` on every request but the page and /health (read from "
+                  "KILN_API_KEY when not given)")
+      ->envname("KILN_API_KEY");
+  add_execution_flags(*cmd, args->execution, "serves HTTP");
+  cmd->callback([args] { run_serve(*args); });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,246 @@
+// The page of `kiln serve`. Generate queues a job (POST /v1/generate) and follows its server-sent events
+// (GET /v1/jobs/{id}/events), read with fetch rather than EventSource so that an API key can travel in the
+// Authorization header; the progress bar follows the steps, and each image joins the gallery with its
+// parameters (a click puts them back in the form). Cancel, and leaving the page, cancel the job.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const page = { models: [], job: null, stream: null };
+// Pipelines with a classifier-free guidance, which take a negative prompt.
+const takesNegativePrompt = new Set(["StableDiffusion3Pipeline", "Flux2KleinPipeline"]);
+
+function authHeaders(extra = {}) {
+  const key = $("api-key").value.trim();
+  return key ? { ...extra, Authorization: `Bearer ${key}` } : extra;
+}
+
+// fetch, throwing the server's error message (OpenAI's {"error": {"message"}}) for anything but 2xx.
+async function api(path, options = {}) {
+  const res = await fetch(path, { ...options, headers: authHeaders(options.headers) });
+  if (!res.ok) {
+    let message = `${res.status} ${res.statusText}`;
+    try {
+      message = (await res.json()).error.message;
+    } catch (_) {}
+    if (res.status === 401) $("api-key-row").hidden = false;
+    throw new Error(message);
+  }
+  return res;
+}
+
+function showError(message) {
+  $("error").textContent = message || "";
+  $("error").hidden = !message;
+}
+
+function setStatus(text, step, steps) {
+  $("status").textContent = text;
+  if (steps !== undefined) {
+    $("progress").max = steps;
+    $("progress").value = step;
+  }
+}
+
+function setBusy(busy) {
+  $("generate").disabled = busy;
+  $("cancel").disabled = !busy;
+}
+
+// ---- models
+
+function selectedModel() {
+  return page.models.find((m) => m.id === $("model").value);
+}
+
+function showModelDefaults() {
+  const model = selectedModel();
+  const defaults = (model && model.kiln.defaults) || {};
+  const [w, h] = (defaults.size || "x").split("x");
+  $("width").placeholder = w || "default";
+  $("height").placeholder = h || "default";
+  $("steps").placeholder = defaults.steps ?? "default";
+  $("guidance").placeholder = defaults.guidance ?? "default";
+  $("max-sequence-length").placeholder = defaults.max_sequence_length ?? "default";
+  $("negative-prompt-row").hidden = !(model && takesNegativePrompt.has(model.kiln.pipeline));
+}
+
+async function loadModels() {
+  const { data } = await (await api("/v1/models")).json();
+  page.models = data;
+  $("model").replaceChildren(
+    ...data.map((m) => new Option(`${m.id} (${m.kiln.pipeline})`, m.id)),
+  );
+  showModelDefaults();
+  $("server-status").textContent = `${data.length} model${data.length === 1 ? "" : "s"}`;
+}
+
+// ---- the form
+
+function formParams() {
+  const params = { model: $("model").value, prompt: $("prompt").value };
+  const number = (id) => ($(id).value === "" ? undefined : Number($(id).value));
+  if (!$("negative-prompt-row").hidden && $("negative-prompt").value) params.negative_prompt = $("negative-prompt").value;
+  const width = number("width");
+  const height = number("height");
+  if (width !== undefined || height !== undefined) {
+    params.size = `${width ?? $("width").placeholder}x${height ?? $("height").placeholder}`;
+  }
+  if (number("steps") !== undefined) params.steps = number("steps");
+  if (number("guidance") !== undefined) params.guidance = number("guidance");
+  if (number("max-sequence-length") !== undefined) params.max_sequence_length = number("max-sequence-length");
+  if (!$("random-seed").checked && number("seed") !== undefined) params.seed = number("seed");
+  return params;
+}
+
+function fillForm(params) {
+  if (page.models.some((m) => m.id === params.model)) $("model").value = params.model;
+  showModelDefaults();
+  $("prompt").value = params.prompt ?? "";
+  $("negative-prompt").value = params.negative_prompt ?? "";
+  const [w, h] = (params.size || "x").split("x");
+  $("width").value = w;
+  $("height").value = h;
+  $("steps").value = params.steps ?? "";
+  $("guidance").value = params.guidance ?? "";
+  $("max-sequence-length").value = params.max_sequence_length ?? "";
+  $("random-seed").checked = false;
+  $("seed").disabled = false;
+  $("seed").value = params.seed;
+  window.scrollTo({ top: 0, behavior: "smooth" });
+}
+
+// ---- a job and its events
+
+// Calls onEvent(name, data) for each server-sent event until the stream ends.
+async function readEvents(res, onEvent) {
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let name = "message";
+      let data = "";
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event: ")) name = line.slice(7);
+        else if (line.startsWith("data: ")) data += line.slice(6);
+      }
+      if (data) onEvent(name, JSON.parse(data));
+    }
+  }
+}
+
+async function follow(job) {
+  page.stream = new AbortController();
+  const res = await api(`/v1/jobs/${job.id}/events`, { signal: page.stream.signal });
+  let ended = false;
+  await readEvents(res, (name, data) => {
+    if (name === "queued") setStatus(data.position === 0 ? "queued, next" : `queued, ${data.position} ahead`, 0, 1);
+    else if (name === "running") setStatus("starting…", 0, 1);
+    else if (name === "step") setStatus(`step ${data.step} of ${data.steps}`, data.step, data.steps);
+    else if (name === "done") {
+      ended = true;
+      setStatus(`done in ${data.seconds.toFixed(1)} s`, 1, 1);
+      addToGallery(job.id, data.images).catch((e) => showError(e.message));
+    } else if (name === "failed" || name === "cancelled") {
+      ended = true;
+      setStatus(name, 0, 1);
+      if (name === "failed") showError(data.error.message);
+    }
+  });
+  if (!ended) throw new Error("the connection to the server was lost");
+}
+
+async function generate(event) {
+  event.preventDefault();
+  showError("");
+  setBusy(true);
+  setStatus("submitting…", 0, 1);
+  try {
+    const job = await (await api("/v1/generate", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(formParams()),
+    })).json();
+    page.job = job.id;
+    await follow(job);
+  } catch (e) {
+    if (e.name !== "AbortError") {
+      showError(e.message);
+      setStatus("", 0, 1);
+    }
+  } finally {
+    page.job = null;
+    page.stream = null;
+    setBusy(false);
+  }
+}
+
+async function cancel() {
+  if (!page.job) return;
+  $("cancel").disabled = true;
+  try {
+    await api(`/v1/jobs/${page.job}`, { method: "DELETE" });
+  } catch (e) {
+    showError(e.message);
+  }
+}
+
+// ---- the gallery
+
+async function addToGallery(id, urls) {
+  const { params } = await (await api(`/v1/jobs/${id}`)).json();
+  for (const url of urls) {
+    // Fetched with the key, shown from memory: the server forgets old jobs, the page keeps what it made.
+    const blob = await (await api(url)).blob();
+    const card = $("card-template").content.firstElementChild.cloneNode(true);
+    const img = card.querySelector("img");
+    img.src = URL.createObjectURL(blob);
+    img.alt = params.prompt;
+    const caption = card.querySelector("figcaption");
+    const b = document.createElement("b");
+    b.textContent = params.prompt;
+    const details = [params.model, params.size, params.steps && `${params.steps} steps`,
+      params.guidance !== undefined && `guidance ${params.guidance}`, `seed ${params.seed}`];
+    caption.append(b, document.createElement("br"), details.filter(Boolean).join(" · "));
+    card.dataset.params = JSON.stringify(params);
+    const reuse = () => fillForm(params);
+    card.addEventListener("click", reuse);
+    card.addEventListener("keydown", (e) => e.key === "Enter" && reuse());
+    $("gallery").prepend(card);
+  }
+}
+
+// ---- start
+
+async function start() {
+  $("api-key").value = localStorage.getItem("kiln-api-key") || "";
+  $("api-key").addEventListener("change", () => {
+    localStorage.setItem("kiln-api-key", $("api-key").value.trim());
+    loadModels().then(() => showError(""), (e) => showError(e.message));
+  });
+  $("model").addEventListener("change", showModelDefaults);
+  $("random-seed").addEventListener("change", () => {
+    $("seed").disabled = $("random-seed").checked;
+  });
+  $("generate-form").addEventListener("submit", generate);
+  $("cancel").addEventListener("click", cancel);
+  // A job nobody will see is cancelled when the page goes (keepalive lets the request outlive it).
+  window.addEventListener("pagehide", () => {
+    if (page.job) fetch(`/v1/jobs/${page.job}`, { method: "DELETE", headers: authHeaders(), keepalive: true });
+  });
+  try {
+    const health = await (await fetch("/health")).json();
+    $("api-key-row").hidden = !health.api_key_required;
+    await loadModels();
+  } catch (e) {
+    $("server-status").textContent = "not connected";
+    showError(e.message);
+  }
+}
+
+start();

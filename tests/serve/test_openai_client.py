@@ -1,0 +1,89 @@
+"""kiln serve through the official `openai` Python client, unchanged: the image it returns is the one
+`kiln generate` writes for the same parameters (pixels and text chunks), concurrent clients each get the image
+their request gives alone, n images, URLs, and the model list."""
+
+import base64
+import concurrent.futures
+
+import numpy as np
+import openai
+import pytest
+
+from conftest import FLUX, SD3, TINY, decode_png, kiln_generate
+
+
+def client(server, key="no key needed"):
+    # The client sends its key as a Bearer token even where none is needed; the server accepts any then.
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
+
+
+def generate(c, model, prompt, seed, **kiln_fields):
+    result = c.images.generate(model=model, prompt=prompt, n=1, size=TINY["size"], response_format="b64_json",
+                               extra_body={"seed": seed, "steps": TINY["steps"],
+                                           "max_sequence_length": TINY["max_sequence_length"], **kiln_fields})
+    assert len(result.data) == 1
+    return base64.b64decode(result.data[0].b64_json)
+
+
+@pytest.mark.parametrize("model,fields,cli", [
+    (FLUX, {}, {}),
+    (SD3, {"negative_prompt": "blurry", "guidance": 4.5}, {"negative_prompt": "blurry", "guidance": 4.5}),
+])
+def test_the_image_is_the_one_kiln_generate_makes(tiny_server, tmp_path, model, fields, cli):
+    name = model.rstrip("/").split("/")[-1]
+    served = generate(client(tiny_server), name, "a red circle", 7, **fields)
+    written = kiln_generate(tmp_path, model, "a red circle", 7, size=TINY["size"], steps=TINY["steps"], **cli)
+    served_pixels, served_text = decode_png(served)
+    written_pixels, written_text = decode_png(written)
+    assert served_pixels.shape == (32, 32, 3)
+    np.testing.assert_array_equal(served_pixels, written_pixels)
+    # The parameters travel in the same text chunks, the model as --model named it.
+    assert served_text == written_text
+    assert served_text["seed"] == "7" and served_text["model"] == model and served_text["prompt"] == "a red circle"
+
+
+def test_concurrent_clients_each_get_their_single_run_image(tiny_server):
+    c = client(tiny_server)
+    requests = [("flux-tiny-schnell", seed) for seed in (11, 12, 13)] + [("sd3-tiny-medium", seed) for seed in (21, 22)]
+    alone = {r: generate(c, *r[:1], "a blue square", r[1]) for r in requests}
+    # Eight clients at once, each request twice, both models side by side.
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        futures = {pool.submit(generate, client(tiny_server), r[0], "a blue square", r[1]): r for r in requests * 2}
+        together = [(futures[f], f.result()) for f in concurrent.futures.as_completed(futures)]
+    assert len(together) == 2 * len(requests)
+    for r, png in together:
+        np.testing.assert_array_equal(decode_png(png)[0], decode_png(alone[r])[0], err_msg=f"{r}")
+    # Different seeds, different images.
+    assert len({decode_png(png)[0].tobytes() for png in alone.values()}) == len(requests)
+
+
+def test_n_images_and_urls(tiny_server):
+    c = client(tiny_server)
+    result = c.images.generate(model="flux-tiny-schnell", prompt="two of them", n=2, size="32x32",
+                               response_format="url", extra_body={"seed": 3, "steps": 2, "max_sequence_length": 16})
+    assert len(result.data) == 2
+    images = []
+    for item in result.data:
+        assert item.url.startswith(tiny_server.url + "/v1/jobs/job_")
+        status, headers, png = tiny_server.request("GET", item.url[len(tiny_server.url):])
+        assert status == 200 and headers["Content-Type"] == "image/png"
+        images.append(decode_png(png)[0])
+    assert not np.array_equal(images[0], images[1])  # one noise for the batch: two different images
+
+
+def test_the_model_list_names_the_served_models(tiny_server):
+    models = client(tiny_server).models.list()
+    assert [m.id for m in models.data] == ["flux-tiny-schnell", "sd3-tiny-medium"]
+    flux = models.data[0].model_dump()
+    assert flux["kiln"]["pipeline"] == "FluxPipeline" and flux["kiln"]["loaded"] is True
+    assert flux["kiln"]["model"] == FLUX
+
+
+def test_the_client_reads_errors(tiny_server):
+    c = client(tiny_server)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.images.generate(model="flux-tiny-schnell", prompt="x", size="30x32")
+    assert e.value.body["param"] == "size" and "multiples of 16" in e.value.body["message"]
+    with pytest.raises(openai.NotFoundError) as e:
+        c.images.generate(model="dall-e-3", prompt="x")
+    assert e.value.body["code"] == "model_not_found"

@@ -1,0 +1,151 @@
+"""The web page of kiln serve in a real browser (headless Chromium driven by Selenium): it loads, a prompt is
+typed, Generate is clicked, the progress bar moves step by step, and the image that appears in the gallery has
+the pixels `kiln generate` writes for the same parameters. A click on it puts its parameters back in the form;
+Cancel stops a long job; the page fits a phone's width. With KILN_SCREENSHOT=path the test also saves a
+screenshot (docs/images/serve-page.png in the README)."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import SHAPES, Server, decode_png, kiln_generate
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+if CHROMIUM is None or CHROMEDRIVER is None:
+    # CI installs both (scripts/setup.sh); a machine without them skips, saying why.
+    pytest.skip("the browser test needs Debian's chromium and chromium-driver (apt-get install chromium "
+                "chromium-driver; scripts/setup.sh installs them)", allow_module_level=True)
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+PROMPT = "a big yellow triangle at the top, on a blue background"
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("--model", SHAPES)
+    yield s
+    assert s.stop() == 0, s.log()
+
+
+@pytest.fixture
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                 "--window-size=1100,1000", "--force-device-scale-factor=1"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.set_script_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def fill(driver, field, value):
+    element = driver.find_element(By.ID, field)
+    element.clear()
+    element.send_keys(str(value))
+
+
+def open_page(driver, server):
+    driver.get(server.url + "/")
+    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.getElementById('model').options.length") == 1)
+
+
+# Records every value the progress bar takes (the steps are quicker than a poll from the test).
+WATCH_PROGRESS = """
+window.progressSeen = [];
+const bar = document.getElementById('progress');
+new MutationObserver(() => window.progressSeen.push([Number(bar.value), Number(bar.max)]))
+    .observe(bar, {attributes: true, attributeFilter: ['value', 'max']});
+"""
+
+# The RGB pixels of the newest gallery image, read through a canvas.
+READ_PIXELS = """
+const img = document.querySelector('#gallery .card img');
+const canvas = document.createElement('canvas');
+canvas.width = img.naturalWidth;
+canvas.height = img.naturalHeight;
+const ctx = canvas.getContext('2d');
+ctx.drawImage(img, 0, 0);
+const rgba = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+const rgb = [];
+for (let i = 0; i < rgba.length; i += 4) rgb.push(rgba[i], rgba[i + 1], rgba[i + 2]);
+return [canvas.width, canvas.height, rgb];
+"""
+
+
+def test_generate_shows_progress_and_the_image(server, browser, tmp_path):
+    open_page(browser, server)
+    assert browser.title == "Kiln"
+    assert "kiln-shapes-64 (FluxPipeline)" in browser.find_element(By.ID, "model").text
+    assert not browser.find_element(By.ID, "negative-prompt-row").is_displayed()  # FLUX.1 takes none
+    assert not browser.find_element(By.ID, "api-key-row").is_displayed()  # the server asks for no key
+    fill(browser, "prompt", PROMPT)
+    fill(browser, "width", 64)
+    fill(browser, "height", 64)
+    fill(browser, "steps", 8)
+    fill(browser, "guidance", 0)
+    fill(browser, "max-sequence-length", 40)  # what kiln-shapes-64 was trained with
+    browser.find_element(By.ID, "random-seed").click()
+    fill(browser, "seed", 0)
+    browser.execute_script(WATCH_PROGRESS)
+    browser.find_element(By.ID, "generate").click()
+    WebDriverWait(browser, 120).until(
+        lambda d: d.execute_script("const i = document.querySelector('#gallery .card img');"
+                                   "return i !== null && i.complete && i.naturalWidth > 0"))
+
+    # The bar went through the steps: 1 of 8, 2 of 8, ... then full.
+    seen = browser.execute_script("return window.progressSeen")
+    steps = sorted({value for value, maximum in seen if maximum == 8})
+    assert steps[:8] == [1, 2, 3, 4, 5, 6, 7, 8], seen
+    assert browser.find_element(By.ID, "status").text.startswith("done in")
+
+    width, height, rgb = browser.execute_script(READ_PIXELS)
+    shown = np.array(rgb, dtype=np.uint8).reshape(height, width, 3)
+    reference, _ = decode_png(kiln_generate(tmp_path, SHAPES, PROMPT, 0, size="64x64", steps=8, guidance=0,
+                                           max_sequence_length=40))
+    np.testing.assert_array_equal(shown, reference)
+    caption = browser.find_element(By.CSS_SELECTOR, "#gallery .card figcaption").text
+    assert PROMPT in caption and "64x64" in caption and "seed 0" in caption
+
+    if os.environ.get("KILN_SCREENSHOT"):
+        browser.save_screenshot(os.environ["KILN_SCREENSHOT"])
+
+    # A click on the card puts its parameters back.
+    fill(browser, "prompt", "something else")
+    fill(browser, "steps", 3)
+    browser.find_element(By.CSS_SELECTOR, "#gallery .card").click()
+    value = lambda field: browser.find_element(By.ID, field).get_attribute("value")  # noqa: E731
+    assert (value("prompt"), value("steps"), value("seed"), value("width"), value("guidance"),
+            value("max-sequence-length")) == (PROMPT, "8", "0", "64", "0", "40")
+    assert not browser.find_element(By.ID, "random-seed").is_selected()
+
+
+def test_cancel_stops_the_job(server, browser):
+    open_page(browser, server)
+    fill(browser, "prompt", PROMPT)
+    fill(browser, "width", 64)
+    fill(browser, "height", 64)
+    fill(browser, "steps", 1000)
+    browser.find_element(By.ID, "generate").click()
+    WebDriverWait(browser, 60).until(lambda d: d.find_element(By.ID, "status").text.startswith("step "))
+    browser.find_element(By.ID, "cancel").click()
+    WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "status").text == "cancelled")
+    assert browser.find_element(By.ID, "generate").is_enabled()
+    assert browser.find_elements(By.CSS_SELECTOR, "#gallery .card") == []
+    server.wait_for(lambda: server.metric("kiln_jobs_running") == 0, "the job to stop")
+
+
+def test_the_page_fits_a_phone(server, browser):
+    browser.set_window_size(390, 844)
+    open_page(browser, server)
+    overflow = browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0
+    generate = browser.find_element(By.ID, "generate").rect
+    assert generate["x"] >= 0 and generate["x"] + generate["width"] <= 390
