@@ -6,6 +6,8 @@ CPU (`pipe.to("cpu")`; another device is refused by name). Calls release the GIL
 (each gets the image it would get alone), and Ctrl-C cancels a call within one denoising step.
 """
 
+import os
+
 from . import _convert
 from ._kiln import Pipeline as _Pipeline
 
@@ -130,6 +132,54 @@ class DiffusionPipeline:
 
     def set_progress_bar_config(self, **kwargs):
         self._progress_config = kwargs
+
+    # ---- LoRA (diffusers' LoraLoaderMixin): diffusers/PEFT, kohya, Black Forest Labs and XLabs files
+    def load_lora_weights(self, pretrained_model_name_or_path_or_dict, adapter_name=None, weight_name=None,
+                          ignore_mismatches=False, **kwargs):
+        """Loads a LoRA file (or `weight_name` in a folder, default pytorch_lora_weights.safetensors) as the
+        adapter `adapter_name` (default "default_<n>"), which becomes the active one at weight 1. A file that does
+        not fit the pipeline fails naming its first mismatch unless `ignore_mismatches`."""
+        if kwargs.pop("hotswap", False):
+            raise ValueError("hotswap: not supported by Kiln (load another adapter and call set_adapters)")
+        kwargs.pop("low_cpu_mem_usage", None)
+        if kwargs:
+            raise TypeError(f"load_lora_weights: unexpected arguments {sorted(kwargs)}")
+        if isinstance(pretrained_model_name_or_path_or_dict, dict):
+            raise TypeError("load_lora_weights: a state dict is not supported; give the path of a .safetensors file")
+        path = os.fspath(pretrained_model_name_or_path_or_dict)
+        if os.path.isdir(path):
+            path = os.path.join(path, weight_name or "pytorch_lora_weights.safetensors")
+        self._native.load_lora_weights(path, adapter_name or "", bool(ignore_mismatches))
+
+    def set_adapters(self, adapter_names, adapter_weights=None):
+        names = [adapter_names] if isinstance(adapter_names, str) else list(adapter_names)
+        if adapter_weights is None:
+            weights = []
+        elif isinstance(adapter_weights, (int, float)):
+            weights = [float(adapter_weights)] * len(names)
+        else:
+            weights = [float(w) for w in adapter_weights]
+        self._native.set_adapters(names, weights)
+
+    def fuse_lora(self, components=None, lora_scale=1.0, safe_fusing=False, adapter_names=None, **kwargs):
+        if adapter_names is not None:
+            self.set_adapters(adapter_names)
+        self._native.fuse_lora(float(lora_scale), list(components or []))
+
+    def unfuse_lora(self, components=None, **kwargs):
+        self._native.unfuse_lora()
+
+    def unload_lora_weights(self, **kwargs):
+        self._native.unload_lora_weights()
+
+    def delete_adapters(self, adapter_names):
+        self._native.delete_adapters([adapter_names] if isinstance(adapter_names, str) else list(adapter_names))
+
+    def get_active_adapters(self):
+        return self._native.get_active_adapters()
+
+    def get_list_adapters(self):
+        return self._native.get_list_adapters()
 
     # ---- Kiln's own
     def configure(self, mode=None, offload=None, blocks_per_group=1, max_memory=None):

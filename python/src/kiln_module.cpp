@@ -163,6 +163,39 @@ class PyPipeline {
   void enable_vae_tiling(int64_t tile_size) { pipe_->enable_vae_tiling(tile_size); }
   void disable_vae_tiling() { pipe_->disable_vae_tiling(); }
 
+  // LoRA, as diffusers' LoraLoaderMixin; each waits for the calls queued before it.
+  std::string load_lora_weights(const std::string& path, const std::string& adapter_name,
+                                bool ignore_mismatches) {
+    nb::gil_scoped_release released;
+    return pipe_
+        ->load_lora_weights(path, {.adapter_name = adapter_name, .ignore_mismatches = ignore_mismatches})
+        .adapter_name;
+  }
+  void set_adapters(const std::vector<std::string>& names, const std::vector<double>& weights) {
+    nb::gil_scoped_release released;
+    pipe_->set_adapters(names, weights);
+  }
+  void fuse_lora(double lora_scale, const std::vector<std::string>& components) {
+    nb::gil_scoped_release released;
+    pipe_->fuse_lora({.lora_scale = lora_scale, .components = components});
+  }
+  void unfuse_lora() {
+    nb::gil_scoped_release released;
+    pipe_->unfuse_lora();
+  }
+  void unload_lora_weights() {
+    nb::gil_scoped_release released;
+    pipe_->unload_lora_weights();
+  }
+  void delete_adapters(const std::vector<std::string>& names) {
+    nb::gil_scoped_release released;
+    pipe_->delete_adapters(names);
+  }
+  std::vector<std::string> get_active_adapters() const { return pipe_->get_active_adapters(); }
+  std::map<std::string, std::vector<std::string>> get_list_adapters() const {
+    return pipe_->get_list_adapters();
+  }
+
   // One call; see python/kiln/pipelines.py for the arguments' meaning. `on_step(step, num_steps, timestep,
   // latents)` may return new latents (an array) or True to stop, or None.
   nb::dict generate(const std::string& prompt, std::optional<std::string> prompt_2,
@@ -301,6 +334,15 @@ NB_MODULE(_kiln, m) {
       .def("to", &PyPipeline::to)
       .def("enable_vae_tiling", &PyPipeline::enable_vae_tiling, nb::arg("tile_size") = 0)
       .def("disable_vae_tiling", &PyPipeline::disable_vae_tiling)
+      .def("load_lora_weights", &PyPipeline::load_lora_weights, nb::arg("path"), nb::arg("adapter_name") = "",
+           nb::arg("ignore_mismatches") = false)
+      .def("set_adapters", &PyPipeline::set_adapters, nb::arg("names"), nb::arg("weights"))
+      .def("fuse_lora", &PyPipeline::fuse_lora, nb::arg("lora_scale") = 1.0, nb::arg("components"))
+      .def("unfuse_lora", &PyPipeline::unfuse_lora)
+      .def("unload_lora_weights", &PyPipeline::unload_lora_weights)
+      .def("delete_adapters", &PyPipeline::delete_adapters, nb::arg("names"))
+      .def("get_active_adapters", &PyPipeline::get_active_adapters)
+      .def("get_list_adapters", &PyPipeline::get_list_adapters)
       .def("generate", &PyPipeline::generate, nb::arg("prompt") = "", nb::arg("prompt_2") = nb::none(),
            nb::arg("prompt_3") = nb::none(), nb::arg("negative_prompt") = nb::none(),
            nb::arg("negative_prompt_2") = nb::none(), nb::arg("negative_prompt_3") = nb::none(),

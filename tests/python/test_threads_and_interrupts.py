@@ -32,32 +32,36 @@ def test_two_threads_calling_one_pipeline(tiny_flux):
 
 
 def test_the_gil_is_released_during_a_call(tiny_flux):
-    # One call long enough to tell on any machine: as many steps as take about half a second here.
-    start = time.monotonic()
-    tiny_flux(**small_call(generator=3, num_inference_steps=4, height=128, width=128))
-    per_step = (time.monotonic() - start) / 4
-    steps = int(min(400, max(8, 0.5 / max(per_step, 1e-4))))
-    ticks = []
-    stop = threading.Event()
+    def timed_call(steps):
+        """Runs a call of `steps` steps while another thread ticks; returns its seconds and the ticks inside."""
+        ticks = []
+        stop = threading.Event()
 
-    def tick():
-        while not stop.is_set():
-            ticks.append(time.monotonic())
-            time.sleep(0.002)
+        def tick():
+            while not stop.is_set():
+                ticks.append(time.monotonic())
+                time.sleep(0.002)
 
-    t = threading.Thread(target=tick)
-    t.start()
-    start = time.monotonic()
-    try:
-        # No callback and no progress bar: no Python runs inside the call.
-        tiny_flux(**small_call(generator=3, num_inference_steps=steps, height=128, width=128))
-    finally:
-        took = time.monotonic() - start
-        stop.set()
-        t.join()
+        t = threading.Thread(target=tick)
+        t.start()
+        start = time.monotonic()
+        try:
+            # No callback and no progress bar: no Python runs inside the call.
+            tiny_flux(**small_call(generator=3, num_inference_steps=steps, height=128, width=128))
+        finally:
+            took = time.monotonic() - start
+            stop.set()
+            t.join()
+        return took, [x for x in ticks if start + 0.05 < x < start + took - 0.05]
+
+    # One call long enough to tell on any machine: more steps until it takes half a second.
+    steps = 8
+    took, during = timed_call(steps)
+    while took < 0.5 and steps < 3200:
+        steps *= 4
+        took, during = timed_call(steps)
     # A call holding the GIL would let the other thread run no Python at all until it returned.
-    during = [x for x in ticks if start + 0.05 < x < start + took - 0.05]
-    assert took > 0.2, f"the call took {took:.3f} s, too short to tell"
+    assert took > 0.2, f"the call took {took:.3f} s at {steps} steps, too short to tell"
     assert len(during) >= 5, f"another Python thread ran {len(during)} times during a {took:.2f} s call"
 
 
