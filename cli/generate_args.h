@@ -28,9 +28,9 @@ struct GenerateArgs {
   std::optional<uint64_t> seed;
   std::optional<int64_t> max_sequence_length;
   std::string output = "output.png";
-  ExecutionFlags execution;  // dtype, mode, offload, memory, VAE tiling, --tp (shared with kiln serve)
-  std::vector<std::string> loras;     // --lora FILE[:SCALE], in order
-  bool fuse_lora = false;             // --fuse-lora
+  ExecutionFlags execution;        // dtype, mode, offload, memory, VAE tiling, --tp (shared with kiln serve)
+  std::vector<std::string> loras;  // --lora FILE[:SCALE], in order
+  bool fuse_lora = false;          // --fuse-lora
   bool lora_skip_mismatches = false;  // --lora-skip-mismatches
 };
 

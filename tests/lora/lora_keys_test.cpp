@@ -170,9 +170,10 @@ TEST(LoraKeys, WhatDoesNotFitIsNamedInFileOrder) {
 
 TEST(LoraKeys, LayoutsAFamilyDoesNotTakeAndTensorsKilnDoesNotRunAreRefused) {
   const auto kohya = pair_of("lora_unet_img_in", ".lora_down.weight", ".lora_up.weight");
-  EXPECT_NE(
-      error_of([&] { plan_lora_keys(kohya, ModelFamily::SD3); }).find("kohya (sd-scripts) layout are not for SD3"),
-      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              plan_lora_keys(kohya, ModelFamily::SD3);
+            }).find("kohya (sd-scripts) layout are not for SD3"),
+            std::string::npos);
   const auto xlabs = pair_of("double_blocks.0.processor.proj_lora1", ".down.weight", ".up.weight");
   EXPECT_NE(error_of([&] { plan_lora_keys(xlabs, ModelFamily::Flux2); }).find("XLabs"), std::string::npos);
   auto dora = pair_of("transformer.proj_out");

@@ -35,11 +35,11 @@ namespace {
 namespace fs = std::filesystem;
 
 // Activations of a 32x32 image through a width-384 transformer, the allocator's slack and the pages at the
-// edges of each weight's mapping: what the budget (which covers weights only) leaves out. Plus what the kernel
-// maps around each fault: on Linux 6.x a read fault maps the neighbouring pages of the page cache's (large)
-// folio too, which belong to weights not read yet; how many depends on how the file came into the page cache
-// (here, with the cache dropped while the test ran, sequential at 4 MiB held 4.3-6.6 MiB mapped; one CI run
-// saw 9.3 MiB). Still far below the 49 MiB the same measurement sees without offloading.
+// edges of each weight's mapping: what the budget (which covers weights only) leaves out. Plus what the
+// kernel maps around each fault: on Linux 6.x a read fault maps the neighbouring pages of the page cache's
+// (large) folio too, which belong to weights not read yet; how many depends on how the file came into the
+// page cache (here, with the cache dropped while the test ran, sequential at 4 MiB held 4.3-6.6 MiB mapped;
+// one CI run saw 9.3 MiB). Still far below the 49 MiB the same measurement sees without offloading.
 constexpr double kAllowance = 10.0 * 1024 * 1024;
 
 // The tiny FLUX.1-dev pipeline (bf16) with its transformer replaced by a wider, deeper one of random weights:

@@ -70,10 +70,11 @@ TEST(PipelineRegistry, FromPretrainedPicksTheClassOfModelIndex) {
   }
   std::vector<std::string> names;
   for (const PipelineClass& c : pipeline_classes()) names.push_back(c.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"Flux2KleinPipeline", "Flux2Pipeline", "FluxFillPipeline",
-                                             "FluxImg2ImgPipeline", "FluxInpaintPipeline", "FluxKontextPipeline",
-                                             "FluxPipeline", "StableDiffusion3Img2ImgPipeline",
-                                             "StableDiffusion3InpaintPipeline", "StableDiffusion3Pipeline"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"Flux2KleinPipeline", "Flux2Pipeline", "FluxFillPipeline",
+                                      "FluxImg2ImgPipeline", "FluxInpaintPipeline", "FluxKontextPipeline",
+                                      "FluxPipeline", "StableDiffusion3Img2ImgPipeline",
+                                      "StableDiffusion3InpaintPipeline", "StableDiffusion3Pipeline"}));
   EXPECT_NE(
       testing::error_message([] {
         pipeline_class("StableDiffusionXLPipeline", "x/model_index.json");

@@ -1,14 +1,14 @@
 // How a LoRA file names its tensors, and which layers of a pipeline its pairs reach. The layouts Kiln reads,
 // as diffusers' loaders and converters read them (lora_pipeline.py, lora_conversion_utils.py):
-//   diffusers / PEFT   transformer.<module>.lora_A.weight / .lora_B.weight [, transformer.<module>.alpha],
-//   and
-//                      text_encoder.* / text_encoder_2.* for the text encoders a pipeline loads LoRA into
-//                      (FLUX.1: CLIP; SD3: CLIP-L and CLIP-G; FLUX.2: none); FLUX.2's
+//   diffusers / PEFT   transformer.<module>.lora_A.weight / .lora_B.weight [, transformer.<module>.alpha]
+//                      and text_encoder.* / text_encoder_2.* for the text encoders a pipeline loads LoRA
+//                      into (FLUX.1: CLIP; SD3: CLIP-L and CLIP-G; FLUX.2: none); FLUX.2's
 //                      diffusion_model.<module>
 //   kohya (sd-scripts) lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight / .lora_up.weight / .alpha:
-//   Black
-//                      Forest Labs' modules with '_' for '.' (FLUX.1, FLUX.2), lora_te1_* / lora_te_* for
-//                      CLIP
+//                      Black Forest Labs' modules with '_' for '.' (FLUX.1, FLUX.2), lora_te1_* /
+//                      lora_te_* for CLIP
+//   SD3's pipelines take the diffusers layout alone; the others are refused by name. Text encoders' pairs
+//   are read only where the family loads LoRA into them.
 //   Black Forest Labs  [diffusion_model. | base_model.model.]double_blocks.0.img_attn.qkv.lora_A.weight (or
 //                      lora_down / lora_up, ComfyUI's), single_blocks.*, img_in, txt_in, final_layer, ...
 //   XLabs              double_blocks.0.processor.qkv_lora1.down.weight / .up.weight, proj_lora1, qkv_lora2,
