@@ -1,5 +1,6 @@
 #include "cli/serve/generation_params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -47,15 +48,32 @@ const char* type_name(const json& v) {
   }
 }
 
+// Text from the body for an error message: its first `max` bytes as a JSON string (quoted, control characters
+// and NULs escaped, a UTF-8 sequence cut in two replaced), so that a message is always printable and whole.
+std::string quoted(const std::string& s, size_t max = 40) {
+  const bool cut = s.size() > max;
+  const std::string shown =
+      json(cut ? s.substr(0, max) : s).dump(-1, ' ', false, json::error_handler_t::replace);
+  return cut ? shown + "..." : shown;
+}
+
 // A value for an error message: a string quoted (its first 40 bytes), else its type.
 std::string shown(const json& v) {
   if (!v.is_string()) return type_name(v);
-  const std::string& s = v.get_ref<const std::string&>();
-  return "\"" + (s.size() > 40 ? s.substr(0, 40) + "..." : s) + "\"";
+  return quoted(v.get_ref<const std::string&>());
+}
+
+// The field's name as the body gave it, unless it needs quoting (an unknown field may be any string).
+std::string field_for_message(const std::string& field) {
+  const bool plain =
+      !field.empty() && field.size() <= 64 && std::all_of(field.begin(), field.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+      });
+  return plain ? field : quoted(field, 64);
 }
 
 [[noreturn]] void refuse(const std::string& field, const std::string& message) {
-  throw RequestError(field, field.empty() ? message : field + ": " + message);
+  throw RequestError(field, field.empty() ? message : field_for_message(field) + ": " + message);
 }
 
 // Runs a limits:: check, naming `field` in the RequestError it becomes.

@@ -92,6 +92,19 @@ TEST(GenerationParams, RefusesWrongTypesNamingTheField) {
   EXPECT_REFUSED(R"({"prompt": "x", "output_format": "webp"})", "output_format", "PNG");
   EXPECT_REFUSED(R"({"prompt": "x", "stream": true})", "stream", "/v1/generate");
   EXPECT_REFUSED(R"({"prompt": "x", "sead": 1})", "sead", "unknown field");
+  // A field's name is any string: the message quotes and escapes it (a NUL would end the message at once).
+  const auto [field, message] = refusal(R"({"prompt": "x", "\u0000se\nad": 1})");
+  EXPECT_EQ(field, std::string("\0se\nad", 6));
+  EXPECT_EQ(std::string(message.c_str()), message);
+  EXPECT_EQ(message.rfind(R"("\u0000se\nad": unknown field)", 0), 0u) << message;
+  const std::string long_name(100, 'k');
+  EXPECT_TRUE(::kiln::testing::has_all(refusal(R"({"prompt": "x", ")" + long_name + R"(": 1})").second,
+                                       {"\"" + std::string(64, 'k') + "\"...: unknown field"}));
+  // A string value cut inside a UTF-8 sequence is still valid text in the message.
+  const std::string value = std::string(39, 'a') + "\u00e9";
+  EXPECT_TRUE(
+      ::kiln::testing::has_all(refusal(R"({"prompt": "x", "output_format": ")" + value + R"("})").second,
+                               {"got \"" + std::string(39, 'a') + "\ufffd\"..."}));
 }
 
 TEST(GenerationParams, AppliesTheLimitsOfTheCommandLine) {
