@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 
+#include "kiln/ops.h"
 #include "kiln/runtime/execution_context.h"
 
 namespace kiln::pipelines {
@@ -41,6 +42,17 @@ Tensor denoise(Tensor latents, const DenoiseLoop& loop) {
     }
   }
   return latents;
+}
+
+std::function<Tensor(const Tensor&, int)> inpaint_blend(const Scheduler& scheduler, Tensor image_latents,
+                                                        Tensor noise, Tensor mask) {
+  return [&scheduler, image_latents, noise, mask](const Tensor& x, int step) {
+    const int next = step + 1;
+    const Tensor kept = next < scheduler.num_inference_steps()
+                            ? scheduler.scale_noise(image_latents, next, noise)
+                            : image_latents;
+    return add(mul(sub(1.0, mask), kept), mul(mask, x));
+  };
 }
 
 }  // namespace kiln::pipelines

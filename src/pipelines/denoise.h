@@ -31,4 +31,10 @@ struct DenoiseLoop {
 // bit for bit.
 Tensor denoise(Tensor latents, const DenoiseLoop& loop);
 
+// Inpainting's blend (diffusers' FLUX.1 and SD3 inpaint pipelines): where `mask` is 0, the image's latents
+// noised to the next step's level (clean after the last step); where 1, the denoised latents. `scheduler`
+// must outlive the loop.
+std::function<Tensor(const Tensor&, int)> inpaint_blend(const Scheduler& scheduler, Tensor image_latents,
+                                                        Tensor noise, Tensor mask);
+
 }  // namespace kiln::pipelines

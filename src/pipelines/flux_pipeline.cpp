@@ -460,15 +460,7 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
     guidance = Tensor::full({batch}, static_cast<double>(call.guidance_scale), float32);
 
   std::function<Tensor(const Tensor&, int)> blend;
-  if (task_ == Task::Inpaint)
-    blend = [&](const Tensor& x, int step) {
-      // The kept region from the image, noised to the next step's level (clean after the last step).
-      const int next = step + 1;
-      const Tensor kept = next < schedule.num_inference_steps()
-                              ? schedule.scale_noise(image_latents, next, noise)
-                              : image_latents;
-      return add(mul(sub(1.0, mask), kept), mul(mask, x));
-    };
+  if (task_ == Task::Inpaint) blend = pipelines::inpaint_blend(schedule, image_latents, noise, mask);
   latents = pipelines::denoise(
       latents, {.scheduler = &schedule,
                 .start_step = start,

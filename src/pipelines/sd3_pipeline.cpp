@@ -427,15 +427,7 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
     }
   }
   std::function<Tensor(const Tensor&, int)> blend;
-  if (task_ == Task::Inpaint)
-    blend = [&](const Tensor& x, int step) {
-      // The kept region from the image, noised to the next step's level (clean after the last step).
-      const int next = step + 1;
-      const Tensor kept = next < schedule.num_inference_steps()
-                              ? schedule.scale_noise(image_latents, next, noise)
-                              : image_latents;
-      return add(mul(sub(1.0, mask), kept), mul(mask, x));
-    };
+  if (task_ == Task::Inpaint) blend = pipelines::inpaint_blend(schedule, image_latents, noise, mask);
   latents = pipelines::denoise(latents,
                                {.scheduler = &schedule,
                                 .start_step = start,
