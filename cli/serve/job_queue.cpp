@@ -67,7 +67,9 @@ bool JobQueue::cancel(const std::string& id, const JobError& reason) {
     }
     if (!job) {
       const auto it = running_.find(id);
-      if (it == running_.end()) return false;
+      // A job that has ended is not cancelled again, even in the moment before its worker takes it off the
+      // running list.
+      if (it == running_.end() || it->second->finished()) return false;
       // The worker ends it (Cancelled at the next step) and keeps it.
       it->second->cancel(reason);
       return true;
