@@ -1,4 +1,5 @@
-// "linear_fused": oneDNN's matmul with the epilogue as post-ops (eltwise activation, binary mul by the gate,
+// "linear_fused": with bf16 weights on the f32-FMA GEMM where that is this host's faster path (matmul_path.h,
+// linear_fma32.h); otherwise oneDNN's matmul with the epilogue as post-ops (eltwise activation, binary mul by the gate,
 // binary add of the residual), applied to the float32 accumulator before the one rounding to the output.
 //  inputs: x [M, K] (row- or column-major), weight [N, K], then when present (attrs has_bias, has_gate,
 //          has_residual): bias [N] (x's dtype or float32), gate [G, 1 or N] (x's dtype; G = 1: one row for
@@ -8,6 +9,7 @@
 // The weight goes through onednn::matmul_with_weight like the "linear" kernel's: a weight used by both ops
 // is packed once, in the layout its first consumer chose.
 #include "backends/cpu/fused_kernels.h"
+#include "backends/cpu/linear_fma32.h"
 #include "backends/cpu/onednn_util.h"
 #include "kiln/ops/fused.h"
 
@@ -58,6 +60,7 @@ void linear_fused_kernel(const runtime::OpCall& call) {
   const Tensor* gate = has_gate ? &call.inputs[next++] : nullptr;
   const Tensor* residual = has_residual ? &call.inputs[next++] : nullptr;
   const Tensor& out = call.outputs[0];
+  if (fma32_serves(x, w)) return linear_fma32(x, w, bias, act, gate, residual, out);
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   const memory::data_type ct = compute_type(x.dtype());
   const bool f16 = x.dtype() == float16;

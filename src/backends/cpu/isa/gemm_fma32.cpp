@@ -1,0 +1,120 @@
+// The f32-FMA GEMM's packing and micro-kernel (the blocking and threads are gemm_fma32.cpp's).
+// The micro-kernel keeps an MR x NR tile of float32 accumulators in registers; each step along K loads NR
+// packed weight floats (NR / 16 vectors, from the L2-resident panel), broadcasts MR widened x values (from
+// the L1-resident strip) and issues MR * NR / 16 FMAs.
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "backends/cpu/gemm_fma32.h"
+#include "backends/cpu/isa/vec.h"
+
+namespace kiln::cpu_kernels::KILN_ISA {
+
+namespace {
+
+// AVX-512: 8 x 48 = 24 accumulators + 3 weight vectors + 1 broadcast of the 32 zmm registers; 11 loads per
+// 24 FMAs leaves the load ports idle half the time on cores with two FMA units, and the 48-float panel row
+// (192 bytes) is the only data streamed from L2. Portable: a 16-float vector is four SSE registers, so 3 x 16
+// (as in attention_tile.cpp) keeps the tile in 16 registers.
+#if defined(__AVX512F__)
+constexpr int kMR = 8;
+constexpr int kNV = 3;
+#else
+constexpr int kMR = 3;
+constexpr int kNV = 1;
+#endif
+constexpr int kNR = kNV * kLanes;
+
+template <int MR>
+void micro_kernel(int64_t depth, const float* __restrict a, int64_t a_stride, const float* __restrict b,
+                  float* __restrict c, int64_t c_stride, bool accumulate) {
+  f32x16 acc[MR][kNV];
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[m][v] = accumulate ? load(c + m * c_stride + v * kLanes) : splat(0.0f);
+  }
+  for (int64_t k = 0; k < depth; ++k) {
+    f32x16 bv[kNV];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) bv[v] = load(b + k * kNR + v * kLanes);
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m) {
+      const f32x16 av = splat(a[m * a_stride + k]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) acc[m][v] = vfma(av, bv[v], acc[m][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) store(c + m * c_stride + v * kLanes, acc[m][v]);
+  }
+}
+
+using MicroKernel = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, bool);
+
+template <size_t... I>
+constexpr std::array<MicroKernel, sizeof...(I)> make_kernels(std::index_sequence<I...>) {
+  return {&micro_kernel<static_cast<int>(I) + 1>...};
+}
+
+// Rows [m0, m0 + rows) x K range [k0, k0 + depth) of x, widened into strip[r * depth + k].
+void widen_rows(const Fma32Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, float* strip) {
+  const bf16_t* x = static_cast<const bf16_t*>(g.x);
+  for (int64_t r = 0; r < rows; ++r) {
+    const bf16_t* src = x + (m0 + r) * g.x_row_stride + k0 * g.x_col_stride;
+    float* dst = strip + r * depth;
+    int64_t k = 0;
+    if (g.x_col_stride == 1) {
+      for (; k + kLanes <= depth; k += kLanes) store(dst + k, load(src + k));
+    }
+    for (; k < depth; ++k) dst[k] = bf16_to_f32(src[k * g.x_col_stride]);
+  }
+}
+
+}  // namespace
+
+Fma32Tile fma32_tile() {
+  return {kMR, kNR};
+}
+
+void fma32_pack_weights(const Fma32Gemm& g, int64_t n0, int64_t cols, int64_t k0, int64_t depth,
+                        float* panels) {
+  const bf16_t* w = static_cast<const bf16_t*>(g.w);
+  for (int64_t p = 0; p < cols; p += kNR) {
+    float* panel = panels + p * depth;
+    const int64_t lanes = std::min<int64_t>(kNR, cols - p);
+    if (g.w_col_stride == 1) {
+      // Weight rows are contiguous along K: read each row once, scatter it down its panel column.
+      for (int64_t j = 0; j < lanes; ++j) {
+        const bf16_t* src = w + (n0 + p + j) * g.w_row_stride + k0;
+        for (int64_t k = 0; k < depth; ++k) panel[k * kNR + j] = bf16_to_f32(src[k]);
+      }
+    } else {
+      // Column-major weight: consecutive weight rows are adjacent, so each panel row is one read.
+      for (int64_t k = 0; k < depth; ++k) {
+        const bf16_t* src = w + (n0 + p) * g.w_row_stride + (k0 + k) * g.w_col_stride;
+        for (int64_t j = 0; j < lanes; ++j) panel[k * kNR + j] = bf16_to_f32(src[j * g.w_row_stride]);
+      }
+    }
+    if (lanes < kNR) {
+      for (int64_t k = 0; k < depth; ++k) std::fill(panel + k * kNR + lanes, panel + (k + 1) * kNR, 0.0f);
+    }
+  }
+}
+
+void fma32_block(const Fma32Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, const float* panels,
+                 int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate, float* strip) {
+  static constexpr auto kernels = make_kernels(std::make_index_sequence<kMR>());
+  for (int64_t r = 0; r < rows; r += kMR) {
+    const int mr = static_cast<int>(std::min<int64_t>(kMR, rows - r));
+    widen_rows(g, m0 + r, mr, k0, depth, strip);
+    for (int64_t p = 0; p < panel_cols; p += kNR) {
+      kernels[mr - 1](depth, strip, depth, panels + p * depth, acc + r * acc_stride + p, acc_stride, accumulate);
+    }
+  }
+}
+
+}  // namespace kiln::cpu_kernels::KILN_ISA

@@ -1,0 +1,27 @@
+// Which instruction bf16 products run on. oneDNN's bf16 kernels multiply with vdpbf16ps (or AMX tdpbf16ps);
+// on a CPU whose f32 FMA outruns vdpbf16ps (Intel Xeons without AMX) the same products are faster as
+// float32 FMAs on operands widened exactly from bf16 (a bf16 x bf16 product is exact in float32, so the
+// precision is the same). The choice covers "linear", "linear_fused" with bf16 weights (gemm_fma32.h) and
+// attention's two products (attention.cpp).
+#pragma once
+
+namespace kiln::cpu_kernels {
+
+enum class Bf16Path {
+  Onednn,  // oneDNN bf16 matmuls, attention on vdpbf16ps: the bf16 instructions
+  Fma32,   // Kiln's f32-FMA GEMM (gemm_fma32.h), attention in float32
+};
+
+// KILN_CPU_MATMUL=onednn or fma32 forces a path (fma32 also runs on CPUs without AVX-512, in the portable
+// kernel variant: slow, but it lets the tests exercise it anywhere). Unset or "auto": fma32 where the AVX-512
+// kernels are in use and this host's f32 FMA rate beats its best bf16 instruction by kFma32Margin
+// (host_instruction_rates(): the probe runs once per CPU model); otherwise oneDNN. Any other value is an
+// error naming the variable. Decided once per process; KILN_LOG=matmul says which and why.
+Bf16Path bf16_path();
+const char* bf16_path_name(Bf16Path path);
+
+// How much faster f32 FMA must be than the best bf16 instruction before the fma32 path wins: oneDNN's bf16
+// GEMMs reach a larger share of their instruction's rate than a simpler kernel reaches of FMA's.
+inline constexpr double kFma32Margin = 1.15;
+
+}  // namespace kiln::cpu_kernels
