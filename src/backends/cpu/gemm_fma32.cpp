@@ -17,9 +17,10 @@ namespace {
 // the block passes over them; a strip (mr x kDepthBlock floats, 8 KiB) stays in L1 while it crosses all the
 // panels. kRowBlock sets how often the weight is widened (M / kRowBlock times), kColBlock how often x is
 // (N / kColBlock times): each widened float then feeds 2 * 1024 or 2 * 384 FLOPs.
-constexpr int64_t kDepthBlock = 256;
-constexpr int64_t kColBlock = 384;
-constexpr int64_t kRowBlock = 1024;
+static int64_t env_or(const char* n, int64_t d) { const char* v = std::getenv(n); return v ? std::atoll(v) : d; }
+static const int64_t kDepthBlock = env_or("TUNE_KC", 256);
+static const int64_t kColBlock = env_or("TUNE_NC", 384);
+static const int64_t kRowBlock = env_or("TUNE_MC", 1024);
 
 int64_t round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;
@@ -47,8 +48,7 @@ class Buffer {
 
 }  // namespace
 
-void gemm_fma32(const Fma32Gemm& g) {
-  const bool avx512 = use_avx512();
+void gemm_fma32(const Fma32Gemm& g, bool avx512) {
   const Fma32Tile tile = avx512 ? avx512::fma32_tile() : generic::fma32_tile();
   const auto pack = avx512 ? avx512::fma32_pack_weights : generic::fma32_pack_weights;
   const auto block = avx512 ? avx512::fma32_block : generic::fma32_block;

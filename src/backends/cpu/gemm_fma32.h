@@ -30,8 +30,8 @@ struct Fma32Gemm {
   LinearEpilogueArgs epilogue;
 };
 
-// Runs the whole product on the OpenMP threads.
-void gemm_fma32(const Fma32Gemm& g);
+// Runs the whole product on the OpenMP threads, in the AVX-512 or the portable kernel variant.
+void gemm_fma32(const Fma32Gemm& g, bool avx512);
 
 // ---- the per-ISA pieces the driver (gemm_fma32.cpp) runs; isa/gemm_fma32.cpp
 

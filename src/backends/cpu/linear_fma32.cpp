@@ -48,7 +48,7 @@ void linear_fma32(const Tensor& x, const Tensor& w, const Tensor* bias, Activati
     e.residual_dtype = residual->dtype();
     e.residual_row_stride = residual->stride(0);
   }
-  gemm_fma32(g);
+  gemm_fma32(g, use_avx512());
 }
 
 }  // namespace kiln::cpu_kernels

@@ -1,6 +1,7 @@
 #include "backends/cpu/matmul_path.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -13,6 +14,8 @@
 namespace kiln::cpu_kernels {
 
 namespace {
+
+std::atomic<int> g_override{-1};  // a Bf16Path while a ScopedBf16Path lives
 
 Bf16Path decide() {
   const char* forced = std::getenv("KILN_CPU_MATMUL");
@@ -30,6 +33,8 @@ Bf16Path decide() {
 }  // namespace
 
 Bf16Path bf16_path() {
+  if (const int forced = g_override.load(std::memory_order_relaxed); forced >= 0)
+    return static_cast<Bf16Path>(forced);
   static const Bf16Path path = [] {
     const Bf16Path p = decide();
     if (log_enabled("matmul")) {
@@ -48,6 +53,11 @@ Bf16Path bf16_path() {
     return p;
   }();
   return path;
+}
+
+ScopedBf16Path::ScopedBf16Path(Bf16Path path) : previous_(g_override.exchange(static_cast<int>(path))) {}
+ScopedBf16Path::~ScopedBf16Path() {
+  g_override.store(previous_);
 }
 
 const char* bf16_path_name(Bf16Path path) {

@@ -20,6 +20,20 @@ enum class Bf16Path {
 Bf16Path bf16_path();
 const char* bf16_path_name(Bf16Path path);
 
+// Overrides bf16_path() for this process while it lives (tests of one path's behaviour, such as oneDNN's
+// weight packing, that must hold on every host whichever path it picks). Not for concurrent use with
+// products in flight.
+class ScopedBf16Path {
+ public:
+  explicit ScopedBf16Path(Bf16Path path);
+  ~ScopedBf16Path();
+  ScopedBf16Path(const ScopedBf16Path&) = delete;
+  ScopedBf16Path& operator=(const ScopedBf16Path&) = delete;
+
+ private:
+  int previous_;
+};
+
 // How much faster f32 FMA must be than the best bf16 instruction before the fma32 path wins: oneDNN's bf16
 // GEMMs reach a larger share of their instruction's rate than a simpler kernel reaches of FMA's.
 inline constexpr double kFma32Margin = 1.15;
