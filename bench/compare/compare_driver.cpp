@@ -556,6 +556,7 @@ int run(const Options& o) {
   kiln::set_eager_mode(kiln::EagerMode::DeferNever);
 
   const kiln::bench::Bf16Ceiling ceiling = kiln::bench::measure_bf16_ceiling();
+  kiln::bench::print_ceiling(ceiling);
   const double peak = ceiling.gflops;
   const double matmul = o.matmul_reps > 0 ? matmul_seconds(c.work, o.matmul_reps) : NAN;
   const double flops = c.work.linear_flops() + c.work.attention_flops;

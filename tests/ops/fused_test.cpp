@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/matmul_path.h"
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/fused_kernels.h"
+#include "backends/cpu/matmul_path.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/fused.h"

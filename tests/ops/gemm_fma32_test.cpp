@@ -67,7 +67,8 @@ void check(const Case& c, const Epi& e, DType out_dtype, bool avx512) {
                                     << " strided " << c.strided << " x_cm " << c.x_column_major << " bias "
                                     << dtype_name(e.bias) << " act " << static_cast<int>(e.act) << " gate "
                                     << e.gate_rows << (e.gate_scalar ? " scalar" : "") << " residual "
-                                    << e.residual << " out " << dtype_name(out_dtype) << " avx512 " << avx512);
+                                    << e.residual << " out " << dtype_name(out_dtype) << " avx512 "
+                                    << avx512);
   const Tensor x = operand(c.m, c.k, c.x_column_major, c.strided, 1);
   const Tensor w = operand(c.n, c.k, c.w_column_major, c.strided, 2);
   const Tensor bias = e.bias == DType::Bool ? Tensor() : testing::values({c.n}, 3, -1.0, 1.0, e.bias);
@@ -156,9 +157,19 @@ std::vector<bool> variants() {
 
 TEST(GemmFma32, MatchesFloat64ReferenceOverShapes) {
   const std::vector<Case> cases{
-      {1, 1, 1},        {1, 300, 7},      {7, 5, 3},     {13, 257, 49},    {9, 512, 96},
-      {33, 1000, 130},  {100, 64, 400},   {2, 3, 1000},  {1100, 40, 50},   {17, 600, 97, true},
-      {21, 300, 60, false, true},         {8, 48, 48, false, false, true}, {5, 777, 33, true, true, true},
+      {1, 1, 1},
+      {1, 300, 7},
+      {7, 5, 3},
+      {13, 257, 49},
+      {9, 512, 96},
+      {33, 1000, 130},
+      {100, 64, 400},
+      {2, 3, 1000},
+      {1100, 40, 50},
+      {17, 600, 97, true},
+      {21, 300, 60, false, true},
+      {8, 48, 48, false, false, true},
+      {5, 777, 33, true, true, true},
   };
   for (bool avx512 : variants())
     for (const Case& c : cases)
@@ -208,8 +219,8 @@ TEST(Bf16Path, OnednnPassesTheOpTests) {
 TEST(Bf16Path, UnknownValueIsAnErrorNamingTheVariable) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::string log = testing::temp_dir("bf16_path_bad") + "/log.txt";
-  const std::string cmd = "KILN_CPU_MATMUL=fastest '" + self + "' --gtest_filter='GemmFma32Op.Bf16Linear' > '" +
-                          log + "' 2>&1";
+  const std::string cmd =
+      "KILN_CPU_MATMUL=fastest '" + self + "' --gtest_filter='GemmFma32Op.Bf16Linear' > '" + log + "' 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream in(log);
   std::stringstream out;

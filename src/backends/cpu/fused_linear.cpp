@@ -1,6 +1,7 @@
 // "linear_fused": with bf16 weights on the f32-FMA GEMM where that is this host's faster path (matmul_path.h,
-// linear_fma32.h); otherwise oneDNN's matmul with the epilogue as post-ops (eltwise activation, binary mul by the gate,
-// binary add of the residual), applied to the float32 accumulator before the one rounding to the output.
+// linear_fma32.h); otherwise oneDNN's matmul with the epilogue as post-ops (eltwise activation, binary mul by
+// the gate, binary add of the residual), applied to the float32 accumulator before the one rounding to the
+// output.
 //  inputs: x [M, K] (row- or column-major), weight [N, K], then when present (attrs has_bias, has_gate,
 //          has_residual): bias [N] (x's dtype or float32), gate [G, 1 or N] (x's dtype; G = 1: one row for
 //          all rows; G = M: full [M, N]; else row block b of M / G consecutive rows uses gate row b),

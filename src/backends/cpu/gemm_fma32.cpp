@@ -16,11 +16,12 @@ namespace {
 // kDepthBlock x kColBlock floats of packed weight (384 KiB) stay in a 1-2 MiB L2 while every row strip of
 // the block passes over them; a strip (mr x kDepthBlock floats, 8 KiB) stays in L1 while it crosses all the
 // panels. kRowBlock sets how often the weight is widened (M / kRowBlock times), kColBlock how often x is
-// (N / kColBlock times): each widened float then feeds 2 * 1024 or 2 * 384 FLOPs.
-static int64_t env_or(const char* n, int64_t d) { const char* v = std::getenv(n); return v ? std::atoll(v) : d; }
-static const int64_t kDepthBlock = env_or("TUNE_KC", 256);
-static const int64_t kColBlock = env_or("TUNE_NC", 384);
-static const int64_t kRowBlock = env_or("TUNE_MC", 1024);
+// (N / kColBlock times): each widened float then feeds 2 * 2048 or 2 * 384 FLOPs. The block's accumulators
+// (kRowBlock x kColBlock floats, 3 MiB) live in L3; each tile of them is touched once per depth block and
+// prefetched a tile ahead. On a Zen 4 core, 1024 rows widened the weight twice as often for ~2% of the time.
+constexpr int64_t kDepthBlock = 256;
+constexpr int64_t kColBlock = 384;
+constexpr int64_t kRowBlock = 2048;
 
 int64_t round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;

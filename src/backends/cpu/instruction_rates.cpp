@@ -203,8 +203,8 @@ std::string cpu_model_key() {
     std::memcpy(vendor + 8, &ecx, 4);
   }
   char brand[49] = {};
-  for (unsigned i = 0; i < 3; ++i) __get_cpuid(0x80000002 + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2],
-                                               &regs[4 * i + 3]);
+  for (unsigned i = 0; i < 3; ++i)
+    __get_cpuid(0x80000002 + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2], &regs[4 * i + 3]);
   std::memcpy(brand, regs, 48);
   unsigned signature = 0;
   if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) signature = eax;

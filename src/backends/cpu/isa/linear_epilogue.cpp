@@ -82,7 +82,8 @@ void linear_epilogue_rows(const float* acc, int64_t acc_stride, int64_t m0, int6
         else
           v *= load_any(e.gate, e.gate_dtype, gate_base + col, n);
       }
-      if (e.residual != nullptr) v += load_any(e.residual, e.residual_dtype, row * e.residual_row_stride + col, n);
+      if (e.residual != nullptr)
+        v += load_any(e.residual, e.residual_dtype, row * e.residual_row_stride + col, n);
       store_any(out, out_dtype, row * out_row_stride + col, v, n);
     }
   }
