@@ -165,7 +165,7 @@ TEST(GemmFma32, MatchesFloat64ReferenceOverShapes) {
       {33, 1000, 130},
       {100, 64, 400},
       {2, 3, 1000},
-      {1100, 40, 50},
+      {2100, 40, 50},
       {17, 600, 97, true},
       {21, 300, 60, false, true},
       {8, 48, 48, false, false, true},

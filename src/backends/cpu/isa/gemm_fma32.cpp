@@ -72,22 +72,28 @@ constexpr std::array<MicroKernel, sizeof...(I)> make_kernels(std::index_sequence
 }
 
 // GCC 12's dead-code elimination drops __builtin_prefetch in loops like these (attention_tile.cpp); an asm
-// statement stays.
+// statement stays. Level 1 requests the line into L1; level 2 into L2 only, for lines needed thousands of
+// cycles later: the weight panels stream through L1 meanwhile and would evict them from there.
+template <int Level>
 inline void prefetch(const void* p) {
 #if defined(__x86_64__)
-  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+  if constexpr (Level == 1)
+    asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+  else
+    asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
 #else
-  __builtin_prefetch(p);
+  __builtin_prefetch(p, 0, Level == 1 ? 3 : 2);
 #endif
 }
 
-// Requests `bytes` from `p` into L1. The rows of x and of the weight that a block reads are each on their own
-// page (rows are kilobytes apart), where the hardware prefetcher does not follow: without this, widening x
-// and packing the weight waited on L3 or DRAM for every row (10% of the time at 4096 x 3072 x 3072).
+// Requests `bytes` from `p`. The rows of x and of the weight that a block reads are each on their own page
+// (rows are kilobytes apart), where the hardware prefetcher does not follow: without this, widening x and
+// packing the weight waited on L3 or DRAM for every row (10% of the time at 4096 x 3072 x 3072).
+template <int Level>
 inline void prefetch_bytes(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
-  for (int64_t b = 0; b < bytes; b += 64) prefetch(c + b);
-  prefetch(c + bytes - 1);
+  for (int64_t b = 0; b < bytes; b += 64) prefetch<Level>(c + b);
+  prefetch<Level>(c + bytes - 1);
 }
 
 // Rows [m0, m0 + rows) x K range [k0, k0 + depth) of x, widened into strip[r * depth + k].
@@ -120,7 +126,7 @@ void fma32_pack_weights(const Fma32Gemm& g, int64_t n0, int64_t cols, int64_t k0
       // Weight rows are contiguous along K: read each row once, scatter it down its panel column.
       for (int64_t j = 0; j < lanes; ++j) {
         const bf16_t* src = w + (n0 + p + j) * g.w_row_stride + k0;
-        if (p + j + kNR < cols) prefetch_bytes(src + kNR * g.w_row_stride, depth * 2);
+        if (p + j + kNR < cols) prefetch_bytes<1>(src + kNR * g.w_row_stride, depth * 2);
         for (int64_t k = 0; k < depth; ++k) panel[k * kNR + j] = bf16_to_f32(src[k]);
       }
     } else {
@@ -151,10 +157,10 @@ void fma32_block(const Fma32Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64
     const int64_t per_panel = (next_rows + panel_count - 1) / panel_count;
     for (int64_t p = 0, i = 0; p < panel_cols; p += kNR) {
       for (const int64_t end = std::min(next_rows, i + per_panel); i < end; ++i)
-        prefetch_bytes(x + (m0 + r + kMR + i) * g.x_row_stride + k0, depth * 2);
+        prefetch_bytes<2>(x + (m0 + r + kMR + i) * g.x_row_stride + k0, depth * 2);
       // The accumulators of the next tile (in L3: a block's are larger than L2) arrive during this one.
       if (accumulate && p + kNR < panel_cols) {
-        for (int m = 0; m < mr; ++m) prefetch_bytes(acc + (r + m) * acc_stride + p + kNR, kNR * 4);
+        for (int m = 0; m < mr; ++m) prefetch_bytes<2>(acc + (r + m) * acc_stride + p + kNR, kNR * 4);
       }
       kernels[mr - 1](depth, strip, depth, panels + p * depth, acc + r * acc_stride + p, acc_stride,
                       accumulate);
