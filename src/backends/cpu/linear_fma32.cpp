@@ -9,7 +9,8 @@
 namespace kiln::cpu_kernels {
 
 bool fma32_serves(const Tensor& x, const Tensor& w) {
-  return w.dtype() == bfloat16 && x.dtype() == bfloat16 && bf16_path() == Bf16Path::Fma32;
+  if (w.dtype() != bfloat16 || x.dtype() != bfloat16 || bf16_path() != Bf16Path::Fma32) return false;
+  return x.size(0) >= kFma32MinRows || bf16_path_forced();
 }
 
 void linear_fma32(const Tensor& x, const Tensor& w, const Tensor* bias, Activation act, const Tensor* gate,

@@ -6,7 +6,8 @@
 
 namespace kiln::cpu_kernels {
 
-// Whether this product runs on the f32-FMA GEMM: bf16 x and weight, and bf16_path() is fma32.
+// Whether this product runs on the f32-FMA GEMM: bf16 x and weight, bf16_path() is fma32, and x has at least
+// kFma32MinRows rows or the path was forced (matmul_path.h).
 bool fma32_serves(const Tensor& x, const Tensor& w);
 
 // out [M, N] (columns adjacent) = epilogue(x [M, K] . w [N, K]^T) with optional bias [N], gate [G, 1 or N]

@@ -60,6 +60,15 @@ ScopedBf16Path::~ScopedBf16Path() {
   g_override.store(previous_);
 }
 
+bool bf16_path_forced() {
+  if (g_override.load(std::memory_order_relaxed) >= 0) return true;
+  static const bool forced = [] {
+    const char* v = std::getenv("KILN_CPU_MATMUL");
+    return v != nullptr && *v != '\0' && std::strcmp(v, "auto") != 0;
+  }();
+  return forced;
+}
+
 const char* bf16_path_name(Bf16Path path) {
   return path == Bf16Path::Fma32 ? "fma32" : "onednn";
 }

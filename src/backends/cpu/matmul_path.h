@@ -5,6 +5,8 @@
 // attention's two products (attention.cpp).
 #pragma once
 
+#include <cstdint>
+
 namespace kiln::cpu_kernels {
 
 enum class Bf16Path {
@@ -19,6 +21,15 @@ enum class Bf16Path {
 // error naming the variable. Decided once per process; KILN_LOG=matmul says which and why.
 Bf16Path bf16_path();
 const char* bf16_path_name(Bf16Path path);
+// True when KILN_CPU_MATMUL or a ScopedBf16Path chose the path rather than the probe.
+bool bf16_path_forced();
+
+// Products with fewer rows than this stay on oneDNN on the automatic fma32 path: widening each weight
+// element into a panel costs about a cycle, which only kFma32MinRows rows of FMAs (M / 32 cycles per element
+// on two FMA units) repay against vdpbf16ps at ~0.6x of FMA (an estimate from this Zen 4 host's packing cost:
+// the Intel host was not available). Below it the product is mostly reading the weight, whatever multiplies
+// it. A forced fma32 path takes every row count, so that the tests exercise it on every shape.
+inline constexpr int64_t kFma32MinRows = 48;
 
 // Overrides bf16_path() for this process while it lives (tests of one path's behaviour, such as oneDNN's
 // weight packing, that must hold on every host whichever path it picks). Not for concurrent use with
