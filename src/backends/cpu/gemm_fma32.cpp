@@ -23,9 +23,14 @@ namespace {
 constexpr int64_t kDepthBlock = 384;
 constexpr int64_t kColBlock = 384;
 constexpr int64_t kRowBlock = 2048;
+constexpr int64_t kMinRowBlock = 256;
+constexpr int64_t kItemsPerThread = 4;
 
+int64_t ceil_div(int64_t x, int64_t m) {
+  return (x + m - 1) / m;
+}
 int64_t round_up(int64_t x, int64_t m) {
-  return (x + m - 1) / m * m;
+  return ceil_div(x, m) * m;
 }
 
 // A thread's panels, strip and accumulators; grows to the largest size this thread has needed.
@@ -56,13 +61,22 @@ void gemm_fma32(const Fma32Gemm& g, bool avx512) {
   const auto block = avx512 ? avx512::fma32_block : generic::fma32_block;
   const auto epilogue = avx512 ? avx512::linear_epilogue_rows : generic::linear_epilogue_rows;
 
-  const int64_t row_block = std::min(round_up(kRowBlock, tile.mr), round_up(g.m, tile.mr));
+  const int max_threads = omp_get_max_threads();
   const int64_t col_block = std::min(round_up(kColBlock, tile.nr), round_up(g.n, tile.nr));
+  const int64_t col_blocks = ceil_div(g.n, col_block);
+  int64_t row_block = std::min(round_up(kRowBlock, tile.mr), round_up(g.m, tile.mr));
+  // A few items per thread, so that no core idles through the last one (a narrow output, N <= 384, would
+  // otherwise be one or two items): shorter row blocks, down to kMinRowBlock, which widen the weight more
+  // often.
+  if (ceil_div(g.m, row_block) * col_blocks < kItemsPerThread * max_threads) {
+    const int64_t wanted_row_blocks = ceil_div(kItemsPerThread * max_threads, col_blocks);
+    row_block = std::min(row_block, std::max(round_up(ceil_div(g.m, wanted_row_blocks), tile.mr),
+                                             round_up(kMinRowBlock, tile.mr)));
+  }
   const int64_t depth_block = std::min(kDepthBlock, g.k);
-  const int64_t row_blocks = (g.m + row_block - 1) / row_block;
-  const int64_t col_blocks = (g.n + col_block - 1) / col_block;
+  const int64_t row_blocks = ceil_div(g.m, row_block);
   const int64_t items = row_blocks * col_blocks;
-  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), items));
+  const int threads = static_cast<int>(std::min<int64_t>(max_threads, items));
   const size_t panel_floats = static_cast<size_t>(depth_block * col_block);
   const size_t strip_floats = static_cast<size_t>(tile.mr * depth_block);
   const size_t acc_floats = static_cast<size_t>(row_block * col_block);
