@@ -5,7 +5,12 @@
 //      and with the rank-16 adapter fused, in eager and compiled mode; each configuration timed `reps` times,
 //      interleaved, so that the host's load drifts over all of them alike;
 //   2. switching between two rank-16 adapters between steps in compiled mode: the time set_adapters takes
-//      (rebuilding every layer's combined pair) and the programs built (none).
+//      (rebuilding every layer's combined pair) and the programs built (none);
+//   3. one layer of each FLUX shape (attention 3072 -> 3072, MLP up 3072 -> 12288 with gelu, MLP down
+//      12288 -> 3072) over the step's 1536 tokens: the plain product, the pair inside it (linear_fused with
+//      the low-rank pair: what nn::Linear runs) and the pair apart (its two products, then the product with
+//      their result as a residual and the activation after: what ran before), best CPU time of interleaved
+//      runs: the steadier figure on a shared host.
 // Wall and process CPU time are both printed (the host is shared; CPU time is the steadier figure; run with
 // OMP_WAIT_POLICY=passive). Usage: bench_lora_step [repetitions=5] [size=512]
 #include <algorithm>
@@ -16,6 +21,8 @@
 
 #include "bench_util.h"
 #include "kiln/nn/layers.h"
+#include "kiln/ops.h"
+#include "kiln/ops/fused.h"
 #include "kiln/runtime/counters.h"
 
 namespace {
@@ -153,6 +160,48 @@ void switching(FluxShapedStep& flux, const std::vector<kiln::nn::Linear*>& layer
   flux.model->reset_compiled();
 }
 
+void per_layer(int64_t tokens, int reps) {
+  using kiln::Activation;
+  using kiln::LinearEpilogue;
+  using kiln::Tensor;
+  struct Shape3 {
+    const char* name;
+    int64_t k, n;
+    Activation act;
+  };
+  std::printf("one layer, %lld tokens, bf16 (best process CPU time of %d interleaved runs):\n",
+              static_cast<long long>(tokens), reps);
+  for (const Shape3& s : {Shape3{"attention 3072 -> 3072", 3072, 3072, Activation::None},
+                          Shape3{"MLP up 3072 -> 12288 + gelu", 3072, 12288, Activation::GeluTanh},
+                          Shape3{"MLP down 12288 -> 3072", 12288, 3072, Activation::None}}) {
+    const Tensor x = kiln::bench::uniform_tensor({tokens, s.k}, kiln::bfloat16, 1.0f, 1);
+    const Tensor w = kiln::bench::uniform_tensor({s.n, s.k}, kiln::bfloat16, 0.02f, 2);
+    for (int64_t rank : {16, 64}) {
+      const Tensor down = kiln::bench::uniform_tensor({rank, s.k}, kiln::bfloat16, 0.02f, 3);
+      const Tensor up = kiln::bench::uniform_tensor({s.n, rank}, kiln::bfloat16, 0.02f, 4);
+      Tensor out;
+      const std::function<void()> runs[] = {
+          [&] { out = kiln::linear_fused(x, w, Tensor(), {.act = s.act}); },
+          [&] {
+            out =
+                kiln::linear_fused(x, w, Tensor(), {.act = s.act, .low_rank_down = down, .low_rank_up = up});
+          },
+          [&] {
+            const Tensor pair = kiln::linear(kiln::linear(x, down), up);
+            out = kiln::linear_fused(x, w, Tensor(), {.residual = pair});
+            if (s.act != Activation::None) out = kiln::gelu(out, kiln::GeluApproximate::Tanh);
+          }};
+      double best[3] = {1e30, 1e30, 1e30};
+      for (const auto& run : runs) run();  // warm-up: primitives made, the weight packed
+      for (int r = 0; r < reps; ++r)
+        for (int i = 0; i < 3; ++i) best[i] = std::min(best[i], kiln::bench::time_of(runs[i]).cpu);
+      std::printf("  %-28s rank %-3lld plain %7.1f ms   pair inside %+5.1f%%   pair apart %+5.1f%%\n", s.name,
+                  static_cast<long long>(rank), best[0] * 1e3, 100 * (best[1] - best[0]) / best[0],
+                  100 * (best[2] - best[0]) / best[0]);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -170,5 +219,6 @@ int main(int argc, char** argv) {
   step_costs(flux, layers, false, reps);
   step_costs(flux, layers, true, reps);
   switching(flux, layers, reps);
+  per_layer(size * size / 256 + 512, std::max(reps, 4));
   return 0;
 }

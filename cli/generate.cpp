@@ -56,7 +56,8 @@ std::string flag_of(const std::string& field, bool editing) {
                                                            {"guidance_scale", "--guidance"},
                                                            {"max_sequence_length", "--max-sequence-length"},
                                                            {"mask_image", "--mask"},
-                                                           {"strength", "--strength"}};
+                                                           {"strength", "--strength"},
+                                                           {"padding_mask_crop", "--padding-mask-crop"}};
   const auto it = flags.find(field);
   return it == flags.end() ? field : it->second;
 }
@@ -76,6 +77,7 @@ PipelineRequest request_from(const GenerateArgs& args, const std::string& pipeli
   request.guidance_scale = args.guidance;
   request.max_sequence_length = args.max_sequence_length;
   request.strength = args.strength;
+  request.padding_mask_crop = args.padding_mask_crop;
   // Placeholders for the images, so that a pipeline that does not take them refuses them before any is read.
   request.image.resize(args.images.size() + (args.init_image ? 1 : 0));
   if (args.mask) request.mask_image = Image();
@@ -267,6 +269,11 @@ void add_generate_command(CLI::App& app) {
       "--strength", args->strength,
       "how much of --init-image is redrawn, from 0 to 1: the denoising starts at step int(steps - "
       "steps * strength) (default 0.6; FluxFillPipeline 1)");
+  cmd->add_option(
+      "--padding-mask-crop", args->padding_mask_crop,
+      "inpainting: repaint only the region around --mask, N pixels wider on each side and grown to "
+      "--width/--height's aspect ratio, at --width x --height, then paste it back into --init-image (the "
+      "output has its size; the mask must too)");
   cmd->add_option("--height", args->height,
                   "image height in pixels, a multiple of 16 (default: the model's, 1024)");
   cmd->add_option("--width", args->width,

@@ -45,6 +45,8 @@ void check_generate_args(const GenerateArgs& args) {
              "--strength " << *args.strength << " is outside [0, 1]");
   KILN_CHECK(!args.strength || args.init_image,
              "--strength says how much of --init-image is redrawn; give --init-image too");
+  KILN_CHECK(!args.padding_mask_crop || args.mask,
+             "--padding-mask-crop crops around --mask; give --init-image and --mask too");
   // LoRA files: readable, each weight a finite number; the LoRA-only flags need one.
   for (const std::string& value : args.loras) {
     const LoraFlag lora = parse_lora_flag(value);

@@ -22,6 +22,7 @@ struct GenerateArgs {
   std::optional<std::string> init_image;  // image-to-image, inpainting, Fill: the image to start from
   std::optional<std::string> mask;        // inpainting, Fill
   std::optional<double> strength;
+  std::optional<int64_t> padding_mask_crop;  // inpainting: repaint only around the mask
   std::optional<int64_t> height, width;
   std::optional<int> steps;
   std::optional<float> guidance;

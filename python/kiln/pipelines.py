@@ -199,7 +199,7 @@ class DiffusionPipeline:
     def __call__(self, prompt=None, prompt_2=None, prompt_3=None, negative_prompt=None, negative_prompt_2=None,
                  negative_prompt_3=None, height=None, width=None, num_inference_steps=None, guidance_scale=None,
                  num_images_per_prompt=1, generator=None, max_sequence_length=None, image=None, mask_image=None,
-                 strength=None, max_area=None, _auto_resize=None,
+                 strength=None, padding_mask_crop=None, max_area=None, _auto_resize=None,
                  prompt_embeds=None, negative_prompt_embeds=None, output_type="pil", return_dict=True,
                  callback_on_step_end=None, callback_on_step_end_tensor_inputs=None, skip_guidance_layers=None,
                  **kwargs):
@@ -237,7 +237,8 @@ class DiffusionPipeline:
                 prompt_embeds=None if prompt_embeds is None else _convert.to_kiln(prompt_embeds),
                 negative_prompt_embeds=None if negative_prompt_embeds is None else _convert.to_kiln(negative_prompt_embeds),
                 images=images, mask_image=None if mask_image is None else _convert.image_array(mask_image),
-                strength=None if strength is None else float(strength), max_area=max_area,
+                strength=None if strength is None else float(strength), padding_mask_crop=padding_mask_crop,
+                max_area=max_area,
                 auto_resize=_auto_resize, height=height, width=width,
                 num_inference_steps=num_inference_steps,
                 guidance_scale=guidance_scale, seed=_convert.seed_of(generator),
@@ -302,7 +303,7 @@ class FluxImg2ImgPipeline(DiffusionPipeline):
 
 
 class FluxInpaintPipeline(DiffusionPipeline):
-    """FLUX.1 inpainting (diffusers' FluxInpaintPipeline): image=, mask_image=, strength=."""
+    """FLUX.1 inpainting (diffusers' FluxInpaintPipeline): image=, mask_image=, strength=, padding_mask_crop=."""
 
 
 class FluxFillPipeline(DiffusionPipeline):
@@ -318,7 +319,8 @@ class StableDiffusion3Img2ImgPipeline(DiffusionPipeline):
 
 
 class StableDiffusion3InpaintPipeline(DiffusionPipeline):
-    """SD3 / SD3.5 inpainting (diffusers' StableDiffusion3InpaintPipeline)."""
+    """SD3 / SD3.5 inpainting (diffusers' StableDiffusion3InpaintPipeline): image=, mask_image=, strength=,
+    padding_mask_crop=."""
 
 
 class Flux2Pipeline(DiffusionPipeline):

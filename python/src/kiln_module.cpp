@@ -204,13 +204,13 @@ class PyPipeline {
                     std::optional<std::string> negative_prompt_3, std::optional<AnyArray> prompt_embeds,
                     std::optional<AnyArray> negative_prompt_embeds, std::vector<AnyArray> images,
                     std::optional<AnyArray> mask_image, std::optional<double> strength,
-                    std::optional<int64_t> max_area, std::optional<bool> auto_resize,
-                    std::optional<int64_t> height, std::optional<int64_t> width,
-                    std::optional<int> num_inference_steps, std::optional<float> guidance_scale,
-                    std::optional<uint64_t> seed, std::optional<int64_t> max_sequence_length,
-                    int num_images_per_prompt, std::vector<int64_t> skip_guidance_layers,
-                    const std::string& output_type, std::optional<nb::callable> on_step,
-                    bool widen_bfloat16) {
+                    std::optional<int64_t> padding_mask_crop, std::optional<int64_t> max_area,
+                    std::optional<bool> auto_resize, std::optional<int64_t> height,
+                    std::optional<int64_t> width, std::optional<int> num_inference_steps,
+                    std::optional<float> guidance_scale, std::optional<uint64_t> seed,
+                    std::optional<int64_t> max_sequence_length, int num_images_per_prompt,
+                    std::vector<int64_t> skip_guidance_layers, const std::string& output_type,
+                    std::optional<nb::callable> on_step, bool widen_bfloat16) {
     PipelineRequest r;
     r.prompt = prompt;
     r.prompt_2 = prompt_2;
@@ -224,6 +224,7 @@ class PyPipeline {
     for (const AnyArray& image : images) r.image.push_back(to_image(image));
     if (mask_image) r.mask_image = to_image(*mask_image);
     r.strength = strength;
+    r.padding_mask_crop = padding_mask_crop;
     r.max_area = max_area;
     r.auto_resize = auto_resize;
     r.height = height;
@@ -348,8 +349,9 @@ NB_MODULE(_kiln, m) {
            nb::arg("negative_prompt_2") = nb::none(), nb::arg("negative_prompt_3") = nb::none(),
            nb::arg("prompt_embeds") = nb::none(), nb::arg("negative_prompt_embeds") = nb::none(),
            nb::arg("images") = std::vector<AnyArray>(), nb::arg("mask_image") = nb::none(),
-           nb::arg("strength") = nb::none(), nb::arg("max_area") = nb::none(),
-           nb::arg("auto_resize") = nb::none(), nb::arg("height") = nb::none(), nb::arg("width") = nb::none(),
+           nb::arg("strength") = nb::none(), nb::arg("padding_mask_crop") = nb::none(),
+           nb::arg("max_area") = nb::none(), nb::arg("auto_resize") = nb::none(),
+           nb::arg("height") = nb::none(), nb::arg("width") = nb::none(),
            nb::arg("num_inference_steps") = nb::none(), nb::arg("guidance_scale") = nb::none(),
            nb::arg("seed") = nb::none(), nb::arg("max_sequence_length") = nb::none(),
            nb::arg("num_images_per_prompt") = 1, nb::arg("skip_guidance_layers") = std::vector<int64_t>(),

@@ -44,7 +44,7 @@ class PatternRewriter {
     int64_t n = 0;
     for (int i = 0; i < static_cast<int>(calls_.size()); ++i) {
       if (removed_[i]) continue;
-      if (calls_[i].op == "linear")
+      if (calls_[i].op == "linear" || is_low_rank_only(calls_[i]))
         n += try_linear(i);
       else if (calls_[i].op == "layer_norm" || calls_[i].op == "rms_norm")
         n += try_norm(i);
@@ -107,15 +107,31 @@ class PatternRewriter {
     return true;
   }
 
+  // A linear_fused call that only adds a low-rank pair (nn::Linear with LoRA adapters): a linear whose
+  // activation, gate and residual can still be fused after it.
+  static bool is_low_rank_only(const OpCall& c) {
+    return c.op == "linear_fused" && c.attrs.get_bool("has_low_rank") && !c.attrs.get_bool("has_gate") &&
+           !c.attrs.get_bool("has_residual") &&
+           c.attrs.get_int("act") == static_cast<int64_t>(Activation::None);
+  }
+
   int64_t try_linear(int i) {
     const OpCall& lin = calls_[i];
     if (lin.inputs.size() < 2 || lin.outputs.size() != 1) return 0;
     const Tensor& x2 = lin.inputs[0];
     const Tensor& w = lin.inputs[1];
-    const Tensor bias = lin.inputs.size() > 2 ? lin.inputs[2] : Tensor();
+    const bool low_rank = lin.op == "linear_fused";
+    const bool has_bias = low_rank ? lin.attrs.get_bool("has_bias") : lin.inputs.size() > 2;
+    const Tensor bias = has_bias ? lin.inputs[2] : Tensor();
     std::vector<int> chain{i};
     Tensor cur = lin.outputs[0];
     LinearEpilogue epilogue;
+    if (low_rank) {
+      const size_t first = has_bias ? 3 : 2;
+      if (lin.inputs.size() != first + 2) return 0;
+      epilogue.low_rank_down = lin.inputs[first];
+      epilogue.low_rank_up = lin.inputs[first + 1];
+    }
     std::vector<std::pair<Tensor, int>> read_at;  // epilogue operands and where the chain read them
 
     int r = sole_reader(cur, chain.back());
@@ -150,7 +166,8 @@ class PatternRewriter {
     }
     if (chain.size() < 2) return 0;
     const int end = chain.back();
-    if (written_between(facts_, {x2, w, bias}, i, end)) return 0;
+    if (written_between(facts_, {x2, w, bias, epilogue.low_rank_down, epilogue.low_rank_up}, i, end))
+      return 0;
     for (const auto& [t, at] : read_at)
       if (written_between(facts_, {t}, at, end)) return 0;
     const Tensor out = calls_[end].outputs[0];

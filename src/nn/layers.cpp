@@ -44,15 +44,15 @@ Tensor Linear::forward(const Tensor& x) const {
       if (is_quantized())
         return add_adapters(
             x, linear(x, quant::QuantizedTensor{weight, weight_storage.type, {out_, in_}}, bias));
-      return add_adapters(x, linear(x, weight, bias));
+      return product(x, bias);
     case Sharding::Column:
-      return add_adapters(x, linear(x, weight, bias));
+      return product(x, bias);
     case Sharding::ColumnGathered:
-      return all_gather(add_adapters(x, linear(x, weight, bias)), -1);
+      return all_gather(product(x, bias), -1);
     case Sharding::Row:
       // Rank 0 alone adds the bias, so the sum over the ranks holds it once. Each rank's adapter product
       // reads its slice of x through its columns of A; B (A_local x_local) summed over the ranks is B (A x).
-      return all_reduce_sum(add_adapters(x, linear(x, weight, parallel_.tp.rank == 0 ? bias : Tensor())));
+      return all_reduce_sum(product(x, parallel_.tp.rank == 0 ? bias : Tensor()));
   }
   KILN_FAIL("internal: unknown Linear sharding");
 }

@@ -5,6 +5,7 @@
 
 #include "kiln/nn/layers.h"
 #include "kiln/ops/elementwise.h"
+#include "kiln/ops/fused.h"
 #include "kiln/ops/layout.h"
 #include "kiln/ops/linalg.h"
 
@@ -131,6 +132,12 @@ void Linear::rebuild_adapters() {
 Tensor Linear::add_adapters(const Tensor& x, const Tensor& y) const {
   if (!lora_down_.defined()) return y;
   return add(y, linear(linear(x, lora_down_), lora_up_));
+}
+
+Tensor Linear::product(const Tensor& x, const Tensor& b) const {
+  // float16 has no fused low-rank product: the separate one.
+  if (!lora_down_.defined() || weight.dtype() == float16) return add_adapters(x, linear(x, weight, b));
+  return linear_fused(x, weight, b, {.low_rank_down = lora_down_, .low_rank_up = lora_up_});
 }
 
 void Linear::fuse_adapters(double lora_scale) {

@@ -142,6 +142,21 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, const 
                                              << dtype_name(x.dtype()) << "; expected the same dtype");
     check_broadcasts_to(op, "gate", gate, out_shape);
   }
+  const Tensor& down = epilogue.low_rank_down;
+  const Tensor& up = epilogue.low_rank_up;
+  KILN_CHECK(down.defined() == up.defined(), op << ": the low-rank pair needs both down and up, got only "
+                                                << (down.defined() ? "down" : "up"));
+  if (down.defined()) {
+    KILN_CHECK(x.dtype() != float16, op << ": no low-rank product in float16 (float32 and bfloat16 only)");
+    KILN_CHECK(down.dtype() == x.dtype() && up.dtype() == x.dtype(),
+               op << ": the low-rank pair is " << dtype_name(down.dtype()) << " and "
+                  << dtype_name(up.dtype()) << " but x is " << dtype_name(x.dtype())
+                  << "; expected the same dtype");
+    KILN_CHECK(down.dim() == 2 && up.dim() == 2 && down.size(1) == k && up.size(0) == n &&
+                   up.size(1) == down.size(0) && down.size(0) > 0,
+               op << ": a " << k << " -> " << n << " product takes down [R, " << k << "] and up [" << n
+                  << ", R], got down " << shape_str(down.shape()) << " and up " << shape_str(up.shape()));
+  }
   if (residual.defined()) {
     KILN_CHECK(residual.dtype() == x.dtype(), op << ": residual " << shape_str(residual.shape()) << " is "
                                                  << dtype_name(residual.dtype()) << " but x is "
@@ -174,6 +189,10 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, const 
     inputs.push_back(table);
   }
   if (residual.defined()) inputs.push_back(residual.contiguous().view({m, n}));
+  if (down.defined()) {
+    inputs.push_back(matrix_operand(down));
+    inputs.push_back(matrix_operand(up));
+  }
   runtime::dispatch(runtime::OpCall{"linear_fused",
                                     std::move(inputs),
                                     {out.view({m, n})},
@@ -182,6 +201,7 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, const 
                                         .set("has_bias", bias.defined())
                                         .set("has_gate", gate.defined())
                                         .set("has_residual", residual.defined())
+                                        .set("has_low_rank", down.defined())
                                         .set("prepack", weight_is_prepacked(w.dtype()))});
   return out;
 }

@@ -82,6 +82,7 @@ uint64_t request_key(const PipelineRequest& r) {
   for (const Image& image : r.image) h.image(image);
   h.value(r.mask_image.has_value());
   if (r.mask_image) h.image(*r.mask_image);
+  h.optional(r.padding_mask_crop);
   h.optional(r.strength);
   h.optional(r.height);
   h.optional(r.width);

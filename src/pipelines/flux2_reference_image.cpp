@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "kiln/ops.h"
-#include "pipelines/lanczos_resize.h"
+#include "pipelines/pil_resize.h"
 #include "pipelines/pil_convert.h"
 
 namespace kiln::pipelines {

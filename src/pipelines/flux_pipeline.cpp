@@ -231,11 +231,13 @@ void FluxPipeline::check_fields(const PipelineRequest& request) {
 namespace {
 
 // FluxPipeline's checks of the fields the editing pipelines share with it, and theirs.
-void check_editing_fields(const char* pipeline, const PipelineRequest& request, bool mask, bool strength) {
+void check_editing_fields(const char* pipeline, const PipelineRequest& request, bool mask, bool strength,
+                          bool crop) {
   PipelineRequest shared = request;
   shared.image.clear();
   shared.mask_image.reset();
   shared.strength.reset();
+  shared.padding_mask_crop.reset();
   try {
     FluxPipeline::check_fields(shared);
   } catch (const RequestError& e) {
@@ -250,18 +252,20 @@ void check_editing_fields(const char* pipeline, const PipelineRequest& request, 
   pipelines::refuse(
       !strength && request.strength.has_value(), "strength",
       std::string(pipeline) + " takes no strength (FluxImg2ImgPipeline and FluxInpaintPipeline do)");
+  pipelines::refuse(!crop && request.padding_mask_crop.has_value(), "padding_mask_crop",
+                    std::string(pipeline) + " takes no padding_mask_crop (FluxInpaintPipeline does)");
 }
 
 }  // namespace
 
 void FluxImg2ImgPipeline::check_fields(const PipelineRequest& request) {
-  check_editing_fields("FluxImg2ImgPipeline", request, false, true);
+  check_editing_fields("FluxImg2ImgPipeline", request, false, true, false);
 }
 void FluxInpaintPipeline::check_fields(const PipelineRequest& request) {
-  check_editing_fields("FluxInpaintPipeline", request, true, true);
+  check_editing_fields("FluxInpaintPipeline", request, true, true, true);
 }
 void FluxFillPipeline::check_fields(const PipelineRequest& request) {
-  check_editing_fields("FluxFillPipeline", request, true, true);
+  check_editing_fields("FluxFillPipeline", request, true, true, false);
 }
 void FluxKontextPipeline::check_fields(const PipelineRequest& request) {
   PipelineRequest shared = request;
@@ -373,6 +377,7 @@ void FluxPipeline::check_loaded_request(const PipelineRequest& request) const {
   pipelines::check_max_sequence_length(name, r.max_sequence_length);
   pipelines::check_images_per_prompt(name, request.num_images_per_prompt);
   pipelines::check_guidance_scale(name, r.guidance_scale);
+  if (task_ == Task::Inpaint) pipelines::check_mask_crop(name, request, r.height, r.width);
   if (task_ != Task::TextToImage && task_ != Task::Kontext)
     pipelines::check_strength(name, r.strength, r.num_inference_steps);
 }
@@ -401,6 +406,8 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   // Named tensors, not structured bindings: the step lambdas capture them (clang 14 cannot capture bindings).
   Tensor latents, image_ids, image_latents, noise, mask, condition, context;
   int start = 0;
+  std::optional<pipelines::CropRegion> crop;
+  Image cropped_image;
   if (task_ == Task::TextToImage || task_ == Task::Kontext) {
     if (task_ == Task::Kontext && !request.image.empty()) {
       // The image at the trained resolution nearest its aspect ratio, encoded (its latent mean: no draw),
@@ -423,7 +430,12 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
     // prepare_latents: the image encoded (its posterior sampled: the generator's first draw), then the noise,
     // the image noised to the first step the strength runs.
     start = pipelines::first_step(call.num_inference_steps, call.strength);
-    const Tensor init = pipelines::preprocess_image(request.image.front(), call.height, call.width);
+    // padding_mask_crop: the image and the mask cropped around the mask and fitted to the call's size.
+    if (task_ == Task::Inpaint)
+      crop = pipelines::check_mask_crop(class_name(), request, call.height, call.width);
+    if (crop) cropped_image = pipelines::crop_and_fill(request.image.front(), *crop, call.width, call.height);
+    const Image& image = crop ? cropped_image : request.image.front();
+    const Tensor init = pipelines::preprocess_image(image, call.height, call.width);
     const int64_t c = vae_->config().latent_channels;
     const Tensor encoded = encode_image(init, dtype, generator);
     image_latents = batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
@@ -433,7 +445,10 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
     const Tensor mask_condition =
         task_ == Task::TextToImage || task_ == Task::ImageToImage
             ? Tensor()
-            : pipelines::preprocess_mask(*request.mask_image, call.height, call.width);
+            : pipelines::preprocess_mask(
+                  crop ? pipelines::crop_and_fill(*request.mask_image, *crop, call.width, call.height)
+                       : *request.mask_image,
+                  call.height, call.width);
     if (task_ == Task::Inpaint) {
       // prepare_mask_latents: the mask at the latents' size, one value per channel, packed. (diffusers also
       // encodes the masked image here, which a 64-channel transformer never reads.)
@@ -494,6 +509,13 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
   if (task_ != Task::TextToImage && task_ != Task::Kontext)
     metadata["strength"] = std::to_string(call.strength);
+  if (crop) {
+    metadata["padding_mask_crop"] = std::to_string(*request.padding_mask_crop);
+    PipelineOutput output = pipelines::make_output(request.output_type, images, metadata);
+    for (Image& out : output.images)
+      out = pipelines::paste_back(*request.mask_image, request.image.front(), out, *crop);
+    return output;
+  }
   return pipelines::make_output(request.output_type, images, metadata);
 }
 

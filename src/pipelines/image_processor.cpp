@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kiln/ops.h"
-#include "pipelines/lanczos_resize.h"
+#include "pipelines/pil_resize.h"
 #include "pipelines/pil_convert.h"
 
 namespace kiln::pipelines {

@@ -1,5 +1,7 @@
 #include "pipelines/pil_convert.h"
 
+#include <algorithm>
+
 #include "kiln/core/error.h"
 
 namespace kiln::pipelines {
@@ -46,6 +48,22 @@ Image to_luma(const Image& image) {
         ch >= 3 ? static_cast<uint8_t>((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16) : p[0];
   }
   return l;
+}
+
+Image crop(const Image& image, int left, int top, int width, int height) {
+  KILN_CHECK(left >= 0 && top >= 0 && width >= 0 && height >= 0 && left + width <= image.width &&
+                 top + height <= image.height,
+             "crop: the box (" << left << ", " << top << ", " << left + width << ", " << top + height
+                               << ") is not inside the " << image.width << "x" << image.height << " image");
+  Image out = with_channels(image, image.channels);
+  out.width = width;
+  out.height = height;
+  const size_t ch = static_cast<size_t>(image.channels), row = static_cast<size_t>(width) * ch;
+  out.pixels.resize(static_cast<size_t>(height) * row);
+  for (int y = 0; y < height; ++y)
+    std::copy_n(&image.pixels[(static_cast<size_t>(top + y) * image.width + left) * ch], row,
+                &out.pixels[static_cast<size_t>(y) * row]);
+  return out;
 }
 
 }  // namespace kiln::pipelines

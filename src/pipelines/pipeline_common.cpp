@@ -70,6 +70,8 @@ void refuse_image_editing(const char* pipeline, const PipelineRequest& request, 
          std::string(pipeline) + " takes no mask_image (" + editing + " do)");
   refuse(request.strength.has_value(), "strength",
          std::string(pipeline) + " takes no strength (" + editing + " do)");
+  refuse(request.padding_mask_crop.has_value(), "padding_mask_crop",
+         std::string(pipeline) + " takes no padding_mask_crop (the inpainting pipelines do)");
 }
 
 namespace {
@@ -158,6 +160,30 @@ void check_edit_inputs(const char* pipeline, const PipelineRequest& request, boo
       request.image.size() != 1, "image",
       std::string(pipeline) + " takes one image to start from, got " + std::to_string(request.image.size()));
   refuse(with_mask && !request.mask_image, "mask_image", std::string(pipeline) + " needs a mask_image");
+}
+
+std::optional<CropRegion> check_mask_crop(const char* pipeline, const PipelineRequest& request,
+                                          int64_t height, int64_t width) {
+  if (!request.padding_mask_crop) return std::nullopt;
+  const int64_t pad = *request.padding_mask_crop;
+  if (pad < 0 || pad > limits::kMaxImageSide)
+    throw RequestError("padding_mask_crop",
+                       std::string(pipeline) + ": padding_mask_crop must be between 0 and " +
+                           std::to_string(limits::kMaxImageSide) + " pixels, got " + std::to_string(pad));
+  refuse(request.output_type != OutputType::Image, "output_type",
+         std::string(pipeline) +
+             ": padding_mask_crop pastes the result back into the image, so the output "
+             "must be images (not arrays or latents), as in diffusers");
+  const Image& image = request.image.front();
+  const Image& mask = *request.mask_image;
+  if (mask.width != image.width || mask.height != image.height)
+    throw RequestError("mask_image", std::string(pipeline) + ": with padding_mask_crop the mask_image (" +
+                                         std::to_string(mask.width) + "x" + std::to_string(mask.height) +
+                                         ") must have the image's size (" + std::to_string(image.width) +
+                                         "x" + std::to_string(image.height) + ")");
+  std::optional<CropRegion> region;
+  as_request_error("mask_image", [&] { region = mask_crop_region(mask, width, height, pad); });
+  return region;
 }
 
 Tensor postprocess(const Tensor& decoded) {

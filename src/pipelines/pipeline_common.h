@@ -8,11 +8,13 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/io/model_index.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
+#include "pipelines/mask_crop.h"
 
 namespace kiln::pipelines {
 
@@ -74,6 +76,12 @@ void check_guidance_scale(const char* pipeline, float guidance_scale);
 void check_strength(const char* pipeline, double strength, int num_inference_steps);
 // The one image an editing pipeline starts from (request.image), and the mask when `with_mask`.
 void check_edit_inputs(const char* pipeline, const PipelineRequest& request, bool with_mask);
+
+// padding_mask_crop's checks (a pad in [0, kMaxImageSide], images as the output, a mask of the image's size
+// with something to repaint) and its region (mask_crop_region), or nothing when the request has none. Call
+// after check_edit_inputs.
+std::optional<CropRegion> check_mask_crop(const char* pipeline, const PipelineRequest& request,
+                                          int64_t height, int64_t width);
 
 // VaeImageProcessor.postprocess: (x * 0.5 + 0.5).clamp(0, 1) in the VAE output's dtype, then NHWC float32
 // [B, H, W, C] (diffusers' output_type="np").

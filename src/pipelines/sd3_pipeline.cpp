@@ -300,6 +300,7 @@ void check_editing_fields(const char* pipeline, const PipelineRequest& request, 
   shared.image.clear();
   shared.mask_image.reset();
   shared.strength.reset();
+  shared.padding_mask_crop.reset();
   try {
     StableDiffusion3Pipeline::check_fields(shared);
   } catch (const RequestError& e) {
@@ -310,6 +311,9 @@ void check_editing_fields(const char* pipeline, const PipelineRequest& request, 
   pipelines::check_edit_inputs(pipeline, request, mask);
   pipelines::refuse(!mask && request.mask_image.has_value(), "mask_image",
                     std::string(pipeline) + " takes no mask_image (StableDiffusion3InpaintPipeline does)");
+  pipelines::refuse(
+      !mask && request.padding_mask_crop.has_value(), "padding_mask_crop",
+      std::string(pipeline) + " takes no padding_mask_crop (StableDiffusion3InpaintPipeline does)");
   pipelines::refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
                     std::string(pipeline) + " has no skip-layer guidance (StableDiffusion3Pipeline does)");
 }
@@ -376,6 +380,7 @@ void StableDiffusion3Pipeline::check_loaded_request(const PipelineRequest& reque
                                                     ", but the transformer has blocks 0.." +
                                                     std::to_string(transformer_->config().num_layers - 1));
   if (task_ != Task::TextToImage) pipelines::check_strength(kName, c.strength, c.num_inference_steps);
+  if (task_ == Task::Inpaint) pipelines::check_mask_crop(kName, request, c.height, c.width);
 }
 
 PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
@@ -406,13 +411,19 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
   // Named tensors, not structured bindings: the step lambdas capture them (clang 14 cannot capture bindings).
   Tensor latents, image_latents, noise, mask;
   int start = 0;
+  std::optional<pipelines::CropRegion> crop;
+  Image cropped_image;
   if (task_ == Task::TextToImage) {
     latents = prepare_latents(batch, call.height, call.width, dtype, generator);
   } else {
     // prepare_latents: the image encoded (its posterior sampled: the generator's first draw), then the noise,
     // the image noised to the first step the strength runs (inpainting at strength 1: the noise itself).
     start = pipelines::first_step(call.num_inference_steps, call.strength);
-    const Tensor init = pipelines::preprocess_image(request.image.front(), call.height, call.width);
+    // padding_mask_crop: the image and the mask cropped around the mask and fitted to the call's size.
+    if (task_ == Task::Inpaint) crop = pipelines::check_mask_crop(kName, request, call.height, call.width);
+    if (crop) cropped_image = pipelines::crop_and_fill(request.image.front(), *crop, call.width, call.height);
+    const Image& image = crop ? cropped_image : request.image.front();
+    const Tensor init = pipelines::preprocess_image(image, call.height, call.width);
     const Tensor sampled = pipelines::sample_latents(vae_->encode(init.to(dtype)), generator);
     const Tensor encoded = mul(sub(sampled, vc.shift_factor), vc.scaling_factor);
     image_latents = batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
@@ -422,7 +433,10 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
     if (task_ == Task::Inpaint) {
       // prepare_mask_latents: the mask at the latents' size. (diffusers also encodes the masked image here,
       // which a 16-channel transformer never reads.)
-      const Tensor mask_condition = pipelines::preprocess_mask(*request.mask_image, call.height, call.width);
+      const Tensor mask_condition = pipelines::preprocess_mask(
+          crop ? pipelines::crop_and_fill(*request.mask_image, *crop, call.width, call.height)
+               : *request.mask_image,
+          call.height, call.width);
       mask = pipelines::resize_nearest(mask_condition, h, w).to(dtype);
     }
   }
@@ -462,6 +476,13 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
     for (int64_t l : request.skip_layer_guidance.layers)
       layers += (layers.empty() ? "" : ",") + std::to_string(l);
     metadata["skip_guidance_layers"] = layers;
+  }
+  if (crop) {
+    metadata["padding_mask_crop"] = std::to_string(*request.padding_mask_crop);
+    PipelineOutput output = pipelines::make_output(request.output_type, images, metadata);
+    for (Image& out : output.images)
+      out = pipelines::paste_back(*request.mask_image, request.image.front(), out, *crop);
+    return output;
   }
   return pipelines::make_output(request.output_type, images, metadata);
 }

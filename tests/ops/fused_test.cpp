@@ -262,6 +262,54 @@ TEST(FusedLinear, SharesThePackedWeightWithLinear) {
   set_weight_prepacking(before);
 }
 
+// A LoRA adapter's low-rank pair added to the product before the epilogue: against the chain
+// act(linear(x, w, b) + linear(linear(x, down), up)) * gate + residual, with every epilogue, odd sizes, a
+// blocked gate, transposed pair views, ranks 1 and 16.
+TEST(FusedLinear, LowRankPairMatchesTheChain) {
+  struct Case {
+    Shape x_shape;
+    int64_t n, rank;
+    bool bias, gate, residual;
+    Activation act;
+    bool transposed;
+  };
+  const Case cases[] = {
+      {{41, 23}, 13, 4, true, false, false, Activation::None, false},
+      {{2, 37, 45}, 33, 16, true, true, true, Activation::GeluTanh, false},
+      {{3, 5, 19}, 17, 1, false, true, false, Activation::Silu, true},
+      {{1, 21, 64}, 48, 8, true, false, true, Activation::Gelu, true},
+  };
+  for (DType dtype : {float32, bfloat16}) {
+    uint32_t seed = 40;
+    for (const Case& c : cases) {
+      const int64_t k = c.x_shape.back();
+      Shape out_shape = c.x_shape;
+      out_shape.back() = c.n;
+      const Tensor x = values(c.x_shape, seed, -1, 1, dtype);
+      const Tensor w = values({c.n, k}, seed + 1, -0.3, 0.3, dtype);
+      const Tensor bias = c.bias ? values({c.n}, seed + 2, -0.5, 0.5, dtype) : Tensor();
+      Shape gate_shape = out_shape;
+      gate_shape[gate_shape.size() - 2] = 1;
+      LinearEpilogue e{c.act, c.gate ? values(gate_shape, seed + 3, -2, 2, dtype) : Tensor(),
+                       c.residual ? values(out_shape, seed + 4, -1, 1, dtype) : Tensor()};
+      e.low_rank_down = c.transposed ? values({k, c.rank}, seed + 5, -0.5, 0.5, dtype).transpose(0, 1)
+                                     : values({c.rank, k}, seed + 5, -0.5, 0.5, dtype);
+      e.low_rank_up = c.transposed ? values({c.rank, c.n}, seed + 6, -0.5, 0.5, dtype).transpose(0, 1)
+                                   : values({c.n, c.rank}, seed + 6, -0.5, 0.5, dtype);
+      seed += 10;
+      const Tensor fused = linear_fused(x, w, bias, e);
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " x " + shape_str(c.x_shape) + " rank " +
+                   std::to_string(c.rank));
+      ASSERT_EQ(fused.shape(), out_shape);
+      const Tensor pre = add(linear(x, w, bias), linear(linear(x, e.low_rank_down), e.low_rank_up));
+      Tensor chain = activate(pre, c.act);
+      if (c.gate) chain = mul(e.gate, chain);
+      if (c.residual) chain = add(e.residual, chain);
+      EXPECT_TRUE(close(fused, chain, dtype == float32 ? 1e-5 : 0x1p-6));
+    }
+  }
+}
+
 TEST(FusedLinear, RejectsBadArgumentsNamingTheOp) {
   const Tensor x = values({2, 3, 8}, 1);
   const Tensor w = values({5, 8}, 2);
@@ -295,6 +343,25 @@ TEST(FusedLinear, RejectsBadArgumentsNamingTheOp) {
                }),
                "residual");
   expect_error(error_of([&] { linear_fused(x, w, {}, {static_cast<Activation>(9), {}, {}}); }), "activation");
+  // The low-rank pair: both, shapes that chain, x's dtype, not float16.
+  const Tensor down = values({2, 8}, 4), up = values({5, 2}, 5);
+  expect_error(error_of([&] { linear_fused(x, w, {}, {.low_rank_down = down}); }), "both down and up");
+  expect_error(error_of([&] {
+                 linear_fused(x, w, {}, {.low_rank_down = values({2, 7}, 4), .low_rank_up = up});
+               }),
+               "down [R, 8] and up [5, R]");
+  expect_error(error_of([&] {
+                 linear_fused(x, w, {}, {.low_rank_down = down, .low_rank_up = values({5, 3}, 5)});
+               }),
+               "down [R, 8] and up [5, R]");
+  expect_error(
+      error_of([&] { linear_fused(x, w, {}, {.low_rank_down = down.to(bfloat16), .low_rank_up = up}); }),
+      "same dtype");
+  expect_error(error_of([&] {
+                 linear_fused(x.to(float16), w.to(float16), {},
+                              {.low_rank_down = down.to(float16), .low_rank_up = up.to(float16)});
+               }),
+               "float16");
 }
 
 // ---- norm_modulate

@@ -39,6 +39,7 @@ struct Epi {
   int64_t gate_rows = 0;  // 0: no gate; 1, M or a divisor of M
   bool gate_scalar = false;
   bool residual = false;
+  bool add_output = false;  // the output starts with a term to add (a LoRA pair's product)
 };
 
 double act_ref(Activation act, double x) {
@@ -76,8 +77,10 @@ void check(const Case& c, const Epi& e, DType out_dtype, bool avx512) {
                           ? Tensor()
                           : testing::values({e.gate_rows, e.gate_scalar ? 1 : c.n}, 4, -2.0, 2.0, bfloat16);
   const Tensor residual = e.residual ? testing::values({c.m, c.n}, 5, -1.0, 1.0, bfloat16) : Tensor();
-  const Tensor out = Tensor::empty({c.m, c.n}, out_dtype);
+  const Tensor out = e.add_output ? testing::values({c.m, c.n}, 6, -1.0, 1.0, out_dtype)
+                                  : Tensor::empty({c.m, c.n}, out_dtype);
   synchronize();
+  const auto prior = e.add_output ? out.to_vector<double>() : std::vector<double>();
 
   Fma32Gemm g;
   g.x = x.raw_data();
@@ -95,6 +98,7 @@ void check(const Case& c, const Epi& e, DType out_dtype, bool avx512) {
   auto& ep = g.epilogue;
   ep.m = c.m;
   ep.act = e.act;
+  ep.add_output = e.add_output;
   if (bias.defined()) {
     ep.bias = bias.raw_data();
     ep.bias_dtype = bias.dtype();
@@ -130,6 +134,7 @@ void check(const Case& c, const Epi& e, DType out_dtype, bool avx512) {
         mag += std::abs(xv[i * c.k + p] * wv[j * c.k + p]);
       }
       if (!bv.empty()) acc += bv[j];
+      if (!prior.empty()) acc += prior[i * c.n + j];
       double v = act_ref(e.act, acc);
       double scale = 1.0;
       if (!gv.empty()) {
@@ -187,6 +192,8 @@ TEST(GemmFma32, EveryEpilogue) {
     epis.push_back({bfloat16, Activation::Silu, gate_rows, true, false});
   }
   epis.push_back({DType::Bool, Activation::None, 0, false, true});
+  epis.push_back({bfloat16, Activation::GeluTanh, 3, false, true, true});
+  epis.push_back({DType::Bool, Activation::None, 0, false, false, true});
   for (bool avx512 : variants())
     for (const Epi& e : epis)
       for (DType out : {bfloat16, float32}) check(c, e, out, avx512);

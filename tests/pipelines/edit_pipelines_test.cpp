@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 
 #include "kiln/io/safetensors.h"
 #include "kiln/ops.h"
@@ -13,6 +14,7 @@
 #include "kiln/pipelines/pipeline_registry.h"
 #include "kiln/pipelines/sd3_pipeline.h"
 #include "pipelines/image_processor.h"
+#include "pipelines/mask_crop.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -46,6 +48,7 @@ struct EditCase {
     r.generator = Generator(std::stoull(meta("seed")));
     if (has("max_area")) r.max_area = std::stoll(meta("max_area"));
     if (has("_auto_resize")) r.auto_resize = meta("_auto_resize") == "True";
+    if (has("padding_mask_crop")) r.padding_mask_crop = std::stoll(meta("padding_mask_crop"));
     return r;
   }
   bool kontext() const { return meta("pipeline") == "FluxKontextPipeline"; }
@@ -77,10 +80,22 @@ TEST_P(EditPipelines, EveryStageAndTheImageMatchDiffusers) {
   if (g.kontext())
     std::tie(height, width) =
         FluxKontextPipeline::image_size(request.image.front(), request.auto_resize.value_or(true));
-  const Tensor init = pipelines::preprocess_image(request.image.front(), height, width);
+  // padding_mask_crop: the region diffusers found, and the image and mask cropped to it and filled.
+  std::optional<pipelines::CropRegion> crop;
+  if (request.padding_mask_crop) {
+    crop = pipelines::mask_crop_region(*request.mask_image, width, height, *request.padding_mask_crop);
+    EXPECT_EQ(std::to_string(crop->left) + "," + std::to_string(crop->top) + "," +
+                  std::to_string(crop->right) + "," + std::to_string(crop->bottom),
+              g.meta("crops_coords"));
+  }
+  const auto fitted = [&](const Image& image) {
+    return crop ? pipelines::crop_and_fill(image, *crop, width, height) : image;
+  };
+  const Tensor init = pipelines::preprocess_image(fitted(request.image.front()), height, width);
   EXPECT_TRUE(testing::all_close(init, g["init_image"], 0, 0)) << "the preprocessed image";
   if (request.mask_image) {
-    const Tensor mask = pipelines::preprocess_mask(*request.mask_image, *request.height, *request.width);
+    const Tensor mask =
+        pipelines::preprocess_mask(fitted(*request.mask_image), *request.height, *request.width);
     EXPECT_TRUE(testing::all_close(mask, g["mask_condition"], 0, 0)) << "the preprocessed mask";
   }
 
@@ -97,6 +112,9 @@ TEST_P(EditPipelines, EveryStageAndTheImageMatchDiffusers) {
   EXPECT_TRUE(testing::rel_max_error_within(steps.back(), g["latents_final"], tolerance))
       << "the final latents";
   ASSERT_EQ(out.images.size(), 1u);
+  // The image's size (with padding_mask_crop: the original's, into which the result is pasted back).
+  EXPECT_EQ(out.images[0].height, g["image_u8"].size(0));
+  EXPECT_EQ(out.images[0].width, g["image_u8"].size(1));
   if (bf16)
     EXPECT_LE(testing::mean_level_difference(out.images[0].pixels, g["image_u8"]), 2.0);
   else
@@ -109,6 +127,7 @@ INSTANTIATE_TEST_SUITE_P(Goldens, EditPipelines,
                          ::testing::Values("flux_img2img_64x64_s3", "flux_img2img_schnell_48x80_s7",
                                            "flux_img2img_bf16_64x64_s2", "sd3_img2img_64x64_s5",
                                            "flux_inpaint_64x64_s4", "sd3_inpaint_64x64_s8",
+                                           "flux_inpaint_crop_64x64_s6", "sd3_inpaint_crop_64x48_s12",
                                            "flux_fill_64x64_s9", "kontext_auto_s10",
                                            "kontext_own_size_48x80_s11"));
 
@@ -175,6 +194,35 @@ TEST(EditPipelines, BadInputsAreNamed) {
   r = base;
   r.mask_image = Image::load(testing::data_path("goldens/edit/mask_soft.png"));
   EXPECT_EQ(pipe(r).images.at(0).width, 64);
+  // padding_mask_crop: a pad of at least 0, a mask of the image's size with something to repaint, images as
+  // the output (it pastes them back).
+  r = base;
+  r.padding_mask_crop = -1;
+  EXPECT_EQ(field_of(r), "padding_mask_crop");
+  r.padding_mask_crop = 4;
+  r.mask_image = Image::load(testing::data_path("goldens/edit/mask_soft.png"));  // 100x64, the image 72x88
+  EXPECT_EQ(field_of(r), "mask_image");
+  r.mask_image = Image{.width = 72, .height = 88, .channels = 1, .pixels = std::vector<uint8_t>(72 * 88, 0)};
+  EXPECT_EQ(field_of(r), "mask_image") << "an all-black mask: nothing to repaint, no region to crop";
+  r = base;
+  r.padding_mask_crop = 4;
+  r.output_type = OutputType::Array;
+  EXPECT_EQ(field_of(r), "output_type");
+  r.output_type = OutputType::Image;
+  const Image cropped = pipe(r).images.at(0);
+  EXPECT_EQ(cropped.width, 72);
+  EXPECT_EQ(cropped.height, 88);
+  EXPECT_EQ(cropped.metadata.at("padding_mask_crop"), "4");
+  auto img2img = FluxImg2ImgPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
+  r = base;
+  r.mask_image.reset();
+  r.padding_mask_crop = 4;
+  try {
+    img2img(r);
+    ADD_FAILURE() << "padding_mask_crop accepted by FluxImg2ImgPipeline";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.field(), "padding_mask_crop");
+  }
   // Text-to-image refuses the editing fields, naming the pipelines that take them.
   auto text = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
   PipelineRequest t{.prompt = "x", .height = 32, .width = 32, .num_inference_steps = 1};

@@ -7,7 +7,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/ops.h"
 #include "pipelines/flux2_reference_image.h"
-#include "pipelines/lanczos_resize.h"
+#include "pipelines/pil_resize.h"
 #include "support/test_data.h"
 
 namespace kiln {

@@ -61,7 +61,8 @@ def test_np_and_pil_outputs_agree(tiny_flux):
 
 
 @pytest.mark.parametrize("case", ["flux_img2img_64x64_s3", "sd3_img2img_64x64_s5", "flux_inpaint_64x64_s4",
-                                  "sd3_inpaint_64x64_s8", "flux_fill_64x64_s9", "kontext_own_size_48x80_s11"])
+                                  "sd3_inpaint_64x64_s8", "flux_fill_64x64_s9", "kontext_own_size_48x80_s11",
+                                  "sd3_inpaint_crop_64x48_s12"])
 def test_editing_pipelines_match_diffusers(case):
     tensors, m = golden("edit", case + ".safetensors")
     cls = getattr(kiln, m["pipeline"])
@@ -76,9 +77,11 @@ def test_editing_pipelines_match_diffusers(case):
             kwargs[key] = float(m[key])
     if "negative_prompt" in m:
         kwargs["negative_prompt"] = m["negative_prompt"]
-    if "max_area" in m:
-        kwargs["max_area"] = int(m["max_area"])
+    for key in ("max_area", "padding_mask_crop"):
+        if key in m:
+            kwargs[key] = int(m[key])
     if "_auto_resize" in m:
         kwargs["_auto_resize"] = m["_auto_resize"] == "True"
     image = pipe(m["prompt"], **kwargs).images[0]
+    # (With padding_mask_crop the result is pasted back into the image, whose size it has: the shapes are compared.)
     assert max_level_difference(image, tensors["image_u8"]) <= 1

@@ -9,6 +9,7 @@
 
 #include "kiln/core/device_runtime.h"
 #include "kiln/ops.h"
+#include "kiln/ops/fused.h"
 #include "kiln/runtime/counters.h"
 #include "kiln/runtime/eager_mode.h"
 #include "kiln/runtime/execution_context.h"
@@ -162,6 +163,42 @@ TEST_P(DeferAndFuse, DiTChainsBecomeFusedOps) {
   // Eager launches 9 kernels; fused: the 3 fused ops, the dead 1 + scale dropped, plus (bfloat16) the
   // float32 modulation tables norm_modulate prepares.
   EXPECT_LE(c.kernels_launched, 5);
+  EXPECT_LT(rel_max_error(got, expected), tol);
+}
+
+// The same branch with a LoRA adapter on both linears (nn::Linear's linear_fused carrying the low-rank pair):
+// the activation, gate and residual still fuse into the products, which keep their pairs.
+TEST_P(DeferAndFuse, LowRankPairsKeepTheirChainsFused) {
+  const DType dt = GetParam();
+  const double tol = dt == float32 ? 1e-5 : 2e-2;
+  const Tensor h = random_tensor({2, 24, 64}, dt, 30);
+  const Tensor w1 = mul(random_tensor({128, 64}, dt, 31), 0.1), b1 = random_tensor({128}, dt, 32);
+  const Tensor w2 = mul(random_tensor({64, 128}, dt, 33), 0.1);
+  const Tensor a1 = mul(random_tensor({4, 64}, dt, 34), 0.05),
+               u1 = mul(random_tensor({128, 4}, dt, 35), 0.05);
+  const Tensor a2 = mul(random_tensor({4, 128}, dt, 36), 0.05),
+               u2 = mul(random_tensor({64, 4}, dt, 37), 0.05);
+  const Tensor gate = random_tensor({2, 1, 64}, dt, 38);
+  auto mlp = [&] {
+    const Tensor a =
+        gelu(linear_fused(h, w1, b1, {.low_rank_down = a1, .low_rank_up = u1}), GeluApproximate::Tanh);
+    return add(h, mul(gate, linear_fused(a, w2, Tensor(), {.low_rank_down = a2, .low_rank_up = u2})));
+  };
+  // The unfused chain, op by op.
+  const Tensor n1 = add(linear(h, w1, b1), linear(linear(h, a1), u1));
+  const Tensor n2 = linear(gelu(n1, GeluApproximate::Tanh), w2);
+  const Tensor expected = add(h, mul(gate, add(n2, linear(linear(gelu(n1, GeluApproximate::Tanh), a2), u2))));
+  synchronize();
+  reset_counters();
+  Tensor got;
+  {
+    EagerModeGuard mode(EagerMode::DeferAndFuse);
+    got = mlp();
+    synchronize();
+  }
+  const Counters c = counters();
+  EXPECT_EQ(c.chains_fused, 2);  // linear_fused(pair, gelu_tanh), linear_fused(pair, gate, residual)
+  EXPECT_EQ(c.kernels_launched, 2);
   EXPECT_LT(rel_max_error(got, expected), tol);
 }
 

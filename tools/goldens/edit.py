@@ -12,7 +12,7 @@ Each case keeps: the preprocessed image (and mask), the VAE's posterior sample o
 generator, the initial latents (`prepare_latents` with a fresh generator), the timesteps, the final latents and
 the image (float and 8-bit), so that a difference can be traced to its stage.
 
-Usage: python tools/goldens/edit.py   (torch, diffusers, transformers, safetensors, pillow from pip)
+Usage: python tools/goldens/edit.py [CASE...]  (torch, diffusers, transformers, safetensors, pillow from pip)
 """
 import os
 import shutil
@@ -97,6 +97,12 @@ CASES = [
     ("sd3_inpaint_64x64_s8", "StableDiffusion3InpaintPipeline", "sd3-tiny-medium", torch.float32,
      dict(prompt="a photo of a cat", negative_prompt="blurry", image="ref_a", mask_image="mask_box", height=64,
           width=64, strength=0.85, num_inference_steps=4, guidance_scale=4.5, max_sequence_length=32, seed=8)),
+    # The other orientation: a tall crop region widened to the call's aspect ratio (and shifted back inside the
+    # image), filled left and right; a hard-edged mask.
+    ("sd3_inpaint_crop_64x48_s12", "StableDiffusion3InpaintPipeline", "sd3-tiny-medium", torch.float32,
+     dict(prompt="a photo of a cat", negative_prompt="blurry", image="ref_a", mask_image="mask_box", height=48,
+          width=64, strength=0.9, num_inference_steps=3, guidance_scale=4.5, max_sequence_length=32,
+          padding_mask_crop=4, seed=12)),
     ("flux_fill_64x64_s9", "FluxFillPipeline", "flux-tiny-fill", torch.float32,
      dict(prompt="a green triangle", image="ref_a", mask_image="mask_box", height=64, width=64,
           num_inference_steps=3, guidance_scale=30.0, max_sequence_length=32, seed=9)),
@@ -185,12 +191,17 @@ def run_case(name, cls_name, model, dtype, args):
     print(f"{name}: {len(steps)} steps, image {tuple(img.shape)}")
 
 
-def main():
-    write_masks()
-    make_fill_model()
+def main(names):
+    """Every case, or only those named on the command line (the masks and the Fill model are then kept)."""
+    if not names:
+        write_masks()
+        make_fill_model()
     for case in CASES:
-        run_case(*case)
+        if not names or case[0] in names:
+            run_case(*case)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1:])

@@ -71,8 +71,12 @@ class Linear : public Module {
 
  private:
   struct Adapters;
-  // y plus the active adapters' low-rank product of x (y itself without them).
+  // y plus the active adapters' low-rank product of x (y itself without them): a separate product and add
+  // (GGUF-quantized and float16 weights).
   Tensor add_adapters(const Tensor& x, const Tensor& y) const;
+  // x @ weight^T + b plus the active adapters' product: one linear_fused call carrying the low-rank pair
+  // (the plain linear without adapters), so the adapters cost two thin products and no pass of their own.
+  Tensor product(const Tensor& x, const Tensor& b) const;
   void rebuild_adapters();
 
   int64_t in_, out_;

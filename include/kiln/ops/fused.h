@@ -22,10 +22,15 @@ struct LinearEpilogue {
   Tensor gate;
   // Added last; exactly the output's shape, same dtype as x.
   Tensor residual;
+  // A low-rank product added to x @ w^T before the activation: (x @ down^T) @ up^T with down [R, K] and up
+  // [N, R] in x's dtype (a LoRA adapter's pair beside the base weight, which stays as it is). Both products
+  // are rounded to x's dtype, as PEFT's lora_B(lora_A(x)) is, and the sum is taken in float32 inside the
+  // product's accumulation; not float16. Both or neither.
+  Tensor low_rank_down, low_rank_up;
 };
 
-// out = residual + gate * act(x @ w^T + bias), i.e. the chain
-//   add(residual, mul(gate, act(linear(x, w, bias))))
+// out = residual + gate * act(x @ w^T + bias [+ (x @ down^T) @ up^T]), i.e. the chain
+//   add(residual, mul(gate, act(add(linear(x, w, bias), linear(linear(x, down), up)))))
 // with x [..., K], w [N, K] (as kiln::linear; the same prepacked copy of w is used, never a second one),
 // bias [N] (x's dtype or float32, may be undefined), output [..., N] in x's dtype. Everything after the
 // float32 accumulation runs in float32 inside oneDNN's epilogue (post-ops) and is rounded once.

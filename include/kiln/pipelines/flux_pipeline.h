@@ -121,7 +121,8 @@ class FluxImg2ImgPipeline : public FluxPipeline {
 
 // FluxInpaintPipeline: FLUX.1 inpainting. As image-to-image, and after every step the region outside
 // `mask_image` (white: repaint, black: keep; binarised at half) is put back from the image, noised to the
-// next step's level. Defaults as FluxImg2ImgPipeline. Absent: padding_mask_crop.
+// next step's level; with `padding_mask_crop` only the region around the mask is repainted (at the call's
+// size) and pasted back into the image. Defaults as FluxImg2ImgPipeline.
 class FluxInpaintPipeline : public FluxPipeline {
  public:
   static FluxInpaintPipeline from_pretrained(const std::string& model,

@@ -98,6 +98,10 @@ struct PipelineRequest {
   std::vector<Image> image;
   // Inpainting's and Fill's mask: white repaints, black keeps (gray, binarised at half).
   std::optional<Image> mask_image;
+  // Inpainting: repaint only the region around the mask, this many pixels wider on each side and grown to the
+  // call's aspect ratio, at the call's size, then paste it back into the image (whose size the output has);
+  // diffusers' padding_mask_crop. The mask must have the image's size; images only (not arrays or latents).
+  std::optional<int64_t> padding_mask_crop;
   // Image-to-image and inpainting: how much of the schedule runs, in [0, 1] (1: from pure noise).
   std::optional<double> strength;
   // FLUX.1 Kontext: the image's area in pixels (the size keeps the aspect ratio of height x width; default

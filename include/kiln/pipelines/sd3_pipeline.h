@@ -130,7 +130,8 @@ class StableDiffusion3Img2ImgPipeline : public StableDiffusion3Pipeline {
 };
 
 // StableDiffusion3InpaintPipeline: SD3 / SD3.5 inpainting (`image`, `mask_image`, `strength`; a strength of 1
-// starts from pure noise). Defaults as StableDiffusion3Img2ImgPipeline. Absent: padding_mask_crop.
+// starts from pure noise; `padding_mask_crop` as FluxInpaintPipeline). Defaults as
+// StableDiffusion3Img2ImgPipeline.
 class StableDiffusion3InpaintPipeline : public StableDiffusion3Pipeline {
  public:
   static StableDiffusion3InpaintPipeline from_pretrained(const std::string& model,

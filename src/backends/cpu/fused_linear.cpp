@@ -1,11 +1,14 @@
-// "linear_fused": with bf16 weights on the f32-FMA GEMM where that is this host's faster path (matmul_path.h,
-// linear_fma32.h); otherwise oneDNN's matmul with the epilogue as post-ops (eltwise activation, binary mul by
-// the gate, binary add of the residual), applied to the float32 accumulator before the one rounding to the
-// output.
+// "linear_fused": oneDNN's matmul with the epilogue as post-ops (sum of the low-rank product, eltwise
+// activation, binary mul by the gate, binary add of the residual), applied to the float32 accumulator before
+// the one rounding to the output; with bf16 weights, the f32-FMA GEMM where that is this host's faster path
+// (matmul_path.h, linear_fma32.h), with the same epilogue in the same order.
 //  inputs: x [M, K] (row- or column-major), weight [N, K], then when present (attrs has_bias, has_gate,
-//          has_residual): bias [N] (x's dtype or float32), gate [G, 1 or N] (x's dtype; G = 1: one row for
-//          all rows; G = M: full [M, N]; else row block b of M / G consecutive rows uses gate row b),
-//          residual [M, N] contiguous (x's dtype).
+//          has_residual, has_low_rank): bias [N] (x's dtype or float32), gate [G, 1 or N] (x's dtype; G = 1:
+//          one row for all rows; G = M: full [M, N]; else row block b of M / G consecutive rows uses gate row
+//          b), residual [M, N] contiguous (x's dtype), down [R, K] and up [N, R] (x's dtype; not float16).
+// The low-rank pair (a LoRA adapter) costs two thin products and no pass of its own over the output:
+// (x down^T) up^T is written into the output first, and the base product accumulates onto it (oneDNN's sum
+// post-op, ahead of the others) - instead of a separate add that reads two [M, N] tensors and writes a third.
 //  output: [M, N] dense; attrs act (Activation), prepack (bool).
 // The weight goes through onednn::matmul_with_weight like the "linear" kernel's: a weight used by both ops
 // is packed once, in the layout its first consumer chose.
@@ -47,6 +50,32 @@ dnnl::algorithm eltwise_algorithm(Activation act) {
   KILN_FAIL("linear_fused: internal: no eltwise post-op for activation " << static_cast<int>(act));
 }
 
+// dst [M, N] (dense) = a [M, K] @ b^T for b [N, K], both row- or column-major: the thin products of the
+// low-rank pair.
+void thin_product(const Tensor& a, const Tensor& b, const Tensor& dst) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  const Md a_md = onednn::plain_desc({m, k}, a.strides(), a.dtype(), kOp);
+  const Md b_md = onednn::plain_desc({k, n}, {b.stride(1), b.stride(0)}, b.dtype(), kOp);
+  const Md dst_md = onednn::dense_desc({m, n}, onednn::data_type(dst.dtype(), kOp));
+  const std::string key = onednn::KeyBuilder("linear_fused.low_rank").add(a_md).add(b_md).add(dst_md).str();
+  const auto cached = onednn::PrimitiveCache<dnnl::matmul>::get(key, [&] {
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, dst_md), onednn::default_attr(),
+                                        onednn::engine());
+  });
+  onednn::execute(cached->primitive, cached->pd,
+                  {{DNNL_ARG_SRC, memory(a_md, onednn::engine(), a.raw_data())},
+                   {DNNL_ARG_WEIGHTS, memory(b_md, onednn::engine(), b.raw_data())},
+                   {DNNL_ARG_DST, memory(dst_md, onednn::engine(), dst.raw_data())}});
+}
+
+// out = (x down^T) up^T: the low-rank pair's product, which the base product then accumulates onto.
+void low_rank_into_output(const Tensor& x, const Tensor& down, const Tensor& up, const Tensor& out) {
+  KILN_CHECK(x.dtype() != float16, "linear_fused: internal: no low-rank product in float16");
+  const Tensor thin = Tensor::empty({x.size(0), down.size(0)}, x.dtype());
+  thin_product(x, down, thin);
+  thin_product(thin, up, out);
+}
+
 }  // namespace
 
 void linear_fused_kernel(const runtime::OpCall& call) {
@@ -60,11 +89,15 @@ void linear_fused_kernel(const runtime::OpCall& call) {
   const Tensor* bias = has_bias ? &call.inputs[next++] : nullptr;
   const Tensor* gate = has_gate ? &call.inputs[next++] : nullptr;
   const Tensor* residual = has_residual ? &call.inputs[next++] : nullptr;
+  const bool low_rank = call.attrs.get_bool("has_low_rank");
   const Tensor& out = call.outputs[0];
-  if (fma32_serves(x, w)) return linear_fma32(x, w, bias, act, gate, residual, out);
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   const memory::data_type ct = compute_type(x.dtype());
   const bool f16 = x.dtype() == float16;
+  if (fma32_serves(x, w)) {
+    if (low_rank) low_rank_into_output(x, call.inputs[next], call.inputs[next + 1], out);
+    return linear_fma32(x, w, bias, act, gate, residual, low_rank, out);
+  }
 
   // Row blocks: one oneDNN call per block when the gate has one row per block of rows (adaLN's [B, 1, N]
   // with B > 1); otherwise the whole product is one call.
@@ -97,7 +130,8 @@ void linear_fused_kernel(const runtime::OpCall& call) {
         key.add(src_md).add(w_md).add(dst_md).add(static_cast<int64_t>(act));
         // Which operands are present, not only their descriptions: a [1, N] bias and a [1, N] gate describe
         // alike, and a primitive made for one cannot run with the other.
-        key.add(int64_t{bias != nullptr} | int64_t{gate != nullptr} << 1 | int64_t{residual != nullptr} << 2);
+        key.add(int64_t{bias != nullptr} | int64_t{gate != nullptr} << 1 | int64_t{residual != nullptr} << 2 |
+                int64_t{low_rank} << 3);
         if (bias != nullptr) key.add(b.desc);
         if (gate != nullptr) key.add(gate_md);
         if (residual != nullptr) key.add(residual_md);
@@ -105,6 +139,7 @@ void linear_fused_kernel(const runtime::OpCall& call) {
       },
       [&](const Md& w_md) {
         dnnl::post_ops ops;
+        if (low_rank) ops.append_sum(1.0f);  // the low-rank product already in the output
         if (act != Activation::None)
           ops.append_eltwise(1.0f, eltwise_algorithm(act), act == Activation::Silu ? 1.0f : 0.0f, 0.0f);
         if (gate != nullptr) ops.append_binary(dnnl::algorithm::binary_mul, gate_md);
@@ -115,8 +150,11 @@ void linear_fused_kernel(const runtime::OpCall& call) {
                                                         : dnnl::matmul::desc(src_md, w_md, dst_md);
         return dnnl::matmul::primitive_desc(desc, attr, onednn::engine());
       });
-  const int gate_arg = act != Activation::None ? 1 : 0;  // post-op index of the gate's binary op
+  // Post-op indices of the gate's and the residual's binary ops.
+  const int gate_arg = (low_rank ? 1 : 0) + (act != Activation::None ? 1 : 0);
   const int residual_arg = gate_arg + (gate != nullptr ? 1 : 0);
+
+  if (low_rank) low_rank_into_output(x, call.inputs[next], call.inputs[next + 1], out);
 
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const Tensor xb = x.narrow(0, blk * rows, rows);

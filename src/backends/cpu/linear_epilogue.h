@@ -1,7 +1,7 @@
-// What a linear does to its float32 accumulators before the one rounding to the output: bias, activation,
-// gate, residual, in that order (oneDNN's post-op order and the reference's, src/ops/fused.cpp). Shared by
-// the f32-FMA GEMM for "linear" and "linear_fused" (gemm_fma32.h); the activations themselves are the
-// elementwise ops' (isa/activation.h).
+// What a linear does to its float32 accumulators before the one rounding to the output: bias, the term
+// already in the output (a LoRA pair's low-rank product), activation, gate, residual, in that order (oneDNN's
+// post-op order and the reference's, src/ops/fused.cpp). Shared by the f32-FMA GEMM for "linear" and
+// "linear_fused" (gemm_fma32.h); the activations themselves are the elementwise ops' (isa/activation.h).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,7 @@ namespace kiln::cpu_kernels {
 struct LinearEpilogueArgs {
   const void* bias = nullptr;  // [N], contiguous
   DType bias_dtype = float32;
+  bool add_output = false;  // the output holds a term to add before the activation (oneDNN's sum post-op)
   Activation act = Activation::None;
   // [G, 1 or N]: G = 1 serves every row; otherwise output row i uses gate row i / (M / G).
   const void* gate = nullptr;

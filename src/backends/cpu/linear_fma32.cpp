@@ -14,7 +14,7 @@ bool fma32_serves(const Tensor& x, const Tensor& w) {
 }
 
 void linear_fma32(const Tensor& x, const Tensor& w, const Tensor* bias, Activation act, const Tensor* gate,
-                  const Tensor* residual, const Tensor& out) {
+                  const Tensor* residual, bool add_output, const Tensor& out) {
   Fma32Gemm g;
   g.x = x.raw_data();
   g.x_row_stride = x.stride(0);
@@ -31,6 +31,7 @@ void linear_fma32(const Tensor& x, const Tensor& w, const Tensor* bias, Activati
   LinearEpilogueArgs& e = g.epilogue;
   e.m = g.m;
   e.act = act;
+  e.add_output = add_output;
   if (bias != nullptr) {
     e.bias = bias->raw_data();
     e.bias_dtype = bias->dtype();

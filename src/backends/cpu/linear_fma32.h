@@ -12,7 +12,9 @@ bool fma32_serves(const Tensor& x, const Tensor& w);
 
 // out [M, N] (columns adjacent) = epilogue(x [M, K] . w [N, K]^T) with optional bias [N], gate [G, 1 or N]
 // (see linear_epilogue.h) and residual [M, N]; x and w row- or column-major.
+// `add_output`: `out` already holds a term (a LoRA pair's low-rank product) that the result adds after the
+// bias.
 void linear_fma32(const Tensor& x, const Tensor& w, const Tensor* bias, Activation act, const Tensor* gate,
-                  const Tensor* residual, const Tensor& out);
+                  const Tensor* residual, bool add_output, const Tensor& out);
 
 }  // namespace kiln::cpu_kernels

@@ -49,7 +49,7 @@ void linear_kernel(const runtime::OpCall& call) {
   const Tensor& w = call.inputs[1];
   const Tensor* bias = call.inputs.size() > 2 ? &call.inputs[2] : nullptr;
   const Tensor& out = call.outputs[0];
-  if (fma32_serves(x, w)) return linear_fma32(x, w, bias, Activation::None, nullptr, nullptr, out);
+  if (fma32_serves(x, w)) return linear_fma32(x, w, bias, Activation::None, nullptr, nullptr, false, out);
   const int64_t k = x.size(1), n = w.size(0);
   const memory::data_type ct = compute_type(x.dtype());
 

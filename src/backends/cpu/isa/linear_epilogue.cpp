@@ -75,6 +75,7 @@ void linear_epilogue_rows(const float* acc, int64_t acc_stride, int64_t m0, int6
       const int64_t col = n0 + c;
       f32x16 v = n == kLanes ? load(a + c) : load_partial(a + c, n);
       if (e.bias != nullptr) v += load_any(e.bias, e.bias_dtype, col, n);
+      if (e.add_output) v += load_any(out, out_dtype, row * out_row_stride + col, n);
       v = activate(e.act, v);
       if (e.gate != nullptr) {
         if (e.gate_cols == 1)

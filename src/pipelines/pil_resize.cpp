@@ -1,4 +1,4 @@
-#include "pipelines/lanczos_resize.h"
+#include "pipelines/pil_resize.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "pipelines/pil_convert.h"
 
 namespace kiln::pipelines {
 
@@ -13,7 +14,6 @@ namespace {
 
 // Pillow: 32 bits minus 8 for the pixel values and 2 for the filter's negative and overshooting lobes.
 constexpr int kPrecisionBits = 32 - 8 - 2;
-constexpr double kSupport = 3.0;
 
 double sinc(double x) {
   if (x == 0.0) return 1.0;
@@ -25,6 +25,24 @@ double lanczos(double x) {
   return (-3.0 <= x && x < 3.0) ? sinc(x) * sinc(x / 3) : 0.0;
 }
 
+// Pillow's bicubic convolution with a = -0.5.
+double bicubic(double x) {
+  constexpr double a = -0.5;
+  x = std::abs(x);
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+struct Filter {
+  double (*weight)(double);
+  double support;
+};
+
+Filter filter_of(ResizeFilter f) {
+  return f == ResizeFilter::Bicubic ? Filter{bicubic, 2.0} : Filter{lanczos, 3.0};
+}
+
 // precompute_coeffs + normalize_coeffs_8bpc: for each output position its first input and the fixed-point
 // weights of the inputs it reads.
 struct Coefficients {
@@ -33,11 +51,11 @@ struct Coefficients {
   int ksize = 0;
 };
 
-Coefficients coefficients(int in_size, int out_size) {
-  // The box is the whole image: in0 = 0, in1 = in_size (floats in Pillow, exact for these sizes).
-  const double scale = static_cast<double>(static_cast<float>(in_size)) / out_size;
+// The source extent [in0, in1] is a pair of C floats in Pillow; their difference is taken in float.
+Coefficients coefficients(const Filter& filter, int in_size, float in0, float in1, int out_size) {
+  const double scale = static_cast<double>(in1 - in0) / out_size;
   const double filterscale = std::max(scale, 1.0);
-  const double support = kSupport * filterscale;
+  const double support = filter.support * filterscale;
   Coefficients c;
   c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   c.first.resize(static_cast<size_t>(out_size));
@@ -46,12 +64,12 @@ Coefficients coefficients(int in_size, int out_size) {
   const double inv_filterscale = 1.0 / filterscale;
   std::vector<double> k(static_cast<size_t>(c.ksize));
   for (int xx = 0; xx < out_size; ++xx) {
-    const double center = (xx + 0.5) * scale;
+    const double center = in0 + (xx + 0.5) * scale;
     const int xmin = std::max(static_cast<int>(center - support + 0.5), 0);
     const int xmax = std::min(static_cast<int>(center + support + 0.5), in_size) - xmin;
     double ww = 0.0;
     for (int x = 0; x < xmax; ++x) {
-      k[static_cast<size_t>(x)] = lanczos((x + xmin - center + 0.5) * inv_filterscale);
+      k[static_cast<size_t>(x)] = filter.weight((x + xmin - center + 0.5) * inv_filterscale);
       ww += k[static_cast<size_t>(x)];
     }
     for (int x = 0; x < xmax; ++x) {
@@ -102,20 +120,48 @@ Image resample(const Image& in, const Coefficients& c, int out_size, bool horizo
 }  // namespace
 
 Image resize_lanczos(const Image& image, int width, int height) {
+  return resize_pil(image, width, height, ResizeFilter::Lanczos,
+                    {0, 0, static_cast<float>(image.width), static_cast<float>(image.height)});
+}
+
+Image resize_pil(const Image& image, int width, int height, ResizeFilter filter_kind, const ResizeBox& box) {
+  const Filter filter = filter_of(filter_kind);
   KILN_CHECK(width >= 1 && height >= 1 && image.width >= 1 && image.height >= 1 && image.channels >= 1 &&
                  image.pixels.size() == static_cast<size_t>(image.width) * image.height * image.channels,
              "resize_lanczos: cannot resize a " << image.width << "x" << image.height << "x" << image.channels
                                                 << " image to " << width << "x" << height);
-  if (width == image.width && height == image.height) return image;
-  const bool need_horizontal = width != image.width, need_vertical = height != image.height;
+  KILN_CHECK(box.left >= 0 && box.top >= 0 && box.right <= static_cast<float>(image.width) &&
+                 box.bottom <= static_cast<float>(image.height) && box.right >= box.left &&
+                 box.bottom >= box.top,
+             "resize_lanczos: the box (" << box.left << ", " << box.top << ", " << box.right << ", "
+                                         << box.bottom << ") is not inside the " << image.width << "x"
+                                         << image.height << " image");
+  const bool whole = box.left == 0 && box.top == 0 && box.right == static_cast<float>(image.width) &&
+                     box.bottom == static_cast<float>(image.height);
+  if (whole && width == image.width && height == image.height) return image;  // Image.resize: a copy
+  // _imaging.c's resize: an integral box of the output's size is a crop, not a filter.
+  if (box.left == std::floor(box.left) && box.top == std::floor(box.top) &&
+      box.right - box.left == static_cast<float>(width) &&
+      box.bottom - box.top == static_cast<float>(height)) {
+    Image out = crop(image, static_cast<int>(box.left), static_cast<int>(box.top), width, height);
+    out.metadata = image.metadata;
+    return out;
+  }
+  // Pillow compares the box's far edge with the output's size, not the input's.
+  const bool need_horizontal =
+      width != image.width || box.left != 0 || box.right != static_cast<float>(width);
+  const bool need_vertical =
+      height != image.height || box.top != 0 || box.bottom != static_cast<float>(height);
   // Pillow runs the vertical pass first when the height shrinks more than twice as much as the width. (When
   // horizontal first, it filters only the rows the vertical pass reads: the same values.)
   const bool horizontal_first =
       !((image.height - height) > 0 && (image.height - height) > (image.width - width) * 2);
   Image out = image;
   auto pass = [&](bool horizontal) {
-    if (horizontal && need_horizontal) out = resample(out, coefficients(image.width, width), width, true);
-    if (!horizontal && need_vertical) out = resample(out, coefficients(image.height, height), height, false);
+    if (horizontal && need_horizontal)
+      out = resample(out, coefficients(filter, image.width, box.left, box.right, width), width, true);
+    if (!horizontal && need_vertical)
+      out = resample(out, coefficients(filter, image.height, box.top, box.bottom, height), height, false);
   };
   pass(horizontal_first);
   pass(!horizontal_first);
