@@ -199,11 +199,12 @@ TEST(GemmFma32, EveryEpilogue) {
       for (DType out : {bfloat16, float32}) check(c, e, out, avx512);
 }
 
-// The op tests once more in a child process on each bf16 path, forced; every host runs both.
-void rerun_on_path(const char* path) {
+// The op tests once more in a child process on each bf16 path, forced; every host runs both, and the fma32
+// path in the portable kernel variant too.
+void rerun_with(const std::string& env, const std::string& name) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string log = testing::temp_dir(std::string("bf16_path_") + path) + "/log.txt";
-  const std::string cmd = std::string("KILN_CPU_MATMUL=") + path + " '" + self +
+  const std::string log = testing::temp_dir("bf16_path_" + name) + "/log.txt";
+  const std::string cmd = env + " '" + self +
                           "' --gtest_filter='Linear*:Matmul*:FusedLinear*:LinearFused*:Attention*:GemmFma32*:"
                           "Packed*:-Bf16Path*' > '" +
                           log + "' 2>&1";
@@ -216,11 +217,15 @@ void rerun_on_path(const char* path) {
 }
 
 TEST(Bf16Path, Fma32PassesTheOpTests) {
-  rerun_on_path("fma32");
+  rerun_with("KILN_CPU_MATMUL=fma32", "fma32");
+}
+
+TEST(Bf16Path, Fma32InThePortableVariantPassesTheOpTests) {
+  rerun_with("KILN_CPU_ISA=generic KILN_CPU_MATMUL=fma32", "fma32_generic");
 }
 
 TEST(Bf16Path, OnednnPassesTheOpTests) {
-  rerun_on_path("onednn");
+  rerun_with("KILN_CPU_MATMUL=onednn", "onednn");
 }
 
 TEST(Bf16Path, UnknownValueIsAnErrorNamingTheVariable) {
