@@ -7,9 +7,9 @@
 // The host is shared: besides wall-clock figures it prints the process CPU time per thread, which is what
 // the kernel would take on otherwise idle cores (CPU-time GFLOP/s = FLOPs / (CPU seconds / threads)).
 // Other tenants of the host also slow the cores themselves (a register-only VDPBF16PS loop has been seen
-// at 234 instead of 410 GFLOP/s per core), so it also measures that loop, the machine's bf16 ceiling at
-// the moment, on every thread, and prints the kernel's CPU-time rate as a fraction of it (half of it for
-// float32, which runs FMA at the same instruction rate with half the FLOPs).
+// at 234 instead of 410 GFLOP/s per core), so it also measures the ceilings of the moment on every thread
+// (bf16_ceiling.h: f32 FMA, vdpbf16ps, AMX) and prints the kernel's CPU-time rate as a fraction of the
+// fastest one for bf16, of f32 FMA's for float32, and which path bf16 products take (matmul_path.h).
 // Usage: bench_attention [repetitions=3] [bf16|f32|all=all] [S ...=4608 1536]
 #include <immintrin.h>
 
@@ -68,9 +68,10 @@ void run(int64_t s, kiln::DType dtype, int repetitions) {
     cpu_times.push_back((kiln::bench::process_cpu_seconds() - c0) / threads);
     times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  // FMA and VDPBF16PS issue at the same rate, with half the FLOPs per f32 instruction.
-  const double ceiling =
-      kiln::bench::measure_bf16_ceiling().gflops * 1e9 * (dtype == kiln::bfloat16 ? 1.0 : 0.5);
+  // bf16 against the fastest instruction a bf16 product can use; float32 against f32 FMA.
+  const kiln::bench::Bf16Ceiling measured = kiln::bench::measure_bf16_ceiling();
+  kiln::bench::print_ceiling(measured);
+  const double ceiling = (dtype == kiln::bfloat16 ? measured.gflops : measured.rates.fma32) * 1e9;
   std::sort(times.begin(), times.end());
   std::sort(cpu_times.begin(), cpu_times.end());
   const double best = times.front(), median = times[times.size() / 2], cpu = cpu_times.front();

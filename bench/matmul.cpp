@@ -5,7 +5,9 @@
 //
 // The three variants run interleaved, repetition by repetition, so that load from other tenants of the
 // host hits them alike. Prints GFLOP/s (best and median), % of peak (bf16 880, f32 440 GFLOP/s) and
-// kiln / oneDNN. Usage: bench_matmul [repetitions=5] [bf16|f32|all]
+// kiln / oneDNN. Also prints the instruction ceilings (bf16_ceiling.h) and the bf16 path in use.
+// `paths` compares the bf16 paths side by side instead (bench_paths, issue #30).
+// Usage: bench_matmul [repetitions=5] [bf16|f32|all|paths]
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -21,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/matmul_path.h"
 #include "bench_util.h"
+#include "bf16_ceiling.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/linalg.h"
@@ -140,6 +144,69 @@ void bench(int64_t m, int64_t k, int64_t n, kiln::DType dtype, int reps, int thr
   std::fflush(stdout);
 }
 
+// bf16 on each path side by side (issue #30): kiln::linear on the path this host picks, forced onto fma32
+// (f32 FMA on widened bf16, the weight read in place) and forced onto oneDNN's bf16 kernels (weights
+// prepacked), against raw oneDNN f32 (prepacked) on the same values; % of the f32 FMA ceiling and of the
+// fastest instruction's, both measured at the start of the run.
+void bench_paths(int64_t m, int64_t k, int64_t n, int reps, int threads, const kiln::bench::Bf16Ceiling& c) {
+  using kiln::cpu_kernels::Bf16Path;
+  using kiln::cpu_kernels::ScopedBf16Path;
+  const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+  const kiln::Tensor x = kiln::bench::uniform_tensor({m, k}, kiln::bfloat16, 1.0f, 1);
+  const kiln::Tensor w =
+      kiln::bench::uniform_tensor({n, k}, kiln::bfloat16, 1.0f / std::sqrt(static_cast<float>(k)), 2);
+  const kiln::Tensor w_fma = w.clone();  // never packed: the fma32 path reads it in place
+  const kiln::Tensor x32 = x.to(kiln::float32), w32 = w.to(kiln::float32);
+  const kiln::Tensor y32 = kiln::Tensor::empty({m, n}, kiln::float32);
+  kiln::synchronize();
+  RawOnednn raw32(x32, w32, y32);
+  kiln::set_weight_prepacking(kiln::WeightPrepacking::Always);
+  Stats s_default, s_fma, s_onednn, s_raw32;
+  kiln::Tensor y_default, y_fma, y_onednn;
+  const auto run_default = [&] {
+    y_default = kiln::linear(x, w);
+    kiln::synchronize();
+  };
+  const auto run_fma = [&] {
+    const ScopedBf16Path path(Bf16Path::Fma32);
+    y_fma = kiln::linear(x, w_fma);
+    kiln::synchronize();
+  };
+  const auto run_onednn = [&] {
+    const ScopedBf16Path path(Bf16Path::Onednn);
+    y_onednn = kiln::linear(x, w);
+    kiln::synchronize();
+  };
+  raw32.run();
+  run_default();
+  run_fma();
+  run_onednn();
+  for (int r = 0; r < reps; ++r) {
+    s_default.add(flop, time_of(run_default), threads);
+    s_fma.add(flop, time_of(run_fma), threads);
+    s_onednn.add(flop, time_of(run_onednn), threads);
+    s_raw32.add(flop, time_of([&] { raw32.run(); }), threads);
+  }
+  const double fma_ceiling = c.rates.fma32, best = c.gflops;
+  std::printf(
+      "%5lld x %5lld x %5lld bf16 | default (%s) %4.0f med %4.0f | fma32 %4.0f med %4.0f = %3.0f%% of f32 "
+      "FMA "
+      "%.0f, %3.0f%% of best %.0f | onednn-bf16 %4.0f med %4.0f | onednn-f32 %4.0f med %4.0f = %3.0f%% of "
+      "f32 "
+      "FMA | fma32 vs onednn-bf16 max rel diff %.1e\n",
+      static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),
+      kiln::cpu_kernels::bf16_path_name(kiln::cpu_kernels::bf16_path()), s_default.best(), s_default.median(),
+      s_fma.best(), s_fma.median(), 100 * s_fma.best() / fma_ceiling, fma_ceiling, 100 * s_fma.best() / best,
+      best, s_onednn.best(), s_onednn.median(), s_raw32.best(), s_raw32.median(),
+      100 * s_raw32.best() / fma_ceiling, max_rel_diff(y_fma, y_onednn));
+  std::printf(
+      "%29s cpu-time GFLOP/s: default %4.0f | fma32 %4.0f (%3.0f%% of f32 FMA) | onednn-bf16 %4.0f | "
+      "onednn-f32 %4.0f\n",
+      "", s_default.cpu_best(), s_fma.cpu_best(), 100 * s_fma.cpu_best() / fma_ceiling, s_onednn.cpu_best(),
+      s_raw32.cpu_best());
+  std::fflush(stdout);
+}
+
 std::string load_average() {
   std::ifstream f("/proc/loadavg");
   std::string line;
@@ -157,6 +224,14 @@ int main(int argc, char** argv) {
       "prepacked, same shapes\n",
       reps);
   std::printf("threads %d, load average %s", omp_get_max_threads(), load_average().c_str());
+  const kiln::bench::Bf16Ceiling ceiling = kiln::bench::measure_bf16_ceiling();
+  kiln::bench::print_ceiling(ceiling);
+  if (which == "paths") {
+    const int64_t path_shapes[][3] = {
+        {4096, 3072, 3072}, {4096, 3072, 12288}, {4096, 12288, 3072}, {1024, 3072, 3072}};
+    for (const auto& s : path_shapes) bench_paths(s[0], s[1], s[2], reps, omp_get_max_threads(), ceiling);
+    return 0;
+  }
   const int64_t shapes[][3] = {{4096, 3072, 3072}, {4096, 3072, 12288}, {4096, 12288, 3072}};
   for (kiln::DType dtype : {kiln::bfloat16, kiln::float32}) {
     if (which != "all" && which != (dtype == kiln::bfloat16 ? "bf16" : "f32")) continue;

@@ -556,6 +556,7 @@ int run(const Options& o) {
   kiln::set_eager_mode(kiln::EagerMode::DeferNever);
 
   const kiln::bench::Bf16Ceiling ceiling = kiln::bench::measure_bf16_ceiling();
+  kiln::bench::print_ceiling(ceiling);
   const double peak = ceiling.gflops;
   const double matmul = o.matmul_reps > 0 ? matmul_seconds(c.work, o.matmul_reps) : NAN;
   const double flops = c.work.linear_flops() + c.work.attention_flops;
@@ -584,13 +585,15 @@ int run(const Options& o) {
       "\"threads\": %d, "
       "\"steps\": %d, \"median_s\": %s, \"min_s\": %s, \"max_s\": %s, \"first_call_s\": %s, \"flops\": %s, "
       "\"linear_flops\": %s, "
-      "\"measured_peak_gflops\": %s, \"peak_instruction\": \"%s\", \"matmul_s\": %s, \"vmhwm_bytes\": %s, "
+      "\"measured_peak_gflops\": %s, \"peak_instruction\": \"%s\", \"bf16_path\": \"%s\", \"matmul_s\": %s, "
+      "\"vmhwm_bytes\": %s, "
       "\"weight_bytes\": %s, "
       "\"max_rel_error\": %s, \"cores_busy\": %s}\n",
       o.mode.c_str(), o.model.c_str(), c.work.description.c_str(), omp_get_max_threads(), o.steps,
       json_number(step.median).c_str(), json_number(step.min).c_str(), json_number(step.max).c_str(),
       json_number(step.first).c_str(), json_number(flops).c_str(), json_number(c.work.linear_flops()).c_str(),
-      json_number(peak).c_str(), ceiling.instruction, json_number(matmul).c_str(),
+      json_number(peak).c_str(), ceiling.instruction,
+      kiln::cpu_kernels::bf16_path_name(kiln::cpu_kernels::bf16_path()), json_number(matmul).c_str(),
       json_number(resident).c_str(), json_number(weight_bytes).c_str(), json_number(rel_error).c_str(),
       json_number(step.cores_busy).c_str());
   return 0;

@@ -19,6 +19,7 @@
 
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/fused_kernels.h"
+#include "backends/cpu/matmul_path.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/fused.h"
@@ -224,6 +225,8 @@ TEST(FusedLinear, EmptyInnerDimensionIsTheEpilogueOfTheBias) {
 // Resident bytes are compared between points reached by the same last op (the stream may keep its last
 // call's operands until the next one) after synchronising.
 TEST(FusedLinear, SharesThePackedWeightWithLinear) {
+  // Packing is the oneDNN path's: on a host whose bf16 products run on f32 FMA (matmul_path.h) it is unused.
+  const cpu_kernels::ScopedBf16Path onednn_path(cpu_kernels::Bf16Path::Onednn);
   const WeightPrepacking before = weight_prepacking();
   set_weight_prepacking(WeightPrepacking::Always);
   const Tensor x = values({2, 40, 96}, 1, -1, 1, bfloat16);

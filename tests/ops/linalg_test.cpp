@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/matmul_path.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/runtime/execution_context.h"
@@ -156,6 +157,8 @@ TEST_P(LinearLayouts, NonContiguousOperands) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, LinearLayouts, ::testing::Values("f32", "bf16"));
 
 TEST(Linear, PacksEachWeightOnceAndFreesItWithTheWeight) {
+  // Packing is the oneDNN path's: on a host whose bf16 products run on f32 FMA (matmul_path.h) it is unused.
+  const cpu_kernels::ScopedBf16Path onednn_path(cpu_kernels::Bf16Path::Onednn);
   const PrepackingScope packing(WeightPrepacking::Always);
   const Tensor x = load("linear_bf16_m11_k200.x");
   const Tensor bias = load("linear_bf16_m11_k200.bias");
@@ -206,6 +209,8 @@ TEST(Linear, ConcurrentCallsShareOneWeight) {
 }
 
 TEST(Linear, AutoPolicyPacksBf16AndKeepsF32InPlace) {
+  // Packing is the oneDNN path's: on a host whose bf16 products run on f32 FMA (matmul_path.h) it is unused.
+  const cpu_kernels::ScopedBf16Path onednn_path(cpu_kernels::Bf16Path::Onednn);
   const PrepackingScope packing(WeightPrepacking::Auto);
   for (DType dtype : {bfloat16, float32, float16}) {
     SCOPED_TRACE(dtype_name(dtype));

@@ -7,6 +7,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backends/cpu/matmul_path.h"
 #include "backends/cpu/onednn_util.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/ops/fused.h"
@@ -98,11 +99,15 @@ class PackedLayout : public ::testing::Test {
 };
 
 TEST_F(PackedLayout, LinearReadsAWeightPackedInAnotherLayout) {
+  // Packing is the oneDNN path's: on a host whose bf16 products run on f32 FMA (matmul_path.h) it is unused.
+  const cpu_kernels::ScopedBf16Path onednn_path(cpu_kernels::Bf16Path::Onednn);
   const Tensor x = values({2, kM / 2, kK}, 1, -1, 1, bfloat16);
   expect_reads_the_existing_packed_copy([&](const Tensor& w) { return linear(x, w); });
 }
 
 TEST_F(PackedLayout, LinearFusedReadsAWeightPackedInAnotherLayout) {
+  // Packing is the oneDNN path's: on a host whose bf16 products run on f32 FMA (matmul_path.h) it is unused.
+  const cpu_kernels::ScopedBf16Path onednn_path(cpu_kernels::Bf16Path::Onednn);
   const Tensor x = values({2, kM / 2, kK}, 1, -1, 1, bfloat16);
   const LinearEpilogue e{Activation::GeluTanh, values({2, 1, kN}, 2, -1, 1, bfloat16),
                          values({2, kM / 2, kN}, 3, -1, 1, bfloat16)};
@@ -110,6 +115,8 @@ TEST_F(PackedLayout, LinearFusedReadsAWeightPackedInAnotherLayout) {
 }
 
 TEST_F(PackedLayout, EveryRowCountReadsTheFirstConsumersCopy) {
+  // Packing is the oneDNN path's: on a host whose bf16 products run on f32 FMA (matmul_path.h) it is unused.
+  const cpu_kernels::ScopedBf16Path onednn_path(cpu_kernels::Bf16Path::Onednn);
   // A weight first used with one row (a pooled vector) and then with many: one packed copy.
   const Tensor w = values({kN, kK}, 5, -0.3, 0.3, bfloat16);
   {

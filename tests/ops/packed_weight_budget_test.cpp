@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/matmul_path.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/ops/linalg.h"
@@ -68,6 +69,8 @@ struct MappedWeights {
 };
 
 TEST(PackedWeightBudget, AnonymousMemoryFollowsTheBudgetAndProductsDoNotChange) {
+  // Packing is the oneDNN path's: on a host whose bf16 products run on f32 FMA (matmul_path.h) it is unused.
+  const cpu_kernels::ScopedBf16Path onednn_path(cpu_kernels::Bf16Path::Onednn);
   MappedWeights m("packed_budget_rss");
   const int64_t budget = kWeightBytes + kWeightBytes / 4;  // room for one packed copy, not two
   BudgetScope scope(budget);
@@ -98,6 +101,8 @@ TEST(PackedWeightBudget, AnonymousMemoryFollowsTheBudgetAndProductsDoNotChange) 
 }
 
 TEST(PackedWeightBudget, NoLimitPacksEveryWeightAndFreeingThemReturnsTheBytes) {
+  // Packing is the oneDNN path's: on a host whose bf16 products run on f32 FMA (matmul_path.h) it is unused.
+  const cpu_kernels::ScopedBf16Path onednn_path(cpu_kernels::Bf16Path::Onednn);
   BudgetScope scope(std::nullopt);
   const int64_t packed_before = packed_weight_bytes();
   {

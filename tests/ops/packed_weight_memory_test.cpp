@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/matmul_path.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/checkpoint_weights.h"
@@ -107,6 +108,8 @@ TEST(PackedWeightMemory, PackingAMappedWeightDoesNotDoubleIt) {
 // Offloading on a CPU host (Module::release_weights): the packed copy is freed and the file pages are handed
 // back, and the next forward reads the weight from the file again, unchanged.
 TEST(PackedWeightMemory, ReleasingAModuleFreesItsPackedCopiesAndFilePages) {
+  // Packing is the oneDNN path's: on a host whose bf16 products run on f32 FMA (matmul_path.h) it is unused.
+  const cpu_kernels::ScopedBf16Path onednn_path(cpu_kernels::Bf16Path::Onednn);
   PrepackAlways packing;
   const Tensor x = pattern(8, kIn, 3);
   const Tensor w = pattern(kOut, kIn, 2);

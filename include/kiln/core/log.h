@@ -15,7 +15,8 @@ WarningHandler set_warning_handler(WarningHandler handler);
 
 // Explanations on request: KILN_LOG is a comma-separated list of topics ("compile": what was compiled and
 // why — a new graph structure, a new input shape; "graph": the plan of every lazy-graph flush; "memory": how
-// a pipeline holds its weights; "offload": what offloading brought in and released, and when; "all").
+// a pipeline holds its weights; "offload": what offloading brought in and released, and when; "matmul": which
+// instruction bf16 products run on, and why; "all").
 // Messages go to stderr as "kiln[topic 12.345s]: ..." (seconds since the first message) unless a log handler
 // is set.
 bool log_enabled(std::string_view topic);

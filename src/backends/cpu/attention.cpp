@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backends/cpu/attention_tile.h"
+#include "backends/cpu/matmul_path.h"
 #include "backends/cpu/register_kernels.h"
 
 namespace kiln::cpu_kernels {
@@ -67,7 +68,10 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const int64_t skv = k.size(2), dv = v.size(3);
   if (out.numel() == 0) return;
   const TileKernels kernels = tile_kernels(avx512);
-  const AttnMath math = q.dtype() == bfloat16 ? AttnMath::BF16 : AttnMath::F32;
+  // bf16 operands multiply as bf16 pairs (VDPBF16PS) or, where f32 FMA is this host's faster path, widened
+  // exactly to float32 (matmul_path.h); the probabilities then also stay float32 instead of rounding to bf16.
+  const bool bf16_pairs = q.dtype() == bfloat16 && bf16_path() == Bf16Path::Onednn;
+  const AttnMath math = bf16_pairs ? AttnMath::BF16 : AttnMath::F32;
   const size_t elem = attn_elem_size(math);
   const int64_t d_pad = attn_round_up(d, attn_pair(math));
   const int64_t skv_pad = attn_round_up(skv, kAttnBlock);

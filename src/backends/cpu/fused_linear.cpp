@@ -1,6 +1,7 @@
 // "linear_fused": oneDNN's matmul with the epilogue as post-ops (sum of the low-rank product, eltwise
 // activation, binary mul by the gate, binary add of the residual), applied to the float32 accumulator before
-// the one rounding to the output.
+// the one rounding to the output; with bf16 weights, the f32-FMA GEMM where that is this host's faster path
+// (matmul_path.h, linear_fma32.h), with the same epilogue in the same order.
 //  inputs: x [M, K] (row- or column-major), weight [N, K], then when present (attrs has_bias, has_gate,
 //          has_residual, has_low_rank): bias [N] (x's dtype or float32), gate [G, 1 or N] (x's dtype; G = 1:
 //          one row for all rows; G = M: full [M, N]; else row block b of M / G consecutive rows uses gate row
@@ -12,6 +13,7 @@
 // The weight goes through onednn::matmul_with_weight like the "linear" kernel's: a weight used by both ops
 // is packed once, in the layout its first consumer chose.
 #include "backends/cpu/fused_kernels.h"
+#include "backends/cpu/linear_fma32.h"
 #include "backends/cpu/onednn_util.h"
 #include "kiln/ops/fused.h"
 
@@ -66,6 +68,14 @@ void thin_product(const Tensor& a, const Tensor& b, const Tensor& dst) {
                    {DNNL_ARG_DST, memory(dst_md, onednn::engine(), dst.raw_data())}});
 }
 
+// out = (x down^T) up^T: the low-rank pair's product, which the base product then accumulates onto.
+void low_rank_into_output(const Tensor& x, const Tensor& down, const Tensor& up, const Tensor& out) {
+  KILN_CHECK(x.dtype() != float16, "linear_fused: internal: no low-rank product in float16");
+  const Tensor thin = Tensor::empty({x.size(0), down.size(0)}, x.dtype());
+  thin_product(x, down, thin);
+  thin_product(thin, up, out);
+}
+
 }  // namespace
 
 void linear_fused_kernel(const runtime::OpCall& call) {
@@ -84,6 +94,10 @@ void linear_fused_kernel(const runtime::OpCall& call) {
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   const memory::data_type ct = compute_type(x.dtype());
   const bool f16 = x.dtype() == float16;
+  if (fma32_serves(x, w)) {
+    if (low_rank) low_rank_into_output(x, call.inputs[next], call.inputs[next + 1], out);
+    return linear_fma32(x, w, bias, act, gate, residual, low_rank, out);
+  }
 
   // Row blocks: one oneDNN call per block when the gate has one row per block of rows (adaLN's [B, 1, N]
   // with B > 1); otherwise the whole product is one call.
@@ -140,14 +154,7 @@ void linear_fused_kernel(const runtime::OpCall& call) {
   const int gate_arg = (low_rank ? 1 : 0) + (act != Activation::None ? 1 : 0);
   const int residual_arg = gate_arg + (gate != nullptr ? 1 : 0);
 
-  if (low_rank) {
-    KILN_CHECK(!f16, "linear_fused: internal: no low-rank product in float16");
-    const Tensor& down = call.inputs[next];
-    const Tensor& up = call.inputs[next + 1];
-    const Tensor thin = Tensor::empty({m, down.size(0)}, x.dtype());
-    thin_product(x, down, thin);
-    thin_product(thin, up, out);
-  }
+  if (low_rank) low_rank_into_output(x, call.inputs[next], call.inputs[next + 1], out);
 
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const Tensor xb = x.narrow(0, blk * rows, rows);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backends/cpu/elementwise_op.h"
+#include "backends/cpu/isa/activation.h"
 #include "backends/cpu/isa/vec.h"
 
 namespace kiln::cpu_kernels::KILN_ISA {
@@ -157,12 +158,6 @@ inline f32x16 mask_to_float(i32x16 m) {
   return m ? splat(1.0f) : splat(0.0f);
 }
 
-// x * g(x) activations tend to 0 as x -> -inf, but the formula gives -inf * 0 = NaN there (torch returns
-// NaN).
-inline f32x16 limit_at_minus_inf(f32x16 x, f32x16 r) {
-  return x == -__builtin_inff() ? splat(-0.0f) : r;
-}
-
 // pow with the shortcuts torch takes for common scalar exponents, so results round the same way.
 void pow_scalar(const float* a, float* y, int n, double exponent) {
   if (exponent == 2.0) return map1(a, y, n, [](f32x16 x) { return x * x; });
@@ -238,17 +233,11 @@ void compute(EwOp op, const EwParams& prm, const float* const* in, float* y, int
     case EwOp::Sigmoid:
       return map1(a, y, n, [](f32x16 x) { return vsigmoid(x); });
     case EwOp::Silu:
-      return map1(a, y, n, [](f32x16 x) { return limit_at_minus_inf(x, x / (1.0f + vexp(-x))); });
+      return map1(a, y, n, [](f32x16 x) { return act_silu(x); });
     case EwOp::Gelu:
-      return map1(a, y, n, [](f32x16 x) {
-        return limit_at_minus_inf(x, x * 0.5f * (1.0f + verf(x * 0.70710678118654752f)));
-      });
+      return map1(a, y, n, [](f32x16 x) { return act_gelu(x); });
     case EwOp::GeluTanh:
-      return map1(a, y, n, [](f32x16 x) {
-        // sqrt(2/pi) * (x + 0.044715 x^3), evaluated in torch's order.
-        const f32x16 inner = 0.797884560802865355f * (x + 0.044715f * (x * x * x));
-        return limit_at_minus_inf(x, 0.5f * x * (1.0f + vtanh(inner)));
-      });
+      return map1(a, y, n, [](f32x16 x) { return act_gelu_tanh(x); });
     case EwOp::QuickGelu:
       return map1(a, y, n, [](f32x16 x) { return limit_at_minus_inf(x, x * vsigmoid(1.702f * x)); });
     case EwOp::Square:
