@@ -122,6 +122,8 @@ TEST(PackedWeightBudget, ConvOverTheBudgetReordersPerCallWithTheSameResult) {
     BudgetScope scope(std::nullopt);
     packed_result = conv2d(x, w.clone(), {}, {1, 1}, {1, 1}).to(float32);
   }
+  // The clone (and its packed copy) is freed once the queued convolution has run: counted before reading.
+  synchronize();
   BudgetScope scope(0);
   const int64_t packed_before = packed_weight_bytes();
   const Tensor y = conv2d(x, w, {}, {1, 1}, {1, 1}).to(float32);
