@@ -76,6 +76,14 @@ TEST(FuzzRegressions, PngSideAboveTheLimit) {
   EXPECT_KILN_ERROR(io::read_png(path), path, "900000x900000 pixels exceeds the maximum side 16384");
 }
 
+// A 377-byte PNG whose tEXt chunk declares 1.8 GB: libpng allocated the declared length before reading it
+// (its chunk limit only warns on read); the chunk lengths are now checked against the file first.
+TEST(FuzzRegressions, PngChunkLongerThanTheFile) {
+  const std::string path = reproducer("png", "text-chunk-of-1.8-gb");
+  EXPECT_KILN_ERROR(io::read_png(path), path,
+                    "chunk 'tEXt' at byte 33 declares 1852797449 bytes but the file has 332 left");
+}
+
 // A GGUF tensor with a zero dimension and a row of 2^61 F32 elements: empty, so its 0 bytes passed the file's
 // bounds, but sizing its rows multiplied 2^61 by 4 in int64 (signed overflow; found by the gguf fuzzer in the
 // campaign's second session).
