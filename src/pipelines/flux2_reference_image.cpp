@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "kiln/ops.h"
-#include "pipelines/pil_resize.h"
 #include "pipelines/pil_convert.h"
+#include "pipelines/pil_resize.h"
 
 namespace kiln::pipelines {
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "kiln/ops.h"
-#include "pipelines/pil_resize.h"
 #include "pipelines/pil_convert.h"
+#include "pipelines/pil_resize.h"
 
 namespace kiln::pipelines {
 
