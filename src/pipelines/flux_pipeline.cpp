@@ -509,14 +509,7 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
   if (task_ != Task::TextToImage && task_ != Task::Kontext)
     metadata["strength"] = std::to_string(call.strength);
-  if (crop) {
-    metadata["padding_mask_crop"] = std::to_string(*request.padding_mask_crop);
-    PipelineOutput output = pipelines::make_output(request.output_type, images, metadata);
-    for (Image& out : output.images)
-      out = pipelines::paste_back(*request.mask_image, request.image.front(), out, *crop);
-    return output;
-  }
-  return pipelines::make_output(request.output_type, images, metadata);
+  return pipelines::make_output(request, images, std::move(metadata), crop);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> FluxPipeline::components() const {

@@ -208,6 +208,16 @@ PipelineOutput make_output(OutputType type, const Tensor& nhwc,
   return {.images = to_images(nhwc, metadata)};
 }
 
+PipelineOutput make_output(const PipelineRequest& request, const Tensor& nhwc,
+                           std::map<std::string, std::string> metadata,
+                           const std::optional<CropRegion>& crop) {
+  if (!crop) return make_output(request.output_type, nhwc, metadata);
+  metadata["padding_mask_crop"] = std::to_string(*request.padding_mask_crop);
+  PipelineOutput output = make_output(request.output_type, nhwc, metadata);
+  for (Image& out : output.images) out = paste_back(*request.mask_image, request.image.front(), out, *crop);
+  return output;
+}
+
 std::map<std::string, std::string> common_metadata(const std::string& model, const char* pipeline,
                                                    uint64_t seed, int steps, float guidance_scale,
                                                    int64_t height, int64_t width, DType dtype) {

@@ -93,6 +93,12 @@ std::vector<Image> to_images(const Tensor& nhwc, const std::map<std::string, std
 PipelineOutput make_output(OutputType type, const Tensor& nhwc,
                            const std::map<std::string, std::string>& metadata);
 
+// The same for an inpainting call: with padding_mask_crop's region, each image pasted back into the request's
+// image (paste_back) and the padding recorded in the metadata.
+PipelineOutput make_output(const PipelineRequest& request, const Tensor& nhwc,
+                           std::map<std::string, std::string> metadata,
+                           const std::optional<CropRegion>& crop);
+
 // The metadata every pipeline records: model, pipeline, seed, steps, guidance scale, size, dtype.
 std::map<std::string, std::string> common_metadata(const std::string& model, const char* pipeline,
                                                    uint64_t seed, int steps, float guidance_scale,

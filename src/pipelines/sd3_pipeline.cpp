@@ -477,14 +477,7 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
       layers += (layers.empty() ? "" : ",") + std::to_string(l);
     metadata["skip_guidance_layers"] = layers;
   }
-  if (crop) {
-    metadata["padding_mask_crop"] = std::to_string(*request.padding_mask_crop);
-    PipelineOutput output = pipelines::make_output(request.output_type, images, metadata);
-    for (Image& out : output.images)
-      out = pipelines::paste_back(*request.mask_image, request.image.front(), out, *crop);
-    return output;
-  }
-  return pipelines::make_output(request.output_type, images, metadata);
+  return pipelines::make_output(request, images, std::move(metadata), crop);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> StableDiffusion3Pipeline::components() const {
