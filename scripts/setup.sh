@@ -2,17 +2,21 @@
 # Installs what Kiln needs on Debian 12. Idempotent: installs only what is missing.
 #   ./scripts/setup.sh           what building and running `kiln` needs (the README's first command)
 #   ./scripts/setup.sh --tests   that, plus what the test command needs: GoogleTest and Google Benchmark, clang
-#                                for the fuzz targets, and the Python packages of the package's tests
+#                                for the fuzz targets, the Python packages of the package's tests, and --pjrt's
+#   ./scripts/setup.sh --pjrt    the PJRT C API header and the CPU test plugin (scripts/fetch_pjrt.sh, into Kiln's
+#                                cache); rebuild afterwards so that CMake finds the header
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(build-essential cmake ccache pkg-config libdnnl-dev nlohmann-json3-dev libpng-dev libcli11-dev
           libopenmpi-dev openmpi-bin
           libcpp-httplib-dev)  # kiln serve's HTTP
 tests=false
+pjrt=false
 for arg in "$@"; do
   case "$arg" in
-    --tests) tests=true ;;
-    *) echo "setup: unknown option $arg (expected --tests)" >&2; exit 2 ;;
+    --tests) tests=true; pjrt=true ;;
+    --pjrt) pjrt=true ;;
+    *) echo "setup: unknown option $arg (expected --tests or --pjrt)" >&2; exit 2 ;;
   esac
 done
 if $tests; then
@@ -36,4 +40,7 @@ if $tests; then
   # Selenium), pinned; pip installs only what is missing or at another version.
   python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
       -r tests/python/requirements.txt -r tests/serve/requirements.txt
+fi
+if $pjrt; then
+  ./scripts/fetch_pjrt.sh
 fi
