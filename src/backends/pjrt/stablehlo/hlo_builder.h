@@ -1,0 +1,189 @@
+// HloBuilder: writes one StableHLO module as MLIR text, op by op, for a PJRT plugin to compile.
+//
+// Every op is written in MLIR's *generic* form (`%3 = "stablehlo.add"(%1, %2) : (tensor<2xf32>,
+// tensor<2xf32>)
+// -> tensor<2xf32>`, inherent attributes in `<{...}>`), which the StableHLO of jaxlib 0.11.2's XLA (the
+// pinned CPU plugin, lammps-jax-pjrt-cpu 0.11.2) and the CUDA plugin of the same XLA parse; StableHLO's
+// pretty form changes between versions, the generic one much less. The text is deterministic (values are
+// numbered in the order they are made), so it doubles as a compile-cache key.
+//
+// Values carry their tensor type and every method checks its operands' shapes and dtypes, throwing a
+// kiln::Error naming the op and what was expected, so a lowering bug is reported here rather than as a plugin
+// parse error (or a plugin abort). Nothing is broadcast implicitly: broadcast_to / the *_bcast helpers make
+// it explicit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+
+namespace kiln::pjrt::hlo {
+
+// "tensor<2x3xf32>", "tensor<bf16>" (rank 0), "tensor<0x4xi1>" (bool is i1, uint8 is ui8).
+std::string tensor_type(DType dtype, const Shape& shape);
+// "f32", "bf16", "f16", "f64", "i64", "i32", "i16", "i8", "ui8", "i1".
+std::string_view element_type(DType dtype);
+
+// An SSA value of the module being built: its number and its tensor type. Plain data: copy it freely. A Value
+// is only meaningful to the builder that made it.
+struct Value {
+  int64_t id = -1;  // -1: no value (an undefined optional input)
+  DType dtype = DType::Float32;
+  Shape shape;
+
+  bool defined() const { return id >= 0; }
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  int64_t numel() const { return shape_numel(shape); }
+};
+
+enum class Compare { EQ, NE, LT, LE, GT, GE };
+enum class ReduceKind { Sum, Max, Min };
+
+// dot_general's dimension numbers (StableHLO's DotDimensionNumbers). The result's dims are the batch dims,
+// then lhs's free dims, then rhs's free dims, each in order.
+struct DotDims {
+  std::vector<int64_t> lhs_batch, rhs_batch, lhs_contract, rhs_contract;
+};
+
+// A 2-D (or N-D) convolution in NCHW / OIHW / NCHW layout (what Kiln's conv2d uses).
+struct ConvParams {
+  std::vector<int64_t> strides;                  // per spatial dim
+  std::vector<std::pair<int64_t, int64_t>> pad;  // (low, high) per spatial dim
+  std::vector<int64_t> dilation;                 // rhs (kernel) dilation per spatial dim
+  int64_t groups = 1;                            // feature_group_count
+};
+
+// gather's dimension numbers (StableHLO's GatherDimensionNumbers; no batching dims).
+struct GatherDims {
+  std::vector<int64_t> offset_dims, collapsed_slice_dims, start_index_map;
+  int64_t index_vector_dim = 0;
+};
+
+// scatter's dimension numbers (StableHLO's ScatterDimensionNumbers; no batching dims).
+struct ScatterDims {
+  std::vector<int64_t> update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims;
+  int64_t index_vector_dim = 0;
+};
+
+class HloBuilder {
+ public:
+  // `module_name` names the module (`module @kiln_add`); letters, digits and '_' only.
+  explicit HloBuilder(std::string module_name = "kiln");
+
+  // A new argument of @main, in order (%arg0, %arg1, ...).
+  Value parameter(DType dtype, const Shape& shape);
+  int64_t num_parameters() const { return static_cast<int64_t>(params_.size()); }
+
+  // The whole module, @main returning `results` in order. May be called more than once.
+  std::string module_text(const std::vector<Value>& results) const;
+
+  // --- constants ---
+  // A tensor of `shape` whose elements all equal `value`, rounded to `dtype` (bool: value != 0). Non-finite
+  // floats are written as hex bit patterns (MLIR has no literal for them).
+  Value splat(double value, DType dtype, const Shape& shape = {});
+  Value scalar(double value, DType dtype) { return splat(value, dtype, {}); }
+  // A dense integer tensor (dtype Int64 or Int32) of `shape` holding `values` in row-major order.
+  Value constant_ints(const std::vector<int64_t>& values, DType dtype, const Shape& shape);
+  // iota along `dim` of a tensor of `shape`: element = its index along `dim`.
+  Value iota(DType dtype, const Shape& shape, int64_t dim);
+
+  // --- elementwise (operands of one type; the result has it) ---
+  // `op` is the StableHLO op name without its dialect ("exponential", "add", ...), or a full name with its
+  // dialect for the few CHLO ops XLA accepts and legalizes itself ("chlo.erf").
+  Value unary(std::string_view op, const Value& x);
+  Value binary(std::string_view op, const Value& a, const Value& b);
+  Value neg(const Value& x) { return unary("negate", x); }
+  Value abs(const Value& x) { return unary("abs", x); }
+  Value exp(const Value& x) { return unary("exponential", x); }
+  Value log(const Value& x) { return unary("log", x); }
+  Value sqrt(const Value& x) { return unary("sqrt", x); }
+  Value rsqrt(const Value& x) { return unary("rsqrt", x); }
+  Value sin(const Value& x) { return unary("sine", x); }
+  Value cos(const Value& x) { return unary("cosine", x); }
+  Value tanh(const Value& x) { return unary("tanh", x); }
+  Value logistic(const Value& x) { return unary("logistic", x); }
+  Value floor(const Value& x) { return unary("floor", x); }
+  Value erf(const Value& x) { return unary("chlo.erf", x); }  // StableHLO has no erf; JAX emits chlo.erf too
+  Value add(const Value& a, const Value& b) { return binary("add", a, b); }
+  Value sub(const Value& a, const Value& b) { return binary("subtract", a, b); }
+  Value mul(const Value& a, const Value& b) { return binary("multiply", a, b); }
+  Value div(const Value& a, const Value& b) { return binary("divide", a, b); }
+  Value max(const Value& a, const Value& b) { return binary("maximum", a, b); }
+  Value min(const Value& a, const Value& b) { return binary("minimum", a, b); }
+  Value pow(const Value& a, const Value& b) { return binary("power", a, b); }
+  Value logical_and(const Value& a, const Value& b) { return binary("and", a, b); }
+  Value logical_or(const Value& a, const Value& b) { return binary("or", a, b); }
+  // The same, with a and b first broadcast to their common (numpy) shape.
+  Value binary_bcast(std::string_view op, const Value& a, const Value& b);
+  // a `cmp` b (same type) → bool of their shape. Floats compare as IEEE (NaN unordered); bool and uint8
+  // unsigned.
+  Value compare(Compare cmp, const Value& a, const Value& b);
+  // pred ? on_true : on_false, elementwise; pred is bool of the operands' shape (or a bool scalar).
+  Value select(const Value& pred, const Value& on_true, const Value& on_false);
+  // Element type conversion (float→int truncates toward zero; x→bool is x != 0). Returns x itself when the
+  // dtype already matches, so lowerings can convert unconditionally.
+  Value convert(const Value& x, DType dtype);
+
+  // --- shapes ---
+  // x's dim i becomes result dim dims[i]; every other result dim is broadcast. x's dim i must be 1 or
+  // shape[dims[i]].
+  Value broadcast_in_dim(const Value& x, const Shape& shape, const std::vector<int64_t>& dims);
+  // numpy broadcasting of x to `shape` (x's dims aligned to the right). Returns x when the shapes already
+  // match.
+  Value broadcast_to(const Value& x, const Shape& shape);
+  // Same element count, row-major order. Returns x when the shape already matches.
+  Value reshape(const Value& x, const Shape& shape);
+  // result dim i is x's dim perm[i]. Returns x for the identity permutation.
+  Value transpose(const Value& x, const std::vector<int64_t>& perm);
+  // Static slice [start, limit) with `strides` (all 1 when empty).
+  Value slice(const Value& x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
+              const std::vector<int64_t>& strides = {});
+  // Slice of one dim: [start, limit) along `dim`.
+  Value slice_dim(const Value& x, int64_t dim, int64_t start, int64_t limit);
+  Value concatenate(const std::vector<Value>& xs, int64_t dim);
+
+  // --- reductions ---
+  // Reduces x over `dims` (sorted, unique) with sum / max / min; those dims are removed from the shape. The
+  // init value is 0 / -inf / +inf (the dtype's lowest / highest for integers).
+  Value reduce(const Value& x, const std::vector<int64_t>& dims, ReduceKind kind);
+
+  // --- contractions ---
+  // dot_general with the result in `result_dtype` (the operands must share a dtype). f32 products ask for
+  // precision HIGHEST, so GPUs do not switch to TF32 (torch does not by default either).
+  Value dot_general(const Value& lhs, const Value& rhs, const DotDims& dims, DType result_dtype);
+  // Convolution of NCHW input by OIHW weight (O = out channels, I = in channels / groups) → NCHW.
+  Value convolution(const Value& input, const Value& weight, const ConvParams& params, DType result_dtype);
+
+  // --- indexing ---
+  // gather (StableHLO semantics) with `slice_sizes`; the result shape is computed here.
+  Value gather(const Value& operand, const Value& indices, const GatherDims& dims,
+               const std::vector<int64_t>& slice_sizes);
+  // scatter whose update replaces the operand's element (last write wins; give unique indices).
+  Value scatter_replace(const Value& operand, const Value& indices, const Value& updates,
+                        const ScatterDims& dims);
+  // operand with `update` written at the static position `start` (one index per dim).
+  Value dynamic_update_slice(const Value& operand, const Value& update, const std::vector<int64_t>& start);
+
+ private:
+  Value make(DType dtype, const Shape& shape);
+  std::string ref(const Value& v) const;  // "%7" / "%arg0", after checking v was made here
+  // Appends `%id = "stablehlo.<op>"(operands) <{attrs}> : (types) -> type` (attrs omitted when empty).
+  Value emit(std::string_view op, const std::vector<Value>& operands, const std::string& attrs, DType dtype,
+             const Shape& shape, const std::string& region = "");
+  // A reduce / scatter body region: two scalar block args of `dtype`, combined by `combiner` ("add", ...), or
+  // returning the second one when combiner is empty (scatter's replace).
+  std::string scalar_region(DType dtype, std::string_view combiner);
+
+  std::string module_name_;
+  std::vector<Value> params_;
+  std::vector<std::string> types_;  // per value id: its tensor type, to catch a Value from another builder
+  std::vector<int64_t> arg_index_;  // per value id: its @main argument number, or -1
+  std::vector<std::string> lines_;  // the body of @main, one op a line (regions span several)
+  int64_t next_id_ = 0;
+};
+
+}  // namespace kiln::pjrt::hlo
