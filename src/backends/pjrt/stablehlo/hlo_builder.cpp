@@ -418,6 +418,26 @@ Value HloBuilder::concatenate(const std::vector<Value>& xs, int64_t dim) {
   return emit("concatenate", xs, "dimension = " + std::to_string(dim) + " : i64", xs[0].dtype, shape);
 }
 
+Value HloBuilder::pad(const Value& x, const Value& pad_value, const std::vector<int64_t>& low,
+                      const std::vector<int64_t>& high) {
+  KILN_CHECK(pad_value.dtype == x.dtype && pad_value.rank() == 0,
+             "HloBuilder::pad: the padding value must be a " << dtype_name(x.dtype) << " scalar, got "
+                                                             << describe(pad_value));
+  KILN_CHECK(static_cast<int64_t>(low.size()) == x.rank() && static_cast<int64_t>(high.size()) == x.rank(),
+             "HloBuilder::pad: low and high need " << x.rank() << " entries for " << describe(x));
+  Shape shape = x.shape;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    KILN_CHECK(low[d] >= 0 && high[d] >= 0,
+               "HloBuilder::pad: negative padding " << shape_str(low) << " / " << shape_str(high));
+    shape[d] += low[d] + high[d];
+  }
+  if (shape == x.shape) return x;
+  const std::string attrs = "edge_padding_low = " + i64_array(low) +
+                            ", edge_padding_high = " + i64_array(high) +
+                            ", interior_padding = " + i64_array(std::vector<int64_t>(shape.size(), 0));
+  return emit("pad", {x, pad_value}, attrs, x.dtype, shape);
+}
+
 // --- reductions ---
 
 std::string HloBuilder::scalar_region(DType dtype, std::string_view combiner) {

@@ -145,6 +145,9 @@ class HloBuilder {
   // Slice of one dim: [start, limit) along `dim`.
   Value slice_dim(const Value& x, int64_t dim, int64_t start, int64_t limit);
   Value concatenate(const std::vector<Value>& xs, int64_t dim);
+  // x with `low` / `high` elements of `pad_value` (a scalar of x's dtype) added before / after each dim.
+  Value pad(const Value& x, const Value& pad_value, const std::vector<int64_t>& low,
+            const std::vector<int64_t>& high);
 
   // --- reductions ---
   // Reduces x over `dims` (sorted, unique) with sum / max / min; those dims are removed from the shape. The

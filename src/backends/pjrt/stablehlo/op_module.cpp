@@ -1,0 +1,51 @@
+#include "backends/pjrt/stablehlo/op_module.h"
+
+#include "backends/pjrt/stablehlo/op_lowering.h"
+#include "backends/pjrt/stablehlo/storage_views.h"
+#include "kiln/core/error.h"
+
+namespace kiln::pjrt::hlo {
+
+OpModule op_module(const runtime::OpCall& call) {
+  KILN_CHECK(has_lowering(call.op), "PJRT: op '" << call.op << "' has no StableHLO lowering ("
+                                                 << call.describe()
+                                                 << "); Kiln's PJRT backend cannot run it");
+  HloBuilder b("kiln_" + std::string(call.op));
+  OpModule m;
+  std::vector<Value> inputs;
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    const Tensor& t = call.inputs[i];
+    if (!t.defined()) {
+      inputs.emplace_back();
+      continue;
+    }
+    const int64_t n = storage_elements(t);
+    m.params.push_back({OpModule::Source::Input, static_cast<int64_t>(i), t.dtype(), n});
+    inputs.push_back(load_view(b, b.parameter(t.dtype(), {n}), layout_of(t)));
+  }
+  // The storages the outputs update, before the lowering so the parameters come first in the text.
+  std::vector<Value> before(call.outputs.size());
+  for (size_t i = 0; i < call.outputs.size(); ++i) {
+    const Tensor& out = call.outputs[i];
+    const int64_t n = storage_elements(out);
+    m.results.push_back({out.dtype(), n});
+    if (covers_whole_storage(layout_of(out), n)) continue;
+    m.params.push_back({OpModule::Source::OutputBefore, static_cast<int64_t>(i), out.dtype(), n});
+    before[i] = b.parameter(out.dtype(), {n});
+  }
+  const std::vector<Value> values = lower_op(b, call, inputs);
+  std::vector<Value> results;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Tensor& out = call.outputs[i];
+    const ViewLayout layout = layout_of(out);
+    if (!before[i].defined()) {
+      results.push_back(store_whole(b, values[i], layout));
+    } else {
+      results.push_back(store_view(b, before[i], values[i], layout));
+    }
+  }
+  m.text = b.module_text(results);
+  return m;
+}
+
+}  // namespace kiln::pjrt::hlo

@@ -1,0 +1,49 @@
+// Strict eager's module: one OpCall as a whole StableHLO module whose parameters and results are flat device
+// storages (see storage_views.h), so the runtime passes each input's storage buffer as it is and replaces
+// each output's storage buffer by the matching result.
+//
+// Parameters, in order: one per defined call.inputs[i] (its whole storage as a flat array of the input's
+// dtype: storage bytes / dtype size elements; an undefined input has none), then, for each output that does
+// not cover its whole storage contiguously from offset 0 (a narrow() or a strided view: concat's pieces,
+// copy_ into a slice), that output's storage before the call, so the elements outside the view are kept.
+// Results: one flat storage per output (the whole storage, the output's dtype). `params` records which is
+// which.
+//
+// The text depends only on the op, its attrs and its tensors' shapes, strides, offsets, dtypes and storage
+// sizes, never on addresses, so it is deterministic and serves as the compile-cache key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/core/dtype.h"
+#include "runtime/op_call.h"
+
+namespace kiln::pjrt::hlo {
+
+struct OpModule {
+  enum class Source {
+    Input,         // call.inputs[index]'s storage
+    OutputBefore,  // call.outputs[index]'s storage as it is before the call
+  };
+  struct Param {
+    Source source;
+    int64_t index;     // into call.inputs or call.outputs
+    DType dtype;       // the flat array's dtype (the tensor's)
+    int64_t elements;  // the flat array's length
+  };
+  struct Result {
+    DType dtype;
+    int64_t elements;
+  };
+  std::string text;             // the module (MLIR text, generic StableHLO)
+  std::vector<Param> params;    // @main's parameters, in order
+  std::vector<Result> results;  // @main's results: call.outputs[i]'s new storage, in order
+};
+
+// Throws a kiln::Error naming the op when it has no lowering (has_lowering) or a view reaches past its
+// storage.
+OpModule op_module(const runtime::OpCall& call);
+
+}  // namespace kiln::pjrt::hlo
