@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "backends/cpu/cpu_features.h"
+#include "core/cache_dir.h"
 
 namespace kiln::cpu_kernels {
 
@@ -223,18 +224,9 @@ std::string cpu_model_key() {
 }
 
 std::string instruction_rates_cache_path() {
-  namespace fs = std::filesystem;
-  fs::path dir;
-  if (const char* d = std::getenv("KILN_CACHE_DIR"); d && *d) {
-    dir = d;
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
-    dir = fs::path(x) / "kiln";
-  } else if (const char* h = std::getenv("HOME"); h && *h) {
-    dir = fs::path(h) / ".cache" / "kiln";
-  } else {
-    return "";
-  }
-  return (dir / ("cpu-rates-" + cpu_model_key() + ".txt")).string();
+  const std::string dir = cache_dir();
+  if (dir.empty()) return "";
+  return (std::filesystem::path(dir) / ("cpu-rates-" + cpu_model_key() + ".txt")).string();
 }
 
 std::string format_instruction_rates(const std::string& key, const InstructionRates& r) {
