@@ -1,0 +1,162 @@
+// A PJRT plugin and its client, in Kiln's terms: the thin C++ layer over pjrt_c_api.h that the PJRT backend
+// (src/backends/pjrt/) uses and nothing else includes. A plugin is a shared library exporting GetPjrtApi
+// (the TPU's libtpu.so, the NVIDIA plugin of jax-cuda13-pjrt, the CPU plugin CI tests with); see
+// docs/devices.md.
+//
+// Every failure is a kiln::Error naming the plugin call and carrying the plugin's message. Arguments are
+// checked here before they reach the plugin (plugins abort on some malformed input instead of returning an
+// error).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
+
+namespace kiln::pjrt {
+
+class Plugin;
+
+// Whether this build has PJRT support (the PJRT C API header was found at configure time; see
+// scripts/fetch_pjrt.sh). Without it Client::create throws, saying how to get it.
+bool built_with_pjrt();
+
+// An array's element type and dimensions: an executable's parameter or output.
+struct ArraySpec {
+  DType dtype = DType::Float32;
+  Shape dims;
+  bool operator==(const ArraySpec&) const = default;
+};
+
+// One device of a client, as the plugin describes it.
+struct DeviceInfo {
+  int id = 0;           // the plugin's device id
+  int local_index = 0;  // position among the client's addressable devices (what Kiln's device index means)
+  std::string kind;     // the plugin's device kind ("cpu", "NVIDIA H200", "TPU v5 lite", ...)
+  std::string description;
+};
+
+// A device buffer: an array of `dtype` with `dims` on one device. Destroyed (PJRT_Buffer_Destroy) with the
+// last reference.
+class Buffer {
+ public:
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  DType dtype() const { return dtype_; }
+  const Shape& dims() const { return dims_; }
+  size_t bytes() const;
+  int device_index() const { return device_index_; }
+  // Copies the whole buffer to `dst` (exactly bytes() bytes), waiting for it and for the copy.
+  void to_host(void* dst, size_t dst_bytes) const;
+  // Waits until the buffer's value is computed; throws the computation's error.
+  void await_ready() const;
+
+  struct Raw;  // the PJRT_Buffer* and the plugin that owns it
+  Buffer(std::shared_ptr<const Plugin> plugin, Raw* raw, DType dtype, Shape dims, int device_index);
+  Raw* raw() const { return raw_; }
+
+ private:
+  friend class Client;  // checks that an argument belongs to the client running it
+  std::shared_ptr<const Plugin> plugin_;
+  Raw* raw_;
+  DType dtype_;
+  Shape dims_;
+  int device_index_;
+};
+
+// A compiled program (PJRT_LoadedExecutable), run with execute().
+class Executable {
+ public:
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  int num_outputs() const;
+  // @main's parameters (read from the module text at compile time) and the outputs (as the plugin reports
+  // them).
+  const std::vector<ArraySpec>& parameters() const;
+  const std::vector<ArraySpec>& outputs() const;
+  int num_replicas() const;
+  int num_partitions() const;
+  // The Kiln device indices it runs on, one per argument list of Client::execute, in order; empty for a 1 x 1
+  // (portable) executable, which runs on the device its arguments are on, or the one execute_on names.
+  const std::vector<int>& devices() const;
+  // The executable's bytes (PJRT_Executable_Serialize) behind a one-line Kiln header holding the parameters
+  // (which PJRT does not report), for Client::deserialize in another process of the same plugin version.
+  std::string serialize() const;
+
+  struct Raw;
+  Executable(std::shared_ptr<const Plugin> plugin, Raw* raw);
+  Raw* raw() const { return raw_; }
+
+ private:
+  std::shared_ptr<const Plugin> plugin_;
+  Raw* raw_;
+};
+
+class Client {
+ public:
+  // Loads the plugin at `path` (dlopen, GetPjrtApi, the API version checked, PJRT_Plugin_Initialize) and
+  // creates its client. Errors name the path: no such file, not a PJRT plugin (no GetPjrtApi), an API major
+  // version other than the header's, a minor version older than Kiln needs, or the plugin's own failure (for
+  // example "No visible GPU devices").
+  static std::shared_ptr<Client> create(const std::string& plugin_path);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const std::string& plugin_path() const;
+  // "0.115": the plugin's PJRT C API version.
+  std::string api_version() const;
+  std::string platform_name() const;               // "cpu", "cuda", "tpu"
+  std::string platform_version() const;            // the plugin's own version string
+  const std::vector<DeviceInfo>& devices() const;  // the addressable devices, in local_index order
+
+  // Compiles StableHLO (MLIR text) for `num_replicas` x `num_partitions` devices (compile options set as the
+  // plugins require). The module's text is checked to be non-empty and to hold a func.func @main first, whose
+  // parameters must be statically shaped tensors of Kiln's dtypes. A 1 x 1 executable is compiled portable:
+  // execute_on runs it on any device.
+  std::shared_ptr<Executable> compile(std::string_view mlir_text, int num_replicas = 1,
+                                      int num_partitions = 1);
+  // An executable from serialize()'s bytes, loaded on this client.
+  std::shared_ptr<Executable> deserialize(std::string_view bytes);
+
+  // A buffer on device `device_index` holding a copy of `bytes` host bytes, an array of `dtype` with `dims`
+  // (dense, row-major). Returns once the host memory may be reused.
+  std::shared_ptr<Buffer> buffer_from_host(const void* data, size_t bytes, DType dtype, const Shape& dims,
+                                           int device_index);
+
+  // Runs `executable` on `arguments.size()` devices (one argument list per device, in the executable's device
+  // order); returns each device's outputs. Asynchronous: the outputs are futures (Buffer::await_ready,
+  // to_host wait for them). Argument counts, dtypes and dims are checked against the executable before the
+  // call.
+  std::vector<std::vector<std::shared_ptr<Buffer>>> execute(
+      const Executable& executable, const std::vector<std::vector<std::shared_ptr<Buffer>>>& arguments);
+  // Runs a single-device executable (compiled for 1 x 1) on device `device_index` (PJRT's execute_device),
+  // the strict-eager path: one op's executable serves every device of the client.
+  std::vector<std::shared_ptr<Buffer>> execute_on(const Executable& executable,
+                                                  const std::vector<std::shared_ptr<Buffer>>& arguments,
+                                                  int device_index);
+
+ private:
+  Client() = default;
+  void check_device_index(int device_index, const char* what) const;
+  // Checks `arguments` against the executable's parameters and that each lives on `device_index` of this
+  // client.
+  void check_arguments(const Executable& executable, const std::vector<std::shared_ptr<Buffer>>& arguments,
+                       int device_index, const char* what) const;
+  std::vector<std::vector<std::shared_ptr<Buffer>>> run(
+      const Executable& executable, const std::vector<std::vector<std::shared_ptr<Buffer>>>& arguments,
+      const std::vector<int>& device_indices, bool portable);
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kiln::pjrt

@@ -1,0 +1,62 @@
+// What pjrt_client.h's classes hold, in pjrt_c_api.h's types. Included only by this folder's files that are
+// compiled with KILN_HAVE_PJRT (the header extracted by scripts/fetch_pjrt.sh); everything else in Kiln sees
+// pjrt_client.h alone, so the library builds without the header.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/pjrt/pjrt_client.h"
+#include "xla/pjrt/c/pjrt_c_api.h"
+
+// Declares `name` of type `type` zero-filled with its struct_size set: every PJRT args struct starts with its
+// size, which is how a plugin built against a newer header knows which fields this caller has.
+#define KILN_PJRT_ARGS(type, name) \
+  type name{};                     \
+  name.struct_size = type##_STRUCT_SIZE
+
+namespace kiln::pjrt {
+
+// A loaded plugin's API and one client of it. Buffers and executables keep it alive (shared_ptr), so the
+// PJRT_Client is destroyed after everything created from it. The shared library itself is never unloaded:
+// XLA plugins keep process-wide state (threads, registries) that dlclose would pull from under them.
+class Plugin {
+ public:
+  ~Plugin();
+  const PJRT_Api* api = nullptr;
+  PJRT_Client* client = nullptr;
+  std::string path;
+  std::vector<PJRT_Device*> devices;  // the addressable devices, in Kiln's device index order
+
+  // The Kiln index of `device`; -1 when it is not one of this client's addressable devices.
+  int index_of(const PJRT_Device* device) const;
+};
+
+struct Client::State {
+  std::shared_ptr<Plugin> plugin;
+  std::vector<DeviceInfo> devices;
+  std::string api_version, platform_name, platform_version;
+};
+
+struct Buffer::Raw {
+  PJRT_Buffer* buffer = nullptr;
+};
+
+struct Executable::Raw {
+  PJRT_LoadedExecutable* loaded = nullptr;
+  std::vector<ArraySpec> parameters;
+  std::vector<ArraySpec> outputs;
+  int num_replicas = 1;
+  int num_partitions = 1;
+  // The Kiln device indices the executable runs on, one per argument list; empty for a portable executable
+  // (compiled 1 x 1: it runs on the device execute_on names).
+  std::vector<int> device_indices;
+};
+
+}  // namespace kiln::pjrt
+
+namespace kiln::pjrt {
+// Loads the plugin at `path` (once per process) and creates a client with its addressable devices.
+std::shared_ptr<Plugin> load_plugin(const std::string& path);
+}  // namespace kiln::pjrt
