@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/device_info.h"
 #include "cli/gguf_info.h"
 #include "cli/lora_info.h"
 #include "kiln/core/bytes.h"
@@ -149,13 +150,16 @@ void add_info_command(CLI::App& app) {
   struct Args {
     std::string model, revision, variant;
     std::optional<std::string> max_memory;
+    bool devices = false;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("model", args->model,
                   "a .safetensors or .gguf file (a LoRA file: its layout and the layers it reaches), a "
                   "*.safetensors.index.json, a component or pipeline folder, "
-                  "or a Hugging Face repo id in the local cache (org/name[@revision])")
-      ->required();
+                  "or a Hugging Face repo id in the local cache (org/name[@revision])");
+  cmd->add_flag("--devices", args->devices,
+                "list the devices this build can run on: the cpu, and those of each installed PJRT plugin "
+                "(xla-cpu, cuda, tpu)");
   cmd->add_option("--revision", args->revision,
                   "branch, tag or commit of a cached Hugging Face repo (default main)");
   cmd->add_option("--variant", args->variant,
@@ -164,6 +168,12 @@ void add_info_command(CLI::App& app) {
                   "also print the offload kiln generate --max-memory SIZE would pick (e.g. 12GiB): what each "
                   "component holds while it runs and the expected peak");
   cmd->callback([args] {
+    if (args->devices) {
+      KILN_CHECK(args->model.empty(), "kiln info: give a model or --devices, not both");
+      print_devices();
+      return;
+    }
+    KILN_CHECK(!args->model.empty(), "kiln info: give a model (a file, folder or repo id) or --devices");
     if (args->model.size() > 5 && args->model.substr(args->model.size() - 5) == ".gguf") {
       print_gguf_info(args->model);
       return;

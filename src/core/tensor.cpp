@@ -25,13 +25,16 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return Tensor(Storage::allocate(bytes, device), shape, contiguous_strides(shape), 0, dtype);
 }
 
+// Creation writes the values on the host; a tensor for another device is made there and copied over.
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  if (device.type != DeviceType::CPU) return zeros(shape, dtype).to(device);
   Tensor t = empty(shape, dtype, device);
   std::memset(t.raw_data(), 0, t.nbytes());
   return t;
 }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  if (device.type != DeviceType::CPU) return full(shape, value, dtype).to(device);
   Tensor t = empty(shape, dtype, device);
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -43,6 +46,7 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
 }
 
 Tensor Tensor::from_blob(const void* data, const Shape& shape, DType dtype, Device device) {
+  if (device.type != DeviceType::CPU) return from_blob(data, shape, dtype).to(device);
   Tensor t = empty(shape, dtype, device);
   if (t.nbytes()) std::memcpy(t.raw_data(), data, t.nbytes());
   return t;
@@ -283,6 +287,7 @@ void* Tensor::host_data() const {
 double Tensor::item() const {
   KILN_CHECK(numel() == 1, "Tensor::item: tensor of shape " << shape_str(shape_) << " has " << numel()
                                                             << " elements, expected 1");
+  if (device().type != DeviceType::CPU) return to(cpu).item();
   if (HostReadObserver* observer = host_read_observer()) observer->before_host_read(*this);
   storage_->wait_for_writes();
   return visit_dtype(dtype_, [&](auto tag) {

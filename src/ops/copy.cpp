@@ -28,9 +28,13 @@ Tensor Tensor::to(DType dtype) const {
   return out;
 }
 
+// Between devices the copy op runs on the device side's backend (runtime/dispatcher.cpp), which moves the
+// bytes.
 Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
-  KILN_FAIL("Tensor::to: cannot move " << str() << " to " << device.str() << ": no backend for that device");
+  Tensor out = Tensor::empty(shape_, dtype_, device);
+  out.copy_(*this);
+  return out;
 }
 
 }  // namespace kiln

@@ -32,8 +32,9 @@ void check_defined(const char* op, const Tensor& t) {
 }
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
-  KILN_CHECK(a.device() == b.device(),
-             op << ": tensors are on different devices: " << a.device().str() << " and " << b.device().str());
+  KILN_CHECK(a.device() == b.device(), op << ": operands on " << a.device().str() << " and "
+                                          << b.device().str()
+                                          << "; move them to one device first (Tensor::to)");
 }
 
 enum class Kind {

@@ -170,11 +170,11 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   for (int64_t d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
   if (k == 0) {
     // No product: the epilogue of the bias (or zeros), in float32 and rounded once like the kernel.
-    Tensor v = Tensor::zeros(out_shape, float32);
+    Tensor v = Tensor::zeros(out_shape, float32, x.device());
     if (bias.defined()) v = add(v, bias.to(float32));
     return epilogue_in_float(v, epilogue).to(x.dtype());
   }
-  Tensor out = Tensor::empty(out_shape, x.dtype());
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   if (m == 0 || n == 0) return out;
 
   std::vector<Tensor> inputs{matrix_operand(x.reshape({m, k})), matrix_operand(w)};
@@ -217,7 +217,7 @@ Tensor norm_modulate(const Tensor& x, const Tensor& scale, const Tensor& shift, 
   KILN_CHECK(eps >= 0, op << ": eps must be >= 0, got " << eps);
   check_broadcasts_to(op, "scale", scale, x.shape());
   check_broadcasts_to(op, "shift", shift, x.shape());
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (x.numel() == 0) return out;
   const int64_t c = x.size(-1), rows = x.numel() / c;
   const size_t first = block_first_dim(x.shape(), {&scale, &shift});

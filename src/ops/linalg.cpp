@@ -52,8 +52,8 @@ Tensor check_bias(const char* op, const Tensor& bias, int64_t n, const Tensor& x
 }
 
 // Output filled with the bias (or zeros): the value of a product over an empty K.
-Tensor bias_or_zeros(const Shape& shape, DType dtype, const Tensor& bias) {
-  Tensor out = Tensor::zeros(shape, dtype);
+Tensor bias_or_zeros(const Shape& shape, DType dtype, const Tensor& bias, Device device) {
+  Tensor out = Tensor::zeros(shape, dtype, device);
   if (bias.defined()) {
     Shape bshape(shape.size(), 1);
     bshape[1 < shape.size() ? 1 : 0] = bias.size(0);
@@ -82,13 +82,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   out_shape.back() = n;
   int64_t m = 1;
   for (int64_t d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
-  if (m == 0 || n == 0) return Tensor::empty(out_shape, x.dtype());
+  if (m == 0 || n == 0) return Tensor::empty(out_shape, x.dtype(), x.device());
   if (k == 0) {
-    Tensor out = bias_or_zeros({m, n}, x.dtype(), b);
+    Tensor out = bias_or_zeros({m, n}, x.dtype(), b, x.device());
     return out.view(out_shape);
   }
 
-  Tensor out = Tensor::empty(out_shape, x.dtype());
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   std::vector<Tensor> inputs{as_matrix_operand(x.reshape({m, k})), as_matrix_operand(weight)};
   if (b.defined()) inputs.push_back(b);
   runtime::dispatch(runtime::OpCall{"linear",
@@ -146,8 +146,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
   int64_t batch_count = 1;
   for (int64_t s : batch) batch_count *= s;
-  if (batch_count == 0 || m == 0 || n == 0) return Tensor::empty(result_shape, a.dtype());
-  if (k == 0) return Tensor::zeros(result_shape, a.dtype());
+  if (batch_count == 0 || m == 0 || n == 0) return Tensor::empty(result_shape, a.dtype(), a.device());
+  if (k == 0) return Tensor::zeros(result_shape, a.dtype(), a.device());
 
   const size_t rank = full_shape.size();
   Tensor ao = matmul_operand(a2, rank);
@@ -161,7 +161,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       ao = ao.expand(s).contiguous();
     }
   }
-  Tensor out = Tensor::empty(full_shape, a.dtype());
+  Tensor out = Tensor::empty(full_shape, a.dtype(), a.device());
   runtime::dispatch(runtime::OpCall{"matmul", {as_matrix_operand(ao), as_matrix_operand(bo)}, {out}, {}});
   return out.view(result_shape);
 }
@@ -203,10 +203,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::ar
                                      << padding[1] << "})");
     out_shape[2 + i] = (padded - extent) / stride[i] + 1;
   }
-  if (n == 0 || o == 0) return Tensor::empty(out_shape, x.dtype());
-  if (c == 0) return bias_or_zeros(out_shape, x.dtype(), b);
+  if (n == 0 || o == 0) return Tensor::empty(out_shape, x.dtype(), x.device());
+  if (c == 0) return bias_or_zeros(out_shape, x.dtype(), b, x.device());
 
-  Tensor out = Tensor::empty(out_shape, x.dtype());
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   std::vector<Tensor> inputs{x, weight};
   if (b.defined()) inputs.push_back(b);
   runtime::dispatch(runtime::OpCall{"conv2d",

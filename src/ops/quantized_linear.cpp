@@ -34,8 +34,8 @@ Tensor linear(const Tensor& x, const quant::QuantizedTensor& weight, const Tenso
   Shape out_shape = x.shape();
   out_shape.back() = n;
   const int64_t m = x.numel() / std::max<int64_t>(k, 1);
-  if (m == 0 || n == 0) return Tensor::empty(out_shape, x.dtype());
-  Tensor out = Tensor::empty(out_shape, x.dtype());
+  if (m == 0 || n == 0) return Tensor::empty(out_shape, x.dtype(), x.device());
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   std::vector<Tensor> inputs{x.reshape({m, k}).contiguous(), weight.blocks};
   if (b.defined()) inputs.push_back(b);
   runtime::dispatch(runtime::OpCall{"linear_quantized",

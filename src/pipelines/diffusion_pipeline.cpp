@@ -174,6 +174,11 @@ void DiffusionPipeline::enable_model_cpu_offload(std::optional<Device> device) {
 void DiffusionPipeline::to(const Device& device) {
   ExecutionScope in(*context_);
   device_runtime(device);  // throws, naming the device, when this build has no backend for it
+  // Tensors and ops run on PJRT devices (Tensor::to), but the pipelines' components do not move there yet:
+  // refuse rather than keep running on the CPU.
+  KILN_CHECK(device.type == DeviceType::CPU,
+             "pipelines run on the cpu only for now: "
+                 << device.str() << " runs Kiln's ops (Tensor::to), not yet a whole pipeline");
   pipelines::clear_offload(weight_packing_);
   model_cpu_offload_ = false;
   if (log_enabled("offload")) log("offload", "every component resident on " + device.str());

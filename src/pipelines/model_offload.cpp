@@ -36,6 +36,9 @@ void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>
 Device offload_compute_device(std::optional<Device> requested) {
   if (!requested) return default_compute_device();
   device_runtime(*requested);  // throws, naming the device, when this build has no backend for it
+  KILN_CHECK(requested->type == DeviceType::CPU,
+             "model offload computes on the cpu only for now: " << requested->str()
+                                                                << " cannot run a whole pipeline yet");
   return *requested;
 }
 

@@ -7,11 +7,12 @@
 
 #include "kiln/runtime/eager_mode.h"
 #include "kiln/runtime/execution_context.h"
-#include "runtime/builtin_kernels.h"
+#include "runtime/backend.h"
 #include "runtime/capture.h"
 #include "runtime/context_state.h"
 #include "runtime/counter_updates.h"
 #include "runtime/kernel_work.h"
+#include "runtime/op_table.h"
 
 namespace kiln::runtime {
 
@@ -39,13 +40,36 @@ class OpCallWork final : public KernelWork {
   Kernel kernel_;
 };
 
-const Tensor& anchor_of(const OpCall& call) {
-  return !call.outputs.empty() ? call.outputs.front() : call.inputs.front();
+// The device whose backend runs `call`: its operands' one device. A copy between devices is the one op whose
+// operands may differ: the device side's backend moves the bytes (a host<->device transfer), as in torch.
+Device device_of(const OpCall& call) {
+  const Tensor& anchor = !call.outputs.empty() ? call.outputs.front() : call.inputs.front();
+  const Device device = anchor.device();
+  for (const std::vector<Tensor>* operands : {&call.inputs, &call.outputs}) {
+    for (const Tensor& t : *operands) {
+      if (!t.defined() || t.device() == device) continue;
+      KILN_CHECK(call.op == "copy", call.op << ": operands on " << device.str() << " and " << t.device().str()
+                                            << "; move them to one device first (Tensor::to)");
+      if (device.type == DeviceType::CPU) return t.device();
+    }
+  }
+  return device;
+}
+
+Kernel kernel_for(const OpCall& call, Device device) {
+  Kernel kernel = kernel_registry().find(call.op, device.type);
+  if (kernel == nullptr) {
+    KILN_FAIL(call.op << " is not supported on " << device.str() << " (the "
+                      << backend_for(device.type).name() << " backend has no kernel for it)");
+  }
+  return kernel;
 }
 
 }  // namespace
 
 void KernelRegistry::add(std::string_view op, DeviceType device, Kernel kernel) {
+  KILN_CHECK(find_op(op) != nullptr,
+             "internal: a kernel for op '" << op << "', which runtime/op_table.cpp lacks");
   table().kernels[{std::string(op), device}] = kernel;
 }
 
@@ -58,7 +82,9 @@ Kernel KernelRegistry::find(std::string_view op, DeviceType device) const {
 KernelRegistry& kernel_registry() {
   static KernelRegistry registry;
   static std::once_flag once;
-  std::call_once(once, [] { register_builtin_kernels(registry); });
+  std::call_once(once, [] {
+    for (Backend* backend : backends()) backend->register_kernels(registry);
+  });
   return registry;
 }
 
@@ -82,9 +108,8 @@ std::string OpCall::describe() const {
 }
 
 void launch(OpCall call) {
-  const Device device = anchor_of(call).device();
-  Kernel kernel = kernel_registry().find(call.op, device.type);
-  KILN_CHECK(kernel != nullptr, call.op << ": no kernel for device " << device.str());
+  const Device device = device_of(call);
+  Kernel kernel = kernel_for(call, device);
   enqueue_work(device, std::make_shared<OpCallWork>(std::move(call), kernel));
 }
 
@@ -119,9 +144,8 @@ void enqueue_work(Device device, std::shared_ptr<KernelWork> work) {
 }
 
 void dispatch(OpCall call) {
-  const Device device = anchor_of(call).device();
-  KILN_CHECK(kernel_registry().find(call.op, device.type) != nullptr,
-             call.op << ": no kernel for device " << device.str());
+  const Device device = device_of(call);
+  kernel_for(call, device);  // an op the device's backend lacks fails here, at the call that asked for it
   if (std::vector<OpCall>* capture = capture_target()) {
     capture->push_back(std::move(call));
     return;

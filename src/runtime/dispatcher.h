@@ -13,12 +13,13 @@ using Kernel = void (*)(const OpCall& call);
 
 class KernelRegistry {
  public:
+  // `op` must be in the op table (runtime/op_table.h).
   void add(std::string_view op, DeviceType device, Kernel kernel);
   // nullptr when none is registered.
   Kernel find(std::string_view op, DeviceType device) const;
 };
 
-// The registry, filled with the built-in backends' kernels on first use (runtime/builtin_kernels.h).
+// The registry, filled with the built-in backends' kernels on first use (runtime/backend.h).
 KernelRegistry& kernel_registry();
 
 // How every op reaches its kernel. Checks that a kernel exists (kiln::Error at once, naming the op and the

@@ -21,7 +21,7 @@ class Tensor {
   Tensor() = default;  // undefined tensor; defined() is false
   Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, int64_t offset, DType dtype);
 
-  // ---- creation (values are written synchronously on the host for CPU tensors)
+  // ---- creation (values are written on the host; for another device, then copied there)
   static Tensor empty(const Shape& shape, DType dtype = float32, Device device = cpu);
   static Tensor zeros(const Shape& shape, DType dtype = float32, Device device = cpu);
   static Tensor full(const Shape& shape, double value, DType dtype = float32, Device device = cpu);
@@ -81,13 +81,14 @@ class Tensor {
                                                                    << dtype_name(dtype_of_v<T>));
     return static_cast<T*>(host_data());
   }
+  // The values, copied to the host (from any device).
   template <class T>
   std::vector<T> to_vector() const {
-    Tensor c = to(dtype_of_v<T>).contiguous();
+    Tensor c = to(cpu).to(dtype_of_v<T>).contiguous();
     const T* p = c.data<T>();
     return std::vector<T>(p, p + c.numel());
   }
-  // Single element as double (any dtype); requires numel() == 1.
+  // Single element as double (any dtype, any device); requires numel() == 1.
   double item() const;
   // Pointer to element 0 of this view, whatever the dtype; waits like data().
   void* host_data() const;

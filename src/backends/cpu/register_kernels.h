@@ -1,4 +1,5 @@
-// Every CPU kernel group registers itself here; src/backends/builtin_kernels.cpp calls register_kernels once.
+// Every CPU kernel group registers itself here; the CPU backend (cpu_runtime.cpp) calls register_kernels
+// once.
 #pragma once
 
 #include "runtime/dispatcher.h"

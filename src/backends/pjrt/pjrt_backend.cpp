@@ -1,0 +1,144 @@
+#include "backends/pjrt/pjrt_backend.h"
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "backends/pjrt/device_array.h"
+#include "backends/pjrt/pjrt_kernels.h"
+#include "backends/pjrt/plugin_locator.h"
+#include "kiln/core/error.h"
+#include "runtime/worker_stream.h"
+
+namespace kiln::pjrt {
+
+namespace {
+
+// Device memory as DeviceArrays; the byte counts are the storages' sizes, so memory_stats(device) reads as on
+// the CPU.
+class DeviceArrayAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes) override {
+    record_allocate(bytes);
+    return new DeviceArray;
+  }
+  void deallocate(void* ptr, size_t bytes) override {
+    delete static_cast<DeviceArray*>(ptr);
+    record_deallocate(bytes);
+  }
+};
+
+// Offloading to a PJRT device's memory is not built yet: say so where a pipeline would start it.
+class NoWeightTier final : public WeightTier {
+ public:
+  explicit NoWeightTier(Device device) : device_(device) {}
+  size_t bring_in(const Storage&, const std::atomic<bool>&) override { refuse(); }
+  void send_out(const Storage&) override { refuse(); }
+  void evict(const Storage&) override { refuse(); }
+
+ private:
+  [[noreturn]] void refuse() const {
+    KILN_FAIL("weight offloading to " << device_.str()
+                                      << " is not supported yet (only the cpu device offloads)");
+  }
+  Device device_;
+};
+
+class PjrtDeviceRuntime final : public DeviceRuntime {
+ public:
+  PjrtDeviceRuntime(Device device, DeviceHandle handle)
+      : device_(device), handle_(std::move(handle)), tier_(device) {}
+  Device device() const override { return device_; }
+  Allocator& allocator() override { return allocator_; }
+  // Ops are issued from a worker thread, so the caller never waits for a compile or a launch (PJRT's own
+  // execution is asynchronous too).
+  std::shared_ptr<Stream> create_stream() override { return std::make_shared<runtime::WorkerStream>(); }
+  WeightTier& weight_tier() override { return tier_; }
+  const DeviceHandle& handle() const { return handle_; }
+
+ private:
+  Device device_;
+  DeviceHandle handle_;
+  DeviceArrayAllocator allocator_;
+  NoWeightTier tier_;
+};
+
+std::string_view plugin_kind(DeviceType type) {
+  return device_type_name(type);
+}
+
+class PjrtBackend final : public runtime::Backend {
+ public:
+  std::string_view name() const override { return "pjrt"; }
+  std::vector<DeviceType> device_types() const override {
+    return {DeviceType::CUDA, DeviceType::TPU, DeviceType::XlaCpu};
+  }
+
+  DeviceRuntime& runtime(Device device) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = runtimes_.find({device.type, device.index});
+    if (it != runtimes_.end()) return *it->second;
+    const std::shared_ptr<Client> c = client_locked(device.type);
+    const int count = static_cast<int>(c->devices().size());
+    KILN_CHECK(device.index < count, "device " << device.str() << " does not exist: the "
+                                               << device_type_name(device.type) << " plugin ("
+                                               << c->plugin_path() << ") has " << count << " device"
+                                               << (count == 1 ? "" : "s"));
+    // Never destroyed, like the CPU runtime: storages held by statics free through it during exit.
+    auto* made = new PjrtDeviceRuntime(device, DeviceHandle{c, device.index});
+    runtimes_.emplace(std::make_pair(device.type, device.index), made);
+    return *made;
+  }
+
+  void register_kernels(runtime::KernelRegistry& registry) override {
+    for (DeviceType type : device_types()) register_pjrt_kernels(registry, type);
+  }
+
+  std::vector<DeviceDescription> devices(DeviceType type) override {
+    std::shared_ptr<Client> c;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      c = client_locked(type);
+    }
+    std::vector<DeviceDescription> out;
+    for (const DeviceInfo& info : c->devices()) {
+      out.push_back({Device(type, info.local_index), "pjrt",
+                     info.kind + " (" + c->platform_name() + " " + c->platform_version() + ", PJRT API " +
+                         c->api_version() + ", " + c->plugin_path() + ")"});
+    }
+    return out;
+  }
+
+  DeviceHandle handle(Device device) { return static_cast<PjrtDeviceRuntime&>(runtime(device)).handle(); }
+
+ private:
+  std::shared_ptr<Client> client_locked(DeviceType type) {
+    auto it = clients_.find(type);
+    if (it != clients_.end()) return it->second;
+    // A failure is not remembered: installing the plugin and asking again works in the same process.
+    std::shared_ptr<Client> c = Client::create(find_plugin(plugin_kind(type)));
+    clients_.emplace(type, c);
+    return c;
+  }
+
+  std::mutex mutex_;
+  std::map<DeviceType, std::shared_ptr<Client>> clients_;
+  std::map<std::pair<DeviceType, int>, PjrtDeviceRuntime*> runtimes_;
+};
+
+PjrtBackend& backend() {
+  static PjrtBackend* b = new PjrtBackend;
+  return *b;
+}
+
+}  // namespace
+
+runtime::Backend& pjrt_backend() {
+  return backend();
+}
+
+DeviceHandle device_handle(Device device) {
+  return backend().handle(device);
+}
+
+}  // namespace kiln::pjrt

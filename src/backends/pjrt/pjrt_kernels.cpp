@@ -1,0 +1,97 @@
+#include "backends/pjrt/pjrt_kernels.h"
+
+#include <cstring>
+#include <vector>
+
+#include "backends/pjrt/device_array.h"
+#include "backends/pjrt/executable_cache.h"
+#include "backends/pjrt/host_transfer.h"
+#include "backends/pjrt/pjrt_backend.h"
+#include "backends/pjrt/stablehlo/op_lowering.h"
+#include "backends/pjrt/stablehlo/op_module.h"
+#include "runtime/dispatcher.h"
+#include "runtime/op_table.h"
+
+namespace kiln::pjrt {
+
+namespace {
+
+int64_t storage_elements(const Tensor& t) {
+  return static_cast<int64_t>(t.storage()->bytes() / t.element_size());
+}
+
+// The buffer an input's storage holds, checked to be what the module expects.
+std::shared_ptr<Buffer> written_buffer(const Tensor& t, const runtime::OpCall& call) {
+  std::shared_ptr<Buffer> b = device_array(t).buffer();
+  KILN_CHECK(b != nullptr,
+             call.op << " reads " << t.str() << ", which no op has written (made by Tensor::empty)");
+  KILN_CHECK(
+      b->dtype() == t.dtype(),
+      call.op << " reads " << t.str() << " from storage written as " << dtype_name(b->dtype())
+              << ": reinterpreting a storage's bytes as another dtype is not supported on PJRT devices");
+  return b;
+}
+
+// An output's storage before the call, for an op that writes only part of it: what it holds, or zeros.
+std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& device,
+                                      const runtime::OpCall& call) {
+  if (std::shared_ptr<Buffer> b = device_array(t).buffer()) return written_buffer(t, call);
+  std::vector<char> zeros(t.storage()->bytes(), 0);
+  return device.client->buffer_from_host(zeros.data(), zeros.size(), t.dtype(), {storage_elements(t)},
+                                         device.local_index);
+}
+
+}  // namespace
+
+void run_op_module(const runtime::OpCall& call) {
+  const DeviceHandle device = device_handle(call.outputs.front().device());
+  const hlo::OpModule module = hlo::op_module(call);
+  const std::shared_ptr<Executable> executable =
+      cached_executable(*device.client, module.text, call.describe());
+  std::vector<std::shared_ptr<Buffer>> arguments;
+  for (const hlo::OpModule::Param& p : module.params) {
+    arguments.push_back(p.source == hlo::OpModule::Source::Input
+                            ? written_buffer(call.inputs[p.index], call)
+                            : buffer_before(call.outputs[p.index], device, call));
+  }
+  std::vector<std::shared_ptr<Buffer>> results =
+      device.client->execute_on(*executable, arguments, device.local_index);
+  KILN_CHECK(results.size() == call.outputs.size(), "internal: " << call.op << "'s executable returned "
+                                                                 << results.size() << " buffers for "
+                                                                 << call.outputs.size() << " outputs");
+  for (size_t i = 0; i < results.size(); ++i) {
+    // Waiting here, on the stream's worker, reports a failure as this op's (the caller is not held up).
+    results[i]->await_ready();
+    device_array(call.outputs[i]).set(std::move(results[i]));
+  }
+}
+
+namespace {
+
+void op_kernel(const runtime::OpCall& call) {
+  run_op_module(call);
+}
+
+void copy_kernel(const runtime::OpCall& call) {
+  const Tensor& src = call.inputs.front();
+  const Tensor& dst = call.outputs.front();
+  const bool src_on_host = src.device().type == DeviceType::CPU;
+  const bool dst_on_host = dst.device().type == DeviceType::CPU;
+  if (!src_on_host && !dst_on_host && src.device() == dst.device()) return run_op_module(call);
+  if (src_on_host) return copy_host_to_device(src, dst);
+  if (dst_on_host) return copy_device_to_host(src, dst);
+  copy_device_to_host_to_device(src, dst);
+}
+
+}  // namespace
+
+void register_pjrt_kernels(runtime::KernelRegistry& registry, DeviceType type) {
+  for (const runtime::OpInfo& op : runtime::op_table()) {
+    if (op.name == "copy")
+      registry.add(op.name, type, copy_kernel);
+    else if (hlo::has_lowering(op.name))
+      registry.add(op.name, type, op_kernel);
+  }
+}
+
+}  // namespace kiln::pjrt
