@@ -88,9 +88,14 @@ TEST(Tensor, ErrorsNameTheOpAndShapes) {
 TEST(Device, ParsesAndRejects) {
   EXPECT_EQ(Device("cpu"), cpu);
   EXPECT_EQ(Device("cuda:1").index, 1);
-  EXPECT_THROW(Device("tpu"), Error);
+  EXPECT_EQ(Device("tpu"), Device(DeviceType::TPU, 0));
+  EXPECT_EQ(Device("xla-cpu:3"), Device(DeviceType::XlaCpu, 3));
+  EXPECT_EQ(Device("xla-cpu:3").str(), "xla-cpu:3");
+  EXPECT_EQ(Device("cuda").str(), "cuda:0");
+  EXPECT_THROW(Device("gpu"), Error);
   EXPECT_THROW(Device("cpu:x"), Error);
-  EXPECT_THROW(Tensor::zeros({2}, float32, Device("cuda:0")), Error);
+  EXPECT_THROW(Device("xla-cpu:-1"), Error);
+  EXPECT_THROW(Tensor::zeros({2}, float32, Device("cpu:1")), Error);
 }
 
 TEST(Device, CountsCurrentAndPeakBytes) {

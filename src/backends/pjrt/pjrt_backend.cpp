@@ -117,6 +117,12 @@ class PjrtBackend final : public runtime::Backend {
     if (it != clients_.end()) return it->second;
     // A failure is not remembered: installing the plugin and asking again works in the same process.
     std::shared_ptr<Client> c = Client::create(find_plugin(plugin_kind(type)));
+    // KILN_PJRT_PLUGIN names one plugin for every kind: make sure it drives the kind asked for.
+    const std::string platform = c->platform_name();
+    const std::string_view expected = type == DeviceType::XlaCpu ? "cpu" : device_type_name(type);
+    KILN_CHECK(platform == expected, "device type " << device_type_name(type) << " needs a " << expected
+                                                     << " PJRT plugin, but " << c->plugin_path() << " drives '"
+                                                     << platform << "' devices");
     clients_.emplace(type, c);
     return c;
   }
