@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "cli/execution_flags.h"
 #include "cli/generate_args.h"
 #include "cli/progress.h"
@@ -119,6 +120,8 @@ Image read_image(const char* flag, const std::string& path, const char* what) {
 
 void run_generate(const GenerateArgs& args) {
   check_generate_args(args);
+  const Device device = parse_device_flag(args.device, args.execution);
+  require_device(device);
   join_tensor_parallel_group(args.execution.tp, "generate");
   const io::ResolvedModel resolved = io::resolve_model(args.model);
   const io::ModelIndex index = io::load_model_index(resolved.path);
@@ -201,8 +204,15 @@ void run_generate(const GenerateArgs& args) {
     if (reporting) std::fprintf(stderr, "kiln: LoRA fused into the weights\n");
   }
 
-  for (const std::string& line : configure_pipeline(*pipe, args.execution))
+  // On a device nothing is offloaded (parse_device_flag refused the offload flags): the weights go there.
+  ExecutionFlags execution = args.execution;
+  if (device.type != DeviceType::CPU) execution.offload = "none";
+  for (const std::string& line : configure_pipeline(*pipe, execution))
     if (reporting) std::fprintf(stderr, "kiln: %s\n", line.c_str());
+  if (device.type != DeviceType::CPU) {
+    pipe->to(device);
+    if (reporting) std::fprintf(stderr, "kiln: every component on %s (strict eager)\n", device.str().c_str());
+  }
 
   // Like diffusers without a generator the noise is random, but the seed is reported and stored, so any
   // image can be made again.
@@ -305,6 +315,11 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--lora-skip-mismatches", args->lora_skip_mismatches,
                 "load the --lora files skipping the layers the model lacks or whose shapes differ (each is "
                 "reported) instead of failing");
+  cmd->add_option(
+         "--device", args->device,
+         "where the pipeline runs: cpu, or a device reached through a PJRT plugin: xla-cpu (XLA's CPU "
+         "compiler, for testing), cuda or tpu; :N picks the device index (cuda:1)")
+      ->capture_default_str();
   add_execution_flags(*cmd, args->execution, "reports and writes the PNG");
   cmd->callback([args] { run_generate(*args); });
 }

@@ -1,8 +1,9 @@
 """diffusers' pipeline classes, over Kiln's C++ pipelines (kiln._kiln.Pipeline).
 
 The names, arguments and defaults are diffusers'. What differs: one prompt per call (num_images_per_prompt for
-several images), a generator that is an int seed or a fresh torch.Generator, and devices: this build runs on the
-CPU (`pipe.to("cpu")`; another device is refused by name). Calls release the GIL, may come from several threads
+several images), a generator that is an int seed or a fresh torch.Generator, and devices: `pipe.to("xla-cpu")`,
+`pipe.to("cuda")` or `pipe.to("tpu")` run every component on a device reached through a PJRT plugin, in strict eager
+(`pipe.vae.to(...)` moves one component); a device without its plugin installed is refused with what to install. Calls release the GIL, may come from several threads
 (each gets the image it would get alone), and Ctrl-C cancels a call within one denoising step.
 """
 
@@ -45,6 +46,10 @@ class _Transformer:
     def is_compiled(self):
         return self._pipe._native.is_compiled
 
+    def to(self, device, *args, **kwargs):
+        self._pipe._native.component_to("transformer", str(device))
+        return self
+
 
 class _Vae:
     def __init__(self, pipe):
@@ -57,7 +62,7 @@ class _Vae:
         self._pipe._native.disable_vae_tiling()
 
     def to(self, device, *args, **kwargs):
-        self._pipe.to(device)
+        self._pipe._native.component_to("vae", str(device))
         return self
 
 
@@ -99,7 +104,7 @@ class DiffusionPipeline:
 
     @property
     def device(self):
-        return "cpu"
+        return self._native.device
 
     @property
     def interrupt(self):

@@ -159,7 +159,15 @@ class PyPipeline {
     pipe_->enable_group_offload({.blocks_per_group = blocks_per_group, .prefetch = prefetch});
   }
   std::string set_memory_budget(int64_t bytes) { return pipe_->set_memory_budget(bytes).describe(); }
-  void to(const std::string& device) { pipe_->to(Device(device)); }
+  void to(const std::string& device) {
+    nb::gil_scoped_release released;  // copies every weight to the device
+    pipe_->to(Device(device));
+  }
+  void component_to(const std::string& component, const std::string& device) {
+    nb::gil_scoped_release released;
+    pipe_->component_to(component, Device(device));
+  }
+  std::string device() const { return pipe_->device().str(); }
   void enable_vae_tiling(int64_t tile_size) { pipe_->enable_vae_tiling(tile_size); }
   void disable_vae_tiling() { pipe_->disable_vae_tiling(); }
 
@@ -333,6 +341,8 @@ NB_MODULE(_kiln, m) {
            nb::arg("prefetch") = true)
       .def("set_memory_budget", &PyPipeline::set_memory_budget)
       .def("to", &PyPipeline::to)
+      .def("component_to", &PyPipeline::component_to, nb::arg("component"), nb::arg("device"))
+      .def_prop_ro("device", &PyPipeline::device)
       .def("enable_vae_tiling", &PyPipeline::enable_vae_tiling, nb::arg("tile_size") = 0)
       .def("disable_vae_tiling", &PyPipeline::disable_vae_tiling)
       .def("load_lora_weights", &PyPipeline::load_lora_weights, nb::arg("path"), nb::arg("adapter_name") = "",

@@ -41,7 +41,9 @@ DType kiln_dtype(nb::dlpack::dtype d, const char* what) {
 }  // namespace
 
 nb::ndarray<> to_array(const Tensor& t, bool widen_bfloat16) {
-  auto* held = new Tensor(widen_bfloat16 && t.dtype() == bfloat16 ? t.to(float32) : t.contiguous());
+  // Python reads host memory: a device's tensor (latents given to a callback or returned) is copied back.
+  const Tensor host = t.to(cpu);
+  auto* held = new Tensor(widen_bfloat16 && host.dtype() == bfloat16 ? host.to(float32) : host.contiguous());
   void* data = held->host_data();  // waits for the work that writes it
   nb::capsule owner(held, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
   std::vector<size_t> shape(held->shape().begin(), held->shape().end());

@@ -353,7 +353,8 @@ Tensor run_tiled(const Tensor& x, int64_t input_tile, int64_t stride, int64_t bl
 
 }  // namespace
 
-Tensor AutoencoderKL::decode(const Tensor& z) const {
+Tensor AutoencoderKL::decode(const Tensor& latents) const {
+  const Tensor z = on_weights_device(latents);
   KILN_CHECK(z.dim() == 4 && z.size(1) == config_.latent_channels,
              "AutoencoderKL.decode: expected latents [B, " << config_.latent_channels << ", h, w], got "
                                                            << shape_str(z.shape()));
@@ -387,7 +388,8 @@ Tensor AutoencoderKL::decoder_forward(const Tensor& z) const {
   return banded_conv(dec_conv_out_, x, band, 1, silu_of);
 }
 
-AutoencoderKL::LatentDistribution AutoencoderKL::encode(const Tensor& image) const {
+AutoencoderKL::LatentDistribution AutoencoderKL::encode(const Tensor& pixels) const {
+  const Tensor image = on_weights_device(pixels);
   KILN_CHECK(image.dim() == 4 && image.size(1) == config_.in_channels,
              "AutoencoderKL.encode: expected images [B, " << config_.in_channels << ", H, W], got "
                                                           << shape_str(image.shape()));

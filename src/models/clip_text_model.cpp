@@ -92,7 +92,8 @@ Tensor ClipTextModel::activation(const Tensor& x) const {
   return quick_gelu(x);
 }
 
-ClipTextOutput ClipTextModel::forward(const Tensor& ids, bool output_hidden_states) const {
+ClipTextOutput ClipTextModel::forward(const Tensor& token_ids, bool output_hidden_states) const {
+  const Tensor ids = on_weights_device(token_ids);
   KILN_CHECK(ids.dim() == 2,
              "CLIPTextModel: expected token ids [batch, seq], got " << shape_str(ids.shape()));
   const int64_t B = ids.size(0), S = ids.size(1), D = config_.hidden_size, H = config_.num_attention_heads;
@@ -118,7 +119,7 @@ ClipTextOutput ClipTextModel::forward(const Tensor& ids, bool output_hidden_stat
 
   // transformers' pooling: with the legacy eos_token_id 2 the EOS row is found by argmax of the ids (the EOS
   // has the largest id in CLIP's vocabulary); otherwise it is the first position holding eos_token_id.
-  const auto id_values = ids.to(int64).to_vector<int64_t>();
+  const auto id_values = token_ids.to(int64).to_vector<int64_t>();  // as given: no read back from a device
   std::vector<Tensor> rows;
   for (int64_t b = 0; b < B; ++b) {
     int64_t pick = 0;

@@ -259,7 +259,7 @@ std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const T
   std::string key = "hidden_states";
   for (int64_t k : indices) key += " " + std::to_string(k);
   return call_compiled(
-      {ids, key_mask, cos, sin},
+      {on_weights_device(ids), on_weights_device(key_mask), on_weights_device(cos), on_weights_device(sin)},
       [this, &indices](const std::vector<Tensor>& in) {
         return forward_eager(in[0], in[1], in[2], in[3], indices);
       },

@@ -66,15 +66,16 @@ Flux2Transformer2DModel::~Flux2Transformer2DModel() = default;
 Tensor Flux2Transformer2DModel::forward(const Tensor& hidden, const Tensor& encoder_hidden,
                                         const Tensor& timestep, const Tensor& guidance, const Tensor& txt_ids,
                                         const Tensor& img_ids, Flux2TransformerTrace* trace) const {
+  std::vector<Tensor> inputs{hidden, encoder_hidden, timestep, guidance, txt_ids, img_ids};
+  for (Tensor& t : inputs) t = on_weights_device(t);
   if (!is_compiled())
-    return forward_eager(hidden, encoder_hidden, timestep, guidance, txt_ids, img_ids, trace);
+    return forward_eager(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], inputs[5], trace);
   KILN_CHECK(
       trace == nullptr,
       "Flux2Transformer2DModel: a compiled forward cannot record its stages; trace an uncompiled model");
-  return call_compiled(
-      {hidden, encoder_hidden, timestep, guidance, txt_ids, img_ids}, [this](const auto& in) {
-        return std::vector<Tensor>{forward_eager(in[0], in[1], in[2], in[3], in[4], in[5], nullptr)};
-      })[0];
+  return call_compiled(inputs, [this](const auto& in) {
+    return std::vector<Tensor>{forward_eager(in[0], in[1], in[2], in[3], in[4], in[5], nullptr)};
+  })[0];
 }
 
 std::vector<nn::BlockList> Flux2Transformer2DModel::repeated_blocks() const {

@@ -23,7 +23,7 @@ Tensor flux_timestep_sinusoid(const Tensor& t, int64_t dim) {
     freqs[static_cast<size_t>(i)] =
         std::exp(static_cast<float>(i) * neg_log_period / static_cast<float>(half));
   // Kept as tensor ops on t (not host arithmetic) so that the timestep stays an input of the computation.
-  const Tensor args = mul(t.to(float32).unsqueeze(1), Tensor::from_vector(freqs, {1, half}));
+  const Tensor args = mul(t.to(float32).unsqueeze(1), Tensor::from_vector(freqs, {1, half}).to(t.device()));
   return concat({cos(args), sin(args)}, 1);
 }
 
@@ -72,7 +72,8 @@ FluxRopeTables flux_rope_tables(const Tensor& ids, const std::vector<int64_t>& a
   const int64_t seq = ids.size(0);
   // diffusers reads the ids as float32 (ids.float()); the tables are computed by an op (a kernel reads the
   // ids), so a traced forward never reads tensor values on the host.
-  Tensor cos_t = Tensor::empty({seq, head_dim}, float32), sin_t = Tensor::empty({seq, head_dim}, float32);
+  Tensor cos_t = Tensor::empty({seq, head_dim}, float32, ids.device());
+  Tensor sin_t = Tensor::empty({seq, head_dim}, float32, ids.device());
   runtime::dispatch(runtime::OpCall{"flux_rope_tables",
                                     {ids.to(float32).contiguous()},
                                     {cos_t, sin_t},

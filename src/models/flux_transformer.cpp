@@ -60,12 +60,13 @@ FluxTransformer2DModel::~FluxTransformer2DModel() = default;
 Tensor FluxTransformer2DModel::forward(const Tensor& hidden, const Tensor& encoder_hidden,
                                        const Tensor& pooled, const Tensor& timestep, const Tensor& guidance,
                                        const Tensor& txt_ids, const Tensor& img_ids) const {
+  std::vector<Tensor> inputs{hidden, encoder_hidden, pooled, timestep, guidance, txt_ids, img_ids};
+  for (Tensor& t : inputs) t = on_weights_device(t);
   if (!is_compiled())
-    return forward_eager(hidden, encoder_hidden, pooled, timestep, guidance, txt_ids, img_ids);
-  return call_compiled(
-      {hidden, encoder_hidden, pooled, timestep, guidance, txt_ids, img_ids}, [this](const auto& in) {
-        return std::vector<Tensor>{forward_eager(in[0], in[1], in[2], in[3], in[4], in[5], in[6])};
-      })[0];
+    return forward_eager(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], inputs[5], inputs[6]);
+  return call_compiled(inputs, [this](const auto& in) {
+    return std::vector<Tensor>{forward_eager(in[0], in[1], in[2], in[3], in[4], in[5], in[6])};
+  })[0];
 }
 
 std::vector<nn::BlockList> FluxTransformer2DModel::repeated_blocks() const {

@@ -73,10 +73,12 @@ Tensor SD3Transformer2DModel::patch_embed(const Tensor& hidden) const {
 Tensor SD3Transformer2DModel::forward(const Tensor& hidden, const Tensor& encoder_hidden,
                                       const Tensor& pooled, const Tensor& timestep,
                                       const std::vector<int64_t>& skip_layers) const {
-  if (!is_compiled()) return forward_eager(hidden, encoder_hidden, pooled, timestep, skip_layers);
+  std::vector<Tensor> inputs{hidden, encoder_hidden, pooled, timestep};
+  for (Tensor& t : inputs) t = on_weights_device(t);
+  if (!is_compiled()) return forward_eager(inputs[0], inputs[1], inputs[2], inputs[3], skip_layers);
   // The skipped blocks change the graph: they are part of the compiled program's key.
   return call_compiled(
-      {hidden, encoder_hidden, pooled, timestep},
+      inputs,
       [&](const auto& in) {
         return std::vector<Tensor>{forward_eager(in[0], in[1], in[2], in[3], skip_layers)};
       },

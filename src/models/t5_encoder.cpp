@@ -120,15 +120,16 @@ Tensor T5EncoderModel::activation(const Tensor& x) const {
   return gelu(x, GeluApproximate::Tanh);
 }
 
-Tensor T5EncoderModel::forward(const Tensor& ids) const {
+Tensor T5EncoderModel::forward(const Tensor& token_ids) const {
+  const Tensor ids = on_weights_device(token_ids);
   KILN_CHECK(ids.dim() == 2,
              "T5EncoderModel: expected token ids [batch, seq], got " << shape_str(ids.shape()));
   // H: the heads this rank attends over (all of them without tensor parallelism).
   const int64_t B = ids.size(0), S = ids.size(1), H = config_.num_heads / tp_.size, Dk = config_.d_kv;
   Tensor x = shared_(ids);
   // Position bias [1, H, S, S], computed once from block 0's table and shared by every block.
-  const Tensor buckets = relative_position_buckets(S, config_.relative_attention_num_buckets,
-                                                   config_.relative_attention_max_distance);
+  const Tensor buckets = on_weights_device(relative_position_buckets(
+      S, config_.relative_attention_num_buckets, config_.relative_attention_max_distance));
   const Tensor bias = blocks_.front()
                           ->relative_attention_bias(buckets)
                           .narrow(2, tp_.rank * H, H)

@@ -20,6 +20,8 @@ Tensor denoise(Tensor latents, const DenoiseLoop& loop) {
                           : "after denoising step " + std::to_string(i) + " of " + std::to_string(n));
     const auto start = std::chrono::steady_clock::now();
     const Tensor v = loop.model_output(latents, i, timesteps[static_cast<size_t>(i)]);
+    // The noise is drawn on the host; the latents then stay where the transformer runs.
+    if (latents.device() != v.device()) latents = latents.to(v.device());
     latents = loop.scheduler->step(v, i, latents);
     if (loop.blend) latents = loop.blend(latents, i);
     synchronize(latents.device());
@@ -48,10 +50,11 @@ std::function<Tensor(const Tensor&, int)> inpaint_blend(const Scheduler& schedul
                                                         Tensor noise, Tensor mask) {
   return [&scheduler, image_latents, noise, mask](const Tensor& x, int step) {
     const int next = step + 1;
+    const Device on = x.device();
     const Tensor kept = next < scheduler.num_inference_steps()
-                            ? scheduler.scale_noise(image_latents, next, noise)
-                            : image_latents;
-    return add(mul(sub(1.0, mask), kept), mul(mask, x));
+                            ? scheduler.scale_noise(image_latents.to(on), next, noise.to(on))
+                            : image_latents.to(on);
+    return add(mul(sub(1.0, mask.to(on)), kept), mul(mask.to(on), x));
   };
 }
 

@@ -153,17 +153,20 @@ std::vector<std::string> DiffusionPipeline::configure(const ExecutionOptions& op
 
 void DiffusionPipeline::enable_sequential_cpu_offload(int64_t resident_bytes) {
   ExecutionScope in(*context_);
+  require_cpu("enable_sequential_cpu_offload");
   model_cpu_offload_ = pipelines::apply_offload(
       {.mode = OffloadMode::Sequential, .budget = std::max<int64_t>(resident_bytes, 0)}, components());
 }
 
 void DiffusionPipeline::enable_group_offload(const GroupOffloadOptions& options) {
   ExecutionScope in(*context_);
+  require_cpu("enable_group_offload");
   model_cpu_offload_ = pipelines::apply_offload({.mode = OffloadMode::Group, .group = options}, components());
 }
 
 void DiffusionPipeline::enable_model_cpu_offload(std::optional<Device> device) {
   ExecutionScope in(*context_);
+  require_cpu("enable_model_cpu_offload");
   const Device on = pipelines::offload_compute_device(device);
   pipelines::clear_offload(weight_packing_);
   model_cpu_offload_ = true;
@@ -173,19 +176,50 @@ void DiffusionPipeline::enable_model_cpu_offload(std::optional<Device> device) {
 
 void DiffusionPipeline::to(const Device& device) {
   ExecutionScope in(*context_);
-  device_runtime(device);  // throws, naming the device, when this build has no backend for it
-  // Tensors and ops run on PJRT devices (Tensor::to), but the pipelines' components do not move there yet:
-  // refuse rather than keep running on the CPU.
-  KILN_CHECK(device.type == DeviceType::CPU,
-             "pipelines run on the cpu only for now: "
-                 << device.str() << " runs Kiln's ops (Tensor::to), not yet a whole pipeline");
+  device_runtime(device);  // throws, naming the device (and the plugin to install), when nothing drives it
+  const auto all = components();
+  for (const auto& [name, module] : all)
+    if (module != nullptr) module->check_movable_to(device);
   pipelines::clear_offload(weight_packing_);
   model_cpu_offload_ = false;
+  for (const auto& [name, module] : all)
+    if (module != nullptr) module->to(device);
   if (log_enabled("offload")) log("offload", "every component resident on " + device.str());
+}
+
+void DiffusionPipeline::component_to(const std::string& component, const Device& device) {
+  ExecutionScope in(*context_);
+  std::string names;
+  for (const auto& [name, module] : components()) {
+    if (module == nullptr) continue;
+    if (name == component) {
+      device_runtime(device);
+      KILN_CHECK(!model_cpu_offload_ || device.type == DeviceType::CPU,
+                 class_name() << "." << component << ".to(" << device.str()
+                              << "): the pipeline offloads its weights on the cpu; call pipe.to(\""
+                              << device.str() << "\") instead, which turns offloading off");
+      module->to(device);
+      return;
+    }
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  KILN_FAIL(class_name() << " has no component '" << component << "' (it has " << names << ")");
+}
+
+Device DiffusionPipeline::device() {
+  return transformer_module().device();
+}
+
+void DiffusionPipeline::require_cpu(const char* what) {
+  for (const auto& [name, module] : components())
+    if (module != nullptr && module->device().type != DeviceType::CPU)
+      KILN_FAIL(class_name() << "." << what << ": " << name << " is on " << module->device().str() << "; "
+                             << what << " runs on the cpu only for now (call pipe.to(\"cpu\") first)");
 }
 
 OffloadPlan DiffusionPipeline::set_memory_budget(int64_t bytes) {
   ExecutionScope in(*context_);
+  require_cpu("set_memory_budget");
   const OffloadPlan plan = plan_offload(components(), bytes);
   model_cpu_offload_ = pipelines::apply_offload(plan, components());
   return plan;

@@ -315,7 +315,7 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
            [&](const Tensor& x, int, float timestep) {
              // diffusers: t.expand(B).to(latents.dtype) / 1000; the reference latents follow the noise.
              const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
-             const Tensor input = image_latents.defined() ? concat({x, image_latents}, 1) : x;
+             const Tensor input = image_latents.defined() ? concat({x, image_latents.to(x.device())}, 1) : x;
              Tensor v =
                  transformer_->forward(input, embeds, t, guidance, text_ids, ids).narrow(1, 0, image_tokens);
              if (!cfg) return v;

@@ -439,7 +439,7 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
     const int64_t c = vae_->config().latent_channels;
     const Tensor encoded = encode_image(init, dtype, generator);
     image_latents = batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
-    noise = randn_tensor({batch, c, h, w}, generator, dtype);
+    noise = randn_tensor({batch, c, h, w}, generator, dtype).to(image_latents.device());
     latents = pack(schedule.scale_noise(image_latents, start, noise));
     image_ids = models::flux_latent_image_ids(h / 2, w / 2, dtype);
     const Tensor mask_condition =
@@ -467,7 +467,7 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
       const Tensor pixels = mask_condition.select(1, 0).expand({batch, h * f, w * f}).contiguous();
       const Tensor per_latent =
           pixels.view({batch, h, f, w, f}).permute({0, 2, 4, 1, 3}).reshape({batch, f * f, h, w}).to(dtype);
-      condition = concat({pack(repeated), pack(per_latent)}, 2);
+      condition = concat({pack(repeated), pack(per_latent).to(repeated.device())}, 2);
     }
   }
   Tensor guidance;
@@ -485,8 +485,8 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
                       const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
                       // Fill: the condition beside each token's channels; Kontext: the image's tokens after
                       // the latents', their prediction dropped.
-                      const Tensor input = condition.defined() ? concat({x, condition}, 2)
-                                           : context.defined() ? concat({x, context}, 1)
+                      const Tensor input = condition.defined() ? concat({x, condition.to(x.device())}, 2)
+                                           : context.defined() ? concat({x, context.to(x.device())}, 1)
                                                                : x;
                       const Tensor out =
                           transformer_->forward(input, prompt.prompt_embeds, prompt.pooled_prompt_embeds, t,

@@ -70,7 +70,9 @@ Tensor resize_nearest(const Tensor& x, int64_t height, int64_t width) {
 }
 
 Tensor sample_latents(const models::AutoencoderKL::LatentDistribution& posterior, Generator& generator) {
-  const Tensor noise = randn_tensor(posterior.mean.shape(), generator, posterior.mean.dtype());
+  // Drawn on the host by torch's CPU generator, whatever device the VAE ran on.
+  const Tensor noise =
+      randn_tensor(posterior.mean.shape(), generator, posterior.mean.dtype()).to(posterior.mean.device());
   const Tensor std = exp(mul(posterior.logvar, 0.5));
   return add(posterior.mean, mul(std, noise));
 }

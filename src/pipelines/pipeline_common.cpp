@@ -188,7 +188,8 @@ std::optional<CropRegion> check_mask_crop(const char* pipeline, const PipelineRe
 
 Tensor postprocess(const Tensor& decoded) {
   const Tensor denorm = clamp(add(mul(decoded, 0.5), 0.5), 0.0, 1.0);
-  return denorm.permute({0, 2, 3, 1}).to(float32).contiguous();
+  // Images are written from the host (PNG, arrays): a device's result comes back here.
+  return denorm.permute({0, 2, 3, 1}).to(float32).contiguous().to(cpu);
 }
 
 std::vector<Image> to_images(const Tensor& nhwc, const std::map<std::string, std::string>& metadata) {

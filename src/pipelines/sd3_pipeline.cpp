@@ -195,14 +195,17 @@ StableDiffusion3Pipeline::TextEmbeddings StableDiffusion3Pipeline::encode_text(
     out.t5_hidden = text_encoder_3_->forward(
         Tensor::from_vector(out.t5_ids, {1, static_cast<int64_t>(out.t5_ids.size())}));
   } else {
-    out.t5_hidden = Tensor::zeros({1, max_sequence_length, joint}, dtype_);
+    out.t5_hidden = Tensor::zeros({1, max_sequence_length, joint}, dtype_, out.clip_l_hidden.device());
   }
 
   // [CLIP-L | CLIP-G] features, zero-padded on the right to T5's width, then stacked before the T5 tokens.
   const Tensor clip_seq = concat({out.clip_l_hidden, out.clip_g_hidden}, 2);
   const int64_t pad = out.t5_hidden.size(2) - clip_seq.size(2);
   const Tensor clip_padded =
-      pad > 0 ? concat({clip_seq, Tensor::zeros({1, clip_seq.size(1), pad}, clip_seq.dtype())}, 2) : clip_seq;
+      pad > 0
+          ? concat({clip_seq, Tensor::zeros({1, clip_seq.size(1), pad}, clip_seq.dtype(), clip_seq.device())},
+                   2)
+          : clip_seq;
   out.prompt_embeds = concat({clip_padded, out.t5_hidden}, 1);
   out.pooled_prompt_embeds = concat({out.clip_l_pooled, out.clip_g_pooled}, 1);
 
@@ -427,7 +430,7 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
     const Tensor sampled = pipelines::sample_latents(vae_->encode(init.to(dtype)), generator);
     const Tensor encoded = mul(sub(sampled, vc.shift_factor), vc.scaling_factor);
     image_latents = batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
-    noise = randn_tensor({batch, vc.latent_channels, h, w}, generator, dtype);
+    noise = randn_tensor({batch, vc.latent_channels, h, w}, generator, dtype).to(image_latents.device());
     const bool from_noise = task_ == Task::Inpaint && call.strength == 1.0;
     latents = from_noise ? noise : schedule.scale_noise(image_latents, start, noise);
     if (task_ == Task::Inpaint) {

@@ -15,6 +15,7 @@
 #include "kiln/core/half.h"
 #include "kiln/io/component_config.h"
 #include "kiln/io/json_config.h"
+#include "kiln/ops/elementwise.h"
 #include "schedulers/rounded.h"
 
 namespace kiln {
@@ -109,6 +110,24 @@ void forward_process(const T* sample, const T* noise, T* out, int64_t n, float s
     const float kept = to_f32(from_f32<T>(rounded(keep * to_f32(sample[i]))));
     out[i] = from_f32<T>(noised + kept);
   }
+}
+
+// `value` rounded to `dtype`, as torch rounds a Python scalar that meets a tensor of that dtype.
+double scalar_in(DType dtype, float value) {
+  return Tensor::full({}, value, float32).to(dtype).item();
+}
+
+// On a device the same arithmetic as euler_step / forward_process runs as ops there (the latents never come
+// back to the host): each product and sum rounded to the tensors' dtype, the scalars rounded first.
+Tensor euler_step_ops(const Tensor& model_output, const Tensor& sample, float dt) {
+  const Tensor product = mul(model_output, scalar_in(model_output.dtype(), dt));
+  if (sample.dtype() == model_output.dtype()) return add(sample, product);
+  return add(sample.to(float32), product.to(float32)).to(model_output.dtype());
+}
+
+Tensor forward_process_ops(const Tensor& sample, const Tensor& noise, float sigma) {
+  const double s = scalar_in(sample.dtype(), sigma);
+  return add(mul(noise, s), mul(sample, scalar_in(sample.dtype(), 1.0f - static_cast<float>(s))));
 }
 
 }  // namespace
@@ -241,6 +260,8 @@ Tensor FlowMatchEulerDiscreteScheduler::step(const Tensor& model_output, int ste
                         << dtype_name(model_output.dtype()) << " and sample " << dtype_name(sample.dtype()));
 
   const float dt = sigmas_[static_cast<size_t>(step_index) + 1] - sigmas_[static_cast<size_t>(step_index)];
+  if (sample.device().type != DeviceType::CPU || model_output.device().type != DeviceType::CPU)
+    return euler_step_ops(model_output, sample, dt);
   const Tensor mo = model_output.contiguous();
   const Tensor x = sample.contiguous();
   Tensor out = Tensor::empty(model_output.shape(), model_output.dtype());
@@ -272,6 +293,8 @@ Tensor FlowMatchEulerDiscreteScheduler::scale_noise(const Tensor& sample, int st
              kClassName << "::scale_noise: expected float32, bfloat16 or float16 tensors, got "
                         << dtype_name(sample.dtype()));
   const float sigma = sigmas_[static_cast<size_t>(step_index)];
+  if (sample.device().type != DeviceType::CPU || noise.device().type != DeviceType::CPU)
+    return forward_process_ops(sample, noise, sigma);
   const Tensor x = sample.contiguous();
   const Tensor z = noise.contiguous();
   Tensor out = Tensor::empty(sample.shape(), sample.dtype());

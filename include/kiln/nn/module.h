@@ -112,6 +112,19 @@ class Module {
   // bytes of weights released (file pages and packed copies).
   size_t release_weights();
 
+  // torch's module.to(device): every parameter and runtime input replaced by its copy on `device` (kept as
+  // they are when already there), so that the forward runs where its weights are. Everything is checked
+  // before anything moves: a weight kept block-quantized (GGUF) has no kernel off the CPU, so moving it is an
+  // error naming the parameter, and the module stays where it was.
+  void to(Device device);
+  // The check to() makes before moving anything (a pipeline checks every component before moving one).
+  void check_movable_to(Device device) const;
+  // The device of the first defined parameter (cpu for a module without any).
+  Device device() const;
+  // `x` on device() (x itself when already there or undefined): the models' forwards take their inputs from
+  // the host (token ids, positions, timesteps) or from another component, and run where their weights are.
+  Tensor on_weights_device(const Tensor& x) const;
+
   // ---- compiled mode (kiln/nn/compile.h)
   // Compiles this module's forward: each input signature is traced once into an optimised program that
   // later calls reuse. Only modules whose forward supports it (the transformers, their blocks) can be
@@ -176,6 +189,8 @@ class Module {
   };
   void collect(const std::string& prefix, std::vector<std::pair<std::string, const Parameter*>>& out) const;
   void collect_runtime_inputs(std::vector<Tensor>& out) const;
+  void move_runtime_inputs(Device device);
+  const Tensor* first_defined_parameter() const;
 
   std::vector<Parameter> parameters_;
   std::vector<Tensor*> runtime_inputs_;

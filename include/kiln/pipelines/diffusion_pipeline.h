@@ -164,9 +164,19 @@ class DiffusionPipeline {
   // Applies the coarsest offload that keeps the weights under `bytes` (plan_offload); throws before any work
   // when even the largest weight does not fit. Activations come on top.
   OffloadPlan set_memory_budget(int64_t bytes);
-  // diffusers' pipe.to(device): every component resident on `device`, any offloading turned off (the weights
-  // packed as weight_packing() says). This build runs on the CPU only; another device is an error naming it.
+  // diffusers' pipe.to(device): every component resident on `device`, any offloading turned off (on the cpu
+  // the weights packed as weight_packing() says). On a PJRT device (xla-cpu, cuda, tpu) the weights are
+  // copied there and every component runs there in strict eager; the noise is still drawn by torch's CPU
+  // generator on the host, so a seed gives the same image on every device, and images come back to the host.
+  // Throws, before anything moves, naming the device when no backend or plugin drives it, or naming the
+  // parameter when a weight cannot go there (kept block-quantized: GGUF).
   void to(const Device& device);
+  // diffusers' pipe.vae.to(device), pipe.transformer.to(device), ...: one component (components()' name)
+  // moved; each stage moves its inputs to its component's device, so components may sit on different
+  // devices. Throws naming the component when the pipeline has none of that name.
+  void component_to(const std::string& component, const Device& device);
+  // Where the transformer's weights are (diffusers' pipe.device).
+  Device device();
 
   // diffusers' enable_vae_tiling / disable_vae_tiling: the VAE decodes latents larger than a tile in
   // overlapping, blended tiles. `tile_size` in pixels; 0 keeps the VAE's sample_size (1024 for FLUX.1, FLUX.2
@@ -224,6 +234,9 @@ class DiffusionPipeline {
   std::unique_ptr<pipelines::CallQueue> calls_;
 
  private:
+  // Offloading streams weights between the host's memory and the CPU's kernels: `what` is refused, naming
+  // the component, while one sits on another device.
+  void require_cpu(const char* what);
   // The pipeline's adapters, made on first use.
   lora::LoraAdapters& lora_adapters();
   std::unique_ptr<lora::LoraAdapters> lora_;

@@ -1,0 +1,43 @@
+#include "cli/device_flag.h"
+
+#include "kiln/core/device_runtime.h"
+#include "kiln/core/error.h"
+
+namespace kiln::cli {
+
+Device parse_device_flag(const std::string& name, const ExecutionFlags& flags) {
+  Device device = cpu;
+  try {
+    device = Device(name);
+  } catch (const Error& e) {
+    KILN_FAIL("--device " << name << ": " << e.what());
+  }
+  if (device.type == DeviceType::CPU) return device;
+  // On a PJRT device the pipeline runs in strict eager with every weight resident: offloading streams
+  // weights to the cpu's kernels, packed copies are the cpu's, and the fused and compiled modes and tensor
+  // parallelism are not built for PJRT devices yet.
+  const std::string refused =
+      "--device " + name + " runs every component resident on the device in strict eager; ";
+  KILN_CHECK(flags.offload == "auto" || flags.offload == "none",
+             refused << "--offload " << flags.offload
+                     << " runs on the cpu only for now (drop it or use --device cpu)");
+  KILN_CHECK(!flags.max_memory,
+             refused << "--max-memory " << *flags.max_memory
+                     << " budgets the cpu's memory only for now (drop it or use --device cpu)");
+  KILN_CHECK(!flags.packed_weights, refused
+                                        << "--packed-weights " << *flags.packed_weights
+                                        << " sizes the cpu's packed copies (drop it or use --device cpu)");
+  KILN_CHECK(flags.tp == 1,
+             refused << "--tp " << flags.tp
+                     << " splits the model over cpu processes only for now (drop it or use --device cpu)");
+  KILN_CHECK(!flags.mode || *flags.mode == "eager",
+             refused << "--mode " << *flags.mode
+                     << " runs on the cpu only for now (use --mode eager or --device cpu)");
+  return device;
+}
+
+void require_device(const Device& device) {
+  device_runtime(device);
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,39 @@
+# kiln generate --device (cli/device_flag.h): the tiny FLUX pipeline on xla-cpu writes its PNG; flags that run on
+# the cpu only for now are refused naming both flags, and a device without its plugin fails before loading with
+# what to install. The xla-cpu runs need the PJRT plugin scripts/setup.sh --pjrt (and --tests) installs.
+set(KILN_DEVICE_WORK ${CMAKE_CURRENT_BINARY_DIR})
+set(KILN_DEVICE_NO_MODEL ${KILN_DEVICE_WORK}/no-such-model)
+if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
+  add_test(NAME cli.generate_tiny_flux_on_xla_cpu
+           COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device xla-cpu
+                   --prompt "a red circle" --height 32 --width 32 --steps 2 --seed 1 --dtype f32
+                   --max-sequence-length 16 --output ${KILN_DEVICE_WORK}/cli_device_xla_cpu.png)
+  set_tests_properties(cli.generate_tiny_flux_on_xla_cpu PROPERTIES PASS_REGULAR_EXPRESSION
+                       "every component on xla-cpu:0 \\(strict eager\\).*wrote .*cli_device_xla_cpu.png \\(32x32, seed 1\\)"
+                       LABELS "cli;devices" TIMEOUT 300)
+endif()
+# On a machine with the CUDA plugin the run succeeds; on one without (CI's) it fails before loading, naming the
+# package to install.
+add_test(NAME cli.generate_cuda_needs_its_plugin
+         COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device cuda
+                 --prompt "a red circle" --height 32 --width 32 --steps 1 --seed 1 --dtype f32
+                 --max-sequence-length 16 --output ${KILN_DEVICE_WORK}/cli_device_cuda.png)
+set_tests_properties(cli.generate_cuda_needs_its_plugin PROPERTIES PASS_REGULAR_EXPRESSION
+                     "PJRT: no cuda plugin found\\. Install it: [^\n]*pjrt|no PJRT support|wrote .*cli_device_cuda.png"
+                     LABELS "cli;devices")
+add_test(NAME cli.generate_device_refuses_offload
+         COMMAND kiln_cli generate --model ${KILN_DEVICE_NO_MODEL} --device xla-cpu --offload group --prompt x
+                 --output ${KILN_DEVICE_WORK}/cli_device_refused.png)
+set_tests_properties(cli.generate_device_refuses_offload PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--device xla-cpu runs every component resident on the device in strict eager; --offload group runs on the cpu only for now"
+                     LABELS cli)
+add_test(NAME cli.generate_device_refuses_max_memory
+         COMMAND kiln_cli generate --model ${KILN_DEVICE_NO_MODEL} --device tpu:1 --max-memory 1GiB --prompt x
+                 --output ${KILN_DEVICE_WORK}/cli_device_refused.png)
+set_tests_properties(cli.generate_device_refuses_max_memory PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--device tpu:1 runs every component resident on the device in strict eager; --max-memory 1GiB"
+                     LABELS cli)
+add_test(NAME cli.generate_rejects_unknown_device
+         COMMAND kiln_cli generate --model ${KILN_DEVICE_NO_MODEL} --device gpu --prompt x
+                 --output ${KILN_DEVICE_WORK}/cli_device_refused.png)
+set_tests_properties(cli.generate_rejects_unknown_device PROPERTIES PASS_REGULAR_EXPRESSION "--device gpu: " LABELS cli)

@@ -1,0 +1,226 @@
+// Whole pipelines on a PJRT device (pipe.to("xla-cpu")), strict eager: the tiny FLUX.1, SD3.5 and FLUX.2
+// pipelines give diffusers' image within one 8-bit level, the bar the CPU backend passes
+// (tests/pipelines/*_test.cpp), and the CPU backend's image; bf16 stays within bf16 rounding of the CPU's
+// bf16 image. The noise is torch's CPU generator's on every device, so these are the same images. Also: one
+// component moved (pipe.vae.to), back to the cpu, and what a device refuses (weights kept block-quantized,
+// offloading) with errors that name it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backends/pjrt/pjrt_client.h"
+#include "kiln/core/error.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/pipelines/diffusion_pipeline.h"
+#include "kiln/pipelines/flux_pipeline.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+const Device xla0("xla-cpu:0");
+
+// Skips when this build has no PJRT (built without scripts/setup.sh --pjrt); a build with PJRT must find the
+// plugin, so CI cannot skip these silently.
+#define XLA_CPU_OR_SKIP()                                                           \
+  do {                                                                              \
+    if (!pjrt::built_with_pjrt()) GTEST_SKIP() << "this build has no PJRT support"; \
+  } while (0)
+
+std::unique_ptr<DiffusionPipeline> load(const std::string& model, DType dtype = float32) {
+  PipelineLoadOptions options;
+  options.dtype = dtype;
+  return DiffusionPipeline::from_pretrained(testing::data_path("models/" + model), options);
+}
+
+int max_level_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  int most = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) most = std::max(most, std::abs(a[i] - b[i]));
+  return most;
+}
+
+int max_level_difference(const std::vector<uint8_t>& a, const Tensor& reference_u8) {
+  return max_level_difference(a, reference_u8.contiguous().to_vector<uint8_t>());
+}
+
+// One call, timed (the wall times go to the test's output: the report compares the devices).
+PipelineOutput timed_call(DiffusionPipeline& pipe, const PipelineRequest& request, const std::string& what) {
+  const auto start = std::chrono::steady_clock::now();
+  PipelineOutput out = pipe(request);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("[ timing   ] %s on %s: %.2f s\n", what.c_str(), pipe.device().str().c_str(), seconds);
+  return out;
+}
+
+// The golden run `golden` of the pipeline in `model` on the cpu and on xla-cpu: the device's image is
+// diffusers' within one level (on 99% of values, as on the cpu) and the cpu's within one level everywhere.
+void expect_device_matches(const std::string& model, const io::SafetensorsFile& golden,
+                           const PipelineRequest& request, const std::string& name) {
+  auto pipe = load(model);
+  const PipelineOutput on_cpu = timed_call(*pipe, request, name);
+  pipe->to(xla0);
+  EXPECT_EQ(pipe->device(), xla0);
+  const PipelineOutput on_device = timed_call(*pipe, request, name);
+  // Compiled once per op and shape: a second call reuses every executable.
+  const PipelineOutput again = timed_call(*pipe, request, name + " (second call)");
+  ASSERT_EQ(on_device.images.size(), on_cpu.images.size());
+  for (size_t b = 0; b < on_device.images.size(); ++b) {
+    const Tensor reference = on_device.images.size() > 1
+                                 ? golden.tensor("image_u8").select(0, static_cast<int64_t>(b))
+                                 : golden.tensor("image_u8");
+    const std::vector<uint8_t>& pixels = on_device.images[b].pixels;
+    std::printf("[ levels   ] %s image %zu: max %d vs diffusers, max %d vs the cpu backend\n", name.c_str(),
+                b, max_level_difference(pixels, reference),
+                max_level_difference(pixels, on_cpu.images[b].pixels));
+    EXPECT_GE(testing::share_within_one_level(pixels, reference), 0.99) << name << " image " << b;
+    EXPECT_LE(max_level_difference(pixels, on_cpu.images[b].pixels), 1) << name << " image " << b;
+    EXPECT_EQ(again.images[b].pixels, pixels) << name << ": a second call on the device changed the image";
+  }
+}
+
+PipelineRequest flux_request(const io::SafetensorsFile& g) {
+  const auto& m = g.metadata();
+  PipelineRequest c;
+  c.prompt = m.at("prompt");
+  c.height = std::stoll(m.at("height"));
+  c.width = std::stoll(m.at("width"));
+  c.num_inference_steps = std::stoi(m.at("steps"));
+  c.guidance_scale = std::stof(m.at("guidance"));
+  c.generator = Generator(std::stoull(m.at("seed")));
+  c.max_sequence_length = std::stoll(m.at("max_sequence_length"));
+  return c;
+}
+
+TEST(PipelinesOnDevice, FluxSchnellGivesDiffusersImage) {
+  XLA_CPU_OR_SKIP();
+  const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
+  expect_device_matches(g.metadata().at("pipeline"), g, flux_request(g), "FluxPipeline schnell f32");
+}
+
+TEST(PipelinesOnDevice, FluxDevWithGuidanceGivesDiffusersImage) {
+  XLA_CPU_OR_SKIP();
+  const io::SafetensorsFile g(testing::data_path("goldens/flux/dev_unicode_80x48_s1234.safetensors"));
+  expect_device_matches(g.metadata().at("pipeline"), g, flux_request(g), "FluxPipeline dev f32");
+}
+
+TEST(PipelinesOnDevice, Sd3WithClassifierFreeGuidanceGivesDiffusersImage) {
+  XLA_CPU_OR_SKIP();
+  const io::SafetensorsFile g(testing::data_path("goldens/sd3/medium_cat_64x64_s0.safetensors"));
+  const auto& m = g.metadata();
+  ASSERT_EQ(m.at("cfg"), "true");
+  PipelineRequest c = flux_request(g);
+  if (m.count("negative_prompt")) c.negative_prompt = m.at("negative_prompt");
+  expect_device_matches(m.at("pipeline"), g, c, "StableDiffusion3Pipeline medium f32");
+}
+
+// FLUX.2 from the prompt: its decoder text encoder (Qwen3), guidance by a second transformer call, a batch
+// of two.
+TEST(PipelinesOnDevice, Flux2KleinGivesDiffusersImage) {
+  XLA_CPU_OR_SKIP();
+  const io::SafetensorsFile g(
+      testing::data_path("goldens/flux2_e2e/klein_cfg_empty_48x48_s6_n2.safetensors"));
+  const auto& m = g.metadata();
+  PipelineRequest c = flux_request(g);
+  c.negative_prompt = m.at("negative_prompt");
+  c.num_images_per_prompt = std::stoi(m.at("num_images_per_prompt"));
+  ASSERT_EQ(c.num_images_per_prompt, 2);
+  expect_device_matches(m.at("pipeline"), g, c, "Flux2KleinPipeline f32");
+}
+
+// A reference image: the VAE encodes it on the device and its tokens join the latents'.
+TEST(PipelinesOnDevice, Flux2WithAReferenceImageGivesDiffusersImage) {
+  XLA_CPU_OR_SKIP();
+  const io::SafetensorsFile g(testing::data_path("goldens/flux2_e2e/dev_ref1_64x48_s3.safetensors"));
+  const auto& m = g.metadata();
+  PipelineRequest c = flux_request(g);
+  c.negative_prompt = m.at("negative_prompt");
+  c.image.push_back(Image::load(testing::data_path("goldens/flux2/" + m.at("references") + ".png")));
+  expect_device_matches(m.at("pipeline"), g, c, "Flux2Pipeline dev reference f32");
+}
+
+// bf16 rounds at every op, in an order XLA may change (it fuses and reassociates elementwise chains), so the
+// device's image is the cpu backend's within a few levels rather than bit for bit.
+TEST(PipelinesOnDevice, Bfloat16StaysCloseToTheCpuBackend) {
+  XLA_CPU_OR_SKIP();
+  const io::SafetensorsFile g(testing::data_path("goldens/flux/devbf16_cat_64x64_s0.safetensors"));
+  auto pipe = load(g.metadata().at("pipeline"), bfloat16);
+  const PipelineOutput on_cpu = timed_call(*pipe, flux_request(g), "FluxPipeline dev bf16");
+  pipe->to(xla0);
+  const PipelineOutput on_device = timed_call(*pipe, flux_request(g), "FluxPipeline dev bf16");
+  const Tensor cpu_u8 =
+      Tensor::from_vector(on_cpu.images[0].pixels, {static_cast<int64_t>(on_cpu.images[0].pixels.size())});
+  const double mean = testing::mean_level_difference(on_device.images[0].pixels, cpu_u8);
+  const int most = max_level_difference(on_device.images[0].pixels, on_cpu.images[0].pixels);
+  std::printf(
+      "[ levels   ] FluxPipeline dev bf16: mean %.3f, max %d vs the cpu backend; max %d vs diffusers\n", mean,
+      most, max_level_difference(on_device.images[0].pixels, g.tensor("image_u8")));
+  EXPECT_LE(mean, 1.0);
+  EXPECT_LE(most, 8);
+  EXPECT_LE(testing::mean_level_difference(on_device.images[0].pixels, g.tensor("image_u8")), 2.0)
+      << "the bar the cpu backend's bf16 image passes against diffusers";
+}
+
+// diffusers' pipe.vae.to(device): the other components stay on the cpu, each stage moves its inputs.
+TEST(PipelinesOnDevice, OneComponentMovesAlone) {
+  XLA_CPU_OR_SKIP();
+  const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
+  auto pipe = load(g.metadata().at("pipeline"));
+  const PipelineOutput on_cpu = (*pipe)(flux_request(g));
+  pipe->component_to("vae", xla0);
+  EXPECT_EQ(pipe->device(), cpu) << "the transformer stays";
+  const PipelineOutput split = (*pipe)(flux_request(g));
+  EXPECT_LE(max_level_difference(split.images[0].pixels, on_cpu.images[0].pixels), 1);
+  // The whole pipeline there and back: the cpu backend's image again, exactly.
+  pipe->to(xla0);
+  pipe->to(cpu);
+  EXPECT_EQ(pipe->device(), cpu);
+  EXPECT_EQ((*pipe)(flux_request(g)).images[0].pixels, on_cpu.images[0].pixels);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(PipelinesOnDevice, WhatADeviceCannotHoldIsRefusedByName) {
+  XLA_CPU_OR_SKIP();
+  // GGUF blocks have kernels on the cpu only: the parameter is named, and nothing moves.
+  PipelineLoadOptions gguf;
+  gguf.transformer_file = testing::data_path("gguf/flux-tiny-dev-Q8_0.gguf");
+  auto quantized = DiffusionPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"), gguf);
+  const std::string refused = error_of([&] { quantized->to(xla0); });
+  EXPECT_NE(refused.find("is kept block-quantized (Q8_0)"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("parameter '"), std::string::npos) << refused;
+  for (const auto& [name, module] : quantized->components())
+    if (module != nullptr) EXPECT_EQ(module->device(), cpu) << name << " moved although the call was refused";
+
+  auto pipe = load("flux-tiny-schnell");
+  EXPECT_NE(
+      error_of([&] {
+        pipe->component_to("unet", xla0);
+      }).find("FluxPipeline has no component 'unet' (it has text_encoder, text_encoder_2, transformer, vae)"),
+      std::string::npos);
+  pipe->to(xla0);
+  // Offloading streams weights to the cpu's kernels: refused, naming the component on the device.
+  const std::string offload = error_of([&] { pipe->enable_model_cpu_offload(); });
+  EXPECT_NE(offload.find("enable_model_cpu_offload: text_encoder is on xla-cpu:0"), std::string::npos)
+      << offload;
+  EXPECT_NE(error_of([&] { pipe->enable_group_offload(); }).find("runs on the cpu only for now"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { pipe->set_memory_budget(int64_t{1} << 30); }).find("runs on the cpu only for now"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
