@@ -8,6 +8,7 @@
 #include "graph/fusion_patterns.h"
 #include "graph/fusion_rules.h"
 #include "graph/graph_facts.h"
+#include "runtime/backend.h"
 
 namespace kiln::graph {
 
@@ -280,6 +281,43 @@ std::shared_ptr<FusedGroup> build_group(const std::vector<int>& members, const s
   return group;
 }
 
+// ---- device regions
+
+// Whether the backend of `c`'s device runs it inside a region (runtime::Backend::joins_region).
+bool joins_region(const OpCall& c) {
+  if (c.outputs.empty() || !c.outputs.front().defined()) return false;
+  return runtime::backend_for(c.outputs.front().device().type).joins_region(c);
+}
+
+// The region of `members` (in order), each output marked stored when a value of its storage is needed
+// beyond the region: seen outside the graph, existing before it, or read or written by a live call outside
+// it. Everything else lives only inside the region's program.
+std::shared_ptr<runtime::DeviceRegion> build_region(const std::vector<int>& members,
+                                                    std::vector<OpCall>& calls,
+                                                    const std::vector<bool>& removed, const Facts& facts) {
+  const std::unordered_set<int> inside(members.begin(), members.end());
+  auto outside = [&](const std::vector<int>& users) {
+    for (int u : users)
+      if (!removed[u] && !inside.count(u)) return true;
+    return false;
+  };
+  auto region = std::make_shared<runtime::DeviceRegion>();
+  for (int m : members) {
+    std::vector<bool> stored;
+    for (const Tensor& t : calls[m].outputs) {
+      if (!t.defined()) {
+        stored.push_back(false);
+        continue;
+      }
+      const StorageFacts& f = facts.at(sid(t));
+      stored.push_back(f.external || !f.fresh || outside(f.readers) || outside(f.writers));
+    }
+    region->stored.push_back(std::move(stored));
+  }
+  for (int m : members) region->calls.push_back(std::move(calls[m]));
+  return region;
+}
+
 }  // namespace
 
 std::string FusedGroup::describe() const {
@@ -313,7 +351,7 @@ std::vector<PlanStep> plan_graph(std::vector<OpCall> calls, const PlanOptions& o
 
   std::vector<PlanStep> plan;
   GroupBuilder group(calls, facts);
-  auto emit_single = [&](int i) { plan.push_back(PlanStep{std::move(calls[i]), nullptr}); };
+  auto emit_single = [&](int i) { plan.push_back(PlanStep{std::move(calls[i]), nullptr, nullptr}); };
   // Emits the group's longest valid prefix fused (or its first call alone), then re-offers the rest.
   std::vector<int> pending;
   auto flush_group = [&](auto& self) -> void {
@@ -326,7 +364,7 @@ std::vector<PlanStep> plan_graph(std::vector<OpCall> calls, const PlanOptions& o
       auto fused = build_group(prefix, calls, removed, facts);
       local.fused_calls += static_cast<int64_t>(n);
       local.fused_kernels++;
-      plan.push_back(PlanStep{OpCall{}, std::move(fused)});
+      plan.push_back(PlanStep{OpCall{}, std::move(fused), nullptr});
     } else {
       emit_single(members[0]);
     }
@@ -339,8 +377,28 @@ std::vector<PlanStep> plan_graph(std::vector<OpCall> calls, const PlanOptions& o
     }
     self(self);  // drains what was re-offered, so nothing after the group overtakes it
   };
+  // Consecutive calls on one device whose backend runs regions; a lone call runs as in strict eager.
+  std::vector<int> region;
+  auto flush_region = [&] {
+    if (region.size() == 1) emit_single(region.front());
+    if (region.size() >= 2) {
+      plan.push_back(PlanStep{OpCall{}, nullptr, build_region(region, calls, removed, facts)});
+      local.region_calls += static_cast<int64_t>(region.size());
+      local.regions++;
+    }
+    region.clear();
+  };
   for (int i = 0; i < static_cast<int>(calls.size()); ++i) {
     if (removed[i]) continue;
+    if (options.fuse && joins_region(calls[i])) {
+      flush_group(flush_group);
+      if (!region.empty() &&
+          calls[region.front()].outputs.front().device() != calls[i].outputs.front().device())
+        flush_region();
+      region.push_back(i);
+      continue;
+    }
+    flush_region();
     if (!options.fuse || !is_fusable(calls[i])) {
       flush_group(flush_group);
       emit_single(i);
@@ -352,6 +410,7 @@ std::vector<PlanStep> plan_graph(std::vector<OpCall> calls, const PlanOptions& o
     }
   }
   flush_group(flush_group);
+  flush_region();
   if (stats) *stats = local;
   return plan;
 }

@@ -8,6 +8,9 @@
 //      one fused op (graph/fusion_patterns.h);
 //   3. fusion: runs of consecutive fusable elementwise calls (graph/fusion_rules.h) become one region for the
 //      CPU JIT; values only read inside the region are never stored, so their tensors are never allocated.
+//      Runs of consecutive calls on a device whose backend compiles whole regions (runtime::Backend::
+//      joins_region: PJRT devices) become one runtime::DeviceRegion instead, whatever their ops; the same
+//      rule says which of its values are stored. Calls on such a device never reach the CPU JIT.
 // The plan keeps the program order of everything it does not remove.
 #pragma once
 
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "graph/elementwise_region.h"
+#include "runtime/device_region.h"
 #include "runtime/op_call.h"
 
 namespace kiln::graph {
@@ -30,8 +34,9 @@ struct FusedGroup {
 };
 
 struct PlanStep {
-  runtime::OpCall call;               // when `fused` is null: launch this call as it is
+  runtime::OpCall call;               // when `fused` and `region` are null: launch this call as it is
   std::shared_ptr<FusedGroup> fused;  // else: one fused kernel
+  std::shared_ptr<runtime::DeviceRegion> region;  // or: one program run by the device's backend
 };
 
 struct PlanStats {
@@ -41,6 +46,8 @@ struct PlanStats {
   int64_t fused_calls = 0;    // calls replaced by fused kernels
   int64_t fused_kernels = 0;  // fused kernels in the plan
   int64_t patterns = 0;       // chains replaced by a fused op (graph/fusion_patterns.h)
+  int64_t region_calls = 0;   // calls replaced by device regions
+  int64_t regions = 0;        // device regions in the plan
 };
 
 struct PlanOptions {

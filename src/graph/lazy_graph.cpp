@@ -10,6 +10,7 @@
 #include "graph/cpu_jit.h"
 #include "graph/fused_launch.h"
 #include "graph/graph_plan.h"
+#include "graph/region_launch.h"
 #include "kiln/core/log.h"
 #include "kiln/runtime/execution_context.h"
 #include "runtime/context_state.h"
@@ -98,19 +99,25 @@ void launch_group(const std::shared_ptr<FusedGroup>& group) {
 void run_graph(std::vector<OpCall> calls) {
   PlanStats stats;
   std::vector<PlanStep> plan = plan_graph(std::move(calls), {}, &stats);
-  runtime::count_graph_flush(stats.dead + stats.common, stats.fused_calls, stats.patterns);
+  runtime::count_graph_flush(stats.dead + stats.common, stats.fused_calls + stats.region_calls,
+                             stats.patterns);
   if (log_enabled("graph")) {
     std::string text = "flush of " + std::to_string(stats.calls) +
                        " op calls: " + std::to_string(stats.dead) + " dead, " + std::to_string(stats.common) +
                        " duplicates, " + std::to_string(stats.fused_calls) + " fused into " +
                        std::to_string(stats.fused_kernels) + " kernels, " + std::to_string(stats.patterns) +
-                       " chains into fused ops";
+                       " chains into fused ops, " + std::to_string(stats.region_calls) + " into " +
+                       std::to_string(stats.regions) + " device regions";
     for (const PlanStep& step : plan)
-      text += "\n  " + (step.fused ? step.fused->describe() : step.call.describe());
+      text += "\n  " + (step.fused    ? step.fused->describe()
+                        : step.region ? step.region->describe()
+                                      : step.call.describe());
     log("graph", text);
   }
   for (PlanStep& step : plan) {
-    if (step.fused)
+    if (step.region)
+      launch_region(std::move(step.region));
+    else if (step.fused)
       launch_group(step.fused);
     else
       runtime::launch(std::move(step.call));

@@ -7,6 +7,7 @@
 #include "graph/fused_launch.h"
 #include "graph/graph_facts.h"
 #include "graph/graph_plan.h"
+#include "graph/region_launch.h"
 #include "runtime/capture.h"
 #include "runtime/dispatcher.h"
 
@@ -21,21 +22,27 @@ struct Item {
   runtime::OpCall call;
   std::shared_ptr<FusedGroup> group;
   std::shared_ptr<const FusedKernel> kernel;
+  std::shared_ptr<runtime::DeviceRegion> region;
 };
 
 // Flattens the plan, building each fused group's kernel now (a group without one runs as its calls).
 std::vector<Item> build_items(std::vector<PlanStep> plan) {
   std::vector<Item> items;
   for (PlanStep& step : plan) {
+    if (step.region) {
+      items.push_back(Item{runtime::OpCall{}, nullptr, nullptr, std::move(step.region)});
+      continue;
+    }
     if (!step.fused) {
-      items.push_back(Item{std::move(step.call), nullptr, nullptr});
+      items.push_back(Item{std::move(step.call), nullptr, nullptr, nullptr});
       continue;
     }
     auto kernel = CpuJit::global().kernel(step.fused->region);
     if (kernel) {
-      items.push_back(Item{runtime::OpCall{}, step.fused, kernel});
+      items.push_back(Item{runtime::OpCall{}, step.fused, kernel, nullptr});
     } else {
-      for (runtime::OpCall& c : step.fused->members) items.push_back(Item{std::move(c), nullptr, nullptr});
+      for (runtime::OpCall& c : step.fused->members)
+        items.push_back(Item{std::move(c), nullptr, nullptr, nullptr});
     }
   }
   return items;
@@ -137,13 +144,21 @@ std::shared_ptr<Program> Program::trace(const std::vector<Tensor>& inputs, const
   for (size_t k = 0; k < params.size(); ++k)
     if (params[k].defined()) params_of[sid(params[k])].push_back(static_cast<int>(k));
   std::unordered_set<const Storage*> produced;
-  for (const Item& it : items)
+  for (const Item& it : items) {
+    if (it.region) {
+      for (const runtime::OpCall& c : it.region->calls)
+        for (const Tensor& t : c.outputs)
+          if (t.defined()) produced.insert(sid(t));
+      continue;
+    }
     for (const Tensor& t : it.group ? it.group->outputs : it.call.outputs)
       if (t.defined()) produced.insert(sid(t));
+  }
 
   std::unordered_map<const Storage*, int> buffer_of;
   std::unordered_map<const Storage*, int> constant_of;
   std::vector<size_t> bytes;
+  std::vector<Device> buffer_devices;
   auto ref = [&](const Tensor& t) {
     ValueRef r;
     if (!t.defined()) return r;
@@ -170,7 +185,10 @@ std::shared_ptr<Program> Program::trace(const std::vector<Tensor>& inputs, const
     }
     if (produced.count(s)) {
       auto [it, inserted] = buffer_of.try_emplace(s, static_cast<int>(bytes.size()));
-      if (inserted) bytes.push_back(s->bytes());
+      if (inserted) {
+        bytes.push_back(s->bytes());
+        buffer_devices.push_back(s->device());
+      }
       r.kind = ValueRef::Kind::Buffer;
       r.index = it->second;
       r.offset = t.offset();
@@ -186,7 +204,17 @@ std::shared_ptr<Program> Program::trace(const std::vector<Tensor>& inputs, const
 
   for (Item& it : items) {
     ProgramStep step;
-    if (it.group) {
+    if (it.region) {
+      for (const runtime::OpCall& c : it.region->calls) {
+        RegionCallRef call{c.op, c.attrs, c.may_merge, {}, {}};
+        for (const Tensor& t : c.inputs) call.inputs.push_back(ref(t));
+        for (const Tensor& t : c.outputs) call.outputs.push_back(ref(t));
+        step.region_calls.push_back(std::move(call));
+      }
+      step.region_stored = it.region->stored;
+      step.description = it.region->describe();
+      p.stats_.regions++;
+    } else if (it.group) {
       step.kernel = it.kernel;
       step.region = std::make_shared<const ElementwiseRegion>(it.group->region);
       step.scalars = it.group->scalars;
@@ -216,14 +244,19 @@ std::shared_ptr<Program> Program::trace(const std::vector<Tensor>& inputs, const
           first[r.index] = std::min(first[r.index], i);
           last[r.index] = std::max(last[r.index], i);
         }
+  // The arena is host memory: a storage on another device is its own (and, unless a region stores it, never
+  // gets memory at all).
   std::vector<bool> in_arena(static_cast<size_t>(n), true);
+  for (int b = 0; b < n; ++b)
+    if (buffer_devices[static_cast<size_t>(b)].type != DeviceType::CPU)
+      in_arena[static_cast<size_t>(b)] = false;
   for (const ValueRef& r : p.outputs_)
     if (r.kind == ValueRef::Kind::Buffer) in_arena[r.index] = false;
   std::vector<int64_t> offsets(static_cast<size_t>(n), -1);
   p.stats_.arena_bytes = plan_arena(offsets, bytes, first, last, in_arena);
   p.stats_.peak_live_bytes = peak_live(bytes, first, last, in_arena, static_cast<int>(p.steps_.size()));
   for (int b = 0; b < n; ++b) {
-    p.buffers_.push_back(Buffer{bytes[b], in_arena[b] ? offsets[b] : -1});
+    p.buffers_.push_back(Buffer{bytes[b], in_arena[b] ? offsets[b] : -1, buffer_devices[b]});
     if (in_arena[b]) p.stats_.unplanned_bytes += static_cast<int64_t>(bytes[b]);
   }
   return program;
@@ -257,13 +290,25 @@ std::vector<Tensor> Program::run(const std::vector<Tensor>& inputs, const std::v
           return Tensor(arena, r.shape, r.strides,
                         b.arena_offset / static_cast<int64_t>(dtype_size(r.dtype)) + r.offset, r.dtype);
         auto& s = own[static_cast<size_t>(r.index)];
-        if (!s) s = Storage::allocate(b.bytes, cpu);
+        if (!s) s = Storage::allocate(b.bytes, b.device);
         return Tensor(s, r.shape, r.strides, r.offset, r.dtype);
       }
     }
     return Tensor();
   };
   for (const ProgramStep& step : steps_) {
+    if (!step.region_calls.empty()) {
+      auto region = std::make_shared<runtime::DeviceRegion>();
+      for (const RegionCallRef& c : step.region_calls) {
+        runtime::OpCall call{c.op, {}, {}, c.attrs, c.may_merge};
+        for (const ValueRef& r : c.inputs) call.inputs.push_back(bind(r));
+        for (const ValueRef& r : c.outputs) call.outputs.push_back(bind(r));
+        region->calls.push_back(std::move(call));
+      }
+      region->stored = step.region_stored;
+      launch_region(std::move(region));
+      continue;
+    }
     std::vector<Tensor> ins, outs;
     ins.reserve(step.inputs.size());
     outs.reserve(step.outputs.size());

@@ -3,6 +3,12 @@
 // elementwise kernels), with a static memory plan: every intermediate the plan still stores gets a fixed
 // offset in one arena, reused by intermediates whose lifetimes do not overlap; outputs get their own memory.
 //
+// On a device whose backend compiles regions (runtime::Backend::joins_region: PJRT devices), the planned
+// calls become device regions (graph/graph_plan.h): a forward whose calls are all on one such device is one
+// region, run as one program per run; its intermediates get no memory at all (storages on such a device are
+// written only by what the region stores), and the per-shape program is the backend's per-module-text
+// executable, so every block of the same shapes shares it.
+//
 // Tracing captures the ops (runtime/capture.h) instead of running them. Tensors the forward reads are bound
 // by role: the forward's inputs and the module's parameters are rebound at every run (so one program serves
 // every instance of a repeated block), anything else it reads (tables made on the host from shapes alone) is
@@ -33,7 +39,19 @@ struct ValueRef {
   DType dtype = float32;
 };
 
+// One call of a device region, its operands as references.
+struct RegionCallRef {
+  std::string_view op;
+  runtime::Attrs attrs;
+  bool may_merge = true;
+  std::vector<ValueRef> inputs, outputs;
+};
+
 struct ProgramStep {
+  // A device region (region_calls non-empty): its calls, and which of their outputs it stores
+  // (runtime::DeviceRegion::stored).
+  std::vector<RegionCallRef> region_calls;
+  std::vector<std::vector<bool>> region_stored;
   // A kernel call (kernel == nullptr): op, operands and attributes as recorded.
   std::string_view op;
   runtime::Attrs attrs;
@@ -50,6 +68,7 @@ struct ProgramStats {
   int64_t steps = 0;            // kernels one run launches
   int64_t fused_kernels = 0;    // of which fused elementwise kernels
   int64_t chains_fused = 0;     // linear/norm chains replaced by fused ops
+  int64_t regions = 0;          // of steps, device regions (one program each)
   int64_t arena_bytes = 0;      // the intermediates' arena
   int64_t peak_live_bytes = 0;  // the most intermediate bytes alive at once (a lower bound for the arena)
   int64_t unplanned_bytes = 0;  // what the same intermediates would take without reuse
@@ -73,7 +92,8 @@ class Program {
  private:
   struct Buffer {
     size_t bytes = 0;
-    int64_t arena_offset = -1;  // bytes into the arena; -1 for outputs (allocated per run)
+    int64_t arena_offset = -1;  // bytes into the arena; -1 for outputs and device storages (made per run)
+    Device device = cpu;
   };
 
   std::vector<ProgramStep> steps_;

@@ -17,6 +17,8 @@ void append_signature(std::string& key, const Tensor& t) {
   }
   key += dtype_name(t.dtype());
   key += shape_str(t.shape());
+  // The device too: a program traced on one device binds its intermediates there.
+  key += '@' + t.device().str();
   key += ';';
 }
 
@@ -91,9 +93,10 @@ std::vector<Tensor> CompiledForward::call(const std::vector<Tensor>& raw_inputs,
                                     : "new input shapes (" + std::to_string(cached) + " programs cached)") +
                        "; " + std::to_string(s.traced_calls) + " op calls -> " + std::to_string(s.steps) +
                        " kernels (" + std::to_string(s.fused_kernels) + " fused elementwise, " +
-                       std::to_string(s.chains_fused) + " fused chains), arena " +
-                       format_bytes(s.arena_bytes) + " (at most " + format_bytes(s.peak_live_bytes) +
-                       " alive at once) for " + format_bytes(s.unplanned_bytes) + " of intermediates");
+                       std::to_string(s.chains_fused) + " fused chains, " + std::to_string(s.regions) +
+                       " device regions), arena " + format_bytes(s.arena_bytes) + " (at most " +
+                       format_bytes(s.peak_live_bytes) + " alive at once) for " +
+                       format_bytes(s.unplanned_bytes) + " of intermediates");
   }
   return program->run(inputs, params);
 }

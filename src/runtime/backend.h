@@ -12,6 +12,7 @@
 #include "kiln/core/device.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/runtime/devices.h"
+#include "runtime/device_region.h"
 
 namespace kiln::runtime {
 
@@ -31,6 +32,14 @@ class Backend {
   virtual void register_kernels(KernelRegistry& registry) = 0;
   // The devices of `type` reachable now; throws kiln::Error saying why none is (for `kiln info --devices`).
   virtual std::vector<DeviceDescription> devices(DeviceType type) = 0;
+
+  // Optional: a backend that compiles a whole region of calls into one program (runtime/device_region.h).
+  // Whether `call` may join a region on its device; false (the default) leaves it to the graph passes' own
+  // plan (the CPU's: fused elementwise kernels from the CPU JIT, every other call launched alone).
+  virtual bool joins_region(const OpCall&) const { return false; }
+  // Runs `region` (calls that joins_region accepted, all on one device); called on that device's stream,
+  // once per launch. Only called when joins_region accepted every call.
+  virtual void run_region(const DeviceRegion& region);
 };
 
 // The backends built into this library, filled on first use (register_builtin_backends).

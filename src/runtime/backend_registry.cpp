@@ -16,6 +16,29 @@ const std::vector<Backend*>& backends() {
   return *list;
 }
 
+void Backend::run_region(const DeviceRegion& region) {
+  KILN_FAIL("internal: the " << name() << " backend was given " << region.describe()
+                             << " to run as one program, but it accepts no calls into regions");
+}
+
+std::string DeviceRegion::describe() const {
+  std::string s = "region[";
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (i) s += ", ";
+    s += calls[i].op;
+  }
+  s += "] on " + device().str() + " -> ";
+  bool any = false;
+  for (size_t i = 0; i < calls.size(); ++i)
+    for (size_t o = 0; o < calls[i].outputs.size(); ++o) {
+      if (!stored[i][o]) continue;
+      const Tensor& t = calls[i].outputs[o];
+      s += std::string(any ? ", " : "") + std::string(dtype_name(t.dtype())) + shape_str(t.shape());
+      any = true;
+    }
+  return any ? s : s + "nothing stored";
+}
+
 Backend& backend_for(DeviceType type) {
   for (Backend* backend : backends())
     for (DeviceType t : backend->device_types())

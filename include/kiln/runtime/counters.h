@@ -31,7 +31,7 @@ struct Counters {
   // DeferAndFuse and compiled mode (graph optimisation):
   int64_t graph_flushes = 0;   // lazy graphs optimised and launched
   int64_t ops_eliminated = 0;  // op calls dropped as dead code or common subexpressions
-  int64_t ops_fused = 0;       // op calls replaced by fused elementwise kernels
+  int64_t ops_fused = 0;       // op calls replaced by fused kernels or device regions
   int64_t chains_fused = 0;    // linear/norm chains replaced by one fused op (linear_fused, norm_modulate)
   int64_t fused_kernels_launched = 0;  // of kernels_launched, how many were fused kernels
   // Fused-kernel code generation (the CPU JIT): kernels built by the compiler, and requests served from the

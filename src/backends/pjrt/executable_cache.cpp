@@ -4,22 +4,31 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 
+#include "backends/pjrt/executable_disk_cache.h"
 #include "kiln/core/log.h"
 
 namespace kiln::pjrt {
 
 namespace {
 
+using Key = std::pair<const Client*, std::string>;
+
 struct Cache {
   std::mutex mutex;
-  std::map<std::pair<const Client*, std::string>, std::shared_ptr<Executable>> executables;
-  std::atomic<int64_t> compiles{0}, hits{0};
+  std::map<Key, std::shared_ptr<Executable>> executables;
+  std::set<Key> reported_hits;  // executables whose first memory hit was logged
+  std::atomic<int64_t> compiles{0}, hits{0}, disk_hits{0}, disk_rejected{0};
 };
 Cache& cache() {
   static Cache* c = new Cache;  // never destroyed: executables outlive the statics that run them at exit
   return *c;
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
@@ -27,32 +36,59 @@ Cache& cache() {
 std::shared_ptr<Executable> cached_executable(Client& client, const std::string& module_text,
                                               const std::string& what) {
   Cache& c = cache();
-  std::pair<const Client*, std::string> key{&client, module_text};
+  Key key{&client, module_text};
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     auto it = c.executables.find(key);
     if (it != c.executables.end()) {
       ++c.hits;
+      if (log_enabled("compile") && c.reported_hits.insert(key).second)
+        log("compile", "memory cache hit for " + what + " (later hits of this executable are only counted)");
       return it->second;
     }
   }
-  // Compiled outside the lock: two threads may compile the same text once each, and the first stored wins.
+  // Loaded or compiled outside the lock: two threads may do it for the same text once each, and the first
+  // stored wins.
   const auto start = std::chrono::steady_clock::now();
-  std::shared_ptr<Executable> made = client.compile(module_text);
-  ++c.compiles;
-  if (log_enabled("compile")) {
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    std::ostringstream msg;
-    msg << "compiled a " << client.platform_name() << " executable for " << what << " in " << ms << " ms";
-    log("compile", msg.str());
+  const ExecutableDiskCache disk = ExecutableDiskCache::from_environment();
+  const std::string disk_key = disk.enabled() ? ExecutableDiskCache::key_of(client, module_text) : "";
+  ExecutableDiskCache::Lookup lookup = ExecutableDiskCache::Lookup::Absent;
+  std::shared_ptr<Executable> made = disk.load(client, disk_key, &lookup);
+  if (lookup == ExecutableDiskCache::Lookup::Rejected) ++c.disk_rejected;
+  if (made) {
+    ++c.disk_hits;
+    if (log_enabled("compile")) {
+      std::ostringstream msg;
+      msg << "disk cache hit for " << what << ": loaded " << disk.path_of(disk_key) << " in "
+          << ms_since(start) << " ms";
+      log("compile", msg.str());
+    }
+  } else {
+    made = client.compile(module_text);
+    ++c.compiles;
+    const double compile_ms = ms_since(start);
+    disk.store(*made, disk_key);
+    if (log_enabled("compile")) {
+      std::ostringstream msg;
+      msg << "compiled a " << client.platform_name() << " executable for " << what << " in " << compile_ms
+          << " ms" << (disk.enabled() ? " (saved to " + disk.path_of(disk_key) + ")" : std::string());
+      log("compile", msg.str());
+    }
   }
   std::lock_guard<std::mutex> lock(c.mutex);
   return c.executables.emplace(std::move(key), std::move(made)).first->second;
 }
 
 ExecutableCacheStats executable_cache_stats() {
-  return {cache().compiles.load(), cache().hits.load()};
+  Cache& c = cache();
+  return {c.compiles.load(), c.hits.load(), c.disk_hits.load(), c.disk_rejected.load()};
+}
+
+void clear_executable_memory_cache() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.executables.clear();
+  c.reported_hits.clear();
 }
 
 }  // namespace kiln::pjrt

@@ -6,6 +6,7 @@
 
 #include "backends/pjrt/device_array.h"
 #include "backends/pjrt/pjrt_kernels.h"
+#include "backends/pjrt/pjrt_region.h"
 #include "backends/pjrt/plugin_locator.h"
 #include "kiln/core/error.h"
 #include "runtime/worker_stream.h"
@@ -109,6 +110,10 @@ class PjrtBackend final : public runtime::Backend {
     return out;
   }
 
+  // Deferred-and-fused flushes and compiled forwards run as one executable per region.
+  bool joins_region(const runtime::OpCall& call) const override { return joins_pjrt_region(call); }
+  void run_region(const runtime::DeviceRegion& region) override { run_pjrt_region(region); }
+
   DeviceHandle handle(Device device) { return static_cast<PjrtDeviceRuntime&>(runtime(device)).handle(); }
 
  private:
@@ -121,8 +126,8 @@ class PjrtBackend final : public runtime::Backend {
     const std::string platform = c->platform_name();
     const std::string_view expected = type == DeviceType::XlaCpu ? "cpu" : device_type_name(type);
     KILN_CHECK(platform == expected, "device type " << device_type_name(type) << " needs a " << expected
-                                                     << " PJRT plugin, but " << c->plugin_path() << " drives '"
-                                                     << platform << "' devices");
+                                                    << " PJRT plugin, but " << c->plugin_path() << " drives '"
+                                                    << platform << "' devices");
     clients_.emplace(type, c);
     return c;
   }

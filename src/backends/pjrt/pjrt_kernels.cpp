@@ -20,28 +20,24 @@ int64_t storage_elements(const Tensor& t) {
   return static_cast<int64_t>(t.storage()->bytes() / t.element_size());
 }
 
-// The buffer an input's storage holds, checked to be what the module expects.
-std::shared_ptr<Buffer> written_buffer(const Tensor& t, const runtime::OpCall& call) {
+}  // namespace
+
+std::shared_ptr<Buffer> written_buffer(const Tensor& t, const std::string& what) {
   std::shared_ptr<Buffer> b = device_array(t).buffer();
   KILN_CHECK(b != nullptr,
-             call.op << " reads " << t.str() << ", which no op has written (made by Tensor::empty)");
-  KILN_CHECK(
-      b->dtype() == t.dtype(),
-      call.op << " reads " << t.str() << " from storage written as " << dtype_name(b->dtype())
-              << ": reinterpreting a storage's bytes as another dtype is not supported on PJRT devices");
+             what << " reads " << t.str() << ", which no op has written (made by Tensor::empty)");
+  KILN_CHECK(b->dtype() == t.dtype(),
+             what << " reads " << t.str() << " from storage written as " << dtype_name(b->dtype())
+                  << ": reinterpreting a storage's bytes as another dtype is not supported on PJRT devices");
   return b;
 }
 
-// An output's storage before the call, for an op that writes only part of it: what it holds, or zeros.
-std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& device,
-                                      const runtime::OpCall& call) {
-  if (std::shared_ptr<Buffer> b = device_array(t).buffer()) return written_buffer(t, call);
+std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& device, const std::string& what) {
+  if (std::shared_ptr<Buffer> b = device_array(t).buffer()) return written_buffer(t, what);
   std::vector<char> zeros(t.storage()->bytes(), 0);
   return device.client->buffer_from_host(zeros.data(), zeros.size(), t.dtype(), {storage_elements(t)},
                                          device.local_index);
 }
-
-}  // namespace
 
 void run_op_module(const runtime::OpCall& call) {
   const DeviceHandle device = device_handle(call.outputs.front().device());
@@ -51,8 +47,8 @@ void run_op_module(const runtime::OpCall& call) {
   std::vector<std::shared_ptr<Buffer>> arguments;
   for (const hlo::OpModule::Param& p : module.params) {
     arguments.push_back(p.source == hlo::OpModule::Source::Input
-                            ? written_buffer(call.inputs[p.index], call)
-                            : buffer_before(call.outputs[p.index], device, call));
+                            ? written_buffer(call.inputs[p.index], std::string(call.op))
+                            : buffer_before(call.outputs[p.index], device, std::string(call.op)));
   }
   std::vector<std::shared_ptr<Buffer>> results =
       device.client->execute_on(*executable, arguments, device.local_index);

@@ -2,7 +2,11 @@
 // as its own executable (strict eager), and "copy" also moves bytes between the host and a device.
 #pragma once
 
-#include "kiln/core/device.h"
+#include <memory>
+#include <string>
+
+#include "backends/pjrt/pjrt_backend.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::runtime {
 class KernelRegistry;
@@ -16,5 +20,10 @@ void register_pjrt_kernels(runtime::KernelRegistry& registry, DeviceType type);
 // Runs `call` (every operand on one PJRT device) as its own executable: compiled once per distinct module
 // text, its outputs' storages replaced by the buffers it returns.
 void run_op_module(const runtime::OpCall& call);
+
+// The buffer `t`'s storage holds, checked to be written and of t's dtype; `what` names the reader in errors.
+std::shared_ptr<Buffer> written_buffer(const Tensor& t, const std::string& what);
+// What `t`'s storage holds before an op writes part of it: its buffer, or zeros when nothing wrote it yet.
+std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& device, const std::string& what);
 
 }  // namespace kiln::pjrt

@@ -1,0 +1,44 @@
+// Deferred-and-fused's and compiled mode's module: a whole region of op calls on one device
+// (runtime/device_region.h) as ONE StableHLO module, each call lowered in order over values (op_lowering.h),
+// so XLA sees the chain and fuses it, and only the storages the region must store come back as buffers.
+//
+// Parameters, in order of first use: the flat storage (as op_module.h has them) of every storage the region
+// reads before writing it, and of every storage it writes only partly (a narrow(), a strided view) before
+// writing it whole — its old elements are kept. Results: the final flat array of each storage marked stored,
+// in order of first write. A storage written whole and read back through the same view passes its value
+// straight on (no store, no load). Like op_module's, the text depends only on the calls' structure, shapes,
+// dtypes, views and attributes, so it keys the executable caches: every flush (or block) of the same
+// structure reuses one executable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/core/dtype.h"
+#include "runtime/device_region.h"
+
+namespace kiln::pjrt::hlo {
+
+struct RegionModule {
+  // A storage named by one of the region's operands: calls[call].inputs[operand] or .outputs[operand].
+  struct Operand {
+    int64_t call = 0;
+    bool output = false;
+    int64_t operand = 0;
+  };
+  struct Param {
+    Operand source;    // the storage whose current buffer is passed (for an output: zeros if none yet)
+    DType dtype;       // the flat array's dtype
+    int64_t elements;  // the flat array's length
+  };
+  std::string text;
+  std::vector<Param> params;     // @main's parameters, in order
+  std::vector<Operand> results;  // @main's results: each names the stored storage it replaces (an output)
+};
+
+// Throws a kiln::Error naming the call when an op has no lowering, a storage is read as another dtype than
+// the region wrote it in, or a view reaches past its storage.
+RegionModule region_module(const runtime::DeviceRegion& region);
+
+}  // namespace kiln::pjrt::hlo
