@@ -137,6 +137,29 @@ TEST(PjrtModes, ValuesReadAfterTheRegionAreStoredAndIntermediatesAreNot) {
   }
 }
 
+TEST(PjrtModes, AStepSizeChangingEveryFlushCompilesOnce) {
+  XLA_CPU_OR_SKIP();
+  // A scheduler step as the pipelines write it: sample + dt * velocity, dt different at every step. The
+  // scalar is a parameter of the region, not a constant in its text.
+  const Tensor sample = ramp({2, 8}, 0.3f).to(xla0), velocity = ramp({2, 8}, 0.7f).to(xla0);
+  const std::vector<float> s = sample.to_vector<float>(), v = velocity.to_vector<float>();
+  const pjrt::ExecutableCacheStats before = pjrt::executable_cache_stats();
+  for (double dt : {-0.25, -0.125, -0.0625}) {
+    Tensor next;
+    {
+      EagerModeGuard defer(EagerMode::DeferAndFuse);
+      next = exp(add(sample, mul(velocity, dt)));
+    }
+    const std::vector<float> got = next.to_vector<float>();
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], std::exp(s[i] + static_cast<float>(dt) * v[i]), 1e-5)
+          << "dt " << dt << ", element " << i;
+  }
+  const pjrt::ExecutableCacheStats after = pjrt::executable_cache_stats();
+  EXPECT_LE(after.compiles + after.disk_hits - before.compiles - before.disk_hits, 1);
+  EXPECT_EQ(after.hits - before.hits, 2) << "the second and third steps reuse the first one's executable";
+}
+
 // A block: norm, linear, gelu and a residual, its weights registered as parameters.
 class TinyBlock : public nn::Module {
  public:

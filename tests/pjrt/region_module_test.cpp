@@ -36,6 +36,22 @@ runtime::DeviceRegion region_of(F&& f, std::vector<int> stored_calls) {
   return r;
 }
 
+size_t storage_params(const RegionModule& m) {
+  size_t n = 0;
+  for (const RegionModule::Param& p : m.params) n += p.scalar ? 0 : 1;
+  return n;
+}
+
+TEST(RegionModule, ScalarsAreParametersSoTheTextDoesNotDependOnThem) {
+  const Tensor x = values({2, 8}, 1);
+  const RegionModule a = region_module(region_of([&] { exp(mul(x, 0.5)); }, {-1}));
+  const RegionModule b = region_module(region_of([&] { exp(mul(x, -3.25)); }, {-1}));
+  EXPECT_EQ(a.text, b.text);
+  ASSERT_EQ(b.params.size(), 2u);
+  EXPECT_TRUE(b.params[1].scalar);
+  EXPECT_EQ(b.params[1].value, -3.25);
+}
+
 // x -> mul -> add -> gelu -> linear -> softmax -> add -> layer_norm: elementwise, a product, a reduction and
 // a norm, as a block chains them.
 runtime::DeviceRegion chain_region(std::vector<int> stored) {
@@ -54,8 +70,12 @@ TEST(RegionModule, AChainIsOneModuleWithItsGoldenText) {
   const runtime::DeviceRegion region = chain_region({-1});
   ASSERT_GE(region.calls.size(), 7u);
   const RegionModule m = region_module(region);
-  // x, w, b, gamma, beta: each read before anything in the region writes it.
-  EXPECT_EQ(m.params.size(), 5u);
+  // x, w, b, gamma, beta: each read before anything in the region writes it; and the two scalars (0.75 and
+  // 0.25), passed at each launch so that other values reuse the executable.
+  ASSERT_EQ(m.params.size(), 7u);
+  EXPECT_EQ(storage_params(m), 5u);
+  EXPECT_TRUE(m.params[1].scalar && m.params[1].value == 0.75 && m.params[1].dtype == float32);
+  EXPECT_TRUE(m.params[2].scalar && m.params[2].value == 0.25);
   ASSERT_EQ(m.results.size(), 1u) << "only the norm's output is stored";
   EXPECT_EQ(m.results[0].call, static_cast<int64_t>(region.calls.size()) - 1);
 
@@ -80,7 +100,7 @@ TEST(RegionModule, StoredIntermediatesBecomeResultsInOrderOfFirstWrite) {
   ASSERT_EQ(m.results.size(), 2u);
   EXPECT_EQ(m.results[0].call, 0);
   EXPECT_TRUE(m.results[0].output);
-  EXPECT_EQ(m.params.size(), 5u);
+  EXPECT_EQ(storage_params(m), 5u);
 }
 
 TEST(RegionModule, AStorageWrittenInPartFirstIsAParameterKeepingTheRest) {

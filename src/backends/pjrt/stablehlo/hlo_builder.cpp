@@ -246,6 +246,13 @@ Value HloBuilder::splat(double value, DType dtype, const Shape& shape) {
   return emit("constant", {}, "value = dense<" + literal + "> : " + type, dtype, shape);
 }
 
+Value HloBuilder::scalar_operand(double value, DType dtype, const Shape& shape) {
+  if (!lift_scalars_) return splat(value, dtype, shape);
+  const Value p = parameter(dtype, {});
+  lifted_.push_back({num_parameters() - 1, value, dtype});
+  return broadcast_to(p, shape);
+}
+
 Value HloBuilder::constant_ints(const std::vector<int64_t>& values, DType dtype, const Shape& shape) {
   KILN_CHECK(dtype == DType::Int64 || dtype == DType::Int32,
              "HloBuilder::constant_ints: dtype must be int64 or int32, got " << dtype_name(dtype));

@@ -86,6 +86,18 @@ class HloBuilder {
   // floats are written as hex bit patterns (MLIR has no literal for them).
   Value splat(double value, DType dtype, const Shape& shape = {});
   Value scalar(double value, DType dtype) { return splat(value, dtype, {}); }
+  // An op's scalar argument (an elementwise op's "scalar" attr: a scheduler's step size, a sigma) as a tensor
+  // of `shape`: a splat constant, or, once lift_scalars() was called, a new rank-0 parameter broadcast to
+  // `shape`, its value recorded in lifted_scalars(). Lifted, a value that changes between launches leaves
+  // the text (the executable caches' key) unchanged: deferred-and-fused regions compile once, not per step.
+  Value scalar_operand(double value, DType dtype, const Shape& shape);
+  void lift_scalars() { lift_scalars_ = true; }
+  struct LiftedScalar {
+    int64_t parameter;  // its @main argument number
+    double value;       // already rounded as scalar_operand's caller wants it
+    DType dtype;
+  };
+  const std::vector<LiftedScalar>& lifted_scalars() const { return lifted_; }
   // A dense integer tensor (dtype Int64 or Int32) of `shape` holding `values` in row-major order.
   Value constant_ints(const std::vector<int64_t>& values, DType dtype, const Shape& shape);
   // iota along `dim` of a tensor of `shape`: element = its index along `dim`.
@@ -187,6 +199,8 @@ class HloBuilder {
   std::vector<int64_t> arg_index_;  // per value id: its @main argument number, or -1
   std::vector<std::string> lines_;  // the body of @main, one op a line (regions span several)
   int64_t next_id_ = 0;
+  bool lift_scalars_ = false;
+  std::vector<LiftedScalar> lifted_;
 };
 
 }  // namespace kiln::pjrt::hlo

@@ -35,7 +35,8 @@ Operands prepare(HloBuilder& b, const runtime::OpCall& call, const std::vector<V
     // The float kernels take the scalar as a float; the others as the operand's type.
     const double s = call.attrs.get_float("scalar");
     const double v = ops.float_math ? static_cast<double>(static_cast<float>(s)) : s;
-    const Value scalar = b.splat(ops.compute == DType::Bool ? (v != 0) : v, ops.compute, out.shape());
+    const Value scalar =
+        b.scalar_operand(ops.compute == DType::Bool ? (v != 0) : v, ops.compute, out.shape());
     if (call.attrs.get_bool("scalar_first"))
       ops.xs.insert(ops.xs.begin(), scalar);
     else

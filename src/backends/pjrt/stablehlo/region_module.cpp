@@ -30,7 +30,9 @@ struct StorageValue {
 
 class RegionBuilder {
  public:
-  explicit RegionBuilder(const runtime::DeviceRegion& region) : region_(region), b_("kiln_region") {}
+  explicit RegionBuilder(const runtime::DeviceRegion& region) : region_(region), b_("kiln_region") {
+    b_.lift_scalars();
+  }
 
   RegionModule build() {
     std::vector<const Storage*> stored_order;
@@ -55,6 +57,13 @@ class RegionBuilder {
     std::vector<Value> results;
     for (const Storage* s : stored_order) results.push_back(flat_of(storages_.at(s)));
     m_.text = b_.module_text(results);
+    // Storages and lifted scalars in @main's order.
+    std::vector<RegionModule::Param> params(static_cast<size_t>(b_.num_parameters()));
+    for (size_t k = 0; k < m_.params.size(); ++k)
+      params[static_cast<size_t>(storage_param_numbers_[k])] = m_.params[k];
+    for (const HloBuilder::LiftedScalar& s : b_.lifted_scalars())
+      params[static_cast<size_t>(s.parameter)] = {{}, s.dtype, 1, true, s.value};
+    m_.params = std::move(params);
     return std::move(m_);
   }
 
@@ -76,7 +85,9 @@ class RegionBuilder {
   Value new_param(StorageValue& s, size_t call, bool output, size_t operand) {
     m_.params.push_back(
         {{static_cast<int64_t>(call), output, static_cast<int64_t>(operand)}, s.dtype, s.elements});
-    return b_.parameter(s.dtype, {s.elements});
+    const Value p = b_.parameter(s.dtype, {s.elements});
+    storage_param_numbers_.push_back(b_.num_parameters() - 1);
+    return p;
   }
 
   Value flat_of(StorageValue& s) {
@@ -114,6 +125,7 @@ class RegionBuilder {
   HloBuilder b_;
   RegionModule m_;
   std::unordered_map<const Storage*, StorageValue> storages_;
+  std::vector<int64_t> storage_param_numbers_;  // per storage parameter in m_.params: its @main number
 };
 
 }  // namespace

@@ -4,7 +4,9 @@
 //
 // Parameters, in order of first use: the flat storage (as op_module.h has them) of every storage the region
 // reads before writing it, and of every storage it writes only partly (a narrow(), a strided view) before
-// writing it whole — its old elements are kept. Results: the final flat array of each storage marked stored,
+// writing it whole — its old elements are kept; and every elementwise op's scalar (HloBuilder::lift_scalars),
+// a rank-0 array passed at each launch, so a step size or sigma that changes every denoising step does not
+// change the text. Results: the final flat array of each storage marked stored,
 // in order of first write. A storage written whole and read back through the same view passes its value
 // straight on (no store, no load). Like op_module's, the text depends only on the calls' structure, shapes,
 // dtypes, views and attributes, so it keys the executable caches: every flush (or block) of the same
@@ -28,9 +30,11 @@ struct RegionModule {
     int64_t operand = 0;
   };
   struct Param {
-    Operand source;    // the storage whose current buffer is passed (for an output: zeros if none yet)
-    DType dtype;       // the flat array's dtype
-    int64_t elements;  // the flat array's length
+    Operand source;       // the storage whose current buffer is passed (for an output: zeros if none yet)
+    DType dtype;          // the flat array's dtype (or the scalar's)
+    int64_t elements;     // the flat array's length (1 for a scalar)
+    bool scalar = false;  // a lifted scalar: `value` as a rank-0 array of `dtype`, not a storage
+    double value = 0;
   };
   std::string text;
   std::vector<Param> params;     // @main's parameters, in order
