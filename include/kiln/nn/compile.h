@@ -6,6 +6,9 @@
 // none; the program itself is re-traced per process (the op front ends only: milliseconds).
 // Module::compile_repeated_blocks compiles each distinct repeated block once and shares the program between
 // all its instances, their weights bound as inputs.
+// On a PJRT device (module.to("cuda"), "tpu", "xla-cpu") the traced forward is one StableHLO module, one
+// executable per input shape (and per block class), which persists in the same cache folder
+// (pjrt-executables/), so a second process compiles none either.
 #pragma once
 
 namespace kiln::nn {
