@@ -13,11 +13,9 @@ Device parse_device_flag(const std::string& name, const ExecutionFlags& flags) {
     KILN_FAIL("--device " << name << ": " << e.what());
   }
   if (device.type == DeviceType::CPU) return device;
-  // On a PJRT device the pipeline runs in strict eager with every weight resident: offloading streams
-  // weights to the cpu's kernels, packed copies are the cpu's, and the fused and compiled modes and tensor
-  // parallelism are not built for PJRT devices yet.
-  const std::string refused =
-      "--device " + name + " runs every component resident on the device in strict eager; ";
+  // On a PJRT device every weight is resident there (any --mode): offloading streams weights to the cpu's
+  // kernels, packed copies are the cpu's, and tensor parallelism is not built for PJRT devices yet.
+  const std::string refused = "--device " + name + " keeps every component resident on the device; ";
   KILN_CHECK(flags.offload == "auto" || flags.offload == "none",
              refused << "--offload " << flags.offload
                      << " runs on the cpu only for now (drop it or use --device cpu)");
@@ -30,9 +28,6 @@ Device parse_device_flag(const std::string& name, const ExecutionFlags& flags) {
   KILN_CHECK(flags.tp == 1,
              refused << "--tp " << flags.tp
                      << " splits the model over cpu processes only for now (drop it or use --device cpu)");
-  KILN_CHECK(!flags.mode || *flags.mode == "eager",
-             refused << "--mode " << *flags.mode
-                     << " runs on the cpu only for now (use --mode eager or --device cpu)");
   return device;
 }
 

@@ -11,7 +11,7 @@ namespace kiln::cli {
 
 // The device named by --device; throws naming the flag for a name no backend knows, and naming both flags
 // when another flag asks for what runs on the cpu only for now (offloading, --max-memory, --packed-weights,
-// --tp, the fused and compiled modes). Loads no plugin.
+// --tp). Loads no plugin.
 Device parse_device_flag(const std::string& device, const ExecutionFlags& flags);
 
 // Reaches the device's runtime (its plugin loaded, its client made), so that a missing plugin fails before

@@ -211,7 +211,7 @@ void run_generate(const GenerateArgs& args) {
     if (reporting) std::fprintf(stderr, "kiln: %s\n", line.c_str());
   if (device.type != DeviceType::CPU) {
     pipe->to(device);
-    if (reporting) std::fprintf(stderr, "kiln: every component on %s (strict eager)\n", device.str().c_str());
+    if (reporting) std::fprintf(stderr, "kiln: every component on %s\n", device.str().c_str());
   }
 
   // Like diffusers without a generator the noise is random, but the seed is reported and stored, so any

@@ -2,8 +2,8 @@
 
 The names, arguments and defaults are diffusers'. What differs: one prompt per call (num_images_per_prompt for
 several images), a generator that is an int seed or a fresh torch.Generator, and devices: `pipe.to("xla-cpu")`,
-`pipe.to("cuda")` or `pipe.to("tpu")` run every component on a device reached through a PJRT plugin, in strict eager
-(`pipe.vae.to(...)` moves one component); a device without its plugin installed is refused with what to install. Calls release the GIL, may come from several threads
+`pipe.to("cuda")` or `pipe.to("tpu")` run every component on a device reached through a PJRT plugin, in any execution
+mode (`pipe.vae.to(...)` moves one component); a device without its plugin installed is refused with what to install. Calls release the GIL, may come from several threads
 (each gets the image it would get alone), and Ctrl-C cancels a call within one denoising step.
 """
 

@@ -9,7 +9,15 @@ if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
                    --prompt "a red circle" --height 32 --width 32 --steps 2 --seed 1 --dtype f32
                    --max-sequence-length 16 --output ${KILN_DEVICE_WORK}/cli_device_xla_cpu.png)
   set_tests_properties(cli.generate_tiny_flux_on_xla_cpu PROPERTIES PASS_REGULAR_EXPRESSION
-                       "every component on xla-cpu:0 \\(strict eager\\).*wrote .*cli_device_xla_cpu.png \\(32x32, seed 1\\)"
+                       "every component on xla-cpu:0\n.*wrote .*cli_device_xla_cpu.png \\(32x32, seed 1\\)"
+                       LABELS "cli;devices" TIMEOUT 300)
+  # The transformer's repeated blocks compiled once each, on the device.
+  add_test(NAME cli.generate_tiny_flux_on_xla_cpu_compiled_blocks
+           COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device xla-cpu
+                   --mode compile-blocks --prompt "a red circle" --height 32 --width 32 --steps 2 --seed 1 --dtype f32
+                   --max-sequence-length 16 --output ${KILN_DEVICE_WORK}/cli_device_xla_cpu_blocks.png)
+  set_tests_properties(cli.generate_tiny_flux_on_xla_cpu_compiled_blocks PROPERTIES PASS_REGULAR_EXPRESSION
+                       "every component on xla-cpu:0\n.*wrote .*cli_device_xla_cpu_blocks.png \\(32x32, seed 1\\)"
                        LABELS "cli;devices" TIMEOUT 300)
 endif()
 # On a machine with the CUDA plugin the run succeeds; on one without (CI's) it fails before loading, naming the
@@ -25,13 +33,13 @@ add_test(NAME cli.generate_device_refuses_offload
          COMMAND kiln_cli generate --model ${KILN_DEVICE_NO_MODEL} --device xla-cpu --offload group --prompt x
                  --output ${KILN_DEVICE_WORK}/cli_device_refused.png)
 set_tests_properties(cli.generate_device_refuses_offload PROPERTIES PASS_REGULAR_EXPRESSION
-                     "--device xla-cpu runs every component resident on the device in strict eager; --offload group runs on the cpu only for now"
+                     "--device xla-cpu keeps every component resident on the device; --offload group runs on the cpu only for now"
                      LABELS cli)
 add_test(NAME cli.generate_device_refuses_max_memory
          COMMAND kiln_cli generate --model ${KILN_DEVICE_NO_MODEL} --device tpu:1 --max-memory 1GiB --prompt x
                  --output ${KILN_DEVICE_WORK}/cli_device_refused.png)
 set_tests_properties(cli.generate_device_refuses_max_memory PROPERTIES PASS_REGULAR_EXPRESSION
-                     "--device tpu:1 runs every component resident on the device in strict eager; --max-memory 1GiB"
+                     "--device tpu:1 keeps every component resident on the device; --max-memory 1GiB"
                      LABELS cli)
 add_test(NAME cli.generate_rejects_unknown_device
          COMMAND kiln_cli generate --model ${KILN_DEVICE_NO_MODEL} --device gpu --prompt x

@@ -1,7 +1,7 @@
-// Whole pipelines on a PJRT device (pipe.to("xla-cpu")), strict eager: the tiny FLUX.1, SD3.5 and FLUX.2
-// pipelines give diffusers' image within one 8-bit level, the bar the CPU backend passes
-// (tests/pipelines/*_test.cpp), and the CPU backend's image; bf16 stays within bf16 rounding of the CPU's
-// bf16 image. The noise is torch's CPU generator's on every device, so these are the same images. Also: one
+// Whole pipelines on a PJRT device (pipe.to("xla-cpu")): the tiny FLUX.1, SD3.5 and FLUX.2 pipelines give
+// diffusers' image within one 8-bit level, the bar the CPU backend passes (tests/pipelines/*_test.cpp), and
+// the CPU backend's image, in strict eager and in the fused and compiled modes; bf16 stays within bf16
+// rounding of the CPU's bf16 image. The noise is torch's CPU generator's on every device, so these are the same images. Also: one
 // component moved (pipe.vae.to), back to the cpu, and what a device refuses (weights kept block-quantized,
 // offloading) with errors that name it.
 #include <gtest/gtest.h>
@@ -144,6 +144,68 @@ TEST(PipelinesOnDevice, Flux2WithAReferenceImageGivesDiffusersImage) {
   c.image.push_back(Image::load(testing::data_path("goldens/flux2/" + m.at("references") + ".png")));
   expect_device_matches(m.at("pipeline"), g, c, "Flux2Pipeline dev reference f32");
 }
+
+// The deferred-and-fused and compiled modes on the device (one StableHLO module per region, per forward or
+// per block class): diffusers' image, as in strict eager, and strict eager's image within one level.
+class PipelinesOnDeviceModes : public ::testing::TestWithParam<ExecutionMode> {};
+
+void expect_mode_matches(const std::string& model, const io::SafetensorsFile& golden,
+                         const PipelineRequest& request, const std::string& pipeline) {
+  auto pipe = load(model);
+  pipe->to(xla0);
+  const PipelineOutput eager = (*pipe)(request);
+  pipe->configure({.mode = ::testing::TestWithParam<ExecutionMode>::GetParam()});
+  const std::string name =
+      pipeline + " --mode " + execution_mode_name(::testing::TestWithParam<ExecutionMode>::GetParam());
+  const PipelineOutput out = timed_call(*pipe, request, name);
+  const PipelineOutput again = timed_call(*pipe, request, name + " (second call)");
+  ASSERT_EQ(out.images.size(), eager.images.size());
+  for (size_t b = 0; b < out.images.size(); ++b) {
+    const Tensor reference = out.images.size() > 1
+                                 ? golden.tensor("image_u8").select(0, static_cast<int64_t>(b))
+                                 : golden.tensor("image_u8");
+    const std::vector<uint8_t>& pixels = out.images[b].pixels;
+    std::printf("[ levels   ] %s image %zu: max %d vs diffusers, max %d vs strict eager\n", name.c_str(), b,
+                max_level_difference(pixels, reference),
+                max_level_difference(pixels, eager.images[b].pixels));
+    EXPECT_GE(testing::share_within_one_level(pixels, reference), 0.99) << name << " image " << b;
+    EXPECT_LE(max_level_difference(pixels, eager.images[b].pixels), 1) << name << " image " << b;
+    EXPECT_EQ(again.images[b].pixels, pixels) << name << ": the second call changed the image";
+  }
+}
+
+TEST_P(PipelinesOnDeviceModes, FluxGivesDiffusersImage) {
+  XLA_CPU_OR_SKIP();
+  const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
+  expect_mode_matches(g.metadata().at("pipeline"), g, flux_request(g), "FluxPipeline schnell f32");
+}
+
+TEST_P(PipelinesOnDeviceModes, Sd3GivesDiffusersImage) {
+  XLA_CPU_OR_SKIP();
+  const io::SafetensorsFile g(testing::data_path("goldens/sd3/medium_cat_64x64_s0.safetensors"));
+  PipelineRequest c = flux_request(g);
+  if (g.metadata().count("negative_prompt")) c.negative_prompt = g.metadata().at("negative_prompt");
+  expect_mode_matches(g.metadata().at("pipeline"), g, c, "StableDiffusion3Pipeline medium f32");
+}
+
+TEST_P(PipelinesOnDeviceModes, Flux2KleinGivesDiffusersImage) {
+  XLA_CPU_OR_SKIP();
+  const io::SafetensorsFile g(
+      testing::data_path("goldens/flux2_e2e/klein_cfg_empty_48x48_s6_n2.safetensors"));
+  PipelineRequest c = flux_request(g);
+  c.negative_prompt = g.metadata().at("negative_prompt");
+  c.num_images_per_prompt = std::stoi(g.metadata().at("num_images_per_prompt"));
+  expect_mode_matches(g.metadata().at("pipeline"), g, c, "Flux2KleinPipeline f32");
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryMode, PipelinesOnDeviceModes,
+                         ::testing::Values(ExecutionMode::Fuse, ExecutionMode::Compile,
+                                           ExecutionMode::CompileBlocks),
+                         [](const auto& info) {
+                           std::string name = execution_mode_name(info.param);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // bf16 rounds at every op, in an order XLA may change (it fuses and reassociates elementwise chains), so the
 // device's image is the cpu backend's within a few levels rather than bit for bit.

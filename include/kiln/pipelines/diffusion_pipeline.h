@@ -166,8 +166,9 @@ class DiffusionPipeline {
   OffloadPlan set_memory_budget(int64_t bytes);
   // diffusers' pipe.to(device): every component resident on `device`, any offloading turned off (on the cpu
   // the weights packed as weight_packing() says). On a PJRT device (xla-cpu, cuda, tpu) the weights are
-  // copied there and every component runs there in strict eager; the noise is still drawn by torch's CPU
-  // generator on the host, so a seed gives the same image on every device, and images come back to the host.
+  // copied there and every component runs there, in the execution mode configure() sets; the noise is still
+  // drawn by torch's CPU generator on the host, so a seed gives the same image on every device, and images
+  // come back to the host. Offloading is refused while a component sits on a device other than the cpu.
   // Throws, before anything moves, naming the device when no backend or plugin drives it, or naming the
   // parameter when a weight cannot go there (kept block-quantized: GGUF).
   void to(const Device& device);
