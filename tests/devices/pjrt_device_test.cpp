@@ -157,6 +157,20 @@ TEST(PjrtDevice, EachDistinctCallCompilesOnce) {
   EXPECT_EQ(added.compiles + added.disk_hits, after.compiles + after.disk_hits + 1);
 }
 
+TEST(PjrtDevice, AScalarArgumentIsNotPartOfTheExecutable) {
+  XLA_CPU_OR_SKIP();
+  // A scheduler's step, dt different every time: one executable for every dt.
+  const Tensor a = Tensor::from_vector(ramp(6, 0.4f), {2, 3});
+  const Tensor d = a.to(xla0);
+  synchronize(xla0);
+  const auto before = pjrt::executable_cache_stats();
+  for (double dt : {0.5, -0.0625, 3.0})
+    EXPECT_EQ(mul(d, dt).to_vector<float>(), mul(a, dt).to_vector<float>());
+  const auto after = pjrt::executable_cache_stats();
+  EXPECT_LE(after.compiles + after.disk_hits - before.compiles - before.disk_hits, 1);
+  EXPECT_EQ(after.hits - before.hits, 2);
+}
+
 TEST(PjrtDevice, MemoryIsCountedPerDevice) {
   XLA_CPU_OR_SKIP();
   const int64_t before = memory_stats(xla1).current_bytes;

@@ -80,6 +80,13 @@ inline std::vector<std::vector<char>> run_on_pjrt(Client& client, const CpuRun& 
   const auto exe = client.compile(m.text);
   std::vector<std::shared_ptr<Buffer>> args;
   for (const OpModule::Param& p : m.params) {
+    if (p.source == OpModule::Source::Scalar) {
+      visit_dtype(p.dtype, [&](auto tag) {
+        const auto v = scalar_from_double<decltype(tag)>(p.value);
+        args.push_back(client.buffer_from_host(&v, sizeof v, p.dtype, {}, 0));
+      });
+      continue;
+    }
     const std::vector<char> bytes = p.source == OpModule::Source::Input
                                         ? storage_bytes(run.call.inputs[static_cast<size_t>(p.index)])
                                         : run.before[static_cast<size_t>(p.index)];

@@ -32,6 +32,13 @@ std::shared_ptr<Buffer> written_buffer(const Tensor& t, const std::string& what)
   return b;
 }
 
+std::shared_ptr<Buffer> scalar_buffer(double value, DType dtype, const DeviceHandle& device) {
+  return visit_dtype(dtype, [&](auto tag) {
+    const auto v = scalar_from_double<decltype(tag)>(value);
+    return device.client->buffer_from_host(&v, sizeof v, dtype, {}, device.local_index);
+  });
+}
+
 std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& device, const std::string& what) {
   if (std::shared_ptr<Buffer> b = device_array(t).buffer()) return written_buffer(t, what);
   std::vector<char> zeros(t.storage()->bytes(), 0);
@@ -46,9 +53,17 @@ void run_op_module(const runtime::OpCall& call) {
       cached_executable(*device.client, module.text, call.describe());
   std::vector<std::shared_ptr<Buffer>> arguments;
   for (const hlo::OpModule::Param& p : module.params) {
-    arguments.push_back(p.source == hlo::OpModule::Source::Input
-                            ? written_buffer(call.inputs[p.index], std::string(call.op))
-                            : buffer_before(call.outputs[p.index], device, std::string(call.op)));
+    switch (p.source) {
+      case hlo::OpModule::Source::Input:
+        arguments.push_back(written_buffer(call.inputs[p.index], std::string(call.op)));
+        break;
+      case hlo::OpModule::Source::OutputBefore:
+        arguments.push_back(buffer_before(call.outputs[p.index], device, std::string(call.op)));
+        break;
+      case hlo::OpModule::Source::Scalar:
+        arguments.push_back(scalar_buffer(p.value, p.dtype, device));
+        break;
+    }
   }
   std::vector<std::shared_ptr<Buffer>> results =
       device.client->execute_on(*executable, arguments, device.local_index);

@@ -23,6 +23,8 @@ void run_op_module(const runtime::OpCall& call);
 
 // The buffer `t`'s storage holds, checked to be written and of t's dtype; `what` names the reader in errors.
 std::shared_ptr<Buffer> written_buffer(const Tensor& t, const std::string& what);
+// A lifted scalar (hlo::HloBuilder::lift_scalars): `value` as a rank-0 array of `dtype` on `device`.
+std::shared_ptr<Buffer> scalar_buffer(double value, DType dtype, const DeviceHandle& device);
 // What `t`'s storage holds before an op writes part of it: its buffer, or zeros when nothing wrote it yet.
 std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& device, const std::string& what);
 

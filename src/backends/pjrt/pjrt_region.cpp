@@ -17,14 +17,6 @@ const Tensor& operand(const runtime::DeviceRegion& region, const hlo::RegionModu
                   : call.inputs[static_cast<size_t>(o.operand)];
 }
 
-// A lifted scalar (hlo::HloBuilder::lift_scalars) as the rank-0 array its parameter takes.
-std::shared_ptr<Buffer> scalar_buffer(const hlo::RegionModule::Param& p, const DeviceHandle& device) {
-  return visit_dtype(p.dtype, [&](auto tag) {
-    const auto v = scalar_from_double<decltype(tag)>(p.value);
-    return device.client->buffer_from_host(&v, sizeof v, p.dtype, {}, device.local_index);
-  });
-}
-
 }  // namespace
 
 bool joins_pjrt_region(const runtime::OpCall& call) {
@@ -45,7 +37,7 @@ void run_pjrt_region(const runtime::DeviceRegion& region) {
   std::vector<std::shared_ptr<Buffer>> arguments;
   for (const hlo::RegionModule::Param& p : module.params) {
     if (p.scalar) {
-      arguments.push_back(scalar_buffer(p, device));
+      arguments.push_back(scalar_buffer(p.value, p.dtype, device));
       continue;
     }
     const Tensor& t = operand(region, p.source);

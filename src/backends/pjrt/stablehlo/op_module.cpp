@@ -11,6 +11,7 @@ OpModule op_module(const runtime::OpCall& call) {
                                                  << call.describe()
                                                  << "); Kiln's PJRT backend cannot run it");
   HloBuilder b("kiln_" + std::string(call.op));
+  b.lift_scalars();
   OpModule m;
   std::vector<Value> inputs;
   for (size_t i = 0; i < call.inputs.size(); ++i) {
@@ -34,6 +35,13 @@ OpModule op_module(const runtime::OpCall& call) {
     before[i] = b.parameter(out.dtype(), {n});
   }
   const std::vector<Value> values = lower_op(b, call, inputs);
+  // The lowering made the scalar parameters after every storage parameter, in order.
+  for (const HloBuilder::LiftedScalar& s : b.lifted_scalars()) {
+    KILN_CHECK(s.parameter == static_cast<int64_t>(m.params.size()),
+               "internal: " << call.op << "'s scalar is parameter " << s.parameter << ", expected "
+                            << m.params.size());
+    m.params.push_back({OpModule::Source::Scalar, -1, s.dtype, 1, s.value});
+  }
   std::vector<Value> results;
   for (size_t i = 0; i < values.size(); ++i) {
     const Tensor& out = call.outputs[i];

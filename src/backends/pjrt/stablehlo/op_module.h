@@ -6,11 +6,12 @@
 // dtype: storage bytes / dtype size elements; an undefined input has none), then, for each output that does
 // not cover its whole storage contiguously from offset 0 (a narrow() or a strided view: concat's pieces,
 // copy_ into a slice), that output's storage before the call, so the elements outside the view are kept.
-// Results: one flat storage per output (the whole storage, the output's dtype). `params` records which is
-// which.
+// Last, each elementwise scalar (an op's "scalar" attr) as a rank-0 parameter (HloBuilder::lift_scalars),
+// so `mul(x, dt)` compiles once whatever dt is. Results: one flat storage per output (the whole storage, the
+// output's dtype). `params` records which is which.
 //
-// The text depends only on the op, its attrs and its tensors' shapes, strides, offsets, dtypes and storage
-// sizes, never on addresses, so it is deterministic and serves as the compile-cache key.
+// The text depends only on the op, its attrs (but not the scalar) and its tensors' shapes, strides, offsets,
+// dtypes and storage sizes, never on addresses, so it is deterministic and serves as the compile-cache key.
 #pragma once
 
 #include <cstdint>
@@ -26,12 +27,14 @@ struct OpModule {
   enum class Source {
     Input,         // call.inputs[index]'s storage
     OutputBefore,  // call.outputs[index]'s storage as it is before the call
+    Scalar,        // `value`, a rank-0 array of `dtype`
   };
   struct Param {
     Source source;
-    int64_t index;     // into call.inputs or call.outputs
-    DType dtype;       // the flat array's dtype (the tensor's)
-    int64_t elements;  // the flat array's length
+    int64_t index;     // into call.inputs or call.outputs (-1 for a scalar)
+    DType dtype;       // the flat array's dtype (the tensor's), or the scalar's
+    int64_t elements;  // the flat array's length (1 for a scalar)
+    double value = 0;  // a scalar's value, already rounded as the lowering computes with it
   };
   struct Result {
     DType dtype;
