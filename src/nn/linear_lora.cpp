@@ -125,8 +125,10 @@ void Linear::rebuild_adapters() {
     ups.push_back(mul(pair.up.to(float32), weight * pair.scale));
   }
   const DType compute = dtype();
-  lora_down_ = (downs.size() == 1 ? downs.front() : concat(downs, 0)).to(compute).contiguous();
-  lora_up_ = (ups.size() == 1 ? ups.front() : concat(ups, 1)).to(compute).contiguous();
+  // The adapters' files are read on the host; the pair runs beside the weight, wherever it is.
+  lora_down_ =
+      (downs.size() == 1 ? downs.front() : concat(downs, 0)).to(compute).contiguous().to(weight.device());
+  lora_up_ = (ups.size() == 1 ? ups.front() : concat(ups, 1)).to(compute).contiguous().to(weight.device());
 }
 
 Tensor Linear::add_adapters(const Tensor& x, const Tensor& y) const {
@@ -151,7 +153,7 @@ void Linear::fuse_adapters(double lora_scale) {
     downs.push_back(pair.down.to(float32));
     ups.push_back(mul(pair.up.to(float32), weight * pair.scale));
   }
-  const Tensor delta = matmul(concat(ups, 1), concat(downs, 0));
+  const Tensor delta = matmul(concat(ups, 1), concat(downs, 0)).to(weight.device());
   const DType compute = dtype();
   const Tensor base = is_quantized()
                           ? quant::QuantizedTensor{weight, weight_storage.type, {out_, in_}}.dequantize()
@@ -166,7 +168,8 @@ void Linear::fuse_adapters(double lora_scale) {
 
 void Linear::unfuse_adapters() {
   if (!is_fused()) return;
-  weight = adapters_->original_weight;
+  // The pipeline may have moved since fusing (pipe.to): the original goes where the fused weight is.
+  weight = adapters_->original_weight.to(weight.device());
   weight_storage = adapters_->original_storage;
   adapters_->original_weight = Tensor();
   adapters_->fused = false;

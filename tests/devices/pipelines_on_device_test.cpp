@@ -19,6 +19,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/pipelines/flux_pipeline.h"
+#include "lora/lora_goldens.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -247,6 +248,27 @@ TEST(PipelinesOnDevice, OneComponentMovesAlone) {
   pipe->to(cpu);
   EXPECT_EQ(pipe->device(), cpu);
   EXPECT_EQ((*pipe)(flux_request(g)).images[0].pixels, on_cpu.images[0].pixels);
+}
+
+// LoRA adapters beside the weights on the device: loaded before the move (the pairs follow the weights) or
+// after it (the pairs are built where the weights are), and fused on the device.
+TEST(PipelinesOnDevice, LoraAdaptersGiveDiffusersImage) {
+  XLA_CPU_OR_SKIP();
+  for (const char* name : {"flux_two_adapters", "flux_two_adapters_fused", "flux_two_adapters_unfused"}) {
+    const testing::LoraGolden g(name);
+    auto before = g.load();
+    g.replay(*before);
+    before->to(xla0);
+    auto after = g.load();
+    after->to(xla0);
+    g.replay(*after);
+    for (DiffusionPipeline* pipe : {before.get(), after.get()}) {
+      const std::vector<uint8_t> pixels = (*pipe)(g.request()).images[0].pixels;
+      std::printf("[ levels   ] LoRA %s: max %d vs diffusers\n", name,
+                  max_level_difference(pixels, g.image()));
+      EXPECT_GE(testing::share_within_one_level(pixels, g.image()), 0.99) << name;
+    }
+  }
 }
 
 std::string error_of(const std::function<void()>& f) {
