@@ -15,8 +15,12 @@ struct OpInfo {
   bool may_merge = true;
 };
 
-const std::vector<OpInfo>& op_table();
+// Kiln's ops, then any added by add_op, in order.
+std::vector<OpInfo> op_table();
 // The entry named `name`, or nullptr.
 const OpInfo* find_op(std::string_view name);
+// Adds an op of the caller's own (a test's, an embedding application's) so that kernels can be registered for
+// it; `op.name` must outlive the process (a string literal). Throws kiln::Error when the name is taken.
+void add_op(OpInfo op);
 
 }  // namespace kiln::runtime

@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 #include "runtime/dispatcher.h"
+#include "runtime/op_table.h"
 
 namespace kiln::runtime_test {
 
@@ -91,6 +93,10 @@ void exit_now(const runtime::OpCall& call) {
 void register_test_kernels() {
   static std::once_flag once;
   std::call_once(once, [] {
+    for (std::string_view op : {"runtime_test.block", "runtime_test.append", "runtime_test.sleep_write",
+                                "runtime_test.fail", "runtime_test.fail_std", "runtime_test.omp",
+                                "runtime_test.nested", "runtime_test.exit", "runtime_test.lazy_static"})
+      runtime::add_op({op});
     auto& r = runtime::kernel_registry();
     r.add("runtime_test.block", DeviceType::CPU, block);
     r.add("runtime_test.append", DeviceType::CPU, append);

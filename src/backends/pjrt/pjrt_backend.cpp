@@ -101,11 +101,17 @@ class PjrtBackend final : public runtime::Backend {
       std::lock_guard<std::mutex> lock(mutex_);
       c = client_locked(type);
     }
+    // "NVIDIA H200 (cuda 12.8, PJRT API 0.116, /path/xla_cuda_plugin.so)"; the CPU plugin's kind, platform
+    // and version are all "cpu", said once.
+    std::string platform = c->platform_name();
+    if (const std::string version = c->platform_version(); !version.empty() && version != platform)
+      platform += " " + version;
     std::vector<DeviceDescription> out;
     for (const DeviceInfo& info : c->devices()) {
-      out.push_back({Device(type, info.local_index), "pjrt",
-                     info.kind + " (" + c->platform_name() + " " + c->platform_version() + ", PJRT API " +
-                         c->api_version() + ", " + c->plugin_path() + ")"});
+      const std::string what = info.kind == platform ? "" : info.kind + " ";
+      out.push_back(
+          {Device(type, info.local_index), "pjrt",
+           what + "(" + platform + ", PJRT API " + c->api_version() + ", " + c->plugin_path() + ")"});
     }
     return out;
   }

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/pjrt/collective_kernels.h"
 #include "backends/pjrt/device_array.h"
 #include "backends/pjrt/executable_cache.h"
 #include "backends/pjrt/host_transfer.h"
@@ -103,6 +104,7 @@ void register_pjrt_kernels(runtime::KernelRegistry& registry, DeviceType type) {
     else if (hlo::has_lowering(op.name))
       registry.add(op.name, type, op_kernel);
   }
+  register_collective_kernels(registry, type);
 }
 
 }  // namespace kiln::pjrt
