@@ -93,7 +93,7 @@ void Storage::evict_file_pages() const {
 }
 
 Storage::~Storage() {
-  derived_.reset();
+  derived_.clear();  // derived forms first: a packed copy may refer to these bytes
   void* p = data_.load(std::memory_order_acquire);
   if (!borrowed_ && p) device_runtime(device_).allocator().deallocate(p, bytes_);
 }

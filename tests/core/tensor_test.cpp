@@ -125,3 +125,37 @@ TEST(DType, PromotionFollowsTorch) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A storage keeps one derived form per type (a packed CPU copy beside a device copy): neither evicts the
+// other, each is built once, and clear_derived() drops them all.
+TEST(Storage, KeepsOneDerivedFormPerType) {
+  struct PackedForm {
+    int id;
+  };
+  struct DeviceForm {
+    int id;
+  };
+  Tensor t = Tensor::zeros({4});
+  int builds = 0;
+  auto packed =
+      t.storage()->derived<PackedForm>([&] { return std::make_shared<PackedForm>(PackedForm{++builds}); });
+  auto device =
+      t.storage()->derived<DeviceForm>([&] { return std::make_shared<DeviceForm>(DeviceForm{++builds}); });
+  EXPECT_EQ(packed->id, 1);
+  EXPECT_EQ(device->id, 2);
+  EXPECT_EQ(
+      t.storage()->derived<PackedForm>([&] { return std::make_shared<PackedForm>(PackedForm{++builds}); }),
+      packed);
+  EXPECT_EQ(builds, 2);
+  t.storage()->clear_derived();
+  EXPECT_EQ(t.storage()
+                ->derived<DeviceForm>([&] { return std::make_shared<DeviceForm>(DeviceForm{++builds}); })
+                ->id,
+            3);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -11,6 +11,9 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <typeindex>
+#include <utility>
+#include <vector>
 
 #include "kiln/core/device.h"
 #include "kiln/core/pending_work.h"
@@ -78,19 +81,22 @@ class Storage {
     if (const std::shared_ptr<PendingWork> work = pending_write()) work->wait();
   }
 
-  // A slot where a backend keeps a derived form of this storage (a weight prepacked for matmul), so it
-  // is built once and freed together with the storage.
+  // Slots where backends keep derived forms of this storage (a weight prepacked for the CPU's matmul, a copy
+  // in a device's memory), one per type T, so each is built once, none evicts another, and all are freed
+  // together with the storage.
   template <class T, class Make>
   std::shared_ptr<T> derived(Make&& make) {
     std::lock_guard<std::mutex> lock(derived_mutex_);
-    if (auto* p = std::any_cast<std::shared_ptr<T>>(&derived_)) return *p;
-    auto made = make();
-    derived_ = made;
+    for (auto& [type, value] : derived_)
+      if (type == std::type_index(typeid(T))) return std::any_cast<std::shared_ptr<T>>(value);
+    std::shared_ptr<T> made = make();
+    derived_.emplace_back(std::type_index(typeid(T)), made);
     return made;
   }
+  // Drops every derived form (the weights changed, or were sent out).
   void clear_derived() {
     std::lock_guard<std::mutex> lock(derived_mutex_);
-    derived_.reset();
+    derived_.clear();
   }
 
  private:
@@ -115,7 +121,7 @@ class Storage {
   mutable std::mutex pending_mutex_;
   mutable std::weak_ptr<PendingWork> pending_;
   std::mutex derived_mutex_;
-  std::any derived_;
+  std::vector<std::pair<std::type_index, std::any>> derived_;
 };
 
 }  // namespace kiln
