@@ -14,7 +14,8 @@ Device parse_device_flag(const std::string& name, const ExecutionFlags& flags) {
   }
   if (device.type == DeviceType::CPU) return device;
   // On a PJRT device every weight is resident there (any --mode): offloading streams weights to the cpu's
-  // kernels, packed copies are the cpu's, and tensor parallelism is not built for PJRT devices yet.
+  // kernels and packed copies are the cpu's. (--tp puts rank r on the device r places after this one:
+  // device_of_rank.)
   const std::string refused = "--device " + name + " keeps every component resident on the device; ";
   KILN_CHECK(flags.offload == "auto" || flags.offload == "none",
              refused << "--offload " << flags.offload
@@ -25,10 +26,12 @@ Device parse_device_flag(const std::string& name, const ExecutionFlags& flags) {
   KILN_CHECK(!flags.packed_weights, refused
                                         << "--packed-weights " << *flags.packed_weights
                                         << " sizes the cpu's packed copies (drop it or use --device cpu)");
-  KILN_CHECK(flags.tp == 1,
-             refused << "--tp " << flags.tp
-                     << " splits the model over cpu processes only for now (drop it or use --device cpu)");
   return device;
+}
+
+Device device_of_rank(const Device& device, int rank) {
+  if (device.type == DeviceType::CPU) return device;
+  return Device(device.type, device.index + rank);
 }
 
 void require_device(const Device& device) {

@@ -120,9 +120,9 @@ Image read_image(const char* flag, const std::string& path, const char* what) {
 
 void run_generate(const GenerateArgs& args) {
   check_generate_args(args);
-  const Device device = parse_device_flag(args.device, args.execution);
-  require_device(device);
   join_tensor_parallel_group(args.execution.tp, "generate");
+  const Device device = device_of_rank(parse_device_flag(args.device, args.execution), dist::rank());
+  require_device(device);
   const io::ResolvedModel resolved = io::resolve_model(args.model);
   const io::ModelIndex index = io::load_model_index(resolved.path);
   const PipelineClass& pipeline_class = class_for(args, index);

@@ -25,6 +25,12 @@ add_test(NAME dist.generate_flux_tp2
          COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --model ${KILN_TINY_FLUX}
                  ${KILN_TINY_GENERATE} --mode fuse --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp2.png)
 set_tests_properties(dist.generate_flux_tp2 PROPERTIES PASS_REGULAR_EXPRESSION "wrote .*dist_flux_tp2.png")
+# On PJRT devices: rank r on xla-cpu:r (the image itself: tensor_parallel_pipeline_test.cpp).
+add_test(NAME dist.generate_flux_tp2_on_xla_cpu
+         COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --device xla-cpu --model ${KILN_TINY_FLUX}
+                 ${KILN_TINY_GENERATE} --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp2_xla.png)
+set_tests_properties(dist.generate_flux_tp2_on_xla_cpu PROPERTIES PASS_REGULAR_EXPRESSION
+                     "every component on xla-cpu:0.*wrote .*dist_flux_tp2_xla.png" LABELS "dist;devices")
 add_test(NAME dist.launch_sd3_tp2
          COMMAND ${CMAKE_COMMAND} -E env ${KILN_MPI_ENV} $<TARGET_FILE:kiln_cli> launch -n 2 --oversubscribe --
                  generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/sd3-tiny-medium ${KILN_TINY_GENERATE}

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/pjrt/pjrt_client.h"
 #include "kiln/dist/device_mesh.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/io/safetensors.h"
@@ -46,6 +47,27 @@ TEST(TensorParallelPipeline, FluxDrawsTheOneRankImage) {
   const Image expected = one(call).images.front();
   call.generator = Generator(7);
   auto split = FluxPipeline::from_pretrained(model, split_over_ranks("text_encoder_2"));
+  EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+}
+
+// One process per device on PJRT devices too: rank r's shard on xla-cpu:r, the collectives staged through the
+// host over MPI (backends/pjrt/collective_kernels.h), the one-rank CPU image.
+TEST(TensorParallelPipeline, FluxOnPjrtDevicesDrawsTheOneRankImage) {
+  if (!pjrt::built_with_pjrt()) GTEST_SKIP() << "this build has no PJRT support";
+  const std::string model = testing::data_path("models/flux-tiny-dev");
+  PipelineRequest call{.prompt = "a cat",
+                       .height = 64,
+                       .width = 64,
+                       .num_inference_steps = 3,
+                       .generator = Generator(7),
+                       .max_sequence_length = 16};
+  auto one = FluxPipeline::from_pretrained(model);
+  const Image expected = one(call).images.front();
+  call.generator = Generator(7);
+  auto split = FluxPipeline::from_pretrained(model, split_over_ranks("text_encoder_2"));
+  const Device mine(DeviceType::XlaCpu, dist::rank());
+  split.to(mine);
+  EXPECT_EQ(split.device(), mine);
   EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
 }
 
