@@ -14,25 +14,18 @@
 #include <memory>
 #include <string>
 
-#include "backends/pjrt/pjrt_client.h"
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/pipelines/flux_pipeline.h"
 #include "lora/lora_goldens.h"
+#include "support/pjrt_devices.h"
 #include "support/test_data.h"
 
 namespace kiln {
 namespace {
 
 const Device xla0("xla-cpu:0");
-
-// Skips when this build has no PJRT (built without scripts/setup.sh --pjrt); a build with PJRT must find the
-// plugin, so CI cannot skip these silently.
-#define XLA_CPU_OR_SKIP()                                                           \
-  do {                                                                              \
-    if (!pjrt::built_with_pjrt()) GTEST_SKIP() << "this build has no PJRT support"; \
-  } while (0)
 
 std::unique_ptr<DiffusionPipeline> load(const std::string& model, DType dtype = float32) {
   PipelineLoadOptions options;
@@ -103,19 +96,19 @@ PipelineRequest flux_request(const io::SafetensorsFile& g) {
 }
 
 TEST(PipelinesOnDevice, FluxSchnellGivesDiffusersImage) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
   expect_device_matches(g.metadata().at("pipeline"), g, flux_request(g), "FluxPipeline schnell f32");
 }
 
 TEST(PipelinesOnDevice, FluxDevWithGuidanceGivesDiffusersImage) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/dev_unicode_80x48_s1234.safetensors"));
   expect_device_matches(g.metadata().at("pipeline"), g, flux_request(g), "FluxPipeline dev f32");
 }
 
 TEST(PipelinesOnDevice, Sd3WithClassifierFreeGuidanceGivesDiffusersImage) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/sd3/medium_cat_64x64_s0.safetensors"));
   const auto& m = g.metadata();
   ASSERT_EQ(m.at("cfg"), "true");
@@ -127,7 +120,7 @@ TEST(PipelinesOnDevice, Sd3WithClassifierFreeGuidanceGivesDiffusersImage) {
 // FLUX.2 from the prompt: its decoder text encoder (Qwen3), guidance by a second transformer call, a batch
 // of two.
 TEST(PipelinesOnDevice, Flux2KleinGivesDiffusersImage) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(
       testing::data_path("goldens/flux2_e2e/klein_cfg_empty_48x48_s6_n2.safetensors"));
   const auto& m = g.metadata();
@@ -140,7 +133,7 @@ TEST(PipelinesOnDevice, Flux2KleinGivesDiffusersImage) {
 
 // A reference image: the VAE encodes it on the device and its tokens join the latents'.
 TEST(PipelinesOnDevice, Flux2WithAReferenceImageGivesDiffusersImage) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux2_e2e/dev_ref1_64x48_s3.safetensors"));
   const auto& m = g.metadata();
   PipelineRequest c = flux_request(g);
@@ -179,13 +172,13 @@ void expect_mode_matches(const std::string& model, const io::SafetensorsFile& go
 }
 
 TEST_P(PipelinesOnDeviceModes, FluxGivesDiffusersImage) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
   expect_mode_matches(g.metadata().at("pipeline"), g, flux_request(g), "FluxPipeline schnell f32");
 }
 
 TEST_P(PipelinesOnDeviceModes, Sd3GivesDiffusersImage) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/sd3/medium_cat_64x64_s0.safetensors"));
   PipelineRequest c = flux_request(g);
   if (g.metadata().count("negative_prompt")) c.negative_prompt = g.metadata().at("negative_prompt");
@@ -193,7 +186,7 @@ TEST_P(PipelinesOnDeviceModes, Sd3GivesDiffusersImage) {
 }
 
 TEST_P(PipelinesOnDeviceModes, Flux2KleinGivesDiffusersImage) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(
       testing::data_path("goldens/flux2_e2e/klein_cfg_empty_48x48_s6_n2.safetensors"));
   PipelineRequest c = flux_request(g);
@@ -214,7 +207,7 @@ INSTANTIATE_TEST_SUITE_P(EveryMode, PipelinesOnDeviceModes,
 // bf16 rounds at every op, in an order XLA may change (it fuses and reassociates elementwise chains), so the
 // device's image is the cpu backend's within a few levels rather than bit for bit.
 TEST(PipelinesOnDevice, Bfloat16StaysCloseToTheCpuBackend) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/devbf16_cat_64x64_s0.safetensors"));
   auto pipe = load(g.metadata().at("pipeline"), bfloat16);
   const PipelineOutput on_cpu = timed_call(*pipe, flux_request(g), "FluxPipeline dev bf16");
@@ -235,7 +228,7 @@ TEST(PipelinesOnDevice, Bfloat16StaysCloseToTheCpuBackend) {
 
 // diffusers' pipe.vae.to(device): the other components stay on the cpu, each stage moves its inputs.
 TEST(PipelinesOnDevice, OneComponentMovesAlone) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
   auto pipe = load(g.metadata().at("pipeline"));
   const PipelineOutput on_cpu = (*pipe)(flux_request(g));
@@ -253,7 +246,7 @@ TEST(PipelinesOnDevice, OneComponentMovesAlone) {
 // LoRA adapters beside the weights on the device: loaded before the move (the pairs follow the weights) or
 // after it (the pairs are built where the weights are), and fused on the device.
 TEST(PipelinesOnDevice, LoraAdaptersGiveDiffusersImage) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   for (const char* name : {"flux_two_adapters", "flux_two_adapters_fused", "flux_two_adapters_unfused"}) {
     const testing::LoraGolden g(name);
     auto before = g.load();
@@ -271,22 +264,13 @@ TEST(PipelinesOnDevice, LoraAdaptersGiveDiffusersImage) {
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(PipelinesOnDevice, WhatADeviceCannotHoldIsRefusedByName) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   // GGUF blocks have kernels on the cpu only: the parameter is named, and nothing moves.
   PipelineLoadOptions gguf;
   gguf.transformer_file = testing::data_path("gguf/flux-tiny-dev-Q8_0.gguf");
   auto quantized = DiffusionPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"), gguf);
-  const std::string refused = error_of([&] { quantized->to(xla0); });
+  const std::string refused = testing::error_message([&] { quantized->to(xla0); });
   EXPECT_NE(refused.find("is kept block-quantized (Q8_0)"), std::string::npos) << refused;
   EXPECT_NE(refused.find("parameter '"), std::string::npos) << refused;
   for (const auto& [name, module] : quantized->components())
@@ -294,18 +278,21 @@ TEST(PipelinesOnDevice, WhatADeviceCannotHoldIsRefusedByName) {
 
   auto pipe = load("flux-tiny-schnell");
   EXPECT_NE(
-      error_of([&] {
+      testing::error_message([&] {
         pipe->component_to("unet", xla0);
       }).find("FluxPipeline has no component 'unet' (it has text_encoder, text_encoder_2, transformer, vae)"),
       std::string::npos);
   pipe->to(xla0);
   // Offloading streams weights to the cpu's kernels: refused, naming the component on the device.
-  const std::string offload = error_of([&] { pipe->enable_model_cpu_offload(); });
+  const std::string offload = testing::error_message([&] { pipe->enable_model_cpu_offload(); });
   EXPECT_NE(offload.find("enable_model_cpu_offload: text_encoder is on xla-cpu:0"), std::string::npos)
       << offload;
-  EXPECT_NE(error_of([&] { pipe->enable_group_offload(); }).find("runs on the cpu only for now"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { pipe->set_memory_budget(int64_t{1} << 30); }).find("runs on the cpu only for now"),
+  EXPECT_NE(
+      testing::error_message([&] { pipe->enable_group_offload(); }).find("runs on the cpu only for now"),
+      std::string::npos);
+  EXPECT_NE(testing::error_message([&] {
+              pipe->set_memory_budget(int64_t{1} << 30);
+            }).find("runs on the cpu only for now"),
             std::string::npos);
 }
 

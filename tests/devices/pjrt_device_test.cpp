@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "backends/pjrt/executable_cache.h"
-#include "backends/pjrt/pjrt_client.h"
 #include "kiln/core/allocator.h"
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
@@ -18,19 +17,13 @@
 #include "kiln/runtime/devices.h"
 #include "kiln/runtime/execution_context.h"
 #include "runtime/dispatcher.h"
+#include "support/pjrt_devices.h"
 
 namespace kiln {
 namespace {
 
 const Device xla0("xla-cpu:0");
 const Device xla1("xla-cpu:1");
-
-// Skips when this build has no PJRT (built without scripts/setup.sh --pjrt); a build with PJRT must find the
-// plugin, so CI cannot skip these silently.
-#define XLA_CPU_OR_SKIP()                                                           \
-  do {                                                                              \
-    if (!pjrt::built_with_pjrt()) GTEST_SKIP() << "this build has no PJRT support"; \
-  } while (0)
 
 std::vector<float> ramp(int64_t n, float scale = 0.37f, float shift = -1.5f) {
   std::vector<float> v(n);
@@ -46,17 +39,8 @@ void expect_near(const Tensor& device_result, const Tensor& cpu_result, double t
     ASSERT_NEAR(a[i], b[i], tol * (1.0 + std::fabs(b[i]))) << "element " << i;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(PjrtDevice, EveryDtypeRoundTrips) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const Tensor f = Tensor::from_vector(ramp(12), {3, 4});
   for (DType dtype : {float32, bfloat16, float16, int64, int32, uint8, boolean}) {
     const Tensor host = f.to(dtype);
@@ -70,7 +54,7 @@ TEST(PjrtDevice, EveryDtypeRoundTrips) {
 }
 
 TEST(PjrtDevice, ViewsAndConversionsMoveBothWays) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const Tensor x = Tensor::from_vector(ramp(60), {3, 4, 5});
   // A permuted, sliced and broadcast host view goes to the device as its values.
   const Tensor host_view = x.permute({2, 0, 1}).slice(0, 1, 5, 2);
@@ -91,7 +75,7 @@ TEST(PjrtDevice, ViewsAndConversionsMoveBothWays) {
 }
 
 TEST(PjrtDevice, WritesIntoPartOfATensorKeepTheRest) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   Tensor d = Tensor::full({4, 6}, 7.0, float32, xla0);
   d.narrow(1, 2, 3).copy_(Tensor::from_vector(ramp(12), {4, 3}));
   Tensor expected = Tensor::full({4, 6}, 7.0);
@@ -106,7 +90,7 @@ TEST(PjrtDevice, WritesIntoPartOfATensorKeepTheRest) {
 }
 
 TEST(PjrtDevice, ATransformerLayerMatchesTheCpuBackend) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   for (DType dtype : {float32, bfloat16}) {
     const Tensor x = Tensor::from_vector(ramp(2 * 6 * 16), {2, 6, 16}).to(dtype);
     const Tensor w1 = mul(Tensor::from_vector(ramp(32 * 16, 0.11f), {32, 16}), 0.25).to(dtype);
@@ -130,7 +114,7 @@ TEST(PjrtDevice, ATransformerLayerMatchesTheCpuBackend) {
 }
 
 TEST(PjrtDevice, OpsRunOnTheDeviceOfTheirOperands) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const Tensor a = Tensor::from_vector(ramp(8), {8});
   const Tensor on1 = mul(a.to(xla1), 3.0);
   EXPECT_EQ(on1.device(), xla1);
@@ -143,7 +127,7 @@ TEST(PjrtDevice, OpsRunOnTheDeviceOfTheirOperands) {
 }
 
 TEST(PjrtDevice, EachDistinctCallCompilesOnce) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const Tensor a = Tensor::from_vector(ramp(10, 0.9f), {2, 5}).to(xla0);
   (void)tanh(a).to_vector<float>();  // whatever this process compiled before
   const auto before = pjrt::executable_cache_stats();
@@ -158,7 +142,7 @@ TEST(PjrtDevice, EachDistinctCallCompilesOnce) {
 }
 
 TEST(PjrtDevice, AScalarArgumentIsNotPartOfTheExecutable) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   // A scheduler's step, dt different every time: one executable for every dt.
   const Tensor a = Tensor::from_vector(ramp(6, 0.4f), {2, 3});
   const Tensor d = a.to(xla0);
@@ -172,7 +156,7 @@ TEST(PjrtDevice, AScalarArgumentIsNotPartOfTheExecutable) {
 }
 
 TEST(PjrtDevice, MemoryIsCountedPerDevice) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const int64_t before = memory_stats(xla1).current_bytes;
   {
     const Tensor t = Tensor::zeros({256, 4}, float32, xla1);
@@ -184,9 +168,9 @@ TEST(PjrtDevice, MemoryIsCountedPerDevice) {
 }
 
 TEST(PjrtDevice, MixedDevicesAreRefusedNamingBoth) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const Tensor a = Tensor::from_vector(ramp(4), {4});
-  const std::string e = error_of([&] { (void)add(a, a.to(xla0)); });
+  const std::string e = testing::error_message([&] { (void)add(a, a.to(xla0)); });
   EXPECT_NE(e.find("add: operands on cpu and xla-cpu:0; move them to one device first (Tensor::to)"),
             std::string::npos)
       << e;
@@ -194,32 +178,33 @@ TEST(PjrtDevice, MixedDevicesAreRefusedNamingBoth) {
 }
 
 TEST(PjrtDevice, AnOpWithoutALoweringIsRefusedByName) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const Tensor x = Tensor::zeros({2, 4}, float32, xla0);
   runtime::OpCall call{"linear_quantized", {x}, {Tensor::empty({2, 4}, float32, xla0)}, {}};
-  const std::string e = error_of([&] { runtime::dispatch(std::move(call)); });
+  const std::string e = testing::error_message([&] { runtime::dispatch(std::move(call)); });
   EXPECT_NE(e.find("linear_quantized is not supported on xla-cpu:0 (the pjrt backend has no kernel for it)"),
             std::string::npos)
       << e;
 }
 
 TEST(PjrtDevice, ReadingATensorNothingWroteIsAnError) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const Tensor never_written = Tensor::empty({3}, float32, xla0);
-  const std::string e = error_of([&] { (void)add(never_written, 1.0).to_vector<float>(); });
+  const std::string e = testing::error_message([&] { (void)add(never_written, 1.0).to_vector<float>(); });
   EXPECT_NE(e.find("which no op has written"), std::string::npos) << e;
   // The stream reported it once and goes on.
   EXPECT_EQ(add(Tensor::zeros({3}, float32, xla0), 1.0).to_vector<float>(), std::vector<float>({1, 1, 1}));
 }
 
 TEST(PjrtDevice, ADeviceBeyondThePluginsIsNamed) {
-  XLA_CPU_OR_SKIP();
-  const std::string e = error_of([] { (void)Tensor::zeros({2}, float32, Device("xla-cpu:64")); });
+  KILN_SKIP_WITHOUT_PJRT();
+  const std::string e =
+      testing::error_message([] { (void)Tensor::zeros({2}, float32, Device("xla-cpu:64")); });
   EXPECT_NE(e.find("device xla-cpu:64 does not exist: the xla-cpu plugin"), std::string::npos) << e;
 }
 
 TEST(PjrtDevice, DevicesAreListedWithTheirPlugin) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   bool listed = false;
   for (const DeviceTypeStatus& s : available_devices()) {
     if (s.type == DeviceType::CPU) EXPECT_EQ(s.devices.size(), 1u);

@@ -13,11 +13,11 @@
 #include <string>
 
 #include "backends/pjrt/executable_cache.h"
-#include "backends/pjrt/pjrt_client.h"
 #include "backends/pjrt/plugin_locator.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/eager_mode.h"
+#include "support/pjrt_devices.h"
 
 namespace kiln {
 namespace {
@@ -75,7 +75,7 @@ ChildRun run_child(const std::string& cache) {
 }
 
 TEST(PjrtDiskCache, ASecondProcessCompilesNothing) {
-  if (!pjrt::built_with_pjrt()) GTEST_SKIP() << "this build has no PJRT support";
+  KILN_SKIP_WITHOUT_PJRT();
   const fs::path cache = fs::temp_directory_path() / ("kiln-pjrt-disk-cache-" + std::to_string(getpid()));
   fs::remove_all(cache);
 

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "backends/pjrt/executable_cache.h"
-#include "backends/pjrt/pjrt_client.h"
 #include "kiln/core/allocator.h"
 #include "kiln/core/tensor.h"
 #include "kiln/nn/module.h"
@@ -17,16 +16,12 @@
 #include "kiln/runtime/counters.h"
 #include "kiln/runtime/eager_mode.h"
 #include "kiln/runtime/execution_context.h"
+#include "support/pjrt_devices.h"
 
 namespace kiln {
 namespace {
 
 const Device xla0("xla-cpu:0");
-
-#define XLA_CPU_OR_SKIP()                                                           \
-  do {                                                                              \
-    if (!pjrt::built_with_pjrt()) GTEST_SKIP() << "this build has no PJRT support"; \
-  } while (0)
 
 Tensor ramp(const Shape& shape, float scale, DType dtype = float32) {
   std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
@@ -66,7 +61,7 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 }
 
 TEST(PjrtModes, AFusedChainIsOneExecutableWithStrictEagersValues) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const Chain chain = make_chain(float32).on(xla0);
   const std::vector<float> eager = chain.run().to_vector<float>();
 
@@ -100,7 +95,7 @@ TEST(PjrtModes, AFusedChainIsOneExecutableWithStrictEagersValues) {
 }
 
 TEST(PjrtModes, AFusedBf16ChainMatchesTheCpuBackend) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const Chain chain = make_chain(bfloat16);
   const std::vector<float> on_cpu = chain.run().to_vector<float>();
   Tensor fused;
@@ -114,7 +109,7 @@ TEST(PjrtModes, AFusedBf16ChainMatchesTheCpuBackend) {
 }
 
 TEST(PjrtModes, ValuesReadAfterTheRegionAreStoredAndIntermediatesAreNot) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   const Tensor x = ramp({4, 8}, 0.2f).to(xla0);
   synchronize(xla0);  // the inputs' copies to the device are done before counting
   reset_counters();
@@ -138,7 +133,7 @@ TEST(PjrtModes, ValuesReadAfterTheRegionAreStoredAndIntermediatesAreNot) {
 }
 
 TEST(PjrtModes, AStepSizeChangingEveryFlushCompilesOnce) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   // A scheduler step as the pipelines write it: sample + dt * velocity, dt different at every step. The
   // scalar is a parameter of the region, not a constant in its text.
   const Tensor sample = ramp({2, 8}, 0.3f).to(xla0), velocity = ramp({2, 8}, 0.7f).to(xla0);
@@ -202,7 +197,7 @@ class TinyStack : public nn::Module {
 };
 
 TEST(PjrtModes, ACompiledForwardIsOneExecutablePerShape) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   TinyBlock block(xla0, 1.0f);
   const Tensor x = ramp({2, 5, 16}, 0.29f).to(xla0);
   const std::vector<float> eager = block.forward(x).to_vector<float>();
@@ -234,7 +229,7 @@ TEST(PjrtModes, ACompiledForwardIsOneExecutablePerShape) {
 }
 
 TEST(PjrtModes, RepeatedBlocksShareOneExecutable) {
-  XLA_CPU_OR_SKIP();
+  KILN_SKIP_WITHOUT_PJRT();
   constexpr int kBlocks = 4;
   TinyStack stack(xla0, kBlocks);
   const Tensor x = ramp({3, 16}, 0.19f).to(xla0);

@@ -7,13 +7,13 @@
 #include <memory>
 
 #include "backends/pjrt/executable_cache.h"
-#include "backends/pjrt/pjrt_client.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/nn/module.h"
 #include "kiln/runtime/counters.h"
 #include "kiln/runtime/eager_mode.h"
 #include "kiln/runtime/execution_context.h"
 #include "support/golden_steps.h"
+#include "support/pjrt_devices.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -51,7 +51,7 @@ Forward forward_once(const models::FluxTransformer2DModel& model, const testing:
 }
 
 TEST(PjrtTransformerModes, EveryModeGivesDiffusersOutputWithItsExecutableCount) {
-  if (!pjrt::built_with_pjrt()) GTEST_SKIP() << "this build has no PJRT support";
+  KILN_SKIP_WITHOUT_PJRT();
   const testing::FluxStepInputs in = testing::flux_step0_inputs("schnell_cat_64x64_s0");
   int64_t eager_executables = 0;
   for (Mode mode : {Mode::Eager, Mode::Fuse, Mode::Compile, Mode::CompileBlocks}) {

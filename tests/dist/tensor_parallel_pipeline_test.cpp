@@ -7,7 +7,6 @@
 #include <thread>
 #include <vector>
 
-#include "backends/pjrt/pjrt_client.h"
 #include "kiln/dist/device_mesh.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/io/safetensors.h"
@@ -15,6 +14,7 @@
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "kiln/pipelines/sd3_pipeline.h"
+#include "support/pjrt_devices.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -53,7 +53,7 @@ TEST(TensorParallelPipeline, FluxDrawsTheOneRankImage) {
 // One process per device on PJRT devices too: rank r's shard on xla-cpu:r, the collectives staged through the
 // host over MPI (backends/pjrt/collective_kernels.h), the one-rank CPU image.
 TEST(TensorParallelPipeline, FluxOnPjrtDevicesDrawsTheOneRankImage) {
-  if (!pjrt::built_with_pjrt()) GTEST_SKIP() << "this build has no PJRT support";
+  KILN_SKIP_WITHOUT_PJRT();
   const std::string model = testing::data_path("models/flux-tiny-dev");
   PipelineRequest call{.prompt = "a cat",
                        .height = 64,
