@@ -9,6 +9,10 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
 
 #include "backends/pjrt/compile_options.h"
 #include "backends/pjrt/mlir_signature.h"
@@ -234,6 +238,37 @@ TEST(PjrtLoad, MissingFileAndNotAPlugin) {
     EXPECT_NE(std::string(e.what()).find("not a PJRT plugin (it exports no GetPjrtApi)"), std::string::npos)
         << e.what();
   }
+}
+
+// A plugin of an API version Kiln does not support is refused, naming the file, its version and what Kiln
+// needs, before Kiln calls anything in it. Each version needs its own copy of the fake plugin: a library is
+// loaded once per path, and the fake reads its version once.
+TEST(PjrtLoad, APluginOfAnUnsupportedApiVersionIsRefusedNamingIt) {
+#ifndef KILN_FAKE_PJRT_PLUGIN
+  GTEST_SKIP() << "this build has no PJRT support";
+#else
+  const fs::path dir = fs::temp_directory_path() / ("kiln-fake-pjrt-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"0.50",
+       "PJRT C API version 0.50 is not supported: Kiln needs 0.90 or a newer 0.x (install a newer plugin)"},
+      {"1.3", "PJRT C API version 1.3 is not supported: Kiln needs 0.90 or a newer 0.x"}};
+  for (const auto& [version, expected] : cases) {
+    const fs::path copy = dir / ("fake_" + version + ".so");
+    fs::copy_file(KILN_FAKE_PJRT_PLUGIN, copy, fs::copy_options::overwrite_existing);
+    setenv("KILN_FAKE_PJRT_VERSION", version.c_str(), 1);
+    try {
+      Client::create(copy.string());
+      ADD_FAILURE() << "a plugin of API " << version << " was accepted";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(expected), std::string::npos) << what;
+      EXPECT_NE(what.find(copy.string()), std::string::npos) << what;
+    }
+  }
+  unsetenv("KILN_FAKE_PJRT_VERSION");
+  fs::remove_all(dir);
+#endif
 }
 
 TEST(PjrtClient, DescribesThePluginAndItsDevices) {
