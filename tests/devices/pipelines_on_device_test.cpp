@@ -274,7 +274,9 @@ TEST(PipelinesOnDevice, WhatADeviceCannotHoldIsRefusedByName) {
   EXPECT_NE(refused.find("is kept block-quantized (Q8_0)"), std::string::npos) << refused;
   EXPECT_NE(refused.find("parameter '"), std::string::npos) << refused;
   for (const auto& [name, module] : quantized->components())
-    if (module != nullptr) EXPECT_EQ(module->device(), cpu) << name << " moved although the call was refused";
+    if (module != nullptr) {
+      EXPECT_EQ(module->device(), cpu) << name << " moved although the call was refused";
+    }
 
   auto pipe = load("flux-tiny-schnell");
   EXPECT_NE(

@@ -207,7 +207,9 @@ TEST(PjrtDevice, DevicesAreListedWithTheirPlugin) {
   KILN_SKIP_WITHOUT_PJRT();
   bool listed = false;
   for (const DeviceTypeStatus& s : available_devices()) {
-    if (s.type == DeviceType::CPU) EXPECT_EQ(s.devices.size(), 1u);
+    if (s.type == DeviceType::CPU) {
+      EXPECT_EQ(s.devices.size(), 1u);
+    }
     if (s.type != DeviceType::XlaCpu) continue;
     listed = true;
     ASSERT_GE(s.devices.size(), 2u) << s.unavailable_because;
