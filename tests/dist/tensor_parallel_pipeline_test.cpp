@@ -35,14 +35,19 @@ int max_level_difference(const Image& a, const Image& b) {
   return m;
 }
 
+// The call both FLUX.1 cases draw, with the one-rank run's seed.
+PipelineRequest tiny_flux_call() {
+  return {.prompt = "a cat",
+          .height = 64,
+          .width = 64,
+          .num_inference_steps = 3,
+          .generator = Generator(7),
+          .max_sequence_length = 16};
+}
+
 TEST(TensorParallelPipeline, FluxDrawsTheOneRankImage) {
   const std::string model = testing::data_path("models/flux-tiny-dev");
-  PipelineRequest call{.prompt = "a cat",
-                       .height = 64,
-                       .width = 64,
-                       .num_inference_steps = 3,
-                       .generator = Generator(7),
-                       .max_sequence_length = 16};
+  PipelineRequest call = tiny_flux_call();
   auto one = FluxPipeline::from_pretrained(model);
   const Image expected = one(call).images.front();
   call.generator = Generator(7);
@@ -55,12 +60,7 @@ TEST(TensorParallelPipeline, FluxDrawsTheOneRankImage) {
 TEST(TensorParallelPipeline, FluxOnPjrtDevicesDrawsTheOneRankImage) {
   KILN_SKIP_WITHOUT_PJRT();
   const std::string model = testing::data_path("models/flux-tiny-dev");
-  PipelineRequest call{.prompt = "a cat",
-                       .height = 64,
-                       .width = 64,
-                       .num_inference_steps = 3,
-                       .generator = Generator(7),
-                       .max_sequence_length = 16};
+  PipelineRequest call = tiny_flux_call();
   auto one = FluxPipeline::from_pretrained(model);
   const Image expected = one(call).images.front();
   call.generator = Generator(7);

@@ -8,6 +8,7 @@
 
 #include "backends/cpu/reduction_kernels.h"
 #include "backends/cpu/register_kernels.h"
+#include "ops/nearest_index.h"
 
 namespace kiln::cpu_kernels {
 
@@ -70,16 +71,6 @@ void embedding_kernel(const runtime::OpCall& call) {
   for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * row, w + id_at(i) * row, row);
 }
 
-// torch's nearest source index (aten/src/ATen/native/UpSample.h: nearest_idx), including its float rounding.
-int64_t nearest_source(int64_t dst, int64_t in, int64_t out, int64_t scale) {
-  if (out == in) return dst;
-  if (out == 2 * in) return dst >> 1;
-  const float ratio = scale > 0 ? static_cast<float>(1.0 / static_cast<double>(scale))
-                                : static_cast<float>(in) / static_cast<float>(out);
-  const auto idx = static_cast<int64_t>(std::floor(static_cast<float>(dst) * ratio));
-  return idx < in - 1 ? idx : in - 1;
-}
-
 template <class T>
 void upsample_typed(const T* x, T* y, int64_t planes, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
                     const std::vector<int64_t>& src_y, const std::vector<int64_t>& src_x) {
@@ -100,8 +91,8 @@ void upsample_nearest2d_kernel(const runtime::OpCall& call) {
   const int64_t scale = call.attrs.get_int("scale");
   const int64_t ih = x.size(2), iw = x.size(3), oh = y.size(2), ow = y.size(3);
   std::vector<int64_t> src_y(oh), src_x(ow);
-  for (int64_t i = 0; i < oh; ++i) src_y[i] = nearest_source(i, ih, oh, scale);
-  for (int64_t i = 0; i < ow; ++i) src_x[i] = nearest_source(i, iw, ow, scale);
+  for (int64_t i = 0; i < oh; ++i) src_y[i] = ops::nearest_source(i, ih, oh, scale);
+  for (int64_t i = 0; i < ow; ++i) src_x[i] = ops::nearest_source(i, iw, ow, scale);
   const int64_t planes = x.size(0) * x.size(1);
   auto run = [&](auto tag) {
     using T = decltype(tag);

@@ -5,6 +5,7 @@
 #include "backends/pjrt/stablehlo/lowering_math.h"
 #include "backends/pjrt/stablehlo/lowering_registry.h"
 #include "kiln/core/error.h"
+#include "ops/nearest_index.h"
 
 namespace kiln::pjrt::hlo {
 namespace {
@@ -23,16 +24,6 @@ std::vector<Value> lower_embedding(HloBuilder& b, const runtime::OpCall&, const 
   return {b.gather(weight, ids, dims, {1, weight.shape[1]})};
 }
 
-// torch's nearest source index (the CPU kernel's nearest_source, including its float rounding).
-int64_t nearest_source(int64_t dst, int64_t in, int64_t out, int64_t scale) {
-  if (out == in) return dst;
-  if (out == 2 * in) return dst >> 1;
-  const float ratio = scale > 0 ? static_cast<float>(1.0 / static_cast<double>(scale))
-                                : static_cast<float>(in) / static_cast<float>(out);
-  const auto idx = static_cast<int64_t>(std::floor(static_cast<float>(dst) * ratio));
-  return idx < in - 1 ? idx : in - 1;
-}
-
 // x with dim `dim` resampled to `out` elements by nearest neighbour.
 Value resample_dim(HloBuilder& b, const Value& x, int64_t dim, int64_t out, int64_t scale) {
   const int64_t in = x.shape[static_cast<size_t>(dim)];
@@ -40,7 +31,7 @@ Value resample_dim(HloBuilder& b, const Value& x, int64_t dim, int64_t out, int6
   std::vector<int64_t> src;
   bool repeats = out % in == 0;
   for (int64_t i = 0; i < out; ++i) {
-    src.push_back(nearest_source(i, in, out, scale));
+    src.push_back(ops::nearest_source(i, in, out, scale));
     repeats = repeats && src.back() == i / (out / in);
   }
   if (repeats) {
