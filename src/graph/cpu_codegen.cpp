@@ -18,13 +18,14 @@ constexpr int64_t kChunk = 4096;
 // Below this many elements the OpenMP fork costs more than the work.
 constexpr int64_t kParallelMin = 32768;
 
-// Drops `#pragma once` and includes of Kiln headers: the pieces are pasted into one translation unit.
+// Drops `#pragma once` and includes of Kiln headers (every quoted include): the pieces are pasted into one
+// translation unit, in dependency order.
 std::string strip_header(const std::string& text) {
   std::istringstream in(text);
   std::ostringstream out;
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("#pragma once", 0) == 0 || line.rfind("#include \"kiln/", 0) == 0) {
+    if (line.rfind("#pragma once", 0) == 0 || line.rfind("#include \"", 0) == 0) {
       out << "// (a Kiln header line was removed here)\n";
       continue;
     }
@@ -58,8 +59,9 @@ std::string rounded(const std::string& expr, DType d) {
   }
 }
 
-// One node's expression, written exactly as the unfused kernel computes it (isa/elementwise_float.cpp), so
-// that results agree bit for bit; tests/graph compare every op against the unfused ops.
+// One node's expression, written exactly as the unfused kernel computes it (isa/elementwise_float.cpp):
+// every op beyond one operator or one vec.h call is a function of isa/elementwise_math.h, which both use, so
+// results agree bit for bit; tests/graph compare every op against the unfused ops.
 std::string node_expr(const FusedNode& n) {
   const std::string a = n.args[0] >= 0 ? "v" + std::to_string(n.args[0]) : "";
   const std::string b = n.args[1] >= 0 ? "v" + std::to_string(n.args[1]) : "";
@@ -75,19 +77,19 @@ std::string node_expr(const FusedNode& n) {
     case FusedOp::Sqrt:
       return "vsqrt(" + a + ")";
     case FusedOp::Rsqrt:
-      return "1.0f / vsqrt(" + a + ")";
+      return "ew_rsqrt(" + a + ")";
     case FusedOp::Tanh:
       return "vtanh(" + a + ")";
     case FusedOp::Sigmoid:
       return "vsigmoid(" + a + ")";
     case FusedOp::Silu:
-      return "op_silu(" + a + ")";
+      return "act_silu(" + a + ")";
     case FusedOp::Gelu:
-      return "op_gelu(" + a + ")";
+      return "act_gelu(" + a + ")";
     case FusedOp::GeluTanh:
-      return "op_gelu_tanh(" + a + ")";
+      return "act_gelu_tanh(" + a + ")";
     case FusedOp::QuickGelu:
-      return "op_quick_gelu(" + a + ")";
+      return "act_quick_gelu(" + a + ")";
     case FusedOp::Square:
       return a + " * " + a;
     case FusedOp::Cast:
@@ -101,13 +103,13 @@ std::string node_expr(const FusedNode& n) {
     case FusedOp::Div:
       return a + " / " + b;
     case FusedOp::Maximum:
-      return "op_maximum(" + a + ", " + b + ")";
+      return "ew_maximum(" + a + ", " + b + ")";
     case FusedOp::Minimum:
-      return "op_minimum(" + a + ", " + b + ")";
+      return "ew_minimum(" + a + ", " + b + ")";
     case FusedOp::Clamp: {
       std::string e = a;
-      if (n.args[1] >= 0) e = "op_clamp_lo(" + e + ", v" + std::to_string(n.args[1]) + ")";
-      if (n.args[2] >= 0) e = "op_clamp_hi(" + e + ", v" + std::to_string(n.args[2]) + ")";
+      if (n.args[1] >= 0) e = "ew_clamp_lo(" + e + ", v" + std::to_string(n.args[1]) + ")";
+      if (n.args[2] >= 0) e = "ew_clamp_hi(" + e + ", v" + std::to_string(n.args[2]) + ")";
       return e;
     }
     case FusedOp::Input:
@@ -117,8 +119,9 @@ std::string node_expr(const FusedNode& n) {
   KILN_FAIL("fused_elementwise: internal: no expression for " << fused_op_name(n.op));
 }
 
-// Per-op helpers, as in isa/elementwise_float.cpp's compute().
-constexpr const char* kOpHelpers = R"(
+// What only the generated kernels need beyond the embedded headers: rounding in registers (the unfused
+// kernels round when they store) and the widening of one strided element.
+constexpr const char* kJitHelpers = R"(
 namespace kiln::cpu_kernels::KILN_ISA {
 
 inline f32x16 round_bf16(f32x16 v) {
@@ -135,29 +138,6 @@ inline f32x16 round_f16(f32x16 v) {
 inline float to_f32(float v) { return v; }
 inline float to_f32(bf16_t v) { return bf16_to_f32(v); }
 inline float to_f32(f16_t v) { return f16_to_f32(v); }
-
-inline f32x16 limit_at_minus_inf(f32x16 x, f32x16 r) {
-  return x == -__builtin_inff() ? splat(-0.0f) : r;
-}
-inline f32x16 op_silu(f32x16 x) { return limit_at_minus_inf(x, x / (1.0f + vexp(-x))); }
-inline f32x16 op_gelu(f32x16 x) {
-  return limit_at_minus_inf(x, x * 0.5f * (1.0f + verf(x * 0.70710678118654752f)));
-}
-inline f32x16 op_gelu_tanh(f32x16 x) {
-  const f32x16 inner = 0.797884560802865355f * (x + 0.044715f * (x * x * x));
-  return limit_at_minus_inf(x, 0.5f * x * (1.0f + vtanh(inner)));
-}
-inline f32x16 op_quick_gelu(f32x16 x) { return limit_at_minus_inf(x, x * vsigmoid(1.702f * x)); }
-inline f32x16 op_maximum(f32x16 x, f32x16 z) {
-  const f32x16 r = x > z ? x : z;
-  return x != x ? x : (z != z ? z : r);
-}
-inline f32x16 op_minimum(f32x16 x, f32x16 z) {
-  const f32x16 r = x < z ? x : z;
-  return x != x ? x : (z != z ? z : r);
-}
-inline f32x16 op_clamp_lo(f32x16 x, f32x16 lo) { return x < lo ? lo : x; }
-inline f32x16 op_clamp_hi(f32x16 x, f32x16 hi) { return x > hi ? hi : x; }
 
 }  // namespace kiln::cpu_kernels::KILN_ISA
 )";
@@ -204,8 +184,8 @@ const char* jit_isa_flags(bool avx512) {
 }
 
 std::string codegen_fingerprint() {
-  std::string all =
-      std::string(kCodegenVersion) + '\n' + embedded::kHalfH + '\n' + embedded::kVecH + '\n' + kOpHelpers;
+  std::string all = std::string(kCodegenVersion) + '\n' + embedded::kHalfH + '\n' + embedded::kVecH + '\n' +
+                    embedded::kElementwiseMathH + '\n' + kJitHelpers;
   return std::string(kCodegenVersion) + "-" + hex64(fnv1a64(all.data(), all.size()));
 }
 
@@ -224,7 +204,8 @@ std::string generate_cpu_source(const ElementwiseRegion& r, const std::string& s
     << (avx512 ? "avx512" : "generic") << ").\n// key: " << r.structural_key() << "\n";
   s << "#include <cstdint>\n#include <cstring>\n#include <bit>\n";
   s << "#define KILN_ISA jit\n";
-  s << strip_header(embedded::kHalfH) << strip_header(embedded::kVecH) << kOpHelpers;
+  s << strip_header(embedded::kHalfH) << strip_header(embedded::kVecH)
+    << strip_header(embedded::kElementwiseMathH) << kJitHelpers;
   s << "\nextern \"C\" __attribute__((visibility(\"default\"))) void " << symbol
     << "(char* const* ptrs, const float* scalars) {\n";
   s << "  using namespace kiln;\n  using namespace kiln::cpu_kernels::jit;\n";

@@ -1,7 +1,8 @@
 // What a linear does to its float32 accumulators before the one rounding to the output: bias, the term
 // already in the output (a LoRA pair's low-rank product), activation, gate, residual, in that order (oneDNN's
 // post-op order and the reference's, src/ops/fused.cpp). Shared by the f32-FMA GEMM for "linear" and
-// "linear_fused" (gemm_fma32.h); the activations themselves are the elementwise ops' (isa/activation.h).
+// "linear_fused" (gemm_fma32.h); the activations themselves are the elementwise ops'
+// (isa/elementwise_math.h).
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "backends/cpu/elementwise_op.h"
-#include "backends/cpu/isa/activation.h"
+#include "backends/cpu/isa/elementwise_math.h"
 #include "backends/cpu/isa/vec.h"
 
 namespace kiln::cpu_kernels::KILN_ISA {
@@ -163,7 +163,7 @@ void pow_scalar(const float* a, float* y, int n, double exponent) {
   if (exponent == 2.0) return map1(a, y, n, [](f32x16 x) { return x * x; });
   if (exponent == 3.0) return map1(a, y, n, [](f32x16 x) { return x * x * x; });
   if (exponent == 0.5) return map1(a, y, n, [](f32x16 x) { return vsqrt(x); });
-  if (exponent == -0.5) return map1(a, y, n, [](f32x16 x) { return 1.0f / vsqrt(x); });
+  if (exponent == -0.5) return map1(a, y, n, [](f32x16 x) { return ew_rsqrt(x); });
   if (exponent == -1.0) return map1(a, y, n, [](f32x16 x) { return 1.0f / x; });
   if (exponent == -2.0) return map1(a, y, n, [](f32x16 x) { return 1.0f / (x * x); });
   const float e = static_cast<float>(exponent);
@@ -183,16 +183,9 @@ void compute(EwOp op, const EwParams& prm, const float* const* in, float* y, int
     case EwOp::Div:
       return map2(a, b, y, n, [](f32x16 x, f32x16 z) { return x / z; });
     case EwOp::Maximum:
-      // torch propagates a NaN from either side.
-      return map2(a, b, y, n, [](f32x16 x, f32x16 z) {
-        const f32x16 r = x > z ? x : z;
-        return x != x ? x : (z != z ? z : r);
-      });
+      return map2(a, b, y, n, [](f32x16 x, f32x16 z) { return ew_maximum(x, z); });
     case EwOp::Minimum:
-      return map2(a, b, y, n, [](f32x16 x, f32x16 z) {
-        const f32x16 r = x < z ? x : z;
-        return x != x ? x : (z != z ? z : r);
-      });
+      return map2(a, b, y, n, [](f32x16 x, f32x16 z) { return ew_minimum(x, z); });
     case EwOp::Pow:
       for (int i = 0; i < n; ++i) y[i] = std::pow(a[i], b[i]);
       return;
@@ -221,7 +214,7 @@ void compute(EwOp op, const EwParams& prm, const float* const* in, float* y, int
     case EwOp::Sqrt:
       return map1(a, y, n, [](f32x16 x) { return vsqrt(x); });
     case EwOp::Rsqrt:
-      return map1(a, y, n, [](f32x16 x) { return 1.0f / vsqrt(x); });
+      return map1(a, y, n, [](f32x16 x) { return ew_rsqrt(x); });
     case EwOp::Sin:
       for (int i = 0; i < n; ++i) y[i] = std::sin(a[i]);
       return;
@@ -239,16 +232,12 @@ void compute(EwOp op, const EwParams& prm, const float* const* in, float* y, int
     case EwOp::GeluTanh:
       return map1(a, y, n, [](f32x16 x) { return act_gelu_tanh(x); });
     case EwOp::QuickGelu:
-      return map1(a, y, n, [](f32x16 x) { return limit_at_minus_inf(x, x * vsigmoid(1.702f * x)); });
+      return map1(a, y, n, [](f32x16 x) { return act_quick_gelu(x); });
     case EwOp::Square:
       return map1(a, y, n, [](f32x16 x) { return x * x; });
     case EwOp::Clamp: {
-      const float lo = static_cast<float>(prm.lo), hi = static_cast<float>(prm.hi);
-      // Written so that a NaN input stays NaN, like torch.clamp.
-      return map1(a, y, n, [lo, hi](f32x16 x) {
-        const f32x16 r = x < lo ? splat(lo) : x;
-        return r > hi ? splat(hi) : r;
-      });
+      const f32x16 lo = splat(static_cast<float>(prm.lo)), hi = splat(static_cast<float>(prm.hi));
+      return map1(a, y, n, [lo, hi](f32x16 x) { return ew_clamp_hi(ew_clamp_lo(x, lo), hi); });
     }
     case EwOp::PowScalar:
       return pow_scalar(a, y, n, prm.exponent);

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "backends/cpu/isa/activation.h"
+#include "backends/cpu/isa/elementwise_math.h"
 #include "backends/cpu/isa/vec.h"
 
 namespace kiln::cpu_kernels::KILN_ISA {

@@ -1,6 +1,6 @@
 // Small pieces of math the lowerings share: the float32 compute rule of the CPU kernels and the activations
-// (defined once, as isa/activation.h does for the CPU, so a fused linear's epilogue rounds like the unfused
-// op).
+// (defined once, as isa/elementwise_math.h does for the CPU, so a fused linear's epilogue rounds like the
+// unfused op).
 #pragma once
 
 #include "backends/pjrt/stablehlo/hlo_builder.h"
