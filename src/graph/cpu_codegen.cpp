@@ -65,58 +65,56 @@ std::string rounded(const std::string& expr, DType d) {
 std::string node_expr(const FusedNode& n) {
   const std::string a = n.args[0] >= 0 ? "v" + std::to_string(n.args[0]) : "";
   const std::string b = n.args[1] >= 0 ? "v" + std::to_string(n.args[1]) : "";
+  if (n.kind == FusedKind::Cast) return a;  // the rounding is the node's (rounded())
   switch (n.op) {
-    case FusedOp::Neg:
+    case EwOp::Neg:
       return "-" + a;
-    case FusedOp::Abs:
+    case EwOp::Abs:
       return "vabs(" + a + ")";
-    case FusedOp::Exp:
+    case EwOp::Exp:
       return "vexp(" + a + ")";
-    case FusedOp::Log:
+    case EwOp::Log:
       return "vlog(" + a + ")";
-    case FusedOp::Sqrt:
+    case EwOp::Sqrt:
       return "vsqrt(" + a + ")";
-    case FusedOp::Rsqrt:
+    case EwOp::Rsqrt:
       return "ew_rsqrt(" + a + ")";
-    case FusedOp::Tanh:
+    case EwOp::Tanh:
       return "vtanh(" + a + ")";
-    case FusedOp::Sigmoid:
+    case EwOp::Sigmoid:
       return "vsigmoid(" + a + ")";
-    case FusedOp::Silu:
+    case EwOp::Silu:
       return "act_silu(" + a + ")";
-    case FusedOp::Gelu:
+    case EwOp::Gelu:
       return "act_gelu(" + a + ")";
-    case FusedOp::GeluTanh:
+    case EwOp::GeluTanh:
       return "act_gelu_tanh(" + a + ")";
-    case FusedOp::QuickGelu:
+    case EwOp::QuickGelu:
       return "act_quick_gelu(" + a + ")";
-    case FusedOp::Square:
+    case EwOp::Square:
       return a + " * " + a;
-    case FusedOp::Cast:
-      return a;
-    case FusedOp::Add:
+    case EwOp::Add:
       return a + " + " + b;
-    case FusedOp::Sub:
+    case EwOp::Sub:
       return a + " - " + b;
-    case FusedOp::Mul:
+    case EwOp::Mul:
       return a + " * " + b;
-    case FusedOp::Div:
+    case EwOp::Div:
       return a + " / " + b;
-    case FusedOp::Maximum:
+    case EwOp::Maximum:
       return "ew_maximum(" + a + ", " + b + ")";
-    case FusedOp::Minimum:
+    case EwOp::Minimum:
       return "ew_minimum(" + a + ", " + b + ")";
-    case FusedOp::Clamp: {
+    case EwOp::Clamp: {
       std::string e = a;
       if (n.args[1] >= 0) e = "ew_clamp_lo(" + e + ", v" + std::to_string(n.args[1]) + ")";
       if (n.args[2] >= 0) e = "ew_clamp_hi(" + e + ", v" + std::to_string(n.args[2]) + ")";
       return e;
     }
-    case FusedOp::Input:
-    case FusedOp::Scalar:
+    default:
       break;
   }
-  KILN_FAIL("fused_elementwise: internal: no expression for " << fused_op_name(n.op));
+  KILN_FAIL("fused_elementwise: internal: no expression for " << fused_node_name(n));
 }
 
 // What only the generated kernels need beyond the embedded headers: rounding in registers (the unfused
@@ -148,7 +146,7 @@ void emit_body(std::ostringstream& s, const ElementwiseRegion& r, bool partial, 
   for (size_t v = 0; v < r.nodes().size(); ++v) {
     const FusedNode& n = r.nodes()[v];
     s << indent << "const f32x16 v" << v << " = ";
-    if (n.op == FusedOp::Input) {
+    if (n.kind == FusedKind::Input) {
       const int k = n.index;
       const int64_t st = r.inputs()[static_cast<size_t>(k)].strides[ndim - 1];
       if (st == 0) {
@@ -160,7 +158,7 @@ void emit_body(std::ostringstream& s, const ElementwiseRegion& r, bool partial, 
         s << "[&] { f32x16 g{}; for (int l = 0; l < " << (partial ? "n" : "kLanes")
           << "; ++l) g[l] = to_f32(in" << k << "[b" << k << " + (i + l) * " << st << "]); return g; }();\n";
       }
-    } else if (n.op == FusedOp::Scalar) {
+    } else if (n.kind == FusedKind::Scalar) {
       s << "sc" << n.index << ";\n";
     } else {
       s << rounded(node_expr(n), n.dtype) << ";\n";

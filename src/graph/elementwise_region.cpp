@@ -28,70 +28,50 @@ const char* short_dtype(DType d) {
   }
 }
 
-void check_dtype(DType d, const char* what) {
+void check_dtype(DType d, std::string_view what) {
   KILN_CHECK(is_float_dtype(d),
              kOp << ": " << what << " must be float32, bfloat16 or float16, got " << dtype_name(d));
 }
 
 }  // namespace
 
-const char* fused_op_name(FusedOp op) {
+bool fusable_unary(EwOp op) {
   switch (op) {
-    case FusedOp::Input:
-      return "input";
-    case FusedOp::Scalar:
-      return "scalar";
-    case FusedOp::Neg:
-      return "neg";
-    case FusedOp::Abs:
-      return "abs";
-    case FusedOp::Exp:
-      return "exp";
-    case FusedOp::Log:
-      return "log";
-    case FusedOp::Sqrt:
-      return "sqrt";
-    case FusedOp::Rsqrt:
-      return "rsqrt";
-    case FusedOp::Tanh:
-      return "tanh";
-    case FusedOp::Sigmoid:
-      return "sigmoid";
-    case FusedOp::Silu:
-      return "silu";
-    case FusedOp::Gelu:
-      return "gelu";
-    case FusedOp::GeluTanh:
-      return "gelu_tanh";
-    case FusedOp::QuickGelu:
-      return "quick_gelu";
-    case FusedOp::Square:
-      return "square";
-    case FusedOp::Cast:
-      return "cast";
-    case FusedOp::Add:
-      return "add";
-    case FusedOp::Sub:
-      return "sub";
-    case FusedOp::Mul:
-      return "mul";
-    case FusedOp::Div:
-      return "div";
-    case FusedOp::Maximum:
-      return "maximum";
-    case FusedOp::Minimum:
-      return "minimum";
-    case FusedOp::Clamp:
-      return "clamp";
+    case EwOp::Neg:
+    case EwOp::Abs:
+    case EwOp::Exp:
+    case EwOp::Log:
+    case EwOp::Sqrt:
+    case EwOp::Rsqrt:
+    case EwOp::Tanh:
+    case EwOp::Sigmoid:
+    case EwOp::Silu:
+    case EwOp::Gelu:
+    case EwOp::GeluTanh:
+    case EwOp::QuickGelu:
+    case EwOp::Square:
+      return true;
+    default:
+      return false;
   }
-  return "?";
 }
 
-bool fused_op_is_unary(FusedOp op) {
-  return op >= FusedOp::Neg && op <= FusedOp::Cast;
+bool fusable_binary(EwOp op) {
+  return op >= EwOp::Add && op <= EwOp::Minimum;
 }
-bool fused_op_is_binary(FusedOp op) {
-  return op >= FusedOp::Add && op <= FusedOp::Minimum;
+
+std::string_view fused_node_name(const FusedNode& n) {
+  switch (n.kind) {
+    case FusedKind::Input:
+      return "input";
+    case FusedKind::Scalar:
+      return "scalar";
+    case FusedKind::Cast:
+      return "cast";
+    case FusedKind::Op:
+      break;
+  }
+  return runtime::ew_op_name(n.op);
 }
 
 ElementwiseRegion::ElementwiseRegion(Shape shape) : shape_(std::move(shape)) {
@@ -99,13 +79,13 @@ ElementwiseRegion::ElementwiseRegion(Shape shape) : shape_(std::move(shape)) {
     KILN_CHECK(d >= 0, kOp << ": expected a non-negative shape, got " << shape_str(shape_));
 }
 
-ValueId ElementwiseRegion::add_node(FusedNode node, const char* what) {
+ValueId ElementwiseRegion::add_node(FusedNode node, std::string_view what) {
   check_dtype(node.dtype, what);
   nodes_.push_back(node);
   return static_cast<ValueId>(nodes_.size() - 1);
 }
 
-void ElementwiseRegion::check_value(ValueId v, const char* what) const {
+void ElementwiseRegion::check_value(ValueId v, std::string_view what) const {
   KILN_CHECK(v >= 0 && static_cast<size_t>(v) < nodes_.size(), kOp << ": " << what << " refers to value " << v
                                                                    << ", but the region has " << nodes_.size()
                                                                    << " values");
@@ -123,8 +103,9 @@ ValueId ElementwiseRegion::input(DType dtype, Strides strides) {
   for (int64_t s : strides)
     KILN_CHECK(s >= 0, kOp << ": expected non-negative input strides, got " << shape_str(strides));
   inputs_.push_back(FusedInput{dtype, std::move(strides)});
-  return add_node(FusedNode{FusedOp::Input, dtype, {-1, -1, -1}, static_cast<int32_t>(inputs_.size() - 1)},
-                  "an input");
+  return add_node(
+      FusedNode{FusedKind::Input, EwOp::Add, dtype, {-1, -1, -1}, static_cast<int32_t>(inputs_.size() - 1)},
+      "an input");
 }
 
 ValueId ElementwiseRegion::input_like(DType dtype, const Shape& shape, const Strides& strides) {
@@ -145,22 +126,27 @@ ValueId ElementwiseRegion::input_like(DType dtype, const Shape& shape, const Str
 ValueId ElementwiseRegion::scalar(DType round_to) {
   check_dtype(round_to, "a scalar's dtype");
   scalar_dtypes_.push_back(round_to);
-  return add_node(
-      FusedNode{FusedOp::Scalar, round_to, {-1, -1, -1}, static_cast<int32_t>(scalar_dtypes_.size() - 1)},
-      "a scalar");
+  return add_node(FusedNode{FusedKind::Scalar,
+                            EwOp::Add,
+                            round_to,
+                            {-1, -1, -1},
+                            static_cast<int32_t>(scalar_dtypes_.size() - 1)},
+                  "a scalar");
 }
 
-ValueId ElementwiseRegion::unary(FusedOp op, ValueId x, DType dtype) {
-  KILN_CHECK(fused_op_is_unary(op), kOp << ": " << fused_op_name(op) << " is not a unary op");
-  check_value(x, fused_op_name(op));
-  return add_node(FusedNode{op, dtype, {x, -1, -1}, -1}, fused_op_name(op));
+ValueId ElementwiseRegion::unary(EwOp op, ValueId x, DType dtype) {
+  const std::string_view name = runtime::ew_op_name(op);
+  KILN_CHECK(fusable_unary(op), kOp << ": " << name << " is not a unary op a region holds");
+  check_value(x, name);
+  return add_node(FusedNode{FusedKind::Op, op, dtype, {x, -1, -1}, -1}, name);
 }
 
-ValueId ElementwiseRegion::binary(FusedOp op, ValueId a, ValueId b, DType dtype) {
-  KILN_CHECK(fused_op_is_binary(op), kOp << ": " << fused_op_name(op) << " is not a binary op");
-  check_value(a, fused_op_name(op));
-  check_value(b, fused_op_name(op));
-  return add_node(FusedNode{op, dtype, {a, b, -1}, -1}, fused_op_name(op));
+ValueId ElementwiseRegion::binary(EwOp op, ValueId a, ValueId b, DType dtype) {
+  const std::string_view name = runtime::ew_op_name(op);
+  KILN_CHECK(fusable_binary(op), kOp << ": " << name << " is not a binary op a region holds");
+  check_value(a, name);
+  check_value(b, name);
+  return add_node(FusedNode{FusedKind::Op, op, dtype, {a, b, -1}, -1}, name);
 }
 
 ValueId ElementwiseRegion::clamp(ValueId x, ValueId lo, ValueId hi, DType dtype) {
@@ -168,11 +154,12 @@ ValueId ElementwiseRegion::clamp(ValueId x, ValueId lo, ValueId hi, DType dtype)
   KILN_CHECK(lo >= 0 || hi >= 0, kOp << ": clamp needs at least one of lo and hi");
   if (lo >= 0) check_value(lo, "clamp's lo");
   if (hi >= 0) check_value(hi, "clamp's hi");
-  return add_node(FusedNode{FusedOp::Clamp, dtype, {x, lo, hi}, -1}, "clamp");
+  return add_node(FusedNode{FusedKind::Op, EwOp::Clamp, dtype, {x, lo, hi}, -1}, "clamp");
 }
 
 ValueId ElementwiseRegion::cast(ValueId x, DType dtype) {
-  return unary(FusedOp::Cast, x, dtype);
+  check_value(x, "cast");
+  return add_node(FusedNode{FusedKind::Cast, EwOp::Add, dtype, {x, -1, -1}, -1}, "cast");
 }
 
 void ElementwiseRegion::output(ValueId value, DType dtype) {
@@ -233,7 +220,7 @@ std::string ElementwiseRegion::structural_key() const {
     s << ";s" << k << '=' << short_dtype(c.scalar_dtypes_[k]);
   for (size_t i = 0; i < c.nodes_.size(); ++i) {
     const FusedNode& n = c.nodes_[i];
-    s << ";v" << i << '=' << fused_op_name(n.op) << ':' << short_dtype(n.dtype) << '(';
+    s << ";v" << i << '=' << fused_node_name(n) << ':' << short_dtype(n.dtype) << '(';
     if (n.index >= 0) s << '#' << n.index;
     for (ValueId a : n.args) s << ',' << a;
     s << ')';

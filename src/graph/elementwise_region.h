@@ -12,55 +12,43 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/shape.h"
+#include "runtime/elementwise_op.h"
 
 namespace kiln::graph {
 
-enum class FusedOp : uint8_t {
-  Input,   // element of input `index`
-  Scalar,  // run-time scalar `index`, rounded to the node's dtype, then widened to float32
-  // unary
-  Neg,
-  Abs,
-  Exp,
-  Log,
-  Sqrt,
-  Rsqrt,
-  Tanh,
-  Sigmoid,
-  Silu,
-  Gelu,
-  GeluTanh,
-  QuickGelu,
-  Square,
-  Cast,  // rounds to the node's dtype; no math
-  // binary
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Maximum,
-  Minimum,
-  // clamp(x, lo, hi): lo and/or hi are values (usually scalars); a missing bound is -1
-  Clamp,
-};
+// The region's ops are the runtime's elementwise ops: one enum for them here, in the CPU kernels and in the
+// op table.
+using runtime::EwOp;
 
-const char* fused_op_name(FusedOp op);
-bool fused_op_is_unary(FusedOp op);   // Neg..Cast
-bool fused_op_is_binary(FusedOp op);  // Add..Minimum
+// What a node is: a leaf (an element of input `index`, or run-time scalar `index` rounded to the node's
+// dtype and widened to float32), a rounding to the node's dtype with no math (the "copy" op between
+// dtypes), or an elementwise op.
+enum class FusedKind : uint8_t { Input, Scalar, Cast, Op };
+
+// The ops a region holds (the CPU JIT generates code for each): these unary and binary ones, and clamp,
+// whose bounds are values of the region (ElementwiseRegion::clamp).
+bool fusable_unary(EwOp op);   // neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, silu, gelu, gelu_tanh,
+                               // quick_gelu, square
+bool fusable_binary(EwOp op);  // add, sub, mul, div, maximum, minimum
 
 // A value of the region: the index of the node that defines it.
 using ValueId = int32_t;
 
 struct FusedNode {
-  FusedOp op;
+  FusedKind kind;
+  EwOp op;          // the op of a FusedKind::Op node (Add, unused, for the other kinds)
   DType dtype;      // float32, bfloat16 or float16: the result is rounded to it
   ValueId args[3];  // operands (-1 when unused); for Clamp: x, lo, hi
   int32_t index;    // Input: input number; Scalar: scalar number; else -1
 };
+
+// The node's name in structural keys and messages: "input", "scalar", "cast" or its op's ("gelu_tanh").
+std::string_view fused_node_name(const FusedNode& n);
 
 struct FusedInput {
   DType dtype;
@@ -84,8 +72,8 @@ class ElementwiseRegion {
   // Run-time scalar number `scalar_count()`. `round_to` is the dtype the unfused op rounds the scalar to
   // before computing: bfloat16 for add/sub on bfloat16 tensors, float32 for mul/div and clamp bounds.
   ValueId scalar(DType round_to = float32);
-  ValueId unary(FusedOp op, ValueId x, DType dtype);
-  ValueId binary(FusedOp op, ValueId a, ValueId b, DType dtype);
+  ValueId unary(EwOp op, ValueId x, DType dtype);                 // op: fusable_unary
+  ValueId binary(EwOp op, ValueId a, ValueId b, DType dtype);     // op: fusable_binary
   ValueId clamp(ValueId x, ValueId lo, ValueId hi, DType dtype);  // lo/hi may be -1 (absent)
   ValueId cast(ValueId x, DType dtype);
   void output(ValueId value, DType dtype);
@@ -111,8 +99,8 @@ class ElementwiseRegion {
   uint64_t structural_hash() const;
 
  private:
-  ValueId add_node(FusedNode node, const char* what);
-  void check_value(ValueId v, const char* what) const;
+  ValueId add_node(FusedNode node, std::string_view what);
+  void check_value(ValueId v, std::string_view what) const;
 
   Shape shape_;
   std::vector<FusedInput> inputs_;

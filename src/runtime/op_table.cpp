@@ -4,20 +4,21 @@
 #include <mutex>
 
 #include "kiln/core/error.h"
+#include "runtime/elementwise_op.h"
 
 namespace kiln::runtime {
 
 namespace {
 
-// Kiln's ops. One line per family keeps the table readable (clang-format would put one op a line).
+// Kiln's ops: data movement, then the elementwise ops (ops/elementwise.h; named in elementwise_op.h, the one
+// place their names are spelled), then the rest. One line per family keeps the tables readable (clang-format
+// would put one op a line).
 // clang-format off
-const OpInfo kKilnOps[] = {
-    // data movement (between devices too)
+const OpInfo kDataMovementOps[] = {
+    // between devices too
     {"copy"},
-    // elementwise (ops/elementwise.h)
-    {"add"}, {"sub"}, {"mul"}, {"div"}, {"maximum"}, {"minimum"}, {"pow"}, {"eq"}, {"ne"}, {"lt"}, {"le"}, {"gt"},
-    {"ge"}, {"where"}, {"neg"}, {"abs"}, {"exp"}, {"log"}, {"sqrt"}, {"rsqrt"}, {"sin"}, {"cos"}, {"tanh"},
-    {"sigmoid"}, {"silu"}, {"gelu"}, {"gelu_tanh"}, {"quick_gelu"}, {"square"}, {"clamp"}, {"pow_scalar"},
+};
+const OpInfo kOtherOps[] = {
     // reductions and normalisations (ops/reduction.h, ops/nn.h)
     {"sum"}, {"mean"}, {"max"}, {"var"}, {"softmax"}, {"layer_norm"}, {"rms_norm"}, {"group_norm"},
     // layout (ops/layout.h)
@@ -39,7 +40,9 @@ struct Table {
 Table& table() {
   static Table* t = [] {  // never destroyed: kernels may be registered and looked up during exit
     auto* made = new Table;
-    made->ops.assign(std::begin(kKilnOps), std::end(kKilnOps));
+    made->ops.assign(std::begin(kDataMovementOps), std::end(kDataMovementOps));
+    for (int i = 0; i < kEwOpCount; ++i) made->ops.push_back(OpInfo{ew_op_name(static_cast<EwOp>(i))});
+    made->ops.insert(made->ops.end(), std::begin(kOtherOps), std::end(kOtherOps));
     return made;
   }();
   return *t;

@@ -122,7 +122,7 @@ ElementwiseRegion modulate_region(const Shape& shape, DType dtype) {
   const ValueId x = r.input(dtype, contiguous_strides(shape));
   const ValueId s0 = r.scalar(float32);
   const ValueId s1 = r.scalar(dtype);
-  r.output(r.binary(FusedOp::Add, r.binary(FusedOp::Mul, x, s0, dtype), s1, dtype));
+  r.output(r.binary(EwOp::Add, r.binary(EwOp::Mul, x, s0, dtype), s1, dtype));
   return r;
 }
 
@@ -133,12 +133,12 @@ TEST(FusedRegion, KeyCoversStructureNotScalarValues) {
   EXPECT_NE(a.structural_hash(), modulate_region({4, 34}, bfloat16).structural_hash());
   // Same shape, different broadcast pattern.
   ElementwiseRegion b({4, 33}), c({4, 33});
-  b.output(b.unary(FusedOp::Exp, b.input(float32, {33, 1}), float32));
-  c.output(c.unary(FusedOp::Exp, c.input(float32, {0, 1}), float32));
+  b.output(b.unary(EwOp::Exp, b.input(float32, {33, 1}), float32));
+  c.output(c.unary(EwOp::Exp, c.input(float32, {0, 1}), float32));
   EXPECT_NE(b.structural_hash(), c.structural_hash());
   // Different op.
   ElementwiseRegion d({4, 33});
-  d.output(d.unary(FusedOp::Log, d.input(float32, {33, 1}), float32));
+  d.output(d.unary(EwOp::Log, d.input(float32, {33, 1}), float32));
   EXPECT_NE(b.structural_hash(), d.structural_hash());
   // Scalar values never enter the region; only the rounding dtype of each scalar does.
   EXPECT_EQ(a.structural_key().find("0.5"), std::string::npos);
@@ -146,15 +146,15 @@ TEST(FusedRegion, KeyCoversStructureNotScalarValues) {
 
 TEST(FusedRegion, CanonicalFormMergesContiguousDims) {
   ElementwiseRegion a({2, 64, 3072}), b({393216});
-  a.output(a.unary(FusedOp::Silu, a.input(bfloat16, contiguous_strides({2, 64, 3072})), bfloat16));
-  b.output(b.unary(FusedOp::Silu, b.input(bfloat16, {1}), bfloat16));
+  a.output(a.unary(EwOp::Silu, a.input(bfloat16, contiguous_strides({2, 64, 3072})), bfloat16));
+  b.output(b.unary(EwOp::Silu, b.input(bfloat16, {1}), bfloat16));
   EXPECT_EQ(a.canonical().shape(), Shape({393216}));
   EXPECT_EQ(a.structural_key(), b.structural_key());
   // A broadcast over the middle dim stays a dim of its own; size-1 dims vanish.
   ElementwiseRegion c({2, 1, 5, 7});
   const ValueId c0 = c.input(float32, {35, 35, 7, 1});
   const ValueId c1 = c.input(float32, {7, 0, 0, 1});
-  c.output(c.binary(FusedOp::Add, c0, c1, float32));
+  c.output(c.binary(EwOp::Add, c0, c1, float32));
   const ElementwiseRegion cc = c.canonical();
   EXPECT_EQ(cc.shape(), Shape({2, 5, 7}));
   EXPECT_EQ(cc.inputs()[0].strides, Strides({35, 7, 1}));
@@ -167,12 +167,12 @@ TEST(FusedRegion, RejectsBadInput) {
   EXPECT_THROW(r.input(float32, {1}), Error);  // wrong rank
   const ValueId x = r.input(float32, {4, 1});
   try {
-    r.binary(FusedOp::Add, x, 7, float32);
+    r.binary(EwOp::Add, x, 7, float32);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("fused_elementwise"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(r.unary(FusedOp::Add, x, float32), Error);
+  EXPECT_THROW(r.unary(EwOp::Add, x, float32), Error);
   EXPECT_THROW(r.input_like(float32, {5}, {1}), Error);  // does not broadcast to [3, 4]
   EXPECT_THROW(r.clamp(x, -1, -1, float32), Error);
 }
@@ -209,9 +209,9 @@ TEST_F(FusedJit, Bf16AdaLnGeluChainMatchesUnfused) {
   ElementwiseRegion r(x.shape());
   const ValueId xv = input_of(r, x), sv = input_of(r, scale), hv = input_of(r, shift);
   const ValueId one = r.scalar(bfloat16);  // add(double, bf16 tensor) rounds the scalar to bf16
-  const ValueId t = r.binary(FusedOp::Add, one, sv, bfloat16);
-  const ValueId u = r.binary(FusedOp::Add, r.binary(FusedOp::Mul, xv, t, bfloat16), hv, bfloat16);
-  r.output(r.unary(FusedOp::GeluTanh, u, bfloat16));
+  const ValueId t = r.binary(EwOp::Add, one, sv, bfloat16);
+  const ValueId u = r.binary(EwOp::Add, r.binary(EwOp::Mul, xv, t, bfloat16), hv, bfloat16);
+  r.output(r.unary(EwOp::GeluTanh, u, bfloat16));
   const auto outs = empty_outputs(r);
   ASSERT_TRUE(jit_->run(r, {x, scale, shift}, {1.0}, outs));
   EXPECT_TRUE(bitwise_equal(outs[0], expected));
@@ -228,8 +228,8 @@ TEST_F(FusedJit, F32GatedSigmoidWithNonContiguousInputMatchesUnfused) {
 
   ElementwiseRegion r(x.shape());
   const ValueId xv = input_of(r, x), av = input_of(r, a), bv = input_of(r, b);
-  r.output(r.binary(FusedOp::Mul, r.binary(FusedOp::Add, xv, av, float32),
-                    r.unary(FusedOp::Sigmoid, bv, float32), float32));
+  r.output(r.binary(EwOp::Mul, r.binary(EwOp::Add, xv, av, float32), r.unary(EwOp::Sigmoid, bv, float32),
+                    float32));
   const auto outs = empty_outputs(r);
   ASSERT_TRUE(jit_->run(r, {x, a, b}, {}, outs));
   EXPECT_TRUE(bitwise_equal(outs[0], expected));
@@ -248,8 +248,8 @@ TEST_F(FusedJit, ResidualPlusGateTimesYMixedDtypesWithTwoOutputs) {
 
   ElementwiseRegion r(residual.shape());
   const ValueId rv = input_of(r, residual), gv = input_of(r, gate), yv = input_of(r, y);
-  const ValueId p = r.binary(FusedOp::Mul, gv, yv, bfloat16);
-  r.output(r.binary(FusedOp::Add, rv, p, float32));
+  const ValueId p = r.binary(EwOp::Mul, gv, yv, bfloat16);
+  r.output(r.binary(EwOp::Add, rv, p, float32));
   r.output(p);
   const auto outs = empty_outputs(r);
   ASSERT_TRUE(jit_->run(r, {residual, gate, y}, {}, outs));
@@ -275,33 +275,33 @@ void check_every_op(CpuJit& jit, DType dtype) {
   const ValueId xv = input_of(r, x), zv = input_of(r, z);
   const ValueId lo = r.scalar(float32), hi = r.scalar(float32);
   std::vector<std::pair<std::string, Tensor>> expected;
-  auto out_unary = [&](FusedOp op, const Tensor& e) {
+  auto out_unary = [&](EwOp op, const Tensor& e) {
     r.output(r.unary(op, xv, dtype));
-    expected.emplace_back(fused_op_name(op), e);
+    expected.emplace_back(runtime::ew_op_name(op), e);
   };
-  out_unary(FusedOp::Neg, neg(x));
-  out_unary(FusedOp::Abs, abs(x));
-  out_unary(FusedOp::Exp, exp(x));
-  out_unary(FusedOp::Log, log(x));
-  out_unary(FusedOp::Sqrt, sqrt(x));
-  out_unary(FusedOp::Rsqrt, rsqrt(x));
-  out_unary(FusedOp::Tanh, tanh(x));
-  out_unary(FusedOp::Sigmoid, sigmoid(x));
-  out_unary(FusedOp::Silu, silu(x));
-  out_unary(FusedOp::Gelu, gelu(x));
-  out_unary(FusedOp::GeluTanh, gelu(x, GeluApproximate::Tanh));
-  out_unary(FusedOp::QuickGelu, quick_gelu(x));
-  out_unary(FusedOp::Square, square(x));
-  auto out_binary = [&](FusedOp op, const Tensor& e) {
+  out_unary(EwOp::Neg, neg(x));
+  out_unary(EwOp::Abs, abs(x));
+  out_unary(EwOp::Exp, exp(x));
+  out_unary(EwOp::Log, log(x));
+  out_unary(EwOp::Sqrt, sqrt(x));
+  out_unary(EwOp::Rsqrt, rsqrt(x));
+  out_unary(EwOp::Tanh, tanh(x));
+  out_unary(EwOp::Sigmoid, sigmoid(x));
+  out_unary(EwOp::Silu, silu(x));
+  out_unary(EwOp::Gelu, gelu(x));
+  out_unary(EwOp::GeluTanh, gelu(x, GeluApproximate::Tanh));
+  out_unary(EwOp::QuickGelu, quick_gelu(x));
+  out_unary(EwOp::Square, square(x));
+  auto out_binary = [&](EwOp op, const Tensor& e) {
     r.output(r.binary(op, xv, zv, dtype));
-    expected.emplace_back(fused_op_name(op), e);
+    expected.emplace_back(runtime::ew_op_name(op), e);
   };
-  out_binary(FusedOp::Add, add(x, z));
-  out_binary(FusedOp::Sub, sub(x, z));
-  out_binary(FusedOp::Mul, mul(x, z));
-  out_binary(FusedOp::Div, div(x, z));
-  out_binary(FusedOp::Maximum, maximum(x, z));
-  out_binary(FusedOp::Minimum, minimum(x, z));
+  out_binary(EwOp::Add, add(x, z));
+  out_binary(EwOp::Sub, sub(x, z));
+  out_binary(EwOp::Mul, mul(x, z));
+  out_binary(EwOp::Div, div(x, z));
+  out_binary(EwOp::Maximum, maximum(x, z));
+  out_binary(EwOp::Minimum, minimum(x, z));
   r.output(r.clamp(xv, lo, hi, dtype));
   expected.emplace_back("clamp", clamp(x, -2.5, 3.3));
   r.output(r.clamp(xv, -1, hi, dtype));
@@ -311,7 +311,7 @@ void check_every_op(CpuJit& jit, DType dtype) {
     r.output(r.cast(xv, to));
     expected.emplace_back(std::string("cast to ") + std::string(dtype_name(to)), x.to(to));
   }
-  r.output(r.unary(FusedOp::Exp, r.cast(xv, bfloat16), bfloat16), float32);
+  r.output(r.unary(EwOp::Exp, r.cast(xv, bfloat16), bfloat16), float32);
   expected.emplace_back("exp(bf16 cast) in f32", exp(x.to(bfloat16)).to(float32));
 
   const auto outs = empty_outputs(r);
@@ -480,7 +480,7 @@ TEST(FusedJitIsa, GenericVariantMatchesGenericUnfusedKernels) {
   if (!jit.available()) GTEST_SKIP() << "no C++ compiler on this machine";
   const Tensor x = random_tensor({3, 45}, float32, 51);
   ElementwiseRegion r(x.shape());
-  r.output(r.unary(FusedOp::Silu, r.unary(FusedOp::Tanh, input_of(r, x), float32), float32));
+  r.output(r.unary(EwOp::Silu, r.unary(EwOp::Tanh, input_of(r, x), float32), float32));
   const auto outs = empty_outputs(r);
   ASSERT_TRUE(jit.run(r, {x}, {}, outs));
   const Tensor expected = silu(tanh(x));
@@ -506,9 +506,9 @@ TEST(FusedJitTiming, DISABLED_AdaLnChainFusedVsUnfused) {
   const Tensor shift = random_tensor({1, 1, 3072}, bfloat16, 3, -1, 1);
   ElementwiseRegion r(x.shape());
   const ValueId xv = input_of(r, x), sv = input_of(r, scale), hv = input_of(r, shift);
-  const ValueId t = r.binary(FusedOp::Add, r.scalar(bfloat16), sv, bfloat16);
-  r.output(r.unary(FusedOp::GeluTanh,
-                   r.binary(FusedOp::Add, r.binary(FusedOp::Mul, xv, t, bfloat16), hv, bfloat16), bfloat16));
+  const ValueId t = r.binary(EwOp::Add, r.scalar(bfloat16), sv, bfloat16);
+  r.output(r.unary(EwOp::GeluTanh, r.binary(EwOp::Add, r.binary(EwOp::Mul, xv, t, bfloat16), hv, bfloat16),
+                   bfloat16));
   const auto outs = empty_outputs(r);
   auto time_ms = [](auto&& fn) {
     fn();

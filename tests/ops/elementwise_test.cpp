@@ -133,26 +133,9 @@ Tolerance tolerance_for(const Spec& s, DType out) {
   }
 }
 
+// The op a case names, by the op table's names.
 cpu_kernels::EwOp unary_op(const std::string& op) {
-  using cpu_kernels::EwOp;
-  static const std::map<std::string, EwOp> ops = {{"neg", EwOp::Neg},
-                                                  {"abs", EwOp::Abs},
-                                                  {"square", EwOp::Square},
-                                                  {"exp", EwOp::Exp},
-                                                  {"log", EwOp::Log},
-                                                  {"sqrt", EwOp::Sqrt},
-                                                  {"rsqrt", EwOp::Rsqrt},
-                                                  {"sin", EwOp::Sin},
-                                                  {"cos", EwOp::Cos},
-                                                  {"tanh", EwOp::Tanh},
-                                                  {"sigmoid", EwOp::Sigmoid},
-                                                  {"silu", EwOp::Silu},
-                                                  {"gelu", EwOp::Gelu},
-                                                  {"gelu_tanh", EwOp::GeluTanh},
-                                                  {"quick_gelu", EwOp::QuickGelu},
-                                                  {"clamp", EwOp::Clamp},
-                                                  {"pow_scalar", EwOp::PowScalar}};
-  return ops.at(op);
+  return runtime::find_ew_op(op).value();
 }
 
 // The op of a unary case computed by the portable kernel variant directly, whatever this CPU selects.

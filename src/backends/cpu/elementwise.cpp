@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "backends/cpu/elementwise_op.h"
 #include "backends/cpu/isa_dispatch.h"
@@ -333,39 +334,14 @@ void ew_kernel(const runtime::OpCall& call) {
 
 }  // namespace
 
+// One kernel per EwOp, each registered under the op's own name: a new op is named once (elementwise_op.h).
 void register_elementwise_kernels(runtime::KernelRegistry& registry) {
-  const auto cpu = DeviceType::CPU;
-  registry.add("add", cpu, ew_kernel<EwOp::Add>);
-  registry.add("sub", cpu, ew_kernel<EwOp::Sub>);
-  registry.add("mul", cpu, ew_kernel<EwOp::Mul>);
-  registry.add("div", cpu, ew_kernel<EwOp::Div>);
-  registry.add("maximum", cpu, ew_kernel<EwOp::Maximum>);
-  registry.add("minimum", cpu, ew_kernel<EwOp::Minimum>);
-  registry.add("pow", cpu, ew_kernel<EwOp::Pow>);
-  registry.add("eq", cpu, ew_kernel<EwOp::Eq>);
-  registry.add("ne", cpu, ew_kernel<EwOp::Ne>);
-  registry.add("lt", cpu, ew_kernel<EwOp::Lt>);
-  registry.add("le", cpu, ew_kernel<EwOp::Le>);
-  registry.add("gt", cpu, ew_kernel<EwOp::Gt>);
-  registry.add("ge", cpu, ew_kernel<EwOp::Ge>);
-  registry.add("where", cpu, ew_kernel<EwOp::Where>);
-  registry.add("neg", cpu, ew_kernel<EwOp::Neg>);
-  registry.add("abs", cpu, ew_kernel<EwOp::Abs>);
-  registry.add("exp", cpu, ew_kernel<EwOp::Exp>);
-  registry.add("log", cpu, ew_kernel<EwOp::Log>);
-  registry.add("sqrt", cpu, ew_kernel<EwOp::Sqrt>);
-  registry.add("rsqrt", cpu, ew_kernel<EwOp::Rsqrt>);
-  registry.add("sin", cpu, ew_kernel<EwOp::Sin>);
-  registry.add("cos", cpu, ew_kernel<EwOp::Cos>);
-  registry.add("tanh", cpu, ew_kernel<EwOp::Tanh>);
-  registry.add("sigmoid", cpu, ew_kernel<EwOp::Sigmoid>);
-  registry.add("silu", cpu, ew_kernel<EwOp::Silu>);
-  registry.add("gelu", cpu, ew_kernel<EwOp::Gelu>);
-  registry.add("gelu_tanh", cpu, ew_kernel<EwOp::GeluTanh>);
-  registry.add("quick_gelu", cpu, ew_kernel<EwOp::QuickGelu>);
-  registry.add("square", cpu, ew_kernel<EwOp::Square>);
-  registry.add("clamp", cpu, ew_kernel<EwOp::Clamp>);
-  registry.add("pow_scalar", cpu, ew_kernel<EwOp::PowScalar>);
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    (registry.add(runtime::ew_op_name(static_cast<EwOp>(I)), DeviceType::CPU,
+                  ew_kernel<static_cast<EwOp>(I)>),
+     ...);
+  }
+  (std::make_integer_sequence<int, runtime::kEwOpCount>{});
 }
 
 }  // namespace kiln::cpu_kernels

@@ -1,58 +1,19 @@
 // The vocabulary shared by the elementwise kernels (backends/cpu/elementwise.cpp) and their vectorized
-// float32-math runs (backends/cpu/isa/elementwise_float.cpp): which op, its scalar parameters, and one
-// strided operand of a run.
+// float32-math runs (backends/cpu/isa/elementwise_float.cpp): which op (runtime/elementwise_op.h), its scalar
+// parameters, and one strided operand of a run.
 #pragma once
 
 #include <cstdint>
 
 #include "kiln/core/dtype.h"
+#include "runtime/elementwise_op.h"
 
 namespace kiln::cpu_kernels {
 
-enum class EwOp : uint8_t {
-  // binary (two operands)
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Maximum,
-  Minimum,
-  Pow,
-  Eq,
-  Ne,
-  Lt,
-  Le,
-  Gt,
-  Ge,
-  // ternary: where(cond, a, b)
-  Where,
-  // unary
-  Neg,
-  Abs,
-  Exp,
-  Log,
-  Sqrt,
-  Rsqrt,
-  Sin,
-  Cos,
-  Tanh,
-  Sigmoid,
-  Silu,
-  Gelu,
-  GeluTanh,
-  QuickGelu,
-  Square,
-  Clamp,
-  PowScalar,
-};
-
-inline int ew_arity(EwOp op) {
-  if (op == EwOp::Where) return 3;
-  return op < EwOp::Where ? 2 : 1;
-}
-inline bool ew_is_comparison(EwOp op) {
-  return op >= EwOp::Eq && op <= EwOp::Ge;
-}
+// The op itself is the runtime's (one enum for the kernels, the fused regions and the op table).
+using runtime::ew_arity;
+using runtime::ew_is_comparison;
+using runtime::EwOp;
 
 // Scalar parameters of unary ops: clamp bounds (absent bounds are +-inf) and pow's exponent.
 struct EwParams {
