@@ -5,6 +5,7 @@
 
 #include "graph/graph_facts.h"
 #include "kiln/ops/fused.h"
+#include "ops/activation_op.h"
 #include "runtime/capture.h"
 
 namespace kiln::graph {
@@ -25,11 +26,10 @@ Tensor retarget(const Tensor& out, const Tensor& like) {
   return Tensor(out.storage(), like.shape(), like.strides(), out.offset(), out.dtype());
 }
 
+// The Activation a linear_fused applies in place of the op `op`, if one does.
 std::optional<Activation> activation_of(std::string_view op) {
-  if (op == "gelu") return Activation::Gelu;
-  if (op == "gelu_tanh") return Activation::GeluTanh;
-  if (op == "silu") return Activation::Silu;
-  return std::nullopt;
+  const std::optional<runtime::EwOp> ew = runtime::find_ew_op(op);
+  return ew ? ops::activation_of(*ew) : std::nullopt;
 }
 
 class PatternRewriter {

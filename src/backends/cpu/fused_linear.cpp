@@ -16,6 +16,7 @@
 #include "backends/cpu/linear_fma32.h"
 #include "backends/cpu/onednn_util.h"
 #include "kiln/ops/fused.h"
+#include "ops/activation_op.h"
 
 namespace kiln::cpu_kernels {
 
@@ -82,7 +83,7 @@ void linear_fused_kernel(const runtime::OpCall& call) {
   const bool has_bias = call.attrs.get_bool("has_bias");
   const bool has_gate = call.attrs.get_bool("has_gate");
   const bool has_residual = call.attrs.get_bool("has_residual");
-  const auto act = static_cast<Activation>(call.attrs.get_int("act"));
+  const Activation act = ops::activation_from_attr(call.attrs.get_int("act"));
   size_t next = 2;
   const Tensor& x = call.inputs[0];
   const Tensor& w = call.inputs[1];

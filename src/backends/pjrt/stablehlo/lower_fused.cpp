@@ -7,6 +7,7 @@
 #include "backends/pjrt/stablehlo/lowering_math.h"
 #include "backends/pjrt/stablehlo/lowering_registry.h"
 #include "kiln/core/error.h"
+#include "ops/activation_op.h"
 
 namespace kiln::pjrt::hlo {
 namespace {
@@ -62,7 +63,7 @@ std::vector<Value> lower_linear_fused(HloBuilder& b, const runtime::OpCall& call
     const Value term = b.convert(linear_product(b, thin, in[next + 1]), dtype);
     acc = b.add(acc, b.convert(term, acc.dtype));
   }
-  acc = activation(b, a.get_int("act"), acc);
+  acc = activation(b, ops::activation_from_attr(a.get_int("act")), acc);
   if (gate.defined()) {
     const int64_t m = acc.shape[0], n = acc.shape[1], g = gate.shape[0];
     KILN_CHECK(g > 0 && m % g == 0,

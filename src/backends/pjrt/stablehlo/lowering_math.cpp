@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "kiln/core/error.h"
+#include "ops/activation_op.h"
 
 namespace kiln::pjrt::hlo {
 namespace {
@@ -44,18 +46,18 @@ Value quick_gelu(HloBuilder& b, const Value& x) {
   return limit_at_minus_inf(b, x, b.mul(x, sigmoid(b, b.mul(splat_like(b, 1.702, x), x))));
 }
 
-Value activation(HloBuilder& b, int64_t act, const Value& x) {
-  switch (act) {
-    case 0:
-      return x;
-    case 1:
+Value activation(HloBuilder& b, Activation act, const Value& x) {
+  const std::optional<runtime::EwOp> op = ops::activation_op(act);
+  if (!op) return x;
+  switch (*op) {
+    case runtime::EwOp::Gelu:
       return gelu(b, x);
-    case 2:
+    case runtime::EwOp::GeluTanh:
       return gelu_tanh(b, x);
-    case 3:
+    case runtime::EwOp::Silu:
       return silu(b, x);
     default:
-      KILN_FAIL("activation: unknown activation " << act << " (expected 0 None, 1 Gelu, 2 GeluTanh, 3 Silu)");
+      KILN_FAIL("activation: no lowering for " << runtime::ew_op_name(*op));
   }
 }
 

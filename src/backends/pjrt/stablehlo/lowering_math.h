@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backends/pjrt/stablehlo/hlo_builder.h"
+#include "kiln/ops/fused.h"
 
 namespace kiln::pjrt::hlo {
 
@@ -27,8 +28,8 @@ Value quick_gelu(HloBuilder& b, const Value& x);
 // 1 / (1 + exp(-x)), the CPU kernels' sigmoid (not logistic, whose rounding differs by an ulp on some
 // plugins).
 Value sigmoid(HloBuilder& b, const Value& x);
-// Activation (kiln/ops/fused.h's enum: 0 None, 1 Gelu, 2 GeluTanh, 3 Silu) of a float32 value.
-Value activation(HloBuilder& b, int64_t act, const Value& x);
+// `act` of a float32 value: the elementwise op it stands for (ops/activation_op.h).
+Value activation(HloBuilder& b, Activation act, const Value& x);
 
 // Sum over `dims` of float32 x divided by their element count.
 Value mean_over(HloBuilder& b, const Value& x, const std::vector<int64_t>& dims);
