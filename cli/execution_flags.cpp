@@ -49,7 +49,8 @@ void add_execution_flags(CLI::App& cmd, ExecutionFlags& flags, const std::string
   cmd.add_option(
          "--tp", flags.tp,
          "tensor-parallel degree: split the transformer and the T5 encoder (FLUX.2: its text encoder) "
-         "over this many processes, started by `mpirun -np N` or `kiln launch -n N`; rank 0 " +
+         "over this many processes, started by `mpirun -np N` or `kiln launch -n N` (with --device on a "
+         "PJRT device: over N devices from it, one thread each in this process); rank 0 " +
              tp_reporter)
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -99,7 +100,13 @@ void join_tensor_parallel_group(int tp, const std::string& command) {
   KILN_CHECK(dist::world_size() == tp,
              "--tp " << tp << ": " << dist::world_size() << " process(es) were started; run `mpirun -np "
                      << tp << " kiln " << command << " --tp " << tp << " ...` or `kiln launch -n " << tp
-                     << " -- " << command << " ...` (and give --tp the number of processes)");
+                     << " -- " << command << " ...` (and give --tp the number of processes); on PJRT "
+                     << "devices (--device xla-cpu|cuda|tpu) " << command
+                     << " --tp runs the ranks in this process");
+}
+
+bool tensor_parallel_in_process(int tp, const Device& device) {
+  return tp > 1 && device.type != DeviceType::CPU && !dist::launched_by_mpirun();
 }
 
 }  // namespace kiln::cli

@@ -44,4 +44,8 @@ std::vector<std::string> configure_pipeline(DiffusionPipeline& pipe, const Execu
 // Throws naming `command` (generate, serve) and how to start it when the process count differs.
 void join_tensor_parallel_group(int tp, const std::string& command);
 
+// Whether --tp N on `device` runs its ranks as threads of this process (kiln/dist/local_ranks.h): N > 1 on a
+// PJRT device (rank r on the device r places after it) when mpirun did not start several processes.
+bool tensor_parallel_in_process(int tp, const Device& device);
+
 }  // namespace kiln::cli

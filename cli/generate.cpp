@@ -17,6 +17,7 @@
 #include "cli/generate_args.h"
 #include "cli/progress.h"
 #include "cli/weight_traffic.h"
+#include "kiln/dist/local_ranks.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
@@ -118,10 +119,10 @@ Image read_image(const char* flag, const std::string& path, const char* what) {
   }
 }
 
-void run_generate(const GenerateArgs& args) {
-  check_generate_args(args);
-  join_tensor_parallel_group(args.execution.tp, "generate");
-  const Device device = device_of_rank(parse_device_flag(args.device, args.execution), dist::rank());
+// The whole command on one rank (the only one without --tp): rank r works on the device r places after
+// `first_device`; rank 0 alone reports and writes the image.
+void generate_on_rank(const GenerateArgs& args, const Device& first_device) {
+  const Device device = device_of_rank(first_device, dist::rank());
   require_device(device);
   const io::ResolvedModel resolved = io::resolve_model(args.model);
   const io::ModelIndex index = io::load_model_index(resolved.path);
@@ -211,7 +212,12 @@ void run_generate(const GenerateArgs& args) {
     if (reporting) std::fprintf(stderr, "kiln: %s\n", line.c_str());
   if (device.type != DeviceType::CPU) {
     pipe->to(device);
-    if (reporting) std::fprintf(stderr, "kiln: every component on %s\n", device.str().c_str());
+    if (reporting && dist::in_local_ranks())
+      std::fprintf(stderr, "kiln: every component on %s, split over %d devices to %s (one thread each)\n",
+                   device.str().c_str(), dist::world_size(),
+                   device_of_rank(device, dist::world_size() - 1).str().c_str());
+    else if (reporting)
+      std::fprintf(stderr, "kiln: every component on %s\n", device.str().c_str());
   }
 
   // Like diffusers without a generator the noise is random, but the seed is reported and stored, so any
@@ -241,6 +247,19 @@ void run_generate(const GenerateArgs& args) {
   out.images.front().save(args.output);
   std::fprintf(stderr, "kiln: wrote %s (%dx%d, seed %llu)\n", args.output.c_str(), out.images.front().width,
                out.images.front().height, static_cast<unsigned long long>(seed));
+}
+
+void run_generate(const GenerateArgs& args) {
+  check_generate_args(args);
+  const Device device = parse_device_flag(args.device, args.execution);
+  // On the devices of one PJRT client the ranks are threads here, their collectives inside the devices'
+  // executables; otherwise each rank is a process of mpirun's.
+  if (tensor_parallel_in_process(args.execution.tp, device)) {
+    require_device(device_of_rank(device, args.execution.tp - 1));  // every rank's device, before loading
+    return dist::run_local_ranks(args.execution.tp, [&](int) { generate_on_rank(args, device); });
+  }
+  join_tensor_parallel_group(args.execution.tp, "generate");
+  generate_on_rank(args, device);
 }
 
 }  // namespace

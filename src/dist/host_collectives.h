@@ -11,12 +11,18 @@
 
 namespace kiln::dist {
 
+struct LocalRank;
+
 // out = the sum over ranks of every rank's `in` (`numel` elements of `dtype`: float32, bfloat16 or float16,
-// accumulated in float32 in rank order). `in` and `out` may be the same memory.
-void all_reduce_sum_host(const void* in, DType dtype, int64_t numel, void* out);
+// accumulated in float32 in rank order). `in` and `out` may be the same memory. `local`: the ranks are the
+// threads of that in-process group (dist/local_group.h) and exchange through host memory; null: the MPI
+// process group.
+void all_reduce_sum_host(const void* in, DType dtype, int64_t numel, void* out,
+                         const LocalRank* local = nullptr);
 
 // out = every rank's `in` (a dense array of `shape`) concatenated along `dim` in rank order. `in` and `out`
 // may overlap.
-void all_gather_host(const void* in, const Shape& shape, size_t element_size, int64_t dim, void* out);
+void all_gather_host(const void* in, const Shape& shape, size_t element_size, int64_t dim, void* out,
+                     const LocalRank* local = nullptr);
 
 }  // namespace kiln::dist

@@ -5,8 +5,10 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
+#include "dist/local_group.h"
 #include "dist/transport.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
@@ -78,11 +80,14 @@ bool is_initialized() {
   return state().initialized;
 }
 
+// A rank thread of run_local_ranks answers for its in-process group (dist/local_group.h).
 int rank() {
+  if (const LocalRank* local = current_local_rank()) return local->rank;
   return state().rank;
 }
 
 int world_size() {
+  if (const LocalRank* local = current_local_rank()) return local->group->size();
   return state().size;
 }
 
@@ -119,6 +124,17 @@ void abort_group(const std::string& message) {
 }
 
 void broadcast_from_rank0(void* data, size_t bytes) {
+  if (const LocalRank* local = current_local_rank()) {
+    // Rank 0's bytes, copied by each rank while rank 0 waits in the rendezvous.
+    const std::any from0 = local->group->rendezvous(
+        local->rank, static_cast<const void*>(data),
+        [](const std::vector<std::any>& items) { return std::vector<std::any>(items.size(), items[0]); });
+    if (local->rank != 0) std::memcpy(data, std::any_cast<const void*>(from0), bytes);
+    local->group->rendezvous(local->rank, {}, [](const std::vector<std::any>& items) {
+      return std::vector<std::any>(items.size());  // rank 0's bytes stay alive until every rank has copied
+    });
+    return;
+  }
   GroupState& s = state();
   if (!s.initialized || s.size == 1) return;
   KILN_CHECK(bytes <= static_cast<size_t>(INT_MAX),

@@ -2,6 +2,7 @@
 // passes from merging two identical calls (each rank must make every one).
 #include "kiln/ops/collective.h"
 
+#include "dist/local_group.h"
 #include "kiln/dist/process_group.h"
 #include "runtime/dispatcher.h"
 
@@ -23,6 +24,7 @@ Tensor all_reduce_sum(const Tensor& x) {
   if (dist::world_size() == 1) return x;
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   runtime::OpCall call{"all_reduce_sum", {x.contiguous()}, {out}, {}, /*may_merge=*/false};
+  dist::collective_attrs(call.attrs);
   runtime::dispatch(std::move(call));
   return out;
 }
@@ -39,6 +41,7 @@ Tensor all_gather(const Tensor& x, int64_t dim) {
   shape[static_cast<size_t>(d)] *= n;
   Tensor out = Tensor::empty(shape, x.dtype(), x.device());
   runtime::OpCall call{"all_gather", {x.contiguous()}, {out}, {}, /*may_merge=*/false};
+  dist::collective_attrs(call.attrs);
   call.attrs.set("dim", d);
   runtime::dispatch(std::move(call));
   return out;

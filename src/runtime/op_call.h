@@ -20,7 +20,9 @@ using AttrValue = std::variant<int64_t, double, bool, std::vector<int64_t>, std:
 
 class Attrs {
  public:
-  Attrs& set(std::string_view name, AttrValue value) {
+  // Not inlined: inlined into a caller that sets an integer, GCC 12 warns (falsely) that the vector
+  // alternative may be used uninitialized when the items grow.
+  [[gnu::noinline]] Attrs& set(std::string_view name, AttrValue value) {
     items_.emplace_back(name, std::move(value));
     return *this;
   }

@@ -30,7 +30,37 @@ add_test(NAME dist.generate_flux_tp2_on_xla_cpu
          COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --device xla-cpu --model ${KILN_TINY_FLUX}
                  ${KILN_TINY_GENERATE} --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp2_xla.png)
 set_tests_properties(dist.generate_flux_tp2_on_xla_cpu PROPERTIES PASS_REGULAR_EXPRESSION
-                     "every component on xla-cpu:0.*wrote .*dist_flux_tp2_xla.png" LABELS "dist;devices")
+                     "every component on xla-cpu:0.*wrote .*dist_flux_tp2_xla.png" LABELS "dist;devices"
+                     FIXTURES_SETUP flux_tp2_mpi_xla)
+# Without mpirun, --tp on PJRT devices runs the ranks as threads of one process, the collectives inside executables
+# across the devices (kiln/dist/local_ranks.h): the same PNG, byte for byte, as the MPI ranks'.
+if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
+  add_test(NAME dist.generate_flux_tp2_in_process_on_xla_cpu
+           COMMAND $<TARGET_FILE:kiln_cli> generate --tp 2 --device xla-cpu --model ${KILN_TINY_FLUX}
+                   ${KILN_TINY_GENERATE} --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp2_xla_in_process.png)
+  set_tests_properties(dist.generate_flux_tp2_in_process_on_xla_cpu PROPERTIES PASS_REGULAR_EXPRESSION
+                       "every component on xla-cpu:0, split over 2 devices to xla-cpu:1 \\(one thread each\\).*wrote .*dist_flux_tp2_xla_in_process.png"
+                       LABELS "dist;devices" FIXTURES_SETUP flux_tp2_local_xla)
+  add_test(NAME dist.in_process_ranks_draw_the_mpi_ranks_png
+           COMMAND ${CMAKE_COMMAND} -E compare_files ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp2_xla.png
+                   ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp2_xla_in_process.png)
+  set_tests_properties(dist.in_process_ranks_draw_the_mpi_ranks_png PROPERTIES LABELS "dist;devices"
+                       FIXTURES_REQUIRED "flux_tp2_mpi_xla;flux_tp2_local_xla")
+  # Compiled blocks on xla-cpu:2 and :3; and a group that would run past the plugin's last device fails before
+  # loading, naming it.
+  add_test(NAME dist.generate_flux_tp2_in_process_compiled_blocks
+           COMMAND $<TARGET_FILE:kiln_cli> generate --tp 2 --device xla-cpu:2 --mode compile-blocks
+                   --model ${KILN_TINY_FLUX} ${KILN_TINY_GENERATE}
+                   --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp2_xla_blocks.png)
+  set_tests_properties(dist.generate_flux_tp2_in_process_compiled_blocks PROPERTIES PASS_REGULAR_EXPRESSION
+                       "split over 2 devices to xla-cpu:3.*wrote .*dist_flux_tp2_xla_blocks.png" LABELS "dist;devices")
+  add_test(NAME dist.generate_in_process_past_the_last_device
+           COMMAND $<TARGET_FILE:kiln_cli> generate --tp 4 --device xla-cpu:1 --model ${KILN_TINY_FLUX}
+                   ${KILN_TINY_GENERATE} --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp4_refused.png)
+  set_tests_properties(dist.generate_in_process_past_the_last_device PROPERTIES PASS_REGULAR_EXPRESSION
+                       "^kiln: error: device xla-cpu:4 does not exist: the xla-cpu plugin \\([^)]*\\) has 4 devices"
+                       LABELS "dist;devices")
+endif()
 add_test(NAME dist.launch_sd3_tp2
          COMMAND ${CMAKE_COMMAND} -E env ${KILN_MPI_ENV} $<TARGET_FILE:kiln_cli> launch -n 2 --oversubscribe --
                  generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/sd3-tiny-medium ${KILN_TINY_GENERATE}

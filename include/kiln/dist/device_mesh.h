@@ -18,8 +18,9 @@ namespace kiln::dist {
 
 class DeviceMesh {
  public:
-  // `device_type`: "cpu" (the devices Kiln has). `shape`: one dimension whose size is the process group's
-  // world size (every rank takes part). Throws kiln::Error naming what differs.
+  // `device_type`: "cpu", "xla-cpu", "cuda" or "tpu" (a type, no index). `shape`: one dimension whose size is
+  // the world size (every rank takes part): the MPI process group's, or on a rank of run_local_ranks
+  // (local_ranks.h) its in-process group's. Throws kiln::Error naming what differs.
   DeviceMesh(std::string device_type, std::vector<int64_t> shape);
 
   const std::string& device_type() const { return device_type_; }

@@ -31,10 +31,21 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The text compiled and keyed: a multi-replica module ends with a comment naming its devices, so the
+// memory and disk caches tell placements apart (MLIR ignores the comment).
+std::string placed_text(const std::string& module_text, const std::vector<int>& replica_devices) {
+  if (replica_devices.empty()) return module_text;
+  std::string text = module_text + "\n// replicas on devices";
+  for (const int d : replica_devices) text += " " + std::to_string(d);
+  return text + "\n";
+}
+
 }  // namespace
 
-std::shared_ptr<Executable> cached_executable(Client& client, const std::string& module_text,
-                                              const std::string& what) {
+std::shared_ptr<Executable> cached_executable(Client& client, const std::string& text,
+                                              const std::string& what,
+                                              const std::vector<int>& replica_devices) {
+  const std::string module_text = placed_text(text, replica_devices);
   Cache& c = cache();
   Key key{&client, module_text};
   {
@@ -54,6 +65,12 @@ std::shared_ptr<Executable> cached_executable(Client& client, const std::string&
   const std::string disk_key = disk.enabled() ? ExecutableDiskCache::key_of(client, module_text) : "";
   ExecutableDiskCache::Lookup lookup = ExecutableDiskCache::Lookup::Absent;
   std::shared_ptr<Executable> made = disk.load(client, disk_key, &lookup);
+  if (made && !replica_devices.empty() && made->devices() != replica_devices) {
+    // A plugin that forgot the device assignment on deserialization: compile again rather than run replicas
+    // on the wrong devices.
+    made = nullptr;
+    lookup = ExecutableDiskCache::Lookup::Rejected;
+  }
   if (lookup == ExecutableDiskCache::Lookup::Rejected) ++c.disk_rejected;
   if (made) {
     ++c.disk_hits;
@@ -64,7 +81,8 @@ std::shared_ptr<Executable> cached_executable(Client& client, const std::string&
       log("compile", msg.str());
     }
   } else {
-    made = client.compile(module_text);
+    const int replicas = replica_devices.empty() ? 1 : static_cast<int>(replica_devices.size());
+    made = client.compile(module_text, replicas, 1, replica_devices);
     ++c.compiles;
     const double compile_ms = ms_since(start);
     disk.store(*made, disk_key);

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/pjrt/pjrt_client.h"
 
@@ -15,8 +16,12 @@ namespace kiln::pjrt {
 
 // The executable for `module_text` on `client`, compiled on first use. `what` names the call in the log
 // ("add(float32[2, 3], ...)", "region[mul, linear, ...] on xla-cpu:0 -> ...").
+//
+// `replica_devices` (empty: a portable 1 x 1 executable) compiles one replica per device listed, in that
+// order, for the modules of in-process collectives; the devices are part of the key.
 std::shared_ptr<Executable> cached_executable(Client& client, const std::string& module_text,
-                                              const std::string& what);
+                                              const std::string& what,
+                                              const std::vector<int>& replica_devices = {});
 
 struct ExecutableCacheStats {
   int64_t compiles = 0;       // modules compiled by the plugin

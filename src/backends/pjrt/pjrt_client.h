@@ -122,9 +122,11 @@ class Client {
   // Compiles StableHLO (MLIR text) for `num_replicas` x `num_partitions` devices (compile options set as the
   // plugins require). The module's text is checked to be non-empty and to hold a func.func @main first, whose
   // parameters must be statically shaped tensors of Kiln's dtypes. A 1 x 1 executable is compiled portable:
-  // execute_on runs it on any device.
+  // execute_on runs it on any device. `replica_devices` (device indices, one per replica, distinct; one
+  // partition) fixes where the replicas run, in that order (Executable::devices()); empty: the plugin's
+  // choice.
   std::shared_ptr<Executable> compile(std::string_view mlir_text, int num_replicas = 1,
-                                      int num_partitions = 1);
+                                      int num_partitions = 1, const std::vector<int>& replica_devices = {});
   // An executable from serialize()'s bytes, loaded on this client.
   std::shared_ptr<Executable> deserialize(std::string_view bytes);
 

@@ -155,8 +155,8 @@ std::string Executable::serialize() const {
 
 // ---- compiling
 
-std::shared_ptr<Executable> Client::compile(std::string_view mlir_text, int num_replicas,
-                                            int num_partitions) {
+std::shared_ptr<Executable> Client::compile(std::string_view mlir_text, int num_replicas, int num_partitions,
+                                            const std::vector<int>& replica_devices) {
   KILN_CHECK(!mlir_text.empty(), "PJRT compile: the module text is empty");
   const size_t need = size_t(num_replicas) * size_t(num_partitions);
   KILN_CHECK(num_replicas >= 1 && num_partitions >= 1 && need <= state_->devices.size(),
@@ -165,7 +165,16 @@ std::shared_ptr<Executable> Client::compile(std::string_view mlir_text, int num_
                               << state_->platform_name << " client");
   auto raw = std::make_unique<Executable::Raw>();
   raw->parameters = main_parameters(mlir_text);
-  const std::string options = compile_options_proto(num_replicas, num_partitions, need == 1);
+  std::vector<int64_t> replica_device_ids;
+  for (const int index : replica_devices) {
+    check_device_index(index, "PJRT compile");
+    for (const int64_t id : replica_device_ids)
+      KILN_CHECK(id != state_->devices[size_t(index)].id,
+                 "PJRT compile: device " << index << " is named twice among the replicas' devices");
+    replica_device_ids.push_back(state_->devices[size_t(index)].id);
+  }
+  const std::string options =
+      compile_options_proto(num_replicas, num_partitions, need == 1, replica_device_ids);
   std::string code(mlir_text);  // PJRT_Program's code is a mutable char*
   KILN_PJRT_ARGS(PJRT_Program, program);
   program.code = code.data();
@@ -183,6 +192,8 @@ std::shared_ptr<Executable> Client::compile(std::string_view mlir_text, int num_
   auto executable = std::make_shared<Executable>(state_->plugin, raw.release());
   executable->raw()->loaded = args.executable;
   describe(*state_->plugin, *executable->raw());
+  KILN_CHECK(replica_devices.empty() || executable->devices() == replica_devices,
+             "PJRT compile: the plugin placed the replicas on other devices than the assignment asked for");
   return executable;
 }
 

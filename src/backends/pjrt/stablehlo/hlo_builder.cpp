@@ -666,4 +666,33 @@ Value HloBuilder::dynamic_update_slice(const Value& operand, const Value& update
   return emit("dynamic_update_slice", operands, "", operand.dtype, operand.shape);
 }
 
+// --- collectives ---
+
+namespace {
+
+// `replica_groups = dense<[[0, 1, ..., n-1]]> : tensor<1xnxi64>`: one group of every replica.
+std::string one_replica_group(int64_t replicas) {
+  std::string ids;
+  for (int64_t r = 0; r < replicas; ++r) ids += (r ? ", " : "") + std::to_string(r);
+  return "replica_groups = dense<[[" + ids + "]]> : tensor<1x" + std::to_string(replicas) + "xi64>";
+}
+
+}  // namespace
+
+Value HloBuilder::all_reduce_sum(const Value& x, int64_t replicas) {
+  KILN_CHECK(replicas >= 1, "HloBuilder::all_reduce_sum: " << replicas << " replicas");
+  const std::string region = scalar_region(x.dtype, "add");
+  return emit("all_reduce", {x}, one_replica_group(replicas), x.dtype, x.shape, region);
+}
+
+Value HloBuilder::all_gather(const Value& x, int64_t dim, int64_t replicas) {
+  KILN_CHECK(replicas >= 1, "HloBuilder::all_gather: " << replicas << " replicas");
+  KILN_CHECK(dim >= 0 && dim < x.rank(), "HloBuilder::all_gather: dim " << dim << " outside " << describe(x));
+  Shape shape = x.shape;
+  shape[static_cast<size_t>(dim)] *= replicas;
+  return emit("all_gather", {x},
+              "all_gather_dim = " + std::to_string(dim) + " : i64, " + one_replica_group(replicas), x.dtype,
+              shape);
+}
+
 }  // namespace kiln::pjrt::hlo

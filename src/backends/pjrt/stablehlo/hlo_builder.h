@@ -183,6 +183,12 @@ class HloBuilder {
   // operand with `update` written at the static position `start` (one index per dim).
   Value dynamic_update_slice(const Value& operand, const Value& update, const std::vector<int64_t>& start);
 
+  // --- collectives across the replicas of a multi-replica executable (one replica per in-process rank) ---
+  // The elementwise sum of every replica's x (all `replicas` in one group); each replica gets it.
+  Value all_reduce_sum(const Value& x, int64_t replicas);
+  // Every replica's x concatenated along `dim` in replica order.
+  Value all_gather(const Value& x, int64_t dim, int64_t replicas);
+
  private:
   Value make(DType dtype, const Shape& shape);
   std::string ref(const Value& v) const;  // "%7" / "%arg0", after checking v was made here
