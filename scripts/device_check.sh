@@ -52,7 +52,8 @@ boxed() {
   local limit="$1" name="$2"
   shift 2
   local t0=$SECONDS rc
-  timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+  # Through bash, so that the exported shell functions below (configure, gen) can be boxed too.
+  timeout --kill-after=10 "$limit" bash -c '"$@"' _ "$@" >"$out/$name.log" 2>&1
   rc=$?
   echo "   ($name: exit $rc in $((SECONDS - t0)) s; log $out/$name.log)"
   [ $rc -eq 124 ] && echo "   $name ran past its ${limit} s box"
@@ -108,6 +109,8 @@ configure() {
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCH="$1" \
     -DKILN_PJRT_INCLUDE_DIR="$header"
 }
+export -f configure
+export build header
 bench_built=1
 if ! boxed 120 configure configure ON; then
   bench_built=0  # Google Benchmark absent: build without the benchmarks, the Kiln timings are skipped
@@ -124,7 +127,6 @@ note "build: ok in $((SECONDS - started)) s"
 
 # ---- 3. the PJRT and device tests on the device
 export KILN_TEST_DEVICE="$device"
-export KILN_CACHE_DIR="$root/$build/kiln-cache"  # executables compiled by this run, not a stale cache's
 filter="*"
 [ $quick -eq 1 ] && filter="CudnnAttention*:StableHloOps*Attention*:PjrtModes*"
 for suite in pjrt devices; do
@@ -142,6 +144,8 @@ gen() {  # model dtype device mode output
   "$kiln" generate --model "tests/data/models/$1" --dtype "$2" --device "$3" --mode "$4" --prompt "a red circle" \
     --height $size --width $size --steps 2 --seed 1 --max-sequence-length 16 --output "$5"
 }
+export -f gen
+export size kiln
 others=(cpu)
 [ "$device" != xla-cpu ] && "$kiln" info --devices 2>/dev/null | grep -q '^xla-cpu: [0-9]' && others+=(xla-cpu)
 images=("flux-tiny-schnell f32" "flux-tiny-dev-bf16 bf16" "sd3-tiny-medium bf16")
