@@ -25,7 +25,7 @@
 namespace kiln {
 namespace {
 
-const Device xla0("xla-cpu:0");
+const Device xla0 = testing::test_device(0);
 
 std::unique_ptr<DiffusionPipeline> load(const std::string& model, DType dtype = float32) {
   PipelineLoadOptions options;
@@ -287,7 +287,7 @@ TEST(PipelinesOnDevice, WhatADeviceCannotHoldIsRefusedByName) {
   pipe->to(xla0);
   // Offloading streams weights to the cpu's kernels: refused, naming the component on the device.
   const std::string offload = testing::error_message([&] { pipe->enable_model_cpu_offload(); });
-  EXPECT_NE(offload.find("enable_model_cpu_offload: text_encoder is on xla-cpu:0"), std::string::npos)
+  EXPECT_NE(offload.find("enable_model_cpu_offload: text_encoder is on " + xla0.str()), std::string::npos)
       << offload;
   EXPECT_NE(
       testing::error_message([&] { pipe->enable_group_offload(); }).find("runs on the cpu only for now"),

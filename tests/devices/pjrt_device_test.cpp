@@ -22,8 +22,8 @@
 namespace kiln {
 namespace {
 
-const Device xla0("xla-cpu:0");
-const Device xla1("xla-cpu:1");
+const Device xla0 = testing::test_device(0);
+const Device xla1 = testing::test_device(1);
 
 std::vector<float> ramp(int64_t n, float scale = 0.37f, float shift = -1.5f) {
   std::vector<float> v(n);
@@ -171,7 +171,7 @@ TEST(PjrtDevice, MixedDevicesAreRefusedNamingBoth) {
   KILN_SKIP_WITHOUT_PJRT();
   const Tensor a = Tensor::from_vector(ramp(4), {4});
   const std::string e = testing::error_message([&] { (void)add(a, a.to(xla0)); });
-  EXPECT_NE(e.find("add: operands on cpu and xla-cpu:0; move them to one device first (Tensor::to)"),
+  EXPECT_NE(e.find("add: operands on cpu and " + xla0.str() + "; move them to one device first (Tensor::to)"),
             std::string::npos)
       << e;
   EXPECT_NE(e.find("Tensor::to"), std::string::npos) << e;
@@ -182,7 +182,8 @@ TEST(PjrtDevice, AnOpWithoutALoweringIsRefusedByName) {
   const Tensor x = Tensor::zeros({2, 4}, float32, xla0);
   runtime::OpCall call{"linear_quantized", {x}, {Tensor::empty({2, 4}, float32, xla0)}, {}};
   const std::string e = testing::error_message([&] { runtime::dispatch(std::move(call)); });
-  EXPECT_NE(e.find("linear_quantized is not supported on xla-cpu:0 (the pjrt backend has no kernel for it)"),
+  EXPECT_NE(e.find("linear_quantized is not supported on " + xla0.str() +
+                   " (the pjrt backend has no kernel for it)"),
             std::string::npos)
       << e;
 }
@@ -199,8 +200,9 @@ TEST(PjrtDevice, ReadingATensorNothingWroteIsAnError) {
 TEST(PjrtDevice, ADeviceBeyondThePluginsIsNamed) {
   KILN_SKIP_WITHOUT_PJRT();
   const std::string e =
-      testing::error_message([] { (void)Tensor::zeros({2}, float32, Device("xla-cpu:64")); });
-  EXPECT_NE(e.find("device xla-cpu:64 does not exist: the xla-cpu plugin"), std::string::npos) << e;
+      testing::error_message([] { (void)Tensor::zeros({2}, float32, testing::test_device(64)); });
+  const std::string kind = testing::test_device_kind();
+  EXPECT_NE(e.find("device " + kind + ":64 does not exist: the " + kind + " plugin"), std::string::npos) << e;
 }
 
 TEST(PjrtDevice, DevicesAreListedWithTheirPlugin) {

@@ -24,7 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const Device xla0("xla-cpu:0");
+const Device xla0 = testing::test_device(0);
 
 // In the child: a strict-eager op and a deferred-and-fused chain, then the cache's counts on stdout.
 TEST(PjrtDiskCacheChild, RunsWhenAskedTo) {
@@ -55,8 +55,8 @@ ChildRun run_child(const std::string& cache) {
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   // The plugin is found where this process found it (the locator looks in the cache folder too).
   const std::string command = "KILN_TEST_DISK_CACHE_CHILD=1 KILN_LOG=compile KILN_CACHE_DIR='" + cache +
-                              "' KILN_PJRT_PLUGIN='" + pjrt::find_plugin("xla-cpu") + "' '" + self +
-                              "' --gtest_filter=PjrtDiskCacheChild.RunsWhenAskedTo 2>&1";
+                              "' KILN_PJRT_PLUGIN='" + pjrt::find_plugin(testing::test_device_kind()) +
+                              "' '" + self + "' --gtest_filter=PjrtDiskCacheChild.RunsWhenAskedTo 2>&1";
   ChildRun run;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return run;

@@ -21,7 +21,7 @@
 namespace kiln {
 namespace {
 
-const Device xla0("xla-cpu:0");
+const Device xla0 = testing::test_device(0);
 
 Tensor ramp(const Shape& shape, float scale, DType dtype = float32) {
   std::vector<float> v(static_cast<size_t>(shape_numel(shape)));

@@ -19,7 +19,7 @@
 namespace kiln {
 namespace {
 
-const Device xla0("xla-cpu:0");
+const Device xla0 = testing::test_device(0);
 
 enum class Mode { Eager, Fuse, Compile, CompileBlocks };
 

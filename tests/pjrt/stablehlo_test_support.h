@@ -1,6 +1,7 @@
 // Shared by the StableHLO tests: capturing the exact OpCall an op's front end makes, running it on Kiln's CPU
-// kernels for the expected storages, and running op_module(call) on the PJRT CPU plugin (one client per test
-// process, $KILN_PJRT_PLUGIN or find_plugin("xla-cpu")).
+// kernels for the expected storages, and running op_module(call) on a PJRT plugin (one client per test
+// process, $KILN_PJRT_PLUGIN or the plugin of $KILN_TEST_DEVICE, the CPU plugin "xla-cpu" unless set),
+// lowered for that plugin's platform.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "kiln/runtime/execution_context.h"
 #include "runtime/capture.h"
 #include "runtime/dispatcher.h"
+#include "support/pjrt_devices.h"
 
 namespace kiln::pjrt::hlo::testing {
 
@@ -31,7 +33,7 @@ std::vector<runtime::OpCall> capture_calls(F&& f) {
   return calls;
 }
 
-// The CPU plugin's client, or null with `why` set (the test then skips).
+// The test plugin's client, or null with `why` set (the test then skips).
 inline std::shared_ptr<Client> shared_client(std::string* why) {
   static std::string reason;
   static const std::shared_ptr<Client> client = []() -> std::shared_ptr<Client> {
@@ -40,7 +42,7 @@ inline std::shared_ptr<Client> shared_client(std::string* why) {
       return nullptr;
     }
     try {
-      return Client::create(find_plugin("xla-cpu"));
+      return Client::create(find_plugin(kiln::testing::test_device_kind()));
     } catch (const Error& e) {
       reason = e.what();
       return nullptr;
@@ -76,7 +78,7 @@ inline CpuRun run_on_cpu(std::vector<runtime::OpCall> calls) {
 
 // op_module(call) compiled and run on the plugin; the outputs' new storages as bytes.
 inline std::vector<std::vector<char>> run_on_pjrt(Client& client, const CpuRun& run) {
-  const OpModule m = op_module(run.call);
+  const OpModule m = op_module(run.call, lowering_target(client.platform_name()));
   const auto exe = client.compile(m.text);
   std::vector<std::shared_ptr<Buffer>> args;
   for (const OpModule::Param& p : m.params) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -19,6 +20,21 @@
   } while (0)
 
 namespace kiln::testing {
+
+// The PJRT device type the device tests run on: $KILN_TEST_DEVICE, "xla-cpu" (the CPU plugin CI has) unless
+// set; scripts/device_check.sh sets "cuda" on a GPU machine. Any other value is refused by name.
+inline std::string test_device_kind() {
+  const char* env = std::getenv("KILN_TEST_DEVICE");
+  const std::string kind = env != nullptr && *env != '\0' ? env : "xla-cpu";
+  if (kind != "xla-cpu" && kind != "cuda" && kind != "tpu")
+    throw Error("KILN_TEST_DEVICE must be xla-cpu, cuda or tpu, got '" + kind + "'");
+  return kind;
+}
+
+// Device `index` of that type ("xla-cpu:0").
+inline Device test_device(int index) {
+  return Device(test_device_kind() + ":" + std::to_string(index));
+}
 
 // The message of the kiln::Error `f` throws, or "(no error)".
 inline std::string error_message(const std::function<void()>& f) {

@@ -49,7 +49,7 @@ std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& devic
 
 void run_op_module(const runtime::OpCall& call) {
   const DeviceHandle device = device_handle(call.outputs.front().device());
-  const hlo::OpModule module = hlo::op_module(call);
+  const hlo::OpModule module = hlo::op_module(call, hlo::lowering_target(device.client->platform_name()));
   const std::shared_ptr<Executable> executable =
       cached_executable(*device.client, module.text, call.describe());
   std::vector<std::shared_ptr<Buffer>> arguments;

@@ -31,7 +31,8 @@ bool joins_pjrt_region(const runtime::OpCall& call) {
 
 void run_pjrt_region(const runtime::DeviceRegion& region) {
   const DeviceHandle device = device_handle(region.device());
-  const hlo::RegionModule module = hlo::region_module(region);
+  const hlo::RegionModule module =
+      hlo::region_module(region, hlo::lowering_target(device.client->platform_name()));
   const std::string what = region.describe();
   const std::shared_ptr<Executable> executable = cached_executable(*device.client, module.text, what);
   std::vector<std::shared_ptr<Buffer>> arguments;

@@ -167,7 +167,8 @@ std::string tensor_type(DType dtype, const Shape& shape) {
   return s + ">";
 }
 
-HloBuilder::HloBuilder(std::string module_name) : module_name_(std::move(module_name)) {
+HloBuilder::HloBuilder(std::string module_name, LoweringTarget target)
+    : module_name_(std::move(module_name)), target_(std::move(target)) {
   KILN_CHECK(!module_name_.empty() &&
                  std::all_of(module_name_.begin(), module_name_.end(),
                              [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }),
@@ -179,6 +180,7 @@ Value HloBuilder::make(DType dtype, const Shape& shape) {
   Value v{next_id_++, dtype, shape};
   types_.push_back(type_of(v));
   arg_index_.push_back(-1);
+  names_.emplace_back();
   return v;
 }
 
@@ -190,6 +192,7 @@ std::string HloBuilder::ref(const Value& v) const {
                                            ? " (its type there is " + types_[static_cast<size_t>(v.id)] + ")"
                                            : std::string()));
   const int64_t arg = arg_index_[static_cast<size_t>(v.id)];
+  if (const std::string& name = names_[static_cast<size_t>(v.id)]; !name.empty()) return name;
   return arg >= 0 ? "%arg" + std::to_string(arg) : "%" + std::to_string(v.id);
 }
 
@@ -693,6 +696,74 @@ Value HloBuilder::all_gather(const Value& x, int64_t dim, int64_t replicas) {
   return emit("all_gather", {x},
               "all_gather_dim = " + std::to_string(dim) + " : i64, " + one_replica_group(replicas), x.dtype,
               shape);
+}
+
+// --- custom calls ---
+
+namespace {
+
+// `text` as an MLIR string literal's contents: quotes, backslashes and control characters as \XX hex escapes
+// (how MLIR's printer writes them, and what JAX's modules show: \22 for ").
+std::string mlir_string_escape(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\' || u < 0x20 || u >= 0x7f) {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "\\%02X", u);
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// A row-major layout (minor_to_major n-1, ..., 0) as custom_call's operand_layouts / result_layouts write it.
+std::string row_major_layout(size_t rank) {
+  // MLIR prints a one-element array as a splat: dense<0>.
+  if (rank == 0) return "dense<> : tensor<0xindex>";
+  if (rank == 1) return "dense<0> : tensor<1xindex>";
+  std::string dims;
+  for (size_t i = rank; i-- > 0;) dims += (dims.empty() ? "" : ", ") + std::to_string(i);
+  return "dense<[" + dims + "]> : tensor<" + std::to_string(rank) + "xindex>";
+}
+
+}  // namespace
+
+std::vector<Value> HloBuilder::custom_call(std::string_view target_name, const std::vector<Value>& operands,
+                                           const std::string& backend_config,
+                                           const std::vector<TensorType>& result_types) {
+  KILN_CHECK(!result_types.empty(), "HloBuilder::custom_call " << target_name << ": no results");
+  std::string operand_list, operand_types, operand_layouts, result_layouts, result_type_list;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const std::string sep = i ? ", " : "";
+    operand_list += sep + ref(operands[i]);
+    operand_types += sep + type_of(operands[i]);
+    operand_layouts += sep + row_major_layout(operands[i].shape.size());
+  }
+  std::vector<Value> results;
+  for (size_t i = 0; i < result_types.size(); ++i) {
+    results.push_back(make(result_types[i].dtype, result_types[i].shape));
+    const std::string sep = i ? ", " : "";
+    result_type_list += sep + type_of(results.back());
+    result_layouts += sep + row_major_layout(result_types[i].shape.size());
+  }
+  // One op with several results is `%N:k = ...`, its results %N#0 ... %N#(k-1).
+  const std::string base = "%" + std::to_string(results.front().id);
+  const bool several = results.size() > 1;
+  if (several)
+    for (size_t i = 0; i < results.size(); ++i)
+      names_[static_cast<size_t>(results[i].id)] = base + "#" + std::to_string(i);
+  std::string line = (several ? base + ":" + std::to_string(results.size()) : base) +
+                     " = \"stablehlo.custom_call\"(" + operand_list +
+                     ") <{api_version = 2 : i32, backend_config = \"" + mlir_string_escape(backend_config) +
+                     "\", call_target_name = \"" + std::string(target_name) +
+                     "\", called_computations = [], has_side_effect = false, operand_layouts = [" +
+                     operand_layouts + "], result_layouts = [" + result_layouts + "]}> : (" + operand_types +
+                     ") -> " + (several ? "(" + result_type_list + ")" : result_type_list);
+  lines_.push_back(std::move(line));
+  return results;
 }
 
 }  // namespace kiln::pjrt::hlo

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/pjrt/stablehlo/lowering_target.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/shape.h"
 
@@ -71,8 +72,11 @@ struct ScatterDims {
 
 class HloBuilder {
  public:
-  // `module_name` names the module (`module @kiln_add`); letters, digits and '_' only.
-  explicit HloBuilder(std::string module_name = "kiln");
+  // `module_name` names the module (`module @kiln_add`); letters, digits and '_' only. `target` is the
+  // platform the module is for (lowerings that differ per platform ask target()).
+  explicit HloBuilder(std::string module_name = "kiln", LoweringTarget target = {});
+
+  const LoweringTarget& target() const { return target_; }
 
   // A new argument of @main, in order (%arg0, %arg1, ...).
   Value parameter(DType dtype, const Shape& shape);
@@ -189,6 +193,18 @@ class HloBuilder {
   // Every replica's x concatenated along `dim` in replica order.
   Value all_gather(const Value& x, int64_t dim, int64_t replicas);
 
+  // --- custom calls ---
+  // A `stablehlo.custom_call` of `target_name` (api_version 2, no side effect) with row-major operand and
+  // result layouts, `backend_config` a string attribute (escaped here), one result per entry of
+  // `result_types`.
+  struct TensorType {
+    DType dtype;
+    Shape shape;
+  };
+  std::vector<Value> custom_call(std::string_view target_name, const std::vector<Value>& operands,
+                                 const std::string& backend_config,
+                                 const std::vector<TensorType>& result_types);
+
  private:
   Value make(DType dtype, const Shape& shape);
   std::string ref(const Value& v) const;  // "%7" / "%arg0", after checking v was made here
@@ -200,9 +216,11 @@ class HloBuilder {
   std::string scalar_region(DType dtype, std::string_view combiner);
 
   std::string module_name_;
+  LoweringTarget target_;
   std::vector<Value> params_;
   std::vector<std::string> types_;  // per value id: its tensor type, to catch a Value from another builder
   std::vector<int64_t> arg_index_;  // per value id: its @main argument number, or -1
+  std::vector<std::string> names_;  // per value id: its SSA name when not "%id" ("%5#1": a result of %5:2)
   std::vector<std::string> lines_;  // the body of @main, one op a line (regions span several)
   int64_t next_id_ = 0;
   bool lift_scalars_ = false;

@@ -1,7 +1,10 @@
 // Lowerings of scaled_dot_product_attention (src/backends/cpu/attention.cpp) and linear_fused
-// (src/backends/cpu/fused_linear.cpp, linear_epilogue.h) as plain ops: XLA fuses them as it sees fit. A fused
-// cuDNN attention call for NVIDIA GPUs is a separate lowering (issue #25, step 6).
+// (src/backends/cpu/fused_linear.cpp, linear_epilogue.h) as plain ops: XLA fuses them as it sees fit. On the
+// cuda platform attention is instead one call of XLA's cuDNN flash attention (cudnn_attention below), as JAX
+// emits it, where its dtypes and shapes allow.
+#include <charconv>
 #include <limits>
+#include <string>
 
 #include "backends/pjrt/stablehlo/lower_products.h"
 #include "backends/pjrt/stablehlo/lowering_math.h"
@@ -18,7 +21,8 @@ constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 // added; bool: true attends, false masks); attrs scale, is_causal (query i sees keys j <= i). Scores, softmax
 // and the product with v in float32 (16-bit operands are exact in float32). A row whose every key is masked
 // is NaN, as in torch.
-std::vector<Value> lower_attention(HloBuilder& b, const runtime::OpCall& call, const std::vector<Value>& in) {
+std::vector<Value> attention_composition(HloBuilder& b, const runtime::OpCall& call,
+                                         const std::vector<Value>& in) {
   const Value q = to_f32(b, in[0]), k = to_f32(b, in[1]), v = to_f32(b, in[2]);
   Value s = b.dot_general(q, k, DotDims{{0, 1}, {0, 1}, {3}, {3}}, DType::Float32);
   s = b.mul(s, b.splat(static_cast<float>(call.attrs.get_float("scale")), DType::Float32, s.shape));
@@ -39,6 +43,80 @@ std::vector<Value> lower_attention(HloBuilder& b, const runtime::OpCall& call, c
   const Value p = b.div(e, expand_reduced(b, sum, s, {3}));
   const Value out = b.dot_general(p, v, DotDims{{0, 1}, {0, 1}, {3}, {2}}, DType::Float32);
   return {b.convert(out, call.outputs[0].dtype())};
+}
+
+// A double as Python's repr writes it (the shortest text that reads back as the same double, with ".0" on a
+// whole number), so the backend config below matches JAX's json.dumps byte for byte.
+std::string python_float(double x) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+// The backend config of XLA's cuDNN forward attention (xla/service/gpu/backend_configs.proto's
+// GpuBackendConfig with a CudnnfMHABackendConfig), as JSON in the key order and spacing JAX 0.11.2's
+// jax/_src/cudnn/fused_attention_stablehlo.py gives it for the BNTH layout ([B, N, T, H], Kiln's own): the
+// cuDNN frontend's flash attention, the [B, N, T, S] score shape of the 16-bit element type, the two
+// products' dimension numbers (Q.K^T contracting H with H, P.V contracting S with S, batch B and N), no
+// dropout (JAX's default seed 42 is inert then), no sliding window, one segment per batch, no paging.
+std::string cudnn_attention_config(int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_kv, DType dtype,
+                                   double scale, bool causal) {
+  const auto str = [](int64_t v) { return "\"" + std::to_string(v) + "\""; };
+  const auto dims = [](int lhs_contract, int rhs_contract) {
+    return "{\"lhs_contracting_dimensions\": [\"" + std::to_string(lhs_contract) +
+           "\"], \"rhs_contracting_dimensions\": [\"" + std::to_string(rhs_contract) +
+           "\"], \"lhs_batch_dimensions\": [\"0\", \"1\"], \"rhs_batch_dimensions\": [\"0\", \"1\"]}";
+  };
+  return std::string("{\"operation_queue_id\": \"0\", \"cudnn_fmha_backend_config\": {") +
+         "\"algorithm\": {\"algo_id\": \"0\", \"math_type\": \"TENSOR_OP_MATH\", \"tuning_knobs\": {\"17\": "
+         "\"1\", \"24\": \"0\"}, \"is_cudnn_frontend\": true, \"workspace_size\": \"0\"}, " +
+         "\"fmha_scale\": " + python_float(scale) + ", " +
+         "\"intermediate_tensor_shape\": {\"element_type\": \"" +
+         (dtype == DType::BFloat16 ? "BF16" : "F16") + "\", \"dimensions\": [" + str(batch) + ", " +
+         str(heads) + ", " + str(seq_q) + ", " + str(seq_kv) +
+         "], \"tuple_shapes\": [], \"layout\": {\"dim_level_types\": [], \"dim_unique\": [], "
+         "\"dim_ordered\": [], \"minor_to_major\": [\"3\", \"2\", \"1\", \"0\"], \"tiles\": [], "
+         "\"element_size_in_bits\": \"0\", \"memory_space\": \"0\", \"index_primitive_type\": "
+         "\"PRIMITIVE_TYPE_INVALID\", \"pointer_primitive_type\": \"PRIMITIVE_TYPE_INVALID\", "
+         "\"dynamic_shape_metadata_prefix_bytes\": \"0\"}, \"is_dynamic_dimension\": [false, false, false, "
+         "false]}, \"is_flash_attention\": true, \"mask_type\": \"" +
+         (causal ? "CAUSAL" : "NO_MASK") + "\", \"bmm1_dot_dimension_numbers\": " + dims(3, 3) +
+         ", \"bmm2_dot_dimension_numbers\": " + dims(3, 2) +
+         ", \"dropout_rate\": 0.0, \"seed\": 42, \"sliding_window_length\": 0, \"max_seg_per_batch\": 1, "
+         "\"is_paged_attention\": false}}";
+}
+
+// Whether cuDNN's flash attention takes this call (what JAX checks before emitting it, made conservative
+// where JAX asks the GPU: head dims up to 128, which every architecture since Ampere takes, not Hopper's
+// 256): q, k, v of one 16-bit dtype, no bias (FLUX's and SD3's attention has none), equal head dims a
+// multiple of 8, and a causal mask only on square scores (cuDNN's and torch's diagonals then agree).
+bool cudnn_attention_fits(const runtime::OpCall& call, const std::vector<Value>& in) {
+  const Value &q = in[0], &k = in[1], &v = in[2];
+  const bool half = q.dtype == DType::BFloat16 || q.dtype == DType::Float16;
+  const int64_t d = q.shape[3];
+  return half && k.dtype == q.dtype && v.dtype == q.dtype && call.outputs[0].dtype() == q.dtype &&
+         in.size() == 3 && v.shape[3] == d && d % 8 == 0 && d <= 128 &&
+         (!call.attrs.get_bool("is_causal") || q.shape[2] == k.shape[2]);
+}
+
+// `__cudnn$fmhaSoftmax(q, k, v)` with q, k, v in [B, N, T|S, H] row-major: the output [B, N, T, H] and a
+// zero-size u8 workspace (XLA sizes the real one when it compiles), as JAX's inference lowering has it.
+std::vector<Value> cudnn_attention(HloBuilder& b, const runtime::OpCall& call, const std::vector<Value>& in) {
+  const Value& q = in[0];
+  const std::string config =
+      cudnn_attention_config(q.shape[0], q.shape[1], q.shape[2], in[1].shape[2], q.dtype,
+                             call.attrs.get_float("scale"), call.attrs.get_bool("is_causal"));
+  const std::vector<Value> results =
+      b.custom_call("__cudnn$fmhaSoftmax", {in[0], in[1], in[2]}, config,
+                    {{q.dtype, {q.shape[0], q.shape[1], q.shape[2], in[2].shape[3]}}, {DType::UInt8, {0}}});
+  return {results[0]};
+}
+
+std::vector<Value> lower_attention(HloBuilder& b, const runtime::OpCall& call, const std::vector<Value>& in) {
+  if (b.target().cudnn_attention && cudnn_attention_fits(call, in)) return cudnn_attention(b, call, in);
+  return attention_composition(b, call, in);
 }
 
 // x [M, K], weight [N, K], then as attrs say: bias [N], gate [G, 1 or N] (row i uses gate row i / (M / G)),

@@ -6,11 +6,11 @@
 
 namespace kiln::pjrt::hlo {
 
-OpModule op_module(const runtime::OpCall& call) {
+OpModule op_module(const runtime::OpCall& call, const LoweringTarget& target) {
   KILN_CHECK(has_lowering(call.op), "PJRT: op '" << call.op << "' has no StableHLO lowering ("
                                                  << call.describe()
                                                  << "); Kiln's PJRT backend cannot run it");
-  HloBuilder b("kiln_" + std::string(call.op));
+  HloBuilder b("kiln_" + std::string(call.op), target);
   b.lift_scalars();
   OpModule m;
   std::vector<Value> inputs;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/pjrt/stablehlo/lowering_target.h"
 #include "kiln/core/dtype.h"
 #include "runtime/op_call.h"
 
@@ -45,8 +46,8 @@ struct OpModule {
   std::vector<Result> results;  // @main's results: call.outputs[i]'s new storage, in order
 };
 
-// Throws a kiln::Error naming the op when it has no lowering (has_lowering) or a view reaches past its
-// storage.
-OpModule op_module(const runtime::OpCall& call);
+// Lowered for `target` (the device's platform). Throws a kiln::Error naming the op when it has no lowering
+// (has_lowering) or a view reaches past its storage.
+OpModule op_module(const runtime::OpCall& call, const LoweringTarget& target = {});
 
 }  // namespace kiln::pjrt::hlo

@@ -30,7 +30,8 @@ struct StorageValue {
 
 class RegionBuilder {
  public:
-  explicit RegionBuilder(const runtime::DeviceRegion& region) : region_(region), b_("kiln_region") {
+  RegionBuilder(const runtime::DeviceRegion& region, const LoweringTarget& target)
+      : region_(region), b_("kiln_region", target) {
     b_.lift_scalars();
   }
 
@@ -130,10 +131,10 @@ class RegionBuilder {
 
 }  // namespace
 
-RegionModule region_module(const runtime::DeviceRegion& region) {
+RegionModule region_module(const runtime::DeviceRegion& region, const LoweringTarget& target) {
   KILN_CHECK(!region.calls.empty() && region.stored.size() == region.calls.size(),
              "internal: a region needs calls and one stored list per call");
-  return RegionBuilder(region).build();
+  return RegionBuilder(region, target).build();
 }
 
 }  // namespace kiln::pjrt::hlo

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/pjrt/stablehlo/lowering_target.h"
 #include "kiln/core/dtype.h"
 #include "runtime/device_region.h"
 
@@ -41,8 +42,9 @@ struct RegionModule {
   std::vector<Operand> results;  // @main's results: each names the stored storage it replaces (an output)
 };
 
-// Throws a kiln::Error naming the call when an op has no lowering, a storage is read as another dtype than
-// the region wrote it in, or a view reaches past its storage.
-RegionModule region_module(const runtime::DeviceRegion& region);
+// Lowered for `target` (the device's platform). Throws a kiln::Error naming the call when an op has no
+// lowering, a storage is read as another dtype than the region wrote it in, or a view reaches past its
+// storage.
+RegionModule region_module(const runtime::DeviceRegion& region, const LoweringTarget& target = {});
 
 }  // namespace kiln::pjrt::hlo

@@ -1,0 +1,86 @@
+// One transformer step on a device, strict eager and compiled, for scripts/device_check.sh's table against
+// PyTorch (bench/torch_step.py builds plain torch modules of the same shapes):
+//   flux  FLUX.1-shaped transformer (bench_util.h: width 3072 = 24 heads x 128, 1 double + 1 single block),
+//         bf16, size x size pixels ((size/16)^2 image tokens) and 512 text tokens, batch 1;
+//   sd3   SD3.5-Medium-shaped (width 1536 = 24 heads x 64, 2 joint blocks, block 0 with the second
+//   attention),
+//         bf16, size x size pixels ((size/16)^2 image tokens), 333 text tokens, CFG batch 2.
+// Random weights, built on the host and moved (pipe.to's route). Prints one line per figure:
+//   RESULT kiln <model> <eager|compiled> <best ms over reps> first=<ms of the first call, compiling included>
+// Usage: bench_device_step <flux|sd3> [device=cuda] [reps=5] [size=1024]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "bench_util.h"
+#include "kiln/kiln.h"
+
+namespace {
+
+// Ops return once queued on the device's stream: reading one element of the output back waits for them all,
+// so the kernels are timed.
+double seconds(kiln::Device device, const std::function<kiln::Tensor()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const kiln::Tensor out = f();
+  (void)out.flatten().narrow(0, 0, 1).to(kiln::float32).to(kiln::cpu).to_vector<float>();
+  kiln::synchronize(device);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The first call (compiles, for either mode: strict eager compiles one executable per distinct op call), then
+// the best of `reps`.
+void time_modes(const std::string& model, kiln::Device device, kiln::nn::Module& module, int reps,
+                const std::function<kiln::Tensor()>& step) {
+  for (const bool compiled : {false, true}) {
+    module.reset_compiled();
+    if (compiled) module.compile({.fullgraph = true, .dynamic = false});
+    const double first = seconds(device, step);
+    double best = 1e30;
+    for (int i = 0; i < reps; ++i) best = std::min(best, seconds(device, step));
+    std::printf("RESULT kiln %s %s %.3f first=%.1f\n", model.c_str(), compiled ? "compiled" : "eager",
+                best * 1e3, first * 1e3);
+    std::fflush(stdout);
+  }
+  module.reset_compiled();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using kiln::bfloat16;
+  if (argc < 2 || (std::string(argv[1]) != "flux" && std::string(argv[1]) != "sd3")) {
+    std::fprintf(stderr, "usage: bench_device_step <flux|sd3> [device=cuda] [reps=5] [size=1024]\n");
+    return 2;
+  }
+  const std::string model = argv[1];
+  const kiln::Device device(argc > 2 ? argv[2] : "cuda");
+  const int reps = argc > 3 ? std::atoi(argv[3]) : 5;
+  const int64_t size = argc > 4 ? std::atoll(argv[4]) : 1024;
+  if (model == "flux") {
+    kiln::bench::FluxShapedStep s = kiln::bench::flux_shaped_step(size);
+    s.model->to(device);
+    for (kiln::Tensor* t : {&s.hidden, &s.text, &s.pooled, &s.timestep, &s.guidance, &s.txt_ids, &s.img_ids})
+      *t = t->to(device);
+    time_modes(model, device, *s.model, reps, [&] { return s.forward(); });
+    return 0;
+  }
+  const kiln::models::SD3TransformerConfig config = kiln::bench::sd3_medium_shaped_config();
+  kiln::models::SD3Transformer2DModel sd3(config);
+  kiln::nn::LoadOptions options;
+  options.dtype = bfloat16;
+  sd3.load_weights(kiln::bench::RandomWeights(sd3, bfloat16), options);
+  sd3.to(device);
+  const int64_t B = 2, L = 333, h = size / 8;
+  kiln::Generator gen(0);
+  const kiln::Tensor latents =
+      kiln::bench::random({B, config.in_channels, h, h}, bfloat16, gen, 1.0).to(device);
+  const kiln::Tensor text =
+      kiln::bench::random({B, L, config.joint_attention_dim}, bfloat16, gen, 1.0).to(device);
+  const kiln::Tensor pooled =
+      kiln::bench::random({B, config.pooled_projection_dim}, bfloat16, gen, 1.0).to(device);
+  const kiln::Tensor t = kiln::Tensor::full({B}, 500.0, kiln::float32).to(device);
+  time_modes(model, device, sd3, reps, [&] { return sd3.forward(latents, text, pooled, t); });
+  return 0;
+}

@@ -1,0 +1,14 @@
+module @kiln_scaled_dot_product_attention {
+  func.func public @main(%arg0: tensor<256xbf16>, %arg1: tensor<256xbf16>, %arg2: tensor<256xbf16>) -> (tensor<256xbf16>) {
+    %1 = "stablehlo.reshape"(%arg0) : (tensor<256xbf16>) -> tensor<2x8x16xbf16>
+    %2 = "stablehlo.reshape"(%1) : (tensor<2x8x16xbf16>) -> tensor<1x2x8x16xbf16>
+    %4 = "stablehlo.reshape"(%arg1) : (tensor<256xbf16>) -> tensor<2x8x16xbf16>
+    %5 = "stablehlo.reshape"(%4) : (tensor<2x8x16xbf16>) -> tensor<1x2x8x16xbf16>
+    %7 = "stablehlo.reshape"(%arg2) : (tensor<256xbf16>) -> tensor<2x8x16xbf16>
+    %8 = "stablehlo.reshape"(%7) : (tensor<2x8x16xbf16>) -> tensor<1x2x8x16xbf16>
+    %9:2 = "stablehlo.custom_call"(%2, %5, %8) <{api_version = 2 : i32, backend_config = "{\22operation_queue_id\22: \220\22, \22cudnn_fmha_backend_config\22: {\22algorithm\22: {\22algo_id\22: \220\22, \22math_type\22: \22TENSOR_OP_MATH\22, \22tuning_knobs\22: {\2217\22: \221\22, \2224\22: \220\22}, \22is_cudnn_frontend\22: true, \22workspace_size\22: \220\22}, \22fmha_scale\22: 0.25, \22intermediate_tensor_shape\22: {\22element_type\22: \22BF16\22, \22dimensions\22: [\221\22, \222\22, \228\22, \228\22], \22tuple_shapes\22: [], \22layout\22: {\22dim_level_types\22: [], \22dim_unique\22: [], \22dim_ordered\22: [], \22minor_to_major\22: [\223\22, \222\22, \221\22, \220\22], \22tiles\22: [], \22element_size_in_bits\22: \220\22, \22memory_space\22: \220\22, \22index_primitive_type\22: \22PRIMITIVE_TYPE_INVALID\22, \22pointer_primitive_type\22: \22PRIMITIVE_TYPE_INVALID\22, \22dynamic_shape_metadata_prefix_bytes\22: \220\22}, \22is_dynamic_dimension\22: [false, false, false, false]}, \22is_flash_attention\22: true, \22mask_type\22: \22NO_MASK\22, \22bmm1_dot_dimension_numbers\22: {\22lhs_contracting_dimensions\22: [\223\22], \22rhs_contracting_dimensions\22: [\223\22], \22lhs_batch_dimensions\22: [\220\22, \221\22], \22rhs_batch_dimensions\22: [\220\22, \221\22]}, \22bmm2_dot_dimension_numbers\22: {\22lhs_contracting_dimensions\22: [\223\22], \22rhs_contracting_dimensions\22: [\222\22], \22lhs_batch_dimensions\22: [\220\22, \221\22], \22rhs_batch_dimensions\22: [\220\22, \221\22]}, \22dropout_rate\22: 0.0, \22seed\22: 42, \22sliding_window_length\22: 0, \22max_seg_per_batch\22: 1, \22is_paged_attention\22: false}}", call_target_name = "__cudnn$fmhaSoftmax", called_computations = [], has_side_effect = false, operand_layouts = [dense<[3, 2, 1, 0]> : tensor<4xindex>, dense<[3, 2, 1, 0]> : tensor<4xindex>, dense<[3, 2, 1, 0]> : tensor<4xindex>], result_layouts = [dense<[3, 2, 1, 0]> : tensor<4xindex>, dense<0> : tensor<1xindex>]}> : (tensor<1x2x8x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1x2x8x16xbf16>) -> (tensor<1x2x8x16xbf16>, tensor<0xui8>)
+    %11 = "stablehlo.reshape"(%9#0) : (tensor<1x2x8x16xbf16>) -> tensor<2x8x16xbf16>
+    %12 = "stablehlo.reshape"(%11) : (tensor<2x8x16xbf16>) -> tensor<256xbf16>
+    "func.return"(%12) : (tensor<256xbf16>) -> ()
+  }
+}
