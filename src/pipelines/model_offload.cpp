@@ -82,13 +82,17 @@ OffloadPlan plan_device_offload(const NamedComponents& components, int64_t budge
   const ComponentResidency* most = &plan.components.front();
   for (const ComponentResidency& r : plan.components)
     if (r.group_minimum > most->group_minimum) most = &r;
+  std::ostringstream holds;
+  if (most->blocks == 0)
+    holds << format_bytes(most->bytes) << " of weights in no repeated block, all read while it runs";
+  else
+    holds << format_bytes(most->outside_blocks) << " of weights outside its " << most->blocks
+          << " blocks plus two groups of one block (the largest " << format_bytes(most->largest_group)
+          << "), " << format_bytes(most->group_minimum) << " at once";
   KILN_FAIL(
       "memory budget " << format_bytes(budget) << " on " << device.str()
                        << " is below what group offload needs there: " << most->name << " holds "
-                       << format_bytes(most->outside_blocks) << " of weights outside its " << most->blocks
-                       << " blocks plus two groups of one block (the largest "
-                       << format_bytes(most->largest_group) << "), " << format_bytes(most->group_minimum)
-                       << " at once; expected at least " << format_bytes(most->group_minimum)
+                       << holds.str() << "; expected at least " << format_bytes(most->group_minimum)
                        << " plus activations (sequential offload, one weight at a time, runs on the cpu "
                           "only)");
 }

@@ -174,7 +174,8 @@ class DiffusionPipeline {
   // when even the largest weight does not fit. Activations come on top. On a device with memory of its own
   // (`device`, or the one pipe.to put the transformer on) it picks none, model or group offload onto it,
   // refuses (naming the sizes) a budget below group offload's one-block groups, and limits what Kiln holds
-  // there, activations included, to `bytes` (set_memory_limit): past it a call fails naming the device.
+  // there, activations included, to `bytes` (set_memory_limit) until pipe.to or another offload call lifts
+  // it: past it a call fails naming the device.
   OffloadPlan set_memory_budget(int64_t bytes, std::optional<Device> device = std::nullopt);
   // diffusers' pipe.to(device): every component resident on `device`, any offloading turned off (on the cpu
   // the weights packed as weight_packing() says). On a PJRT device (xla-cpu, cuda, tpu) the weights are
