@@ -13,18 +13,15 @@ Device parse_device_flag(const std::string& name, const ExecutionFlags& flags) {
     KILN_FAIL("--device " << name << ": " << e.what());
   }
   if (device.type == DeviceType::CPU) return device;
-  // On a PJRT device every weight is resident there (any --mode): offloading streams weights to the cpu's
-  // kernels and packed copies are the cpu's. (--tp puts rank r on the device r places after this one:
-  // device_of_rank.)
-  const std::string refused = "--device " + name + " keeps every component resident on the device; ";
-  KILN_CHECK(flags.offload == "auto" || flags.offload == "none",
-             refused << "--offload " << flags.offload
-                     << " runs on the cpu only for now (drop it or use --device cpu)");
-  KILN_CHECK(!flags.max_memory,
-             refused << "--max-memory " << *flags.max_memory
-                     << " budgets the cpu's memory only for now (drop it or use --device cpu)");
-  KILN_CHECK(!flags.packed_weights, refused
-                                        << "--packed-weights " << *flags.packed_weights
+  // On a PJRT device model and group offload copy weights from the host into the device's memory, and
+  // --max-memory limits what Kiln holds there; sequential offload and packed copies are the cpu's. (--tp
+  // puts rank r on the device r places after this one: device_of_rank.)
+  KILN_CHECK(flags.offload != "sequential",
+             "--device " << name
+                         << ": --offload sequential runs on the cpu only (use --offload model or "
+                            "group onto the device, or --device cpu)");
+  KILN_CHECK(!flags.packed_weights, "--device "
+                                        << name << ": --packed-weights " << *flags.packed_weights
                                         << " sizes the cpu's packed copies (drop it or use --device cpu)");
   return device;
 }

@@ -10,7 +10,7 @@
 namespace kiln::cli {
 
 // The device named by --device; throws naming the flag for a name no backend knows, and naming both flags
-// when another flag asks for what runs on the cpu only for now (offloading, --max-memory, --packed-weights).
+// when another flag asks for what runs on the cpu only (--offload sequential, --packed-weights).
 // Loads no plugin.
 Device parse_device_flag(const std::string& device, const ExecutionFlags& flags);
 

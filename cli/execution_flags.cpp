@@ -28,7 +28,9 @@ void add_execution_flags(CLI::App& cmd, ExecutionFlags& flags, const std::string
                  "in groups of --blocks-per-group, the next group brought in while one runs "
                  "(enable_group_offload); sequential: no packed copies and each weight released once the "
                  "next is read (enable_sequential_cpu_offload); none: every component keeps them; auto "
-                 "(default): model when the weights exceed half of this machine's memory")
+                 "(default): model when the weights exceed half of this machine's memory. With --device "
+                 "xla-cpu/cuda/tpu, model and group keep the weights on the host and copy them into the "
+                 "device's memory as they run (sequential is the cpu's only)")
       ->check(CLI::IsMember({"auto", "none", "model", "group", "sequential"}))
       ->capture_default_str();
   cmd.add_option("--blocks-per-group", flags.blocks_per_group,
@@ -38,7 +40,8 @@ void add_execution_flags(CLI::App& cmd, ExecutionFlags& flags, const std::string
       "--max-memory", flags.max_memory,
       "the most memory the weights may hold, e.g. 12GiB: picks the coarsest offload that stays under "
       "it (none, model, group, sequential) and fails before any work when the largest weight does not fit; "
-      "activations come on top");
+      "activations come on top. With --device xla-cpu/cuda/tpu: the most memory Kiln holds on the device, "
+      "weights and activations, picking none, model or group offload onto it");
   cmd.add_flag(
       "--vae-tiling", flags.vae_tiling,
       "decode in overlapping, blended tiles (diffusers' enable_vae_tiling): memory bounded by the tile");
@@ -80,8 +83,10 @@ PipelineLoadOptions load_options_from(const ExecutionFlags& flags) {
   return load;
 }
 
-std::vector<std::string> configure_pipeline(DiffusionPipeline& pipe, const ExecutionFlags& flags) {
+std::vector<std::string> configure_pipeline(DiffusionPipeline& pipe, const ExecutionFlags& flags,
+                                            Device device) {
   ExecutionOptions execution;
+  execution.device = device;
   if (flags.mode) execution.mode = parse_execution_mode(*flags.mode);
   if (flags.max_memory) execution.max_memory = parse_byte_budget(*flags.max_memory, "--max-memory");
   if (flags.offload == "none") execution.offload = OffloadMode::None;

@@ -1,6 +1,7 @@
 #include "kiln/core/allocator.h"
 
 #include "kiln/core/device_runtime.h"
+#include "kiln/core/error.h"
 
 namespace kiln {
 
@@ -22,6 +23,25 @@ void Allocator::record_allocate(size_t bytes) {
 
 void Allocator::record_deallocate(size_t bytes) {
   current_.fetch_sub(static_cast<int64_t>(bytes));
+}
+
+void Allocator::set_limit(std::optional<int64_t> bytes) {
+  if (!bytes) return;
+  KILN_FAIL("a memory limit of " << *bytes
+                                 << " bytes: this device's memory is the host's, which Kiln does "
+                                    "not limit (on the cpu, --max-memory picks the offload instead)");
+}
+
+void set_memory_limit(Device device, std::optional<int64_t> bytes) {
+  try {
+    device_runtime(device).allocator().set_limit(bytes);
+  } catch (const Error& e) {
+    KILN_FAIL(device.str() << ": " << e.what());
+  }
+}
+
+std::optional<int64_t> memory_limit(Device device) {
+  return device_runtime(device).allocator().limit();
 }
 
 void empty_cache(Device device) {

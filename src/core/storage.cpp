@@ -36,6 +36,12 @@ std::shared_ptr<Storage> Storage::borrow_file_pages(const void* data, size_t byt
       new Storage(const_cast<void*>(data), bytes, device, std::move(owner), true, /*file_pages=*/true));
 }
 
+std::shared_ptr<Storage> Storage::borrow_host_backed(void* handle, size_t bytes, Device device,
+                                                     std::shared_ptr<void> owner) {
+  return std::shared_ptr<Storage>(new Storage(handle, bytes, device, std::move(owner), true,
+                                              /*file_pages=*/false, /*host_backed=*/true));
+}
+
 namespace {
 
 // The whole pages inside [begin, begin + bytes): the pages at either end may hold a neighbouring tensor that

@@ -177,12 +177,12 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
 }
 
 size_t Module::release_weights() {
-  synchronize(cpu);
+  synchronize(device());   // the kernels still queued there read these weights
   stop_weight_prefetch();  // group offload's prefetch thread must not map them back
   size_t released = 0;
   std::set<const Storage*> seen;  // views of one storage (a fused qkv weight) are released once
   for (const Tensor& t : parameter_tensors()) {
-    if (!t.defined() || !t.storage()->is_file_pages() || !seen.insert(t.storage().get()).second) continue;
+    if (!t.defined() || !t.storage()->can_send_out() || !seen.insert(t.storage().get()).second) continue;
     released += t.storage()->bytes();
     t.storage()->clear_derived();
     device_runtime(t.storage()->device()).weight_tier().evict(*t.storage());

@@ -1,4 +1,5 @@
 // Module::to: moving a module's weights between devices (kiln/nn/module.h).
+#include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
 #include "kiln/nn/module.h"
 
@@ -25,6 +26,19 @@ void Module::to(Device device) {
   collect("", all);
   for (const auto& [name, p] : all)
     if (p->slot->defined()) *p->slot = p->slot->to(device);
+  move_runtime_inputs(device);
+}
+
+void Module::offload_to(Device device) {
+  check_movable_to(device);
+  WeightTier& tier = device_runtime(device).weight_tier();
+  std::vector<std::pair<std::string, const Parameter*>> all;
+  collect("", all);
+  for (const auto& [name, p] : all) {
+    Tensor& slot = *p->slot;
+    if (!slot.defined() || (slot.device() == device && slot.storage()->is_host_backed())) continue;
+    slot = tier.offloaded(slot.device().type == DeviceType::CPU ? slot : slot.to(cpu));
+  }
   move_runtime_inputs(device);
 }
 

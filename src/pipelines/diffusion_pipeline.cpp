@@ -102,27 +102,34 @@ std::vector<std::string> DiffusionPipeline::configure(const ExecutionOptions& op
   KILN_CHECK(options.blocks_per_group >= 1, class_name()
                                                 << ".configure: blocks_per_group must be at least 1, got "
                                                 << options.blocks_per_group);
+  const Device device = options.device.value_or(cpu);
+  const bool on_device = device.type != DeviceType::CPU;
+  KILN_CHECK(!on_device || options.offload != OffloadMode::Sequential,
+             class_name() << ".configure: sequential offload runs on the cpu only; onto " << device.str()
+                          << " use model or group offload");
   std::vector<std::string> said;
   // Automatic: a pipeline whose weights exceed half of the machine's memory (nothing packed) frees each
   // component's pages once it has run, so that the page cache holds the transformer while it denoises.
   const bool too_big = weight_packing_.budget.has_value() && !weight_packing_.requested;
+  const std::string onto = on_device ? " (onto " + device.str() + ", weights kept on the host)" : "";
   if (options.max_memory) {
-    said.push_back(set_memory_budget(*options.max_memory).describe());
+    said.push_back(set_memory_budget(*options.max_memory, device).describe() + onto);
   } else if (options.offload == OffloadMode::Group) {
-    enable_group_offload({.blocks_per_group = options.blocks_per_group, .prefetch = true});
+    enable_group_offload(
+        {.blocks_per_group = options.blocks_per_group, .prefetch = true, .onload_device = device});
     char line[128];
     std::snprintf(line, sizeof line,
                   "group offload: %d block(s) per group, the next group brought in while one runs",
                   options.blocks_per_group);
-    said.push_back(line);
+    said.push_back(line + onto);
   } else if (options.offload == OffloadMode::Sequential) {
     enable_sequential_cpu_offload();
     said.push_back("sequential offload: each weight is released once the next one is read");
   } else if (options.offload == OffloadMode::Model || (!options.offload && too_big)) {
-    enable_model_cpu_offload();
-    said.push_back("model offload: each component's weights are released once it has run");
-  } else if (options.offload == OffloadMode::None) {
-    to(cpu);
+    enable_model_cpu_offload(device);
+    said.push_back("model offload: each component's weights are released once it has run" + onto);
+  } else if (options.offload == OffloadMode::None || on_device) {
+    to(device);
   }
   if (!options.mode) return said;
   // The encoders and the VAE run once per image and stay eager in the compiled modes.
@@ -154,21 +161,26 @@ std::vector<std::string> DiffusionPipeline::configure(const ExecutionOptions& op
 void DiffusionPipeline::enable_sequential_cpu_offload(int64_t resident_bytes) {
   ExecutionScope in(*context_);
   require_cpu("enable_sequential_cpu_offload");
+  lift_memory_limit();
   model_cpu_offload_ = pipelines::apply_offload(
       {.mode = OffloadMode::Sequential, .budget = std::max<int64_t>(resident_bytes, 0)}, components());
 }
 
 void DiffusionPipeline::enable_group_offload(const GroupOffloadOptions& options) {
   ExecutionScope in(*context_);
-  require_cpu("enable_group_offload");
+  prepare_offload(offload_device(options.onload_device), "enable_group_offload");
   model_cpu_offload_ = pipelines::apply_offload({.mode = OffloadMode::Group, .group = options}, components());
 }
 
 void DiffusionPipeline::enable_model_cpu_offload(std::optional<Device> device) {
   ExecutionScope in(*context_);
-  require_cpu("enable_model_cpu_offload");
-  const Device on = pipelines::offload_compute_device(device);
+  const Device on = offload_device(device);
+  prepare_offload(on, "enable_model_cpu_offload");
   pipelines::clear_offload(weight_packing_);
+  // Onto a device, nothing is there until a component runs (a pipeline that ran holds copies there).
+  if (on.type != DeviceType::CPU)
+    for (const auto& [name, module] : components())
+      if (module != nullptr) module->release_weights();
   model_cpu_offload_ = true;
   if (log_enabled("offload"))
     log("offload", "model offload: each component on " + on.str() + " while it runs");
@@ -181,6 +193,7 @@ void DiffusionPipeline::to(const Device& device) {
   for (const auto& [name, module] : all)
     if (module != nullptr) module->check_movable_to(device);
   pipelines::clear_offload(weight_packing_);
+  lift_memory_limit();
   model_cpu_offload_ = false;
   for (const auto& [name, module] : all)
     if (module != nullptr) module->to(device);
@@ -217,11 +230,49 @@ void DiffusionPipeline::require_cpu(const char* what) {
                              << what << " runs on the cpu only for now (call pipe.to(\"cpu\") first)");
 }
 
-OffloadPlan DiffusionPipeline::set_memory_budget(int64_t bytes) {
+Device DiffusionPipeline::offload_device(std::optional<Device> requested) {
+  if (!requested) {
+    const Device placed = device();
+    if (placed.type != DeviceType::CPU) return placed;
+  }
+  return pipelines::offload_compute_device(requested);
+}
+
+void DiffusionPipeline::prepare_offload(Device device, const char* what) {
+  lift_memory_limit();
+  if (device.type == DeviceType::CPU) {
+    require_cpu(what);
+    return;
+  }
+  const auto all = components();
+  for (const auto& [name, module] : all)
+    if (module != nullptr) module->check_movable_to(device);
+  for (const auto& [name, module] : all)
+    if (module != nullptr) module->offload_to(device);
+  if (log_enabled("offload"))
+    log("offload",
+        std::string(what) + ": weights kept on the host, copied to " + device.str() + " as they run");
+}
+
+void DiffusionPipeline::lift_memory_limit() {
+  if (limited_device_) set_memory_limit(*limited_device_, std::nullopt);
+  limited_device_.reset();
+}
+
+OffloadPlan DiffusionPipeline::set_memory_budget(int64_t bytes, std::optional<Device> device) {
   ExecutionScope in(*context_);
-  require_cpu("set_memory_budget");
-  const OffloadPlan plan = plan_offload(components(), bytes);
+  const Device on = offload_device(device);
+  if (on.type == DeviceType::CPU) {
+    require_cpu("set_memory_budget");
+    const OffloadPlan plan = plan_offload(components(), bytes);
+    model_cpu_offload_ = pipelines::apply_offload(plan, components());
+    return plan;
+  }
+  const OffloadPlan plan = pipelines::plan_device_offload(components(), bytes, on);
+  prepare_offload(on, "set_memory_budget");
   model_cpu_offload_ = pipelines::apply_offload(plan, components());
+  set_memory_limit(on, bytes);
+  limited_device_ = on;
   return plan;
 }
 

@@ -19,7 +19,7 @@ namespace kiln::pipelines {
 void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>> components) {
   for (const auto& [name, module] : components) {
     if (module == nullptr) continue;
-    synchronize(cpu);  // the component's queued work first: the time logged is the release's own
+    synchronize(module->device());  // the component's queued work first: the time logged is the release's own
     const auto start = std::chrono::steady_clock::now();
     const size_t bytes = module->release_weights();
     if (log_enabled("offload")) {
@@ -36,9 +36,6 @@ void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>
 Device offload_compute_device(std::optional<Device> requested) {
   if (!requested) return default_compute_device();
   device_runtime(*requested);  // throws, naming the device, when this build has no backend for it
-  KILN_CHECK(requested->type == DeviceType::CPU,
-             "model offload computes on the cpu only for now: " << requested->str()
-                                                                << " cannot run a whole pipeline yet");
   return *requested;
 }
 
@@ -77,6 +74,27 @@ bool apply_offload(const OffloadPlan& plan, const NamedComponents& components) {
       return true;
   }
   return false;
+}
+
+OffloadPlan plan_device_offload(const NamedComponents& components, int64_t budget, Device device) {
+  OffloadPlan plan = plan_offload(components, budget);
+  if (plan.mode != OffloadMode::Sequential) return plan;
+  const ComponentResidency* most = &plan.components.front();
+  for (const ComponentResidency& r : plan.components)
+    if (r.group_minimum > most->group_minimum) most = &r;
+  std::ostringstream holds;
+  if (most->blocks == 0)
+    holds << format_bytes(most->bytes) << " of weights in no repeated block, all read while it runs";
+  else
+    holds << format_bytes(most->outside_blocks) << " of weights outside its " << most->blocks
+          << " blocks plus two groups of one block (the largest " << format_bytes(most->largest_group)
+          << "), " << format_bytes(most->group_minimum) << " at once";
+  KILN_FAIL(
+      "memory budget " << format_bytes(budget) << " on " << device.str()
+                       << " is below what group offload needs there: " << most->name << " holds "
+                       << holds.str() << "; expected at least " << format_bytes(most->group_minimum)
+                       << " plus activations (sequential offload, one weight at a time, runs on the cpu "
+                          "only)");
 }
 
 std::vector<WeightGroup> block_groups(const NamedComponents& components, int blocks_per_group) {
@@ -248,6 +266,7 @@ OffloadPlan plan_offload(const std::vector<ComponentWeights>& components, int64_
   for (size_t i = 0; i < plan.components.size(); ++i) {
     ComponentResidency& r = plan.components[i];
     group_peak(layouts[i], std::max(plan.group.blocks_per_group, 1), plan.group.prefetch, &r.largest_group);
+    r.group_minimum = std::min(r.bytes, group_peak(layouts[i], 1, true, nullptr));
     switch (plan.mode) {
       case OffloadMode::None:
         r.peak = plan.weight_bytes;  // every component stays

@@ -22,8 +22,8 @@ void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>
 
 using NamedComponents = std::vector<std::pair<std::string, nn::Module*>>;
 
-// The device an offload call computes on: `requested`, checked to have a backend in this build, else
-// default_compute_device().
+// The device an offload call computes on: `requested`, checked to have a backend in this build (the cpu, or a
+// device offloaded onto: Module::offload_to), else default_compute_device().
 Device offload_compute_device(std::optional<Device> requested);
 
 // Turns group and sequential offloading off and packs weights as `packing` (the plan made when loading
@@ -34,6 +34,11 @@ void clear_offload(const WeightPackingPlan& packing);
 // offload, registers the components' groups of blocks; returns whether the pipeline must also release each
 // component after use.
 bool apply_offload(const OffloadPlan& plan, const NamedComponents& components);
+
+// plan_offload for a device with memory of its own: none, model or group offload onto `device`; a budget
+// below group offload's one-block groups is refused naming the component and the bytes it needs (sequential
+// offload is the cpu's only).
+OffloadPlan plan_device_offload(const NamedComponents& components, int64_t budget, Device device);
 
 // The components' repeated blocks (nn::Module::repeated_blocks) in groups of `blocks_per_group` consecutive
 // blocks of one list, in the order they run (kiln/runtime/weight_groups.h). Weights outside blocks are in no

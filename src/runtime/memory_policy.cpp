@@ -150,7 +150,7 @@ void MemoryPolicy::note_reads(const std::vector<Tensor>& inputs) {
   const int64_t budget = state_->resident_budget.load(std::memory_order_relaxed);
   if (!groups && budget == kUnlimited) return;
   for (const Tensor& t : inputs) {
-    if (!t.defined() || !t.storage()->is_file_pages()) continue;  // only mapped weights come and go
+    if (!t.defined() || !t.storage()->can_send_out()) continue;  // only offloadable weights come and go
     if (groups) state_->groups.note_read(*t.storage());
     if (budget != kUnlimited) state_->resident.use(t.storage(), budget);
   }

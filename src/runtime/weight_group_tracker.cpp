@@ -84,7 +84,7 @@ void WeightGroupTracker::set(std::vector<WeightGroup> groups, bool prefetch) {
   for (auto& g : groups) {
     Group group{g.component, g.name, {}, -1};
     for (const Tensor& w : g.weights) {
-      if (!w.defined() || !w.storage()->is_file_pages()) continue;  // converted copies cannot be sent out
+      if (!w.defined() || !w.storage()->can_send_out()) continue;  // converted copies cannot be sent out
       const Storage* key = w.storage().get();
       if (group_of_.count(key)) continue;  // views of one storage belong to its first group
       group_of_[key] = {static_cast<int>(groups_.size()), w.storage()};

@@ -19,6 +19,31 @@ if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
   set_tests_properties(cli.generate_tiny_flux_on_xla_cpu_compiled_blocks PROPERTIES PASS_REGULAR_EXPRESSION
                        "every component on xla-cpu:0\n.*wrote .*cli_device_xla_cpu_blocks.png \\(32x32, seed 1\\)"
                        LABELS "cli;devices" TIMEOUT 300)
+  # Offloaded onto the device: the weights stay on the host and are copied into the device's memory as they run,
+  # a component at a time or in groups of blocks.
+  foreach(offload model group)
+    add_test(NAME cli.generate_tiny_flux_on_xla_cpu_offload_${offload}
+             COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device xla-cpu
+                     --offload ${offload} --prompt "a red circle" --height 32 --width 32 --steps 2 --seed 1 --dtype f32
+                     --max-sequence-length 16 --output ${KILN_DEVICE_WORK}/cli_device_xla_cpu_${offload}.png)
+    set_tests_properties(cli.generate_tiny_flux_on_xla_cpu_offload_${offload} PROPERTIES PASS_REGULAR_EXPRESSION
+                         "${offload} offload[^\n]*\\(onto xla-cpu:0, weights kept on the host\\).*wrote .*cli_device_xla_cpu_${offload}.png \\(32x32, seed 1\\)"
+                         LABELS "cli;devices" TIMEOUT 300)
+  endforeach()
+  # --max-memory on the device: picks the offload, and one below the largest weight is refused naming it.
+  add_test(NAME cli.generate_tiny_flux_on_xla_cpu_max_memory
+           COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device xla-cpu
+                   --max-memory 1GiB --prompt "a red circle" --height 32 --width 32 --steps 2 --seed 1 --dtype f32
+                   --max-sequence-length 16 --output ${KILN_DEVICE_WORK}/cli_device_xla_cpu_max_memory.png)
+  set_tests_properties(cli.generate_tiny_flux_on_xla_cpu_max_memory PROPERTIES PASS_REGULAR_EXPRESSION
+                       "memory budget 1.00 GiB[^\n]*onto xla-cpu:0.*wrote .*cli_device_xla_cpu_max_memory.png"
+                       LABELS "cli;devices" TIMEOUT 300)
+  add_test(NAME cli.generate_on_xla_cpu_rejects_a_budget_below_the_largest_weight
+           COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device xla-cpu
+                   --max-memory 1KiB --prompt x --height 32 --width 32 --steps 1 --dtype f32
+                   --output ${KILN_DEVICE_WORK}/cli_device_refused.png)
+  set_tests_properties(cli.generate_on_xla_cpu_rejects_a_budget_below_the_largest_weight PROPERTIES
+                       PASS_REGULAR_EXPRESSION "memory budget 1.0+ KiB is below the largest weight" LABELS "cli;devices")
 endif()
 # On a machine with the CUDA plugin the run succeeds; on one without (CI's) it fails before loading, naming the
 # package to install.
@@ -29,17 +54,17 @@ add_test(NAME cli.generate_cuda_needs_its_plugin
 set_tests_properties(cli.generate_cuda_needs_its_plugin PROPERTIES PASS_REGULAR_EXPRESSION
                      "PJRT: no cuda plugin found\\. Install it: [^\n]*pjrt|no PJRT support|wrote .*cli_device_cuda.png"
                      LABELS "cli;devices")
-add_test(NAME cli.generate_device_refuses_offload
-         COMMAND kiln_cli generate --model ${KILN_DEVICE_NO_MODEL} --device xla-cpu --offload group --prompt x
+add_test(NAME cli.generate_device_refuses_sequential_offload
+         COMMAND kiln_cli generate --model ${KILN_DEVICE_NO_MODEL} --device xla-cpu --offload sequential --prompt x
                  --output ${KILN_DEVICE_WORK}/cli_device_refused.png)
-set_tests_properties(cli.generate_device_refuses_offload PROPERTIES PASS_REGULAR_EXPRESSION
-                     "--device xla-cpu keeps every component resident on the device; --offload group runs on the cpu only for now"
+set_tests_properties(cli.generate_device_refuses_sequential_offload PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--device xla-cpu: --offload sequential runs on the cpu only \\(use --offload model or group"
                      LABELS cli)
-add_test(NAME cli.generate_device_refuses_max_memory
-         COMMAND kiln_cli generate --model ${KILN_DEVICE_NO_MODEL} --device tpu:1 --max-memory 1GiB --prompt x
+add_test(NAME cli.generate_device_refuses_packed_weights
+         COMMAND kiln_cli generate --model ${KILN_DEVICE_NO_MODEL} --device tpu:1 --packed-weights 1GiB --prompt x
                  --output ${KILN_DEVICE_WORK}/cli_device_refused.png)
-set_tests_properties(cli.generate_device_refuses_max_memory PROPERTIES PASS_REGULAR_EXPRESSION
-                     "--device tpu:1 keeps every component resident on the device; --max-memory 1GiB"
+set_tests_properties(cli.generate_device_refuses_packed_weights PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--device tpu:1: --packed-weights 1GiB sizes the cpu's packed copies"
                      LABELS cli)
 add_test(NAME cli.generate_rejects_unknown_device
          COMMAND kiln_cli generate --model ${KILN_DEVICE_NO_MODEL} --device gpu --prompt x

@@ -3,7 +3,8 @@
 // the CPU backend's image, in strict eager and in the fused and compiled modes; bf16 stays within bf16
 // rounding of the CPU's bf16 image. The noise is torch's CPU generator's on every device, so these are the
 // same images. Also: one component moved (pipe.vae.to), back to the cpu, and what a device refuses (weights
-// kept block-quantized, offloading) with errors that name it.
+// kept block-quantized, sequential offload) with errors that name it. Offloading onto the device:
+// offload_on_device_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -285,17 +286,17 @@ TEST(PipelinesOnDevice, WhatADeviceCannotHoldIsRefusedByName) {
       }).find("FluxPipeline has no component 'unet' (it has text_encoder, text_encoder_2, transformer, vae)"),
       std::string::npos);
   pipe->to(xla0);
-  // Offloading streams weights to the cpu's kernels: refused, naming the component on the device.
-  const std::string offload = testing::error_message([&] { pipe->enable_model_cpu_offload(); });
-  EXPECT_NE(offload.find("enable_model_cpu_offload: text_encoder is on " + xla0.str()), std::string::npos)
-      << offload;
+  // Sequential offload streams weights to the cpu's kernels: refused, naming the component on the device.
+  const std::string sequential = testing::error_message([&] { pipe->enable_sequential_cpu_offload(); });
+  EXPECT_NE(sequential.find("enable_sequential_cpu_offload: text_encoder is on " + xla0.str()),
+            std::string::npos)
+      << sequential;
+  const std::string configured =
+      testing::error_message([&] { pipe->configure({.offload = OffloadMode::Sequential, .device = xla0}); });
   EXPECT_NE(
-      testing::error_message([&] { pipe->enable_group_offload(); }).find("runs on the cpu only for now"),
-      std::string::npos);
-  EXPECT_NE(testing::error_message([&] {
-              pipe->set_memory_budget(int64_t{1} << 30);
-            }).find("runs on the cpu only for now"),
-            std::string::npos);
+      configured.find("sequential offload runs on the cpu only; onto " + xla0.str() + " use model or group"),
+      std::string::npos)
+      << configured;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "kiln/core/device.h"
 
@@ -28,6 +29,10 @@ class Allocator {
 
   MemoryStats stats() const;
   void reset_peak();
+  // The most bytes live allocations may hold (set_memory_limit); only allocators of devices with memory of
+  // their own enforce one, the others refuse it.
+  virtual void set_limit(std::optional<int64_t> bytes);
+  virtual std::optional<int64_t> limit() const { return std::nullopt; }
 
  protected:
   void record_allocate(size_t bytes);
@@ -48,5 +53,11 @@ void empty_cache(Device device = cpu);
 // `device`'s allocator counters (torch.cuda.memory_stats), and a reset of its peak.
 MemoryStats memory_stats(Device device = cpu);
 void reset_peak_memory(Device device = cpu);
+// The most bytes Kiln may hold on `device` (weights brought in plus activations; none when absent): an
+// allocation or a weight brought in beyond it throws kiln::Error naming the device, the bytes asked and what
+// to do. For devices with memory of their own (PJRT); `kiln generate --device D --max-memory` sets it. The
+// cpu has none: its budget is the offload plan's (DiffusionPipeline::set_memory_budget).
+void set_memory_limit(Device device, std::optional<int64_t> bytes);
+std::optional<int64_t> memory_limit(Device device);
 
 }  // namespace kiln

@@ -33,6 +33,13 @@ class Storage {
   static std::shared_ptr<Storage> borrow_file_pages(const void* data, size_t bytes, Device device,
                                                     std::shared_ptr<void> owner);
 
+  // Wraps a device's handle to its copy of host bytes, a copy the device makes when the bytes are read and
+  // may drop again (an offloaded weight on a device with memory of its own: kiln/core/weight_tier.h);
+  // `owner` keeps the handle, and through it the host bytes, alive. Not counted as allocated: the device
+  // counts its copy while it exists.
+  static std::shared_ptr<Storage> borrow_host_backed(void* handle, size_t bytes, Device device,
+                                                     std::shared_ptr<void> owner);
+
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -49,6 +56,10 @@ class Storage {
   Device device() const { return device_; }
   bool is_borrowed() const { return borrowed_; }
   bool is_file_pages() const { return file_pages_; }
+  bool is_host_backed() const { return host_backed_; }
+  // Whether offloading may send these bytes out of the device's reach and bring them back unchanged: file
+  // pages (the cpu) and host-backed copies (a device); a converted or computed tensor has no other copy.
+  bool can_send_out() const { return file_pages_ || host_backed_; }
 
   // For file pages (borrow_file_pages), hands the whole pages inside these bytes back to the OS, so they no
   // longer count in the process's resident memory; a no-op for any other storage. Used once a weight has a
@@ -101,13 +112,14 @@ class Storage {
 
  private:
   Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner, bool borrowed,
-          bool file_pages = false)
+          bool file_pages = false, bool host_backed = false)
       : data_(data),
         bytes_(bytes),
         device_(device),
         owner_(std::move(owner)),
         borrowed_(borrowed),
-        file_pages_(file_pages) {}
+        file_pages_(file_pages),
+        host_backed_(host_backed) {}
 
   void* materialize() const;
 
@@ -117,6 +129,7 @@ class Storage {
   std::shared_ptr<void> owner_;
   bool borrowed_;
   bool file_pages_;
+  bool host_backed_;
   mutable std::mutex materialize_mutex_;
   mutable std::mutex pending_mutex_;
   mutable std::weak_ptr<PendingWork> pending_;

@@ -8,9 +8,10 @@
 //  - CPU (backends/cpu/host_weight_tier.cpp): "in" is mapped into this process. bring_in maps the file pages
 //    (read from disk where the page cache lacks them), send_out hands them back to the OS with the page cache
 //    keeping them, evict drops them from the page cache too.
-//  - A device with memory of its own (later): bring_in copies the weight into device memory on the
-//    backend's transfer stream (kept on the Storage's derived slot, as packed copies are), send_out frees
-//    that copy, evict also releases the host pages.
+//  - A device with memory of its own (backends/pjrt/offloaded_weight.h): an offloaded weight is a device
+//    tensor backed by its host tensor (offloaded()); bring_in copies the host bytes into device memory,
+//    send_out frees that copy, evict also hands the host's file pages back. A kernel that reads a weight
+//    whose copy is absent brings it in first, so a wrong guess costs time, never a wrong result.
 #pragma once
 
 #include <atomic>
@@ -19,6 +20,7 @@
 namespace kiln {
 
 class Storage;
+class Tensor;
 
 class WeightTier {
  public:
@@ -32,6 +34,10 @@ class WeightTier {
   // Sends it out and lets the slower tiers forget it too: for weights not needed again soon (a component that
   // has run), so the memory goes to what runs next.
   virtual void evict(const Storage& weight) = 0;
+  // What a parameter slot holds while its weight is offloaded to this device: a tensor of this device whose
+  // bytes are `on_host`'s (a cpu tensor, kept), brought in and sent out through this tier. The cpu's is
+  // `on_host` itself.
+  virtual Tensor offloaded(const Tensor& on_host) = 0;
 };
 
 }  // namespace kiln

@@ -107,9 +107,10 @@ class Module {
 
   // Offloading on a host without an accelerator: frees the packed copies of this module's weights and hands
   // their checkpoint file pages back to the OS (page cache included), so the module holds no memory until it
-  // runs again and reads them from the file. Waits for queued work first (a queued kernel may still read a
-  // packed copy). Weights that are not file pages (converted or owned copies) stay as they are. Returns the
-  // bytes of weights released (file pages and packed copies).
+  // runs again and reads them from the file. Offloaded onto a device (offload_to): frees the device's copies
+  // too. Waits for queued work first (a queued kernel may still read a packed copy). Weights that are not
+  // file pages or offloaded (converted or owned copies) stay as they are. Returns the bytes of weights
+  // released (file pages, device copies' host bytes and packed copies).
   size_t release_weights();
 
   // torch's module.to(device): every parameter and runtime input replaced by its copy on `device` (kept as
@@ -119,6 +120,11 @@ class Module {
   void to(Device device);
   // The check to() makes before moving anything (a pipeline checks every component before moving one).
   void check_movable_to(Device device) const;
+  // Offloading onto a device with memory of its own (a PJRT device): every weight stays on the host (a
+  // weight on another device is copied back first) and its slot holds the device's offloaded form of it
+  // (WeightTier::offloaded), copied to the device when read or brought in and freed there when sent out;
+  // runtime inputs move to `device`. Kept as they are when already offloaded there. Checked as to() is.
+  void offload_to(Device device);
   // The device of the first defined parameter (cpu for a module without any).
   Device device() const;
   // `x` on device() (x itself when already there or undefined): the models' forwards take their inputs from

@@ -102,7 +102,11 @@ struct ExecutionOptions {
   std::optional<OffloadMode> offload;
   int blocks_per_group = 1;  // group offload's blocks per group
   // The most memory the weights may hold: picks the offload itself (set_memory_budget); not with `offload`.
+  // On a device, the most memory Kiln may hold there (weights and activations).
   std::optional<int64_t> max_memory;
+  // Where the components compute (kiln generate --device): a PJRT device gets the offload onto it (its
+  // weights kept on the host), or every component moved there (pipe.to) without one. Absent: the cpu.
+  std::optional<Device> device;
 };
 
 class DiffusionPipeline {
@@ -148,8 +152,11 @@ class DiffusionPipeline {
   // packed copies are freed and its file pages handed back (page cache included), so the memory goes to the
   // component that runs next (Module::release_weights). The image does not change; later calls read the
   // weights from the file again. KILN_LOG=offload says what was released and when. `device` is where each
-  // component computes while it runs; detected when not given (default_compute_device()), an error naming it
-  // when this build has no backend for it.
+  // component computes while it runs; when not given, the device pipe.to put the transformer on, else
+  // default_compute_device(); an error naming it when this build has no backend for it. On a device with
+  // memory of its own (xla-cpu, cuda, tpu: diffusers' enable_model_cpu_offload(device="cuda")) the weights
+  // stay on the host (a component already there is copied back) and each component's are copied into the
+  // device's memory as it runs and freed there once it has run: the image is the one pipe.to(device) gives.
   void enable_model_cpu_offload(std::optional<Device> device = std::nullopt);
   bool model_cpu_offload_enabled() const { return model_cpu_offload_; }
   // diffusers' enable_sequential_cpu_offload (kiln/pipelines/offload.h): no packed copies, at most
@@ -160,15 +167,21 @@ class DiffusionPipeline {
   // component's repeated blocks in groups of `blocks_per_group`, a group's pages handed back once the next
   // group runs and, with `prefetch`, the group after it brought in on a background thread while the current
   // one computes (kiln/runtime/weight_groups.h); model offload between components. Every execution mode.
+  // With options.onload_device a device with memory of its own: the groups are copied into its memory and
+  // freed there instead, the next one copied while the current one computes.
   void enable_group_offload(const GroupOffloadOptions& options = {});
   // Applies the coarsest offload that keeps the weights under `bytes` (plan_offload); throws before any work
-  // when even the largest weight does not fit. Activations come on top.
-  OffloadPlan set_memory_budget(int64_t bytes);
+  // when even the largest weight does not fit. Activations come on top. On a device with memory of its own
+  // (`device`, or the one pipe.to put the transformer on) it picks none, model or group offload onto it,
+  // refuses (naming the sizes) a budget below group offload's one-block groups, and limits what Kiln holds
+  // there, activations included, to `bytes` (set_memory_limit) until pipe.to or another offload call lifts
+  // it: past it a call fails naming the device.
+  OffloadPlan set_memory_budget(int64_t bytes, std::optional<Device> device = std::nullopt);
   // diffusers' pipe.to(device): every component resident on `device`, any offloading turned off (on the cpu
   // the weights packed as weight_packing() says). On a PJRT device (xla-cpu, cuda, tpu) the weights are
   // copied there and every component runs there, in the execution mode configure() sets; the noise is still
   // drawn by torch's CPU generator on the host, so a seed gives the same image on every device, and images
-  // come back to the host. Offloading is refused while a component sits on a device other than the cpu.
+  // come back to the host. Turns any offloading off (and the memory limit set_memory_budget set there).
   // Throws, before anything moves, naming the device when no backend or plugin drives it, or naming the
   // parameter when a weight cannot go there (kept block-quantized: GGUF).
   void to(const Device& device);
@@ -238,6 +251,14 @@ class DiffusionPipeline {
   // Offloading streams weights between the host's memory and the CPU's kernels: `what` is refused, naming
   // the component, while one sits on another device.
   void require_cpu(const char* what);
+  // Where an offload call computes: `requested`, else where pipe.to put the transformer, else
+  // default_compute_device(); checked to have a backend.
+  Device offload_device(std::optional<Device> requested);
+  // Before an offload onto `device`: the cpu's requirement (require_cpu), or every component's weights
+  // offloaded onto the device (Module::offload_to). Lifts the memory limit an earlier budget set.
+  void prepare_offload(Device device, const char* what);
+  void lift_memory_limit();
+  std::optional<Device> limited_device_;  // where set_memory_budget set a memory limit
   // The pipeline's adapters, made on first use.
   lora::LoraAdapters& lora_adapters();
   std::unique_ptr<lora::LoraAdapters> lora_;

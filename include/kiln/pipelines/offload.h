@@ -1,5 +1,8 @@
-// Offloading as diffusers names it, on a host without an accelerator, where "on the device" means "in this
-// process's memory" and the weights otherwise stay in their memory-mapped checkpoint files:
+// Offloading as diffusers names it. On a host without an accelerator "on the device" means "in this
+// process's memory" and the weights otherwise stay in their memory-mapped checkpoint files. Onto a device
+// with memory of its own (a PJRT device: xla-cpu, cuda, tpu) the weights stay on the host the same way and
+// "on the device" means copied into its memory (kiln/core/weight_tier.h); model and group offload work
+// there, sequential is the cpu's only:
 //  none        every component keeps its weights (packed copies included) between calls;
 //  model       enable_model_cpu_offload: a component's weights are released once it has run;
 //  group       enable_group_offload: weights read in place, a component's repeated blocks in groups of
@@ -34,6 +37,9 @@ const char* offload_mode_name(OffloadMode mode);
 struct GroupOffloadOptions {
   int blocks_per_group = 1;
   bool prefetch = true;  // bring the next group in while the current one runs (diffusers' use_stream)
+  // diffusers' onload_device: where the groups are brought in and the components compute; absent: where the
+  // pipeline's transformer is (the cpu unless pipe.to moved it).
+  std::optional<Device> onload_device;
 };
 
 // One weight of a component: its bytes in memory and the repeated block it belongs to, which the planner
@@ -61,6 +67,7 @@ struct ComponentResidency {
   int64_t blocks = 0;          // repeated blocks
   int64_t largest_group = 0;   // bytes of its largest group of blocks_per_group consecutive blocks
   int64_t peak = 0;            // the most it holds at once under the plan's mode
+  int64_t group_minimum = 0;   // the most it holds under group offload with one block per group, prefetching
 };
 
 struct OffloadPlan {

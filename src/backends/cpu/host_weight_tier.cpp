@@ -1,6 +1,7 @@
 #include "backends/cpu/host_weight_tier.h"
 
 #include "kiln/core/storage.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 
@@ -15,6 +16,10 @@ void HostWeightTier::send_out(const Storage& weight) {
 
 void HostWeightTier::evict(const Storage& weight) {
   weight.evict_file_pages();
+}
+
+Tensor HostWeightTier::offloaded(const Tensor& on_host) {
+  return on_host;
 }
 
 }  // namespace kiln

@@ -11,6 +11,7 @@ class HostWeightTier final : public WeightTier {
   size_t bring_in(const Storage& weight, const std::atomic<bool>& cancel) override;
   void send_out(const Storage& weight) override;
   void evict(const Storage& weight) override;
+  Tensor offloaded(const Tensor& on_host) override;
 };
 
 }  // namespace kiln

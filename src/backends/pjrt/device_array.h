@@ -2,6 +2,10 @@
 // are immutable values that an executable returns, so "writing" a storage means replacing its array with the
 // buffer an op produced. The array is flat (the storage's bytes as elements of the dtype that wrote it); the
 // StableHLO of each op reads tensor views out of it (src/backends/pjrt/stablehlo/storage_views.h).
+//
+// An offloaded weight's array is backed by its host tensor instead (backends/pjrt/offloaded_weight.h): its
+// buffer is copied from the host when brought in or first read, counted in the device's memory while it
+// exists, and dropped when sent out; no op writes it.
 #pragma once
 
 #include <memory>
@@ -14,19 +18,36 @@ namespace kiln::pjrt {
 
 class DeviceArray {
  public:
-  // The buffer, or nullptr while no op has written the storage.
+  DeviceArray() = default;
+  // Backed by `host`, a dense cpu tensor that stays, for a weight on `device`.
+  DeviceArray(Tensor host, Device device) : host_(std::move(host)), device_(device) {}
+  ~DeviceArray();
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  // The buffer, or nullptr while no op has written the storage; a host-backed array's is brought in first.
   std::shared_ptr<Buffer> buffer() const {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (buffer_ == nullptr && host_.defined()) bring_in_locked();
     return buffer_;
   }
-  void set(std::shared_ptr<Buffer> buffer) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    buffer_ = std::move(buffer);
-  }
+  void set(std::shared_ptr<Buffer> buffer);
+
+  bool host_backed() const { return host_.defined(); }
+  const Tensor& host() const { return host_; }
+  // For a host-backed array: copies the host bytes to the device unless they are there; returns the bytes
+  // copied.
+  size_t bring_in() const;
+  // For a host-backed array: frees the device's copy (a read brings it back).
+  void send_out() const;
 
  private:
+  void bring_in_locked() const;
+
   mutable std::mutex mutex_;
-  std::shared_ptr<Buffer> buffer_;
+  mutable std::shared_ptr<Buffer> buffer_;
+  Tensor host_;
+  Device device_ = cpu;
 };
 
 // The array behind `t` (a tensor on a PJRT device).

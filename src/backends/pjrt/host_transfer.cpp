@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backends/pjrt/device_array.h"
+#include "backends/pjrt/device_memory.h"
 #include "backends/pjrt/pjrt_backend.h"
 #include "backends/pjrt/pjrt_kernels.h"
 #include "runtime/op_call.h"
@@ -64,7 +65,9 @@ void scatter_host_bytes(const char* from, const Tensor& t) {
 Tensor upload(const void* bytes, size_t count, DType dtype, const Shape& shape, Device device) {
   Tensor t = Tensor::empty(shape, dtype, device);
   const DeviceHandle handle = device_handle(device);
-  device_array(t).set(handle.client->buffer_from_host(bytes, count, dtype, {t.numel()}, handle.local_index));
+  device_array(t).set(explain_out_of_memory(device, count, "a copy of " + t.str() + " from the host", [&] {
+    return handle.client->buffer_from_host(bytes, count, dtype, {t.numel()}, handle.local_index);
+  }));
   return t;
 }
 

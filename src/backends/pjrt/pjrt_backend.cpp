@@ -4,7 +4,8 @@
 #include <mutex>
 #include <string>
 
-#include "backends/pjrt/device_array.h"
+#include "backends/pjrt/device_memory.h"
+#include "backends/pjrt/offloaded_weight.h"
 #include "backends/pjrt/pjrt_kernels.h"
 #include "backends/pjrt/pjrt_region.h"
 #include "backends/pjrt/plugin_locator.h"
@@ -15,42 +16,12 @@ namespace kiln::pjrt {
 
 namespace {
 
-// Device memory as DeviceArrays; the byte counts are the storages' sizes, so memory_stats(device) reads as on
-// the CPU.
-class DeviceArrayAllocator final : public Allocator {
- public:
-  void* allocate(size_t bytes) override {
-    record_allocate(bytes);
-    return new DeviceArray;
-  }
-  void deallocate(void* ptr, size_t bytes) override {
-    delete static_cast<DeviceArray*>(ptr);
-    record_deallocate(bytes);
-  }
-};
-
-// Offloading to a PJRT device's memory is not built yet: say so where a pipeline would start it.
-class NoWeightTier final : public WeightTier {
- public:
-  explicit NoWeightTier(Device device) : device_(device) {}
-  size_t bring_in(const Storage&, const std::atomic<bool>&) override { refuse(); }
-  void send_out(const Storage&) override { refuse(); }
-  void evict(const Storage&) override { refuse(); }
-
- private:
-  [[noreturn]] void refuse() const {
-    KILN_FAIL("weight offloading to " << device_.str()
-                                      << " is not supported yet (only the cpu device offloads)");
-  }
-  Device device_;
-};
-
 class PjrtDeviceRuntime final : public DeviceRuntime {
  public:
   PjrtDeviceRuntime(Device device, DeviceHandle handle)
-      : device_(device), handle_(std::move(handle)), tier_(device) {}
+      : device_(device), handle_(std::move(handle)), memory_(device), tier_(device) {}
   Device device() const override { return device_; }
-  Allocator& allocator() override { return allocator_; }
+  Allocator& allocator() override { return memory_; }
   // Ops are issued from a worker thread, so the caller never waits for a compile or a launch (PJRT's own
   // execution is asynchronous too).
   std::shared_ptr<Stream> create_stream() override { return std::make_shared<runtime::WorkerStream>(); }
@@ -60,8 +31,8 @@ class PjrtDeviceRuntime final : public DeviceRuntime {
  private:
   Device device_;
   DeviceHandle handle_;
-  DeviceArrayAllocator allocator_;
-  NoWeightTier tier_;
+  DeviceMemory memory_;
+  OffloadedWeightTier tier_;
 };
 
 std::string_view plugin_kind(DeviceType type) {

@@ -5,6 +5,7 @@
 
 #include "backends/pjrt/collective_kernels.h"
 #include "backends/pjrt/device_array.h"
+#include "backends/pjrt/device_memory.h"
 #include "backends/pjrt/executable_cache.h"
 #include "backends/pjrt/host_transfer.h"
 #include "backends/pjrt/pjrt_backend.h"
@@ -50,8 +51,8 @@ std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& devic
 void run_op_module(const runtime::OpCall& call) {
   const DeviceHandle device = device_handle(call.outputs.front().device());
   const hlo::OpModule module = hlo::op_module(call, hlo::lowering_target(device.client->platform_name()));
-  const std::shared_ptr<Executable> executable =
-      cached_executable(*device.client, module.text, call.describe());
+  const std::string what = call.describe();
+  const std::shared_ptr<Executable> executable = cached_executable(*device.client, module.text, what);
   std::vector<std::shared_ptr<Buffer>> arguments;
   for (const hlo::OpModule::Param& p : module.params) {
     switch (p.source) {
@@ -66,16 +67,20 @@ void run_op_module(const runtime::OpCall& call) {
         break;
     }
   }
+  size_t output_bytes = 0;
+  for (const Tensor& t : call.outputs) output_bytes += t.storage()->bytes();
   std::vector<std::shared_ptr<Buffer>> results =
-      device.client->execute_on(*executable, arguments, device.local_index);
+      explain_out_of_memory(call.outputs.front().device(), output_bytes, what, [&] {
+        std::vector<std::shared_ptr<Buffer>> r =
+            device.client->execute_on(*executable, arguments, device.local_index);
+        // Waiting here, on the stream's worker, reports a failure as this op's (the caller is not held up).
+        for (const auto& b : r) b->await_ready();
+        return r;
+      });
   KILN_CHECK(results.size() == call.outputs.size(), "internal: " << call.op << "'s executable returned "
                                                                  << results.size() << " buffers for "
                                                                  << call.outputs.size() << " outputs");
-  for (size_t i = 0; i < results.size(); ++i) {
-    // Waiting here, on the stream's worker, reports a failure as this op's (the caller is not held up).
-    results[i]->await_ready();
-    device_array(call.outputs[i]).set(std::move(results[i]));
-  }
+  for (size_t i = 0; i < results.size(); ++i) device_array(call.outputs[i]).set(std::move(results[i]));
 }
 
 namespace {

@@ -1,6 +1,7 @@
 #include "backends/pjrt/pjrt_region.h"
 
 #include "backends/pjrt/device_array.h"
+#include "backends/pjrt/device_memory.h"
 #include "backends/pjrt/executable_cache.h"
 #include "backends/pjrt/pjrt_backend.h"
 #include "backends/pjrt/pjrt_kernels.h"
@@ -44,16 +45,22 @@ void run_pjrt_region(const runtime::DeviceRegion& region) {
     const Tensor& t = operand(region, p.source);
     arguments.push_back(p.source.output ? buffer_before(t, device, what) : written_buffer(t, what));
   }
+  size_t result_bytes = 0;
+  for (const hlo::RegionModule::Operand& r : module.results)
+    result_bytes += operand(region, r).storage()->bytes();
   std::vector<std::shared_ptr<Buffer>> results =
-      device.client->execute_on(*executable, arguments, device.local_index);
+      explain_out_of_memory(region.device(), result_bytes, what, [&] {
+        std::vector<std::shared_ptr<Buffer>> r =
+            device.client->execute_on(*executable, arguments, device.local_index);
+        // Waiting on the stream's worker reports a failure as this region's (the caller is not held up).
+        for (const auto& b : r) b->await_ready();
+        return r;
+      });
   KILN_CHECK(results.size() == module.results.size(),
              "internal: the executable of " << what << " returned " << results.size() << " buffers for "
                                             << module.results.size() << " stored values");
-  for (size_t i = 0; i < results.size(); ++i) {
-    // Waiting on the stream's worker reports a failure as this region's (the caller is not held up).
-    results[i]->await_ready();
+  for (size_t i = 0; i < results.size(); ++i)
     device_array(operand(region, module.results[i])).set(std::move(results[i]));
-  }
 }
 
 }  // namespace kiln::pjrt
