@@ -217,8 +217,7 @@ void generate_on_rank(const GenerateArgs& args, const Device& first_device) {
                        .c_str(),
                    dist::world_size(), device_of_rank(device, dist::world_size() - 1).str().c_str());
     else
-      std::fprintf(stderr, "kiln: every component on %s
-", device.str().c_str());
+      std::fprintf(stderr, "kiln: every component on %s\n", device.str().c_str());
   }
 
   // Like diffusers without a generator the noise is random, but the seed is reported and stored, so any
