@@ -209,15 +209,13 @@ void generate_on_rank(const GenerateArgs& args, const Device& first_device) {
   for (const std::string& line : configure_pipeline(*pipe, args.execution, device))
     if (reporting) std::fprintf(stderr, "kiln: %s\n", line.c_str());
   if (device.type != DeviceType::CPU && !pipe->model_cpu_offload_enabled() && reporting) {
-    if (dist::in_local_ranks())
-      std::fprintf(stderr,
-                   "kiln: every component on %s, split over %d devices to %s (one thread each)
-                   ",
-                   device.str()
-                       .c_str(),
-                   dist::world_size(), device_of_rank(device, dist::world_size() - 1).str().c_str());
-    else
+    if (dist::in_local_ranks()) {
+      const Device last = device_of_rank(device, dist::world_size() - 1);
+      std::fprintf(stderr, "kiln: every component on %s, split over %d devices to %s (one thread each)\n",
+                   device.str().c_str(), dist::world_size(), last.str().c_str());
+    } else {
       std::fprintf(stderr, "kiln: every component on %s\n", device.str().c_str());
+    }
   }
 
   // Like diffusers without a generator the noise is random, but the seed is reported and stored, so any
