@@ -14,19 +14,12 @@
 #include "kiln/dist/process_group.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
+#include "support/pipeline_comparison.h"
 #include "support/pjrt_devices.h"
 #include "support/test_data.h"
 
 namespace kiln {
 namespace {
-
-int max_level_difference(const Image& a, const Image& b) {
-  EXPECT_EQ(a.pixels.size(), b.pixels.size());
-  int m = 0;
-  for (size_t i = 0; i < a.pixels.size() && i < b.pixels.size(); ++i)
-    m = std::max(m, std::abs(static_cast<int>(a.pixels[i]) - static_cast<int>(b.pixels[i])));
-  return m;
-}
 
 struct Case {
   std::string model;
@@ -97,7 +90,7 @@ void expect_every_rank_draws(const Case& c, int ranks, ExecutionMode mode) {
   const Image expected = one_rank_image(c, 7);
   const std::vector<Image> images = split_images(c, ranks, mode, 7);
   for (int r = 0; r < ranks; ++r)
-    EXPECT_LE(max_level_difference(images[static_cast<size_t>(r)], expected), 1)
+    EXPECT_LE(testing::max_level_difference(images[static_cast<size_t>(r)], expected), 1)
         << c.model << " on " << ranks << " devices, " << execution_mode_name(mode) << ", rank " << r;
 }
 

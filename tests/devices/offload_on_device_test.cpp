@@ -20,6 +20,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/runtime/memory_policy.h"
+#include "support/pipeline_comparison.h"
 #include "support/pjrt_devices.h"
 #include "support/test_data.h"
 
@@ -30,20 +31,6 @@ const Device xla0("xla-cpu:0");
 
 std::unique_ptr<DiffusionPipeline> load(const std::string& model) {
   return DiffusionPipeline::from_pretrained(testing::data_path("models/" + model), {});
-}
-
-PipelineRequest golden_request(const io::SafetensorsFile& g) {
-  const auto& m = g.metadata();
-  PipelineRequest c;
-  c.prompt = m.at("prompt");
-  if (m.count("negative_prompt")) c.negative_prompt = m.at("negative_prompt");
-  c.height = std::stoll(m.at("height"));
-  c.width = std::stoll(m.at("width"));
-  c.num_inference_steps = std::stoi(m.at("steps"));
-  c.guidance_scale = std::stof(m.at("guidance"));
-  c.generator = Generator(std::stoull(m.at("seed")));
-  c.max_sequence_length = std::stoll(m.at("max_sequence_length"));
-  return c;
 }
 
 // One call's image and the most device memory Kiln held above what it held before the call.
@@ -84,7 +71,7 @@ void expect_same_image(const DeviceRun& offloaded, const DeviceRun& resident, co
 TEST(OffloadOnDevice, ModelOffloadGivesTheResidentImage) {
   KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
-  const PipelineRequest request = golden_request(g);
+  const PipelineRequest request = testing::request_from_golden(g);
   const DeviceRun resident = resident_run(g.metadata().at("pipeline"), request);
   auto pipe = load(g.metadata().at("pipeline"));
   pipe->enable_model_cpu_offload(xla0);
@@ -102,7 +89,7 @@ TEST(OffloadOnDevice, GroupOffloadGivesTheResidentImage) {
   for (const char* golden :
        {"goldens/flux/schnell_cat_64x64_s0.safetensors", "goldens/sd3/medium_cat_64x64_s0.safetensors"}) {
     const io::SafetensorsFile g(testing::data_path(golden));
-    const PipelineRequest request = golden_request(g);
+    const PipelineRequest request = testing::request_from_golden(g);
     const DeviceRun resident = resident_run(g.metadata().at("pipeline"), request);
     auto pipe = load(g.metadata().at("pipeline"));
     pipe->enable_group_offload({.blocks_per_group = 1, .prefetch = true, .onload_device = xla0});
@@ -121,7 +108,7 @@ TEST(OffloadOnDevice, GroupOffloadGivesTheResidentImage) {
 TEST(OffloadOnDevice, AResidentPipelineOffloadsOntoItsDevice) {
   KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
-  const PipelineRequest request = golden_request(g);
+  const PipelineRequest request = testing::request_from_golden(g);
   auto pipe = load(g.metadata().at("pipeline"));
   pipe->to(xla0);
   const DeviceRun resident = run(*pipe, request);
@@ -135,7 +122,7 @@ TEST(OffloadOnDevice, AResidentPipelineOffloadsOntoItsDevice) {
 TEST(OffloadOnDevice, AMemoryBudgetPicksTheOffloadAndIsRefusedBelowWhatItNeeds) {
   KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
-  const PipelineRequest request = golden_request(g);
+  const PipelineRequest request = testing::request_from_golden(g);
   const DeviceRun resident = resident_run(g.metadata().at("pipeline"), request);
   auto pipe = load(g.metadata().at("pipeline"));
   const OffloadPlan sizes = plan_offload(pipe->components(), int64_t{1} << 40);
@@ -182,7 +169,7 @@ TEST(OffloadOnDevice, AMemoryBudgetPicksTheOffloadAndIsRefusedBelowWhatItNeeds) 
 TEST(OffloadOnDevice, RunningOutOfDeviceMemoryIsAnErrorNamingTheDevice) {
   KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
-  const PipelineRequest request = golden_request(g);
+  const PipelineRequest request = testing::request_from_golden(g);
   auto pipe = load(g.metadata().at("pipeline"));
   pipe->enable_model_cpu_offload(xla0);
   set_memory_limit(xla0, memory_stats(xla0).current_bytes + 4096);

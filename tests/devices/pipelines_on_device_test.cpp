@@ -20,6 +20,7 @@
 #include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/pipelines/flux_pipeline.h"
 #include "lora/lora_goldens.h"
+#include "support/pipeline_comparison.h"
 #include "support/pjrt_devices.h"
 #include "support/test_data.h"
 
@@ -83,29 +84,18 @@ void expect_device_matches(const std::string& model, const io::SafetensorsFile& 
   }
 }
 
-PipelineRequest flux_request(const io::SafetensorsFile& g) {
-  const auto& m = g.metadata();
-  PipelineRequest c;
-  c.prompt = m.at("prompt");
-  c.height = std::stoll(m.at("height"));
-  c.width = std::stoll(m.at("width"));
-  c.num_inference_steps = std::stoi(m.at("steps"));
-  c.guidance_scale = std::stof(m.at("guidance"));
-  c.generator = Generator(std::stoull(m.at("seed")));
-  c.max_sequence_length = std::stoll(m.at("max_sequence_length"));
-  return c;
-}
-
 TEST(PipelinesOnDevice, FluxSchnellGivesDiffusersImage) {
   KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
-  expect_device_matches(g.metadata().at("pipeline"), g, flux_request(g), "FluxPipeline schnell f32");
+  expect_device_matches(g.metadata().at("pipeline"), g, testing::request_from_golden(g),
+                        "FluxPipeline schnell f32");
 }
 
 TEST(PipelinesOnDevice, FluxDevWithGuidanceGivesDiffusersImage) {
   KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/dev_unicode_80x48_s1234.safetensors"));
-  expect_device_matches(g.metadata().at("pipeline"), g, flux_request(g), "FluxPipeline dev f32");
+  expect_device_matches(g.metadata().at("pipeline"), g, testing::request_from_golden(g),
+                        "FluxPipeline dev f32");
 }
 
 TEST(PipelinesOnDevice, Sd3WithClassifierFreeGuidanceGivesDiffusersImage) {
@@ -113,7 +103,7 @@ TEST(PipelinesOnDevice, Sd3WithClassifierFreeGuidanceGivesDiffusersImage) {
   const io::SafetensorsFile g(testing::data_path("goldens/sd3/medium_cat_64x64_s0.safetensors"));
   const auto& m = g.metadata();
   ASSERT_EQ(m.at("cfg"), "true");
-  PipelineRequest c = flux_request(g);
+  PipelineRequest c = testing::request_from_golden(g);
   if (m.count("negative_prompt")) c.negative_prompt = m.at("negative_prompt");
   expect_device_matches(m.at("pipeline"), g, c, "StableDiffusion3Pipeline medium f32");
 }
@@ -125,7 +115,7 @@ TEST(PipelinesOnDevice, Flux2KleinGivesDiffusersImage) {
   const io::SafetensorsFile g(
       testing::data_path("goldens/flux2_e2e/klein_cfg_empty_48x48_s6_n2.safetensors"));
   const auto& m = g.metadata();
-  PipelineRequest c = flux_request(g);
+  PipelineRequest c = testing::request_from_golden(g);
   c.negative_prompt = m.at("negative_prompt");
   c.num_images_per_prompt = std::stoi(m.at("num_images_per_prompt"));
   ASSERT_EQ(c.num_images_per_prompt, 2);
@@ -137,7 +127,7 @@ TEST(PipelinesOnDevice, Flux2WithAReferenceImageGivesDiffusersImage) {
   KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux2_e2e/dev_ref1_64x48_s3.safetensors"));
   const auto& m = g.metadata();
-  PipelineRequest c = flux_request(g);
+  PipelineRequest c = testing::request_from_golden(g);
   c.negative_prompt = m.at("negative_prompt");
   c.image.push_back(Image::load(testing::data_path("goldens/flux2/" + m.at("references") + ".png")));
   expect_device_matches(m.at("pipeline"), g, c, "Flux2Pipeline dev reference f32");
@@ -175,13 +165,14 @@ void expect_mode_matches(const std::string& model, const io::SafetensorsFile& go
 TEST_P(PipelinesOnDeviceModes, FluxGivesDiffusersImage) {
   KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
-  expect_mode_matches(g.metadata().at("pipeline"), g, flux_request(g), "FluxPipeline schnell f32");
+  expect_mode_matches(g.metadata().at("pipeline"), g, testing::request_from_golden(g),
+                      "FluxPipeline schnell f32");
 }
 
 TEST_P(PipelinesOnDeviceModes, Sd3GivesDiffusersImage) {
   KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/sd3/medium_cat_64x64_s0.safetensors"));
-  PipelineRequest c = flux_request(g);
+  PipelineRequest c = testing::request_from_golden(g);
   if (g.metadata().count("negative_prompt")) c.negative_prompt = g.metadata().at("negative_prompt");
   expect_mode_matches(g.metadata().at("pipeline"), g, c, "StableDiffusion3Pipeline medium f32");
 }
@@ -190,7 +181,7 @@ TEST_P(PipelinesOnDeviceModes, Flux2KleinGivesDiffusersImage) {
   KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(
       testing::data_path("goldens/flux2_e2e/klein_cfg_empty_48x48_s6_n2.safetensors"));
-  PipelineRequest c = flux_request(g);
+  PipelineRequest c = testing::request_from_golden(g);
   c.negative_prompt = g.metadata().at("negative_prompt");
   c.num_images_per_prompt = std::stoi(g.metadata().at("num_images_per_prompt"));
   expect_mode_matches(g.metadata().at("pipeline"), g, c, "Flux2KleinPipeline f32");
@@ -211,9 +202,10 @@ TEST(PipelinesOnDevice, Bfloat16StaysCloseToTheCpuBackend) {
   KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/devbf16_cat_64x64_s0.safetensors"));
   auto pipe = load(g.metadata().at("pipeline"), bfloat16);
-  const PipelineOutput on_cpu = timed_call(*pipe, flux_request(g), "FluxPipeline dev bf16");
+  const PipelineOutput on_cpu = timed_call(*pipe, testing::request_from_golden(g), "FluxPipeline dev bf16");
   pipe->to(xla0);
-  const PipelineOutput on_device = timed_call(*pipe, flux_request(g), "FluxPipeline dev bf16");
+  const PipelineOutput on_device =
+      timed_call(*pipe, testing::request_from_golden(g), "FluxPipeline dev bf16");
   const Tensor cpu_u8 =
       Tensor::from_vector(on_cpu.images[0].pixels, {static_cast<int64_t>(on_cpu.images[0].pixels.size())});
   const double mean = testing::mean_level_difference(on_device.images[0].pixels, cpu_u8);
@@ -232,16 +224,16 @@ TEST(PipelinesOnDevice, OneComponentMovesAlone) {
   KILN_SKIP_WITHOUT_PJRT();
   const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
   auto pipe = load(g.metadata().at("pipeline"));
-  const PipelineOutput on_cpu = (*pipe)(flux_request(g));
+  const PipelineOutput on_cpu = (*pipe)(testing::request_from_golden(g));
   pipe->component_to("vae", xla0);
   EXPECT_EQ(pipe->device(), cpu) << "the transformer stays";
-  const PipelineOutput split = (*pipe)(flux_request(g));
+  const PipelineOutput split = (*pipe)(testing::request_from_golden(g));
   EXPECT_LE(max_level_difference(split.images[0].pixels, on_cpu.images[0].pixels), 1);
   // The whole pipeline there and back: the cpu backend's image again, exactly.
   pipe->to(xla0);
   pipe->to(cpu);
   EXPECT_EQ(pipe->device(), cpu);
-  EXPECT_EQ((*pipe)(flux_request(g)).images[0].pixels, on_cpu.images[0].pixels);
+  EXPECT_EQ((*pipe)(testing::request_from_golden(g)).images[0].pixels, on_cpu.images[0].pixels);
 }
 
 // LoRA adapters beside the weights on the device: loaded before the move (the pairs follow the weights) or

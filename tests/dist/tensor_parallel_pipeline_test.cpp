@@ -14,6 +14,7 @@
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "kiln/pipelines/sd3_pipeline.h"
+#include "support/pipeline_comparison.h"
 #include "support/pjrt_devices.h"
 #include "support/test_data.h"
 
@@ -25,14 +26,6 @@ PipelineLoadOptions split_over_ranks(const std::string& t5_component) {
   PipelineLoadOptions options;
   options.parallel_config = {{"transformer", parallel}, {t5_component, parallel}};
   return options;
-}
-
-int max_level_difference(const Image& a, const Image& b) {
-  EXPECT_EQ(a.pixels.size(), b.pixels.size());
-  int m = 0;
-  for (size_t i = 0; i < a.pixels.size() && i < b.pixels.size(); ++i)
-    m = std::max(m, std::abs(static_cast<int>(a.pixels[i]) - static_cast<int>(b.pixels[i])));
-  return m;
 }
 
 // The call both FLUX.1 cases draw, with the one-rank run's seed.
@@ -52,7 +45,7 @@ TEST(TensorParallelPipeline, FluxDrawsTheOneRankImage) {
   const Image expected = one(call).images.front();
   call.generator = Generator(7);
   auto split = FluxPipeline::from_pretrained(model, split_over_ranks("text_encoder_2"));
-  EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+  EXPECT_LE(testing::max_level_difference(split(call).images.front(), expected), 1);
 }
 
 // One process per device on PJRT devices too: rank r's shard on xla-cpu:r, the collectives staged through the
@@ -68,7 +61,7 @@ TEST(TensorParallelPipeline, FluxOnPjrtDevicesDrawsTheOneRankImage) {
   const Device mine(DeviceType::XlaCpu, dist::rank());
   split.to(mine);
   EXPECT_EQ(split.device(), mine);
-  EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+  EXPECT_LE(testing::max_level_difference(split(call).images.front(), expected), 1);
 }
 
 TEST(TensorParallelPipeline, StableDiffusion3DrawsTheOneRankImage) {
@@ -86,7 +79,7 @@ TEST(TensorParallelPipeline, StableDiffusion3DrawsTheOneRankImage) {
   const Image expected = one(call).images.front();
   call.generator = Generator(5);
   auto split = StableDiffusion3Pipeline::from_pretrained(model, split_over_ranks("text_encoder_3"));
-  EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+  EXPECT_LE(testing::max_level_difference(split(call).images.front(), expected), 1);
 }
 
 TEST(TensorParallelPipeline, Flux2DrawsTheOneRankImage) {
@@ -109,7 +102,7 @@ TEST(TensorParallelPipeline, Flux2DrawsTheOneRankImage) {
   PipelineLoadOptions options;
   options.parallel_config = {{"transformer", parallel}};
   auto split = Flux2KleinPipeline::from_pretrained(model, options);
-  EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+  EXPECT_LE(testing::max_level_difference(split(call).images.front(), expected), 1);
   // The VAE stays replicated.
   options.parallel_config.emplace("vae", parallel);
   EXPECT_THROW(Flux2KleinPipeline::from_pretrained(model, options), Error);
@@ -134,7 +127,7 @@ TEST(TensorParallelPipeline, Flux2FromAPromptDrawsTheOneRankImage) {
   auto split = Flux2KleinPipeline::from_pretrained(model, split_over_ranks("text_encoder"));
   EXPECT_TRUE(testing::rel_max_error_within(split.encode_prompt(call.prompt, Tensor(), 1, 40).first,
                                             one.encode_prompt(call.prompt, Tensor(), 1, 40).first, 1e-5));
-  EXPECT_LE(max_level_difference(split(call).images.front(), expected), 1);
+  EXPECT_LE(testing::max_level_difference(split(call).images.front(), expected), 1);
 }
 
 // Concurrent calls under tensor parallelism: 4 threads per rank, each with its own seed, call one split
