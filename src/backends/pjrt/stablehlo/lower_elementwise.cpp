@@ -1,4 +1,5 @@
-// Lowerings of the elementwise ops (src/backends/cpu/elementwise.cpp) and of "copy" (dtype conversion).
+// Lowerings of the elementwise ops (src/backends/cpu/elementwise.cpp), one per runtime::EwOp chosen by a
+// switch on the enum as the CPU kernels are, and of "copy" (dtype conversion).
 //
 // Like the CPU kernels: when the output or any tensor operand is float32 / bfloat16 / float16 (bool operands
 // widen to 0 / 1), every operand is converted to float32, the op computed in float32 (a scalar attr as a
@@ -7,13 +8,17 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "backends/pjrt/stablehlo/lowering_math.h"
 #include "backends/pjrt/stablehlo/lowering_registry.h"
 #include "kiln/core/error.h"
+#include "runtime/elementwise_op.h"
 
 namespace kiln::pjrt::hlo {
 namespace {
+
+using runtime::EwOp;
 
 struct Operands {
   std::vector<Value> xs;  // the tensor operands (and the scalar, in its place), broadcast to the output
@@ -49,94 +54,132 @@ Value finish(HloBuilder& b, const runtime::OpCall& call, const Value& r) {
   return b.convert(r, call.outputs[0].dtype());
 }
 
-Value binary_math(HloBuilder& b, std::string_view op, const Value& x, const Value& y) {
-  if (x.dtype == DType::Bool) {
-    if (op == "add" || op == "maximum") return b.logical_or(x, y);
-    if (op == "multiply" || op == "minimum") return b.logical_and(x, y);
+// x ** e in the compute dtype, with the shortcuts torch (and the CPU kernel) take for some exponents, which
+// round differently from pow.
+Value pow_scalar(HloBuilder& b, const Value& x, double e) {
+  const Value one = splat_like(b, 1.0, x);
+  if (e == 2.0) return b.mul(x, x);
+  if (e == 3.0) return b.mul(b.mul(x, x), x);
+  if (e == 0.5) return b.sqrt(x);
+  if (e == -0.5) return b.div(one, b.sqrt(x));
+  if (e == -1.0) return b.div(one, x);
+  if (e == -2.0) return b.div(one, b.mul(x, x));
+  return b.pow(x, splat_like(b, static_cast<float>(e), x));
+}
+
+// Written so that NaN stays NaN: x < lo ? lo : x, then r > hi ? hi : r. Integer bounds are clamped to the
+// dtype's range first (an int8 tensor clamped to [-1000, 1000] is unchanged).
+Value clamp(HloBuilder& b, const Value& x, const runtime::Attrs& attrs) {
+  Value r = x;
+  auto bound = [&](const char* name) {
+    double v = attrs.get_float(name);
+    if (!is_floating(x.dtype))
+      visit_dtype(x.dtype, [&](auto t) {
+        using T = decltype(t);
+        if constexpr (std::is_integral_v<T>)
+          v = std::fmin(std::fmax(v, static_cast<double>(std::numeric_limits<T>::lowest())),
+                        static_cast<double>(std::numeric_limits<T>::max()));
+      });
+    return splat_like(b, v, x);
+  };
+  if (attrs.has("lo")) {
+    const Value lo = bound("lo");
+    r = b.select(b.compare(Compare::LT, r, lo), lo, r);
   }
-  return b.binary(op, x, y);
-}
-
-template <const char* kOp>
-std::vector<Value> lower_binary(HloBuilder& b, const runtime::OpCall& call,
-                                const std::vector<Value>& inputs) {
-  const Operands ops = prepare(b, call, inputs, 0);
-  return {finish(b, call, binary_math(b, kOp, ops.xs[0], ops.xs[1]))};
-}
-
-template <Compare kCmp>
-std::vector<Value> lower_compare(HloBuilder& b, const runtime::OpCall& call,
-                                 const std::vector<Value>& inputs) {
-  const Operands ops = prepare(b, call, inputs, 0);
-  return {b.compare(kCmp, ops.xs[0], ops.xs[1])};
-}
-
-std::vector<Value> lower_where(HloBuilder& b, const runtime::OpCall& call, const std::vector<Value>& inputs) {
-  const Operands ops = prepare(b, call, inputs, 1);
-  const Value cond = b.broadcast_to(inputs[0], call.outputs[0].shape());
-  return {finish(b, call, b.select(cond, ops.xs[0], ops.xs[1]))};
-}
-
-// The unary ops, by name, on a value of the compute dtype.
-Value unary_math(HloBuilder& b, std::string_view op, const Value& x, const runtime::Attrs& attrs) {
-  if (op == "neg") return b.neg(x);
-  if (op == "abs") return b.abs(x);
-  if (op == "square") return b.mul(x, x);
-  if (op == "exp") return b.exp(x);
-  if (op == "log") return b.log(x);
-  if (op == "sqrt") return b.sqrt(x);
-  if (op == "rsqrt") return b.div(splat_like(b, 1.0, x), b.sqrt(x));  // the kernel's 1 / sqrt(x)
-  if (op == "sin") return b.sin(x);
-  if (op == "cos") return b.cos(x);
-  if (op == "tanh") return b.tanh(x);
-  if (op == "sigmoid") return sigmoid(b, x);
-  if (op == "silu") return silu(b, x);
-  if (op == "gelu") return gelu(b, x);
-  if (op == "gelu_tanh") return gelu_tanh(b, x);
-  if (op == "quick_gelu") return quick_gelu(b, x);
-  if (op == "pow_scalar") {
-    const double e = attrs.get_float("exponent");
-    // The shortcuts torch (and the CPU kernel) take, which round differently from pow.
-    const Value one = splat_like(b, 1.0, x);
-    if (e == 2.0) return b.mul(x, x);
-    if (e == 3.0) return b.mul(b.mul(x, x), x);
-    if (e == 0.5) return b.sqrt(x);
-    if (e == -0.5) return b.div(one, b.sqrt(x));
-    if (e == -1.0) return b.div(one, x);
-    if (e == -2.0) return b.div(one, b.mul(x, x));
-    return b.pow(x, splat_like(b, static_cast<float>(e), x));
+  if (attrs.has("hi")) {
+    const Value hi = bound("hi");
+    r = b.select(b.compare(Compare::GT, r, hi), hi, r);
   }
-  if (op == "clamp") {
-    // Written so that NaN stays NaN: x < lo ? lo : x, then r > hi ? hi : r. Integer bounds are clamped to the
-    // dtype's range first (an int8 tensor clamped to [-1000, 1000] is unchanged).
-    Value r = x;
-    auto bound = [&](const char* name) {
-      double v = attrs.get_float(name);
-      if (!is_floating(x.dtype))
-        visit_dtype(x.dtype, [&](auto t) {
-          using T = decltype(t);
-          if constexpr (std::is_integral_v<T>)
-            v = std::fmin(std::fmax(v, static_cast<double>(std::numeric_limits<T>::lowest())),
-                          static_cast<double>(std::numeric_limits<T>::max()));
-        });
-      return splat_like(b, v, x);
-    };
-    if (attrs.has("lo")) {
-      const Value lo = bound("lo");
-      r = b.select(b.compare(Compare::LT, r, lo), lo, r);
-    }
-    if (attrs.has("hi")) {
-      const Value hi = bound("hi");
-      r = b.select(b.compare(Compare::GT, r, hi), hi, r);
-    }
-    return r;
-  }
-  KILN_FAIL("internal: no unary lowering for '" << op << "'");
+  return r;
 }
 
-std::vector<Value> lower_unary(HloBuilder& b, const runtime::OpCall& call, const std::vector<Value>& inputs) {
-  const Operands ops = prepare(b, call, inputs, 0);
-  return {finish(b, call, unary_math(b, call.op, ops.xs[0], call.attrs))};
+// `op` on its prepared operands: in the compute dtype, except a comparison's bool. where's condition is the
+// call's first input, broadcast here (after its operands, as the module text has always had it). One case
+// per EwOp and no default, so an op added to the enum without a lowering here is a -Wswitch error (under
+// KILN_WERROR) and otherwise the internal error below, which stablehlo_elementwise_test trips for every op.
+Value ew_math(HloBuilder& b, EwOp op, const runtime::OpCall& call, const std::vector<Value>& inputs,
+              const Operands& ops) {
+  const std::vector<Value>& v = ops.xs;
+  // Bool operands (not float math) add and take the maximum as or, multiply and take the minimum as and.
+  const bool logical = v[0].dtype == DType::Bool;
+  switch (op) {
+    case EwOp::Add:
+      return logical ? b.logical_or(v[0], v[1]) : b.binary("add", v[0], v[1]);
+    case EwOp::Sub:
+      return b.binary("subtract", v[0], v[1]);
+    case EwOp::Mul:
+      return logical ? b.logical_and(v[0], v[1]) : b.binary("multiply", v[0], v[1]);
+    case EwOp::Div:
+      return b.binary("divide", v[0], v[1]);
+    case EwOp::Maximum:
+      return logical ? b.logical_or(v[0], v[1]) : b.binary("maximum", v[0], v[1]);
+    case EwOp::Minimum:
+      return logical ? b.logical_and(v[0], v[1]) : b.binary("minimum", v[0], v[1]);
+    case EwOp::Pow:
+      return b.binary("power", v[0], v[1]);
+    case EwOp::Eq:
+      return b.compare(Compare::EQ, v[0], v[1]);
+    case EwOp::Ne:
+      return b.compare(Compare::NE, v[0], v[1]);
+    case EwOp::Lt:
+      return b.compare(Compare::LT, v[0], v[1]);
+    case EwOp::Le:
+      return b.compare(Compare::LE, v[0], v[1]);
+    case EwOp::Gt:
+      return b.compare(Compare::GT, v[0], v[1]);
+    case EwOp::Ge:
+      return b.compare(Compare::GE, v[0], v[1]);
+    case EwOp::Where:
+      return b.select(b.broadcast_to(inputs[0], call.outputs[0].shape()), v[0], v[1]);
+    case EwOp::Neg:
+      return b.neg(v[0]);
+    case EwOp::Abs:
+      return b.abs(v[0]);
+    case EwOp::Exp:
+      return b.exp(v[0]);
+    case EwOp::Log:
+      return b.log(v[0]);
+    case EwOp::Sqrt:
+      return b.sqrt(v[0]);
+    case EwOp::Rsqrt:
+      return b.div(splat_like(b, 1.0, v[0]), b.sqrt(v[0]));  // the kernel's 1 / sqrt(x)
+    case EwOp::Sin:
+      return b.sin(v[0]);
+    case EwOp::Cos:
+      return b.cos(v[0]);
+    case EwOp::Tanh:
+      return b.tanh(v[0]);
+    case EwOp::Sigmoid:
+      return sigmoid(b, v[0]);
+    case EwOp::Silu:
+      return silu(b, v[0]);
+    case EwOp::Gelu:
+      return gelu(b, v[0]);
+    case EwOp::GeluTanh:
+      return gelu_tanh(b, v[0]);
+    case EwOp::QuickGelu:
+      return quick_gelu(b, v[0]);
+    case EwOp::Square:
+      return b.mul(v[0], v[0]);
+    case EwOp::Clamp:
+      return clamp(b, v[0], call.attrs);
+    case EwOp::PowScalar:
+      return pow_scalar(b, v[0], call.attrs.get_float("exponent"));
+  }
+  KILN_FAIL("internal: elementwise op '" << runtime::ew_op_name(op) << "' has no StableHLO lowering ("
+                                         << call.describe() << ")");
+}
+
+// The lowering of one EwOp, registered under the op's name; where's condition is not an operand of the math.
+template <EwOp kOp>
+std::vector<Value> lower_ew(HloBuilder& b, const runtime::OpCall& call, const std::vector<Value>& inputs) {
+  const Operands ops = prepare(b, call, inputs, kOp == EwOp::Where ? 1 : 0);
+  const Value r = ew_math(b, kOp, call, inputs, ops);
+  // A comparison's bool is the output as it is.
+  if constexpr (runtime::ew_is_comparison(kOp))
+    return {r};
+  else
+    return {finish(b, call, r)};
 }
 
 // "copy": the input (already broadcast to the output's shape by the front end) converted to the output dtype.
@@ -150,30 +193,16 @@ std::vector<Value> lower_copy(HloBuilder& b, const runtime::OpCall& call, const 
   return {b.convert(x, to)};
 }
 
-constexpr char kAdd[] = "add", kSub[] = "subtract", kMul[] = "multiply", kDiv[] = "divide",
-               kMax[] = "maximum", kMin[] = "minimum", kPow[] = "power";
-
 }  // namespace
 
+// One lowering per EwOp, under the enum's own names (runtime/elementwise_op.h), so no list of names here can
+// drift from it; and copy.
 void add_elementwise_lowerings(LoweringTable& t) {
   t.push_back({"copy", lower_copy});
-  t.push_back({"add", lower_binary<kAdd>});
-  t.push_back({"sub", lower_binary<kSub>});
-  t.push_back({"mul", lower_binary<kMul>});
-  t.push_back({"div", lower_binary<kDiv>});
-  t.push_back({"maximum", lower_binary<kMax>});
-  t.push_back({"minimum", lower_binary<kMin>});
-  t.push_back({"pow", lower_binary<kPow>});
-  t.push_back({"eq", lower_compare<Compare::EQ>});
-  t.push_back({"ne", lower_compare<Compare::NE>});
-  t.push_back({"lt", lower_compare<Compare::LT>});
-  t.push_back({"le", lower_compare<Compare::LE>});
-  t.push_back({"gt", lower_compare<Compare::GT>});
-  t.push_back({"ge", lower_compare<Compare::GE>});
-  t.push_back({"where", lower_where});
-  for (std::string_view op : {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
-                              "silu", "gelu", "gelu_tanh", "quick_gelu", "square", "clamp", "pow_scalar"})
-    t.push_back({op, lower_unary});
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    (t.push_back({runtime::ew_op_name(static_cast<EwOp>(I)), lower_ew<static_cast<EwOp>(I)>}), ...);
+  }
+  (std::make_integer_sequence<int, runtime::kEwOpCount>{});
 }
 
 }  // namespace kiln::pjrt::hlo

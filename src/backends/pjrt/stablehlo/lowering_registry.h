@@ -13,7 +13,7 @@ namespace kiln::pjrt::hlo {
 using Lowering = std::vector<Value> (*)(HloBuilder&, const runtime::OpCall&, const std::vector<Value>&);
 using LoweringTable = std::vector<std::pair<std::string_view, Lowering>>;
 
-void add_elementwise_lowerings(LoweringTable& table);  // lower_elementwise.cpp (and copy)
+void add_elementwise_lowerings(LoweringTable& table);  // lower_elementwise.cpp: every runtime::EwOp, copy
 void add_reduction_lowerings(LoweringTable& table);    // lower_reduction.cpp: reductions, softmax, norms
 void add_layout_lowerings(LoweringTable& table);       // lower_layout.cpp: concat, embedding, upsample, rope
 void add_linalg_lowerings(LoweringTable& table);       // lower_linalg.cpp: matmul, linear, conv2d
