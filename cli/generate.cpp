@@ -168,7 +168,9 @@ void generate_on_rank(const GenerateArgs& args, const Device& first_device) {
   };
   const std::unique_ptr<DiffusionPipeline> pipe = pipeline_class.load(args.model, load);
   if (loading) loading->finish();
-  if (reporting) std::fprintf(stderr, "kiln: %s\n", pipe->weight_packing().describe().c_str());
+  // The packed copies are the cpu's matmuls'; on a device they are never made, so the plan is not reported.
+  if (reporting && device.type == DeviceType::CPU)
+    std::fprintf(stderr, "kiln: %s\n", pipe->weight_packing().describe().c_str());
 
   // LoRA adapters, each named after its file, at the weights given; fused into the weights with --fuse-lora.
   std::vector<std::string> adapters;
