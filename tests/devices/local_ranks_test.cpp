@@ -176,8 +176,9 @@ TEST(LocalRanksOnDevices, RanksOnOneDeviceOrDisagreeingCallsAreRefused) {
             std::string::npos)
       << same;
   const std::string disagree = testing::error_message([&] {
-    dist::run_local_ranks(
-        2, [&](int rank) { all_reduce_sum(Tensor::zeros({rank + 1}, float32).to(xla(rank))).to_vector<float>(); });
+    dist::run_local_ranks(2, [&](int rank) {
+      all_reduce_sum(Tensor::zeros({rank + 1}, float32).to(xla(rank))).to_vector<float>();
+    });
   });
   EXPECT_NE(disagree.find("every rank must make the same collectives in order"), std::string::npos)
       << disagree;

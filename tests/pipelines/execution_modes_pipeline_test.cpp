@@ -14,6 +14,7 @@
 #include "kiln/pipelines/sd3_pipeline.h"
 #include "kiln/runtime/counters.h"
 #include "kiln/runtime/eager_mode.h"
+#include "support/pipeline_comparison.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -91,14 +92,7 @@ TEST(PipelineModes, FluxBfloat16ImageMatchesDiffusersInEveryMode) {
 TEST(PipelineModes, Sd3MediumWithGuidanceMatchesDiffusersInEveryMode) {
   io::SafetensorsFile file(testing::data_path("goldens/sd3/medium_slg_48x64_s5.safetensors"));
   const auto& m = file.metadata();
-  PipelineRequest call;
-  call.prompt = m.at("prompt");
-  if (m.count("negative_prompt")) call.negative_prompt = m.at("negative_prompt");
-  call.height = std::stoll(m.at("height"));
-  call.width = std::stoll(m.at("width"));
-  call.num_inference_steps = std::stoi(m.at("steps"));
-  call.guidance_scale = std::stof(m.at("guidance"));
-  call.max_sequence_length = std::stoll(m.at("max_sequence_length"));
+  PipelineRequest call = testing::request_from_golden(file);
   std::stringstream layers(m.at("skip_guidance_layers"));
   for (std::string l; std::getline(layers, l, ',');) call.skip_layer_guidance.layers.push_back(std::stoll(l));
   call.skip_layer_guidance.scale = std::stod(m.at("skip_layer_guidance_scale"));

@@ -11,6 +11,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/models/sd3_transformer.h"
 #include "kiln/pipelines/sd3_pipeline.h"
+#include "support/pipeline_comparison.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -27,14 +28,7 @@ struct GoldenCase {
       : file(testing::data_path("goldens/sd3/" + name + ".safetensors")) {
     const auto& m = file.metadata();
     pipeline = m.at("pipeline");
-    call.prompt = m.at("prompt");
-    if (m.count("negative_prompt")) call.negative_prompt = m.at("negative_prompt");
-    call.height = std::stoll(m.at("height"));
-    call.width = std::stoll(m.at("width"));
-    call.num_inference_steps = std::stoi(m.at("steps"));
-    call.guidance_scale = std::stof(m.at("guidance"));
-    call.generator = Generator(std::stoull(m.at("seed")));
-    call.max_sequence_length = std::stoll(m.at("max_sequence_length"));
+    call = testing::request_from_golden(file);
     if (m.count("skip_guidance_layers")) {
       std::stringstream layers(m.at("skip_guidance_layers"));
       for (std::string l; std::getline(layers, l, ',');)
