@@ -46,9 +46,7 @@ void time_modes(const std::string& model, kiln::Device device, kiln::nn::Module&
   module.reset_compiled();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   using kiln::bfloat16;
   if (argc < 2 || (std::string(argv[1]) != "flux" && std::string(argv[1]) != "sd3")) {
     std::fprintf(stderr, "usage: bench_device_step <flux|sd3> [device=cuda] [reps=5] [size=1024]\n");
@@ -58,6 +56,13 @@ int main(int argc, char** argv) {
   const kiln::Device device(argc > 2 ? argv[2] : "cuda");
   const int reps = argc > 3 ? std::atoi(argv[3]) : 5;
   const int64_t size = argc > 4 ? std::atoll(argv[4]) : 1024;
+  if (reps < 1 || reps > 1000 || size < 16 || size > 4096 || size % 16 != 0) {
+    std::fprintf(stderr, "bench_device_step: reps must be 1..1000 and size a multiple of 16 in 16..4096\n");
+    return 2;
+  }
+  // Reach the device before building the random weights (half a minute for the FLUX shape on a CPU), so that
+  // a device that is not there is reported at once.
+  (void)kiln::Tensor::full({1}, 0.0, kiln::float32).to(device);
   if (model == "flux") {
     kiln::bench::FluxShapedStep s = kiln::bench::flux_shaped_step(size);
     s.model->to(device);
@@ -83,4 +88,15 @@ int main(int argc, char** argv) {
   const kiln::Tensor t = kiln::Tensor::full({B}, 500.0, kiln::float32).to(device);
   time_modes(model, device, sd3, reps, [&] { return sd3.forward(latents, text, pooled, t); });
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_device_step: error: %s\n", e.what());
+    return 1;
+  }
 }

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# One prepared run on a machine with an NVIDIA GPU (docs/devices.md, "Checking a GPU"): build with PJRT, run the
-# PJRT and device test suites on the cuda device, compare the tiny pipelines' images on cuda with the CPU's,
-# and time a FLUX-shaped and an SD3-shaped transformer step in Kiln (strict eager and compiled) against
-# PyTorch eager and torch.compile on the same GPU, ending with one table. Installs nothing and reaches no
-# network: it says what is missing. Each stage has a time box, so the whole stays under ~9 minutes on a
-# 16-core H200 machine.
+# One prepared run on a machine with an NVIDIA GPU (docs/devices.md, "Checking a GPU"): build with PJRT (or unpack
+# the binaries scripts/device_bundle.sh built elsewhere), run the PJRT and device test suites on the cuda device,
+# compare the tiny pipelines' images on cuda with the CPU's, and time a FLUX-shaped and an SD3-shaped transformer
+# step in Kiln (strict eager and compiled) against PyTorch eager and torch.compile on the same GPU, ending with one
+# table. Installs nothing and reaches no network: it says what is missing. Each stage has a time box, so the whole
+# stays under ~9 minutes on a 16-core H200 machine.
 #
-#   scripts/device_check.sh [--device cuda|xla-cpu] [--quick] [--jobs N] [--build-dir DIR]
+#   scripts/device_check.sh [--device cuda|xla-cpu] [--quick] [--jobs N] [--build-dir DIR] [--bundle ARCHIVE]
+#                           [--budget SECONDS]
 #
 # --device xla-cpu --quick is the dry run this (GPU-less) host can do: every stage, on the CPU plugin, with
-# small shapes and a test subset (ctest runs it: scripts.device_check_dry_run).
+# small shapes and a test subset (ctest runs it from a bundle of the test build: scripts.device_check_bundle).
+# --bundle: use device_bundle.sh's archive instead of building (the GPU machines lent to this project have no
+# oneDNN, OpenMPI, libpng or nlohmann-json to build with); it unpacks into the build folder, its libraries go on
+# LD_LIBRARY_PATH, and the tests read tests/data from this checkout. --budget: the whole run's wall-clock limit
+# (the device tool's command limit is 600 s): each stage's time box shrinks to fit what is left, later stages are
+# skipped and said to be; findings are written to build-device/device_check/summary.txt as they come.
 #
 # What it needs, found or reported:
-#   - the PJRT C header: $KILN_PJRT_INCLUDE_DIR, else build-device/pjrt/include in the checkout (carry it there
-#     from a machine that ran scripts/fetch_pjrt.sh: cp -r ~/.cache/kiln/pjrt/include build-device/pjrt/),
+#   - to build: the PJRT C header: $KILN_PJRT_INCLUDE_DIR, else build-device/pjrt/include in the checkout (carry
+#     it there from a machine that ran scripts/fetch_pjrt.sh: cp -r ~/.cache/kiln/pjrt/include build-device/pjrt/),
 #     else Kiln's cache (~/.cache/kiln/pjrt/include), else scripts/fetch_pjrt.sh if the network allows;
 #   - for cuda: the jax-cuda13-pjrt plugin (Kiln's locator finds it; $KILN_PJRT_PLUGIN overrides) and the
 #     nvidia-* wheels' lib folders, which this script puts on LD_LIBRARY_PATH; torch with CUDA for the timings;
@@ -22,35 +28,57 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
+source scripts/lib/find_pjrt_header.sh
 
 device=cuda
 quick=0
 jobs="$(nproc)"
 build=""
+bundle=""
+budget=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
     --jobs) jobs="$2"; shift 2 ;;
     --build-dir) build="$2"; shift 2 ;;
+    --bundle) bundle="$2"; shift 2 ;;
+    --budget) budget="$2"; shift 2 ;;
     *) echo "device_check: unknown argument $1 (see the comment at the top of $0)" >&2; exit 2 ;;
   esac
 done
 case "$device" in cuda | xla-cpu) ;; *) echo "device_check: --device must be cuda or xla-cpu" >&2; exit 2 ;; esac
+[[ "$budget" =~ ^[0-9]+$ ]] || { echo "device_check: --budget takes whole seconds, got '$budget'" >&2; exit 2; }
+if [ -n "$bundle" ]; then
+  [ -f "$bundle" ] || { echo "device_check: --bundle $bundle: no such file (make it with scripts/device_bundle.sh)" >&2; exit 2; }
+  bundle="$(cd "$(dirname "$bundle")" && pwd)/$(basename "$bundle")"
+fi
 build="${build:-build-device}"
 mkdir -p "$build"
+build="$(cd "$build" && pwd)"
 out="$build/device_check"
 rm -rf "$out"
 mkdir -p "$out"
 python="${PYTHON:-python3}"
 started=$SECONDS
 declare -a summary=()
-note() { summary+=("$1"); echo "== $1"; }
+# Each finding, printed, kept for the closing summary and written at once to $out/summary.txt (a run stopped
+# from outside keeps what it found).
+note() { summary+=("$1"); echo "== $1"; echo "$1" >>"$out/summary.txt"; }
 
 # Runs "$@" under a time box of $1 seconds, its output in $out/$2.log; returns its status (124: timed out).
+# Under --budget, a box shrinks to what is left of it, and a stage with under 20 s left is skipped (125).
 boxed() {
   local limit="$1" name="$2"
   shift 2
+  if [ "$budget" -gt 0 ]; then
+    local left=$((budget - (SECONDS - started) - 10))
+    if [ $left -lt 20 ]; then
+      note "skipped $name: the --budget of $budget s is spent"
+      return 125
+    fi
+    [ $left -lt "$limit" ] && limit=$left
+  fi
   local t0=$SECONDS rc
   # Through bash, so that the exported shell functions below (configure, gen) can be boxed too.
   timeout --kill-after=10 "$limit" bash -c '"$@"' _ "$@" >"$out/$name.log" 2>&1
@@ -70,7 +98,16 @@ else
   missing+=("torch (PyTorch timings skipped)")
 fi
 if [ "$device" = cuda ]; then
-  "$python" -c "import jax_plugins.xla_cuda13" 2>/dev/null || missing+=("jax-cuda13-pjrt (the cuda plugin)")
+  # Kiln's locator searches the Python on PATH; the folder Python itself reports is named too, for Pythons
+  # elsewhere.
+  # (Found without importing it: its __init__ imports jax.)
+  plugin_dir="$("$python" -c 'import importlib.util as u
+print(list(u.find_spec("jax_plugins.xla_cuda13").submodule_search_locations)[0])' 2>/dev/null)"
+  if [ -z "$plugin_dir" ]; then
+    missing+=("jax-cuda13-pjrt (the cuda plugin)")
+  elif [ -z "${KILN_PJRT_PLUGIN:-}${KILN_PJRT_PLUGIN_DIR:-}" ]; then
+    export KILN_PJRT_PLUGIN_DIR="$plugin_dir"
+  fi
   "$python" -c "import nanobind" 2>/dev/null || missing+=("nanobind (the Python package is not built here)")
   # The CUDA plugin loads cuDNN, cuBLAS and the CUDA runtime from the nvidia-* wheels' lib folders.
   nvlibs="$("$python" - <<'PY' 2>/dev/null
@@ -87,67 +124,101 @@ fi
 echo "device_check: device $device, quick $quick, ${jobs} jobs; torch ${torch_info:-absent}; GPU ${gpu_name:-none seen}"
 for m in "${missing[@]}"; do note "missing: $m"; done
 
-# ---- 2. the PJRT header, then configure and build
-header=""
-for dir in "${KILN_PJRT_INCLUDE_DIR:-}" "$root/build-device/pjrt/include" \
-  "${KILN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln}/pjrt/include"; do
-  if [ -n "$dir" ] && [ -f "$dir/xla/pjrt/c/pjrt_c_api.h" ]; then header="$dir"; break; fi
-done
-if [ -z "$header" ]; then
-  echo "device_check: no PJRT header found; trying scripts/fetch_pjrt.sh (needs PyPI)"
-  if boxed 120 fetch_pjrt scripts/fetch_pjrt.sh; then
-    header="${KILN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln}/pjrt/include"
+# ---- 2. the programs: unpacked from a bundle, or configured and built here
+# The programs' folder, laid out as a build folder: $build, or $build/bundle.
+bin="$build"
+# Runs one of Kiln's programs with the bundle's libraries first on its library path (only Kiln's: Python and
+# torch keep the machine's own).
+bundle_libs=""
+with_libs() {
+  if [ -n "$bundle_libs" ]; then LD_LIBRARY_PATH="$bundle_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; else "$@"; fi
+}
+export -f with_libs
+# Unpacks $bundle into $bin and points the programs at its libraries and at this checkout's test data.
+use_bundle() {
+  rm -rf "$bin"
+  mkdir -p "$bin"
+  if command -v xz >/dev/null; then
+    tar -C "$bin" -xJf "$bundle" || return 1
   else
-    note "FAIL: no PJRT C header (carry ~/.cache/kiln/pjrt/include into build-device/pjrt/include, or set KILN_PJRT_INCLUDE_DIR)"
+    "$python" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle" "$bin" ||
+      return 1
+  fi
+  bundle_libs="$bin/lib"
+  export bundle_libs
+  export KILN_TEST_DATA_DIR="$root/tests/data" KILN_FAKE_PJRT_PLUGIN="$bin/tests/libkiln_fake_pjrt_plugin.so"
+  sed 's/^/   /' "$bin/BUNDLE"
+  with_libs ldd "$bin/kiln" >"$out/ldd.log" 2>&1
+  local unresolved
+  unresolved="$(for f in "$bin/kiln" "$bin"/tests/kiln_test_* "$bin"/bench/*; do with_libs ldd "$f"; done |
+    awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')"
+  if [ -n "$unresolved" ]; then
+    echo "   libraries neither in the bundle nor on this machine: $unresolved"
+    return 1
+  fi
+}
+bench_built=1
+if [ -n "$bundle" ]; then
+  bin="$build/bundle"
+  if ! use_bundle; then
+    note "FAIL: the bundle $bundle does not run here (see above)"
     printf '%s\n' "${summary[@]}"
     exit 1
   fi
+  [ -x "$bin/bench/bench_device_step" ] || bench_built=0
+  note "programs: from the bundle ($(sed -n 's/^commit //p' "$bin/BUNDLE"))"
+else
+  if ! header="$(find_pjrt_header "$root")"; then
+    echo "device_check: no PJRT header found; trying scripts/fetch_pjrt.sh (needs PyPI)"
+    if boxed 120 fetch_pjrt scripts/fetch_pjrt.sh; then
+      header="$(find_pjrt_header "$root")"
+    else
+      note "FAIL: no PJRT C header (carry ~/.cache/kiln/pjrt/include into build-device/pjrt/include, or set KILN_PJRT_INCLUDE_DIR)"
+      printf '%s\n' "${summary[@]}"
+      exit 1
+    fi
+  fi
+  echo "device_check: PJRT header from $header"
+  export CCACHE_BASEDIR="$root"
+  configure() {
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCH="$1" \
+      -DKILN_PJRT_INCLUDE_DIR="$header"
+  }
+  export -f configure
+  export build header
+  if ! boxed 120 configure configure ON; then
+    bench_built=0  # Google Benchmark absent: build without the benchmarks, the Kiln timings are skipped
+    if ! boxed 120 configure configure OFF; then
+      note "FAIL: configure (see $out/configure.log; a machine without Kiln's build dependencies can run a bundle: scripts/device_bundle.sh)"
+      printf '%s\n' "${summary[@]}"
+      exit 1
+    fi
+  fi
+  targets=(kiln_cli kiln_test_pjrt kiln_test_devices)
+  [ $bench_built -eq 1 ] && targets+=(bench_device_step)
+  if ! boxed 300 build cmake --build "$build" -j "$jobs" --target "${targets[@]}"; then
+    note "FAIL: build (see $out/build.log)"
+    printf '%s\n' "${summary[@]}"
+    exit 1
+  fi
+  note "build: ok in $((SECONDS - started)) s"
 fi
-echo "device_check: PJRT header from $header"
-export CCACHE_BASEDIR="$root"
-configure() {
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCH="$1" \
-    -DKILN_PJRT_INCLUDE_DIR="$header"
-}
-export -f configure
-export build header
-bench_built=1
-if ! boxed 120 configure configure ON; then
-  bench_built=0  # Google Benchmark absent: build without the benchmarks, the Kiln timings are skipped
-  boxed 120 configure configure OFF || { note "FAIL: configure (see $out/configure.log)"; printf '%s\n' "${summary[@]}"; exit 1; }
-fi
-targets=(kiln_cli kiln_test_pjrt kiln_test_devices)
-[ $bench_built -eq 1 ] && targets+=(bench_device_step)
-if ! boxed 300 build cmake --build "$build" -j "$jobs" --target "${targets[@]}"; then
-  note "FAIL: build (see $out/build.log)"
-  printf '%s\n' "${summary[@]}"
-  exit 1
-fi
-note "build: ok in $((SECONDS - started)) s"
 
-# ---- 3. the PJRT and device tests on the device
-export KILN_TEST_DEVICE="$device"
-filter="*"
-[ $quick -eq 1 ] && filter="CudnnAttention*:StableHloOps*Attention*:PjrtModes*"
-for suite in pjrt devices; do
-  boxed $([ $quick -eq 1 ] && echo 120 || echo 150) "test_$suite" \
-    "$build/tests/kiln_test_$suite" --gtest_filter="$filter" --gtest_brief=1
-  result="$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$out/test_$suite.log" | tr '\n' ' ')"
-  note "tests/$suite on $device: ${result:-no summary (see the log)}"
-  grep -E '^\[  FAILED  \] [A-Za-z]' "$out/test_$suite.log" | sed 's/^/     /' | head -20
-done
+with_libs "$bin/kiln" info --devices >"$out/devices.log" 2>&1
+note "kiln info --devices: $(grep -E "^$device: " "$out/devices.log" | cut -c1-200)"
+grep -E "^  $device:0 " "$out/devices.log" | sed 's/^/     /'
 
-# ---- 4. the tiny pipelines' images on the device against the cpu backend (and xla-cpu when installed)
+# ---- 3. the tiny pipelines' images on the device against the cpu backend (and xla-cpu when installed)
 size=32
-kiln="$build/kiln"
+kiln="$bin/kiln"
 gen() {  # model dtype device mode output
-  "$kiln" generate --model "tests/data/models/$1" --dtype "$2" --device "$3" --mode "$4" --prompt "a red circle" \
+  with_libs "$kiln" generate --model "tests/data/models/$1" --dtype "$2" --device "$3" --mode "$4" --prompt "a red circle" \
     --height $size --width $size --steps 2 --seed 1 --max-sequence-length 16 --output "$5"
 }
 export -f gen
 export size kiln
 others=(cpu)
-[ "$device" != xla-cpu ] && "$kiln" info --devices 2>/dev/null | grep -q '^xla-cpu: [0-9]' && others+=(xla-cpu)
+[ "$device" != xla-cpu ] && with_libs "$kiln" info --devices 2>/dev/null | grep -q '^xla-cpu: [0-9]' && others+=(xla-cpu)
 images=("flux-tiny-schnell f32" "flux-tiny-dev-bf16 bf16" "sd3-tiny-medium bf16")
 [ $quick -eq 1 ] && images=("flux-tiny-dev-bf16 bf16")
 for spec in "${images[@]}"; do
@@ -155,7 +226,7 @@ for spec in "${images[@]}"; do
   for mode in eager compile; do
     mine="$out/${model}_${device}_${mode}.png"
     if ! boxed 120 "image_${model}_${mode}" gen "$model" "$dtype" "$device" "$mode" "$mine"; then
-      note "image $model $dtype $mode on $device: FAILED (see the log)"
+      note "image $model $dtype $mode on $device: FAILED: $(grep -m1 -iE 'error|what\(\)' "$out/image_${model}_${mode}.log" | cut -c1-200)"
       continue
     fi
     for other in "${others[@]}"; do
@@ -166,14 +237,14 @@ for spec in "${images[@]}"; do
   done
 done
 
-# ---- 5. timings: Kiln (strict eager, compiled) against PyTorch (eager, torch.compile), same shapes
+# ---- 4. timings: Kiln (strict eager, compiled) against PyTorch (eager, torch.compile), same shapes
 reps=5
 tsize=1024
 [ $quick -eq 1 ] && reps=1 && tsize=128
 torch_device="$device"
 [ "$device" = xla-cpu ] && torch_device=cpu
 for model in flux sd3; do
-  [ $bench_built -eq 1 ] && boxed 240 "kiln_$model" "$build/bench/bench_device_step" "$model" "$device" $reps $tsize
+  [ $bench_built -eq 1 ] && boxed 240 "kiln_$model" with_libs "$bin/bench/bench_device_step" "$model" "$device" $reps $tsize
   if [ $have_torch -eq 1 ]; then
     modes="eager,compile"
     [ $quick -eq 1 ] && modes=eager
@@ -204,6 +275,27 @@ for m in ("flux", "sd3"):
 print("ratio = Kiln / PyTorch (aims: compiled <= 1.0 against torch.compile, strict eager <= 1.5 against eager).")
 print("First calls (compiling included): " + ", ".join(f"{w} {m} {mo} {v[1].split('=')[-1]} ms" for (w, m, mo), v in sorted(r.items())))
 PY
+
+# ---- 5. the PJRT and device test suites on the device (last: they take what the budget leaves)
+export KILN_TEST_DEVICE="$device"
+filter="*"
+[ $quick -eq 1 ] && filter="CudnnAttention*:StableHloOps*Attention*:PjrtModes*"
+for suite in pjrt devices; do
+  boxed $([ $quick -eq 1 ] && echo 120 || echo 150) "test_$suite" \
+    with_libs "$bin/tests/kiln_test_$suite" --gtest_filter="$filter" --gtest_brief=1
+  rc=$?
+  [ $rc -eq 125 ] && continue
+  log="$out/test_$suite.log"
+  passed="$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' "$log")"
+  skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?\..*/\1/p' "$log")"
+  failed="$(grep -cE '^\[  FAILED  \] [A-Za-z]' "$log")"
+  if [ -z "$passed" ]; then
+    note "tests/$suite on $device: no summary (exit $rc; $failed failed before it stopped; see the log)"
+  else
+    note "tests/$suite on $device: $passed passed, $failed failed, ${skipped:-0} skipped"
+  fi
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | sed 's/^/     /' | head -20
+done
 
 echo
 echo "device_check summary ($((SECONDS - started)) s):"

@@ -178,6 +178,7 @@ TEST(PjrtLocator, NothingInstalledNamesThePackageAndThePlaces) {
     env.set(name, std::nullopt);
   env.set("KILN_CACHE_DIR", empty.string());
   env.set("HOME", empty.string());
+  env.set("PATH", (empty / "bin").string());
   env.set("PYTHONPATH", (empty / "site").string());
   for (const auto& [kind, package] : {std::pair{"xla-cpu", "lammps-jax-pjrt-cpu"},
                                       std::pair{"cuda", "jax-cuda13-pjrt"}, std::pair{"tpu", "libtpu"}}) {
@@ -216,6 +217,24 @@ TEST(PjrtLocator, EnvironmentOverridesAndUnknownKinds) {
   fs::remove_all(dir);
 }
 
+// A virtual environment whose bin/ is on PATH is searched without being activated (no VIRTUAL_ENV), as on the
+// GPU machines, whose python3 is /opt/torch/.venv/bin/python3.
+TEST(PjrtLocator, FindsThePluginInThePythonOnPath) {
+  const fs::path venv = temp_folder("venv");
+  fs::create_directories(venv / "bin");
+  std::ofstream(venv / "bin" / "python3") << "#!/bin/sh\n";
+  const fs::path plugin = venv / "lib" / "python3.12" / "site-packages" / "jax_plugins" / "xla_cuda13";
+  fs::create_directories(plugin);
+  std::ofstream(plugin / "xla_cuda_plugin.so") << "x";
+  ScopedEnv env;
+  for (const char* name : {"KILN_PJRT_PLUGIN", "KILN_PJRT_PLUGIN_DIR", "VIRTUAL_ENV", "PYTHONPATH"})
+    env.set(name, std::nullopt);
+  env.set("HOME", (venv / "home").string());
+  env.set("PATH", (venv / "nothing").string() + ":" + (venv / "bin").string());
+  EXPECT_EQ(find_plugin("cuda"), (plugin / "xla_cuda_plugin.so").string());
+  fs::remove_all(venv);
+}
+
 // ---- loading
 
 TEST(PjrtLoad, MissingFileAndNotAPlugin) {
@@ -247,6 +266,9 @@ TEST(PjrtLoad, APluginOfAnUnsupportedApiVersionIsRefusedNamingIt) {
 #ifndef KILN_FAKE_PJRT_PLUGIN
   GTEST_SKIP() << "this build has no PJRT support";
 #else
+  // $KILN_FAKE_PJRT_PLUGIN: where the fake lies when the test binary was built elsewhere (device_bundle.sh).
+  const char* moved = std::getenv("KILN_FAKE_PJRT_PLUGIN");
+  const fs::path fake = moved != nullptr && *moved != '\0' ? moved : KILN_FAKE_PJRT_PLUGIN;
   const fs::path dir = fs::temp_directory_path() / ("kiln-fake-pjrt-" + std::to_string(getpid()));
   fs::create_directories(dir);
   const std::vector<std::pair<std::string, std::string>> cases{
@@ -255,7 +277,7 @@ TEST(PjrtLoad, APluginOfAnUnsupportedApiVersionIsRefusedNamingIt) {
       {"1.3", "PJRT C API version 1.3 is not supported: Kiln needs 0.90 or a newer 0.x"}};
   for (const auto& [version, expected] : cases) {
     const fs::path copy = dir / ("fake_" + version + ".so");
-    fs::copy_file(KILN_FAKE_PJRT_PLUGIN, copy, fs::copy_options::overwrite_existing);
+    fs::copy_file(fake, copy, fs::copy_options::overwrite_existing);
     setenv("KILN_FAKE_PJRT_VERSION", version.c_str(), 1);
     try {
       Client::create(copy.string());

@@ -13,7 +13,7 @@
 
 namespace kiln::testing {
 
-// Absolute path of a file under tests/data.
+// Absolute path of a file under tests/data ($KILN_TEST_DATA_DIR when set, else the source tree's).
 std::string data_path(const std::string& relative);
 // A fresh empty directory for the calling test (removed and re-created on each call, removed when the
 // process exits).

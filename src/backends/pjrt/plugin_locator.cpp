@@ -64,6 +64,14 @@ std::vector<fs::path> package_folders() {
   std::istringstream pythonpath(env("PYTHONPATH"));
   for (std::string entry; std::getline(pythonpath, entry, ':');)
     if (!entry.empty()) dirs.emplace_back(entry);
+  // The Python found on PATH, whose environment need not be activated: images often put a virtual
+  // environment's bin/ first on PATH without setting VIRTUAL_ENV (the GPU machines' /opt/torch/.venv does).
+  std::istringstream path(env("PATH"));
+  for (std::string entry; std::getline(path, entry, ':');) {
+    std::error_code ec;
+    if (!entry.empty() && fs::is_regular_file(fs::path(entry) / "python3", ec))
+      python_folders(fs::path(entry).parent_path() / "lib", "site-packages", dirs);
+  }
   if (const std::string home = env("HOME"); !home.empty())
     python_folders(fs::path(home) / ".local" / "lib", "site-packages", dirs);
   python_folders("/usr/local/lib", "dist-packages", dirs);
