@@ -1,5 +1,6 @@
 #include "cli/execution_flags.h"
 
+#include "cli/device_flag.h"
 #include "kiln/core/error.h"
 #include "kiln/core/limits.h"
 #include "kiln/dist/process_group.h"
@@ -8,6 +9,11 @@
 namespace kiln::cli {
 
 void add_execution_flags(CLI::App& cmd, ExecutionFlags& flags, const std::string& tp_reporter) {
+  cmd.add_option(
+         "--device", flags.device,
+         "where the pipelines run: cpu, or a device reached through a PJRT plugin: xla-cpu (XLA's CPU "
+         "compiler, for testing), cuda or tpu; :N picks the device index (cuda:1)")
+      ->capture_default_str();
   cmd.add_option("--dtype", flags.dtype, "compute dtype: bf16, f32 or f16")
       ->check(CLI::IsMember({"bf16", "f32", "f16", "bfloat16", "float32", "float16"}))
       ->capture_default_str();
@@ -60,6 +66,7 @@ void add_execution_flags(CLI::App& cmd, ExecutionFlags& flags, const std::string
 }
 
 void check_execution_flags(const ExecutionFlags& flags) {
+  parse_device_flag(flags.device, flags);
   if (flags.vae_tile_size)
     limits::check_range("--vae-tile-size", *flags.vae_tile_size, 1, limits::kMaxImageSide);
   limits::check_range("--tp", flags.tp, 1, limits::kMaxProcesses);

@@ -1,6 +1,6 @@
-// The flags that say how pipelines are loaded and run, shared by `kiln generate` and `kiln serve`: compute
-// dtype, execution mode, packed weights, offload, memory budget, VAE tiling and tensor parallelism. One
-// definition, so that both commands take the same spellings, defaults and checks.
+// The flags that say how pipelines are loaded and run, shared by `kiln generate` and `kiln serve`: the
+// device, compute dtype, execution mode, packed weights, offload, memory budget, VAE tiling and tensor
+// parallelism. One definition, so that both commands take the same spellings, defaults and checks.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -14,6 +14,7 @@
 namespace kiln::cli {
 
 struct ExecutionFlags {
+  std::string device = "cpu";  // cpu, xla-cpu, cuda or tpu, optionally :N (cli/device_flag.h)
   std::string dtype = "bf16";
   std::optional<std::string> mode;  // unset: as the environment says (KILN_DEFER_AND_FUSE)
   std::optional<std::string> packed_weights;
@@ -25,13 +26,14 @@ struct ExecutionFlags {
   int tp = 1;
 };
 
-// Adds --dtype, --mode, --packed-weights, --offload, --blocks-per-group, --max-memory, --vae-tiling,
+// Adds --device, --dtype, --mode, --packed-weights, --offload, --blocks-per-group, --max-memory,
+// --vae-tiling,
 // --vae-tile-size and --tp to `command`. `tp_reporter` ends the --tp help: what rank 0 does that the other
 // ranks do not ("reports and writes the PNG").
 void add_execution_flags(CLI::App& command, ExecutionFlags& flags, const std::string& tp_reporter);
 
-// Throws kiln::Error naming the flag: a size or count out of its limit, a budget that does not parse, offload
-// flags that contradict each other.
+// Throws kiln::Error naming the flag: a device no backend knows or a flag it cannot take, a size or count out
+// of its limit, a budget that does not parse, offload flags that contradict each other.
 void check_execution_flags(const ExecutionFlags& flags);
 
 // The load options the flags give (dtype, packed-weight budget, tensor parallelism).

@@ -251,7 +251,7 @@ void generate_on_rank(const GenerateArgs& args, const Device& first_device) {
 
 void run_generate(const GenerateArgs& args) {
   check_generate_args(args);
-  const Device device = parse_device_flag(args.device, args.execution);
+  const Device device = parse_device_flag(args.execution.device, args.execution);
   // On the devices of one PJRT client the ranks are threads here, their collectives inside the devices'
   // executables; otherwise each rank is a process of mpirun's.
   if (tensor_parallel_in_process(args.execution.tp, device)) {
@@ -334,11 +334,6 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--lora-skip-mismatches", args->lora_skip_mismatches,
                 "load the --lora files skipping the layers the model lacks or whose shapes differ (each is "
                 "reported) instead of failing");
-  cmd->add_option(
-         "--device", args->device,
-         "where the pipeline runs: cpu, or a device reached through a PJRT plugin: xla-cpu (XLA's CPU "
-         "compiler, for testing), cuda or tpu; :N picks the device index (cuda:1)")
-      ->capture_default_str();
   add_execution_flags(*cmd, args->execution, "reports and writes the PNG");
   cmd->callback([args] { run_generate(*args); });
 }

@@ -1,7 +1,5 @@
 #include "cli/generate_args.h"
 
-#include "cli/device_flag.h"
-
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -17,7 +15,6 @@
 namespace kiln::cli {
 
 void check_generate_args(const GenerateArgs& args) {
-  parse_device_flag(args.device, args.execution);
   limits::check_prompt_size("--prompt", args.prompt);
   limits::check_prompt_size("--prompt-2", args.prompt_2);
   if (args.negative_prompt) limits::check_prompt_size("--negative-prompt", *args.negative_prompt);

@@ -30,7 +30,6 @@ struct GenerateArgs {
   std::optional<int64_t> max_sequence_length;
   std::string output = "output.png";
   ExecutionFlags execution;        // dtype, mode, offload, memory, VAE tiling, --tp (shared with kiln serve)
-  std::string device = "cpu";      // --device: cpu, xla-cpu, cuda or tpu, optionally :N
   std::vector<std::string> loras;  // --lora FILE[:SCALE], in order
   bool fuse_lora = false;          // --fuse-lora
   bool lora_skip_mismatches = false;  // --lora-skip-mismatches

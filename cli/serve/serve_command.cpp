@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "cli/execution_flags.h"
 #include "cli/serve/api_key.h"
 #include "cli/serve/http_server.h"
@@ -23,6 +24,7 @@
 #include "cli/serve/tensor_parallel_jobs.h"
 #include "kiln/core/error.h"
 #include "kiln/core/signals.h"
+#include "kiln/dist/local_ranks.h"
 #include "kiln/dist/process_group.h"
 
 namespace kiln::cli {
@@ -47,8 +49,10 @@ void check_serve_args(const ServeArgs& args) {
                           "clients send as `Authorization: Bearer KEY`");
 }
 
-// Loads a model's pipeline and applies the execution flags, reporting both on stderr (rank 0).
-std::unique_ptr<DiffusionPipeline> load_pipeline(const std::string& ref, const ExecutionFlags& flags) {
+// Loads a model's pipeline and applies the execution flags, its components computing on `device`, reporting
+// both on stderr (rank 0).
+std::unique_ptr<DiffusionPipeline> load_pipeline(const std::string& ref, const ExecutionFlags& flags,
+                                                 const Device& device) {
   const bool reporting = dist::rank() == 0;
   if (reporting) std::fprintf(stderr, "kiln: loading %s\n", ref.c_str());
   const auto start = std::chrono::steady_clock::now();
@@ -58,12 +62,20 @@ std::unique_ptr<DiffusionPipeline> load_pipeline(const std::string& ref, const E
     throw_if_stop_requested("after loading " + ref + ": " + name);
   };
   std::unique_ptr<DiffusionPipeline> pipe = DiffusionPipeline::from_pretrained(ref, options);
-  for (const std::string& line : configure_pipeline(*pipe, flags))
+  for (const std::string& line : configure_pipeline(*pipe, flags, device))
     if (reporting) std::fprintf(stderr, "kiln: %s\n", line.c_str());
+  if (reporting && device.type != DeviceType::CPU && !pipe->model_cpu_offload_enabled()) {
+    std::string where = device.str();
+    if (dist::in_local_ranks())
+      where += ", split over " + std::to_string(dist::world_size()) + " devices (one thread each)";
+    std::fprintf(stderr, "kiln: every component on %s\n", where.c_str());
+  }
+  // The packed copies are the cpu's matmuls'; on a device they are never made, so the plan is not reported.
   if (reporting)
-    std::fprintf(stderr, "kiln: loaded %s (%s) in %.1fs; %s\n", ref.c_str(), pipe->class_name(),
+    std::fprintf(stderr, "kiln: loaded %s (%s) in %.1fs%s%s\n", ref.c_str(), pipe->class_name(),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                 pipe->weight_packing().describe().c_str());
+                 device.type == DeviceType::CPU ? "; " : "",
+                 device.type == DeviceType::CPU ? pipe->weight_packing().describe().c_str() : "");
   return pipe;
 }
 
@@ -78,22 +90,31 @@ void log_job_end(const serve::Job& job) {
                s.run_seconds, s.queue_seconds, s.error ? ": " : "", s.error ? s.error->message.c_str() : "");
 }
 
-void run_serve(const ServeArgs& args) {
-  check_serve_args(args);
-  join_tensor_parallel_group(args.execution.tp, "serve");
+// The server on one rank (the only one without --tp): rank r's pipelines compute on the device r places after
+// `first_device`; rank 0 serves HTTP and announces each job, the others make the same calls.
+void serve_on_rank(const ServeArgs& args, const Device& first_device) {
+  const Device device = device_of_rank(first_device, dist::rank());
+  require_device(device);
   const bool load_on_demand = args.execution.max_memory.has_value();
   serve::ModelPool pool(
-      args.models, [&](const std::string& ref) { return load_pipeline(ref, args.execution); },
+      args.models, [&](const std::string& ref) { return load_pipeline(ref, args.execution, device); },
       load_on_demand);
   if (!load_on_demand) pool.load_all();
+  // Every rank loaded (or failed to, which ends the others here instead of behind a server that cannot run).
+  if (dist::world_size() > 1) {
+    uint8_t loaded = 1;
+    dist::broadcast_from_rank0(&loaded, sizeof loaded);
+  }
 
   if (dist::rank() != 0) {
     serve::follow_rank0(pool);
-    dist::destroy_process_group();
     return;
   }
 
   const bool tensor_parallel = dist::world_size() > 1;
+  // The jobs run on the queue's worker thread: with in-process ranks it acts as this (rank 0's) thread, so
+  // that its collectives meet the other ranks'.
+  const auto as_rank0 = dist::as_this_rank();
   serve::Metrics metrics;
   // Under --tp one job at a time: every rank must make the same calls in the same order.
   const size_t lanes = tensor_parallel ? 1 : pool.lanes();
@@ -101,8 +122,10 @@ void run_serve(const ServeArgs& args) {
       {.capacity = args.queue, .keep_finished = args.keep_jobs}, lanes,
       [&](const std::string& model) { return tensor_parallel ? 0 : pool.lane_of(model); },
       [&](serve::Job& job) {
-        serve::run_job(job, pool, metrics,
-                       tensor_parallel ? serve::announce_job : std::function<void(const serve::Job&)>());
+        as_rank0([&] {
+          serve::run_job(job, pool, metrics,
+                         tensor_parallel ? serve::announce_job : std::function<void(const serve::Job&)>());
+        });
       },
       [&](const serve::Job& job) {
         metrics.job_ended(job.snapshot());
@@ -121,13 +144,31 @@ void run_serve(const ServeArgs& args) {
                pool.models().size(), ipv6 ? "[" : "", args.host.c_str(), ipv6 ? "]" : "", port, args.queue,
                args.api_key.empty() ? "" : ", API key required", static_cast<int>(getpid()));
 
-  while (!stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // In-process ranks: one that fails (it threw past its follower loop) leaves no group to run jobs with, so
+  // the server stops with its error rather than failing every job.
+  std::optional<std::string> rank_failure;
+  while (!stop_requested() && !(rank_failure = dist::local_group_failure()))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "kiln: stopping: cancelling %zu waiting and %zu running job(s)\n", queue.waiting(),
                queue.running());
   queue.shutdown({503, "server_error", "", "the server is shutting down"});
   http.stop();
+  KILN_CHECK(!rank_failure, "kiln serve: " << *rank_failure);
   if (tensor_parallel) serve::announce_stop();
   std::fprintf(stderr, "kiln: stopped\n");
+}
+
+void run_serve(const ServeArgs& args) {
+  check_serve_args(args);
+  const Device device = parse_device_flag(args.execution.device, args.execution);
+  // On the devices of one PJRT client the ranks are threads here, their collectives inside the devices'
+  // executables; otherwise each rank is a process of mpirun's.
+  if (tensor_parallel_in_process(args.execution.tp, device)) {
+    require_device(device_of_rank(device, args.execution.tp - 1));  // every rank's device, before loading
+    return dist::run_local_ranks(args.execution.tp, [&](int) { serve_on_rank(args, device); });
+  }
+  join_tensor_parallel_group(args.execution.tp, "serve");
+  serve_on_rank(args, device);
   dist::destroy_process_group();
 }
 

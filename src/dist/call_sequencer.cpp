@@ -1,9 +1,14 @@
 #include "kiln/dist/call_sequencer.h"
 
+#include <any>
 #include <condition_variable>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 
+#include "dist/local_group.h"
 #include "dist/transport.h"
 #include "kiln/dist/process_group.h"
 
@@ -23,9 +28,30 @@ struct Sequencer {
   bool receiving = false;
 };
 
+// The sequencers of in-process ranks (kiln/dist/local_ranks.h): one per rank of each live group, the ranks
+// being threads of this one process.
+struct LocalSequencers {
+  std::mutex mutex;
+  std::map<std::pair<int64_t, int>, std::pair<std::weak_ptr<LocalGroup>, std::unique_ptr<Sequencer>>> by_rank;
+};
+
 Sequencer& sequencer() {
-  static Sequencer* s = new Sequencer;  // never destroyed: a turn may end during exit
-  return *s;
+  const LocalRank* local = current_local_rank();
+  if (local == nullptr) {
+    static Sequencer* s = new Sequencer;  // never destroyed: a turn may end during exit
+    return *s;
+  }
+  static LocalSequencers* all = new LocalSequencers;
+  std::lock_guard lock(all->mutex);
+  std::erase_if(all->by_rank, [](const auto& entry) { return entry.second.first.expired(); });
+  auto& entry = all->by_rank[{local->group->id(), local->rank}];
+  if (!entry.second) entry = {local->group, std::make_unique<Sequencer>()};
+  return *entry.second;  // kept while the group lives, which the calling rank keeps alive
+}
+
+// Several ranks: MPI's processes, or the in-process group the calling thread is a rank of.
+bool several_ranks() {
+  return current_local_rank() != nullptr ? world_size() > 1 : is_initialized() && world_size() > 1;
 }
 
 }  // namespace
@@ -42,7 +68,7 @@ CallTurn::~CallTurn() {
 
 CallTurn admit_call(uint64_t key) {
   CallTurn turn;
-  if (!is_initialized() || world_size() <= 1) return turn;
+  if (!several_ranks()) return turn;
   Sequencer& s = sequencer();
   std::unique_lock lock(s.mutex);
   if (rank() == 0) {
@@ -86,7 +112,15 @@ CallTurn admit_call(uint64_t key) {
 }
 
 bool any_rank(bool mine) {
-  if (!is_initialized() || world_size() <= 1) return mine;
+  if (!several_ranks()) return mine;
+  if (const LocalRank* local = current_local_rank()) {
+    const std::any any = local->group->rendezvous(local->rank, mine, [](const std::vector<std::any>& items) {
+      bool any = false;
+      for (const std::any& item : items) any = any || std::any_cast<bool>(item);
+      return std::vector<std::any>(items.size(), any);
+    });
+    return std::any_cast<bool>(any);
+  }
   return any_rank_true(mine);
 }
 

@@ -67,6 +67,11 @@ std::any LocalGroup::rendezvous(int rank, std::any item, const Combine& combine)
       KILN_CHECK(results.size() == size_t(size_), "internal: a collective combined "
                                                       << results.size() << " results for " << size_
                                                       << " ranks");
+    } catch (const std::bad_any_cast&) {
+      // One rank's item is not what the others' collective takes: they are in different calls.
+      error = "the ranks of the in-process group of " + std::to_string(size_) +
+              " are in different collectives (call " + std::to_string(number + 1) +
+              "): every rank must make the same collective calls in the same order";
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -92,12 +97,39 @@ void LocalGroup::fail(int rank, const std::string& message) {
   changed_.notify_all();
 }
 
+std::optional<std::string> LocalGroup::failure() {
+  std::lock_guard lock(mutex_);
+  return failure_;
+}
+
 const LocalRank* current_local_rank() {
   return t_local_rank;
 }
 
+std::optional<std::string> local_group_failure() {
+  if (t_local_rank == nullptr) return std::nullopt;
+  return t_local_rank->group->failure();
+}
+
 bool in_local_ranks() {
   return t_local_rank != nullptr;
+}
+
+std::function<void(const std::function<void()>&)> as_this_rank() {
+  if (t_local_rank == nullptr) return [](const std::function<void()>& work) { work(); };
+  // The copy holds the group alive; the pointer the thread sees is to it, for as long as the function lives.
+  auto mine = std::make_shared<const LocalRank>(*t_local_rank);
+  return [mine](const std::function<void()>& work) {
+    const LocalRank* saved = t_local_rank;
+    t_local_rank = mine.get();
+    try {
+      work();
+    } catch (...) {
+      t_local_rank = saved;
+      throw;
+    }
+    t_local_rank = saved;
+  };
 }
 
 void collective_attrs(runtime::Attrs& attrs) {

@@ -39,6 +39,8 @@ class LocalGroup {
 
   // Marks the group failed (the first call's message is kept): every rendezvous, waiting or to come, throws.
   void fail(int rank, const std::string& message);
+  // The failure fail() recorded (the message naming the rank), if any.
+  std::optional<std::string> failure();
 
  private:
   struct Round {

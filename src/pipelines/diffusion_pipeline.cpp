@@ -40,9 +40,10 @@ void DiffusionPipeline::check_request(const PipelineRequest& request) const {
 
 PipelineOutput DiffusionPipeline::operator()(const PipelineRequest& request) {
   check_request(request);
-  // Under a process group of several ranks every rank runs the calls in rank 0's order (which also serves
-  // this pipeline's calls one at a time); otherwise the pipeline's own queue does.
-  const bool distributed = dist::is_initialized() && dist::world_size() > 1;
+  // Under several ranks (MPI's processes, or in-process rank threads) every rank runs the calls in rank 0's
+  // order (which also serves this pipeline's calls one at a time) and a cancellation stops every rank at the
+  // same step; otherwise the pipeline's own queue does.
+  const bool distributed = dist::world_size() > 1;
   std::optional<dist::CallTurn> tp_turn;
   std::optional<pipelines::CallQueue::Turn> turn;
   if (distributed)

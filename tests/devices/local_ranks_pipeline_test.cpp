@@ -111,6 +111,42 @@ TEST(LocalRanksPipeline, Flux2FromAPromptOnTwoDevices) {
   expect_every_rank_draws(flux2(), 2, ExecutionMode::Fuse);
 }
 
+// A call cancelled on rank 0 alone (kiln serve's DELETE reaches rank 0 only) stops every rank at the same
+// step (the ranks agree at each step), so the next call's collectives meet their peers and it draws the
+// image.
+TEST(LocalRanksPipeline, ACallCancelledOnOneRankStopsEveryRankAtTheSameStep) {
+  KILN_SKIP_WITHOUT_PJRT();
+  const Case c = flux();
+  std::vector<std::string> stopped(2);
+  std::vector<Image> images(2);
+  dist::run_local_ranks(2, [&](int rank) {
+    const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("xla-cpu", {2})};
+    PipelineLoadOptions options;
+    for (const std::string& component : c.split) options.parallel_config.emplace(component, parallel);
+    auto pipe = DiffusionPipeline::from_pretrained(testing::data_path("models/" + c.model), options);
+    pipe->to(Device(DeviceType::XlaCpu, rank));
+    PipelineRequest call = c.request;
+    call.generator = Generator(3);
+    call.cancel = CancellationToken();
+    call.callback_on_step_end = [&, rank, token = call.cancel](StepState& step) {
+      if (rank == 0 && step.step == 0) token.cancel();
+    };
+    try {
+      (*pipe)(call);
+    } catch (const Cancelled& e) {
+      stopped[static_cast<size_t>(rank)] = e.what();
+    }
+    call = c.request;
+    call.generator = Generator(7);
+    images[static_cast<size_t>(rank)] = (*pipe)(call).images.front();
+  });
+  EXPECT_FALSE(stopped[0].empty());
+  EXPECT_EQ(stopped[1], stopped[0]);  // the same place: "cancelled after denoising step 1 of 3"
+  const Image expected = one_rank_image(c, 7);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_LE(testing::max_level_difference(images[static_cast<size_t>(r)], expected), 1);
+}
+
 TEST(LocalRanksPipeline, AMeshLargerThanTheGroupIsRefused) {
   const std::string message =
       testing::error_message([] { dist::run_local_ranks(2, [](int) { dist::DeviceMesh("xla-cpu", {4}); }); });

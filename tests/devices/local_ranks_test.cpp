@@ -203,5 +203,45 @@ TEST(LocalRanksOnDevices, BroadcastGivesEveryRankRankZerosBytes) {
   EXPECT_EQ(got, (std::vector<uint64_t>(4, 1000)));
 }
 
+// A rank hands its calls to a thread of its own (kiln serve's job worker): there, as_this_rank makes that
+// thread the rank, for its collectives on the device too; outside the call the thread is no rank again.
+TEST(LocalRanksOnDevices, AThreadActsAsTheRankThatHandsItWork) {
+  KILN_SKIP_WITHOUT_PJRT();
+  std::vector<uint64_t> got(2);
+  std::vector<float> reduced;
+  std::atomic<bool> worker_outside_is_no_rank{false};
+  dist::run_local_ranks(2, [&](int rank) {
+    uint64_t value = 7 + uint64_t(rank);
+    const Tensor x = Tensor::from_vector(rank_values(rank, 4), {4}).to(xla(rank));
+    if (rank == 1) {
+      dist::broadcast_from_rank0(&value, sizeof value);
+      got[1] = value;
+      all_reduce_sum(x).to(cpu);
+      return;
+    }
+    const auto as_rank0 = dist::as_this_rank();
+    std::thread worker([&] {
+      as_rank0([&] {
+        EXPECT_EQ(dist::rank(), 0);
+        EXPECT_EQ(dist::world_size(), 2);
+        dist::broadcast_from_rank0(&value, sizeof value);
+        got[0] = value;
+        reduced = all_reduce_sum(x).to_vector<float>();
+      });
+      worker_outside_is_no_rank = !dist::in_local_ranks();
+    });
+    worker.join();
+  });
+  EXPECT_EQ(got, (std::vector<uint64_t>{7, 7}));
+  std::vector<float> expected = rank_values(0, 4);
+  for (size_t k = 0; k < 4; ++k) expected[k] += rank_values(1, 4)[k];
+  EXPECT_EQ(reduced, expected);
+  EXPECT_TRUE(worker_outside_is_no_rank);
+  // Off the rank threads it runs the work as it is.
+  bool ran = false;
+  dist::as_this_rank()([&] { ran = !dist::in_local_ranks(); });
+  EXPECT_TRUE(ran);
+}
+
 }  // namespace
 }  // namespace kiln

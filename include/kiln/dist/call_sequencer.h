@@ -8,7 +8,8 @@
 // threads are interchangeable: they produce the same result.
 //
 // Every rank must make the same calls (tensor parallelism is one program on all ranks); a rank whose calls
-// never include a key rank 0 admitted waits for it.
+// never include a key rank 0 admitted waits for it. In-process ranks (kiln/dist/local_ranks.h) are sequenced
+// the same way, each rank thread (or a thread acting as it: as_this_rank) with its own order.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +32,9 @@ class CallTurn {
 // ranks. Throws kiln::Error when the broadcast fails.
 CallTurn admit_call(uint64_t key);
 
-// Whether any rank says `mine` is true (an MPI logical or): so that a call cancelled on one rank stops on
-// every rank at the same step. `mine` without a process group of several ranks. Call it from the host thread
-// with no collectives queued (after a synchronisation).
+// Whether any rank says `mine` is true (a logical or over MPI, or over the in-process ranks): so that a call
+// cancelled on one rank stops on every rank at the same step. `mine` without a process group of several
+// ranks. Call it from the host thread with no collectives queued (after a synchronisation).
 bool any_rank(bool mine);
 
 }  // namespace kiln::dist

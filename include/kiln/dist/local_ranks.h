@@ -19,6 +19,8 @@
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <string>
 
 namespace kiln::dist {
 
@@ -30,5 +32,15 @@ void run_local_ranks(int n, const std::function<void(int rank)>& fn);
 
 // Whether the calling thread is a rank of run_local_ranks.
 bool in_local_ranks();
+
+// On a rank thread: a function that runs `work` on whichever thread calls it AS THIS RANK (rank(),
+// world_size() and the collectives answer as on the rank thread), for work the rank hands to a thread of
+// its own, such as a server's job worker. One thread at a time should act as a rank. Off the rank threads
+// the function runs `work` as it is.
+std::function<void(const std::function<void()>& work)> as_this_rank();
+
+// On a rank thread: the failure that ended its group (the message naming the rank that threw), if one did;
+// nullopt otherwise, and off the rank threads.
+std::optional<std::string> local_group_failure();
 
 }  // namespace kiln::dist
