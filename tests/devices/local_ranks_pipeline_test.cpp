@@ -1,7 +1,8 @@
-// Whole pipelines split over in-process ranks, one per xla-cpu device (kiln/dist/local_ranks.h): the
-// transformer and the large text encoder sharded by their tensor-parallel plans, each device holding only its
-// shards, the collectives inside executables across the devices. Every rank draws the one-rank image (within
-// one 8-bit level), on 2 and 4 devices and in each execution mode, for FLUX.1, SD3.5 and FLUX.2.
+// Whole pipelines split over in-process ranks (kiln/dist/local_ranks.h), one per device of the test device
+// type (xla-cpu unless KILN_TEST_DEVICE says otherwise): the transformer and the large text encoder sharded
+// by their tensor-parallel plans, each device holding only its shards, the collectives inside executables
+// across the devices. Every rank draws the one-rank image (within one 8-bit level), on 2 and 4 devices and in
+// each execution mode, for FLUX.1, SD3.5 and FLUX.2.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -68,15 +69,15 @@ Image one_rank_image(const Case& c, uint64_t seed) {
   return (*pipe)(call).images.front();
 }
 
-// Each rank's image, the pipeline split over `ranks` threads on xla-cpu:0..ranks-1 in `mode`.
+// Each rank's image, the pipeline split over `ranks` threads on the test devices 0..ranks-1 in `mode`.
 std::vector<Image> split_images(const Case& c, int ranks, ExecutionMode mode, uint64_t seed) {
   std::vector<Image> images(static_cast<size_t>(ranks));
   dist::run_local_ranks(ranks, [&](int rank) {
-    const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("xla-cpu", {ranks})};
+    const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh(testing::test_device_kind(), {ranks})};
     PipelineLoadOptions options;
     for (const std::string& component : c.split) options.parallel_config.emplace(component, parallel);
     auto pipe = DiffusionPipeline::from_pretrained(testing::data_path("models/" + c.model), options);
-    pipe->to(Device(DeviceType::XlaCpu, rank));
+    pipe->to(testing::test_device(rank));
     pipe->configure({.mode = mode});
     PipelineRequest call = c.request;
     call.generator = Generator(seed);
@@ -86,7 +87,7 @@ std::vector<Image> split_images(const Case& c, int ranks, ExecutionMode mode, ui
 }
 
 void expect_every_rank_draws(const Case& c, int ranks, ExecutionMode mode) {
-  KILN_SKIP_WITHOUT_PJRT();
+  KILN_SKIP_WITHOUT_TEST_DEVICES(ranks);
   const Image expected = one_rank_image(c, 7);
   const std::vector<Image> images = split_images(c, ranks, mode, 7);
   for (int r = 0; r < ranks; ++r)
@@ -115,16 +116,16 @@ TEST(LocalRanksPipeline, Flux2FromAPromptOnTwoDevices) {
 // step (the ranks agree at each step), so the next call's collectives meet their peers and it draws the
 // image.
 TEST(LocalRanksPipeline, ACallCancelledOnOneRankStopsEveryRankAtTheSameStep) {
-  KILN_SKIP_WITHOUT_PJRT();
+  KILN_SKIP_WITHOUT_TEST_DEVICES(2);
   const Case c = flux();
   std::vector<std::string> stopped(2);
   std::vector<Image> images(2);
   dist::run_local_ranks(2, [&](int rank) {
-    const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("xla-cpu", {2})};
+    const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh(testing::test_device_kind(), {2})};
     PipelineLoadOptions options;
     for (const std::string& component : c.split) options.parallel_config.emplace(component, parallel);
     auto pipe = DiffusionPipeline::from_pretrained(testing::data_path("models/" + c.model), options);
-    pipe->to(Device(DeviceType::XlaCpu, rank));
+    pipe->to(testing::test_device(rank));
     PipelineRequest call = c.request;
     call.generator = Generator(3);
     call.cancel = CancellationToken();

@@ -23,8 +23,9 @@
 namespace kiln {
 namespace {
 
+// The test device (xla-cpu unless KILN_TEST_DEVICE says otherwise) of this index.
 Device xla(int index) {
-  return Device(DeviceType::XlaCpu, index);
+  return testing::test_device(index);
 }
 
 // Rank r's values: (r + 1) * [1, 2, ..., n] + 0.25 * r (exact in bfloat16 for the sizes used).
@@ -37,7 +38,7 @@ std::vector<float> rank_values(int r, int64_t n) {
 class LocalRanks : public ::testing::TestWithParam<int> {};
 
 TEST_P(LocalRanks, AllReduceSumsEveryRankOnItsDevice) {
-  KILN_SKIP_WITHOUT_PJRT();
+  KILN_SKIP_WITHOUT_TEST_DEVICES(GetParam());
   const int n = GetParam();
   for (DType dtype : {float32, bfloat16}) {
     std::vector<std::vector<float>> got(static_cast<size_t>(n));
@@ -62,7 +63,7 @@ TEST_P(LocalRanks, AllReduceSumsEveryRankOnItsDevice) {
 }
 
 TEST_P(LocalRanks, AllGatherConcatenatesInRankOrderAlongAnyDim) {
-  KILN_SKIP_WITHOUT_PJRT();
+  KILN_SKIP_WITHOUT_TEST_DEVICES(GetParam());
   const int n = GetParam();
   for (int64_t dim : {0, 1}) {
     std::vector<Tensor> got(static_cast<size_t>(n));
@@ -85,7 +86,7 @@ TEST_P(LocalRanks, AllGatherConcatenatesInRankOrderAlongAnyDim) {
 INSTANTIATE_TEST_SUITE_P(TwoAndFourDevices, LocalRanks, ::testing::Values(2, 4));
 
 TEST(LocalRanksOnDevices, OneExecutablePerCollectiveShapeAcrossTheDevices) {
-  KILN_SKIP_WITHOUT_PJRT();
+  KILN_SKIP_WITHOUT_TEST_DEVICES(4);
   // Ten all-reduces of one shape compile once (the placement is part of the cache key, the executable runs
   // on both devices).
   dist::run_local_ranks(2, [&](int rank) {
@@ -143,7 +144,7 @@ TEST(LocalRanksOnDevices, CpuRanksExchangeThroughHostMemory) {
 }
 
 TEST(LocalRanksOnDevices, AFailingRankEndsTheOthersInsteadOfHangingThem) {
-  KILN_SKIP_WITHOUT_PJRT();
+  KILN_SKIP_WITHOUT_TEST_DEVICES(1);
   std::atomic<int> peers_failed{0};
   const auto start = std::chrono::steady_clock::now();
   const std::string message = testing::error_message([&] {
@@ -166,13 +167,13 @@ TEST(LocalRanksOnDevices, AFailingRankEndsTheOthersInsteadOfHangingThem) {
 }
 
 TEST(LocalRanksOnDevices, RanksOnOneDeviceOrDisagreeingCallsAreRefused) {
-  KILN_SKIP_WITHOUT_PJRT();
+  KILN_SKIP_WITHOUT_TEST_DEVICES(2);
   const std::string same = testing::error_message([&] {
     dist::run_local_ranks(2, [&](int) {
       all_reduce_sum(Tensor::from_vector(std::vector<float>{1.0f}, {1}).to(xla(1))).to_vector<float>();
     });
   });
-  EXPECT_NE(same.find("ranks 0 and 1 are both on xla-cpu:1; in-process ranks need a device each"),
+  EXPECT_NE(same.find("ranks 0 and 1 are both on " + xla(1).str() + "; in-process ranks need a device each"),
             std::string::npos)
       << same;
   const std::string disagree = testing::error_message([&] {
@@ -206,7 +207,7 @@ TEST(LocalRanksOnDevices, BroadcastGivesEveryRankRankZerosBytes) {
 // A rank hands its calls to a thread of its own (kiln serve's job worker): there, as_this_rank makes that
 // thread the rank, for its collectives on the device too; outside the call the thread is no rank again.
 TEST(LocalRanksOnDevices, AThreadActsAsTheRankThatHandsItWork) {
-  KILN_SKIP_WITHOUT_PJRT();
+  KILN_SKIP_WITHOUT_TEST_DEVICES(2);
   std::vector<uint64_t> got(2);
   std::vector<float> reduced;
   std::atomic<bool> worker_outside_is_no_rank{false};

@@ -1,11 +1,12 @@
-// Offloading onto a PJRT device (xla-cpu): the weights stay on the host and are copied into the device's
-// memory as they run — a component at a time (enable_model_cpu_offload(device)) or in groups of blocks with
-// the next group copied ahead (enable_group_offload with onload_device) — and the image is the one the
-// pipeline gives with every component resident on the device (pipe.to), which is diffusers' image. Kiln's
-// count of the device's memory peaks lower under offload. A memory budget on the device picks the offload
-// and limits what Kiln holds there; one below the largest weight or below one-block groups is refused naming
-// the sizes, and running out of device memory (Kiln's limit, or the plugin's own allocator) is a kiln::Error
-// naming the device, the bytes and what to do.
+// Offloading onto a PJRT device (the test device: xla-cpu unless KILN_TEST_DEVICE says otherwise): the
+// weights stay on the host and are copied into the device's memory as they run — a component at a time
+// (enable_model_cpu_offload(device)) or in groups of blocks with the next group copied ahead
+// (enable_group_offload with onload_device) — and the image is the one the pipeline gives with every
+// component resident on the device (pipe.to), which is diffusers' image. Kiln's count of the device's memory
+// peaks lower under offload. A memory budget on the device picks the offload and limits what Kiln holds
+// there; one below the largest weight or below one-block groups is refused naming the sizes, and running out
+// of device memory (Kiln's limit, or the plugin's own allocator) is a kiln::Error naming the device, the
+// bytes and what to do.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,7 +28,7 @@
 namespace kiln {
 namespace {
 
-const Device xla0("xla-cpu:0");
+const Device xla0 = testing::test_device(0);
 
 std::unique_ptr<DiffusionPipeline> load(const std::string& model) {
   return DiffusionPipeline::from_pretrained(testing::data_path("models/" + model), {});
@@ -78,7 +79,7 @@ TEST(OffloadOnDevice, ModelOffloadGivesTheResidentImage) {
   EXPECT_EQ(pipe->device(), xla0);
   const int64_t idle = memory_stats(xla0).current_bytes;
   const DeviceRun offloaded = run(*pipe, request);
-  expect_same_image(offloaded, resident, g, "FLUX.1 model offload onto xla-cpu:0");
+  expect_same_image(offloaded, resident, g, "FLUX.1 model offload onto " + xla0.str());
   // Every component sent out once it ran: the device holds what it held before the call.
   EXPECT_EQ(memory_stats(xla0).current_bytes, idle);
   EXPECT_EQ(run(*pipe, request).pixels, resident.pixels) << "a second call changed the image";
@@ -95,7 +96,7 @@ TEST(OffloadOnDevice, GroupOffloadGivesTheResidentImage) {
     pipe->enable_group_offload({.blocks_per_group = 1, .prefetch = true, .onload_device = xla0});
     const DeviceRun offloaded = run(*pipe, request);
     expect_same_image(offloaded, resident, g,
-                      std::string(pipe->class_name()) + " group offload onto xla-cpu:0");
+                      std::string(pipe->class_name()) + " group offload onto " + xla0.str());
     const WeightGroupStats stats = pipe->context().memory().weight_group_stats();
     EXPECT_GT(stats.switches, 0) << "no group ran";
     EXPECT_GT(stats.prefetches, 0) << "no group was brought in ahead";
@@ -144,7 +145,8 @@ TEST(OffloadOnDevice, AMemoryBudgetPicksTheOffloadAndIsRefusedBelowWhatItNeeds) 
   if (group_minimum > sizes.largest_tensor_bytes) {
     const std::string below_groups =
         testing::error_message([&] { pipe->set_memory_budget(group_minimum - 1, xla0); });
-    EXPECT_NE(below_groups.find("on xla-cpu:0 is below what group offload needs there"), std::string::npos)
+    EXPECT_NE(below_groups.find("on " + xla0.str() + " is below what group offload needs there"),
+              std::string::npos)
         << below_groups;
     EXPECT_NE(below_groups.find("sequential offload, one weight at a time, runs on the cpu only"),
               std::string::npos)
@@ -175,7 +177,7 @@ TEST(OffloadOnDevice, RunningOutOfDeviceMemoryIsAnErrorNamingTheDevice) {
   set_memory_limit(xla0, memory_stats(xla0).current_bytes + 4096);
   const std::string message = testing::error_message([&] { (*pipe)(request); });
   set_memory_limit(xla0, std::nullopt);
-  EXPECT_NE(message.find("xla-cpu:0 is out of memory: "), std::string::npos) << message;
+  EXPECT_NE(message.find(xla0.str() + " is out of memory: "), std::string::npos) << message;
   EXPECT_NE(message.find(" needs "), std::string::npos) << message;
   EXPECT_NE(message.find("limit (--max-memory, kiln::set_memory_limit) already held"), std::string::npos)
       << message;
@@ -203,7 +205,7 @@ TEST(OffloadOnDeviceDeathTest, ThePluginOutOfMemoryIsAnErrorNamingTheDevice) {
         std::exit(0);
       },
       ::testing::ExitedWithCode(0),
-      "xla-cpu:0 is out of memory: .* needs 4.00 TiB.*the plugin said: .*RESOURCE_EXHAUSTED");
+      xla0.str() + " is out of memory: .* needs 4.00 TiB.*the plugin said: .*RESOURCE_EXHAUSTED");
 }
 
 }  // namespace

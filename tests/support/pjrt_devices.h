@@ -10,6 +10,7 @@
 
 #include "backends/pjrt/pjrt_client.h"
 #include "kiln/core/error.h"
+#include "kiln/runtime/devices.h"
 
 // Skips when this build has no PJRT (configured before scripts/setup.sh --pjrt); a build with PJRT must find
 // the CPU plugin (tests/pjrt's PjrtBuild.PluginIsInstalledWhenBuiltWithPjrt fails otherwise), so CI cannot
@@ -17,6 +18,16 @@
 #define KILN_SKIP_WITHOUT_PJRT()                                                            \
   do {                                                                                      \
     if (!::kiln::pjrt::built_with_pjrt()) GTEST_SKIP() << "this build has no PJRT support"; \
+  } while (0)
+
+// Also skips a test that needs `n` devices of the test device's type on a machine with fewer (one GPU); never
+// on xla-cpu, whose plugin always makes 4 (a missing plugin is PjrtBuild's failure, not a skip).
+#define KILN_SKIP_WITHOUT_TEST_DEVICES(n)                                                               \
+  do {                                                                                                  \
+    KILN_SKIP_WITHOUT_PJRT();                                                                           \
+    if (::kiln::testing::test_device_kind() != "xla-cpu" && ::kiln::testing::test_device_count() < (n)) \
+      GTEST_SKIP() << "needs " << (n) << " " << ::kiln::testing::test_device_kind()                     \
+                   << " devices, this machine has " << ::kiln::testing::test_device_count();            \
   } while (0)
 
 namespace kiln::testing {
@@ -34,6 +45,14 @@ inline std::string test_device_kind() {
 // Device `index` of that type ("xla-cpu:0").
 inline Device test_device(int index) {
   return Device(test_device_kind() + ":" + std::to_string(index));
+}
+
+// How many devices of the test device's type this machine has (0 when its plugin is missing).
+inline int test_device_count() {
+  const std::string kind = test_device_kind();
+  for (const DeviceTypeStatus& status : available_devices())
+    if (device_type_name(status.type) == kind) return static_cast<int>(status.devices.size());
+  return 0;
 }
 
 // The message of the kiln::Error `f` throws, or "(no error)".
