@@ -3,6 +3,7 @@
 #include "cli/device_flag.h"
 #include "kiln/core/error.h"
 #include "kiln/core/limits.h"
+#include "kiln/dist/local_ranks.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/pipelines/weight_packing.h"
 
@@ -119,6 +120,19 @@ void join_tensor_parallel_group(int tp, const std::string& command) {
 
 bool tensor_parallel_in_process(int tp, const Device& device) {
   return tp > 1 && device.type != DeviceType::CPU && !dist::launched_by_mpirun();
+}
+
+void run_on_tensor_parallel_ranks(const ExecutionFlags& flags, const std::string& command,
+                                  const std::function<void(const Device& device)>& on_rank) {
+  const Device device = parse_device_flag(flags.device, flags);
+  // On the devices of one PJRT client the ranks are threads here, their collectives inside the devices'
+  // executables; otherwise each rank is a process of mpirun's.
+  if (tensor_parallel_in_process(flags.tp, device)) {
+    require_device(device_of_rank(device, flags.tp - 1));  // every rank's device, before loading
+    return dist::run_local_ranks(flags.tp, [&](int) { on_rank(device); });
+  }
+  join_tensor_parallel_group(flags.tp, command);
+  on_rank(device);
 }
 
 }  // namespace kiln::cli

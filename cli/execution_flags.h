@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,5 +51,12 @@ void join_tensor_parallel_group(int tp, const std::string& command);
 // Whether --tp N on `device` runs its ranks as threads of this process (kiln/dist/local_ranks.h): N > 1 on a
 // PJRT device (rank r on the device r places after it) when mpirun did not start several processes.
 bool tensor_parallel_in_process(int tp, const Device& device);
+
+// Runs a command's work, `on_rank(device)` with the --device flag's device, on every rank of --tp: as threads
+// of this process, one per device, on a PJRT device (every rank's device reached before any work), otherwise
+// here as this process's rank of mpirun's group (joined first; `command` names it in errors). Each rank
+// works on device_of_rank(device, dist::rank()).
+void run_on_tensor_parallel_ranks(const ExecutionFlags& flags, const std::string& command,
+                                  const std::function<void(const Device& device)>& on_rank);
 
 }  // namespace kiln::cli

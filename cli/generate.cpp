@@ -251,15 +251,8 @@ void generate_on_rank(const GenerateArgs& args, const Device& first_device) {
 
 void run_generate(const GenerateArgs& args) {
   check_generate_args(args);
-  const Device device = parse_device_flag(args.execution.device, args.execution);
-  // On the devices of one PJRT client the ranks are threads here, their collectives inside the devices'
-  // executables; otherwise each rank is a process of mpirun's.
-  if (tensor_parallel_in_process(args.execution.tp, device)) {
-    require_device(device_of_rank(device, args.execution.tp - 1));  // every rank's device, before loading
-    return dist::run_local_ranks(args.execution.tp, [&](int) { generate_on_rank(args, device); });
-  }
-  join_tensor_parallel_group(args.execution.tp, "generate");
-  generate_on_rank(args, device);
+  run_on_tensor_parallel_ranks(args.execution, "generate",
+                               [&](const Device& device) { generate_on_rank(args, device); });
 }
 
 }  // namespace

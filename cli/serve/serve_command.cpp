@@ -160,15 +160,8 @@ void serve_on_rank(const ServeArgs& args, const Device& first_device) {
 
 void run_serve(const ServeArgs& args) {
   check_serve_args(args);
-  const Device device = parse_device_flag(args.execution.device, args.execution);
-  // On the devices of one PJRT client the ranks are threads here, their collectives inside the devices'
-  // executables; otherwise each rank is a process of mpirun's.
-  if (tensor_parallel_in_process(args.execution.tp, device)) {
-    require_device(device_of_rank(device, args.execution.tp - 1));  // every rank's device, before loading
-    return dist::run_local_ranks(args.execution.tp, [&](int) { serve_on_rank(args, device); });
-  }
-  join_tensor_parallel_group(args.execution.tp, "serve");
-  serve_on_rank(args, device);
+  run_on_tensor_parallel_ranks(args.execution, "serve",
+                               [&](const Device& device) { serve_on_rank(args, device); });
   dist::destroy_process_group();
 }
 
