@@ -76,7 +76,13 @@ def test_ctrl_c_cancels_within_one_step(tiny_flux):
             time.sleep(0.3)  # the interrupt is seen while the call runs
         return kwargs
 
-    with pytest.raises(KeyboardInterrupt):
-        tiny_flux(**small_call(generator=9, num_inference_steps=8), callback_on_step_end=on_step)
+    # Python turns SIGINT into KeyboardInterrupt only where it was not ignored when the interpreter started (a
+    # process started in the background by a non-interactive shell inherits SIGINT ignored): install it here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tiny_flux(**small_call(generator=9, num_inference_steps=8), callback_on_step_end=on_step)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert 2 <= len(steps) <= 3, f"{len(steps)} steps ran; the call must stop within one step of the interrupt"
     assert np.array_equal(np.asarray(tiny_flux(**small_call(generator=9, num_inference_steps=8)).images[0]), plain)
