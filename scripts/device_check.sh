@@ -221,19 +221,35 @@ others=(cpu)
 [ "$device" != xla-cpu ] && with_libs "$kiln" info --devices 2>/dev/null | grep -q '^xla-cpu: [0-9]' && others+=(xla-cpu)
 images=("flux-tiny-schnell f32" "flux-tiny-dev-bf16 bf16" "sd3-tiny-medium bf16")
 [ $quick -eq 1 ] && images=("flux-tiny-dev-bf16 bf16")
+# Cuda's attention is cuDNN's fused call unless KILN_PJRT_FUSED_ATTENTION=0: a run that fails on cuda is made
+# again with the composition, so that one run tells a cuDNN failure from any other.
+composed_retry=0
+[ "$device" = cuda ] && [ -z "${KILN_PJRT_FUSED_ATTENTION:-}" ] && composed_retry=1
+# A log's first error: Kiln's own line, else an exception's, else any line saying error (the plugin's log).
+first_error() {
+  { grep -m1 -E '^(kiln|bench_device_step): error|what\(\)|Error: ' "$out/$1.log" ||
+    grep -m1 -i 'error' "$out/$1.log"; } | cut -c1-200
+}
+# Generates one image on the device (name suffix $5: "" or "_composed") and compares it with the others.
+image_on_device() {  # model dtype mode label suffix
+  local model="$1" dtype="$2" mode="$3" label="$4" suffix="$5" mine="$out/$1_${device}_$3$5.png"
+  boxed 120 "image_${model}_${mode}${suffix}" gen "$model" "$dtype" "$device" "$mode" "$mine" || return 1
+  for other in "${others[@]}"; do
+    ref="$out/${model}_${other}.png"
+    [ -f "$ref" ] || boxed 120 "image_${model}_${other}" gen "$model" "$dtype" "$other" eager "$ref" >/dev/null
+    note "image $model $dtype $mode$label: $device vs $other: $("$python" bench/image_diff.py "$mine" "$ref" 2>&1)"
+  done
+}
 for spec in "${images[@]}"; do
   read -r model dtype <<<"$spec"
   for mode in eager compile; do
-    mine="$out/${model}_${device}_${mode}.png"
-    if ! boxed 120 "image_${model}_${mode}" gen "$model" "$dtype" "$device" "$mode" "$mine"; then
-      note "image $model $dtype $mode on $device: FAILED: $(grep -m1 -iE 'error|what\(\)' "$out/image_${model}_${mode}.log" | cut -c1-200)"
-      continue
-    fi
-    for other in "${others[@]}"; do
-      ref="$out/${model}_${other}.png"
-      [ -f "$ref" ] || boxed 120 "image_${model}_${other}" gen "$model" "$dtype" "$other" eager "$ref" >/dev/null
-      note "image $model $dtype $mode: $device vs $other: $("$python" bench/image_diff.py "$mine" "$ref" 2>&1)"
-    done
+    image_on_device "$model" "$dtype" "$mode" "" "" && continue
+    note "image $model $dtype $mode on $device: FAILED: $(first_error "image_${model}_${mode}")"
+    [ $composed_retry -eq 1 ] || continue
+    export KILN_PJRT_FUSED_ATTENTION=0
+    image_on_device "$model" "$dtype" "$mode" " (composed attention)" _composed ||
+      note "image $model $dtype $mode on $device with composed attention: FAILED too: $(first_error "image_${model}_${mode}_composed")"
+    unset KILN_PJRT_FUSED_ATTENTION
   done
 done
 
@@ -244,12 +260,24 @@ tsize=1024
 torch_device="$device"
 [ "$device" = xla-cpu ] && torch_device=cpu
 for model in flux sd3; do
-  [ $bench_built -eq 1 ] && boxed 240 "kiln_$model" with_libs "$bin/bench/bench_device_step" "$model" "$device" $reps $tsize
+  if [ $bench_built -eq 1 ] &&
+    ! boxed 240 "kiln_$model" with_libs "$bin/bench/bench_device_step" "$model" "$device" $reps $tsize; then
+    note "kiln $model step on $device: FAILED: $(first_error "kiln_$model")"
+    if [ $composed_retry -eq 1 ]; then
+      export KILN_PJRT_FUSED_ATTENTION=0
+      if boxed 240 "kiln_${model}_composed" with_libs "$bin/bench/bench_device_step" "$model" "$device" $reps $tsize; then
+        note "kiln $model step on $device: timed with composed attention (KILN_PJRT_FUSED_ATTENTION=0)"
+      else
+        note "kiln $model step on $device with composed attention: FAILED too: $(first_error "kiln_${model}_composed")"
+      fi
+      unset KILN_PJRT_FUSED_ATTENTION
+    fi
+  fi
   if [ $have_torch -eq 1 ]; then
     modes="eager,compile"
     [ $quick -eq 1 ] && modes=eager
     boxed 240 "torch_$model" "$python" bench/torch_step.py "$model" --device "$torch_device" --reps $reps \
-      --size $tsize --modes "$modes"
+      --size $tsize --modes "$modes" || note "torch $model step on $torch_device: FAILED: $(first_error "torch_$model")"
   fi
 done
 "$python" - "$out" "$device" "${gpu_name:-}" <<'PY' | tee "$out/table.txt"
