@@ -228,27 +228,41 @@ composed_retry=0
 # A log's first error: Kiln's own line, else an exception's, else any line saying error (the plugin's log).
 first_error() {
   { grep -m1 -E '^(kiln|bench_device_step): error|what\(\)|Error: ' "$out/$1.log" ||
-    grep -m1 -i 'error' "$out/$1.log"; } | cut -c1-200
+    grep -m1 -i 'error' "$out/$1.log"; } 2>/dev/null | cut -c1-200
+}
+# Notes that a box failed ("WHAT: FAILED: why"), given its status and name; nothing for a skipped one (boxed
+# noted it).
+note_failure() {  # status what name
+  case "$1" in
+    125) ;;
+    124 | 137) note "$2: FAILED: ran past its time box" ;;
+    *) note "$2: FAILED: $(first_error "$3")" ;;
+  esac
 }
 # Generates one image on the device (name suffix $5: "" or "_composed") and compares it with the others.
 image_on_device() {  # model dtype mode label suffix
   local model="$1" dtype="$2" mode="$3" label="$4" suffix="$5" mine="$out/$1_${device}_$3$5.png"
-  boxed 120 "image_${model}_${mode}${suffix}" gen "$model" "$dtype" "$device" "$mode" "$mine" || return 1
+  boxed 120 "image_${model}_${mode}${suffix}" gen "$model" "$dtype" "$device" "$mode" "$mine" || return $?
   for other in "${others[@]}"; do
     ref="$out/${model}_${other}.png"
-    [ -f "$ref" ] || boxed 120 "image_${model}_${other}" gen "$model" "$dtype" "$other" eager "$ref" >/dev/null
+    if [ ! -f "$ref" ] && ! boxed 120 "image_${model}_${other}" gen "$model" "$dtype" "$other" eager "$ref" >/dev/null; then
+      note_failure $? "reference image $model on $other" "image_${model}_${other}"
+      continue
+    fi
     note "image $model $dtype $mode$label: $device vs $other: $("$python" bench/image_diff.py "$mine" "$ref" 2>&1)"
   done
 }
 for spec in "${images[@]}"; do
   read -r model dtype <<<"$spec"
   for mode in eager compile; do
-    image_on_device "$model" "$dtype" "$mode" "" "" && continue
-    note "image $model $dtype $mode on $device: FAILED: $(first_error "image_${model}_${mode}")"
-    [ $composed_retry -eq 1 ] || continue
+    image_on_device "$model" "$dtype" "$mode" "" ""
+    rc=$?
+    [ $rc -eq 0 ] && continue
+    note_failure $rc "image $model $dtype $mode on $device" "image_${model}_${mode}"
+    [ $rc -ne 125 ] && [ $composed_retry -eq 1 ] || continue
     export KILN_PJRT_FUSED_ATTENTION=0
     image_on_device "$model" "$dtype" "$mode" " (composed attention)" _composed ||
-      note "image $model $dtype $mode on $device with composed attention: FAILED too: $(first_error "image_${model}_${mode}_composed")"
+      note_failure $? "image $model $dtype $mode on $device with composed attention" "image_${model}_${mode}_composed"
     unset KILN_PJRT_FUSED_ATTENTION
   done
 done
@@ -260,15 +274,16 @@ tsize=1024
 torch_device="$device"
 [ "$device" = xla-cpu ] && torch_device=cpu
 for model in flux sd3; do
-  if [ $bench_built -eq 1 ] &&
-    ! boxed 240 "kiln_$model" with_libs "$bin/bench/bench_device_step" "$model" "$device" $reps $tsize; then
-    note "kiln $model step on $device: FAILED: $(first_error "kiln_$model")"
-    if [ $composed_retry -eq 1 ]; then
+  if [ $bench_built -eq 1 ]; then
+    boxed 240 "kiln_$model" with_libs "$bin/bench/bench_device_step" "$model" "$device" $reps $tsize
+    rc=$?
+    [ $rc -eq 0 ] || note_failure $rc "kiln $model step on $device" "kiln_$model"
+    if [ $rc -ne 0 ] && [ $rc -ne 125 ] && [ $composed_retry -eq 1 ]; then
       export KILN_PJRT_FUSED_ATTENTION=0
       if boxed 240 "kiln_${model}_composed" with_libs "$bin/bench/bench_device_step" "$model" "$device" $reps $tsize; then
         note "kiln $model step on $device: timed with composed attention (KILN_PJRT_FUSED_ATTENTION=0)"
       else
-        note "kiln $model step on $device with composed attention: FAILED too: $(first_error "kiln_${model}_composed")"
+        note_failure $? "kiln $model step on $device with composed attention" "kiln_${model}_composed"
       fi
       unset KILN_PJRT_FUSED_ATTENTION
     fi
@@ -277,7 +292,7 @@ for model in flux sd3; do
     modes="eager,compile"
     [ $quick -eq 1 ] && modes=eager
     boxed 240 "torch_$model" "$python" bench/torch_step.py "$model" --device "$torch_device" --reps $reps \
-      --size $tsize --modes "$modes" || note "torch $model step on $torch_device: FAILED: $(first_error "torch_$model")"
+      --size $tsize --modes "$modes" || note_failure $? "torch $model step on $torch_device" "torch_$model"
   fi
 done
 "$python" - "$out" "$device" "${gpu_name:-}" <<'PY' | tee "$out/table.txt"
