@@ -87,9 +87,18 @@ TEST(FuzzRegressions, PngChunkLongerThanTheFile) {
 // A GGUF tensor with a zero dimension and a row of 2^61 F32 elements: empty, so its 0 bytes passed the file's
 // bounds, but sizing its rows multiplied 2^61 by 4 in int64 (signed overflow; found by the gguf fuzzer in the
 // campaign's second session).
+// (Refused since by the extent bound below, before its rows are sized.)
 TEST(FuzzRegressions, GgufRowBytesOverflow) {
   const std::string path = reproducer("gguf", "row-of-2-to-the-61-f32-in-an-empty-tensor");
-  EXPECT_KILN_ERROR(io::GgufFile{path}, path, "elements overflows its byte size");
+  EXPECT_KILN_ERROR(io::GgufFile{path}, path, "dimensions overflow the element count");
+}
+
+// The same with the 2^61 in an outer dimension: the row check passed, and copying the empty tensor multiplied
+// its 2^61-element stride by 4 in int64 (found by the gguf fuzzer in CI, 2026-12-03). The readers (GGUF and
+// safetensors) now bound the product of the dimensions with zeros counted as one, a tensor's largest stride.
+TEST(FuzzRegressions, GgufEmptyTensorStrideOverflow) {
+  const std::string path = reproducer("gguf", "outer-dimension-of-2-to-the-61-in-an-empty-tensor");
+  EXPECT_KILN_ERROR(io::GgufFile{path}, path, "dimensions overflow the element count");
 }
 
 }  // namespace

@@ -341,6 +341,9 @@ TEST(SafetensorsCorrupt, BadShapes) {
   // A zero dimension must not hide a dimension no int64 can hold.
   p = file_with_header("hidden", two_tensors("[0,16]", "[16,16]", "[0,18446744073709551615]"), 16);
   EXPECT_KILN_ERROR(SafetensorsFile{p}, p, "tensor 'b'", "too large");
+  // Nor one that fits int64 but whose stride, counted in bytes, would not (an empty tensor of 2^61 x 0).
+  p = file_with_header("hidden_stride", two_tensors("[0,16]", "[16,16]", "[2305843009213693952,0]"), 16);
+  EXPECT_KILN_ERROR(SafetensorsFile{p}, p, "tensor 'b'", "too large");
   // 2^61 F64 elements fit the element bound but not the byte count.
   p = file_with_header("bytes_overflow", two_tensors("[0,16]", "[16,19]", "[2305843009213693952]", "F64"),
                        19);
