@@ -15,6 +15,7 @@
 #include <string>
 
 #include "bench_util.h"
+#include "kiln/core/device_runtime.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -62,7 +63,7 @@ int run(int argc, char** argv) {
   }
   // Reach the device before building the random weights (half a minute for the FLUX shape on a CPU), so that
   // a device that is not there is reported at once.
-  (void)kiln::Tensor::full({1}, 0.0, kiln::float32).to(device);
+  kiln::device_runtime(device);
   if (model == "flux") {
     kiln::bench::FluxShapedStep s = kiln::bench::flux_shaped_step(size);
     s.model->to(device);

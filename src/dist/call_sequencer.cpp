@@ -49,11 +49,6 @@ Sequencer& sequencer() {
   return *entry.second;  // kept while the group lives, which the calling rank keeps alive
 }
 
-// Several ranks: MPI's processes, or the in-process group the calling thread is a rank of.
-bool several_ranks() {
-  return current_local_rank() != nullptr ? world_size() > 1 : is_initialized() && world_size() > 1;
-}
-
 }  // namespace
 
 CallTurn::~CallTurn() {
@@ -68,7 +63,7 @@ CallTurn::~CallTurn() {
 
 CallTurn admit_call(uint64_t key) {
   CallTurn turn;
-  if (!several_ranks()) return turn;
+  if (world_size() <= 1) return turn;  // one rank: MPI not started, or a group of one
   Sequencer& s = sequencer();
   std::unique_lock lock(s.mutex);
   if (rank() == 0) {
@@ -112,7 +107,7 @@ CallTurn admit_call(uint64_t key) {
 }
 
 bool any_rank(bool mine) {
-  if (!several_ranks()) return mine;
+  if (world_size() <= 1) return mine;
   if (const LocalRank* local = current_local_rank()) {
     const std::any any = local->group->rendezvous(local->rank, mine, [](const std::vector<std::any>& items) {
       bool any = false;

@@ -120,15 +120,12 @@ std::function<void(const std::function<void()>&)> as_this_rank() {
   // The copy holds the group alive; the pointer the thread sees is to it, for as long as the function lives.
   auto mine = std::make_shared<const LocalRank>(*t_local_rank);
   return [mine](const std::function<void()>& work) {
-    const LocalRank* saved = t_local_rank;
+    struct Restore {
+      const LocalRank* saved;
+      ~Restore() { t_local_rank = saved; }
+    } restore{t_local_rank};
     t_local_rank = mine.get();
-    try {
-      work();
-    } catch (...) {
-      t_local_rank = saved;
-      throw;
-    }
-    t_local_rank = saved;
+    work();
   };
 }
 

@@ -5,17 +5,13 @@
 #include <set>
 
 #include "io/mapped_file.h"
+#include "io/shape_bound.h"
 
 namespace kiln::io {
 
 namespace {
 
 constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
-// No real tensor has 2^62 elements; the bound keeps every later size computation free of overflow.
-constexpr uint64_t kMaxElements = 1ull << 62;
-// The product of the dimensions with zeros counted as one: a tensor's largest stride. Bounded so that strides
-// in bytes (up to 8 per element) fit in int64 even when a zero dimension makes the tensor empty.
-constexpr uint64_t kMaxExtent = 1ull << 59;
 
 enum class ValueType : uint32_t {
   UInt8 = 0,
@@ -235,14 +231,12 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(MappedFile::ope
     KILN_CHECK(n_dims >= 1 && n_dims <= kMaxDims,
                where << ": " << n_dims << " dimensions (expected 1 to " << kMaxDims << ")");
     std::vector<uint64_t> ne(n_dims);
-    uint64_t numel = 1, extent = 1;
+    ShapeBound bound;
     for (uint32_t d = 0; d < n_dims; ++d) {
       ne[d] = r.read<uint64_t>("the dimensions of tensor '" + info.name + "'");
-      KILN_CHECK(
-          ne[d] <= kMaxElements && !__builtin_mul_overflow(numel, ne[d], &numel) && numel <= kMaxElements &&
-              !__builtin_mul_overflow(extent, std::max<uint64_t>(ne[d], 1), &extent) && extent <= kMaxExtent,
-          where << ": dimensions overflow the element count (corrupt file?)");
+      KILN_CHECK(bound.add(ne[d]), where << ": dimensions overflow the element count (corrupt file?)");
     }
+    const uint64_t numel = bound.numel();
     const auto type_id = r.read<uint32_t>("the type of tensor '" + info.name + "'");
     const auto traits = quant::find_ggml_type(type_id);
     KILN_CHECK(traits.has_value(), where << ": unsupported ggml type id " << type_id << " (Kiln reads "
@@ -259,7 +253,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path), file_(MappedFile::ope
     uint64_t row_bytes = 0;
     KILN_CHECK(!__builtin_mul_overflow(ne[0] / traits->block_size, static_cast<uint64_t>(traits->type_size),
                                        &row_bytes) &&
-                   row_bytes <= kMaxElements,
+                   row_bytes <= ShapeBound::kMaxElements,
                where << ": a row of " << ne[0] << " " << traits->name << " elements overflows its byte size "
                      << "(corrupt file?)");
     const uint64_t blocks = numel / static_cast<uint64_t>(traits->block_size);

@@ -9,6 +9,7 @@
 #include "io/atomic_file.h"
 #include "io/json_depth.h"
 #include "io/mapped_file.h"
+#include "io/shape_bound.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/runtime/execution_context.h"
 
@@ -18,11 +19,6 @@ namespace {
 
 // Headers of real checkpoints are a few hundred KB; anything this large is corrupt (the spec's own limit).
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
-// No real tensor has 2^62 elements; the bound keeps every later size computation free of overflow.
-constexpr uint64_t kMaxElements = 1ull << 62;
-// The product of the dimensions with zeros counted as one: a tensor's largest stride. Bounded so that strides
-// in bytes (up to 8 per element) fit in int64 even when a zero dimension makes the tensor empty.
-constexpr uint64_t kMaxExtent = 1ull << 59;
 
 // How a stored element becomes a Kiln element: natively (same bytes), or widened losslessly.
 enum class Widen { None, F8E4M3, F8E5M2, F8E4M3Fnuz, F8E5M2Fnuz, F8E8M0, F4E2M1, U16, U32, U64 };
@@ -237,18 +233,17 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(M
     KILN_CHECK(stored != nullptr,
                where << ": unknown dtype '" << info.stored_dtype << "' (expected " << kKnownDTypes << ")");
     info.dtype = stored->read_as;
-    uint64_t numel = 1, extent = 1;
+    ShapeBound bound;
     for (auto& d : entry["shape"]) {
       KILN_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0),
                  where << ": shape entries must be non-negative integers, got " << entry["shape"].dump());
       // Each dimension is bounded on its own too: a zero elsewhere in the shape would hide a huge one.
       const uint64_t v = d.get<uint64_t>();
-      KILN_CHECK(
-          v <= kMaxElements && !__builtin_mul_overflow(numel, v, &numel) && numel <= kMaxElements &&
-              !__builtin_mul_overflow(extent, std::max<uint64_t>(v, 1), &extent) && extent <= kMaxExtent,
-          where << ": shape " << entry["shape"].dump() << " is too large (overflows the element count)");
+      KILN_CHECK(bound.add(v), where << ": shape " << entry["shape"].dump()
+                                     << " is too large (overflows the element count)");
       info.shape.push_back(static_cast<int64_t>(v));
     }
+    const uint64_t numel = bound.numel();
     for (auto& o : entry["data_offsets"])
       KILN_CHECK(
           o.is_number_unsigned() || (o.is_number_integer() && o.get<int64_t>() >= 0),

@@ -23,10 +23,7 @@
 namespace kiln {
 namespace {
 
-// The test device (xla-cpu unless KILN_TEST_DEVICE says otherwise) of this index.
-Device xla(int index) {
-  return testing::test_device(index);
-}
+using testing::test_device;  // xla-cpu:N unless KILN_TEST_DEVICE names another type
 
 // Rank r's values: (r + 1) * [1, 2, ..., n] + 0.25 * r (exact in bfloat16 for the sizes used).
 std::vector<float> rank_values(int r, int64_t n) {
@@ -46,9 +43,9 @@ TEST_P(LocalRanks, AllReduceSumsEveryRankOnItsDevice) {
       EXPECT_EQ(dist::rank(), rank);
       EXPECT_EQ(dist::world_size(), n);
       EXPECT_TRUE(dist::in_local_ranks());
-      const Tensor x = Tensor::from_vector(rank_values(rank, 6), {2, 3}).to(dtype).to(xla(rank));
+      const Tensor x = Tensor::from_vector(rank_values(rank, 6), {2, 3}).to(dtype).to(test_device(rank));
       const Tensor sum = all_reduce_sum(x);
-      EXPECT_EQ(sum.device(), xla(rank));
+      EXPECT_EQ(sum.device(), test_device(rank));
       EXPECT_EQ(sum.dtype(), dtype);
       got[static_cast<size_t>(rank)] = sum.to(float32).to_vector<float>();
     });
@@ -69,7 +66,8 @@ TEST_P(LocalRanks, AllGatherConcatenatesInRankOrderAlongAnyDim) {
     std::vector<Tensor> got(static_cast<size_t>(n));
     dist::run_local_ranks(n, [&](int rank) {
       // A transposed view as input: the front end makes it contiguous, the module reads its storage.
-      const Tensor x = Tensor::from_vector(rank_values(rank, 6), {3, 2}).to(xla(rank)).transpose(0, 1);
+      const Tensor x =
+          Tensor::from_vector(rank_values(rank, 6), {3, 2}).to(test_device(rank)).transpose(0, 1);
       got[static_cast<size_t>(rank)] = all_gather(x, dim).to(cpu);
     });
     std::vector<Tensor> parts;
@@ -90,13 +88,13 @@ TEST(LocalRanksOnDevices, OneExecutablePerCollectiveShapeAcrossTheDevices) {
   // Ten all-reduces of one shape compile once (the placement is part of the cache key, the executable runs
   // on both devices).
   dist::run_local_ranks(2, [&](int rank) {
-    const Tensor x = Tensor::from_vector(rank_values(rank, 5), {5}).to(xla(rank + 2));
+    const Tensor x = Tensor::from_vector(rank_values(rank, 5), {5}).to(test_device(rank + 2));
     all_reduce_sum(x).to(cpu);  // the first one compiles (or loads from disk)
   });
   const auto before = pjrt::executable_cache_stats();
   dist::run_local_ranks(2, [&](int rank) {
     for (int i = 0; i < 10; ++i) {
-      const Tensor x = Tensor::from_vector(rank_values(rank + i, 5), {5}).to(xla(rank + 2));
+      const Tensor x = Tensor::from_vector(rank_values(rank + i, 5), {5}).to(test_device(rank + 2));
       std::vector<float> expected = rank_values(i, 5);
       for (size_t k = 0; k < 5; ++k) expected[k] += rank_values(i + 1, 5)[k];
       EXPECT_EQ(all_reduce_sum(x).to_vector<float>(), expected);
@@ -151,7 +149,8 @@ TEST(LocalRanksOnDevices, AFailingRankEndsTheOthersInsteadOfHangingThem) {
     dist::run_local_ranks(2, [&](int rank) {
       if (rank == 1) throw Error("rank one could not read its shard");
       try {
-        all_reduce_sum(Tensor::from_vector(std::vector<float>{1.0f}, {1}).to(xla(0))).to_vector<float>();
+        all_reduce_sum(Tensor::from_vector(std::vector<float>{1.0f}, {1}).to(test_device(0)))
+            .to_vector<float>();
       } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("rank 1 failed: rank one could not read its shard"),
                   std::string::npos)
@@ -170,15 +169,17 @@ TEST(LocalRanksOnDevices, RanksOnOneDeviceOrDisagreeingCallsAreRefused) {
   KILN_SKIP_WITHOUT_TEST_DEVICES(2);
   const std::string same = testing::error_message([&] {
     dist::run_local_ranks(2, [&](int) {
-      all_reduce_sum(Tensor::from_vector(std::vector<float>{1.0f}, {1}).to(xla(1))).to_vector<float>();
+      all_reduce_sum(Tensor::from_vector(std::vector<float>{1.0f}, {1}).to(test_device(1)))
+          .to_vector<float>();
     });
   });
-  EXPECT_NE(same.find("ranks 0 and 1 are both on " + xla(1).str() + "; in-process ranks need a device each"),
+  EXPECT_NE(same.find("ranks 0 and 1 are both on " + test_device(1).str() +
+                      "; in-process ranks need a device each"),
             std::string::npos)
       << same;
   const std::string disagree = testing::error_message([&] {
     dist::run_local_ranks(2, [&](int rank) {
-      all_reduce_sum(Tensor::zeros({rank + 1}, float32).to(xla(rank))).to_vector<float>();
+      all_reduce_sum(Tensor::zeros({rank + 1}, float32).to(test_device(rank))).to_vector<float>();
     });
   });
   EXPECT_NE(disagree.find("every rank must make the same collectives in order"), std::string::npos)
@@ -213,7 +214,7 @@ TEST(LocalRanksOnDevices, AThreadActsAsTheRankThatHandsItWork) {
   std::atomic<bool> worker_outside_is_no_rank{false};
   dist::run_local_ranks(2, [&](int rank) {
     uint64_t value = 7 + uint64_t(rank);
-    const Tensor x = Tensor::from_vector(rank_values(rank, 4), {4}).to(xla(rank));
+    const Tensor x = Tensor::from_vector(rank_values(rank, 4), {4}).to(test_device(rank));
     if (rank == 1) {
       dist::broadcast_from_rank0(&value, sizeof value);
       got[1] = value;
