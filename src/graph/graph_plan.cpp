@@ -8,6 +8,8 @@
 #include "graph/fusion_patterns.h"
 #include "graph/fusion_rules.h"
 #include "graph/graph_facts.h"
+#include "kiln/runtime/execution_context.h"
+#include "kiln/runtime/memory_policy.h"
 #include "runtime/backend.h"
 
 namespace kiln::graph {
@@ -289,6 +291,15 @@ bool joins_region(const OpCall& c) {
   return runtime::backend_for(c.outputs.front().device().type).joins_region(c);
 }
 
+// The first weight group among the tensors `c` reads (PlanOptions::weight_group_of), -1 when none.
+int weight_group_read(const OpCall& c, const PlanOptions& options) {
+  if (!options.weight_group_of) return -1;
+  for (const Tensor& t : c.inputs)
+    if (t.defined())
+      if (const int g = options.weight_group_of(*t.storage()); g >= 0) return g;
+  return -1;
+}
+
 // The region of `members` (in order), each output marked stored when a value of its storage is needed
 // beyond the region: seen outside the graph, existing before it, or read or written by a live call outside
 // it. Everything else lives only inside the region's program.
@@ -331,6 +342,12 @@ std::string FusedGroup::describe() const {
   for (size_t i = 0; i < outputs.size(); ++i)
     s << (i ? ", " : "") << dtype_name(outputs[i].dtype()) << shape_str(outputs[i].shape());
   return s.str();
+}
+
+std::function<int(const Storage&)> current_weight_groups() {
+  const MemoryPolicy& memory = current_context().memory();
+  if (memory.weight_group_stats().groups == 0) return {};
+  return [&memory](const Storage& s) { return memory.weight_group_of(s); };
 }
 
 std::vector<PlanStep> plan_graph(std::vector<OpCall> calls, const PlanOptions& options, PlanStats* stats) {
@@ -377,9 +394,12 @@ std::vector<PlanStep> plan_graph(std::vector<OpCall> calls, const PlanOptions& o
     }
     self(self);  // drains what was re-offered, so nothing after the group overtakes it
   };
-  // Consecutive calls on one device whose backend runs regions; a lone call runs as in strict eager.
+  // Consecutive calls on one device whose backend runs regions, reading the weights of one group at most; a
+  // lone call runs as in strict eager.
   std::vector<int> region;
+  int region_group = -1;
   auto flush_region = [&] {
+    region_group = -1;
     if (region.size() == 1) emit_single(region.front());
     if (region.size() >= 2) {
       plan.push_back(PlanStep{OpCall{}, nullptr, build_region(region, calls, removed, facts)});
@@ -395,6 +415,9 @@ std::vector<PlanStep> plan_graph(std::vector<OpCall> calls, const PlanOptions& o
       if (!region.empty() &&
           calls[region.front()].outputs.front().device() != calls[i].outputs.front().device())
         flush_region();
+      const int reads = weight_group_read(calls[i], options);
+      if (reads >= 0 && region_group >= 0 && reads != region_group) flush_region();
+      if (reads >= 0) region_group = reads;
       region.push_back(i);
       continue;
     }

@@ -10,10 +10,12 @@
 //      CPU JIT; values only read inside the region are never stored, so their tensors are never allocated.
 //      Runs of consecutive calls on a device whose backend compiles whole regions (runtime::Backend::
 //      joins_region: PJRT devices) become one runtime::DeviceRegion instead, whatever their ops; the same
-//      rule says which of its values are stored. Calls on such a device never reach the CPU JIT.
+//      rule says which of its values are stored. Calls on such a device never reach the CPU JIT. Under
+//      group offload a region holds the calls of one weight group at most (PlanOptions::weight_group_of).
 // The plan keeps the program order of everything it does not remove.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,7 +57,16 @@ struct PlanOptions {
   // Storages the caller holds on to (e.g. a traced forward's outputs): their writers are never dropped and
   // their values always stored, whatever the reference counts say.
   std::vector<const Storage*> keep;
+  // Group offload's weight groups (kiln/runtime/weight_groups.h): the group a weight's storage belongs to,
+  // -1 for none. A device region ends where a call reads a weight of another group than the region's, so
+  // that each group's weights are needed by programs of their own and can be sent out between them.
+  // Unset: regions never split for groups.
+  std::function<int(const Storage&)> weight_group_of;
 };
+
+// The weight groups group offload registered on the calling thread's execution context, for
+// PlanOptions::weight_group_of; unset when group offload is off.
+std::function<int(const Storage&)> current_weight_groups();
 
 // Takes the calls (so that reference counts show which tensors the rest of the program still holds: the
 // caller must not keep other copies of them) and returns the plan.

@@ -98,7 +98,8 @@ void launch_group(const std::shared_ptr<FusedGroup>& group) {
 
 void run_graph(std::vector<OpCall> calls) {
   PlanStats stats;
-  std::vector<PlanStep> plan = plan_graph(std::move(calls), {}, &stats);
+  std::vector<PlanStep> plan =
+      plan_graph(std::move(calls), {.weight_group_of = current_weight_groups()}, &stats);
   runtime::count_graph_flush(stats.dead + stats.common, stats.fused_calls + stats.region_calls,
                              stats.patterns);
   if (log_enabled("graph")) {

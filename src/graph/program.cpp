@@ -128,6 +128,7 @@ std::shared_ptr<Program> Program::trace(const std::vector<Tensor>& inputs, const
   for (const Tensor& t : params) p.param_shapes_.push_back(t.defined() ? t.shape() : Shape{-1});
 
   PlanOptions options;
+  options.weight_group_of = current_weight_groups();
   for (const Tensor& t : outputs) {
     KILN_CHECK(t.defined(), "compile: the traced forward returned an undefined tensor");
     options.keep.push_back(sid(t));

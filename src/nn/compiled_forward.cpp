@@ -3,6 +3,8 @@
 #include "kiln/core/bytes.h"
 #include "kiln/core/error.h"
 #include "kiln/core/log.h"
+#include "kiln/runtime/execution_context.h"
+#include "kiln/runtime/memory_policy.h"
 #include "runtime/counter_updates.h"
 #include "runtime/deferred.h"
 
@@ -58,6 +60,9 @@ std::vector<Tensor> CompiledForward::call(const std::vector<Tensor>& raw_inputs,
   for (const Tensor& t : inputs) append_signature(key, t);
   key += "|";
   for (const Tensor& t : params) append_signature(key, t);
+  // Device regions follow group offload's groups as they were when traced (graph/graph_plan.h): a program
+  // traced before the groups changed would hold every group's weights at once.
+  key += "|groups " + std::to_string(current_context().memory().weight_groups_generation());
 
   std::shared_ptr<graph::Program> program;
   {

@@ -145,6 +145,14 @@ WeightGroupStats MemoryPolicy::weight_group_stats() const {
   return state_->groups.stats();
 }
 
+int MemoryPolicy::weight_group_of(const Storage& storage) const {
+  return state_->groups.group_of(storage);
+}
+
+uint64_t MemoryPolicy::weight_groups_generation() const {
+  return state_->groups.generation();
+}
+
 void MemoryPolicy::note_reads(const std::vector<Tensor>& inputs) {
   const bool groups = state_->groups.active();
   const int64_t budget = state_->resident_budget.load(std::memory_order_relaxed);

@@ -98,6 +98,15 @@ void WeightGroupTracker::set(std::vector<WeightGroup> groups, bool prefetch) {
   prefetched_bytes_at_start_ = prefetcher_.bytes_done();
   stats_.groups = static_cast<int64_t>(groups_.size());
   active_.store(!groups_.empty());
+  generation_.fetch_add(1, std::memory_order_relaxed);
+}
+
+int WeightGroupTracker::group_of(const Storage& storage) {
+  if (!active()) return -1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = group_of_.find(&storage);
+  if (it == group_of_.end() || it->second.storage.expired()) return -1;
+  return it->second.group;
 }
 
 void WeightGroupTracker::stop() {

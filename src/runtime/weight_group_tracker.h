@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +50,10 @@ class WeightGroupTracker {
   WeightGroupStats stats();
   // A kernel is about to read `storage`: a weight of another group makes that group the current one.
   void note_read(const Storage& storage);
+  // The registered group `storage` belongs to, -1 when none.
+  int group_of(const Storage& storage);
+  // Changes with every set(): a program planned under one registration tells it from the next.
+  uint64_t generation() const { return generation_.load(std::memory_order_relaxed); }
 
  private:
   struct Group {
@@ -66,6 +71,7 @@ class WeightGroupTracker {
 
   Prefetcher prefetcher_;  // never takes mutex_, so waiting for it under mutex_ cannot deadlock
   std::atomic<bool> active_{false};
+  std::atomic<uint64_t> generation_{0};
   std::mutex mutex_;
   std::vector<Group> groups_;
   std::unordered_map<const Storage*, Membership> group_of_;

@@ -104,6 +104,51 @@ TEST(OffloadOnDevice, GroupOffloadGivesTheResidentImage) {
   }
 }
 
+// In the compiled modes on a device the transformer runs as programs whose weights are their inputs: a
+// program reading every block's weights would hold them all at once. Under group offload each program reads
+// one group's weights at most (the whole-forward program is split where the group changes), so the denoising
+// steps never hold all of the transformer's weights, in every mode, and the image stays the resident one.
+TEST(OffloadOnDevice, GroupOffloadStreamsTheGroupsInEveryMode) {
+  KILN_SKIP_WITHOUT_PJRT();
+  const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
+  for (ExecutionMode mode :
+       {ExecutionMode::Eager, ExecutionMode::Fuse, ExecutionMode::Compile, ExecutionMode::CompileBlocks}) {
+    const std::string what = std::string("group offload, ") + execution_mode_name(mode);
+    auto resident = load(g.metadata().at("pipeline"));
+    resident->configure({.mode = mode, .offload = OffloadMode::None, .device = xla0});
+    const std::vector<uint8_t> resident_image = run(*resident, testing::request_from_golden(g)).pixels;
+    resident.reset();
+
+    auto pipe = load(g.metadata().at("pipeline"));
+    int64_t transformer_bytes = 0;
+    for (const ComponentResidency& r : plan_offload(pipe->components(), int64_t{1} << 40).components)
+      if (r.name == "transformer") transformer_bytes = r.bytes;
+    ASSERT_GT(transformer_bytes, 0);
+    pipe->configure({.mode = mode, .offload = OffloadMode::Group, .device = xla0});
+    // The most Kiln holds on the device from the end of the first step (programs compiled) to the last.
+    PipelineRequest request = testing::request_from_golden(g);
+    int64_t steps_peak = 0;
+    request.callback_on_step_end = [&](StepState& s) {
+      synchronize(xla0);
+      if (s.step == 0) reset_peak_memory(xla0);
+      steps_peak = memory_stats(xla0).peak_bytes;
+    };
+    const DeviceRun offloaded = run(*pipe, request);
+    std::printf(
+        "[ memory   ] %s: %lld bytes at most on the device while denoising, the transformer's "
+        "weights %lld\n",
+        what.c_str(), static_cast<long long>(steps_peak), static_cast<long long>(transformer_bytes));
+    EXPECT_LT(steps_peak, transformer_bytes) << what << ": the transformer's weights were all held at once";
+    ASSERT_EQ(offloaded.pixels.size(), resident_image.size());
+    int most = 0;  // XLA may fuse a region split for the groups differently: within one 8-bit level
+    for (size_t i = 0; i < resident_image.size(); ++i)
+      most = std::max(most, std::abs(offloaded.pixels[i] - resident_image[i]));
+    EXPECT_LE(most, 1) << what << ": not the resident image";
+    EXPECT_GE(testing::share_within_one_level(offloaded.pixels, g.tensor("image_u8")), 0.99)
+        << what << ": not diffusers' image";
+  }
+}
+
 // The pipeline moved to the device first (pipe.to), then offloaded: the weights come back to the host and
 // the offload goes onto the device the pipeline was on.
 TEST(OffloadOnDevice, AResidentPipelineOffloadsOntoItsDevice) {

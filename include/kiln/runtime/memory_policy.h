@@ -76,6 +76,11 @@ class MemoryPolicy {
   WeightGroupStats weight_group_stats() const;
 
   // ---- for the runtime and the backends
+  // The registered weight group `storage` belongs to (-1: none, or group offload off), and a number that
+  // changes whenever the groups are registered again. A device region never spans two groups
+  // (graph/graph_plan.h), so that group offload streams the groups through compiled programs too.
+  int weight_group_of(const Storage& storage) const;
+  uint64_t weight_groups_generation() const;
   // Just before a kernel runs, on the thread that runs it: the tensors it reads. Group offload switches
   // groups when a weight of another group is read; the resident budget counts mapped weights.
   void note_reads(const std::vector<Tensor>& inputs);
