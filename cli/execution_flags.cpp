@@ -48,7 +48,8 @@ void add_execution_flags(CLI::App& cmd, ExecutionFlags& flags, const std::string
       "the most memory the weights may hold, e.g. 12GiB: picks the coarsest offload that stays under "
       "it (none, model, group, sequential) and fails before any work when the largest weight does not fit; "
       "activations come on top. With --device xla-cpu/cuda/tpu: the most memory Kiln holds on the device, "
-      "weights and activations, picking none, model or group offload onto it");
+      "weights and activations: an estimate of the image's activations is kept free and the weights get the "
+      "rest, picking none, model or group offload onto it");
   cmd.add_flag(
       "--vae-tiling", flags.vae_tiling,
       "decode in overlapping, blended tiles (diffusers' enable_vae_tiling): memory bounded by the tile");
@@ -92,9 +93,12 @@ PipelineLoadOptions load_options_from(const ExecutionFlags& flags) {
 }
 
 std::vector<std::string> configure_pipeline(DiffusionPipeline& pipe, const ExecutionFlags& flags,
-                                            Device device) {
+                                            Device device, const std::optional<PipelineRequest>& sized_for) {
+  // Tiling first: a memory budget on a device plans with the VAE's activations as it will run.
+  if (flags.vae_tiling) pipe.enable_vae_tiling(flags.vae_tile_size ? *flags.vae_tile_size : 0);
   ExecutionOptions execution;
   execution.device = device;
+  execution.sized_for = sized_for;
   if (flags.mode) execution.mode = parse_execution_mode(*flags.mode);
   if (flags.max_memory) execution.max_memory = parse_byte_budget(*flags.max_memory, "--max-memory");
   if (flags.offload == "none") execution.offload = OffloadMode::None;
@@ -102,9 +106,7 @@ std::vector<std::string> configure_pipeline(DiffusionPipeline& pipe, const Execu
   if (flags.offload == "group") execution.offload = OffloadMode::Group;
   if (flags.offload == "sequential") execution.offload = OffloadMode::Sequential;
   execution.blocks_per_group = flags.blocks_per_group.value_or(1);
-  std::vector<std::string> lines = pipe.configure(execution);
-  if (flags.vae_tiling) pipe.enable_vae_tiling(flags.vae_tile_size ? *flags.vae_tile_size : 0);
-  return lines;
+  return pipe.configure(execution);
 }
 
 void join_tensor_parallel_group(int tp, const std::string& command) {

@@ -39,10 +39,12 @@ void check_execution_flags(const ExecutionFlags& flags);
 
 // The load options the flags give (dtype, packed-weight budget, tensor parallelism).
 PipelineLoadOptions load_options_from(const ExecutionFlags& flags);
-// Applies the mode, offload and memory budget (DiffusionPipeline::configure) and VAE tiling, the components
+// Applies VAE tiling and the mode, offload and memory budget (DiffusionPipeline::configure), the components
 // computing on `device` (--device: offloaded onto it, or moved there); returns the lines configure() reports.
+// `sized_for`: the call a memory budget on a device is planned for (the pipeline's defaults when absent).
 std::vector<std::string> configure_pipeline(DiffusionPipeline& pipe, const ExecutionFlags& flags,
-                                            Device device = cpu);
+                                            Device device,
+                                            const std::optional<PipelineRequest>& sized_for = std::nullopt);
 
 // --tp N: the process group must already hold N ranks (mpirun -np N, or `kiln launch -n N`); joins it.
 // Throws naming `command` (generate, serve) and how to start it when the process count differs.

@@ -208,7 +208,7 @@ void generate_on_rank(const GenerateArgs& args, const Device& first_device) {
   }
 
   // On a device: offloaded onto it (the weights kept on the host), or every component moved there.
-  for (const std::string& line : configure_pipeline(*pipe, args.execution, device))
+  for (const std::string& line : configure_pipeline(*pipe, args.execution, device, request))
     if (reporting) std::fprintf(stderr, "kiln: %s\n", line.c_str());
   if (device.type != DeviceType::CPU && !pipe->model_cpu_offload_enabled() && reporting) {
     if (dist::in_local_ranks()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kiln/core/bytes.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/log.h"
 #include "kiln/dist/call_sequencer.h"
@@ -51,6 +52,7 @@ PipelineOutput DiffusionPipeline::operator()(const PipelineRequest& request) {
   else
     turn.emplace(calls_->wait_turn());
   ExecutionScope in(*context_);
+  if (device_budget_) fit_device_budget(request);
   const pipelines::CallControl control([&](const std::string& where) {
     bool cancelled = request.cancel.cancelled();
     if (distributed) {
@@ -114,7 +116,7 @@ std::vector<std::string> DiffusionPipeline::configure(const ExecutionOptions& op
   const bool too_big = weight_packing_.budget.has_value() && !weight_packing_.requested;
   const std::string onto = on_device ? " (onto " + device.str() + ", weights kept on the host)" : "";
   if (options.max_memory) {
-    said.push_back(set_memory_budget(*options.max_memory, device).describe() + onto);
+    said.push_back(set_memory_budget(*options.max_memory, device, options.sized_for).describe() + onto);
   } else if (options.offload == OffloadMode::Group) {
     enable_group_offload(
         {.blocks_per_group = options.blocks_per_group, .prefetch = true, .onload_device = device});
@@ -256,11 +258,51 @@ void DiffusionPipeline::prepare_offload(Device device, const char* what) {
 }
 
 void DiffusionPipeline::lift_memory_limit() {
-  if (limited_device_) set_memory_limit(*limited_device_, std::nullopt);
-  limited_device_.reset();
+  if (device_budget_) set_memory_limit(device_budget_->device, std::nullopt);
+  device_budget_.reset();
 }
 
-OffloadPlan DiffusionPipeline::set_memory_budget(int64_t bytes, std::optional<Device> device) {
+OffloadPlan DiffusionPipeline::plan_device_budget(int64_t bytes, const Device& device,
+                                                  const PipelineRequest& request) const {
+  // The weights alone first: a budget they cannot fit in is refused for them, whatever the call.
+  pipelines::plan_device_offload(components(), bytes, device);
+  const ActivationEstimate activations = estimate_activations(request, device);
+  const int64_t for_weights = bytes - activations.peak();
+  const auto refuse = [&](const std::string& why) {
+    KILN_FAIL(
+        "memory budget " << format_bytes(bytes) << " on " << device.str() << " keeps "
+                         << activations.describe() << " free (an estimate), which leaves "
+                         << format_bytes(std::max<int64_t>(for_weights, 0)) << " for the weights: " << why
+                         << ". Give a larger --max-memory, a smaller image, or --vae-tiling when the VAE "
+                            "needs the most");
+  };
+  if (for_weights <= 0) refuse("none");
+  try {
+    OffloadPlan plan = pipelines::plan_device_offload(components(), for_weights, device);
+    plan.activations = activations.peak();
+    return plan;
+  } catch (const Error& e) {
+    refuse(e.what());
+  }
+  return {};
+}
+
+std::optional<OffloadPlan> DiffusionPipeline::device_memory_plan() const {
+  if (!device_budget_) return std::nullopt;
+  return device_budget_->plan;
+}
+
+void DiffusionPipeline::fit_device_budget(const PipelineRequest& request) {
+  const OffloadPlan plan = plan_device_budget(device_budget_->bytes, device_budget_->device, request);
+  const OffloadPlan& applied = device_budget_->plan;
+  if (plan.mode == applied.mode && plan.group.blocks_per_group == applied.group.blocks_per_group) return;
+  if (log_enabled("offload")) log("offload", "this call needs another plan under the memory budget");
+  model_cpu_offload_ = pipelines::apply_offload(plan, components());
+  device_budget_->plan = plan;
+}
+
+OffloadPlan DiffusionPipeline::set_memory_budget(int64_t bytes, std::optional<Device> device,
+                                                 const std::optional<PipelineRequest>& sized_for) {
   ExecutionScope in(*context_);
   const Device on = offload_device(device);
   if (on.type == DeviceType::CPU) {
@@ -269,11 +311,23 @@ OffloadPlan DiffusionPipeline::set_memory_budget(int64_t bytes, std::optional<De
     model_cpu_offload_ = pipelines::apply_offload(plan, components());
     return plan;
   }
-  const OffloadPlan plan = pipelines::plan_device_offload(components(), bytes, on);
+  // Planned for `sized_for`; each call plans again for its own (fit_device_budget). Without one, a budget too
+  // small for the default size's activations may still suit smaller images: the weights alone must fit here,
+  // and each call is refused before it starts when its own activations do not.
+  OffloadPlan plan;
+  if (sized_for) {
+    plan = plan_device_budget(bytes, on, *sized_for);
+  } else {
+    try {
+      plan = plan_device_budget(bytes, on, PipelineRequest{});
+    } catch (const Error&) {
+      plan = pipelines::plan_device_offload(components(), bytes, on);
+    }
+  }
   prepare_offload(on, "set_memory_budget");
   model_cpu_offload_ = pipelines::apply_offload(plan, components());
   set_memory_limit(on, bytes);
-  limited_device_ = on;
+  device_budget_ = DeviceBudget{on, bytes, plan};
   return plan;
 }
 

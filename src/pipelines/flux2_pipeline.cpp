@@ -355,4 +355,40 @@ nn::Module& Flux2PipelineBase::transformer_module() {
   return *transformer_;
 }
 
+ActivationEstimate Flux2PipelineBase::estimate_activations(const PipelineRequest& request,
+                                                           const Device& device) const {
+  std::vector<Tensor> references;
+  for (const Image& image : request.image) references.push_back(preprocess_image(image));
+  const pipelines::ResolvedRequest call = resolved(request, references);
+  const models::Flux2TransformerConfig& tc = transformer_->config();
+  const int64_t f = vae_->config().scale_factor() * 2;  // pixels per token: the latents are patchified 2x2
+  int64_t tokens = (call.height / f) * (call.width / f) + call.max_sequence_length;
+  for (const Tensor& r : references) tokens += (r.size(2) / f) * (r.size(3) / f);
+  ActivationEstimate e{.height = call.height, .width = call.width};
+  if (text_side_) {
+    const models::DecoderTextEncoderConfig& ec = text_side_->text_encoder().config();
+    // The padded prompt under a causal mask (no fused attention), and the layers it keeps stacked.
+    e.text_encoders =
+        block_stack_activation_bytes({.tokens = call.max_sequence_length,
+                                      .width = std::max(ec.hidden_size, ec.num_attention_heads * ec.head_dim),
+                                      .mlp_width = ec.intermediate_size,
+                                      .heads = ec.num_attention_heads,
+                                      .fused_attention = false},
+                                     dtype()) +
+        static_cast<int64_t>(text_side_->text_encoder_out_layers().size()) * call.max_sequence_length *
+            ec.hidden_size * static_cast<int64_t>(dtype_size(dtype()));
+  }
+  // Classifier-free guidance runs the negative prompt as a second forward, not a larger batch.
+  e.transformer = block_stack_activation_bytes(
+      {.batch = request.num_images_per_prompt,
+       .tokens = tokens,
+       .width = tc.inner_dim(),
+       .mlp_width = tc.mlp_hidden_dim(),
+       .heads = tc.num_attention_heads,
+       .fused_attention = fuses_attention(device, dtype(), tc.attention_head_dim)},
+      dtype());
+  e.vae = vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype());
+  return e;
+}
+
 }  // namespace kiln

@@ -17,6 +17,7 @@
 #include "kiln/tokenizers/t5_tokenizer.h"
 #include "pipelines/call_control.h"
 #include "pipelines/denoise.h"
+#include "pipelines/encoder_activations.h"
 #include "pipelines/image_processor.h"
 #include "pipelines/pipeline_common.h"
 
@@ -525,6 +526,31 @@ models::AutoencoderKL& FluxPipeline::vae_model() const {
 
 nn::Module& FluxPipeline::transformer_module() {
   return *transformer_;
+}
+
+ActivationEstimate FluxPipeline::estimate_activations(const PipelineRequest& request,
+                                                      const Device& device) const {
+  pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
+  if (task_ == Task::Kontext && !request.image.empty())
+    std::tie(call.height, call.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
+  const models::FluxTransformerConfig& tc = transformer_->config();
+  const int64_t f = vae_->config().scale_factor() * 2;  // pixels per token: the latents are packed 2x2
+  int64_t image_tokens = (call.height / f) * (call.width / f);
+  if (task_ == Task::Kontext && !request.image.empty()) image_tokens *= 2;  // the image's tokens beside them
+  ActivationEstimate e{.height = call.height, .width = call.width};
+  e.text_encoders =
+      std::max(pipelines::clip_activation_bytes(text_encoder_->config(), dtype(), device),
+               pipelines::t5_activation_bytes(text_encoder_2_->config(), call.max_sequence_length, dtype()));
+  e.transformer = block_stack_activation_bytes(
+      {.batch = request.num_images_per_prompt,
+       .tokens = image_tokens + call.max_sequence_length,
+       .width = tc.inner_dim(),
+       .mlp_width = 4 * tc.inner_dim(),
+       .heads = tc.num_attention_heads,
+       .fused_attention = fuses_attention(device, dtype(), tc.attention_head_dim)},
+      dtype());
+  e.vae = vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype());
+  return e;
 }
 
 }  // namespace kiln

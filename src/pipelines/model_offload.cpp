@@ -288,8 +288,13 @@ OffloadPlan plan_offload(const std::vector<ComponentWeights>& components, int64_
 
 std::string OffloadPlan::describe() const {
   std::ostringstream s;
-  s << "memory budget " << format_bytes(budget) << " for " << format_bytes(weight_bytes)
-    << " of weights (plus activations): ";
+  if (activations > 0)
+    s << "memory budget " << format_bytes(budget + activations) << ", " << format_bytes(activations)
+      << " of it kept for activations, " << format_bytes(budget) << " for " << format_bytes(weight_bytes)
+      << " of weights: ";
+  else
+    s << "memory budget " << format_bytes(budget) << " for " << format_bytes(weight_bytes)
+      << " of weights (plus activations): ";
   switch (mode) {
     case OffloadMode::None:
       s << "every component stays in memory (no offload)";

@@ -15,6 +15,7 @@
 #include "kiln/tokenizers/t5_tokenizer.h"
 #include "pipelines/call_control.h"
 #include "pipelines/denoise.h"
+#include "pipelines/encoder_activations.h"
 #include "pipelines/image_processor.h"
 #include "pipelines/pipeline_common.h"
 
@@ -497,6 +498,33 @@ models::AutoencoderKL& StableDiffusion3Pipeline::vae_model() const {
 
 nn::Module& StableDiffusion3Pipeline::transformer_module() {
   return *transformer_;
+}
+
+ActivationEstimate StableDiffusion3Pipeline::estimate_activations(const PipelineRequest& request,
+                                                                  const Device& device) const {
+  const pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
+  const models::SD3TransformerConfig& tc = transformer_->config();
+  const int64_t f = vae_->config().scale_factor() * tc.patch_size;  // pixels per token
+  const int64_t clip_tokens = text_encoder_->config().max_position_embeddings;
+  ActivationEstimate e{.height = call.height, .width = call.width};
+  e.text_encoders = std::max(pipelines::clip_activation_bytes(text_encoder_->config(), dtype(), device),
+                             pipelines::clip_activation_bytes(text_encoder_2_->config(), dtype(), device));
+  if (text_encoder_3_)
+    e.text_encoders = std::max(
+        e.text_encoders,
+        pipelines::t5_activation_bytes(text_encoder_3_->config(), call.max_sequence_length, dtype()));
+  // Classifier-free guidance runs the prompt and the negative prompt as one batch.
+  const int64_t batch = request.num_images_per_prompt * (call.guidance_scale > 1.0f ? 2 : 1);
+  e.transformer = block_stack_activation_bytes(
+      {.batch = batch,
+       .tokens = (call.height / f) * (call.width / f) + clip_tokens + call.max_sequence_length,
+       .width = tc.inner_dim(),
+       .mlp_width = 4 * tc.inner_dim(),
+       .heads = tc.num_attention_heads,
+       .fused_attention = fuses_attention(device, dtype(), tc.attention_head_dim)},
+      dtype());
+  e.vae = vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype());
+  return e;
 }
 
 }  // namespace kiln

@@ -44,6 +44,15 @@ if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
                    --output ${KILN_DEVICE_WORK}/cli_device_refused.png)
   set_tests_properties(cli.generate_on_xla_cpu_rejects_a_budget_below_the_largest_weight PROPERTIES
                        PASS_REGULAR_EXPRESSION "memory budget 1.0+ KiB is below the largest weight" LABELS "cli;devices")
+  # A budget the weights fit (model offload, by the weights alone) but not with the image's activations beside
+  # them: refused before any work, naming the activations' estimate at the image's size.
+  add_test(NAME cli.generate_on_xla_cpu_keeps_room_for_the_activations
+           COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device xla-cpu
+                   --max-memory 600KiB --prompt x --height 32 --width 32 --steps 1 --dtype f32
+                   --max-sequence-length 16 --output ${KILN_DEVICE_WORK}/cli_device_no_room.png)
+  set_tests_properties(cli.generate_on_xla_cpu_keeps_room_for_the_activations PROPERTIES
+                       PASS_REGULAR_EXPRESSION "memory budget 600.0 KiB on xla-cpu:0 keeps up to [^\n]* of activations at 32x32 [^\n]* free \\(an estimate\\), which leaves [^\n]*a smaller image"
+                       LABELS "cli;devices")
 endif()
 # On a machine with the CUDA plugin the run succeeds; on one without (CI's) it fails before loading, naming the
 # package to install.

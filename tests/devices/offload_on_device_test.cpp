@@ -175,12 +175,17 @@ TEST(OffloadOnDevice, AMemoryBudgetPicksTheOffloadAndIsRefusedBelowWhatItNeeds) 
   int64_t group_minimum = 0;
   for (const ComponentResidency& r : sizes.components)
     group_minimum = std::max(group_minimum, r.group_minimum);
+  // The budget keeps the call's activations free beside the weights: their estimate covers what they hold.
+  const int64_t activations = pipe->estimate_activations(request, xla0).peak();
+  EXPECT_GE(activations, resident.peak - sizes.weight_bytes) << "the activations' estimate is short";
 
   // Room for every weight and the activations: nothing offloaded, the limit never reached.
-  const OffloadPlan roomy = pipe->set_memory_budget(resident.peak, xla0);
-  EXPECT_EQ(roomy.mode, OffloadMode::None) << roomy.describe();
-  EXPECT_EQ(memory_limit(xla0), resident.peak);
+  const int64_t roomy_budget = sizes.weight_bytes + activations;
+  pipe->set_memory_budget(roomy_budget, xla0);
+  EXPECT_EQ(memory_limit(xla0), roomy_budget);
   EXPECT_EQ(run(*pipe, request).pixels, resident.pixels);
+  const OffloadPlan roomy = pipe->device_memory_plan().value();
+  EXPECT_EQ(roomy.mode, OffloadMode::None) << roomy.describe();
 
   // Below the largest weight, and below one-block groups: refused before anything moves, naming the sizes.
   const std::string below_weight =
@@ -198,17 +203,106 @@ TEST(OffloadOnDevice, AMemoryBudgetPicksTheOffloadAndIsRefusedBelowWhatItNeeds) 
         << below_groups;
   }
 
-  // Below the whole pipeline's weights: model or group offload, the same image within the limit.
-  const int64_t tight_budget = sizes.weight_bytes - 1;
-  const OffloadPlan tight = pipe->set_memory_budget(tight_budget, xla0);
-  EXPECT_NE(tight.mode, OffloadMode::None) << tight.describe();
+  // Below the whole pipeline's weights and the activations: model or group offload, the same image within the
+  // limit.
+  const int64_t tight_budget = sizes.weight_bytes - 1 + activations;
+  pipe->set_memory_budget(tight_budget, xla0);
   const DeviceRun limited = run(*pipe, request);
+  const OffloadPlan tight = pipe->device_memory_plan().value();
+  EXPECT_NE(tight.mode, OffloadMode::None) << tight.describe();
+  EXPECT_EQ(tight.activations, activations) << tight.describe();
   EXPECT_EQ(limited.pixels, resident.pixels) << tight.describe();
   EXPECT_LE(memory_stats(xla0).peak_bytes, tight_budget);
 
   // pipe.to lifts the limit.
   pipe->to(xla0);
   EXPECT_EQ(memory_limit(xla0), std::nullopt);
+}
+
+// The activations' estimate covers what a call holds on the device beside the weights (every component
+// resident, strict eager), at two sizes, for FLUX.1 and SD3.5 (with classifier-free guidance).
+TEST(OffloadOnDevice, TheActivationEstimateCoversWhatACallHolds) {
+  KILN_SKIP_WITHOUT_PJRT();
+  for (const char* golden :
+       {"goldens/flux/schnell_cat_64x64_s0.safetensors", "goldens/sd3/medium_cat_64x64_s0.safetensors"}) {
+    const io::SafetensorsFile g(testing::data_path(golden));
+    auto pipe = load(g.metadata().at("pipeline"));
+    pipe->to(xla0);
+    for (int64_t size : {64, 128}) {
+      PipelineRequest request = testing::request_from_golden(g);
+      request.height = request.width = size;
+      (*pipe)(request);  // every weight brought in
+      synchronize(xla0);
+      const int64_t weights = memory_stats(xla0).current_bytes;
+      reset_peak_memory(xla0);
+      (*pipe)(request);
+      synchronize(xla0);
+      const int64_t held = memory_stats(xla0).peak_bytes - weights;
+      const ActivationEstimate estimate = pipe->estimate_activations(request, xla0);
+      std::printf("[ memory   ] %s %lldx%lld: activations held %lld bytes, estimated %s\n",
+                  pipe->class_name(), static_cast<long long>(size), static_cast<long long>(size),
+                  static_cast<long long>(held), estimate.describe().c_str());
+      EXPECT_GE(estimate.peak(), held) << pipe->class_name() << " at " << size;
+      EXPECT_EQ(estimate.height, size);
+    }
+  }
+}
+
+// A budget the weights fit but not the activations beside them: the offload picked by the weights alone would
+// run out of memory halfway (model offload holds a whole component), so each call plans with its own
+// activations' estimate: a finer offload when one fits, else a refusal before any work that names the
+// estimate and what to do. A later call at another size gets the plan its size needs.
+TEST(OffloadOnDevice, AMemoryBudgetKeepsRoomForEachCallsActivations) {
+  KILN_SKIP_WITHOUT_PJRT();
+  const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
+  const PipelineRequest request = testing::request_from_golden(g);
+  const DeviceRun resident = resident_run(g.metadata().at("pipeline"), request);
+  auto pipe = load(g.metadata().at("pipeline"));
+  const OffloadPlan sizes = plan_offload(pipe->components(), int64_t{1} << 40);
+  int64_t group_minimum = 0;
+  for (const ComponentResidency& r : sizes.components)
+    group_minimum = std::max(group_minimum, r.group_minimum);
+  ASSERT_LT(group_minimum, sizes.largest_component_bytes);
+  const int64_t activations = pipe->estimate_activations(request, xla0).peak();
+
+  // The largest component fits (model offload, by the weights alone), but not with the activations beside
+  // it: group offload, within the budget.
+  const int64_t budget = group_minimum + activations + (sizes.largest_component_bytes - group_minimum) / 2;
+  ASSERT_GT(budget, sizes.largest_component_bytes);
+  pipe->set_memory_budget(budget, xla0);
+  const DeviceRun limited = run(*pipe, request);
+  EXPECT_EQ(pipe->device_memory_plan().value().mode, OffloadMode::Group)
+      << pipe->device_memory_plan().value().describe();
+  EXPECT_EQ(limited.pixels, resident.pixels);
+  EXPECT_LE(memory_stats(xla0).peak_bytes, budget);
+
+  // A larger image at the same budget: its activations leave too little even for one-block groups. Refused
+  // before any work, naming the estimate; the device holds what it held.
+  PipelineRequest larger = request;
+  larger.height = larger.width = 256;
+  const int64_t larger_activations = pipe->estimate_activations(larger, xla0).peak();
+  ASSERT_GT(group_minimum + larger_activations, budget);
+  const int64_t held = memory_stats(xla0).current_bytes;
+  const std::string refused = testing::error_message([&] { (*pipe)(larger); });
+  EXPECT_NE(refused.find("keeps up to"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("of activations at 256x256"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("a smaller image"), std::string::npos) << refused;
+  EXPECT_EQ(memory_stats(xla0).current_bytes, held) << "the refused call put something on the device";
+
+  // Room for the whole pipeline at 64x64: nothing offloaded. A budget for the larger image's activations and
+  // one-block groups: group offload at its size, a coarser plan for the small image.
+  const int64_t roomy = sizes.weight_bytes + activations;
+  pipe->set_memory_budget(roomy, xla0);
+  EXPECT_EQ(run(*pipe, request).pixels, resident.pixels);
+  EXPECT_EQ(pipe->device_memory_plan().value().mode, OffloadMode::None);
+  const int64_t larger_budget = group_minimum + larger_activations;
+  pipe->set_memory_budget(larger_budget, xla0);
+  (*pipe)(larger);
+  EXPECT_EQ(pipe->device_memory_plan().value().mode, OffloadMode::Group);
+  EXPECT_LE(memory_stats(xla0).peak_bytes, larger_budget);
+  // Back to the small image under this budget: the plan follows the call.
+  EXPECT_EQ(run(*pipe, request).pixels, resident.pixels);
+  EXPECT_NE(pipe->device_memory_plan().value().mode, OffloadMode::Group);
 }
 
 // Kiln's limit on the device's memory, reached by a call: a kiln::Error naming the device, the bytes asked

@@ -28,6 +28,7 @@
 #include "kiln/dist/device_mesh.h"
 #include "kiln/lora/lora_adapters.h"
 #include "kiln/nn/module.h"
+#include "kiln/pipelines/activation_estimate.h"
 #include "kiln/pipelines/image.h"
 #include "kiln/pipelines/offload.h"
 #include "kiln/pipelines/pipeline_request.h"
@@ -107,6 +108,9 @@ struct ExecutionOptions {
   // Where the components compute (kiln generate --device): a PJRT device gets the offload onto it (its
   // weights kept on the host), or every component moved there (pipe.to) without one. Absent: the cpu.
   std::optional<Device> device;
+  // The call a memory budget on a device is planned for first (its activations' estimate); absent: the
+  // pipeline's default size. Each call plans again for its own.
+  std::optional<PipelineRequest> sized_for;
 };
 
 class DiffusionPipeline {
@@ -140,6 +144,10 @@ class DiffusionPipeline {
   const WeightPackingPlan& weight_packing() const { return weight_packing_; }
   // The components that hold weights, in the order a call runs them (absent ones are null).
   virtual std::vector<std::pair<std::string, nn::Module*>> components() const = 0;
+  // What `request`'s activations would hold at once on `device`, estimated from its shapes
+  // (kiln/pipelines/activation_estimate.h): what a memory budget on a device keeps free beside the weights.
+  virtual ActivationEstimate estimate_activations(const PipelineRequest& request,
+                                                  const Device& device) const = 0;
   // The denoising transformer, which the compiled modes compile.
   virtual nn::Module& transformer_module() = 0;
 
@@ -172,11 +180,17 @@ class DiffusionPipeline {
   void enable_group_offload(const GroupOffloadOptions& options = {});
   // Applies the coarsest offload that keeps the weights under `bytes` (plan_offload); throws before any work
   // when even the largest weight does not fit. Activations come on top. On a device with memory of its own
-  // (`device`, or the one pipe.to put the transformer on) it picks none, model or group offload onto it,
-  // refuses (naming the sizes) a budget below group offload's one-block groups, and limits what Kiln holds
-  // there, activations included, to `bytes` (set_memory_limit) until pipe.to or another offload call lifts
-  // it: past it a call fails naming the device.
-  OffloadPlan set_memory_budget(int64_t bytes, std::optional<Device> device = std::nullopt);
+  // (`device`, or the one pipe.to put the transformer on) `bytes` holds the activations too: the weights get
+  // what the activations' estimate (estimate_activations) leaves, for `sized_for` here (without it, the
+  // pipeline's defaults when they fit, else the weights alone) and for each call's own request when it runs
+  // (a call that needs another plan gets it first); it picks none, model or group offload onto it, refuses
+  // (naming the sizes and the estimate) a budget below group offload's one-block groups plus the activations,
+  // and limits what Kiln holds there to `bytes` (set_memory_limit) until pipe.to or another offload call
+  // lifts it: past it a call fails naming the device.
+  OffloadPlan set_memory_budget(int64_t bytes, std::optional<Device> device = std::nullopt,
+                                const std::optional<PipelineRequest>& sized_for = std::nullopt);
+  // Under a memory budget on a device: the plan in effect (the last call's, else the default size's).
+  std::optional<OffloadPlan> device_memory_plan() const;
   // diffusers' pipe.to(device): every component resident on `device`, any offloading turned off (on the cpu
   // the weights packed as weight_packing() says). On a PJRT device (xla-cpu, cuda, tpu) the weights are
   // copied there and every component runs there, in the execution mode configure() sets; the noise is still
@@ -258,7 +272,16 @@ class DiffusionPipeline {
   // offloaded onto the device (Module::offload_to). Lifts the memory limit an earlier budget set.
   void prepare_offload(Device device, const char* what);
   void lift_memory_limit();
-  std::optional<Device> limited_device_;  // where set_memory_budget set a memory limit
+  // A memory budget on a device (set_memory_budget): the plan applied, remade for a call whose activations
+  // need another.
+  struct DeviceBudget {
+    Device device;
+    int64_t bytes = 0;
+    OffloadPlan plan;
+  };
+  std::optional<DeviceBudget> device_budget_;
+  OffloadPlan plan_device_budget(int64_t bytes, const Device& device, const PipelineRequest& request) const;
+  void fit_device_budget(const PipelineRequest& request);
   // The pipeline's adapters, made on first use.
   lora::LoraAdapters& lora_adapters();
   std::unique_ptr<lora::LoraAdapters> lora_;

@@ -93,6 +93,8 @@ class Flux2PipelineBase : public DiffusionPipeline {
   const models::AutoencoderKLFlux2& vae() const { return *vae_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
   nn::Module& transformer_module() override;
+  ActivationEstimate estimate_activations(const PipelineRequest& request,
+                                          const Device& device) const override;
 
  protected:
   enum class Variant { Dev, Klein };

@@ -75,6 +75,8 @@ class FluxPipeline : public DiffusionPipeline {
   models::FluxTransformer2DModel& transformer() { return *transformer_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
   nn::Module& transformer_module() override;
+  ActivationEstimate estimate_activations(const PipelineRequest& request,
+                                          const Device& device) const override;
 
  protected:
   // What a call does with the request's image; the editing pipelines below are FluxPipelines with another

@@ -81,6 +81,7 @@ struct OffloadPlan {
   GroupOffloadOptions group;                   // for OffloadMode::Group: the largest groups that fit
   std::vector<ComponentResidency> components;  // in the order given (the order they run)
   int64_t peak_weight_bytes = 0;               // the most the weights hold at once (activations come on top)
+  int64_t activations = 0;  // a budget on a device: the bytes kept for the activations (weights get the rest)
   // One line: the mode and why.
   std::string describe() const;
   // Several lines: what each component holds while it runs, and the expected peak (kiln info --max-memory).

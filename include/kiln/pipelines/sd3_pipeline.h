@@ -87,6 +87,8 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
   models::SD3Transformer2DModel& transformer() { return *transformer_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
   nn::Module& transformer_module() override;
+  ActivationEstimate estimate_activations(const PipelineRequest& request,
+                                          const Device& device) const override;
   // The image size a request without height and width gets.
   int64_t default_image_size() const;
 
