@@ -115,4 +115,15 @@ int64_t clip_activation_bytes(const models::ClipTextConfig& config, DType dtype,
                                       dtype);
 }
 
+int64_t dit_step_activation_bytes(int64_t batch, int64_t tokens, int64_t heads, int64_t head_dim, DType dtype,
+                                  const Device& device) {
+  return block_stack_activation_bytes({.batch = batch,
+                                       .tokens = tokens,
+                                       .width = heads * head_dim,
+                                       .mlp_width = 4 * heads * head_dim,
+                                       .heads = heads,
+                                       .fused_attention = fuses_attention(device, dtype, head_dim)},
+                                      dtype);
+}
+
 }  // namespace kiln::pipelines

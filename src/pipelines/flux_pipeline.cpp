@@ -541,14 +541,9 @@ ActivationEstimate FluxPipeline::estimate_activations(const PipelineRequest& req
   e.text_encoders =
       std::max(pipelines::clip_activation_bytes(text_encoder_->config(), dtype(), device),
                pipelines::t5_activation_bytes(text_encoder_2_->config(), call.max_sequence_length, dtype()));
-  e.transformer = block_stack_activation_bytes(
-      {.batch = request.num_images_per_prompt,
-       .tokens = image_tokens + call.max_sequence_length,
-       .width = tc.inner_dim(),
-       .mlp_width = 4 * tc.inner_dim(),
-       .heads = tc.num_attention_heads,
-       .fused_attention = fuses_attention(device, dtype(), tc.attention_head_dim)},
-      dtype());
+  e.transformer = pipelines::dit_step_activation_bytes(
+      request.num_images_per_prompt, image_tokens + call.max_sequence_length, tc.num_attention_heads,
+      tc.attention_head_dim, dtype(), device);
   e.vae = vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype());
   return e;
 }

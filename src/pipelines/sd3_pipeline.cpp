@@ -515,14 +515,9 @@ ActivationEstimate StableDiffusion3Pipeline::estimate_activations(const Pipeline
         pipelines::t5_activation_bytes(text_encoder_3_->config(), call.max_sequence_length, dtype()));
   // Classifier-free guidance runs the prompt and the negative prompt as one batch.
   const int64_t batch = request.num_images_per_prompt * (call.guidance_scale > 1.0f ? 2 : 1);
-  e.transformer = block_stack_activation_bytes(
-      {.batch = batch,
-       .tokens = (call.height / f) * (call.width / f) + clip_tokens + call.max_sequence_length,
-       .width = tc.inner_dim(),
-       .mlp_width = 4 * tc.inner_dim(),
-       .heads = tc.num_attention_heads,
-       .fused_attention = fuses_attention(device, dtype(), tc.attention_head_dim)},
-      dtype());
+  e.transformer = pipelines::dit_step_activation_bytes(
+      batch, (call.height / f) * (call.width / f) + clip_tokens + call.max_sequence_length,
+      tc.num_attention_heads, tc.attention_head_dim, dtype(), device);
   e.vae = vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype());
   return e;
 }

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +59,13 @@ DeviceRun resident_run(const std::string& model, const PipelineRequest& request)
   DeviceRun r = run(*pipe, request);
   r.peak = memory_stats(xla0).peak_bytes - before;  // the weights count: they are held on the device
   return r;
+}
+
+// The most any component holds under group offload with one-block groups.
+int64_t group_offload_minimum(const OffloadPlan& sizes) {
+  int64_t most = 0;
+  for (const ComponentResidency& r : sizes.components) most = std::max(most, r.group_minimum);
+  return most;
 }
 
 void expect_same_image(const DeviceRun& offloaded, const DeviceRun& resident, const io::SafetensorsFile& g,
@@ -172,9 +181,7 @@ TEST(OffloadOnDevice, AMemoryBudgetPicksTheOffloadAndIsRefusedBelowWhatItNeeds) 
   const DeviceRun resident = resident_run(g.metadata().at("pipeline"), request);
   auto pipe = load(g.metadata().at("pipeline"));
   const OffloadPlan sizes = plan_offload(pipe->components(), int64_t{1} << 40);
-  int64_t group_minimum = 0;
-  for (const ComponentResidency& r : sizes.components)
-    group_minimum = std::max(group_minimum, r.group_minimum);
+  const int64_t group_minimum = group_offload_minimum(sizes);
   // The budget keeps the call's activations free beside the weights: their estimate covers what they hold.
   const int64_t activations = pipe->estimate_activations(request, xla0).peak();
   EXPECT_GE(activations, resident.peak - sizes.weight_bytes) << "the activations' estimate is short";
@@ -220,16 +227,36 @@ TEST(OffloadOnDevice, AMemoryBudgetPicksTheOffloadAndIsRefusedBelowWhatItNeeds) 
 }
 
 // The activations' estimate covers what a call holds on the device beside the weights (every component
-// resident, strict eager), at two sizes, for FLUX.1 and SD3.5 (with classifier-free guidance).
+// resident, strict eager), at two sizes: FLUX.1, SD3.5 with classifier-free guidance, FLUX.2 [klein] with
+// guidance and two images, FLUX.2 [dev] with a reference image.
 TEST(OffloadOnDevice, TheActivationEstimateCoversWhatACallHolds) {
   KILN_SKIP_WITHOUT_PJRT();
-  for (const char* golden :
-       {"goldens/flux/schnell_cat_64x64_s0.safetensors", "goldens/sd3/medium_cat_64x64_s0.safetensors"}) {
-    const io::SafetensorsFile g(testing::data_path(golden));
+  struct Case {
+    std::string golden;
+    std::function<void(PipelineRequest&, const std::map<std::string, std::string>&)> extra;
+  };
+  const std::vector<Case> cases = {
+      {"goldens/flux/schnell_cat_64x64_s0.safetensors", {}},
+      {"goldens/sd3/medium_cat_64x64_s0.safetensors",
+       [](PipelineRequest& c, const auto& m) { c.negative_prompt = m.at("negative_prompt"); }},
+      {"goldens/flux2_e2e/klein_cfg_empty_48x48_s6_n2.safetensors",
+       [](PipelineRequest& c, const auto& m) {
+         c.negative_prompt = m.at("negative_prompt");
+         c.num_images_per_prompt = std::stoi(m.at("num_images_per_prompt"));
+       }},
+      {"goldens/flux2_e2e/dev_ref1_64x48_s3.safetensors",
+       [](PipelineRequest& c, const auto& m) {
+         c.negative_prompt = m.at("negative_prompt");
+         c.image.push_back(Image::load(testing::data_path("goldens/flux2/" + m.at("references") + ".png")));
+       }},
+  };
+  for (const Case& k : cases) {
+    const io::SafetensorsFile g(testing::data_path(k.golden));
     auto pipe = load(g.metadata().at("pipeline"));
     pipe->to(xla0);
     for (int64_t size : {64, 128}) {
       PipelineRequest request = testing::request_from_golden(g);
+      if (k.extra) k.extra(request, g.metadata());
       request.height = request.width = size;
       (*pipe)(request);  // every weight brought in
       synchronize(xla0);
@@ -242,7 +269,7 @@ TEST(OffloadOnDevice, TheActivationEstimateCoversWhatACallHolds) {
       std::printf("[ memory   ] %s %lldx%lld: activations held %lld bytes, estimated %s\n",
                   pipe->class_name(), static_cast<long long>(size), static_cast<long long>(size),
                   static_cast<long long>(held), estimate.describe().c_str());
-      EXPECT_GE(estimate.peak(), held) << pipe->class_name() << " at " << size;
+      EXPECT_GE(estimate.peak(), held) << k.golden << " at " << size;
       EXPECT_EQ(estimate.height, size);
     }
   }
@@ -259,9 +286,7 @@ TEST(OffloadOnDevice, AMemoryBudgetKeepsRoomForEachCallsActivations) {
   const DeviceRun resident = resident_run(g.metadata().at("pipeline"), request);
   auto pipe = load(g.metadata().at("pipeline"));
   const OffloadPlan sizes = plan_offload(pipe->components(), int64_t{1} << 40);
-  int64_t group_minimum = 0;
-  for (const ComponentResidency& r : sizes.components)
-    group_minimum = std::max(group_minimum, r.group_minimum);
+  const int64_t group_minimum = group_offload_minimum(sizes);
   ASSERT_LT(group_minimum, sizes.largest_component_bytes);
   const int64_t activations = pipe->estimate_activations(request, xla0).peak();
 
