@@ -109,6 +109,15 @@ std::vector<std::string> configure_pipeline(DiffusionPipeline& pipe, const Execu
   return pipe.configure(execution);
 }
 
+std::optional<std::string> placement_line(const DiffusionPipeline& pipe, const Device& device) {
+  if (device.type == DeviceType::CPU || pipe.model_cpu_offload_enabled()) return std::nullopt;
+  std::string line = "every component on " + device.str();
+  if (dist::in_local_ranks())
+    line += ", split over " + std::to_string(dist::world_size()) + " devices to " +
+            device_of_rank(device, dist::world_size() - 1).str() + " (one thread each)";
+  return line;
+}
+
 void join_tensor_parallel_group(int tp, const std::string& command) {
   if (tp == 1 && !dist::launched_by_mpirun()) return;
   if (!dist::is_initialized()) dist::init_process_group({.backend = "mpi"});

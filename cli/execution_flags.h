@@ -39,6 +39,11 @@ void check_execution_flags(const ExecutionFlags& flags);
 
 // The load options the flags give (dtype, packed-weight budget, tensor parallelism).
 PipelineLoadOptions load_options_from(const ExecutionFlags& flags);
+// What `kiln generate` and `kiln serve` report once a pipeline is configured on a device with nothing
+// offloaded: "every component on xla-cpu:0", with ", split over 2 devices to xla-cpu:1 (one thread each)"
+// under in-process ranks; nothing on the cpu or under offload (configure's lines said it).
+std::optional<std::string> placement_line(const DiffusionPipeline& pipe, const Device& device);
+
 // Applies VAE tiling and the mode, offload and memory budget (DiffusionPipeline::configure), the components
 // computing on `device` (--device: offloaded onto it, or moved there); returns the lines configure() reports.
 // `sized_for`: the call a memory budget on a device is planned for (the pipeline's defaults when absent).

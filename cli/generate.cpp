@@ -210,15 +210,8 @@ void generate_on_rank(const GenerateArgs& args, const Device& first_device) {
   // On a device: offloaded onto it (the weights kept on the host), or every component moved there.
   for (const std::string& line : configure_pipeline(*pipe, args.execution, device, request))
     if (reporting) std::fprintf(stderr, "kiln: %s\n", line.c_str());
-  if (device.type != DeviceType::CPU && !pipe->model_cpu_offload_enabled() && reporting) {
-    if (dist::in_local_ranks()) {
-      const Device last = device_of_rank(device, dist::world_size() - 1);
-      std::fprintf(stderr, "kiln: every component on %s, split over %d devices to %s (one thread each)\n",
-                   device.str().c_str(), dist::world_size(), last.str().c_str());
-    } else {
-      std::fprintf(stderr, "kiln: every component on %s\n", device.str().c_str());
-    }
-  }
+  if (const auto line = placement_line(*pipe, device); line && reporting)
+    std::fprintf(stderr, "kiln: %s\n", line->c_str());
 
   // Like diffusers without a generator the noise is random, but the seed is reported and stored, so any
   // image can be made again.

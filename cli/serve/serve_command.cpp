@@ -64,12 +64,8 @@ std::unique_ptr<DiffusionPipeline> load_pipeline(const std::string& ref, const E
   std::unique_ptr<DiffusionPipeline> pipe = DiffusionPipeline::from_pretrained(ref, options);
   for (const std::string& line : configure_pipeline(*pipe, flags, device))
     if (reporting) std::fprintf(stderr, "kiln: %s\n", line.c_str());
-  if (reporting && device.type != DeviceType::CPU && !pipe->model_cpu_offload_enabled()) {
-    std::string where = device.str();
-    if (dist::in_local_ranks())
-      where += ", split over " + std::to_string(dist::world_size()) + " devices (one thread each)";
-    std::fprintf(stderr, "kiln: every component on %s\n", where.c_str());
-  }
+  if (const auto line = placement_line(*pipe, device); line && reporting)
+    std::fprintf(stderr, "kiln: %s\n", line->c_str());
   // The packed copies are the cpu's matmuls'; on a device they are never made, so the plan is not reported.
   if (reporting)
     std::fprintf(stderr, "kiln: loaded %s (%s) in %.1fs%s%s\n", ref.c_str(), pipe->class_name(),

@@ -51,7 +51,7 @@ def test_serves_on_a_device(tmp_path):
 def test_two_in_process_ranks_serve_the_image_of_two_ranks(tmp_path):
     server = Server("--model", FLUX, "--device", "xla-cpu", "--tp", "2")
     try:
-        assert "every component on xla-cpu:0, split over 2 devices (one thread each)" in server.log()
+        assert "every component on xla-cpu:0, split over 2 devices to xla-cpu:1 (one thread each)" in server.log()
         served = served_image(server)
         np.testing.assert_array_equal(served, generate(tmp_path, "--device", "xla-cpu", "--tp", "2"))
 
