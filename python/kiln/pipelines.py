@@ -127,7 +127,8 @@ class DiffusionPipeline:
         if offload_type != "block_level":
             raise ValueError(f"enable_group_offload: Kiln offloads blocks (offload_type='block_level'), "
                              f"got {offload_type!r}")
-        self._native.enable_group_offload(int(num_blocks_per_group), bool(use_stream))
+        self._native.enable_group_offload(int(num_blocks_per_group), bool(use_stream),
+                                          None if onload_device is None else str(onload_device))
 
     def enable_vae_tiling(self):
         self._native.enable_vae_tiling(0)
@@ -187,14 +188,17 @@ class DiffusionPipeline:
         return self._native.get_list_adapters()
 
     # ---- Kiln's own
-    def configure(self, mode=None, offload=None, blocks_per_group=1, max_memory=None):
+    def configure(self, mode=None, offload=None, blocks_per_group=1, max_memory=None, device=None):
         """Kiln's execution mode ("eager", "fuse", "compile", "compile-blocks") and offload ("none", "model",
-        "group", "sequential", or a `max_memory` in bytes that picks it); returns what was chosen."""
+        "group", "sequential", or a `max_memory` in bytes that picks it), where the components compute
+        (`device`: "xla-cpu", "cuda", "tpu"; offloaded onto it, or moved there); returns what was chosen."""
         return self._native.configure(mode=mode, offload=offload, blocks_per_group=blocks_per_group,
-                                      max_memory=max_memory)
+                                      max_memory=max_memory, device=None if device is None else str(device))
 
-    def set_memory_budget(self, bytes):
-        return self._native.set_memory_budget(int(bytes))
+    def set_memory_budget(self, bytes, device=None):
+        """The coarsest offload whose weights fit in `bytes`; on a `device` with memory of its own, `bytes`
+        holds each call's activations too (their estimate is kept free). Returns the plan, in words."""
+        return self._native.set_memory_budget(int(bytes), None if device is None else str(device))
 
     @property
     def defaults(self):

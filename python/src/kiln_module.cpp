@@ -33,6 +33,12 @@ OutputType parse_output_type(const std::string& name) {
                      "output_type must be \"pil\", \"np\", \"pt\" or \"latent\", got \"" + name + "\"");
 }
 
+// A device named from Python ("xla-cpu", "cuda:1"), absent when None.
+std::optional<Device> optional_device(const std::optional<std::string>& name) {
+  if (!name) return std::nullopt;
+  return Device(*name);
+}
+
 std::optional<OffloadMode> parse_offload(const std::optional<std::string>& name) {
   if (!name) return std::nullopt;
   for (OffloadMode m : {OffloadMode::None, OffloadMode::Model, OffloadMode::Group, OffloadMode::Sequential})
@@ -129,8 +135,10 @@ class PyPipeline {
   }
 
   std::vector<std::string> configure(std::optional<std::string> mode, std::optional<std::string> offload,
-                                     int blocks_per_group, std::optional<int64_t> max_memory) {
+                                     int blocks_per_group, std::optional<int64_t> max_memory,
+                                     std::optional<std::string> device) {
     ExecutionOptions options;
+    options.device = optional_device(device);
     if (mode) options.mode = parse_execution_mode(*mode);
     options.offload = parse_offload(offload);
     options.blocks_per_group = blocks_per_group;
@@ -150,15 +158,19 @@ class PyPipeline {
   bool is_compiled() const { return pipe_->transformer_module().is_compiled(); }
 
   void enable_model_cpu_offload(std::optional<std::string> device) {
-    pipe_->enable_model_cpu_offload(device ? std::optional<Device>(Device(*device)) : std::nullopt);
+    pipe_->enable_model_cpu_offload(optional_device(device));
   }
   void enable_sequential_cpu_offload(int64_t resident_bytes) {
     pipe_->enable_sequential_cpu_offload(resident_bytes);
   }
-  void enable_group_offload(int blocks_per_group, bool prefetch) {
-    pipe_->enable_group_offload({.blocks_per_group = blocks_per_group, .prefetch = prefetch});
+  void enable_group_offload(int blocks_per_group, bool prefetch, std::optional<std::string> onload_device) {
+    pipe_->enable_group_offload({.blocks_per_group = blocks_per_group,
+                                 .prefetch = prefetch,
+                                 .onload_device = optional_device(onload_device)});
   }
-  std::string set_memory_budget(int64_t bytes) { return pipe_->set_memory_budget(bytes).describe(); }
+  std::string set_memory_budget(int64_t bytes, std::optional<std::string> device) {
+    return pipe_->set_memory_budget(bytes, optional_device(device)).describe();
+  }
   void to(const std::string& device) {
     nb::gil_scoped_release released;  // copies every weight to the device
     pipe_->to(Device(device));
@@ -328,7 +340,8 @@ NB_MODULE(_kiln, m) {
       .def_prop_ro("model_path", &PyPipeline::model_path)
       .def("defaults", &PyPipeline::defaults)
       .def("configure", &PyPipeline::configure, nb::arg("mode") = nb::none(), nb::arg("offload") = nb::none(),
-           nb::arg("blocks_per_group") = 1, nb::arg("max_memory") = nb::none())
+           nb::arg("blocks_per_group") = 1, nb::arg("max_memory") = nb::none(),
+           nb::arg("device") = nb::none())
       .def("compile_transformer", &PyPipeline::compile_transformer, nb::arg("fullgraph") = true,
            nb::arg("dynamic") = false)
       .def("compile_repeated_blocks", &PyPipeline::compile_repeated_blocks)
@@ -338,8 +351,9 @@ NB_MODULE(_kiln, m) {
       .def("enable_sequential_cpu_offload", &PyPipeline::enable_sequential_cpu_offload,
            nb::arg("resident_bytes") = 0)
       .def("enable_group_offload", &PyPipeline::enable_group_offload, nb::arg("blocks_per_group") = 1,
-           nb::arg("prefetch") = true)
-      .def("set_memory_budget", &PyPipeline::set_memory_budget)
+           nb::arg("prefetch") = true, nb::arg("onload_device") = nb::none())
+      .def("set_memory_budget", &PyPipeline::set_memory_budget, nb::arg("bytes"),
+           nb::arg("device") = nb::none())
       .def("to", &PyPipeline::to)
       .def("component_to", &PyPipeline::component_to, nb::arg("component"), nb::arg("device"))
       .def_prop_ro("device", &PyPipeline::device)

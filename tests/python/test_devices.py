@@ -53,3 +53,25 @@ def test_vae_alone_moves_to_xla_cpu():
     assert pipe.device == "cpu"  # the transformer stays
     split = np.asarray(pipe(**small_call(generator=3)).images[0]).astype(int)
     assert np.abs(split - on_cpu).max() <= 1
+
+
+def test_offload_onto_xla_cpu_through_the_python_api():
+    """diffusers' enable_group_offload(onload_device=...) and a memory budget on the device: the weights stay on
+    the host and are copied in as they run; the image is the resident one."""
+    pipe = kiln.FluxPipeline.from_pretrained(data_path("models", "flux-tiny-schnell"))
+    pipe.set_progress_bar_config(disable=True)
+    to_xla_cpu_or_skip(pipe)
+    resident = np.asarray(pipe(**small_call(generator=4)).images[0]).astype(int)
+    pipe.to("cpu")
+    pipe.enable_group_offload(onload_device="xla-cpu", num_blocks_per_group=1)
+    assert pipe.device == "xla-cpu:0"
+    grouped = np.asarray(pipe(**small_call(generator=4)).images[0]).astype(int)
+    assert np.abs(grouped - resident).max() == 0
+    said = pipe.set_memory_budget(8 << 30, device="xla-cpu")
+    assert "of it kept for activations" in said and "no offload" in said
+    assert np.abs(np.asarray(pipe(**small_call(generator=4)).images[0]).astype(int) - resident).max() == 0
+    with pytest.raises(kiln.KilnError, match="is below the largest weight"):
+        pipe.set_memory_budget(1024, device="xla-cpu")
+    lines = pipe.configure(offload="model", device="xla-cpu")
+    assert any("model offload" in line and "xla-cpu:0" in line for line in lines)
+    assert np.abs(np.asarray(pipe(**small_call(generator=4)).images[0]).astype(int) - resident).max() == 0
