@@ -7,6 +7,10 @@
 //         bf16, size x size pixels ((size/16)^2 image tokens), 333 text tokens, CFG batch 2.
 // Random weights, built on the host and moved (pipe.to's route). Prints one line per figure:
 //   RESULT kiln <model> <eager|compiled> <best ms over reps> first=<ms of the first call, compiling included>
+//   MEMORY kiln <model> <eager|compiled> activations=<the most Kiln held on the device during the timed
+//   calls,
+//          above what it held before them> estimate=<the step's share of a memory budget's activation
+//          estimate, kiln/pipelines/activation_estimate.h>
 // Usage: bench_device_step <flux|sd3> [device=cuda] [reps=5] [size=1024]
 #include <chrono>
 #include <cstdio>
@@ -17,6 +21,7 @@
 #include "bench_util.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/kiln.h"
+#include "kiln/pipelines/activation_estimate.h"
 
 namespace {
 
@@ -33,15 +38,20 @@ double seconds(kiln::Device device, const std::function<kiln::Tensor()>& f) {
 // The first call (compiles, for either mode: strict eager compiles one executable per distinct op call), then
 // the best of `reps`.
 void time_modes(const std::string& model, kiln::Device device, kiln::nn::Module& module, int reps,
-                const std::function<kiln::Tensor()>& step) {
+                const std::function<kiln::Tensor()>& step, int64_t estimate) {
   for (const bool compiled : {false, true}) {
     module.reset_compiled();
     if (compiled) module.compile({.fullgraph = true, .dynamic = false});
     const double first = seconds(device, step);
+    const int64_t held = kiln::memory_stats(device).current_bytes;
+    kiln::reset_peak_memory(device);
     double best = 1e30;
     for (int i = 0; i < reps; ++i) best = std::min(best, seconds(device, step));
-    std::printf("RESULT kiln %s %s %.3f first=%.1f\n", model.c_str(), compiled ? "compiled" : "eager",
-                best * 1e3, first * 1e3);
+    const char* mode = compiled ? "compiled" : "eager";
+    std::printf("RESULT kiln %s %s %.3f first=%.1f\n", model.c_str(), mode, best * 1e3, first * 1e3);
+    std::printf("MEMORY kiln %s %s activations=%lld estimate=%lld\n", model.c_str(), mode,
+                static_cast<long long>(kiln::memory_stats(device).peak_bytes - held),
+                static_cast<long long>(estimate));
     std::fflush(stdout);
   }
   module.reset_compiled();
@@ -69,7 +79,15 @@ int run(int argc, char** argv) {
     s.model->to(device);
     for (kiln::Tensor* t : {&s.hidden, &s.text, &s.pooled, &s.timestep, &s.guidance, &s.txt_ids, &s.img_ids})
       *t = t->to(device);
-    time_modes(model, device, *s.model, reps, [&] { return s.forward(); });
+    const int64_t estimate =
+        kiln::block_stack_activation_bytes({.tokens = (size / 16) * (size / 16) + 512,
+                                            .width = 3072,
+                                            .mlp_width = 4 * 3072,
+                                            .heads = 24,
+                                            .fused_attention = kiln::fuses_attention(device, bfloat16, 128)},
+                                           bfloat16);
+    time_modes(
+        model, device, *s.model, reps, [&] { return s.forward(); }, estimate);
     return 0;
   }
   const kiln::models::SD3TransformerConfig config = kiln::bench::sd3_medium_shaped_config();
@@ -87,7 +105,16 @@ int run(int argc, char** argv) {
   const kiln::Tensor pooled =
       kiln::bench::random({B, config.pooled_projection_dim}, bfloat16, gen, 1.0).to(device);
   const kiln::Tensor t = kiln::Tensor::full({B}, 500.0, kiln::float32).to(device);
-  time_modes(model, device, sd3, reps, [&] { return sd3.forward(latents, text, pooled, t); });
+  const int64_t estimate = kiln::block_stack_activation_bytes(
+      {.batch = B,
+       .tokens = (size / 16) * (size / 16) + L,
+       .width = config.inner_dim(),
+       .mlp_width = 4 * config.inner_dim(),
+       .heads = config.num_attention_heads,
+       .fused_attention = kiln::fuses_attention(device, bfloat16, config.attention_head_dim)},
+      bfloat16);
+  time_modes(
+      model, device, sd3, reps, [&] { return sd3.forward(latents, text, pooled, t); }, estimate);
   return 0;
 }
 
