@@ -13,9 +13,9 @@ void Allocator::reset_peak() {
   peak_.store(current_.load());
 }
 
-void Allocator::record_allocate(size_t bytes) {
+void Allocator::record_allocate(size_t bytes, bool allocation) {
   const int64_t now = current_.fetch_add(static_cast<int64_t>(bytes)) + static_cast<int64_t>(bytes);
-  count_.fetch_add(1);
+  if (allocation) count_.fetch_add(1);
   int64_t peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
   }

@@ -61,7 +61,8 @@ int64_t untiled_vae_bytes(const models::AutoencoderKLConfig& c, int64_t batch, i
   const std::vector<int64_t>& channels = c.decoder_channels();
   // The decoder's up blocks run from the latent's resolution to the image's, the deepest channels first; the
   // block at each resolution reads the previous block's output, upsampled. A convolution's input, its
-  // output, a norm's and the residual beside them: four of the widest (channels x pixels) at once.
+  // output, a norm's and the residual beside them, and the scratch of the program that convolves (on a
+  // device, XLA's temporaries: about one more): five of the widest (channels x pixels) at once.
   int64_t widest = 0;
   const auto levels = static_cast<int64_t>(channels.size());
   for (int64_t level = 0; level < levels; ++level) {
@@ -70,7 +71,7 @@ int64_t untiled_vae_bytes(const models::AutoencoderKLConfig& c, int64_t batch, i
     const int64_t out = channels[static_cast<size_t>(levels - 1 - level)];
     widest = std::max(widest, std::max(in, out) * (height / f * scale) * (width / f * scale));
   }
-  const int64_t convolutions = 4 * batch * widest * e;
+  const int64_t convolutions = 5 * batch * widest * e;
   // The mid block's attention: one head over the latent's pixels, as wide as the deepest channels.
   const int64_t latent_pixels = (height / f) * (width / f);
   const int64_t attention = c.mid_block_add_attention

@@ -275,6 +275,42 @@ TEST(OffloadOnDevice, TheActivationEstimateCoversWhatACallHolds) {
   }
 }
 
+// A denoising step's share of the estimate against what a step holds in strict eager (one array per op
+// output) and compiled (one program: its activations are XLA's scratch, counted while it runs): from the end
+// of the first step (programs compiled) to the last, above what the device held at the end of the first.
+TEST(OffloadOnDevice, TheTransformerEstimateCoversAStepInEagerAndCompiledModes) {
+  KILN_SKIP_WITHOUT_PJRT();
+  for (const std::string golden :
+       {"goldens/flux/schnell_cat_64x64_s0.safetensors", "goldens/sd3/medium_cat_64x64_s0.safetensors"}) {
+    const io::SafetensorsFile g(testing::data_path(golden));
+    for (ExecutionMode mode : {ExecutionMode::Eager, ExecutionMode::Compile}) {
+      auto pipe = load(g.metadata().at("pipeline"));
+      pipe->configure({.mode = mode, .offload = OffloadMode::None, .device = xla0});
+      PipelineRequest request = testing::request_from_golden(g);
+      if (g.metadata().contains("negative_prompt"))
+        request.negative_prompt = g.metadata().at("negative_prompt");
+      request.height = request.width = 128;
+      request.num_inference_steps = 3;
+      int64_t held_before = 0, steps_peak = 0;
+      request.callback_on_step_end = [&](StepState& s) {
+        synchronize(xla0);
+        if (s.step == 0) {
+          held_before = memory_stats(xla0).current_bytes;
+          reset_peak_memory(xla0);
+        }
+        steps_peak = memory_stats(xla0).peak_bytes;
+      };
+      (*pipe)(request);
+      const int64_t held = steps_peak - held_before;
+      const int64_t estimate = pipe->estimate_activations(request, xla0).transformer;
+      std::printf("[ memory   ] %s %s 128x128: a step held %lld bytes, estimated %lld\n", pipe->class_name(),
+                  execution_mode_name(mode), static_cast<long long>(held), static_cast<long long>(estimate));
+      EXPECT_GT(held, 0) << golden << " " << execution_mode_name(mode);
+      EXPECT_GE(estimate, held) << golden << " " << execution_mode_name(mode);
+    }
+  }
+}
+
 // A budget the weights fit but not the activations beside them: the offload picked by the weights alone would
 // run out of memory halfway (model offload holds a whole component), so each call plans with its own
 // activations' estimate: a finer offload when one fits, else a refusal before any work that names the

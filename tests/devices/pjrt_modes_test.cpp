@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "backends/pjrt/executable_cache.h"
@@ -130,6 +132,42 @@ TEST(PjrtModes, ValuesReadAfterTheRegionAreStoredAndIntermediatesAreNot) {
     EXPECT_NEAR(kept_values[i], std::exp(xs[i] * 0.5f) + 1.0f, 1e-5) << i;
     EXPECT_NEAR(last_values[i], std::tanh(kept_values[i] * kept_values[i]), 1e-5) << i;
   }
+}
+
+// A region's intermediates live in the executable's scratch (XLA's temporary buffers), not in arrays of
+// Kiln's: the scratch is counted on the device while the region runs (the peak shows it, the limit of
+// --max-memory refuses a run it does not fit) and released when it ends.
+TEST(PjrtModes, ARegionsScratchIsCountedWhileItRuns) {
+  KILN_SKIP_WITHOUT_PJRT();
+  const Tensor a = ramp({64, 64}, 0.13f).to(xla0), b = mul(ramp({64, 64}, 0.29f), 0.1).to(xla0);
+  const auto chained = [&] {
+    EagerModeGuard defer(EagerMode::DeferAndFuse);
+    return matmul(matmul(a, b), b);  // the first product is held between the two, in the scratch
+  };
+  const int64_t result_bytes = 64 * 64 * 4;
+  synchronize(xla0);
+  const int64_t held = memory_stats(xla0).current_bytes;
+  reset_peak_memory(xla0);
+  Tensor y = chained();
+  synchronize(xla0);
+  EXPECT_GE(memory_stats(xla0).peak_bytes - held, result_bytes + result_bytes)
+      << "the result and the first product's scratch";
+  EXPECT_EQ(memory_stats(xla0).current_bytes - held, result_bytes) << "the scratch is released after the run";
+  const std::vector<float> values = y.to_vector<float>();
+  y = Tensor();
+
+  // Room for the result but not for the scratch beside it: refused naming the scratch, nothing left held.
+  set_memory_limit(xla0, held + result_bytes + 4096);
+  const std::string message = testing::error_message([&] {
+    const Tensor z = chained();
+    synchronize(xla0);
+  });
+  set_memory_limit(xla0, std::nullopt);
+  EXPECT_NE(message.find(xla0.str() + " is out of memory: the scratch of region["), std::string::npos)
+      << message;
+  synchronize(xla0);
+  EXPECT_EQ(memory_stats(xla0).current_bytes, held);
+  EXPECT_EQ(chained().to_vector<float>(), values) << "the device runs again once the limit is lifted";
 }
 
 TEST(PjrtModes, AStepSizeChangingEveryFlushCompilesOnce) {

@@ -396,6 +396,27 @@ TEST(PjrtClient, SerializeDeserializeRun) {
   EXPECT_THROW(c->deserialize("not an executable"), Error);
 }
 
+// Two products in a row: the first one's 64 x 64 result lives only inside the run, in XLA's scratch.
+TEST(PjrtClient, ReportsTheScratchOfARun) {
+  PJRT_CLIENT_OR_SKIP(c);
+  auto chain =
+      c->compile(R"(func.func @main(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>) -> tensor<64x64xf32> {
+    %0 = "stablehlo.dot_general"(%a, %b) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1],
+        rhs_contracting_dimensions = [0]>} : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+    %1 = "stablehlo.dot_general"(%0, %b) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1],
+        rhs_contracting_dimensions = [0]>} : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+    return %1 : tensor<64x64xf32>
+  })");
+  const std::optional<int64_t> scratch = chain->scratch_bytes();
+  ASSERT_TRUE(scratch.has_value()) << "the CPU plugin reports its executables' temporary memory";
+  EXPECT_GE(*scratch, 64 * 64 * 4) << "the first product is held between the two";
+  EXPECT_LT(*scratch, 64 * 64 * 4 * 8);
+  // A deserialized executable knows it too.
+  EXPECT_EQ(c->deserialize(chain->serialize())->scratch_bytes(), scratch);
+  std::cerr << "scratch of two chained 64x64 products: " << *scratch
+            << " bytes; of an add: " << add_executable(*c)->scratch_bytes().value_or(-1) << "\n";
+}
+
 TEST(PjrtClient, AllReduceAcrossTwoReplicas) {
   PJRT_CLIENT_OR_SKIP(c);
   auto exe = c->compile(R"(func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {

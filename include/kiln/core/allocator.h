@@ -35,7 +35,9 @@ class Allocator {
   virtual std::optional<int64_t> limit() const { return std::nullopt; }
 
  protected:
-  void record_allocate(size_t bytes);
+  // `allocation` false: bytes held without an allocate() call (a program's scratch while it runs), counted in
+  // the bytes but not in `allocations`.
+  void record_allocate(size_t bytes, bool allocation = true);
   void record_deallocate(size_t bytes);
   // What stats() reports as reserved_bytes; an allocator without a cache holds exactly its live bytes.
   virtual int64_t reserved() const { return current_.load(); }

@@ -24,7 +24,7 @@ struct ActivationEstimate {
   int64_t transformer = 0;        // one denoising step (its batch: images, times two under batched guidance)
   int64_t vae = 0;                // the decode (or an encode of the call's images), tiled when tiling is on
   int64_t peak() const;
-  // "up to 1.6 GiB of activations at 1024x1024 (text encoders 70.0 MiB, transformer 622 MiB, VAE 1.6 GiB)"
+  // "up to 2.0 GiB of activations at 1024x1024 (text encoders 70.0 MiB, transformer 622 MiB, VAE 2.0 GiB)"
   std::string describe() const;
 };
 

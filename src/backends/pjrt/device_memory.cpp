@@ -18,7 +18,7 @@ void DeviceMemory::deallocate(void* ptr, size_t bytes) {
   release(bytes);
 }
 
-void DeviceMemory::charge(size_t bytes, const std::string& what) {
+void DeviceMemory::charge(size_t bytes, const std::string& what, bool allocation) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (limit_) {
     const int64_t held = stats().current_bytes;
@@ -27,7 +27,7 @@ void DeviceMemory::charge(size_t bytes, const std::string& what) {
                          format_bytes(held) + " of its " + format_bytes(*limit_) +
                              " limit (--max-memory, kiln::set_memory_limit) already held");
   }
-  record_allocate(bytes);
+  record_allocate(bytes, allocation);
 }
 
 void DeviceMemory::release(size_t bytes) {

@@ -23,8 +23,8 @@ class DeviceMemory final : public Allocator {
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) override;
   // Counts `bytes` more held on the device (`what` is brought in); throws the out-of-memory error instead
-  // when that would pass the limit.
-  void charge(size_t bytes, const std::string& what);
+  // when that would pass the limit. `allocation` false: scratch, not counted in memory_stats' allocations.
+  void charge(size_t bytes, const std::string& what, bool allocation = true);
   void release(size_t bytes);
   void set_limit(std::optional<int64_t> bytes) override;
   std::optional<int64_t> limit() const override;
@@ -37,6 +37,25 @@ class DeviceMemory final : public Allocator {
 
 // The memory of the PJRT device `device`.
 DeviceMemory& device_memory(Device device);
+
+// `bytes` counted on a device's memory for as long as it lives (an executable's scratch while it runs):
+// checked against the limit like any array, so the constructor throws the out-of-memory error naming `what`.
+class TransientCharge {
+ public:
+  TransientCharge(DeviceMemory& memory, size_t bytes, const std::string& what)
+      : memory_(memory), bytes_(bytes) {
+    if (bytes_ > 0) memory_.charge(bytes_, what, /*allocation=*/false);
+  }
+  ~TransientCharge() {
+    if (bytes_ > 0) memory_.release(bytes_);
+  }
+  TransientCharge(const TransientCharge&) = delete;
+  TransientCharge& operator=(const TransientCharge&) = delete;
+
+ private:
+  DeviceMemory& memory_;
+  size_t bytes_;
+};
 
 // Throws: `device` is out of memory; `what` needed `bytes`; `cause` is the limit's or the plugin's words.
 [[noreturn]] void fail_out_of_memory(Device device, size_t bytes, const std::string& what,

@@ -4,10 +4,12 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "backends/pjrt/executable_disk_cache.h"
+#include "kiln/core/bytes.h"
 #include "kiln/core/log.h"
 
 namespace kiln::pjrt {
@@ -89,7 +91,10 @@ std::shared_ptr<Executable> cached_executable(Client& client, const std::string&
     if (log_enabled("compile")) {
       std::ostringstream msg;
       msg << "compiled a " << client.platform_name() << " executable for " << what << " in " << compile_ms
-          << " ms" << (disk.enabled() ? " (saved to " + disk.path_of(disk_key) + ")" : std::string());
+          << " ms";
+      if (const std::optional<int64_t> scratch = made->scratch_bytes())
+        msg << ", " << format_bytes(*scratch) << " of scratch per run";
+      if (disk.enabled()) msg << " (saved to " << disk.path_of(disk_key) << ")";
       log("compile", msg.str());
     }
   }

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,6 +89,10 @@ class Executable {
   // The Kiln device indices it runs on, one per argument list of Client::execute, in order; empty for a 1 x 1
   // (portable) executable, which runs on the device its arguments are on, or the one execute_on names.
   const std::vector<int>& devices() const;
+  // The device memory one run needs besides its arguments and outputs: XLA's temporary buffers, which hold a
+  // compiled forward's activations (PJRT_Executable_GetCompiledMemoryStats' temp size). nullopt when the
+  // plugin does not report it.
+  std::optional<int64_t> scratch_bytes() const;
   // The executable's bytes (PJRT_Executable_Serialize) behind a one-line Kiln header holding the parameters
   // (which PJRT does not report), for Client::deserialize in another process of the same plugin version.
   std::string serialize() const;

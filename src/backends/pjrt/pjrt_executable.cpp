@@ -51,7 +51,22 @@ class Unloaded {
   PJRT_Executable* executable_ = nullptr;
 };
 
-// Fills what the plugin knows about a freshly loaded executable: replica/partition counts, outputs, devices.
+// The temporary device memory a run of `exe` needs, when the plugin reports it. A plugin may leave the call
+// out or answer that it is unimplemented: the size is then unknown, which is not an error.
+std::optional<int64_t> scratch_bytes_of(const PJRT_Api* api, PJRT_Executable* exe) {
+  if (api->PJRT_Executable_GetCompiledMemoryStats == nullptr) return std::nullopt;
+  KILN_PJRT_ARGS(PJRT_Executable_GetCompiledMemoryStats_Args, stats);
+  stats.executable = exe;
+  if (PJRT_Error* error = api->PJRT_Executable_GetCompiledMemoryStats(&stats)) {
+    discard(api, error);
+    return std::nullopt;
+  }
+  if (stats.temp_size_in_bytes < 0) return std::nullopt;
+  return stats.temp_size_in_bytes;
+}
+
+// Fills what the plugin knows about a freshly loaded executable: replica/partition counts, outputs, devices,
+// scratch.
 void describe(const Plugin& plugin, Executable::Raw& raw) {
   const PJRT_Api* api = plugin.api;
   Unloaded exe(api, raw.loaded);
@@ -63,6 +78,7 @@ void describe(const Plugin& plugin, Executable::Raw& raw) {
   partitions.executable = exe.get();
   check(api, api->PJRT_Executable_NumPartitions(&partitions), "PJRT_Executable_NumPartitions");
   raw.num_partitions = int(partitions.num_partitions);
+  raw.scratch_bytes = scratch_bytes_of(api, exe.get());
 
   KILN_PJRT_ARGS(PJRT_Executable_NumOutputs_Args, count);
   count.executable = exe.get();
@@ -137,6 +153,9 @@ int Executable::num_partitions() const {
 }
 const std::vector<int>& Executable::devices() const {
   return raw_->device_indices;
+}
+std::optional<int64_t> Executable::scratch_bytes() const {
+  return raw_->scratch_bytes;
 }
 
 std::string Executable::serialize() const {

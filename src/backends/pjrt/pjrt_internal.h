@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,7 @@ struct Executable::Raw {
   // The Kiln device indices the executable runs on, one per argument list; empty for a portable executable
   // (compiled 1 x 1: it runs on the device execute_on names).
   std::vector<int> device_indices;
+  std::optional<int64_t> scratch_bytes;  // Executable::scratch_bytes
 };
 
 }  // namespace kiln::pjrt

@@ -48,6 +48,20 @@ std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& devic
                                          device.local_index);
 }
 
+std::vector<std::shared_ptr<Buffer>> execute_and_wait(Device device, const DeviceHandle& handle,
+                                                      const Executable& executable,
+                                                      const std::vector<std::shared_ptr<Buffer>>& arguments,
+                                                      size_t result_bytes, const std::string& what) {
+  const size_t scratch = static_cast<size_t>(executable.scratch_bytes().value_or(0));
+  const TransientCharge held(device_memory(device), scratch, "the scratch of " + what);
+  return explain_out_of_memory(device, result_bytes + scratch, what, [&] {
+    std::vector<std::shared_ptr<Buffer>> r =
+        handle.client->execute_on(executable, arguments, handle.local_index);
+    for (const auto& b : r) b->await_ready();
+    return r;
+  });
+}
+
 void run_op_module(const runtime::OpCall& call) {
   const DeviceHandle device = device_handle(call.outputs.front().device());
   const hlo::OpModule module = hlo::op_module(call, hlo::lowering_target(device.client->platform_name()));
@@ -68,19 +82,18 @@ void run_op_module(const runtime::OpCall& call) {
     }
   }
   size_t output_bytes = 0;
-  for (const Tensor& t : call.outputs) output_bytes += t.storage()->bytes();
+  std::vector<DeviceArray*>
+      output_arrays;  // taken first: the outputs are counted on the device before it runs
+  for (const Tensor& t : call.outputs) {
+    output_bytes += t.storage()->bytes();
+    output_arrays.push_back(&device_array(t));
+  }
   std::vector<std::shared_ptr<Buffer>> results =
-      explain_out_of_memory(call.outputs.front().device(), output_bytes, what, [&] {
-        std::vector<std::shared_ptr<Buffer>> r =
-            device.client->execute_on(*executable, arguments, device.local_index);
-        // Waiting here, on the stream's worker, reports a failure as this op's (the caller is not held up).
-        for (const auto& b : r) b->await_ready();
-        return r;
-      });
+      execute_and_wait(call.outputs.front().device(), device, *executable, arguments, output_bytes, what);
   KILN_CHECK(results.size() == call.outputs.size(), "internal: " << call.op << "'s executable returned "
                                                                  << results.size() << " buffers for "
                                                                  << call.outputs.size() << " outputs");
-  for (size_t i = 0; i < results.size(); ++i) device_array(call.outputs[i]).set(std::move(results[i]));
+  for (size_t i = 0; i < results.size(); ++i) output_arrays[i]->set(std::move(results[i]));
 }
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/pjrt/pjrt_backend.h"
 #include "kiln/core/tensor.h"
@@ -27,5 +28,15 @@ std::shared_ptr<Buffer> written_buffer(const Tensor& t, const std::string& what)
 std::shared_ptr<Buffer> scalar_buffer(double value, DType dtype, const DeviceHandle& device);
 // What `t`'s storage holds before an op writes part of it: its buffer, or zeros when nothing wrote it yet.
 std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& device, const std::string& what);
+
+// Runs the 1 x 1 `executable` on `device` (its handle `handle`) and waits for the results on the stream's
+// worker, so that a failure is reported as `what`'s (the caller is not held up). The executable's scratch is
+// counted on the device while it runs (memory_stats' peak shows it; --max-memory refuses a run it does not
+// fit); running out, by that limit or by the plugin's allocator, is fail_out_of_memory's error naming `what`,
+// whose results need `result_bytes`.
+std::vector<std::shared_ptr<Buffer>> execute_and_wait(Device device, const DeviceHandle& handle,
+                                                      const Executable& executable,
+                                                      const std::vector<std::shared_ptr<Buffer>>& arguments,
+                                                      size_t result_bytes, const std::string& what);
 
 }  // namespace kiln::pjrt

@@ -1,7 +1,6 @@
 #include "backends/pjrt/pjrt_region.h"
 
 #include "backends/pjrt/device_array.h"
-#include "backends/pjrt/device_memory.h"
 #include "backends/pjrt/executable_cache.h"
 #include "backends/pjrt/pjrt_backend.h"
 #include "backends/pjrt/pjrt_kernels.h"
@@ -46,21 +45,18 @@ void run_pjrt_region(const runtime::DeviceRegion& region) {
     arguments.push_back(p.source.output ? buffer_before(t, device, what) : written_buffer(t, what));
   }
   size_t result_bytes = 0;
-  for (const hlo::RegionModule::Operand& r : module.results)
+  std::vector<DeviceArray*>
+      result_arrays;  // taken first: the results are counted on the device before it runs
+  for (const hlo::RegionModule::Operand& r : module.results) {
     result_bytes += operand(region, r).storage()->bytes();
+    result_arrays.push_back(&device_array(operand(region, r)));
+  }
   std::vector<std::shared_ptr<Buffer>> results =
-      explain_out_of_memory(region.device(), result_bytes, what, [&] {
-        std::vector<std::shared_ptr<Buffer>> r =
-            device.client->execute_on(*executable, arguments, device.local_index);
-        // Waiting on the stream's worker reports a failure as this region's (the caller is not held up).
-        for (const auto& b : r) b->await_ready();
-        return r;
-      });
+      execute_and_wait(region.device(), device, *executable, arguments, result_bytes, what);
   KILN_CHECK(results.size() == module.results.size(),
              "internal: the executable of " << what << " returned " << results.size() << " buffers for "
                                             << module.results.size() << " stored values");
-  for (size_t i = 0; i < results.size(); ++i)
-    device_array(operand(region, module.results[i])).set(std::move(results[i]));
+  for (size_t i = 0; i < results.size(); ++i) result_arrays[i]->set(std::move(results[i]));
 }
 
 }  // namespace kiln::pjrt

@@ -99,6 +99,9 @@ int Executable::num_partitions() const {
 const std::vector<int>& Executable::devices() const {
   unavailable();
 }
+std::optional<int64_t> Executable::scratch_bytes() const {
+  unavailable();
+}
 std::string Executable::serialize() const {
   unavailable();
 }
