@@ -10,6 +10,8 @@ The layers and their widths follow diffusers' FluxTransformer2DModel and SD3Tran
 norms, modulation, RoPE and attention a step runs); the weights are random, as Kiln's. Prints
   DEVICE <name>
   RESULT torch <model> <eager|compile> <best ms over reps> first=<ms of the first call>
+  MEMORY torch <model> <eager|compile> activations=<the most torch allocated during the timed calls, above
+         what it held before them> (CUDA only: torch.cuda.max_memory_allocated)
 Usage: python3 bench/torch_step.py <flux|sd3> [--device cuda] [--reps 5] [--size 1024] [--modes eager,compile]
 """
 import argparse
@@ -242,6 +244,10 @@ def main():
             fn(*args)
             sync(a.device)
             first = time.perf_counter() - t0
+            cuda = a.device.startswith("cuda")
+            if cuda:
+                held = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
             best = float("inf")
             for _ in range(a.reps):
                 t0 = time.perf_counter()
@@ -249,6 +255,8 @@ def main():
                 sync(a.device)
                 best = min(best, time.perf_counter() - t0)
         print(f"RESULT torch {a.model} {mode} {best * 1e3:.3f} first={first * 1e3:.1f}", flush=True)
+        if cuda:
+            print(f"MEMORY torch {a.model} {mode} activations={torch.cuda.max_memory_allocated() - held}", flush=True)
 
 
 if __name__ == "__main__":

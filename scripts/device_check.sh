@@ -298,7 +298,7 @@ done
 "$python" - "$out" "$device" "${gpu_name:-}" <<'PY' | tee "$out/table.txt"
 import glob, os, sys
 out, device, gpu = sys.argv[1], sys.argv[2], sys.argv[3]
-r = {}
+r, mem = {}, {}
 for log in glob.glob(os.path.join(out, "*.log")):
     for line in open(log, errors="replace"):
         if line.startswith("DEVICE ") and not gpu:
@@ -306,6 +306,11 @@ for log in glob.glob(os.path.join(out, "*.log")):
         if line.startswith("RESULT "):
             _, who, model, mode, ms, *rest = line.split()
             r[(who, model, mode)] = (float(ms), rest[0] if rest else "")
+        if line.startswith("MEMORY "):
+            _, who, model, mode, *fields = line.split()
+            for f in fields:
+                key, _, value = f.partition("=")
+                mem[(who, model, "compiled" if mode == "compile" else mode, key)] = int(value)
 print(f"\nTransformer step on {device} ({gpu or 'no GPU name'}), bf16, best of the timed calls, ms:")
 print(f"{'model':6} {'kiln eager':>11} {'torch eager':>12} {'ratio':>6}   {'kiln compiled':>14} {'torch.compile':>14} {'ratio':>6}")
 def cell(k):
@@ -317,6 +322,16 @@ for m in ("flux", "sd3"):
     print(f"{m:6} {cell(e):>11} {cell(te):>12} {ratio(e, te):>6}   {cell(c):>14} {cell(tc):>14} {ratio(c, tc):>6}")
 print("ratio = Kiln / PyTorch (aims: compiled <= 1.0 against torch.compile, strict eager <= 1.5 against eager).")
 print("First calls (compiling included): " + ", ".join(f"{w} {m} {mo} {v[1].split('=')[-1]} ms" for (w, m, mo), v in sorted(r.items())))
+if mem:
+    # Kiln counts its arrays and, while a program runs, the program's scratch (XLA's temporaries).
+    print(f"\nActivations held during the timed calls, MiB (Kiln: arrays and programs' scratch; torch: allocated):")
+    print(f"{'model':6} {'mode':9} {'kiln':>9} {'torch':>9} {'kiln budget estimate':>21}")
+    def mib(k):
+        return f"{mem[k] / 2**20:.1f}" if k in mem else "-"
+    for m in ("flux", "sd3"):
+        for mo in ("eager", "compiled"):
+            print(f"{m:6} {mo:9} {mib(('kiln', m, mo, 'activations')):>9} {mib(('torch', m, mo, 'activations')):>9} "
+                  f"{mib(('kiln', m, mo, 'estimate')):>21}")
 PY
 
 # ---- 5. the PJRT and device test suites on the device (last: they take what the budget leaves)

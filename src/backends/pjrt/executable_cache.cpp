@@ -42,6 +42,12 @@ std::string placed_text(const std::string& module_text, const std::vector<int>& 
   return text + "\n";
 }
 
+// ", 16.0 KiB of scratch per run" when the plugin reports it (Executable::scratch_bytes).
+std::string scratch_note(const Executable& executable) {
+  const std::optional<int64_t> scratch = executable.scratch_bytes();
+  return scratch ? ", " + format_bytes(*scratch) + " of scratch per run" : std::string();
+}
+
 }  // namespace
 
 std::shared_ptr<Executable> cached_executable(Client& client, const std::string& text,
@@ -79,7 +85,7 @@ std::shared_ptr<Executable> cached_executable(Client& client, const std::string&
     if (log_enabled("compile")) {
       std::ostringstream msg;
       msg << "disk cache hit for " << what << ": loaded " << disk.path_of(disk_key) << " in "
-          << ms_since(start) << " ms";
+          << ms_since(start) << " ms" << scratch_note(*made);
       log("compile", msg.str());
     }
   } else {
@@ -91,9 +97,7 @@ std::shared_ptr<Executable> cached_executable(Client& client, const std::string&
     if (log_enabled("compile")) {
       std::ostringstream msg;
       msg << "compiled a " << client.platform_name() << " executable for " << what << " in " << compile_ms
-          << " ms";
-      if (const std::optional<int64_t> scratch = made->scratch_bytes())
-        msg << ", " << format_bytes(*scratch) << " of scratch per run";
+          << " ms" << scratch_note(*made);
       if (disk.enabled()) msg << " (saved to " << disk.path_of(disk_key) << ")";
       log("compile", msg.str());
     }
