@@ -1,8 +1,11 @@
 #include "cli/device_info.h"
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
+#include "kiln/core/allocator.h"
+#include "kiln/core/bytes.h"
 #include "kiln/runtime/devices.h"
 
 namespace kiln::cli {
@@ -16,9 +19,17 @@ void print_devices() {
     }
     std::printf("%s: %zu device%s\n", type.c_str(), status.devices.size(),
                 status.devices.size() == 1 ? "" : "s");
-    for (const DeviceDescription& d : status.devices)
+    for (const DeviceDescription& d : status.devices) {
       std::printf("  %-10s %s backend: %s\n", d.device.str().c_str(), d.backend.c_str(),
                   d.description.c_str());
+      if (d.device.type == DeviceType::CPU) continue;
+      // What --offload auto plans with on the device (the CPU plugin reports nothing: it shares the host's).
+      if (const std::optional<DriverMemoryReport> m = driver_memory_report(d.device))
+        std::printf("  %-10s memory %s, %s in use\n", "", format_bytes(m->limit_bytes).c_str(),
+                    format_bytes(m->in_use_bytes).c_str());
+      else
+        std::printf("  %-10s memory not reported by its plugin\n", "");
+    }
   }
 }
 

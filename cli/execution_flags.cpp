@@ -29,15 +29,17 @@ void add_execution_flags(CLI::App& cmd, ExecutionFlags& flags, const std::string
                  "the most memory for packed copies of the weights (faster matmuls): a size such as 12GiB or "
                  "512MiB, all, or none (default: all when the weights fit in half of this machine's memory, "
                  "none otherwise: they are then read from the memory-mapped checkpoint, as diffusers does)");
-  cmd.add_option("--offload", flags.offload,
-                 "model: each component's weights are released once it has run (diffusers' "
-                 "enable_model_cpu_offload); group: weights read in place, a component's repeated blocks "
-                 "in groups of --blocks-per-group, the next group brought in while one runs "
-                 "(enable_group_offload); sequential: no packed copies and each weight released once the "
-                 "next is read (enable_sequential_cpu_offload); none: every component keeps them; auto "
-                 "(default): model when the weights exceed half of this machine's memory. With --device "
-                 "xla-cpu/cuda/tpu, model and group keep the weights on the host and copy them into the "
-                 "device's memory as they run (sequential is the cpu's only)")
+  cmd.add_option(
+         "--offload", flags.offload,
+         "model: each component's weights are released once it has run (diffusers' "
+         "enable_model_cpu_offload); group: weights read in place, a component's repeated blocks "
+         "in groups of --blocks-per-group, the next group brought in while one runs "
+         "(enable_group_offload); sequential: no packed copies and each weight released once the "
+         "next is read (enable_sequential_cpu_offload); none: every component keeps them; auto "
+         "(default): model when the weights exceed half of this machine's memory; on a device whose "
+         "plugin reports its memory (cuda, tpu), what --max-memory would pick for what is free there. "
+         "With --device xla-cpu/cuda/tpu, model and group keep the weights on the host and copy them "
+         "into the device's memory as they run (sequential is the cpu's only)")
       ->check(CLI::IsMember({"auto", "none", "model", "group", "sequential"}))
       ->capture_default_str();
   cmd.add_option("--blocks-per-group", flags.blocks_per_group,

@@ -206,6 +206,8 @@ fi
 
 with_libs "$bin/kiln" info --devices >"$out/devices.log" 2>&1
 note "kiln info --devices: $(grep -E "^$device: " "$out/devices.log" | cut -c1-200)"
+# The first device's memory as its plugin reports it: what --offload auto plans for.
+note "$device:0 $(grep -A1 -E "^  $device:0 " "$out/devices.log" | sed -n '2s/^ *//p' | cut -c1-200)"
 grep -E "^  $device:0 " "$out/devices.log" | sed 's/^/     /'
 
 # ---- 3. the tiny pipelines' images on the device against the cpu backend (and xla-cpu when installed)

@@ -40,6 +40,10 @@ void set_memory_limit(Device device, std::optional<int64_t> bytes) {
   }
 }
 
+std::optional<DriverMemoryReport> driver_memory_report(Device device) {
+  return device_runtime(device).allocator().driver_report();
+}
+
 std::optional<int64_t> memory_limit(Device device) {
   return device_runtime(device).allocator().limit();
 }

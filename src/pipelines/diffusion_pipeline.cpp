@@ -115,8 +115,12 @@ std::vector<std::string> DiffusionPipeline::configure(const ExecutionOptions& op
   // component's pages once it has run, so that the page cache holds the transformer while it denoises.
   const bool too_big = weight_packing_.budget.has_value() && !weight_packing_.requested;
   const std::string onto = on_device ? " (onto " + device.str() + ", weights kept on the host)" : "";
+  const std::optional<DriverMemoryReport> report =
+      on_device && !options.max_memory && !options.offload ? driver_memory_report(device) : std::nullopt;
   if (options.max_memory) {
     said.push_back(set_memory_budget(*options.max_memory, device, options.sized_for).describe() + onto);
+  } else if (report) {
+    said.push_back(plan_for_the_device_memory(*report, device, options.sized_for));
   } else if (options.offload == OffloadMode::Group) {
     enable_group_offload(
         {.blocks_per_group = options.blocks_per_group, .prefetch = true, .onload_device = device});
@@ -159,6 +163,24 @@ std::vector<std::string> DiffusionPipeline::configure(const ExecutionOptions& op
       break;
   }
   return said;
+}
+
+std::string DiffusionPipeline::plan_for_the_device_memory(const DriverMemoryReport& report,
+                                                          const Device& device,
+                                                          const std::optional<PipelineRequest>& sized_for) {
+  // Kiln's own arrays there (a pipeline moved before) are the budget's to plan; the rest is others'.
+  const int64_t others = std::max<int64_t>(report.in_use_bytes - memory_stats(device).current_bytes, 0);
+  const int64_t free_for_kiln = report.limit_bytes - others;
+  const std::string reported = device.str() + " has " + format_bytes(report.limit_bytes) +
+                               " (its plugin says), " + format_bytes(others) + " of it in use by others";
+  KILN_CHECK(free_for_kiln > 0, class_name() << ": " << reported << ": nothing is left for the pipeline");
+  try {
+    return set_memory_budget(free_for_kiln, device, sized_for).describe() + " (" + reported +
+           "; weights kept on the host)";
+  } catch (const Error& e) {
+    KILN_FAIL(reported << ", so " << class_name() << " plans for " << format_bytes(free_for_kiln)
+                       << " there: " << e.what());
+  }
 }
 
 void DiffusionPipeline::enable_sequential_cpu_offload(int64_t resident_bytes) {

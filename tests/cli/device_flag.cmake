@@ -53,6 +53,36 @@ if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
   set_tests_properties(cli.generate_on_xla_cpu_keeps_room_for_the_activations PROPERTIES
                        PASS_REGULAR_EXPRESSION "memory budget 600.0 KiB on xla-cpu:0 keeps up to [^\n]* of activations at 32x32 [^\n]* free \\(an estimate\\), which leaves [^\n]*a smaller image"
                        LABELS "cli;devices")
+  # A device whose plugin reports its memory (as the CUDA and TPU plugins do; here the CPU plugin behind
+  # kiln_memory_reporting_pjrt_plugin, which reports KILN_TEST_DEVICE_MEMORY): `kiln info --devices` shows it and
+  # --offload auto plans for what is free there, less what others use: model offload at 1.4 MiB with 200 KiB in
+  # use by others, and at 600 KiB a refusal naming the device's figures.
+  set(KILN_CPU_PLUGIN ${KILN_PJRT_CACHE}/lib/pjrt_c_api_cpu_plugin.so)
+  if(EXISTS ${KILN_CPU_PLUGIN})
+    set(KILN_REPORTING_ENV "KILN_PJRT_PLUGIN=$<TARGET_FILE:kiln_memory_reporting_pjrt_plugin>"
+                           "KILN_TEST_REAL_PJRT_PLUGIN=${KILN_CPU_PLUGIN}")
+    add_test(NAME cli.info_devices_shows_the_reported_memory COMMAND kiln_cli info --devices)
+    set_tests_properties(cli.info_devices_shows_the_reported_memory PROPERTIES
+                         ENVIRONMENT "${KILN_REPORTING_ENV};KILN_TEST_DEVICE_MEMORY=1073741824;KILN_TEST_DEVICE_MEMORY_IN_USE=1048576"
+                         PASS_REGULAR_EXPRESSION "xla-cpu:0 +pjrt backend[^\n]*\n +memory 1.00 GiB, 1.0 MiB in use\n"
+                         LABELS "cli;devices")
+    add_test(NAME cli.generate_on_xla_cpu_plans_for_the_reported_memory
+             COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device xla-cpu
+                     --prompt "a red circle" --height 32 --width 32 --steps 2 --seed 1 --dtype f32
+                     --max-sequence-length 16 --output ${KILN_DEVICE_WORK}/cli_device_reported_memory.png)
+    set_tests_properties(cli.generate_on_xla_cpu_plans_for_the_reported_memory PROPERTIES
+                         ENVIRONMENT "${KILN_REPORTING_ENV};KILN_TEST_DEVICE_MEMORY=1468006;KILN_TEST_DEVICE_MEMORY_IN_USE=204800"
+                         PASS_REGULAR_EXPRESSION "model offload[^\n]*\\(xla-cpu:0 has 1.4 MiB \\(its plugin says\\), 200.0 KiB of it in use by others; weights kept on the host\\).*wrote .*cli_device_reported_memory.png \\(32x32, seed 1\\)"
+                         LABELS "cli;devices" TIMEOUT 300)
+    add_test(NAME cli.generate_on_xla_cpu_refuses_when_the_reported_memory_is_too_small
+             COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device xla-cpu
+                     --prompt x --height 32 --width 32 --steps 1 --dtype f32
+                     --max-sequence-length 16 --output ${KILN_DEVICE_WORK}/cli_device_reported_too_small.png)
+    set_tests_properties(cli.generate_on_xla_cpu_refuses_when_the_reported_memory_is_too_small PROPERTIES
+                         ENVIRONMENT "${KILN_REPORTING_ENV};KILN_TEST_DEVICE_MEMORY=614400"
+                         PASS_REGULAR_EXPRESSION "xla-cpu:0 has 600.0 KiB \\(its plugin says\\), 0 B of it in use by others, so FluxPipeline plans for 600.0 KiB there: memory budget 600.0 KiB on xla-cpu:0 keeps up to"
+                         LABELS "cli;devices")
+  endif()
 endif()
 # On a machine with the CUDA plugin the run succeeds; on one without (CI's) it fails before loading, naming the
 # package to install.

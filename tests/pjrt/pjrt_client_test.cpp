@@ -417,6 +417,15 @@ TEST(PjrtClient, ReportsTheScratchOfARun) {
             << " bytes; of an add: " << add_executable(*c)->scratch_bytes().value_or(-1) << "\n";
 }
 
+// The CPU plugin does not report its devices' memory (they share the host's): no limit, so --offload auto
+// plans for the device as it does without a report. (A plugin that reports it: cli/device_flag.cmake's
+// kiln_memory_reporting_pjrt_plugin tests.)
+TEST(PjrtClient, TheCpuPluginReportsNoDeviceMemory) {
+  PJRT_CLIENT_OR_SKIP(c);
+  EXPECT_FALSE(c->memory_report(0).has_value());
+  EXPECT_THROW(c->memory_report(int(c->devices().size())), Error);
+}
+
 TEST(PjrtClient, AllReduceAcrossTwoReplicas) {
   PJRT_CLIENT_OR_SKIP(c);
   auto exe = c->compile(R"(func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {

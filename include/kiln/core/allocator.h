@@ -18,6 +18,13 @@ struct MemoryStats {
       0;  // bytes held from the system: live allocations rounded to blocks plus the cache
 };
 
+// A device's memory as its driver reports it (a PJRT plugin's PJRT_Device_MemoryStats): the most its
+// allocator may hold and what is in use there now, by anyone (Kiln's arrays, XLA's scratch and caches).
+struct DriverMemoryReport {
+  int64_t limit_bytes = 0;
+  int64_t in_use_bytes = 0;
+};
+
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -33,6 +40,8 @@ class Allocator {
   // their own enforce one, the others refuse it.
   virtual void set_limit(std::optional<int64_t> bytes);
   virtual std::optional<int64_t> limit() const { return std::nullopt; }
+  // What the device's driver says of its memory; absent where it says nothing (the cpu, the CPU plugin).
+  virtual std::optional<DriverMemoryReport> driver_report() const { return std::nullopt; }
 
  protected:
   // `allocation` false: bytes held without an allocate() call (a program's scratch while it runs), counted in
@@ -60,6 +69,9 @@ void reset_peak_memory(Device device = cpu);
 // to do. For devices with memory of their own (PJRT); `kiln generate --device D --max-memory` sets it. The
 // cpu has none: its budget is the offload plan's (DiffusionPipeline::set_memory_budget).
 void set_memory_limit(Device device, std::optional<int64_t> bytes);
+// What `device`'s driver reports of its memory (its size and what is in use there); absent when it reports
+// nothing: the cpu and the CPU plugin do not, the CUDA and TPU plugins do.
+std::optional<DriverMemoryReport> driver_memory_report(Device device);
 std::optional<int64_t> memory_limit(Device device);
 
 }  // namespace kiln

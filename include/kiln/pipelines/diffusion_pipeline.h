@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/allocator.h"
 #include "kiln/dist/device_mesh.h"
 #include "kiln/lora/lora_adapters.h"
 #include "kiln/nn/module.h"
@@ -100,6 +101,8 @@ struct ExecutionOptions {
   // Unset: strict eager unless the environment says otherwise (KILN_DEFER_AND_FUSE, KILN_LAUNCH_BLOCKING).
   std::optional<ExecutionMode> mode;
   // Unset: model offload when the weights exceed half of this machine's memory (nothing packed), else none.
+  // On a device whose plugin reports its memory (CUDA, TPU): a memory budget of what the device has free
+  // for Kiln (its size less what others use there), as max_memory would plan it.
   std::optional<OffloadMode> offload;
   int blocks_per_group = 1;  // group offload's blocks per group
   // The most memory the weights may hold: picks the offload itself (set_memory_budget); not with `offload`.
@@ -282,6 +285,10 @@ class DiffusionPipeline {
   std::optional<DeviceBudget> device_budget_;
   OffloadPlan plan_device_budget(int64_t bytes, const Device& device, const PipelineRequest& request) const;
   void fit_device_budget(const PipelineRequest& request);
+  // configure's default on a device whose plugin reports its memory: a memory budget of what is free there
+  // for Kiln; returns the line saying what was planned, or throws naming the device's figures.
+  std::string plan_for_the_device_memory(const DriverMemoryReport& report, const Device& device,
+                                         const std::optional<PipelineRequest>& sized_for);
   // The pipeline's adapters, made on first use.
   lora::LoraAdapters& lora_adapters();
   std::unique_ptr<lora::LoraAdapters> lora_;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backends/pjrt/device_array.h"
+#include "backends/pjrt/pjrt_backend.h"
 #include "kiln/core/bytes.h"
 #include "kiln/core/device_runtime.h"
 
@@ -43,6 +44,11 @@ void DeviceMemory::set_limit(std::optional<int64_t> bytes) {
 std::optional<int64_t> DeviceMemory::limit() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return limit_;
+}
+
+std::optional<DriverMemoryReport> DeviceMemory::driver_report() const {
+  const DeviceHandle handle = device_handle(device_);
+  return handle.client->memory_report(handle.local_index);
 }
 
 DeviceMemory& device_memory(Device device) {

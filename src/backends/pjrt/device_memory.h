@@ -28,6 +28,7 @@ class DeviceMemory final : public Allocator {
   void release(size_t bytes);
   void set_limit(std::optional<int64_t> bytes) override;
   std::optional<int64_t> limit() const override;
+  std::optional<DriverMemoryReport> driver_report() const override;
 
  private:
   Device device_;

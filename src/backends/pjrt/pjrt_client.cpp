@@ -4,6 +4,8 @@
 #ifdef KILN_HAVE_PJRT
 #include "backends/pjrt/pjrt_client.h"
 
+#include <algorithm>
+
 #include "backends/pjrt/pjrt_dtypes.h"
 #include "backends/pjrt/pjrt_errors.h"
 #include "backends/pjrt/pjrt_internal.h"
@@ -80,6 +82,20 @@ std::string Client::platform_version() const {
 }
 const std::vector<DeviceInfo>& Client::devices() const {
   return state_->devices;
+}
+
+std::optional<DriverMemoryReport> Client::memory_report(int device_index) const {
+  check_device_index(device_index, "PJRT memory_report");
+  const PJRT_Api* api = state_->plugin->api;
+  if (api->PJRT_Device_MemoryStats == nullptr) return std::nullopt;
+  KILN_PJRT_ARGS(PJRT_Device_MemoryStats_Args, stats);
+  stats.device = state_->plugin->devices[size_t(device_index)];
+  if (PJRT_Error* error = api->PJRT_Device_MemoryStats(&stats)) {
+    discard(api, error);
+    return std::nullopt;
+  }
+  if (!stats.bytes_limit_is_set || stats.bytes_limit <= 0) return std::nullopt;
+  return DriverMemoryReport{stats.bytes_limit, std::max<int64_t>(stats.bytes_in_use, 0)};
 }
 
 void Client::check_device_index(int device_index, const char* what) const {

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/core/allocator.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/shape.h"
 
@@ -123,6 +124,10 @@ class Client {
   std::string platform_name() const;               // "cpu", "cuda", "tpu"
   std::string platform_version() const;            // the plugin's own version string
   const std::vector<DeviceInfo>& devices() const;  // the addressable devices, in local_index order
+  // What the plugin reports of device `device_index`'s memory (PJRT_Device_MemoryStats: its allocator's
+  // limit and the bytes in use); nullopt when it reports no limit or does not implement the call (the CPU
+  // plugin: "GetAllocatorStats is not supported").
+  std::optional<DriverMemoryReport> memory_report(int device_index) const;
 
   // Compiles StableHLO (MLIR text) for `num_replicas` x `num_partitions` devices (compile options set as the
   // plugins require). The module's text is checked to be non-empty and to hold a func.func @main first, whose

@@ -76,6 +76,10 @@ void Buffer::await_ready() const {
   unavailable();
 }
 
+std::optional<DriverMemoryReport> Client::memory_report(int) const {
+  unavailable();
+}
+
 Executable::Executable(std::shared_ptr<const Plugin> plugin, Raw* raw)
     : plugin_(std::move(plugin)), raw_(raw) {
   unavailable();
