@@ -14,7 +14,15 @@ torch is optional: dtypes may be strings ("bfloat16") and seeds ints. numpy is r
 images (the default output_type); tqdm, when installed, shows the denoising progress as diffusers does.
 """
 
-from ._kiln import Cancelled, KilnError, RequestError, pipeline_classes
+from ._kiln import (
+    Cancelled,
+    KilnError,
+    RequestError,
+    devices,
+    memory_stats,
+    pipeline_classes,
+    reset_peak_memory_stats,
+)
 from .pipelines import (
     DiffusionPipeline,
     Flux2KleinPipeline,
@@ -48,5 +56,8 @@ __all__ = [
     "StableDiffusion3Img2ImgPipeline",
     "StableDiffusion3InpaintPipeline",
     "StableDiffusion3Pipeline",
+    "devices",
+    "memory_stats",
     "pipeline_classes",
+    "reset_peak_memory_stats",
 ]

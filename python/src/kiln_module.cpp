@@ -14,9 +14,11 @@
 #include <mutex>
 #include <thread>
 
+#include "kiln/core/allocator.h"
 #include "kiln/core/error.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/pipelines/pipeline_registry.h"
+#include "kiln/runtime/devices.h"
 #include "tensors.h"
 
 namespace nb = nanobind;
@@ -327,6 +329,38 @@ NB_MODULE(_kiln, m) {
   m.def("pipeline_classes", [] {
     std::vector<std::string> names;
     for (const PipelineClass& c : pipeline_classes()) names.push_back(c.name);
+    return names;
+  });
+
+  // torch.cuda.memory_stats / max_memory_allocated / reset_peak_memory_stats for any device: the bytes Kiln
+  // holds there (arrays, weights brought in and, on a PJRT device, a running program's scratch), the most it
+  // held, its limit (a memory budget's), and what the device's plugin reports of its memory (None where it
+  // reports nothing: the cpu, the CPU plugin).
+  m.def(
+      "memory_stats",
+      [](const std::string& device) {
+        const Device d(device);
+        const MemoryStats s = kiln::memory_stats(d);
+        const std::optional<DriverMemoryReport> report = driver_memory_report(d);
+        return std::map<std::string, std::optional<int64_t>>{
+            {"current_bytes", s.current_bytes},
+            {"peak_bytes", s.peak_bytes},
+            {"allocations", s.allocations},
+            {"reserved_bytes", s.reserved_bytes},
+            {"limit_bytes", memory_limit(d)},
+            {"device_total_bytes", report ? std::optional<int64_t>(report->limit_bytes) : std::nullopt},
+            {"device_in_use_bytes", report ? std::optional<int64_t>(report->in_use_bytes) : std::nullopt}};
+      },
+      nb::arg("device") = "cpu");
+  m.def(
+      "reset_peak_memory_stats", [](const std::string& device) { reset_peak_memory(Device(device)); },
+      nb::arg("device") = "cpu");
+  // The devices this build reaches, by name ("cpu", "xla-cpu:0", "cuda:0", ...); `kiln info --devices` says
+  // why a type has none.
+  m.def("devices", [] {
+    std::vector<std::string> names;
+    for (const DeviceTypeStatus& status : available_devices())
+      for (const DeviceDescription& d : status.devices) names.push_back(d.device.str());
     return names;
   });
 

@@ -75,3 +75,31 @@ def test_offload_onto_xla_cpu_through_the_python_api():
     lines = pipe.configure(offload="model", device="xla-cpu")
     assert any("model offload" in line and "xla-cpu:0" in line for line in lines)
     assert np.abs(np.asarray(pipe(**small_call(generator=4)).images[0]).astype(int) - resident).max() == 0
+
+
+def test_memory_stats_and_devices():
+    """torch.cuda.memory_stats' counterpart on any device: what Kiln holds there now and at most, its limit, and
+    what the plugin reports of the device (nothing, for the CPU plugin)."""
+    assert "cpu" in kiln.devices()
+    cpu = kiln.memory_stats()
+    assert cpu["current_bytes"] >= 0 and cpu["peak_bytes"] >= cpu["current_bytes"]
+    assert cpu["device_total_bytes"] is None and cpu["limit_bytes"] is None
+    with pytest.raises(kiln.KilnError, match="no-such-device"):
+        kiln.memory_stats("no-such-device")
+    pipe = kiln.FluxPipeline.from_pretrained(data_path("models", "flux-tiny-schnell"))
+    pipe.set_progress_bar_config(disable=True)
+    to_xla_cpu_or_skip(pipe)
+    assert "xla-cpu:0" in kiln.devices()
+    held = kiln.memory_stats("xla-cpu:0")["current_bytes"]
+    assert held > 0, "the weights are on the device"
+    kiln.reset_peak_memory_stats("xla-cpu:0")
+    pipe(**small_call(generator=2))
+    stats = kiln.memory_stats("xla-cpu:0")
+    assert stats["peak_bytes"] > held, "the call's activations came on top of the weights"
+    assert stats["device_total_bytes"] is None and stats["device_in_use_bytes"] is None
+    pipe.set_memory_budget(8 << 30, device="xla-cpu")
+    assert kiln.memory_stats("xla-cpu:0")["limit_bytes"] == 8 << 30
+    kiln.reset_peak_memory_stats("xla-cpu:0")
+    assert kiln.memory_stats("xla-cpu:0")["peak_bytes"] == kiln.memory_stats("xla-cpu:0")["current_bytes"]
+    pipe.to("cpu")
+    assert kiln.memory_stats("xla-cpu:0")["limit_bytes"] is None, "pipe.to lifts the budget's limit"
