@@ -4,6 +4,8 @@
 
 #include <charconv>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <sstream>
 
 #include "kiln/core/allocator.h"
@@ -22,6 +24,44 @@ std::string number(double v) {
 
 void header(std::ostringstream& out, const char* name, const char* type, const char* help) {
   out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+}
+
+// One gauge per device, labelled by its name, for the devices that have a value (`value` gives none: the line
+// is left out).
+void device_gauge(std::ostringstream& out, const std::vector<Device>& devices, const char* name,
+                  const char* help, const std::function<std::optional<int64_t>(const Device&)>& value) {
+  bool any = false;
+  for (const Device& d : devices) {
+    const std::optional<int64_t> v = value(d);
+    if (!v) continue;
+    if (!any) header(out, name, "gauge", help);
+    any = true;
+    out << name << "{device=\"" << d.str() << "\"} " << *v << '\n';
+  }
+}
+
+void render_device_memory(std::ostringstream& out, const std::vector<Device>& devices) {
+  device_gauge(out, devices, "kiln_device_allocated_bytes",
+               "Bytes Kiln holds on the device (arrays, weights brought in, a running program's scratch).",
+               [](const Device& d) { return memory_stats(d).current_bytes; });
+  device_gauge(out, devices, "kiln_device_allocated_peak_bytes",
+               "Peak of kiln_device_allocated_bytes since the start.",
+               [](const Device& d) { return memory_stats(d).peak_bytes; });
+  device_gauge(out, devices, "kiln_device_memory_limit_bytes",
+               "The most Kiln may hold on the device (a memory budget's limit).",
+               [](const Device& d) { return memory_limit(d); });
+  device_gauge(out, devices, "kiln_device_memory_total_bytes",
+               "The device's memory, as its plugin reports it.",
+               [](const Device& d) -> std::optional<int64_t> {
+                 const auto r = driver_memory_report(d);
+                 return r ? std::optional<int64_t>(r->limit_bytes) : std::nullopt;
+               });
+  device_gauge(out, devices, "kiln_device_memory_in_use_bytes",
+               "Bytes in use on the device by anyone, as its plugin reports it.",
+               [](const Device& d) -> std::optional<int64_t> {
+                 const auto r = driver_memory_report(d);
+                 return r ? std::optional<int64_t>(r->in_use_bytes) : std::nullopt;
+               });
 }
 
 }  // namespace
@@ -121,6 +161,7 @@ std::string Metrics::render(const Gauges& gauges) const {
   out << "kiln_allocated_bytes " << memory.current_bytes << '\n';
   header(out, "kiln_allocated_peak_bytes", "gauge", "Peak of kiln_allocated_bytes since the start.");
   out << "kiln_allocated_peak_bytes " << memory.peak_bytes << '\n';
+  render_device_memory(out, gauges.devices);
   return out.str();
 }
 

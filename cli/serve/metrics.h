@@ -1,5 +1,6 @@
 // What `kiln serve` counts, rendered for GET /metrics in Prometheus' text format (version 0.0.4): jobs by
-// outcome, images, denoising step and queue-wait times as histograms, HTTP answers by status, and memory.
+// outcome, images, denoising step and queue-wait times as histograms, HTTP answers by status, and memory (the
+// process's, and on a device what Kiln holds there and what its plugin reports).
 #pragma once
 
 #include <array>
@@ -7,8 +8,10 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "cli/serve/job.h"
+#include "kiln/core/device.h"
 
 namespace kiln::serve {
 
@@ -34,6 +37,7 @@ class Metrics {
     size_t running = 0;
     size_t models = 0;
     size_t models_loaded = 0;
+    std::vector<Device> devices;  // whose memory to report besides the cpu's
   };
 
   void job_submitted();

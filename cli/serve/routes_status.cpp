@@ -10,7 +10,8 @@ Metrics::Gauges gauges(const ServerState& state) {
   return {.queue_length = state.queue.waiting(),
           .running = state.queue.running(),
           .models = state.pool.models().size(),
-          .models_loaded = state.pool.loaded_count()};
+          .models_loaded = state.pool.loaded_count(),
+          .devices = state.devices};
 }
 
 }  // namespace

@@ -127,7 +127,11 @@ void serve_on_rank(const ServeArgs& args, const Device& first_device) {
         metrics.job_ended(job.snapshot());
         log_job_end(job);
       });
-  serve::ServerState state{pool, queue, metrics, args.api_key};
+  serve::ServerState state{pool, queue, metrics, args.api_key, {}};
+  if (device.type != DeviceType::CPU) {
+    const int ranks = dist::in_local_ranks() ? dist::world_size() : 1;
+    for (int r = 0; r < ranks; ++r) state.devices.push_back(device_of_rank(first_device, r));
+  }
   // A connection per waiting client, event stream or request: enough for a full queue, each running job,
   // and the page's and monitors' requests besides.
   serve::HttpServer http(state, args.queue + lanes + 16);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "cli/serve/job_queue.h"
 #include "cli/serve/metrics.h"
@@ -14,6 +15,9 @@ struct ServerState {
   JobQueue& queue;
   Metrics& metrics;
   std::string api_key;  // empty: no key asked for (loopback only)
+  // The devices this process's pipelines compute on besides the cpu (--device; each in-process rank's under
+  // --tp), whose memory /metrics reports.
+  std::vector<Device> devices;
 };
 
 }  // namespace kiln::serve

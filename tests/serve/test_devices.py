@@ -44,6 +44,14 @@ def test_serves_on_a_device(tmp_path):
         assert "every component on xla-cpu:1" in server.log()
         assert "packed copies" not in server.log()  # the cpu's packed weights are never made on a device
         np.testing.assert_array_equal(served_image(server), generate(tmp_path, "--device", "xla-cpu:1"))
+        # /metrics reports what Kiln holds on the device: the weights now, the weights and a call's activations
+        # at most. The CPU plugin reports nothing of the device itself, and no budget limits it.
+        held = server.metric('kiln_device_allocated_bytes{device="xla-cpu:1"}')
+        assert held > 0
+        assert server.metric('kiln_device_allocated_peak_bytes{device="xla-cpu:1"}') > held
+        _, _, text = server.request("GET", "/metrics")
+        assert b"kiln_device_memory_total_bytes" not in text and b"kiln_device_memory_limit_bytes" not in text
+        assert b'device="xla-cpu:0"' not in text
     finally:
         assert server.stop() == 0, server.log()
 
@@ -54,6 +62,8 @@ def test_two_in_process_ranks_serve_the_image_of_two_ranks(tmp_path):
         assert "every component on xla-cpu:0, split over 2 devices to xla-cpu:1 (one thread each)" in server.log()
         served = served_image(server)
         np.testing.assert_array_equal(served, generate(tmp_path, "--device", "xla-cpu", "--tp", "2"))
+        for device in ("xla-cpu:0", "xla-cpu:1"):  # each rank's shards
+            assert server.metric(f'kiln_device_allocated_bytes{{device="{device}"}}') > 0, device
 
         # A cancelled job stops on both ranks: the next job still runs (rank 1 is not stuck in the old one).
         _, job = server.json("POST", "/v1/generate", {**LONG, "seed": 2})
