@@ -9,7 +9,9 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <unistd.h>
@@ -256,6 +258,86 @@ TEST(PjrtLoad, MissingFileAndNotAPlugin) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not a PJRT plugin (it exports no GetPjrtApi)"), std::string::npos)
         << e.what();
+  }
+}
+
+// The CUDA plugin's client grows its pool as needed up to 90% of the GPU unless told otherwise; the other
+// plugins get no options. A malformed variable is an error naming it.
+TEST(PjrtClientOptions, TheCudaClientGrowsItsPoolUpToTheFraction) {
+  const auto value_of = [](const std::vector<ClientOption>& options, const std::string& name) {
+    for (const ClientOption& o : options)
+      if (o.name == name) return o.value;
+    ADD_FAILURE() << "no option " << name;
+    return ClientOption::Value{};
+  };
+  unsetenv("KILN_PJRT_MEMORY_FRACTION");
+  unsetenv("KILN_PJRT_PREALLOCATE");
+  EXPECT_TRUE(client_options(DeviceType::XlaCpu).empty())
+      << "the CPU plugin refuses options it does not know";
+  EXPECT_TRUE(client_options(DeviceType::TPU).empty());
+  std::vector<ClientOption> cuda = client_options(DeviceType::CUDA);
+  EXPECT_EQ(std::get<float>(value_of(cuda, "memory_fraction")), 0.9f);
+  EXPECT_EQ(std::get<bool>(value_of(cuda, "preallocate")), false);
+  setenv("KILN_PJRT_MEMORY_FRACTION", "0.5", 1);
+  setenv("KILN_PJRT_PREALLOCATE", "1", 1);
+  cuda = client_options(DeviceType::CUDA);
+  EXPECT_EQ(std::get<float>(value_of(cuda, "memory_fraction")), 0.5f);
+  EXPECT_EQ(std::get<bool>(value_of(cuda, "preallocate")), true);
+  for (const char* bad : {"0", "1.5", "ninety", "0.9x"}) {
+    setenv("KILN_PJRT_MEMORY_FRACTION", bad, 1);
+    EXPECT_THROW(
+        {
+          try {
+            client_options(DeviceType::CUDA);
+          } catch (const Error& e) {
+            EXPECT_NE(
+                std::string(e.what()).find(std::string("KILN_PJRT_MEMORY_FRACTION=") + bad + ": expected"),
+                std::string::npos)
+                << e.what();
+            throw;
+          }
+        },
+        Error)
+        << bad;
+  }
+  unsetenv("KILN_PJRT_MEMORY_FRACTION");
+  setenv("KILN_PJRT_PREALLOCATE", "yes", 1);
+  EXPECT_THROW(client_options(DeviceType::CUDA), Error);
+  unsetenv("KILN_PJRT_PREALLOCATE");
+}
+
+// The options reach the plugin's PJRT_Client_Create: the CPU plugin refuses one it does not take, by name.
+TEST(PjrtLoad, ClientOptionsReachThePlugin) {
+  PJRT_CLIENT_OR_SKIP(c);
+  try {
+    Client::create(c->plugin_path(), {{"memory_fraction", 0.9f}});
+    ADD_FAILURE() << "the CPU plugin took an option it does not know";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory_fraction"), std::string::npos) << e.what();
+  }
+}
+
+// Where the CUDA plugin is installed, it takes Kiln's options: its client is made on a GPU, and elsewhere it
+// fails only for want of a GPU (it checks the options first).
+TEST(PjrtLoad, TheCudaPluginTakesKilnsOptions) {
+  if (!built_with_pjrt()) GTEST_SKIP() << "this build has no PJRT support";
+  std::string path;
+  try {
+    path = find_plugin("cuda");
+  } catch (const Error&) {
+    GTEST_SKIP() << "no CUDA plugin installed (pip install jax-cuda13-pjrt)";
+  }
+  try {
+    const std::shared_ptr<Client> cuda = Client::create(path, client_options(DeviceType::CUDA));
+    EXPECT_EQ(cuda->platform_name(), "cuda");
+    const std::optional<DriverMemoryReport> memory = cuda->memory_report(0);
+    ASSERT_TRUE(memory.has_value()) << "the CUDA plugin reports its devices' memory";
+    EXPECT_GT(memory->limit_bytes, int64_t{1} << 30);
+    std::cerr << "cuda:0 memory " << memory->limit_bytes << " bytes, " << memory->in_use_bytes << " in use\n";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find("Unexpected option"), std::string::npos) << what;
+    EXPECT_NE(what.find("No visible GPU devices"), std::string::npos) << what;
   }
 }
 

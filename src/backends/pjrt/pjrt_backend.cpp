@@ -4,6 +4,7 @@
 #include <mutex>
 #include <string>
 
+#include "backends/pjrt/client_options.h"
 #include "backends/pjrt/device_memory.h"
 #include "backends/pjrt/offloaded_weight.h"
 #include "backends/pjrt/pjrt_kernels.h"
@@ -98,7 +99,7 @@ class PjrtBackend final : public runtime::Backend {
     auto it = clients_.find(type);
     if (it != clients_.end()) return it->second;
     // A failure is not remembered: installing the plugin and asking again works in the same process.
-    std::shared_ptr<Client> c = Client::create(find_plugin(plugin_kind(type)));
+    std::shared_ptr<Client> c = Client::create(find_plugin(plugin_kind(type)), client_options(type));
     // KILN_PJRT_PLUGIN names one plugin for every kind: make sure it drives the kind asked for.
     const std::string platform = c->platform_name();
     const std::string_view expected = type == DeviceType::XlaCpu ? "cpu" : device_type_name(type);

@@ -40,11 +40,12 @@ std::string describe(const PJRT_Api* api, PJRT_Device* device, DeviceInfo& info)
 
 }  // namespace
 
-std::shared_ptr<Client> Client::create(const std::string& plugin_path) {
+std::shared_ptr<Client> Client::create(const std::string& plugin_path,
+                                       const std::vector<ClientOption>& options) {
   std::shared_ptr<Client> client(new Client());
   client->state_ = std::make_unique<State>();
   State& s = *client->state_;
-  s.plugin = load_plugin(plugin_path);
+  s.plugin = load_plugin(plugin_path, options);
   const PJRT_Api* api = s.plugin->api;
   s.api_version = std::to_string(api->pjrt_api_version.major_version) + "." +
                   std::to_string(api->pjrt_api_version.minor_version);

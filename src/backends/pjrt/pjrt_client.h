@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/pjrt/client_options.h"
 #include "kiln/core/allocator.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/shape.h"
@@ -112,8 +113,10 @@ class Client {
   // Loads the plugin at `path` (dlopen, GetPjrtApi, the API version checked, PJRT_Plugin_Initialize) and
   // creates its client. Errors name the path: no such file, not a PJRT plugin (no GetPjrtApi), an API major
   // version other than the header's, a minor version older than Kiln needs, or the plugin's own failure (for
-  // example "No visible GPU devices").
-  static std::shared_ptr<Client> create(const std::string& plugin_path);
+  // example "No visible GPU devices", or an option it does not take). `options` go to PJRT_Client_Create
+  // (client_options.h).
+  static std::shared_ptr<Client> create(const std::string& plugin_path,
+                                        const std::vector<ClientOption>& options = {});
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

@@ -59,6 +59,7 @@ struct Executable::Raw {
 }  // namespace kiln::pjrt
 
 namespace kiln::pjrt {
-// Loads the plugin at `path` (once per process) and creates a client with its addressable devices.
-std::shared_ptr<Plugin> load_plugin(const std::string& path);
+// Loads the plugin at `path` (once per process) and creates a client with its addressable devices, passing
+// `options` to PJRT_Client_Create.
+std::shared_ptr<Plugin> load_plugin(const std::string& path, const std::vector<ClientOption>& options);
 }  // namespace kiln::pjrt

@@ -5,6 +5,9 @@
 
 #include <map>
 #include <mutex>
+#include <type_traits>
+#include <variant>
+#include <vector>
 
 #include "backends/pjrt/pjrt_errors.h"
 #include "backends/pjrt/pjrt_internal.h"
@@ -79,12 +82,41 @@ int Plugin::index_of(const PJRT_Device* device) const {
   return -1;
 }
 
-std::shared_ptr<Plugin> load_plugin(const std::string& path) {
+std::shared_ptr<Plugin> load_plugin(const std::string& path, const std::vector<ClientOption>& options) {
   auto plugin = std::make_shared<Plugin>();
   plugin->path = path;
   plugin->api = load_api(path);
   const PJRT_Api* api = plugin->api;
+  std::vector<PJRT_NamedValue> named(options.size());
+  for (size_t i = 0; i < options.size(); ++i) {
+    PJRT_NamedValue& v = named[i];
+    v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    v.name = options[i].name.c_str();
+    v.name_size = options[i].name.size();
+    v.value_size = 1;
+    std::visit(
+        [&v](const auto& value) {
+          using T = std::decay_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, bool>) {
+            v.type = PJRT_NamedValue_kBool;
+            v.bool_value = value;
+          } else if constexpr (std::is_same_v<T, float>) {
+            v.type = PJRT_NamedValue_kFloat;
+            v.float_value = value;
+          } else if constexpr (std::is_same_v<T, int64_t>) {
+            v.type = PJRT_NamedValue_kInt64;
+            v.int64_value = value;
+          } else {
+            v.type = PJRT_NamedValue_kString;
+            v.string_value = value.c_str();
+            v.value_size = value.size();
+          }
+        },
+        options[i].value);
+  }
   KILN_PJRT_ARGS(PJRT_Client_Create_Args, create);
+  create.create_options = named.data();
+  create.num_options = named.size();
   check(api, api->PJRT_Client_Create(&create), "PJRT_Client_Create");
   plugin->client = create.client;
   KILN_PJRT_ARGS(PJRT_Client_AddressableDevices_Args, devices);

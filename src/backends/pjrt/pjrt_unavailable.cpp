@@ -20,7 +20,7 @@ bool built_with_pjrt() {
 }
 
 struct Client::State {};
-std::shared_ptr<Client> Client::create(const std::string&) {
+std::shared_ptr<Client> Client::create(const std::string&, const std::vector<ClientOption>&) {
   unavailable();
 }
 Client::~Client() = default;
