@@ -56,7 +56,8 @@ if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
   # A device whose plugin reports its memory (as the CUDA and TPU plugins do; here the CPU plugin behind
   # kiln_memory_reporting_pjrt_plugin, which reports KILN_TEST_DEVICE_MEMORY): `kiln info --devices` shows it and
   # --offload auto plans for what is free there, less what others use: model offload at 1.4 MiB with 200 KiB in
-  # use by others, and at 600 KiB a refusal naming the device's figures.
+  # use by others, nothing offloaded at 1 GiB (on both of --tp 2's devices), and at 600 KiB a refusal naming
+  # the device's figures.
   set(KILN_CPU_PLUGIN ${KILN_PJRT_CACHE}/lib/pjrt_c_api_cpu_plugin.so)
   if(EXISTS ${KILN_CPU_PLUGIN})
     set(KILN_REPORTING_ENV "KILN_PJRT_PLUGIN=$<TARGET_FILE:kiln_memory_reporting_pjrt_plugin>"
@@ -73,6 +74,15 @@ if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
     set_tests_properties(cli.generate_on_xla_cpu_plans_for_the_reported_memory PROPERTIES
                          ENVIRONMENT "${KILN_REPORTING_ENV};KILN_TEST_DEVICE_MEMORY=1468006;KILN_TEST_DEVICE_MEMORY_IN_USE=204800"
                          PASS_REGULAR_EXPRESSION "model offload[^\n]*\\(xla-cpu:0 has 1.4 MiB \\(its plugin says\\), 200.0 KiB of it in use by others; weights kept on the host\\).*wrote .*cli_device_reported_memory.png \\(32x32, seed 1\\)"
+                         LABELS "cli;devices" TIMEOUT 300)
+    # Room for everything: nothing offloaded, on each of two in-process ranks' devices.
+    add_test(NAME cli.generate_tp_on_xla_cpu_keeps_everything_when_the_reported_memory_allows
+             COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device xla-cpu
+                     --tp 2 --prompt "a red circle" --height 32 --width 32 --steps 2 --seed 1 --dtype f32
+                     --max-sequence-length 16 --output ${KILN_DEVICE_WORK}/cli_device_reported_memory_tp.png)
+    set_tests_properties(cli.generate_tp_on_xla_cpu_keeps_everything_when_the_reported_memory_allows PROPERTIES
+                         ENVIRONMENT "${KILN_REPORTING_ENV};KILN_TEST_DEVICE_MEMORY=1073741824"
+                         PASS_REGULAR_EXPRESSION "every component stays in memory \\(no offload\\) \\(xla-cpu:0 has 1.00 GiB \\(its plugin says\\), 0 B of it in use by others; weights kept on the host\\)\n.*split over 2 devices to xla-cpu:1.*wrote .*cli_device_reported_memory_tp.png \\(32x32, seed 1\\)"
                          LABELS "cli;devices" TIMEOUT 300)
     add_test(NAME cli.generate_on_xla_cpu_refuses_when_the_reported_memory_is_too_small
              COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device xla-cpu
