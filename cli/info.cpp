@@ -13,8 +13,11 @@
 #include "cli/gguf_info.h"
 #include "cli/lora_info.h"
 #include "kiln/core/bytes.h"
+#include "kiln/core/device.h"
+#include "kiln/core/limits.h"
 #include "kiln/io/model_summary.h"
 #include "kiln/pipelines/component_blocks.h"
+#include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/pipelines/loaded_weights.h"
 #include "kiln/pipelines/offload.h"
 #include "kiln/pipelines/weight_packing.h"
@@ -143,13 +146,35 @@ void print_offload_plan(const io::ModelSummary& s, int64_t budget) {
   for (std::string line; std::getline(lines, line);) std::printf("  %s\n", line.c_str());
 }
 
+// `kiln info MODEL --max-memory SIZE --device D`: the plan kiln generate --device D --max-memory SIZE would
+// make for an image of `height` x `width` (the pipeline's default size when 0): the activations' estimate
+// kept free and the offload the weights get (weights in bf16). Loads the pipeline (its files mapped, nothing
+// computed).
+void print_device_offload_plan(const std::string& model, const std::string& revision, int64_t budget,
+                               const Device& device, int64_t height, int64_t width) {
+  auto pipe = DiffusionPipeline::from_pretrained(model, {.dtype = bfloat16, .revision = revision});
+  PipelineRequest request;
+  const int64_t h = height > 0 ? height : pipe->defaults().height;
+  const int64_t w = width > 0 ? width : pipe->defaults().width;
+  request.height = h;
+  request.width = w;
+  const OffloadPlan plan = pipe->plan_device_budget(budget, device, request);
+  std::printf("  on %s at %lldx%lld: %s\n", device.str().c_str(), static_cast<long long>(h),
+              static_cast<long long>(w), plan.describe().c_str());
+  std::printf("  keeps %s free (an estimate)\n",
+              pipe->estimate_activations(request, device).describe().c_str());
+  std::istringstream lines(plan.describe_residency());
+  for (std::string line; std::getline(lines, line);) std::printf("  %s\n", line.c_str());
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Print what a checkpoint or model holds");
   struct Args {
     std::string model, revision, variant;
-    std::optional<std::string> max_memory;
+    std::optional<std::string> max_memory, device;
+    int64_t height = 0, width = 0;
     bool devices = false;
   };
   auto args = std::make_shared<Args>();
@@ -167,6 +192,14 @@ void add_info_command(CLI::App& app) {
   cmd->add_option("--max-memory", args->max_memory,
                   "also print the offload kiln generate --max-memory SIZE would pick (e.g. 12GiB): what each "
                   "component holds while it runs and the expected peak");
+  cmd->add_option(
+      "--device", args->device,
+      "with --max-memory: plan as kiln generate --device D --max-memory SIZE would (xla-cpu, cuda, "
+      "tpu): an estimate of the image's activations kept free, the offload onto D for the rest");
+  cmd->add_option("--height", args->height, "with --device: the image's height (default: the pipeline's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{limits::kMaxImageSide}));
+  cmd->add_option("--width", args->width, "with --device: the image's width (default: the pipeline's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{limits::kMaxImageSide}));
   cmd->callback([args] {
     if (args->devices) {
       KILN_CHECK(args->model.empty(), "kiln info: give a model or --devices, not both");
@@ -174,6 +207,11 @@ void add_info_command(CLI::App& app) {
       return;
     }
     KILN_CHECK(!args->model.empty(), "kiln info: give a model (a file, folder or repo id) or --devices");
+    const Device device = args->device ? Device(*args->device) : cpu;
+    KILN_CHECK(!args->device || args->max_memory,
+               "kiln info: --device " << *args->device << " plans --max-memory on it; give --max-memory too");
+    KILN_CHECK((args->height == 0 && args->width == 0) || device.type != DeviceType::CPU,
+               "kiln info: --height and --width size the activations of a plan on a device; give --device");
     if (args->model.size() > 5 && args->model.substr(args->model.size() - 5) == ".gguf") {
       print_gguf_info(args->model);
       return;
@@ -184,7 +222,12 @@ void add_info_command(CLI::App& app) {
       return;
     const auto summary = io::summarize_model(args->model, {.revision = args->revision}, args->variant);
     print_summary(args->model, summary);
-    if (args->max_memory) print_offload_plan(summary, parse_byte_budget(*args->max_memory, "--max-memory"));
+    if (!args->max_memory) return;
+    const int64_t budget = parse_byte_budget(*args->max_memory, "--max-memory");
+    if (device.type == DeviceType::CPU)
+      print_offload_plan(summary, budget);
+    else
+      print_device_offload_plan(args->model, args->revision, budget, device, args->height, args->width);
   });
 }
 

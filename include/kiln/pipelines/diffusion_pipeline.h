@@ -194,6 +194,9 @@ class DiffusionPipeline {
                                 const std::optional<PipelineRequest>& sized_for = std::nullopt);
   // Under a memory budget on a device: the plan in effect (the last call's, else the default size's).
   std::optional<OffloadPlan> device_memory_plan() const;
+  // The plan set_memory_budget(bytes, device) would apply for `request` on the PJRT device `device`, without
+  // applying it (`kiln info --max-memory --device`); throws its refusal, naming the sizes and the estimate.
+  OffloadPlan plan_device_budget(int64_t bytes, const Device& device, const PipelineRequest& request) const;
   // diffusers' pipe.to(device): every component resident on `device`, any offloading turned off (on the cpu
   // the weights packed as weight_packing() says). On a PJRT device (xla-cpu, cuda, tpu) the weights are
   // copied there and every component runs there, in the execution mode configure() sets; the noise is still
@@ -283,7 +286,6 @@ class DiffusionPipeline {
     OffloadPlan plan;
   };
   std::optional<DeviceBudget> device_budget_;
-  OffloadPlan plan_device_budget(int64_t bytes, const Device& device, const PipelineRequest& request) const;
   void fit_device_budget(const PipelineRequest& request);
   // configure's default on a device whose plugin reports its memory: a memory budget of what is free there
   // for Kiln; returns the line saying what was planned, or throws naming the device's figures.
