@@ -26,41 +26,51 @@ void header(std::ostringstream& out, const char* name, const char* type, const c
   out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
 }
 
+// One device's memory, read once per scrape: what Kiln holds there, its limit, and the plugin's report.
+struct DeviceMemorySnapshot {
+  Device device;
+  MemoryStats held;
+  std::optional<int64_t> limit;
+  std::optional<DriverMemoryReport> report;
+};
+
 // One gauge per device, labelled by its name, for the devices that have a value (`value` gives none: the line
 // is left out).
-void device_gauge(std::ostringstream& out, const std::vector<Device>& devices, const char* name,
-                  const char* help, const std::function<std::optional<int64_t>(const Device&)>& value) {
+void device_gauge(std::ostringstream& out, const std::vector<DeviceMemorySnapshot>& devices, const char* name,
+                  const char* help,
+                  const std::function<std::optional<int64_t>(const DeviceMemorySnapshot&)>& value) {
   bool any = false;
-  for (const Device& d : devices) {
+  for (const DeviceMemorySnapshot& d : devices) {
     const std::optional<int64_t> v = value(d);
     if (!v) continue;
     if (!any) header(out, name, "gauge", help);
     any = true;
-    out << name << "{device=\"" << d.str() << "\"} " << *v << '\n';
+    out << name << "{device=\"" << d.device.str() << "\"} " << *v << '\n';
   }
 }
 
 void render_device_memory(std::ostringstream& out, const std::vector<Device>& devices) {
-  device_gauge(out, devices, "kiln_device_allocated_bytes",
+  std::vector<DeviceMemorySnapshot> snapshots;
+  for (const Device& d : devices)
+    snapshots.push_back({d, memory_stats(d), memory_limit(d), driver_memory_report(d)});
+  using Snapshot = const DeviceMemorySnapshot&;
+  device_gauge(out, snapshots, "kiln_device_allocated_bytes",
                "Bytes Kiln holds on the device (arrays, weights brought in, a running program's scratch).",
-               [](const Device& d) { return memory_stats(d).current_bytes; });
-  device_gauge(out, devices, "kiln_device_allocated_peak_bytes",
+               [](Snapshot d) { return d.held.current_bytes; });
+  device_gauge(out, snapshots, "kiln_device_allocated_peak_bytes",
                "Peak of kiln_device_allocated_bytes since the start.",
-               [](const Device& d) { return memory_stats(d).peak_bytes; });
-  device_gauge(out, devices, "kiln_device_memory_limit_bytes",
+               [](Snapshot d) { return d.held.peak_bytes; });
+  device_gauge(out, snapshots, "kiln_device_memory_limit_bytes",
                "The most Kiln may hold on the device (a memory budget's limit).",
-               [](const Device& d) { return memory_limit(d); });
-  device_gauge(out, devices, "kiln_device_memory_total_bytes",
-               "The device's memory, as its plugin reports it.",
-               [](const Device& d) -> std::optional<int64_t> {
-                 const auto r = driver_memory_report(d);
-                 return r ? std::optional<int64_t>(r->limit_bytes) : std::nullopt;
+               [](Snapshot d) { return d.limit; });
+  device_gauge(out, snapshots, "kiln_device_memory_total_bytes",
+               "The device's memory, as its plugin reports it.", [](Snapshot d) -> std::optional<int64_t> {
+                 return d.report ? std::optional<int64_t>(d.report->limit_bytes) : std::nullopt;
                });
-  device_gauge(out, devices, "kiln_device_memory_in_use_bytes",
+  device_gauge(out, snapshots, "kiln_device_memory_in_use_bytes",
                "Bytes in use on the device by anyone, as its plugin reports it.",
-               [](const Device& d) -> std::optional<int64_t> {
-                 const auto r = driver_memory_report(d);
-                 return r ? std::optional<int64_t>(r->in_use_bytes) : std::nullopt;
+               [](Snapshot d) -> std::optional<int64_t> {
+                 return d.report ? std::optional<int64_t>(d.report->in_use_bytes) : std::nullopt;
                });
 }
 

@@ -1,13 +1,13 @@
 #include "kiln/pipelines/activation_estimate.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 #include <vector>
 
 #include "kiln/core/bytes.h"
 #include "kiln/models/autoencoder_kl.h"
 #include "pipelines/encoder_activations.h"
+#include "runtime/backend.h"
 
 namespace kiln {
 
@@ -34,10 +34,7 @@ std::string ActivationEstimate::describe() const {
 }
 
 bool fuses_attention(const Device& device, DType dtype, int64_t head_dim) {
-  if (device.type != DeviceType::CUDA || (dtype != bfloat16 && dtype != float16)) return false;
-  if (head_dim % 8 != 0 || head_dim > 128) return false;
-  const char* fused = std::getenv("KILN_PJRT_FUSED_ATTENTION");
-  return fused == nullptr || std::string(fused) != "0";
+  return runtime::backend_for(device.type).fuses_attention(device.type, dtype, head_dim);
 }
 
 int64_t block_stack_activation_bytes(const BlockStackShape& shape, DType dtype) {

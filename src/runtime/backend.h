@@ -5,12 +5,14 @@
 // touches nothing else.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kiln/core/device.h"
 #include "kiln/core/device_runtime.h"
+#include "kiln/core/dtype.h"
 #include "kiln/runtime/devices.h"
 #include "runtime/device_region.h"
 
@@ -40,6 +42,9 @@ class Backend {
   // Runs `region` (calls that joins_region accepted, all on one device); called on that device's stream,
   // once per launch. Only called when joins_region accepted every call.
   virtual void run_region(const DeviceRegion& region);
+  // Whether scaled_dot_product_attention of `head_dim` in `dtype` runs on `type` as one fused kernel that
+  // never holds the scores (a memory budget's activation estimate then leaves them out); false by default.
+  virtual bool fuses_attention(DeviceType, DType, int64_t /*head_dim*/) const { return false; }
 };
 
 // The backends built into this library, filled on first use (register_builtin_backends).

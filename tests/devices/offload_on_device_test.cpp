@@ -68,6 +68,25 @@ int64_t group_offload_minimum(const OffloadPlan& sizes) {
   return most;
 }
 
+// The tiny FLUX.1 schnell golden's call, for the memory budget tests: its image with every component resident
+// on the device, a fresh pipeline to budget, and its weights' sizes (the plan with no limit).
+struct BudgetSetup {
+  PipelineRequest request;
+  DeviceRun resident;
+  std::unique_ptr<DiffusionPipeline> pipe;
+  OffloadPlan sizes;
+};
+
+BudgetSetup flux_budget_setup() {
+  const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
+  BudgetSetup s;
+  s.request = testing::request_from_golden(g);
+  s.resident = resident_run(g.metadata().at("pipeline"), s.request);
+  s.pipe = load(g.metadata().at("pipeline"));
+  s.sizes = plan_offload(s.pipe->components(), int64_t{1} << 40);
+  return s;
+}
+
 void expect_same_image(const DeviceRun& offloaded, const DeviceRun& resident, const io::SafetensorsFile& g,
                        const std::string& what) {
   EXPECT_EQ(offloaded.pixels, resident.pixels) << what << ": the image differs from the resident run's";
@@ -176,11 +195,11 @@ TEST(OffloadOnDevice, AResidentPipelineOffloadsOntoItsDevice) {
 
 TEST(OffloadOnDevice, AMemoryBudgetPicksTheOffloadAndIsRefusedBelowWhatItNeeds) {
   KILN_SKIP_WITHOUT_PJRT();
-  const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
-  const PipelineRequest request = testing::request_from_golden(g);
-  const DeviceRun resident = resident_run(g.metadata().at("pipeline"), request);
-  auto pipe = load(g.metadata().at("pipeline"));
-  const OffloadPlan sizes = plan_offload(pipe->components(), int64_t{1} << 40);
+  const BudgetSetup setup = flux_budget_setup();
+  const PipelineRequest& request = setup.request;
+  const DeviceRun& resident = setup.resident;
+  const std::unique_ptr<DiffusionPipeline>& pipe = setup.pipe;
+  const OffloadPlan& sizes = setup.sizes;
   const int64_t group_minimum = group_offload_minimum(sizes);
   // The budget keeps the call's activations free beside the weights: their estimate covers what they hold.
   const int64_t activations = pipe->estimate_activations(request, xla0).peak();
@@ -317,11 +336,11 @@ TEST(OffloadOnDevice, TheTransformerEstimateCoversAStepInEagerAndCompiledModes) 
 // estimate and what to do. A later call at another size gets the plan its size needs.
 TEST(OffloadOnDevice, AMemoryBudgetKeepsRoomForEachCallsActivations) {
   KILN_SKIP_WITHOUT_PJRT();
-  const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
-  const PipelineRequest request = testing::request_from_golden(g);
-  const DeviceRun resident = resident_run(g.metadata().at("pipeline"), request);
-  auto pipe = load(g.metadata().at("pipeline"));
-  const OffloadPlan sizes = plan_offload(pipe->components(), int64_t{1} << 40);
+  const BudgetSetup setup = flux_budget_setup();
+  const PipelineRequest& request = setup.request;
+  const DeviceRun& resident = setup.resident;
+  const std::unique_ptr<DiffusionPipeline>& pipe = setup.pipe;
+  const OffloadPlan& sizes = setup.sizes;
   const int64_t group_minimum = group_offload_minimum(sizes);
   ASSERT_LT(group_minimum, sizes.largest_component_bytes);
   const int64_t activations = pipe->estimate_activations(request, xla0).peak();

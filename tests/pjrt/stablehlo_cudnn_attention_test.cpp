@@ -15,6 +15,7 @@
 #include "backends/pjrt/stablehlo/region_module.h"
 #include "kiln/ops/attention.h"
 #include "kiln/ops/elementwise.h"
+#include "kiln/pipelines/activation_estimate.h"
 #include "pjrt/stablehlo_test_support.h"
 #include "support/pjrt_devices.h"
 #include "support/test_data.h"
@@ -128,6 +129,28 @@ TEST(CudnnAttention, OnlyCudaGetsItAndTheSwitchTurnsItOff) {
   setenv("KILN_PJRT_FUSED_ATTENTION", "yes", 1);
   const std::string e = kiln::testing::error_message([] { (void)lowering_target("cuda"); });
   EXPECT_NE(e.find("KILN_PJRT_FUSED_ATTENTION must be 0"), std::string::npos) << e;
+  if (old)
+    setenv("KILN_PJRT_FUSED_ATTENTION", old->c_str(), 1);
+  else
+    unsetenv("KILN_PJRT_FUSED_ATTENTION");
+}
+
+// A memory budget's activation estimate leaves the scores out exactly where the lowering emits cuDNN's call:
+// it asks the device's backend, which applies the lowering's own rule.
+TEST(CudnnAttention, TheActivationEstimateFollowsTheLoweringsRule) {
+  const char* saved = std::getenv("KILN_PJRT_FUSED_ATTENTION");
+  const std::optional<std::string> old = saved ? std::optional<std::string>(saved) : std::nullopt;
+  unsetenv("KILN_PJRT_FUSED_ATTENTION");
+  const Device cuda("cuda");
+  EXPECT_TRUE(fuses_attention(cuda, bfloat16, 128));
+  EXPECT_TRUE(fuses_attention(cuda, float16, 64));
+  EXPECT_FALSE(fuses_attention(cuda, float32, 128));
+  EXPECT_FALSE(fuses_attention(cuda, bfloat16, 12));
+  EXPECT_FALSE(fuses_attention(cuda, bfloat16, 136));
+  EXPECT_FALSE(fuses_attention(Device("xla-cpu"), bfloat16, 128));
+  EXPECT_FALSE(fuses_attention(cpu, bfloat16, 128));
+  setenv("KILN_PJRT_FUSED_ATTENTION", "0", 1);
+  EXPECT_FALSE(fuses_attention(cuda, bfloat16, 128));
   if (old)
     setenv("KILN_PJRT_FUSED_ATTENTION", old->c_str(), 1);
   else

@@ -41,9 +41,9 @@ struct BlockStackShape {
 };
 int64_t block_stack_activation_bytes(const BlockStackShape& shape, DType dtype);
 
-// Whether attention of `head_dim` in `dtype` runs as one fused kernel on `device`: cuDNN's flash attention
-// on cuda for 16-bit types and head dims that are multiples of 8 up to 128 (the rule of the lowering,
-// src/backends/pjrt/stablehlo/lower_fused.cpp), unless KILN_PJRT_FUSED_ATTENTION=0.
+// Whether attention of `head_dim` in `dtype` runs as one fused kernel on `device`, as its backend says
+// (runtime::Backend::fuses_attention): cuDNN's flash attention on cuda for 16-bit types and head dims that
+// are multiples of 8 up to 128, unless KILN_PJRT_FUSED_ATTENTION=0.
 bool fuses_attention(const Device& device, DType dtype, int64_t head_dim);
 
 // The VAE's decode of a batch x height x width image (or its encode, which holds less), by the widest

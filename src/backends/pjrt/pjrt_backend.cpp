@@ -10,6 +10,7 @@
 #include "backends/pjrt/pjrt_kernels.h"
 #include "backends/pjrt/pjrt_region.h"
 #include "backends/pjrt/plugin_locator.h"
+#include "backends/pjrt/stablehlo/lowering_target.h"
 #include "kiln/core/error.h"
 #include "runtime/worker_stream.h"
 
@@ -91,6 +92,12 @@ class PjrtBackend final : public runtime::Backend {
   // Deferred-and-fused flushes and compiled forwards run as one executable per region.
   bool joins_region(const runtime::OpCall& call) const override { return joins_pjrt_region(call); }
   void run_region(const runtime::DeviceRegion& region) override { run_pjrt_region(region); }
+
+  // The attention lowering's own rule (stablehlo/lowering_target.h), asked without loading the plugin.
+  bool fuses_attention(DeviceType type, DType dtype, int64_t head_dim) const override {
+    return hlo::lowering_target(plugin_kind(type)).cudnn_attention &&
+           hlo::cudnn_attention_takes(dtype, head_dim);
+  }
 
   DeviceHandle handle(Device device) { return static_cast<PjrtDeviceRuntime&>(runtime(device)).handle(); }
 

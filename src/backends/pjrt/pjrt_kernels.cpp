@@ -48,18 +48,29 @@ std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& devic
                                          device.local_index);
 }
 
-std::vector<std::shared_ptr<Buffer>> execute_and_wait(Device device, const DeviceHandle& handle,
-                                                      const Executable& executable,
-                                                      const std::vector<std::shared_ptr<Buffer>>& arguments,
-                                                      size_t result_bytes, const std::string& what) {
+void execute_into(Device device, const DeviceHandle& handle, const Executable& executable,
+                  const std::vector<std::shared_ptr<Buffer>>& arguments,
+                  const std::vector<const Tensor*>& results, const std::string& what) {
+  // The results' arrays first: they are counted on the device before it runs.
+  size_t result_bytes = 0;
+  std::vector<DeviceArray*> arrays;
+  for (const Tensor* t : results) {
+    result_bytes += t->storage()->bytes();
+    arrays.push_back(&device_array(*t));
+  }
   const size_t scratch = static_cast<size_t>(executable.scratch_bytes().value_or(0));
   const TransientCharge held(device_memory(device), scratch, "the scratch of " + what);
-  return explain_out_of_memory(device, result_bytes + scratch, what, [&] {
-    std::vector<std::shared_ptr<Buffer>> r =
-        handle.client->execute_on(executable, arguments, handle.local_index);
-    for (const auto& b : r) b->await_ready();
-    return r;
-  });
+  std::vector<std::shared_ptr<Buffer>> buffers =
+      explain_out_of_memory(device, result_bytes + scratch, what, [&] {
+        std::vector<std::shared_ptr<Buffer>> r =
+            handle.client->execute_on(executable, arguments, handle.local_index);
+        for (const auto& b : r) b->await_ready();
+        return r;
+      });
+  KILN_CHECK(buffers.size() == arrays.size(), "internal: the executable of "
+                                                  << what << " returned " << buffers.size() << " buffers for "
+                                                  << arrays.size() << " results");
+  for (size_t i = 0; i < buffers.size(); ++i) arrays[i]->set(std::move(buffers[i]));
 }
 
 void run_op_module(const runtime::OpCall& call) {
@@ -81,19 +92,9 @@ void run_op_module(const runtime::OpCall& call) {
         break;
     }
   }
-  size_t output_bytes = 0;
-  std::vector<DeviceArray*>
-      output_arrays;  // taken first: the outputs are counted on the device before it runs
-  for (const Tensor& t : call.outputs) {
-    output_bytes += t.storage()->bytes();
-    output_arrays.push_back(&device_array(t));
-  }
-  std::vector<std::shared_ptr<Buffer>> results =
-      execute_and_wait(call.outputs.front().device(), device, *executable, arguments, output_bytes, what);
-  KILN_CHECK(results.size() == call.outputs.size(), "internal: " << call.op << "'s executable returned "
-                                                                 << results.size() << " buffers for "
-                                                                 << call.outputs.size() << " outputs");
-  for (size_t i = 0; i < results.size(); ++i) output_arrays[i]->set(std::move(results[i]));
+  std::vector<const Tensor*> outputs;
+  for (const Tensor& t : call.outputs) outputs.push_back(&t);
+  execute_into(call.outputs.front().device(), device, *executable, arguments, outputs, what);
 }
 
 namespace {

@@ -29,14 +29,13 @@ std::shared_ptr<Buffer> scalar_buffer(double value, DType dtype, const DeviceHan
 // What `t`'s storage holds before an op writes part of it: its buffer, or zeros when nothing wrote it yet.
 std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& device, const std::string& what);
 
-// Runs the 1 x 1 `executable` on `device` (its handle `handle`) and waits for the results on the stream's
-// worker, so that a failure is reported as `what`'s (the caller is not held up). The executable's scratch is
-// counted on the device while it runs (memory_stats' peak shows it; --max-memory refuses a run it does not
-// fit); running out, by that limit or by the plugin's allocator, is fail_out_of_memory's error naming `what`,
-// whose results need `result_bytes`.
-std::vector<std::shared_ptr<Buffer>> execute_and_wait(Device device, const DeviceHandle& handle,
-                                                      const Executable& executable,
-                                                      const std::vector<std::shared_ptr<Buffer>>& arguments,
-                                                      size_t result_bytes, const std::string& what);
+// Runs the 1 x 1 `executable` on `device` (its handle `handle`), waits for it on the stream's worker, so that
+// a failure is reported as `what`'s (the caller is not held up), and stores its buffers in the storages of
+// `results`, in order. The results are counted on the device before it runs and its scratch while it runs
+// (memory_stats' peak shows both; --max-memory refuses a run they do not fit); running out, by that limit or
+// by the plugin's allocator, is fail_out_of_memory's error naming `what`.
+void execute_into(Device device, const DeviceHandle& handle, const Executable& executable,
+                  const std::vector<std::shared_ptr<Buffer>>& arguments,
+                  const std::vector<const Tensor*>& results, const std::string& what);
 
 }  // namespace kiln::pjrt

@@ -1,6 +1,5 @@
 #include "backends/pjrt/pjrt_region.h"
 
-#include "backends/pjrt/device_array.h"
 #include "backends/pjrt/executable_cache.h"
 #include "backends/pjrt/pjrt_backend.h"
 #include "backends/pjrt/pjrt_kernels.h"
@@ -44,19 +43,9 @@ void run_pjrt_region(const runtime::DeviceRegion& region) {
     const Tensor& t = operand(region, p.source);
     arguments.push_back(p.source.output ? buffer_before(t, device, what) : written_buffer(t, what));
   }
-  size_t result_bytes = 0;
-  std::vector<DeviceArray*>
-      result_arrays;  // taken first: the results are counted on the device before it runs
-  for (const hlo::RegionModule::Operand& r : module.results) {
-    result_bytes += operand(region, r).storage()->bytes();
-    result_arrays.push_back(&device_array(operand(region, r)));
-  }
-  std::vector<std::shared_ptr<Buffer>> results =
-      execute_and_wait(region.device(), device, *executable, arguments, result_bytes, what);
-  KILN_CHECK(results.size() == module.results.size(),
-             "internal: the executable of " << what << " returned " << results.size() << " buffers for "
-                                            << module.results.size() << " stored values");
-  for (size_t i = 0; i < results.size(); ++i) result_arrays[i]->set(std::move(results[i]));
+  std::vector<const Tensor*> results;
+  for (const hlo::RegionModule::Operand& r : module.results) results.push_back(&operand(region, r));
+  execute_into(region.device(), device, *executable, arguments, results, what);
 }
 
 }  // namespace kiln::pjrt

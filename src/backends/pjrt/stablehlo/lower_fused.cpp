@@ -9,6 +9,7 @@
 #include "backends/pjrt/stablehlo/lower_products.h"
 #include "backends/pjrt/stablehlo/lowering_math.h"
 #include "backends/pjrt/stablehlo/lowering_registry.h"
+#include "backends/pjrt/stablehlo/lowering_target.h"
 #include "kiln/core/error.h"
 #include "ops/activation_op.h"
 
@@ -94,10 +95,9 @@ std::string cudnn_attention_config(int64_t batch, int64_t heads, int64_t seq_q, 
 // multiple of 8, and a causal mask only on square scores (cuDNN's and torch's diagonals then agree).
 bool cudnn_attention_fits(const runtime::OpCall& call, const std::vector<Value>& in) {
   const Value &q = in[0], &k = in[1], &v = in[2];
-  const bool half = q.dtype == DType::BFloat16 || q.dtype == DType::Float16;
   const int64_t d = q.shape[3];
-  return half && k.dtype == q.dtype && v.dtype == q.dtype && call.outputs[0].dtype() == q.dtype &&
-         in.size() == 3 && v.shape[3] == d && d % 8 == 0 && d <= 128 &&
+  return cudnn_attention_takes(q.dtype, d) && k.dtype == q.dtype && v.dtype == q.dtype &&
+         call.outputs[0].dtype() == q.dtype && in.size() == 3 && v.shape[3] == d &&
          (!call.attrs.get_bool("is_causal") || q.shape[2] == k.shape[2]);
 }
 
@@ -157,6 +157,10 @@ std::vector<Value> lower_linear_fused(HloBuilder& b, const runtime::OpCall& call
 }
 
 }  // namespace
+
+bool cudnn_attention_takes(DType dtype, int64_t head_dim) {
+  return (dtype == DType::BFloat16 || dtype == DType::Float16) && head_dim % 8 == 0 && head_dim <= 128;
+}
 
 void add_fused_lowerings(LoweringTable& t) {
   t.push_back({"scaled_dot_product_attention", lower_attention});

@@ -5,8 +5,11 @@
 // also by the platform) never hand one platform's executable to another.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "kiln/core/dtype.h"
 
 namespace kiln::pjrt::hlo {
 
@@ -20,5 +23,10 @@ struct LoweringTarget {
 // The target for a client of `platform`: on "cuda", cudnn_attention unless KILN_PJRT_FUSED_ATTENTION=0 (read
 // at each call, so a process may switch; the module text, hence the cache key, changes with it).
 LoweringTarget lowering_target(std::string_view platform);
+
+// Whether cuDNN's fused attention takes q, k and v of `dtype` with head dim `head_dim`: a 16-bit dtype and a
+// head dim that is a multiple of 8 up to 128 (lower_fused.cpp, which also needs one dtype for all three and
+// no bias).
+bool cudnn_attention_takes(DType dtype, int64_t head_dim);
 
 }  // namespace kiln::pjrt::hlo
