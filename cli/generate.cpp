@@ -17,6 +17,7 @@
 #include "cli/generate_args.h"
 #include "cli/progress.h"
 #include "cli/weight_traffic.h"
+#include "kiln/core/bytes.h"
 #include "kiln/dist/local_ranks.h"
 #include "kiln/dist/process_group.h"
 #include "kiln/io/model_index.h"
@@ -24,6 +25,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/lora/lora_keys.h"
 #include "kiln/pipelines/pipeline_registry.h"
+#include "kiln/runtime/cross_compile.h"
 
 namespace kiln::cli {
 
@@ -242,10 +244,31 @@ void generate_on_rank(const GenerateArgs& args, const Device& first_device) {
                out.images.front().height, static_cast<unsigned long long>(seed));
 }
 
+// "kiln: cross-compiled 64 programs for tpu:v5e (TPU v5 lite) in 59.7 s; the largest needs 1.2 MiB there
+// (region[...]), the most scratch 96 KiB (...)" per KILN_PJRT_CROSS_COMPILE target.
+void print_cross_compile_summary() {
+  const auto shorter = [](const std::string& what) {
+    return what.size() <= 100 ? what : what.substr(0, 97) + "...";
+  };
+  for (const CrossCompileSummary& s : cross_compile_summary()) {
+    const std::string scratch = s.largest_scratch_bytes == 0
+                                    ? "none needs scratch"
+                                    : "the most scratch " + format_bytes(s.largest_scratch_bytes) + " (" +
+                                          shorter(s.largest_scratch_program) + ")";
+    std::fprintf(stderr,
+                 "kiln: cross-compiled %lld programs for %s (%s) in %.1f s; the largest run needs %s there "
+                 "(arguments, outputs, scratch: %s), %s\n",
+                 static_cast<long long>(s.programs), s.target.c_str(), s.device_kind.c_str(), s.seconds,
+                 format_bytes(s.largest_program_bytes).c_str(), shorter(s.largest_program).c_str(),
+                 scratch.c_str());
+  }
+}
+
 void run_generate(const GenerateArgs& args) {
   check_generate_args(args);
   run_on_tensor_parallel_ranks(args.execution, "generate",
                                [&](const Device& device) { generate_on_rank(args, device); });
+  print_cross_compile_summary();
 }
 
 }  // namespace

@@ -52,8 +52,10 @@ std::string scratch_note(const Executable& executable) {
 
 std::shared_ptr<Executable> cached_executable(Client& client, const std::string& text,
                                               const std::string& what,
-                                              const std::vector<int>& replica_devices) {
+                                              const std::vector<int>& replica_devices,
+                                              const LowerFor& lower_for) {
   const std::string module_text = placed_text(text, replica_devices);
+  const int replicas = replica_devices.empty() ? 1 : static_cast<int>(replica_devices.size());
   Cache& c = cache();
   Key key{&client, module_text};
   {
@@ -89,7 +91,6 @@ std::shared_ptr<Executable> cached_executable(Client& client, const std::string&
       log("compile", msg.str());
     }
   } else {
-    const int replicas = replica_devices.empty() ? 1 : static_cast<int>(replica_devices.size());
     made = client.compile(module_text, replicas, 1, replica_devices);
     ++c.compiles;
     const double compile_ms = ms_since(start);
@@ -102,6 +103,7 @@ std::shared_ptr<Executable> cached_executable(Client& client, const std::string&
       log("compile", msg.str());
     }
   }
+  cross_compile(client.platform_name(), text, lower_for, replicas, what);
   std::lock_guard<std::mutex> lock(c.mutex);
   return c.executables.emplace(std::move(key), std::move(made)).first->second;
 }

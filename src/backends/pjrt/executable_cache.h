@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/pjrt/cross_compile.h"
 #include "backends/pjrt/pjrt_client.h"
 
 namespace kiln::pjrt {
@@ -19,9 +20,13 @@ namespace kiln::pjrt {
 //
 // `replica_devices` (empty: a portable 1 x 1 executable) compiles one replica per device listed, in that
 // order, for the modules of in-process collectives; the devices are part of the key.
+//
+// When KILN_PJRT_CROSS_COMPILE names targets (cross_compile.h), a module new to this process is also compiled
+// for them; `lower_for` lowers the program for a target whose lowering differs (empty: the same text).
 std::shared_ptr<Executable> cached_executable(Client& client, const std::string& module_text,
                                               const std::string& what,
-                                              const std::vector<int>& replica_devices = {});
+                                              const std::vector<int>& replica_devices = {},
+                                              const LowerFor& lower_for = {});
 
 struct ExecutableCacheStats {
   int64_t compiles = 0;       // modules compiled by the plugin

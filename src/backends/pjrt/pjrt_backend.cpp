@@ -11,6 +11,7 @@
 #include "backends/pjrt/pjrt_region.h"
 #include "backends/pjrt/plugin_locator.h"
 #include "backends/pjrt/stablehlo/lowering_target.h"
+#include "backends/pjrt/tpu_host.h"
 #include "kiln/core/error.h"
 #include "runtime/worker_stream.h"
 
@@ -106,7 +107,9 @@ class PjrtBackend final : public runtime::Backend {
     auto it = clients_.find(type);
     if (it != clients_.end()) return it->second;
     // A failure is not remembered: installing the plugin and asking again works in the same process.
-    std::shared_ptr<Client> c = Client::create(find_plugin(plugin_kind(type)), client_options(type));
+    const std::string plugin = find_plugin(plugin_kind(type));
+    if (type == DeviceType::TPU) require_tpu_chips(plugin);
+    std::shared_ptr<Client> c = Client::create(plugin, client_options(type));
     // KILN_PJRT_PLUGIN names one plugin for every kind: make sure it drives the kind asked for.
     const std::string platform = c->platform_name();
     const std::string_view expected = type == DeviceType::XlaCpu ? "cpu" : device_type_name(type);

@@ -62,4 +62,9 @@ namespace kiln::pjrt {
 // Loads the plugin at `path` (once per process) and creates a client with its addressable devices, passing
 // `options` to PJRT_Client_Create.
 std::shared_ptr<Plugin> load_plugin(const std::string& path, const std::vector<ClientOption>& options);
+// The plugin at `path`: dlopen'ed, its API version checked and PJRT_Plugin_Initialize called, once per
+// process (later calls return the same API). Errors name the path.
+const PJRT_Api* load_api(const std::string& path);
+// `options` as the PJRT_NamedValues a create call takes; they point into `options`, which must outlive them.
+std::vector<PJRT_NamedValue> named_values(const std::vector<ClientOption>& options);
 }  // namespace kiln::pjrt

@@ -77,7 +77,9 @@ void run_op_module(const runtime::OpCall& call) {
   const DeviceHandle device = device_handle(call.outputs.front().device());
   const hlo::OpModule module = hlo::op_module(call, hlo::lowering_target(device.client->platform_name()));
   const std::string what = call.describe();
-  const std::shared_ptr<Executable> executable = cached_executable(*device.client, module.text, what);
+  const std::shared_ptr<Executable> executable =
+      cached_executable(*device.client, module.text, what, {},
+                        [&call](const hlo::LoweringTarget& t) { return hlo::op_module(call, t).text; });
   std::vector<std::shared_ptr<Buffer>> arguments;
   for (const hlo::OpModule::Param& p : module.params) {
     switch (p.source) {

@@ -20,8 +20,6 @@ namespace kiln::pjrt {
 // the struct_size bytes this header's args structs declare.
 constexpr int kMinMinor = PJRT_API_MINOR;
 
-namespace {
-
 // dlopen'ed plugins, initialised once per process (PJRT_Plugin_Initialize is once per plugin, and a second
 // dlopen of the same file returns the same library anyway).
 const PJRT_Api* load_api(const std::string& path) {
@@ -67,26 +65,7 @@ const PJRT_Api* load_api(const std::string& path) {
   return api;
 }
 
-}  // namespace
-
-Plugin::~Plugin() {
-  if (!client) return;
-  KILN_PJRT_ARGS(PJRT_Client_Destroy_Args, args);
-  args.client = client;
-  discard(api, api->PJRT_Client_Destroy(&args));
-}
-
-int Plugin::index_of(const PJRT_Device* device) const {
-  for (size_t i = 0; i < devices.size(); ++i)
-    if (devices[i] == device) return int(i);
-  return -1;
-}
-
-std::shared_ptr<Plugin> load_plugin(const std::string& path, const std::vector<ClientOption>& options) {
-  auto plugin = std::make_shared<Plugin>();
-  plugin->path = path;
-  plugin->api = load_api(path);
-  const PJRT_Api* api = plugin->api;
+std::vector<PJRT_NamedValue> named_values(const std::vector<ClientOption>& options) {
   std::vector<PJRT_NamedValue> named(options.size());
   for (size_t i = 0; i < options.size(); ++i) {
     PJRT_NamedValue& v = named[i];
@@ -114,6 +93,28 @@ std::shared_ptr<Plugin> load_plugin(const std::string& path, const std::vector<C
         },
         options[i].value);
   }
+  return named;
+}
+
+Plugin::~Plugin() {
+  if (!client) return;
+  KILN_PJRT_ARGS(PJRT_Client_Destroy_Args, args);
+  args.client = client;
+  discard(api, api->PJRT_Client_Destroy(&args));
+}
+
+int Plugin::index_of(const PJRT_Device* device) const {
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (devices[i] == device) return int(i);
+  return -1;
+}
+
+std::shared_ptr<Plugin> load_plugin(const std::string& path, const std::vector<ClientOption>& options) {
+  auto plugin = std::make_shared<Plugin>();
+  plugin->path = path;
+  plugin->api = load_api(path);
+  const PJRT_Api* api = plugin->api;
+  const std::vector<PJRT_NamedValue> named = named_values(options);
   KILN_PJRT_ARGS(PJRT_Client_Create_Args, create);
   create.create_options = named.data();
   create.num_options = named.size();

@@ -33,7 +33,9 @@ void run_pjrt_region(const runtime::DeviceRegion& region) {
   const hlo::RegionModule module =
       hlo::region_module(region, hlo::lowering_target(device.client->platform_name()));
   const std::string what = region.describe();
-  const std::shared_ptr<Executable> executable = cached_executable(*device.client, module.text, what);
+  const std::shared_ptr<Executable> executable = cached_executable(
+      *device.client, module.text, what, {},
+      [&region](const hlo::LoweringTarget& t) { return hlo::region_module(region, t).text; });
   std::vector<std::shared_ptr<Buffer>> arguments;
   for (const hlo::RegionModule::Param& p : module.params) {
     if (p.scalar) {

@@ -3,6 +3,7 @@
 // Buffer or Executable can exist in such a build, so their other members are never reached.
 #ifndef KILN_HAVE_PJRT
 #include "backends/pjrt/pjrt_client.h"
+#include "backends/pjrt/pjrt_topology.h"
 #include "kiln/core/error.h"
 
 namespace kiln::pjrt {
@@ -107,6 +108,25 @@ std::optional<int64_t> Executable::scratch_bytes() const {
   unavailable();
 }
 std::string Executable::serialize() const {
+  unavailable();
+}
+
+struct Topology::State {};
+std::shared_ptr<Topology> Topology::create(const std::string&, const std::string&,
+                                           const std::vector<ClientOption>&) {
+  unavailable();
+}
+Topology::~Topology() = default;
+const std::string& Topology::platform_name() const {
+  unavailable();
+}
+int Topology::device_count() const {
+  unavailable();
+}
+const std::string& Topology::device_kind() const {
+  unavailable();
+}
+TargetProgram Topology::compile(std::string_view, int, int) const {
   unavailable();
 }
 
