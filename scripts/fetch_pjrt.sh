@@ -3,7 +3,11 @@
 #   - the PJRT C API header (xla/pjrt/c/*.h), taken from the tensorflow-cpu wheel, which carries XLA's include
 #     folder (PJRT API 0.90). Only those headers are extracted; they are never copied into the git tree.
 #   - the CPU test plugin lammps-jax-pjrt-cpu (pjrt_c_api_cpu_plugin.so, built from jaxlib 0.11.2's XLA).
-# Both land in ${KILN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln}/pjrt/ (include/ and lib/), where CMake
+# With --cross, also the compilers of the devices CI does not have, for KILN_PJRT_CROSS_COMPILE
+# (src/backends/pjrt/cross_targets.h): libtpu 0.0.52 (libtpu.so; Google Cloud's terms, so it is fetched from
+# PyPI, never shipped) and jax-cuda13-pjrt 0.11.2 (xla_cuda_plugin.so), into <cache>/pjrt/cross/, where only
+# cross-compiling looks (`--device tpu|cuda` still needs a real install on a TPU VM or GPU machine).
+# The header and the CPU plugin land in ${KILN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln}/pjrt/ (include/ and lib/), where CMake
 # (KILN_PJRT_INCLUDE_DIR) and kiln::pjrt::find_plugin("xla-cpu") look. Re-running does nothing once both are
 # extracted from the pinned wheels.
 #
@@ -12,12 +16,30 @@
 # pip is told the target platform and Python version, so this works whatever the local Python is.
 set -euo pipefail
 
+cross=false
+for arg in "$@"; do
+  case "$arg" in
+    --cross) cross=true ;;
+    *) echo "fetch_pjrt: unknown option $arg (expected --cross)" >&2; exit 2 ;;
+  esac
+done
+
 cache="${KILN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln}/pjrt"
 
 plugin_req="lammps-jax-pjrt-cpu==0.11.2"
 plugin_wheel="lammps_jax_pjrt_cpu-0.11.2-py3-none-manylinux_2_27_x86_64.whl"
 plugin_sha="1319390d948b39f69f7dade496b7c385149d9ca6097a6b62114da113216d9ad1"
 plugin_member="lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"
+
+tpu_req="libtpu==0.0.52"
+tpu_wheel="libtpu-0.0.52-cp311-cp311-manylinux_2_31_x86_64.whl"
+tpu_sha="f5e2e596eaea9357fbb5a6755a7a9007c6ab75bfde4a55191b03eff402971140"
+tpu_member="libtpu/libtpu.so"
+
+cuda_req="jax-cuda13-pjrt==0.11.2"
+cuda_wheel="jax_cuda13_pjrt-0.11.2-py3-none-manylinux_2_27_x86_64.whl"
+cuda_sha="e5ff589d43064913bb74027682d89639c7ea48f9f81c2bae6fc75117e913f93e"
+cuda_member="jax_plugins/xla_cuda13/xla_cuda_plugin.so"
 
 header_req="tensorflow-cpu==2.21.0"
 header_wheel="tensorflow_cpu-2.21.0-cp311-cp311-manylinux_2_27_x86_64.whl"
@@ -28,9 +50,10 @@ mkdir -p "$cache"
 work="$(mktemp -d "$cache/.fetch.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
-# Puts the wheel $1 (requirement $2, sha256 $3) in $work and prints its path; refuses a wrong sha256.
+# Puts the wheel $1 (requirement $2, sha256 $3; platform tag $4, manylinux_2_27 unless given) in $work and
+# prints its path; refuses a wrong sha256.
 get_wheel() {
-  local name="$1" req="$2" sha="$3" path="" dir
+  local name="$1" req="$2" sha="$3" platform="${4:-manylinux_2_27_x86_64}" path="" dir
   local -a dirs=()
   [ -z "${KILN_WHEEL_DIR:-}" ] || IFS=: read -r -a dirs <<<"$KILN_WHEEL_DIR"
   for dir in "${dirs[@]}"; do
@@ -41,7 +64,7 @@ get_wheel() {
   else
     echo "fetch_pjrt: downloading $req" >&2
     python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-        --python-version 3.11 --platform manylinux_2_27_x86_64 -d "$work" "$req" >&2
+        --python-version 3.11 --platform "$platform" -d "$work" "$req" >&2
     path="$work/$name"
     if [ ! -f "$path" ]; then
       echo "fetch_pjrt: pip downloaded no $name for $req (got: $(ls "$work"))" >&2
@@ -100,4 +123,21 @@ if [ "$(cat "$cache/lib/.sha256" 2>/dev/null)" != "$plugin_sha" ]; then
   mv "$work/lib" "$cache/lib"
   echo "fetch_pjrt: CPU plugin in $cache/lib/$(basename "$plugin_member")" >&2
 fi
-echo "fetch_pjrt: $cache is up to date ($header_req's PJRT header, $plugin_req's CPU plugin)"
+if $cross; then
+  # One file per wheel, each with its own stamp (<file>.sha256), extracted and renamed into place.
+  mkdir -p "$cache/cross"
+  for spec in "$tpu_wheel|$tpu_req|$tpu_sha|$tpu_member|manylinux_2_31_x86_64" \
+              "$cuda_wheel|$cuda_req|$cuda_sha|$cuda_member|manylinux_2_27_x86_64"; do
+    IFS='|' read -r name req sha member platform <<<"$spec"
+    file="$cache/cross/$(basename "$member")"
+    if [ "$(cat "$file.sha256" 2>/dev/null)" != "$sha" ] || [ ! -f "$file" ]; then
+      wheel="$(get_wheel "$name" "$req" "$sha" "$platform")"
+      extract "$wheel" "$member" "$work/$(basename "$member")"
+      mv "$work/$(basename "$member")" "$file"
+      echo "$sha" >"$file.sha256"
+      rm -f "$work"/*.whl
+      echo "fetch_pjrt: $(basename "$member") of $req in $cache/cross" >&2
+    fi
+  done
+fi
+echo "fetch_pjrt: $cache is up to date ($header_req's PJRT header, $plugin_req's CPU plugin$($cross && echo ", $tpu_req and $cuda_req for cross-compiling"))"

@@ -2,7 +2,8 @@
 # Installs what Kiln needs on Debian 12. Idempotent: installs only what is missing.
 #   ./scripts/setup.sh           what building and running `kiln` needs (the README's first command)
 #   ./scripts/setup.sh --tests   that, plus what the test command needs: GoogleTest and Google Benchmark, clang
-#                                for the fuzz targets, the Python packages of the package's tests, and --pjrt's
+#                                for the fuzz targets, the Python packages of the package's tests, --pjrt's, and
+#                                the TPU and CUDA compilers the cross-compiling tests use (fetch_pjrt.sh --cross)
 #   ./scripts/setup.sh --pjrt    the PJRT C API header and the CPU test plugin (scripts/fetch_pjrt.sh, into Kiln's
 #                                cache); rebuild afterwards so that CMake finds the header
 set -euo pipefail
@@ -41,6 +42,8 @@ if $tests; then
   python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
       -r tests/python/requirements.txt -r tests/serve/requirements.txt
 fi
-if $pjrt; then
+if $tests; then
+  ./scripts/fetch_pjrt.sh --cross
+elif $pjrt; then
   ./scripts/fetch_pjrt.sh
 fi

@@ -93,6 +93,31 @@ if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
                          PASS_REGULAR_EXPRESSION "xla-cpu:0 has 600.0 KiB \\(its plugin says\\), 0 B of it in use by others, so FluxPipeline plans for 600.0 KiB there: memory budget 600.0 KiB on xla-cpu:0 keeps up to"
                          LABELS "cli;devices")
   endif()
+  # Every program of each pipeline, in strict eager and compiled mode, and the collectives of --tp 2, compiled
+  # also by libtpu for a TPU v5e and by the CUDA plugin for an H200, without either device (KILN_PJRT_CROSS_COMPILE,
+  # src/backends/pjrt/cross_compile.h). Needs ./scripts/fetch_pjrt.sh --cross (setup.sh --tests runs it) and the
+  # CUDA toolkit's ptxas; where they are missing at configure time these tests are not added.
+  find_program(KILN_PTXAS ptxas HINTS /usr/local/cuda/bin)
+  if(EXISTS "${KILN_PJRT_CACHE}/cross/libtpu.so" AND EXISTS "${KILN_PJRT_CACHE}/cross/xla_cuda_plugin.so" AND KILN_PTXAS)
+    set(KILN_CROSS_SUMMARY "cross-compiled [0-9]+ programs for tpu:v5e \\(TPU v5 lite\\)[^\n]*\nkiln: cross-compiled [0-9]+ programs for cuda:h200 \\(NVIDIA H200\\)")
+    foreach(spec flux-tiny-schnell:eager:1 flux-tiny-schnell:compile:2 sd3-tiny-medium:compile:1
+                 flux2-tiny-klein-full:compile:1)
+      string(REPLACE ":" ";" parts ${spec})
+      list(GET parts 0 model)
+      list(GET parts 1 mode)
+      list(GET parts 2 tp)
+      set(name cli.cross_compile_${model}_${mode}_tp${tp}_for_tpu_and_cuda)
+      add_test(NAME ${name}
+               COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/${model} --device xla-cpu
+                       --tp ${tp} --mode ${mode} --prompt "a red circle" --height 32 --width 32 --steps 2 --seed 1
+                       --dtype bf16 --max-sequence-length 16 --output ${KILN_DEVICE_WORK}/${name}.png)
+      set_tests_properties(${name} PROPERTIES ENVIRONMENT "KILN_PJRT_CROSS_COMPILE=tpu:v5e,cuda:h200"
+                           PASS_REGULAR_EXPRESSION "wrote .*${name}.png \\(32x32, seed 1\\)\nkiln: ${KILN_CROSS_SUMMARY}"
+                           LABELS "cli;devices" TIMEOUT 600)
+    endforeach()
+  else()
+    message(STATUS "cross-compiling tests: not added (./scripts/fetch_pjrt.sh --cross, and the CUDA toolkit's ptxas)")
+  endif()
 endif()
 # On a machine with the CUDA plugin the run succeeds; on one without (CI's) it fails before loading, naming the
 # package to install.

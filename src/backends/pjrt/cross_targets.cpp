@@ -106,10 +106,12 @@ CrossTarget make_tpu(const std::string& name, const std::vector<std::string_view
   if (!gen) unknown(name, "no TPU generation '" + std::string(parts[1]) + "'");
   const std::string shape(parts.size() > 2 ? parts[2] : gen->default_shape);
   const std::string plugin = find_cross_plugin("tpu");
-  // Off a TPU VM, libtpu would ask the metadata server about the local TPU for minutes (tpu_host.h); a
-  // topology needs none of it. Where chips exist the real answers are left alone.
+  // Off a TPU VM, libtpu would ask the metadata server about the local TPU for minutes (tpu_host.h), and
+  // would hold a lock file (/tmp/libtpu_lockfile) that fails every other process loading it; a topology needs
+  // neither. Where chips exist the real answers are left alone.
   if (tpu_chip_count() == 0) {
     set_if_unset("TPU_SKIP_MDS_QUERY", "1");
+    set_if_unset("ALLOW_MULTIPLE_LIBTPU_LOAD", "1");
     set_if_unset("TPU_ACCELERATOR_TYPE", std::string(gen->accelerator));
     set_if_unset("TPU_WORKER_ID", "0");
     set_if_unset("TPU_WORKER_HOSTNAMES", "localhost");
