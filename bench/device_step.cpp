@@ -11,6 +11,9 @@
 //   calls,
 //          above what it held before them> estimate=<the step's share of a memory budget's activation
 //          estimate, kiln/pipelines/activation_estimate.h>
+//   CROSS kiln <model> <eager|compiled> target=<T> programs=<n> largest_run=<bytes> most_scratch=<bytes>
+//         estimate=<bytes>   with KILN_PJRT_CROSS_COMPILE=T,...: what target T's own compiler says the mode's
+//         programs need on its device (cross_compile.h), beside the estimate for that device type
 // Usage: bench_device_step <flux|sd3> [device=cuda] [reps=5] [size=1024]
 #include <chrono>
 #include <cstdio>
@@ -22,6 +25,7 @@
 #include "kiln/core/device_runtime.h"
 #include "kiln/kiln.h"
 #include "kiln/pipelines/activation_estimate.h"
+#include "kiln/runtime/cross_compile.h"
 
 namespace {
 
@@ -37,10 +41,29 @@ double seconds(kiln::Device device, const std::function<kiln::Tensor()>& f) {
 
 // The first call (compiles, for either mode: strict eager compiles one executable per distinct op call), then
 // the best of `reps`.
+// With KILN_PJRT_CROSS_COMPILE set, what each target's compiler says one mode's programs need there: the
+// largest program's arguments + outputs + scratch, the most scratch, beside the estimate for that target's
+// device type (cuDNN's fused attention on cuda keeps no scores).
+void print_cross_compiled(const std::string& model, const char* mode,
+                          const std::function<int64_t(kiln::Device)>& estimate_for) {
+  for (const kiln::CrossCompileSummary& s : kiln::cross_compile_summary()) {
+    const kiln::Device target(s.target.substr(0, s.target.find(':')));
+    std::printf("CROSS kiln %s %s target=%s programs=%lld largest_run=%lld most_scratch=%lld estimate=%lld\n",
+                model.c_str(), mode, s.target.c_str(), static_cast<long long>(s.programs),
+                static_cast<long long>(s.largest_program_bytes),
+                static_cast<long long>(s.largest_scratch_bytes),
+                static_cast<long long>(estimate_for(target)));
+  }
+  kiln::reset_cross_compile_summary();
+}
+
 void time_modes(const std::string& model, kiln::Device device, kiln::nn::Module& module, int reps,
-                const std::function<kiln::Tensor()>& step, int64_t estimate) {
+                const std::function<kiln::Tensor()>& step,
+                const std::function<int64_t(kiln::Device)>& estimate_for) {
+  const int64_t estimate = estimate_for(device);
   for (const bool compiled : {false, true}) {
     module.reset_compiled();
+    kiln::reset_cross_compile_summary();
     if (compiled) module.compile({.fullgraph = true, .dynamic = false});
     const double first = seconds(device, step);
     const int64_t held = kiln::memory_stats(device).current_bytes;
@@ -52,6 +75,7 @@ void time_modes(const std::string& model, kiln::Device device, kiln::nn::Module&
     std::printf("MEMORY kiln %s %s activations=%lld estimate=%lld\n", model.c_str(), mode,
                 static_cast<long long>(kiln::memory_stats(device).peak_bytes - held),
                 static_cast<long long>(estimate));
+    print_cross_compiled(model, mode, estimate_for);
     std::fflush(stdout);
   }
   module.reset_compiled();
@@ -79,13 +103,14 @@ int run(int argc, char** argv) {
     s.model->to(device);
     for (kiln::Tensor* t : {&s.hidden, &s.text, &s.pooled, &s.timestep, &s.guidance, &s.txt_ids, &s.img_ids})
       *t = t->to(device);
-    const int64_t estimate =
-        kiln::block_stack_activation_bytes({.tokens = (size / 16) * (size / 16) + 512,
-                                            .width = 3072,
-                                            .mlp_width = 4 * 3072,
-                                            .heads = 24,
-                                            .fused_attention = kiln::fuses_attention(device, bfloat16, 128)},
-                                           bfloat16);
+    const auto estimate = [&](kiln::Device on) {
+      return kiln::block_stack_activation_bytes({.tokens = (size / 16) * (size / 16) + 512,
+                                                 .width = 3072,
+                                                 .mlp_width = 4 * 3072,
+                                                 .heads = 24,
+                                                 .fused_attention = kiln::fuses_attention(on, bfloat16, 128)},
+                                                bfloat16);
+    };
     time_modes(
         model, device, *s.model, reps, [&] { return s.forward(); }, estimate);
     return 0;
@@ -105,14 +130,16 @@ int run(int argc, char** argv) {
   const kiln::Tensor pooled =
       kiln::bench::random({B, config.pooled_projection_dim}, bfloat16, gen, 1.0).to(device);
   const kiln::Tensor t = kiln::Tensor::full({B}, 500.0, kiln::float32).to(device);
-  const int64_t estimate = kiln::block_stack_activation_bytes(
-      {.batch = B,
-       .tokens = (size / 16) * (size / 16) + L,
-       .width = config.inner_dim(),
-       .mlp_width = 4 * config.inner_dim(),
-       .heads = config.num_attention_heads,
-       .fused_attention = kiln::fuses_attention(device, bfloat16, config.attention_head_dim)},
-      bfloat16);
+  const auto estimate = [&](kiln::Device on) {
+    return kiln::block_stack_activation_bytes(
+        {.batch = B,
+         .tokens = (size / 16) * (size / 16) + L,
+         .width = config.inner_dim(),
+         .mlp_width = 4 * config.inner_dim(),
+         .heads = config.num_attention_heads,
+         .fused_attention = kiln::fuses_attention(on, bfloat16, config.attention_head_dim)},
+        bfloat16);
+  };
   time_modes(
       model, device, sd3, reps, [&] { return sd3.forward(latents, text, pooled, t); }, estimate);
   return 0;
