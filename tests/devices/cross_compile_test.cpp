@@ -25,6 +25,7 @@
 #include "kiln/runtime/cross_compile.h"
 #include "runtime/op_call.h"
 #include "support/pjrt_devices.h"
+#include "support/scoped_env.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -33,30 +34,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::error_message;
 
-class ScopedEnv {
- public:
-  void set(const char* name, const std::optional<std::string>& value) {
-    if (!saved_.count(name)) {
-      const char* old = std::getenv(name);
-      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
-    }
-    value ? setenv(name, value->c_str(), 1) : unsetenv(name);
-  }
-  ~ScopedEnv() {
-    for (const auto& [name, value] : saved_)
-      value ? setenv(name.c_str(), value->c_str(), 1) : unsetenv(name.c_str());
-  }
-
- private:
-  std::map<std::string, std::optional<std::string>> saved_;
-};
+using testing::ScopedEnv;
 
 fs::path temp_folder(const char* name) {
-  const fs::path dir =
-      fs::temp_directory_path() / (std::string("kiln-cross-") + name + "-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return testing::temp_folder("kiln-cross", name);
 }
 
 // The target `name`, or the reason it cannot be made here (the test then skips).

@@ -17,10 +17,12 @@
 #include <unistd.h>
 
 #include "backends/pjrt/compile_options.h"
+#include "backends/pjrt/cross_targets.h"
 #include "backends/pjrt/mlir_signature.h"
 #include "backends/pjrt/pjrt_client.h"
 #include "backends/pjrt/plugin_locator.h"
 #include "kiln/core/error.h"
+#include "support/scoped_env.h"
 
 namespace kiln::pjrt {
 namespace {
@@ -146,31 +148,10 @@ TEST(PjrtSignature, RefusesWhatKilnCannotCheck) {
 
 // ---- the plugin locator
 
-// Sets environment variables for one scope, restoring them after.
-class ScopedEnv {
- public:
-  void set(const char* name, const std::optional<std::string>& value) {
-    if (!saved_.count(name)) {
-      const char* old = std::getenv(name);
-      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
-    }
-    value ? setenv(name, value->c_str(), 1) : unsetenv(name);
-  }
-  ~ScopedEnv() {
-    for (const auto& [name, value] : saved_)
-      value ? setenv(name.c_str(), value->c_str(), 1) : unsetenv(name.c_str());
-  }
-
- private:
-  std::map<std::string, std::optional<std::string>> saved_;
-};
+using testing::ScopedEnv;
 
 fs::path temp_folder(const char* name) {
-  const fs::path dir =
-      fs::temp_directory_path() / (std::string("kiln-pjrt-") + name + "-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return testing::temp_folder("kiln-pjrt", name);
 }
 
 TEST(PjrtLocator, NothingInstalledNamesThePackageAndThePlaces) {
@@ -325,7 +306,13 @@ TEST(PjrtLoad, TheCudaPluginTakesKilnsOptions) {
   try {
     path = find_plugin("cuda");
   } catch (const Error&) {
-    GTEST_SKIP() << "no CUDA plugin installed (pip install jax-cuda13-pjrt)";
+    try {
+      path =
+          find_cross_plugin("cuda");  // the pinned copy fetch_pjrt.sh --cross keeps for cross-compiling (CI)
+    } catch (const Error&) {
+      GTEST_SKIP()
+          << "no CUDA plugin installed (pip install jax-cuda13-pjrt, or ./scripts/fetch_pjrt.sh --cross)";
+    }
   }
   try {
     const std::shared_ptr<Client> cuda = Client::create(path, client_options(DeviceType::CUDA));

@@ -174,6 +174,16 @@ std::string Executable::serialize() const {
 
 // ---- compiling
 
+PJRT_Program mlir_program(std::string& code) {
+  KILN_PJRT_ARGS(PJRT_Program, program);
+  program.code = code.data();
+  program.code_size = code.size();
+  static constexpr std::string_view kFormat = "mlir";
+  program.format = kFormat.data();
+  program.format_size = kFormat.size();
+  return program;
+}
+
 std::shared_ptr<Executable> Client::compile(std::string_view mlir_text, int num_replicas, int num_partitions,
                                             const std::vector<int>& replica_devices) {
   KILN_CHECK(!mlir_text.empty(), "PJRT compile: the module text is empty");
@@ -194,13 +204,8 @@ std::shared_ptr<Executable> Client::compile(std::string_view mlir_text, int num_
   }
   const std::string options =
       compile_options_proto(num_replicas, num_partitions, need == 1, replica_device_ids);
-  std::string code(mlir_text);  // PJRT_Program's code is a mutable char*
-  KILN_PJRT_ARGS(PJRT_Program, program);
-  program.code = code.data();
-  program.code_size = code.size();
-  static constexpr std::string_view kFormat = "mlir";
-  program.format = kFormat.data();
-  program.format_size = kFormat.size();
+  std::string code(mlir_text);
+  const PJRT_Program program = mlir_program(code);
   const PJRT_Api* api = state_->plugin->api;
   KILN_PJRT_ARGS(PJRT_Client_Compile_Args, args);
   args.client = state_->plugin->client;

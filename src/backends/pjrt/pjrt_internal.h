@@ -65,6 +65,8 @@ std::shared_ptr<Plugin> load_plugin(const std::string& path, const std::vector<C
 // The plugin at `path`: dlopen'ed, its API version checked and PJRT_Plugin_Initialize called, once per
 // process (later calls return the same API). Errors name the path.
 const PJRT_Api* load_api(const std::string& path);
+// A PJRT_Program of the MLIR text in `code`, which must outlive it (PJRT's code field is a mutable char*).
+PJRT_Program mlir_program(std::string& code);
 // `options` as the PJRT_NamedValues a create call takes; they point into `options`, which must outlive them.
 std::vector<PJRT_NamedValue> named_values(const std::vector<ClientOption>& options);
 }  // namespace kiln::pjrt

@@ -85,13 +85,8 @@ TargetProgram Topology::compile(std::string_view mlir_text, int num_replicas, in
   main_parameters(mlir_text);  // the signature check Client::compile makes
   const auto start = std::chrono::steady_clock::now();
   const std::string options = compile_options_proto(num_replicas, num_partitions, need == 1);
-  std::string code(mlir_text);  // PJRT_Program's code is a mutable char*
-  KILN_PJRT_ARGS(PJRT_Program, program);
-  program.code = code.data();
-  program.code_size = code.size();
-  static constexpr std::string_view kFormat = "mlir";
-  program.format = kFormat.data();
-  program.format_size = kFormat.size();
+  std::string code(mlir_text);
+  const PJRT_Program program = mlir_program(code);
   const PJRT_Api* api = s.api;
   KILN_PJRT_ARGS(PJRT_Compile_Args, args);
   args.topology = s.topology;
