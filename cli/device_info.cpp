@@ -6,6 +6,7 @@
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/bytes.h"
+#include "kiln/runtime/cross_compile.h"
 #include "kiln/runtime/devices.h"
 
 namespace kiln::cli {
@@ -29,6 +30,19 @@ void print_devices() {
                     format_bytes(m->in_use_bytes).c_str());
       else
         std::printf("  %-10s memory not reported by its plugin\n", "");
+    }
+  }
+  // The compilers of devices this host need not have (KILN_PJRT_CROSS_COMPILE=tpu:v5e,cuda:h200;
+  // docs/devices.md).
+  for (const CrossCompilePlatform& p : cross_compile_platforms()) {
+    std::string targets;
+    for (const std::string& t : p.targets) targets += (targets.empty() ? "" : " ") + t;
+    if (!p.plugin.empty()) {
+      std::printf("cross-compile for %s: %s (with %s)\n", p.platform.c_str(), targets.c_str(),
+                  p.plugin.c_str());
+    } else {
+      const std::string why = p.missing.substr(0, p.missing.find('\n'));  // not the list of places looked in
+      std::printf("cross-compile for %s: none (%s)\n", p.platform.c_str(), why.c_str());
     }
   }
 }

@@ -115,6 +115,10 @@ if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
                            PASS_REGULAR_EXPRESSION "wrote .*${name}.png \\(32x32, seed 1\\)\nkiln: ${KILN_CROSS_SUMMARY}"
                            LABELS "cli;devices" TIMEOUT 600)
     endforeach()
+    add_test(NAME cli.info_devices_lists_the_cross_compile_targets COMMAND kiln_cli info --devices)
+    set_tests_properties(cli.info_devices_lists_the_cross_compile_targets PROPERTIES
+                         PASS_REGULAR_EXPRESSION "cross-compile for tpu: tpu:v4 tpu:v5e tpu:v5p tpu:v6e \\(with [^\n]*libtpu.so\\)\ncross-compile for cuda: cuda:h200 cuda:h100 cuda:a100 cuda:l4 cuda:rtx4090 \\(with [^\n]*xla_cuda_plugin.so\\)"
+                         LABELS "cli;devices")
   else()
     message(STATUS "cross-compiling tests: not added (./scripts/fetch_pjrt.sh --cross, and the CUDA toolkit's ptxas)")
   endif()

@@ -43,11 +43,15 @@ class TempDirs {
 
 std::string temp_dir(const std::string& name) {
   static TempDirs made;
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("kiln_test_" + std::to_string(::getpid()) + "_" + name);
+  // A death test's child (the "threadsafe" style runs the test again in a new process, which ends without
+  // running destructors) takes its parent's directory: the parent's assertions then see what the child left,
+  // and the parent removes it.
+  const bool death_test_child = !GTEST_FLAG_GET(internal_run_death_test).empty();
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kiln_test_" + std::to_string(death_test_child ? ::getppid() : ::getpid()) + "_" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  made.add(dir);
+  if (!death_test_child) made.add(dir);
   return dir.string();
 }
 

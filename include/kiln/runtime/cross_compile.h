@@ -23,6 +23,16 @@ struct CrossCompileSummary {
 
 // Per target, in the order first used; empty when nothing was cross-compiled.
 std::vector<CrossCompileSummary> cross_compile_summary();
+// The targets of each platform Kiln can compile for, and the plugin that would compile them (or why none is
+// found), as `kiln info --devices` lists them.
+struct CrossCompilePlatform {
+  std::string platform;              // "tpu", "cuda"
+  std::vector<std::string> targets;  // "tpu:v5e", ...
+  std::string plugin;                // its path; empty when none is found
+  std::string missing;               // then: why (where it was looked for, how to get it)
+};
+std::vector<CrossCompilePlatform> cross_compile_platforms();
+
 // Forgets the counts and which programs were compiled (the next run compiles them for the targets again).
 void reset_cross_compile_summary();
 

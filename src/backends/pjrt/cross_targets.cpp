@@ -11,6 +11,7 @@
 #include "backends/pjrt/tpu_host.h"
 #include "core/cache_dir.h"
 #include "kiln/core/error.h"
+#include "kiln/runtime/cross_compile.h"
 
 namespace kiln::pjrt {
 namespace {
@@ -185,3 +186,24 @@ CrossTarget cross_target(const std::string& name) {
 }
 
 }  // namespace kiln::pjrt
+
+namespace kiln {
+
+std::vector<CrossCompilePlatform> cross_compile_platforms() {
+  std::vector<CrossCompilePlatform> out;
+  for (const char* platform : {"tpu", "cuda"}) {
+    CrossCompilePlatform p;
+    p.platform = platform;
+    for (const std::string& t : pjrt::known_cross_targets())
+      if (t.starts_with(p.platform + ":")) p.targets.push_back(t);
+    try {
+      p.plugin = pjrt::find_cross_plugin(p.platform);
+    } catch (const Error& e) {
+      p.missing = e.what();
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace kiln
