@@ -3,6 +3,7 @@
 // load options and execution options; options left out take that pipeline's diffusers defaults.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -250,7 +251,15 @@ void print_cross_compile_summary() {
   const auto shorter = [](const std::string& what) {
     return what.size() <= 100 ? what : what.substr(0, 97) + "...";
   };
-  for (const CrossCompileSummary& s : cross_compile_summary()) {
+  const std::vector<CrossCompileSummary> summary = cross_compile_summary();
+  const char* asked = std::getenv("KILN_PJRT_CROSS_COMPILE");
+  if (summary.empty() && asked && *asked)
+    std::fprintf(
+        stderr,
+        "kiln: KILN_PJRT_CROSS_COMPILE=%s compiled nothing: it compiles the programs a PJRT device runs "
+        "(--device xla-cpu on a host without accelerators), and this run used none\n",
+        asked);
+  for (const CrossCompileSummary& s : summary) {
     const std::string scratch = s.largest_scratch_bytes == 0
                                     ? "none needs scratch"
                                     : "the most scratch " + format_bytes(s.largest_scratch_bytes) + " (" +

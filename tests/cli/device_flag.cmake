@@ -3,6 +3,15 @@
 # what to install. The xla-cpu runs need the PJRT plugin scripts/setup.sh --pjrt (and --tests) installs.
 set(KILN_DEVICE_WORK ${CMAKE_CURRENT_BINARY_DIR})
 set(KILN_DEVICE_NO_MODEL ${KILN_DEVICE_WORK}/no-such-model)
+# KILN_PJRT_CROSS_COMPILE on a run that uses no PJRT device says that it compiled nothing, and why.
+add_test(NAME cli.cross_compile_on_the_cpu_says_it_compiled_nothing
+         COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device cpu
+                 --prompt "a red circle" --height 32 --width 32 --steps 1 --seed 1 --dtype f32
+                 --max-sequence-length 16 --output ${KILN_DEVICE_WORK}/cli_cross_compile_on_cpu.png)
+set_tests_properties(cli.cross_compile_on_the_cpu_says_it_compiled_nothing PROPERTIES
+                     ENVIRONMENT "KILN_PJRT_CROSS_COMPILE=tpu:v5e"
+                     PASS_REGULAR_EXPRESSION "wrote [^\n]*cli_cross_compile_on_cpu.png[^\n]*\nkiln: KILN_PJRT_CROSS_COMPILE=tpu:v5e compiled nothing: it compiles the programs a PJRT device runs"
+                     LABELS "cli")
 if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
   add_test(NAME cli.generate_tiny_flux_on_xla_cpu
            COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device xla-cpu

@@ -132,6 +132,14 @@ TEST(CrossTargets, AnUnknownNameIsRefusedListingTheKnownOnes) {
   EXPECT_NE(std::find(known.begin(), known.end(), "tpu:v6e"), known.end());
 }
 
+TEST(CrossTargets, TheListIsReadFromTheEnvironmentIgnoringSpaces) {
+  ScopedEnv env;
+  env.set("KILN_PJRT_CROSS_COMPILE", std::nullopt);
+  EXPECT_TRUE(pjrt::cross_compile_targets().empty());
+  env.set("KILN_PJRT_CROSS_COMPILE", " tpu:v5e , cuda:h200,, ");
+  EXPECT_EQ(pjrt::cross_compile_targets(), (std::vector<std::string>{"tpu:v5e", "cuda:h200"}));
+}
+
 TEST(CrossTargets, AMissingPluginIsNamedWithWhereItWasLookedForAndHowToGetIt) {
   ScopedEnv env;
   const fs::path empty = temp_folder("empty");

@@ -45,8 +45,10 @@ std::vector<std::string> cross_compile_targets() {
   std::vector<std::string> names;
   if (!env) return names;
   std::istringstream list(env);
-  for (std::string name; std::getline(list, name, ',');)
-    if (!name.empty()) names.push_back(name);
+  for (std::string name; std::getline(list, name, ',');) {
+    const size_t first = name.find_first_not_of(" \t"), last = name.find_last_not_of(" \t");
+    if (first != std::string::npos) names.push_back(name.substr(first, last - first + 1));
+  }
   return names;
 }
 

@@ -23,7 +23,8 @@ namespace kiln::pjrt {
 // emitted: cuDNN attention on cuda).
 using LowerFor = std::function<std::string(const hlo::LoweringTarget&)>;
 
-// The targets KILN_PJRT_CROSS_COMPILE names (comma-separated), read at each call; empty when unset.
+// The targets KILN_PJRT_CROSS_COMPILE names (comma-separated, spaces ignored), read at each call; empty when
+// unset.
 std::vector<std::string> cross_compile_targets();
 
 // Compiles the program for every target of cross_compile_targets(), once per distinct text and target.
