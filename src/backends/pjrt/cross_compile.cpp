@@ -63,14 +63,14 @@ void cross_compile(const std::string& own_platform, const std::string& own_text,
   for (const std::string& name : names) {
     const CrossTarget target = cross_target(name);
     const hlo::LoweringTarget theirs = hlo::lowering_target(target.platform);
-    const std::string text =
-        lower_for && theirs.cudnn_attention != own.cudnn_attention ? lower_for(theirs) : own_text;
-    if (!s.compiled.insert({name, std::hash<std::string>{}(text)}).second) continue;
+    const std::string text = lower_for && !hlo::emits_the_same(theirs, own) ? lower_for(theirs) : own_text;
+    const std::pair<std::string, size_t> key{name, std::hash<std::string>{}(text)};
+    if (!s.compiled.insert(key).second) continue;
     TargetProgram program;
     try {
       program = target.topology->compile(text, num_replicas, 1);
     } catch (const Error& e) {
-      s.compiled.erase({name, std::hash<std::string>{}(text)});
+      s.compiled.erase(key);
       KILN_FAIL("cross-compiling " << what << " for " << name << " (" << target.topology->device_kind()
                                    << "): " << e.what());
     }

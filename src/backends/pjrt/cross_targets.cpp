@@ -155,10 +155,7 @@ std::string find_cross_plugin(const std::string& platform) {
   if (const std::string cache = cache_dir(); !cache.empty())
     candidates.push_back((fs::path(cache) / "pjrt" / "cross" / file).string());
   for (const std::string& p : plugin_candidates(platform)) candidates.push_back(p);
-  for (const std::string& path : candidates) {
-    std::error_code ec;
-    if (fs::is_regular_file(path, ec)) return path;
-  }
+  if (std::string found = first_existing_file(candidates); !found.empty()) return found;
   std::ostringstream message;
   message << "cross-compiling for " << platform << ": no " << file << " found. Get it with "
           << "./scripts/fetch_pjrt.sh --cross (or pip install "

@@ -27,10 +27,7 @@ std::string describe(const PJRT_Api* api, PJRT_Device* device, DeviceInfo& info)
   id.device_description = get.device_description;
   check(api, api->PJRT_DeviceDescription_Id(&id), "PJRT_DeviceDescription_Id");
   info.id = id.id;
-  KILN_PJRT_ARGS(PJRT_DeviceDescription_Kind_Args, kind);
-  kind.device_description = get.device_description;
-  check(api, api->PJRT_DeviceDescription_Kind(&kind), "PJRT_DeviceDescription_Kind");
-  info.kind.assign(kind.device_kind, kind.device_kind_size);
+  info.kind = description_kind(api, get.device_description);
   KILN_PJRT_ARGS(PJRT_DeviceDescription_DebugString_Args, debug);
   debug.device_description = get.device_description;
   check(api, api->PJRT_DeviceDescription_DebugString(&debug), "PJRT_DeviceDescription_DebugString");
@@ -39,6 +36,13 @@ std::string describe(const PJRT_Api* api, PJRT_Device* device, DeviceInfo& info)
 }
 
 }  // namespace
+
+std::string description_kind(const PJRT_Api* api, PJRT_DeviceDescription* description) {
+  KILN_PJRT_ARGS(PJRT_DeviceDescription_Kind_Args, kind);
+  kind.device_description = description;
+  check(api, api->PJRT_DeviceDescription_Kind(&kind), "PJRT_DeviceDescription_Kind");
+  return std::string(kind.device_kind, kind.device_kind_size);
+}
 
 std::shared_ptr<Client> Client::create(const std::string& plugin_path,
                                        const std::vector<ClientOption>& options) {

@@ -28,41 +28,11 @@ std::string tensor_type(const ArraySpec& spec) {
   return out + ">";
 }
 
-// PJRT_Executable_* calls need the PJRT_Executable behind a loaded one; it must be destroyed after use.
-class Unloaded {
- public:
-  Unloaded(const PJRT_Api* api, PJRT_LoadedExecutable* loaded) : api_(api) {
-    KILN_PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, args);
-    args.loaded_executable = loaded;
-    check(api, api->PJRT_LoadedExecutable_GetExecutable(&args), "PJRT_LoadedExecutable_GetExecutable");
-    executable_ = args.executable;
-  }
-  ~Unloaded() {
-    KILN_PJRT_ARGS(PJRT_Executable_Destroy_Args, args);
-    args.executable = executable_;
-    discard(api_, api_->PJRT_Executable_Destroy(&args));
-  }
-  Unloaded(const Unloaded&) = delete;
-  Unloaded& operator=(const Unloaded&) = delete;
-  PJRT_Executable* get() const { return executable_; }
-
- private:
-  const PJRT_Api* api_;
-  PJRT_Executable* executable_ = nullptr;
-};
-
-// The temporary device memory a run of `exe` needs, when the plugin reports it. A plugin may leave the call
-// out or answer that it is unimplemented: the size is then unknown, which is not an error.
+// The temporary device memory a run of `exe` needs, when the plugin reports it.
 std::optional<int64_t> scratch_bytes_of(const PJRT_Api* api, PJRT_Executable* exe) {
-  if (api->PJRT_Executable_GetCompiledMemoryStats == nullptr) return std::nullopt;
-  KILN_PJRT_ARGS(PJRT_Executable_GetCompiledMemoryStats_Args, stats);
-  stats.executable = exe;
-  if (PJRT_Error* error = api->PJRT_Executable_GetCompiledMemoryStats(&stats)) {
-    discard(api, error);
-    return std::nullopt;
-  }
-  if (stats.temp_size_in_bytes < 0) return std::nullopt;
-  return stats.temp_size_in_bytes;
+  const auto stats = compiled_memory_stats(api, exe);
+  if (!stats || stats->temp_size_in_bytes < 0) return std::nullopt;
+  return stats->temp_size_in_bytes;
 }
 
 // Fills what the plugin knows about a freshly loaded executable: replica/partition counts, outputs, devices,
@@ -121,6 +91,33 @@ void describe(const Plugin& plugin, Executable::Raw& raw) {
 }
 
 }  // namespace
+
+// ---- Unloaded, memory stats
+
+Unloaded::Unloaded(const PJRT_Api* api, PJRT_LoadedExecutable* loaded) : api_(api) {
+  KILN_PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, args);
+  args.loaded_executable = loaded;
+  check(api, api->PJRT_LoadedExecutable_GetExecutable(&args), "PJRT_LoadedExecutable_GetExecutable");
+  executable_ = args.executable;
+}
+
+Unloaded::~Unloaded() {
+  KILN_PJRT_ARGS(PJRT_Executable_Destroy_Args, args);
+  args.executable = executable_;
+  discard(api_, api_->PJRT_Executable_Destroy(&args));
+}
+
+std::optional<PJRT_Executable_GetCompiledMemoryStats_Args> compiled_memory_stats(const PJRT_Api* api,
+                                                                                 PJRT_Executable* exe) {
+  if (api->PJRT_Executable_GetCompiledMemoryStats == nullptr) return std::nullopt;
+  KILN_PJRT_ARGS(PJRT_Executable_GetCompiledMemoryStats_Args, stats);
+  stats.executable = exe;
+  if (PJRT_Error* error = api->PJRT_Executable_GetCompiledMemoryStats(&stats)) {
+    discard(api, error);
+    return std::nullopt;
+  }
+  return stats;
+}
 
 // ---- Executable
 

@@ -65,6 +65,30 @@ std::shared_ptr<Plugin> load_plugin(const std::string& path, const std::vector<C
 // The plugin at `path`: dlopen'ed, its API version checked and PJRT_Plugin_Initialize called, once per
 // process (later calls return the same API). Errors name the path.
 const PJRT_Api* load_api(const std::string& path);
+// A PJRT_Executable owned for one scope (destroyed after use): the one behind a loaded executable (which
+// PJRT_Executable_* calls need), or one PJRT_Compile returned.
+class Unloaded {
+ public:
+  Unloaded(const PJRT_Api* api, PJRT_LoadedExecutable* loaded);
+  Unloaded(const PJRT_Api* api, PJRT_Executable* adopted) : api_(api), executable_(adopted) {}
+  ~Unloaded();
+  Unloaded(const Unloaded&) = delete;
+  Unloaded& operator=(const Unloaded&) = delete;
+  PJRT_Executable* get() const { return executable_; }
+
+ private:
+  const PJRT_Api* api_;
+  PJRT_Executable* executable_ = nullptr;
+};
+
+// What the plugin says an executable's runs need (PJRT_Executable_GetCompiledMemoryStats); nullopt when it
+// leaves the call out or answers that it is unimplemented, which is not an error.
+std::optional<PJRT_Executable_GetCompiledMemoryStats_Args> compiled_memory_stats(const PJRT_Api* api,
+                                                                                 PJRT_Executable* exe);
+
+// The device kind a device description names ("cpu", "NVIDIA H200", "TPU v5 lite").
+std::string description_kind(const PJRT_Api* api, PJRT_DeviceDescription* description);
+
 // A PJRT_Program of the MLIR text in `code`, which must outlive it (PJRT's code field is a mutable char*).
 PJRT_Program mlir_program(std::string& code);
 // `options` as the PJRT_NamedValues a create call takes; they point into `options`, which must outlive them.

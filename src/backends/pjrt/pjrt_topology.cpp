@@ -51,10 +51,7 @@ std::shared_ptr<Topology> Topology::create(const std::string& plugin_path, const
         "PJRT_TopologyDescription_GetDeviceDescriptions");
   s.device_count = int(devices.num_descriptions);
   KILN_CHECK(s.device_count > 0, "PJRT topology '" << name << "' of " << plugin_path << " has no devices");
-  KILN_PJRT_ARGS(PJRT_DeviceDescription_Kind_Args, kind);
-  kind.device_description = devices.descriptions[0];
-  check(api, api->PJRT_DeviceDescription_Kind(&kind), "PJRT_DeviceDescription_Kind");
-  s.device_kind.assign(kind.device_kind, kind.device_kind_size);
+  s.device_kind = description_kind(api, devices.descriptions[0]);
   return t;
 }
 
@@ -96,30 +93,15 @@ TargetProgram Topology::compile(std::string_view mlir_text, int num_replicas, in
   check(api, api->PJRT_Compile(&args), ("PJRT_Compile for " + s.name).c_str());
   TargetProgram out;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  PJRT_Executable* exe = args.executable;
-  struct Destroy {
-    const PJRT_Api* api;
-    PJRT_Executable* exe;
-    ~Destroy() {
-      KILN_PJRT_ARGS(PJRT_Executable_Destroy_Args, d);
-      d.executable = exe;
-      discard(api, api->PJRT_Executable_Destroy(&d));
-    }
-  } destroy{api, exe};
-  if (api->PJRT_Executable_GetCompiledMemoryStats) {
-    KILN_PJRT_ARGS(PJRT_Executable_GetCompiledMemoryStats_Args, stats);
-    stats.executable = exe;
-    if (PJRT_Error* error = api->PJRT_Executable_GetCompiledMemoryStats(&stats)) {
-      discard(api, error);
-    } else {
-      out.scratch_bytes = stats.temp_size_in_bytes;
-      out.argument_bytes = stats.argument_size_in_bytes;
-      out.output_bytes = stats.output_size_in_bytes;
-      out.code_bytes = stats.generated_code_size_in_bytes;
-    }
+  const Unloaded exe(api, args.executable);
+  if (const auto stats = compiled_memory_stats(api, exe.get())) {
+    out.scratch_bytes = stats->temp_size_in_bytes;
+    out.argument_bytes = stats->argument_size_in_bytes;
+    out.output_bytes = stats->output_size_in_bytes;
+    out.code_bytes = stats->generated_code_size_in_bytes;
   }
   KILN_PJRT_ARGS(PJRT_Executable_Serialize_Args, serialized);
-  serialized.executable = exe;
+  serialized.executable = exe.get();
   if (PJRT_Error* error = api->PJRT_Executable_Serialize(&serialized)) {
     discard(api, error);
   } else {

@@ -99,6 +99,14 @@ std::vector<std::string> plugin_candidates(std::string_view device_kind) {
   return paths;
 }
 
+std::string first_existing_file(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    std::error_code ec;
+    if (fs::is_regular_file(path, ec)) return path;
+  }
+  return "";
+}
+
 std::string find_plugin(std::string_view device_kind) {
   const Kind& kind = kind_of(device_kind);
   if (const std::string path = env("KILN_PJRT_PLUGIN"); !path.empty()) {
@@ -109,10 +117,7 @@ std::string find_plugin(std::string_view device_kind) {
     return path;
   }
   const std::vector<std::string> candidates = plugin_candidates(device_kind);
-  for (const std::string& path : candidates) {
-    std::error_code ec;
-    if (fs::is_regular_file(path, ec)) return path;
-  }
+  if (std::string found = first_existing_file(candidates); !found.empty()) return found;
   std::ostringstream message;
   message << "PJRT: no " << kind.name << " plugin found. Install it: " << kind.install
           << "; or set KILN_PJRT_PLUGIN to a plugin's path. Looked in:";

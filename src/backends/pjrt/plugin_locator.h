@@ -28,4 +28,7 @@ std::string find_plugin(std::string_view device_kind);
 // exist or not).
 std::vector<std::string> plugin_candidates(std::string_view device_kind);
 
+// The first of `paths` that is a regular file; empty when none is.
+std::string first_existing_file(const std::vector<std::string>& paths);
+
 }  // namespace kiln::pjrt

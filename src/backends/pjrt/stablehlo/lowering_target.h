@@ -20,6 +20,12 @@ struct LoweringTarget {
   bool cudnn_attention = false;
 };
 
+// Whether modules lowered for `a` and for `b` have the same text: every choice but the platform name is the
+// same (the platform itself is never written into a module).
+inline bool emits_the_same(const LoweringTarget& a, const LoweringTarget& b) {
+  return a.cudnn_attention == b.cudnn_attention;
+}
+
 // The target for a client of `platform`: on "cuda", cudnn_attention unless KILN_PJRT_FUSED_ATTENTION=0 (read
 // at each call, so a process may switch; the module text, hence the cache key, changes with it).
 LoweringTarget lowering_target(std::string_view platform);
