@@ -69,7 +69,8 @@ runtime::DeviceRegion chain_region(std::vector<int> stored) {
 TEST(RegionModule, AChainIsOneModuleWithItsGoldenText) {
   const runtime::DeviceRegion region = chain_region({-1});
   ASSERT_GE(region.calls.size(), 7u);
-  const RegionModule m = region_module(region);
+  // The storages held as a device holds them: in the dims they were written in.
+  const RegionModule m = region_module(region, {}, array_dims_as_written);
   // x, w, b, gamma, beta: each read before anything in the region writes it; and the two scalars (0.75 and
   // 0.25), passed at each launch so that other values reuse the executable.
   ASSERT_EQ(m.params.size(), 7u);
@@ -116,8 +117,39 @@ TEST(RegionModule, AStorageWrittenInPartFirstIsAParameterKeepingTheRest) {
   ASSERT_EQ(m.params.size(), 2u);
   EXPECT_FALSE(m.params[0].source.output);
   EXPECT_TRUE(m.params[1].source.output);
-  EXPECT_EQ(m.params[1].elements, 24);
+  EXPECT_EQ(m.params[1].dims, Shape({24}));
   EXPECT_EQ(m.results.size(), 1u);
+}
+
+TEST(RegionModule, StoragesArePassedAndReturnedInTheirArraysDims) {
+  const Tensor x = values({2, 8}, 1), w = values({4, 8}, 2), big = values({3, 8}, 10);
+  const runtime::DeviceRegion region = region_of(
+      [&] {
+        exp(linear(x, w));
+        big.narrow(1, 2, 4).copy_(values({3, 4}, 11));
+      },
+      {0, 1, -1});
+  // big's storage as big wrote it: [3, 8] (the narrow alone cannot tell).
+  const ArrayDims as_big_wrote_it = [&](const Tensor& t) {
+    return t.storage() == big.storage() ? big.shape() : array_dims_as_written(t);
+  };
+  const RegionModule m = region_module(region, {}, as_big_wrote_it);
+  std::vector<Shape> dims;
+  for (const RegionModule::Param& p : m.params)
+    if (!p.scalar) dims.push_back(p.dims);
+  // x and w as they are (a product reads its weight with no reshape: a relayout on a TPU), the copy's source,
+  // and big's old elements in big's dims.
+  ASSERT_EQ(dims.size(), 4u) << m.text;
+  EXPECT_EQ(dims[0], Shape({2, 8}));
+  EXPECT_EQ(dims[1], Shape({4, 8}));
+  EXPECT_EQ(dims[3], Shape({3, 8}));
+  EXPECT_EQ(m.text.find("stablehlo.reshape"), std::string::npos) << m.text;
+  EXPECT_NE(m.text.find("-> (tensor<2x4xf32>, tensor<2x4xf32>, tensor<3x8xf32>)"), std::string::npos)
+      << m.text;
+  std::string why;
+  if (auto client = testing::shared_client(&why)) {
+    EXPECT_NO_THROW(client->compile(m.text));
+  }
 }
 
 TEST(RegionModule, AStorageReadAsAnotherDtypeIsRefusedNamingTheCall) {

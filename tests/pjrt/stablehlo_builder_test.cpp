@@ -110,9 +110,14 @@ TEST(StorageViews, PicksTheCheapestPathForEachLayout) {
   // A transpose: reshape + transpose, no gather.
   EXPECT_EQ(count_ops({{3, 2}, {1, 3}, 0}, 6, "transpose"), 1);
   EXPECT_EQ(count_ops({{3, 2}, {1, 3}, 0}, 6, "gather"), 0);
-  // A narrow of the inner dim: a strided box (slices), no gather.
+  // A narrow of the inner dim: the flat array split into [4, 8] rows and sliced, no gather, no padding.
   EXPECT_EQ(count_ops({{4, 3}, {8, 1}, 2}, 32, "gather"), 0);
-  EXPECT_EQ(count_ops({{4, 3}, {8, 1}, 2}, 32, "pad"), 1);  // the box's last row runs past the storage
+  EXPECT_EQ(count_ops({{4, 3}, {8, 1}, 2}, 32, "pad"), 0);
+  EXPECT_EQ(count_ops({{4, 3}, {8, 1}, 2}, 32, "slice"), 1);
+  // A strided box whose rows the storage's size does not split: slices of the flat array, the box's last row
+  // padded where it runs past the storage.
+  EXPECT_EQ(count_ops({{4, 3}, {8, 1}, 2}, 30, "gather"), 0);
+  EXPECT_EQ(count_ops({{4, 3}, {8, 1}, 2}, 30, "pad"), 1);
   // A broadcast dim: broadcast_in_dim.
   EXPECT_EQ(count_ops({{4, 3}, {0, 1}, 0}, 3, "broadcast_in_dim"), 1);
   // Overlapping windows: the gather fallback.

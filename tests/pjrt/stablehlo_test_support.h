@@ -76,9 +76,23 @@ inline CpuRun run_on_cpu(std::vector<runtime::OpCall> calls) {
   return run;
 }
 
-// op_module(call) compiled and run on the plugin; the outputs' new storages as bytes.
-inline std::vector<std::vector<char>> run_on_pjrt(Client& client, const CpuRun& run) {
-  const OpModule m = op_module(run.call, lowering_target(client.platform_name()));
+// The two ways a device holds a storage that the lowerings must read and write alike: flat, and in the dims
+// of the tensor that wrote it whole (storage_views.h).
+struct ArrayPolicy {
+  const char* name;  // "flat", "shaped"
+  Shape (*dims)(const Tensor&);
+};
+inline const std::vector<ArrayPolicy>& array_policies() {
+  static const std::vector<ArrayPolicy> policies{{"flat", flat_array_dims},
+                                                 {"shaped", array_dims_as_written}};
+  return policies;
+}
+
+// op_module(call) compiled and run on the plugin, each storage an array of `array_dims`; the outputs' new
+// storages as bytes.
+inline std::vector<std::vector<char>> run_on_pjrt(Client& client, const CpuRun& run,
+                                                  const ArrayDims& array_dims = flat_array_dims) {
+  const OpModule m = op_module(run.call, lowering_target(client.platform_name()), array_dims);
   const auto exe = client.compile(m.text);
   std::vector<std::shared_ptr<Buffer>> args;
   for (const OpModule::Param& p : m.params) {
@@ -92,7 +106,7 @@ inline std::vector<std::vector<char>> run_on_pjrt(Client& client, const CpuRun& 
     const std::vector<char> bytes = p.source == OpModule::Source::Input
                                         ? storage_bytes(run.call.inputs[static_cast<size_t>(p.index)])
                                         : run.before[static_cast<size_t>(p.index)];
-    args.push_back(client.buffer_from_host(bytes.data(), bytes.size(), p.dtype, {p.elements}, 0));
+    args.push_back(client.buffer_from_host(bytes.data(), bytes.size(), p.dtype, p.dims, 0));
   }
   const auto outs = client.execute_on(*exe, args, 0);
   std::vector<std::vector<char>> result;
@@ -124,8 +138,9 @@ struct Tolerance {
 
 }  // namespace kiln::pjrt::hlo::testing
 
-// Runs the last op `body` dispatches on the CPU and through op_module on the plugin and compares every output
-// storage element: |pjrt - cpu| <= atol + rtol |cpu| (NaN must match NaN). Reports the worst element.
+// Runs the last op `body` dispatches on the CPU and through op_module on the plugin (its storages held flat,
+// then shaped: array_policies) and compares every output storage element: |pjrt - cpu| <= atol + rtol |cpu|
+// (NaN must match NaN). Reports the worst element.
 #define EXPECT_PJRT_MATCHES_CPU(tolerance, body)                                                             \
   do {                                                                                                       \
     std::string why_;                                                                                        \
@@ -133,30 +148,35 @@ struct Tolerance {
     if (!client_) GTEST_SKIP() << why_;                                                                      \
     const auto run_ =                                                                                        \
         ::kiln::pjrt::hlo::testing::run_on_cpu(::kiln::pjrt::hlo::testing::capture_calls(body));             \
-    const auto got_ = ::kiln::pjrt::hlo::testing::run_on_pjrt(*client_, run_);                               \
-    ASSERT_EQ(got_.size(), run_.after.size());                                                               \
-    for (size_t o_ = 0; o_ < got_.size(); ++o_) {                                                            \
-      const DType dt_ = run_.call.outputs[o_].dtype();                                                       \
-      const auto want_ = ::kiln::pjrt::hlo::testing::as_doubles(run_.after[o_], dt_);                        \
-      const auto have_ = ::kiln::pjrt::hlo::testing::as_doubles(got_[o_], dt_);                              \
-      ASSERT_EQ(want_.size(), have_.size()) << run_.call.describe();                                         \
-      double worst_ = 0;                                                                                     \
-      size_t at_ = 0, bad_ = 0;                                                                              \
-      for (size_t i_ = 0; i_ < want_.size(); ++i_) {                                                         \
-        const double w_ = want_[i_], h_ = have_[i_];                                                         \
-        const bool nan_ok_ = std::isnan(w_) && std::isnan(h_);                                               \
-        const double err_ = nan_ok_ ? 0.0 : std::abs(h_ - w_);                                               \
-        const double excess_ =                                                                               \
-            (std::isnan(err_) ? 1e30 : err_) - (tolerance).atol - (tolerance).rtol * std::abs(w_);           \
-        if (excess_ > 0) ++bad_;                                                                             \
-        if (excess_ > 0 && (bad_ == 1)) at_ = i_;                                                            \
-        if (!std::isnan(err_) && err_ > worst_) worst_ = err_;                                               \
+    for (const auto& policy_ : ::kiln::pjrt::hlo::testing::array_policies()) {                               \
+      const auto got_ = ::kiln::pjrt::hlo::testing::run_on_pjrt(*client_, run_, policy_.dims);               \
+      ASSERT_EQ(got_.size(), run_.after.size());                                                             \
+      for (size_t o_ = 0; o_ < got_.size(); ++o_) {                                                          \
+        const DType dt_ = run_.call.outputs[o_].dtype();                                                     \
+        const auto want_ = ::kiln::pjrt::hlo::testing::as_doubles(run_.after[o_], dt_);                      \
+        const auto have_ = ::kiln::pjrt::hlo::testing::as_doubles(got_[o_], dt_);                            \
+        ASSERT_EQ(want_.size(), have_.size()) << run_.call.describe() << " (" << policy_.name << " arrays)"; \
+        double worst_ = 0;                                                                                   \
+        size_t at_ = 0, bad_ = 0;                                                                            \
+        for (size_t i_ = 0; i_ < want_.size(); ++i_) {                                                       \
+          const double w_ = want_[i_], h_ = have_[i_];                                                       \
+          const bool nan_ok_ = std::isnan(w_) && std::isnan(h_);                                             \
+          const double err_ = nan_ok_ ? 0.0 : std::abs(h_ - w_);                                             \
+          const double excess_ =                                                                             \
+              (std::isnan(err_) ? 1e30 : err_) - (tolerance).atol - (tolerance).rtol * std::abs(w_);         \
+          if (excess_ > 0) ++bad_;                                                                           \
+          if (excess_ > 0 && (bad_ == 1)) at_ = i_;                                                          \
+          if (!std::isnan(err_) && err_ > worst_) worst_ = err_;                                             \
+        }                                                                                                    \
+        EXPECT_EQ(bad_, 0u) << run_.call.describe() << " (" << policy_.name << " arrays): output " << o_     \
+                            << " has " << bad_ << " of " << want_.size() << " elements off; first at "       \
+                            << at_ << ": cpu " << want_[at_] << ", pjrt " << have_[at_]                      \
+                            << "; worst |error| " << worst_;                                                 \
+        char worst_text_[32];                                                                                \
+        std::snprintf(worst_text_, sizeof worst_text_, "%.3g", worst_);                                      \
+        RecordProperty(                                                                                      \
+            "worst_error_line" + std::to_string(__LINE__) + "_" + std::to_string(o_) + "_" + policy_.name,   \
+            worst_text_);                                                                                    \
       }                                                                                                      \
-      EXPECT_EQ(bad_, 0u) << run_.call.describe() << ": output " << o_ << " has " << bad_ << " of "          \
-                          << want_.size() << " elements off; first at " << at_ << ": cpu " << want_[at_]     \
-                          << ", pjrt " << have_[at_] << "; worst |error| " << worst_;                        \
-      char worst_text_[32];                                                                                  \
-      std::snprintf(worst_text_, sizeof worst_text_, "%.3g", worst_);                                        \
-      RecordProperty("worst_error_line" + std::to_string(__LINE__) + "_" + std::to_string(o_), worst_text_); \
     }                                                                                                        \
   } while (0)

@@ -64,7 +64,7 @@ void run_in_process(const runtime::OpCall& call, const dist::LocalRank& local) {
   const Tensor& in = call.inputs[0];
   DeviceArray& output = device_array(call.outputs[0]);  // taken first: counted on the device before it runs
   Contribution mine{device_handle(in.device()), in.device(), written_buffer(in, std::string(call.op)),
-                    hlo::collective_module(call, local.group->size()), call.describe()};
+                    hlo::collective_module(call, local.group->size(), held_array_dims), call.describe()};
   const std::any result = local.group->rendezvous(local.rank, std::move(mine), run_across_devices);
   auto out = std::any_cast<std::shared_ptr<Buffer>>(result);
   // Waiting here, on this rank's stream, reports a failure as this op's.

@@ -2,6 +2,7 @@
 
 #include "backends/pjrt/device_memory.h"
 #include "backends/pjrt/pjrt_backend.h"
+#include "backends/pjrt/stablehlo/storage_views.h"
 #include "kiln/core/error.h"
 
 namespace kiln::pjrt {
@@ -17,6 +18,18 @@ void DeviceArray::set(std::shared_ptr<Buffer> buffer) {
                                                             "LoRA adapters) before offloading");
   std::lock_guard<std::mutex> lock(mutex_);
   buffer_ = std::move(buffer);
+}
+
+std::optional<Shape> DeviceArray::dims() const {
+  if (host_.defined()) return hlo::device_array_dims(host_.shape());
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (buffer_ == nullptr) return std::nullopt;
+  return buffer_->dims();
+}
+
+Shape held_array_dims(const Tensor& t) {
+  if (std::optional<Shape> dims = device_array(t).dims()) return *dims;
+  return {static_cast<int64_t>(t.storage()->bytes() / t.element_size())};
 }
 
 size_t DeviceArray::bring_in() const {
@@ -47,8 +60,8 @@ void DeviceArray::bring_in_locked() const {
   try {
     const DeviceHandle handle = device_handle(device_);
     buffer_ = explain_out_of_memory(device_, bytes, what, [&] {
-      return handle.client->buffer_from_host(host_.raw_data(), bytes, host_.dtype(), {host_.numel()},
-                                             handle.local_index);
+      return handle.client->buffer_from_host(host_.raw_data(), bytes, host_.dtype(),
+                                             hlo::device_array_dims(host_.shape()), handle.local_index);
     });
   } catch (...) {
     memory.release(bytes);

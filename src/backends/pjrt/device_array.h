@@ -1,7 +1,8 @@
 // What a Storage on a PJRT device holds. Its allocator hands out a DeviceArray instead of bytes: PJRT buffers
 // are immutable values that an executable returns, so "writing" a storage means replacing its array with the
-// buffer an op produced. The array is flat (the storage's bytes as elements of the dtype that wrote it); the
-// StableHLO of each op reads tensor views out of it (src/backends/pjrt/stablehlo/storage_views.h).
+// buffer an op produced. The array holds the storage's bytes as elements of the dtype that wrote it, as a
+// matrix of the innermost dim of the tensor that wrote it whole (or flat); the StableHLO of each op reads
+// tensor views out of it (src/backends/pjrt/stablehlo/storage_views.h).
 //
 // An offloaded weight's array is backed by its host tensor instead (backends/pjrt/offloaded_weight.h): its
 // buffer is copied from the host when brought in or first read, counted in the device's memory while it
@@ -10,6 +11,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "backends/pjrt/pjrt_client.h"
 #include "kiln/core/tensor.h"
@@ -32,6 +34,9 @@ class DeviceArray {
     return buffer_;
   }
   void set(std::shared_ptr<Buffer> buffer);
+  // The dims of the array: its buffer's, a host-backed array's (hlo::device_array_dims of its host shape,
+  // whether brought in or not), or nullopt while no op has written the storage.
+  std::optional<Shape> dims() const;
 
   bool host_backed() const { return host_.defined(); }
   const Tensor& host() const { return host_; }
@@ -54,5 +59,9 @@ class DeviceArray {
 inline DeviceArray& device_array(const Tensor& t) {
   return *static_cast<DeviceArray*>(t.storage()->data());
 }
+
+// The dims of the array behind `t`'s storage (hlo::ArrayDims for the modules of `t`'s ops): its array's, flat
+// while no op has written it (what buffer_before gives then).
+Shape held_array_dims(const Tensor& t);
 
 }  // namespace kiln::pjrt

@@ -7,6 +7,7 @@
 #include "backends/pjrt/device_memory.h"
 #include "backends/pjrt/pjrt_backend.h"
 #include "backends/pjrt/pjrt_kernels.h"
+#include "backends/pjrt/stablehlo/storage_views.h"
 #include "runtime/op_call.h"
 
 namespace kiln::pjrt {
@@ -61,14 +62,14 @@ void scatter_host_bytes(const char* from, const Tensor& t) {
   });
 }
 
-// A new storage on `device` holding `bytes`, the dense values of a tensor of `dtype` and `shape`.
-Tensor upload(const void* bytes, size_t count, DType dtype, const Shape& shape, Device device) {
-  Tensor t = Tensor::empty(shape, dtype, device);
+// `bytes`, the dense values of a tensor of `dtype` and `shape`, as a buffer of those dims on `device`;
+// `what` names the copy in an out-of-memory error.
+std::shared_ptr<Buffer> upload(const void* bytes, size_t count, DType dtype, const Shape& shape,
+                               Device device, const std::string& what) {
   const DeviceHandle handle = device_handle(device);
-  device_array(t).set(explain_out_of_memory(device, count, "a copy of " + t.str() + " from the host", [&] {
-    return handle.client->buffer_from_host(bytes, count, dtype, {t.numel()}, handle.local_index);
-  }));
-  return t;
+  return explain_out_of_memory(device, count, what, [&] {
+    return handle.client->buffer_from_host(bytes, count, dtype, shape, handle.local_index);
+  });
 }
 
 }  // namespace
@@ -76,12 +77,17 @@ Tensor upload(const void* bytes, size_t count, DType dtype, const Shape& shape, 
 void copy_host_to_device(const Tensor& src, const Tensor& dst) {
   if (dst.numel() == 0) return;
   const std::vector<char> dense = dense_host_bytes(src);
-  const Tensor on_device = upload(dense.data(), dense.size(), src.dtype(), src.shape(), dst.device());
-  if (is_whole_storage(dst) && dst.dtype() == src.dtype()) {
-    device_array(dst).set(device_array(on_device).buffer());
+  const std::string what = "a copy of " + src.str() + " from the host";
+  if (is_whole_storage(dst) && dst.dtype() == src.dtype() && dst.numel() == src.numel()) {
+    // The storage's array as ops writing dst whole would hold it (hlo::device_array_dims).
+    device_array(dst).set(upload(dense.data(), dense.size(), src.dtype(), hlo::device_array_dims(dst.shape()),
+                                 dst.device(), what));
     return;
   }
   // A view of a larger storage, or another dtype: the device's own copy op writes it.
+  const Tensor on_device = Tensor::empty(src.shape(), src.dtype(), dst.device());
+  device_array(on_device).set(upload(dense.data(), dense.size(), src.dtype(),
+                                     hlo::device_array_dims(src.shape()), dst.device(), what));
   run_op_module(runtime::OpCall{"copy", {on_device}, {dst}, {}});
 }
 

@@ -16,14 +16,6 @@
 
 namespace kiln::pjrt {
 
-namespace {
-
-int64_t storage_elements(const Tensor& t) {
-  return static_cast<int64_t>(t.storage()->bytes() / t.element_size());
-}
-
-}  // namespace
-
 std::shared_ptr<Buffer> written_buffer(const Tensor& t, const std::string& what) {
   std::shared_ptr<Buffer> b = device_array(t).buffer();
   KILN_CHECK(b != nullptr,
@@ -44,7 +36,7 @@ std::shared_ptr<Buffer> scalar_buffer(double value, DType dtype, const DeviceHan
 std::shared_ptr<Buffer> buffer_before(const Tensor& t, const DeviceHandle& device, const std::string& what) {
   if (std::shared_ptr<Buffer> b = device_array(t).buffer()) return written_buffer(t, what);
   std::vector<char> zeros(t.storage()->bytes(), 0);
-  return device.client->buffer_from_host(zeros.data(), zeros.size(), t.dtype(), {storage_elements(t)},
+  return device.client->buffer_from_host(zeros.data(), zeros.size(), t.dtype(), held_array_dims(t),
                                          device.local_index);
 }
 
@@ -75,11 +67,12 @@ void execute_into(Device device, const DeviceHandle& handle, const Executable& e
 
 void run_op_module(const runtime::OpCall& call) {
   const DeviceHandle device = device_handle(call.outputs.front().device());
-  const hlo::OpModule module = hlo::op_module(call, hlo::lowering_target(device.client->platform_name()));
+  const hlo::OpModule module =
+      hlo::op_module(call, hlo::lowering_target(device.client->platform_name()), held_array_dims);
   const std::string what = call.describe();
-  const std::shared_ptr<Executable> executable =
-      cached_executable(*device.client, module.text, what, {},
-                        [&call](const hlo::LoweringTarget& t) { return hlo::op_module(call, t).text; });
+  const std::shared_ptr<Executable> executable = cached_executable(
+      *device.client, module.text, what, {},
+      [&call](const hlo::LoweringTarget& t) { return hlo::op_module(call, t, held_array_dims).text; });
   std::vector<std::shared_ptr<Buffer>> arguments;
   for (const hlo::OpModule::Param& p : module.params) {
     switch (p.source) {

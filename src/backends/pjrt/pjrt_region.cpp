@@ -1,5 +1,6 @@
 #include "backends/pjrt/pjrt_region.h"
 
+#include "backends/pjrt/device_array.h"
 #include "backends/pjrt/executable_cache.h"
 #include "backends/pjrt/pjrt_backend.h"
 #include "backends/pjrt/pjrt_kernels.h"
@@ -31,11 +32,12 @@ bool joins_pjrt_region(const runtime::OpCall& call) {
 void run_pjrt_region(const runtime::DeviceRegion& region) {
   const DeviceHandle device = device_handle(region.device());
   const hlo::RegionModule module =
-      hlo::region_module(region, hlo::lowering_target(device.client->platform_name()));
+      hlo::region_module(region, hlo::lowering_target(device.client->platform_name()), held_array_dims);
   const std::string what = region.describe();
-  const std::shared_ptr<Executable> executable = cached_executable(
-      *device.client, module.text, what, {},
-      [&region](const hlo::LoweringTarget& t) { return hlo::region_module(region, t).text; });
+  const std::shared_ptr<Executable> executable =
+      cached_executable(*device.client, module.text, what, {}, [&region](const hlo::LoweringTarget& t) {
+        return hlo::region_module(region, t, held_array_dims).text;
+      });
   std::vector<std::shared_ptr<Buffer>> arguments;
   for (const hlo::RegionModule::Param& p : module.params) {
     if (p.scalar) {

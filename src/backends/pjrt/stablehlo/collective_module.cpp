@@ -5,12 +5,11 @@
 
 namespace kiln::pjrt::hlo {
 
-std::string collective_module(const runtime::OpCall& call, int64_t replicas) {
+std::string collective_module(const runtime::OpCall& call, int64_t replicas, const ArrayDims& array_dims) {
   const Tensor& in = call.inputs.at(0);
   const Tensor& out = call.outputs.at(0);
   HloBuilder b("kiln_" + std::string(call.op));
-  const Value flat = b.parameter(in.dtype(), {storage_elements(in)});
-  const Value x = load_view(b, flat, layout_of(in));
+  const Value x = load_view(b, b.parameter(in.dtype(), array_dims(in)), layout_of(in));
   Value y;
   if (call.op == "all_reduce_sum") {
     y = b.convert(b.all_reduce_sum(b.convert(x, DType::Float32), replicas), out.dtype());

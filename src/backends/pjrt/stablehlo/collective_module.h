@@ -3,18 +3,21 @@
 // gather happens between the devices inside the executable (XLA's all-reduce / all-gather: NCCL on GPUs, the
 // interconnect on TPUs, shared memory on the CPU plugin).
 //
-// @main takes the input's storage as a flat array (storage_views.h) and returns the output's. all_reduce_sum
+// @main takes the input's storage as its array (storage_views.h) and returns the output's. all_reduce_sum
 // adds in float32 and rounds once, as the host collectives do for bfloat16 and float16.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "backends/pjrt/stablehlo/storage_views.h"
 #include "runtime/op_call.h"
 
 namespace kiln::pjrt::hlo {
 
 // Throws a kiln::Error naming the op when it is not all_reduce_sum or all_gather.
-std::string collective_module(const runtime::OpCall& call, int64_t replicas);
+// The input is read as an array of `array_dims` (flat when not given).
+std::string collective_module(const runtime::OpCall& call, int64_t replicas,
+                              const ArrayDims& array_dims = flat_array_dims);
 
 }  // namespace kiln::pjrt::hlo

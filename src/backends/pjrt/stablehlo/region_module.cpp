@@ -19,10 +19,10 @@ bool same_layout(const ViewLayout& a, const ViewLayout& b) {
 struct StorageValue {
   DType dtype;
   int64_t elements = 0;
-  // The storage's flat array, when known as one (a parameter, or after a partial write).
-  std::optional<Value> flat;
-  // The value last written over the whole storage through `layout`, not yet laid out flat: reads through
-  // the same view take it as it is, so a chain of whole tensors never goes through reshapes.
+  // The storage's array, when known as one (a parameter, or after a partial write).
+  std::optional<Value> array;
+  // The value last written over the whole storage through `layout`, not yet laid out as the array: reads
+  // through the same view take it as it is, so a chain of whole tensors never goes through reshapes.
   std::optional<Value> whole;
   ViewLayout layout;
   int64_t result = -1;  // index into the results when stored
@@ -30,8 +30,9 @@ struct StorageValue {
 
 class RegionBuilder {
  public:
-  RegionBuilder(const runtime::DeviceRegion& region, const LoweringTarget& target)
-      : region_(region), b_("kiln_region", target) {
+  RegionBuilder(const runtime::DeviceRegion& region, const LoweringTarget& target,
+                const ArrayDims& array_dims)
+      : region_(region), array_dims_(array_dims), b_("kiln_region", target) {
     b_.lift_scalars();
   }
 
@@ -56,14 +57,14 @@ class RegionBuilder {
       }
     }
     std::vector<Value> results;
-    for (const Storage* s : stored_order) results.push_back(flat_of(storages_.at(s)));
+    for (const Storage* s : stored_order) results.push_back(array_of(storages_.at(s)));
     m_.text = b_.module_text(results);
     // Storages and lifted scalars in @main's order.
     std::vector<RegionModule::Param> params(static_cast<size_t>(b_.num_parameters()));
     for (size_t k = 0; k < m_.params.size(); ++k)
       params[static_cast<size_t>(storage_param_numbers_[k])] = m_.params[k];
     for (const HloBuilder::LiftedScalar& s : b_.lifted_scalars())
-      params[static_cast<size_t>(s.parameter)] = {{}, s.dtype, 1, true, s.value};
+      params[static_cast<size_t>(s.parameter)] = {{}, s.dtype, {}, true, s.value};
     m_.params = std::move(params);
     return std::move(m_);
   }
@@ -83,17 +84,17 @@ class RegionBuilder {
     return it->second;
   }
 
-  Value new_param(StorageValue& s, size_t call, bool output, size_t operand) {
-    m_.params.push_back(
-        {{static_cast<int64_t>(call), output, static_cast<int64_t>(operand)}, s.dtype, s.elements});
-    const Value p = b_.parameter(s.dtype, {s.elements});
+  Value new_param(StorageValue& s, const Tensor& t, size_t call, bool output, size_t operand) {
+    const Shape dims = array_dims_(t);
+    m_.params.push_back({{static_cast<int64_t>(call), output, static_cast<int64_t>(operand)}, s.dtype, dims});
+    const Value p = b_.parameter(s.dtype, dims);
     storage_param_numbers_.push_back(b_.num_parameters() - 1);
     return p;
   }
 
-  Value flat_of(StorageValue& s) {
-    if (!s.flat) s.flat = store_whole(b_, *s.whole, s.layout);
-    return *s.flat;
+  Value array_of(StorageValue& s) {
+    if (!s.array) s.array = store_whole(b_, *s.whole, s.layout);
+    return *s.array;
   }
 
   Value read(size_t i, size_t k) {
@@ -102,8 +103,8 @@ class RegionBuilder {
     StorageValue& s = state_for(t, call);
     const ViewLayout layout = layout_of(t);
     if (s.whole && same_layout(s.layout, layout)) return *s.whole;
-    if (!s.flat && !s.whole) s.flat = new_param(s, i, false, k);
-    return load_view(b_, flat_of(s), layout);
+    if (!s.array && !s.whole) s.array = new_param(s, t, i, false, k);
+    return load_view(b_, array_of(s), layout);
   }
 
   void write(size_t i, size_t o, const Value& value) {
@@ -114,15 +115,16 @@ class RegionBuilder {
     if (covers_whole_storage(layout, s.elements)) {
       s.whole = value;
       s.layout = layout;
-      s.flat.reset();
+      s.array.reset();
       return;
     }
-    if (!s.flat && !s.whole) s.flat = new_param(s, i, true, o);
-    s.flat = store_view(b_, flat_of(s), value, layout);
+    if (!s.array && !s.whole) s.array = new_param(s, t, i, true, o);
+    s.array = store_view(b_, array_of(s), value, layout);
     s.whole.reset();
   }
 
   const runtime::DeviceRegion& region_;
+  const ArrayDims& array_dims_;
   HloBuilder b_;
   RegionModule m_;
   std::unordered_map<const Storage*, StorageValue> storages_;
@@ -131,10 +133,11 @@ class RegionBuilder {
 
 }  // namespace
 
-RegionModule region_module(const runtime::DeviceRegion& region, const LoweringTarget& target) {
+RegionModule region_module(const runtime::DeviceRegion& region, const LoweringTarget& target,
+                           const ArrayDims& array_dims) {
   KILN_CHECK(!region.calls.empty() && region.stored.size() == region.calls.size(),
              "internal: a region needs calls and one stored list per call");
-  return RegionBuilder(region, target).build();
+  return RegionBuilder(region, target, array_dims).build();
 }
 
 }  // namespace kiln::pjrt::hlo
