@@ -50,18 +50,18 @@ void expect_golden(const std::string& name, const runtime::OpCall& call,
 }
 
 TEST(StableHloGolden, AddWithBroadcasting) {
-  const Tensor a = values({2, 3}, 1), b = values({3}, 2);
+  const Tensor a = values({2, 8}, 1), b = values({8}, 2);
   expect_golden("add_broadcast", last_call([&] { add(a, b); }));
 }
 
 TEST(StableHloGolden, Bf16LinearWithBias) {
-  const Tensor x = values({2, 4}, 3, -1, 1, bfloat16), w = values({3, 4}, 4, -1, 1, bfloat16);
-  const Tensor bias = values({3}, 5, -1, 1, bfloat16);
+  const Tensor x = values({2, 8}, 3, -1, 1, bfloat16), w = values({4, 8}, 4, -1, 1, bfloat16);
+  const Tensor bias = values({4}, 5, -1, 1, bfloat16);
   expect_golden("linear_bf16_bias", last_call([&] { linear(x, w, bias); }));
 }
 
 TEST(StableHloGolden, Softmax) {
-  const Tensor x = values({2, 5}, 6);
+  const Tensor x = values({2, 8}, 6);
   expect_golden("softmax", last_call([&] { softmax(x, -1); }));
 }
 

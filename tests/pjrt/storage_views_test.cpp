@@ -96,23 +96,29 @@ TEST(ShapedStorageViews, AWriteIntoANarrowIsOneUpdateOfTheShapedArray) {
 }
 
 TEST(ShapedStorageViews, AWholeWriteIsAMatrixOfItsInnermostDim) {
-  EXPECT_EQ(whole_storage_dims({{2, 3}, {3, 1}, 0}), Shape({2, 3}));
-  EXPECT_EQ(whole_storage_dims({{2, 3, 4}, {12, 4, 1}, 0}), Shape({6, 4}));
+  EXPECT_EQ(whole_storage_dims({{2, 8}, {8, 1}, 0}), Shape({2, 8}));
+  EXPECT_EQ(whole_storage_dims({{2, 3, 16}, {48, 16, 1}, 0}), Shape({6, 16}));
   EXPECT_EQ(whole_storage_dims({{}, {}, 0}), Shape({1}));
   EXPECT_EQ(whole_storage_dims({{7}, {1}, 0}), Shape({7}));
   // Dims of one element are dropped: [1, S, D] and [S, D] are held alike.
-  EXPECT_EQ(whole_storage_dims({{1, 5, 3}, {15, 3, 1}, 0}), Shape({5, 3}));
-  EXPECT_EQ(whole_storage_dims({{5, 3}, {3, 1}, 0}), Shape({5, 3}));
+  EXPECT_EQ(whole_storage_dims({{1, 5, 8}, {40, 8, 1}, 0}), Shape({5, 8}));
+  EXPECT_EQ(whole_storage_dims({{5, 8}, {8, 1}, 0}), Shape({5, 8}));
   EXPECT_EQ(whole_storage_dims({{1, 5, 1}, {5, 1, 7}, 0}), Shape({5}));
   // Attention's [B, H, S, D] output written sequence-major: the storage holds [B * S * H, D].
   EXPECT_EQ(whole_storage_dims({{2, 3, 5, 4}, {60, 4, 12, 1}, 0}), Shape({30, 4}));
   // A transposed write: its strides' order.
-  EXPECT_EQ(whole_storage_dims({{3, 2}, {1, 3}, 0}), Shape({2, 3}));
+  EXPECT_EQ(whole_storage_dims({{16, 2}, {1, 16}, 0}), Shape({2, 16}));
+  // Innermost dims a TPU pads stay flat: a 3x3 convolution's weight, [S, 3] position ids.
+  EXPECT_EQ(whole_storage_dims({{8, 4, 3, 3}, {36, 9, 3, 1}, 0}), Shape({288}));
+  EXPECT_EQ(device_array_dims({5, 3}), Shape({15}));
+  EXPECT_EQ(device_array_dims({5, 12}), Shape({60}));
+  EXPECT_EQ(device_array_dims({5, 2}), Shape({5, 2}));
+  EXPECT_EQ(device_array_dims({5, 24}), Shape({5, 24}));
   HloBuilder b;
-  const Value v = b.parameter(float32, {3, 2});
-  EXPECT_EQ(store_whole(b, v, {{3, 2}, {1, 3}, 0}).shape, Shape({2, 3}));
-  const Value x = b.parameter(float32, {1, 4, 2});
-  EXPECT_EQ(store_whole(b, x, {{1, 4, 2}, {8, 2, 1}, 0}).shape, Shape({4, 2}));
+  const Value v = b.parameter(float32, {16, 2});
+  EXPECT_EQ(store_whole(b, v, {{16, 2}, {1, 16}, 0}).shape, Shape({2, 16}));
+  const Value x = b.parameter(float32, {1, 4, 8});
+  EXPECT_EQ(store_whole(b, x, {{1, 4, 8}, {32, 8, 1}, 0}).shape, Shape({4, 8}));
 }
 
 // ---- on the plugin: every view, every array shape, the same elements

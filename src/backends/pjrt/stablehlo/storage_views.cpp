@@ -268,7 +268,11 @@ Shape device_array_dims(const Shape& storage_order_dims) {
     if (d != 1) kept.push_back(d);
   const int64_t n = shape_numel(storage_order_dims);
   if (kept.size() <= 1 || n == 0) return {n};
-  return {n / kept.back(), kept.back()};
+  const int64_t columns = kept.back();
+  // A TPU pads other innermost dims (3 to 4, 6 to 8, 12 to 16: a 3x3 convolution's weight would take a
+  // third more memory as a matrix); flat, it takes what it needs.
+  if (columns != 2 && columns != 4 && columns % 8 != 0) return {n};
+  return {n / columns, columns};
 }
 
 Shape whole_storage_dims(const ViewLayout& layout) {

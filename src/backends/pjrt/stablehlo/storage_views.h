@@ -46,7 +46,8 @@ bool covers_whole_storage(const ViewLayout& layout, int64_t storage_elements);
 
 // The dims a device holds a storage in, given the dims of the tensor that writes it whole, in storage order:
 // [product of the others, innermost] after dropping dims of one element ([1, S, D] and [S, D] both give
-// [S, D]; [B, H, S, D] gives [B * H * S, D]); [n] when at most one dim is left.
+// [S, D]; [B, H, S, D] gives [B * H * S, D]); [n] when at most one dim is left, or when the innermost dim
+// is one a TPU pads (neither 2, 4 nor a multiple of 8: a 3x3 convolution's [O, I, 3, 3] weight stays flat).
 Shape device_array_dims(const Shape& storage_order_dims);
 // The dims of the array a storage holds once written whole through `layout` (covers_whole_storage):
 // device_array_dims of its dims in storage order (a permuted view such as attention's sequence-major output
