@@ -19,10 +19,12 @@
 #include "backends/pjrt/cross_targets.h"
 #include "backends/pjrt/pjrt_client.h"
 #include "backends/pjrt/stablehlo/collective_module.h"
+#include "backends/pjrt/stablehlo/op_module.h"
 #include "backends/pjrt/tpu_host.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/cross_compile.h"
+#include "runtime/capture.h"
 #include "runtime/op_call.h"
 #include "support/pjrt_devices.h"
 #include "support/scoped_env.h"
@@ -177,6 +179,40 @@ TEST(CrossCompile, TpuCompilesKilnsModulesAndReportsTheirMemory) {
               tpu->topology->compile(pjrt::hlo::collective_module(call, 8), 8);
             }).find("8 replicas x 1 partitions do not fit its 4 devices"),
             std::string::npos);
+}
+
+// Why device storages are matrices, not flat (storage_views.h): FLUX's single-block projection on a TPU. Its
+// weight held flat is relaid out into scratch at every call (twice its size); held as [out, in] it is read
+// as it is. And an innermost dim of 3 is padded to 4 there, so a 3x3 convolution's weight stays flat.
+TEST(CrossCompile, OnATpuAWeightHeldAsAMatrixNeedsNoRelayout) {
+  TARGET_OR_SKIP(tpu, "tpu:v5e");
+  const Tensor x = Tensor::empty({1, 3072}, bfloat16, cpu), w = Tensor::empty({18432, 3072}, bfloat16, cpu);
+  std::vector<runtime::OpCall> calls;  // linear's call, captured from its front end, not run
+  {
+    runtime::CaptureGuard capture(&calls);
+    linear(x, w);
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  const runtime::OpCall& call = calls[0];
+  const int64_t weight_bytes = int64_t{18432} * 3072 * 2;
+  const pjrt::TargetProgram shaped =
+      tpu->topology->compile(pjrt::hlo::op_module(call, {}, pjrt::hlo::array_dims_as_written).text);
+  EXPECT_EQ(shaped.scratch_bytes, 0);
+  const pjrt::TargetProgram flat =
+      tpu->topology->compile(pjrt::hlo::op_module(call, {}, pjrt::hlo::flat_array_dims).text);
+  EXPECT_GE(flat.scratch_bytes, weight_bytes) << "libtpu no longer relays out a flat weight: the reason for "
+                                                 "matrices is gone, see storage_views.h";
+  // [O, I, 3, 3] as a [O * I * 3, 3] matrix would be padded; flat, it takes its size.
+  EXPECT_EQ(pjrt::hlo::device_array_dims({512, 512, 3, 3}), Shape({512 * 512 * 9}));
+  auto argument_bytes = [&](const std::string& type) {
+    const std::string module =
+        "module @m {\n  func.func public @main(%arg0: tensor<" + type + ">) -> (tensor<" + type +
+        ">) {\n    %0 = \"stablehlo.negate\"(%arg0) : (tensor<" + type + ">) -> tensor<" + type +
+        ">\n    \"func.return\"(%0) : (tensor<" + type + ">) -> ()\n  }\n}\n";
+    return tpu->topology->compile(module).argument_bytes;
+  };
+  EXPECT_EQ(argument_bytes("2359296xbf16"), 2359296 * 2);
+  EXPECT_GT(argument_bytes("786432x3xbf16"), 2359296 * 2);
 }
 
 TEST(CrossCompile, TheTpuCompilerRefusesCudnnAttentionByName) {
