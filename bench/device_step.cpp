@@ -104,12 +104,14 @@ int run(int argc, char** argv) {
     for (kiln::Tensor* t : {&s.hidden, &s.text, &s.pooled, &s.timestep, &s.guidance, &s.txt_ids, &s.img_ids})
       *t = t->to(device);
     const auto estimate = [&](kiln::Device on) {
-      return kiln::block_stack_activation_bytes({.tokens = (size / 16) * (size / 16) + 512,
-                                                 .width = 3072,
-                                                 .mlp_width = 4 * 3072,
-                                                 .heads = 24,
-                                                 .fused_attention = kiln::fuses_attention(on, bfloat16, 128)},
-                                                bfloat16);
+      return kiln::block_stack_activation_bytes(
+          {.tokens = (size / 16) * (size / 16) + 512,
+           .width = 3072,
+           .mlp_width = 4 * 3072,
+           .heads = 24,
+           .fused_attention = kiln::fuses_attention(on, bfloat16, 128),
+           .attention_key_block = kiln::attention_key_block(on, bfloat16, 128)},
+          bfloat16);
     };
     time_modes(
         model, device, *s.model, reps, [&] { return s.forward(); }, estimate);
@@ -137,7 +139,8 @@ int run(int argc, char** argv) {
          .width = config.inner_dim(),
          .mlp_width = 4 * config.inner_dim(),
          .heads = config.num_attention_heads,
-         .fused_attention = kiln::fuses_attention(on, bfloat16, config.attention_head_dim)},
+         .fused_attention = kiln::fuses_attention(on, bfloat16, config.attention_head_dim),
+         .attention_key_block = kiln::attention_key_block(on, bfloat16, config.attention_head_dim)},
         bfloat16);
   };
   time_modes(

@@ -37,22 +37,28 @@ bool fuses_attention(const Device& device, DType dtype, int64_t head_dim) {
   return runtime::backend_for(device.type).fuses_attention(device.type, dtype, head_dim);
 }
 
+int64_t attention_key_block(const Device& device, DType dtype, int64_t head_dim) {
+  return runtime::backend_for(device.type).attention_key_block(device.type, dtype, head_dim);
+}
+
 int64_t block_stack_activation_bytes(const BlockStackShape& shape, DType dtype) {
   const int64_t e = static_cast<int64_t>(dtype_size(dtype));
   // Inside a block at its widest: the input, its norm and modulation, q, k, v and their rotated copies, the
   // attention's output and the stream it is added to (about ten widths), and the MLP's hidden layer, its
   // activation and a gate or concatenation beside it (three MLP widths).
   const int64_t streams = shape.batch * shape.tokens * (10 * shape.width + 3 * shape.mlp_width) * e;
+  const int64_t held_keys =
+      shape.attention_key_block > 0 ? std::min(shape.tokens, shape.attention_key_block) : shape.tokens;
   const int64_t scores = shape.fused_attention ? 0
                                                : attention_scores_bytes(shape.batch, shape.heads,
-                                                                        shape.tokens, shape.tokens, dtype);
+                                                                        shape.tokens, held_keys, dtype);
   return streams + scores;
 }
 
 namespace {
 
 int64_t untiled_vae_bytes(const models::AutoencoderKLConfig& c, int64_t batch, int64_t height, int64_t width,
-                          DType dtype) {
+                          DType dtype, const Device& device) {
   const int64_t e = static_cast<int64_t>(dtype_size(dtype));
   const int64_t f = c.scale_factor();
   const std::vector<int64_t>& channels = c.decoder_channels();
@@ -71,8 +77,10 @@ int64_t untiled_vae_bytes(const models::AutoencoderKLConfig& c, int64_t batch, i
   const int64_t convolutions = 5 * batch * widest * e;
   // The mid block's attention: one head over the latent's pixels, as wide as the deepest channels.
   const int64_t latent_pixels = (height / f) * (width / f);
+  const int64_t key_block = attention_key_block(device, dtype, channels.back());
+  const int64_t held_keys = key_block > 0 ? std::min(latent_pixels, key_block) : latent_pixels;
   const int64_t attention = c.mid_block_add_attention
-                                ? attention_scores_bytes(batch, 1, latent_pixels, latent_pixels, dtype) +
+                                ? attention_scores_bytes(batch, 1, latent_pixels, held_keys, dtype) +
                                       5 * batch * latent_pixels * channels.back() * e
                                 : 0;
   return std::max(convolutions, attention);
@@ -81,12 +89,12 @@ int64_t untiled_vae_bytes(const models::AutoencoderKLConfig& c, int64_t batch, i
 }  // namespace
 
 int64_t vae_activation_bytes(const models::AutoencoderKL& vae, int64_t batch, int64_t height, int64_t width,
-                             DType dtype) {
+                             DType dtype, const Device& device) {
   const models::AutoencoderKLConfig& c = vae.config();
-  if (!vae.use_tiling()) return untiled_vae_bytes(c, batch, height, width, dtype);
+  if (!vae.use_tiling()) return untiled_vae_bytes(c, batch, height, width, dtype, device);
   // A tile at a time, and the blended image beside it.
   const int64_t tile = vae.tiling().tile_sample_min_size;
-  return untiled_vae_bytes(c, batch, std::min(height, tile), std::min(width, tile), dtype) +
+  return untiled_vae_bytes(c, batch, std::min(height, tile), std::min(width, tile), dtype, device) +
          batch * c.out_channels * height * width * static_cast<int64_t>(dtype_size(dtype));
 }
 
@@ -109,7 +117,8 @@ int64_t clip_activation_bytes(const models::ClipTextConfig& config, DType dtype,
                                        .width = config.hidden_size,
                                        .mlp_width = config.intermediate_size,
                                        .heads = config.num_attention_heads,
-                                       .fused_attention = fuses_attention(device, dtype, head_dim)},
+                                       .fused_attention = fuses_attention(device, dtype, head_dim),
+                                       .attention_key_block = attention_key_block(device, dtype, head_dim)},
                                       dtype);
 }
 
@@ -120,7 +129,8 @@ int64_t dit_step_activation_bytes(int64_t batch, int64_t tokens, int64_t heads, 
                                        .width = heads * head_dim,
                                        .mlp_width = 4 * heads * head_dim,
                                        .heads = heads,
-                                       .fused_attention = fuses_attention(device, dtype, head_dim)},
+                                       .fused_attention = fuses_attention(device, dtype, head_dim),
+                                       .attention_key_block = attention_key_block(device, dtype, head_dim)},
                                       dtype);
 }
 

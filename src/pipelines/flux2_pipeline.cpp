@@ -385,9 +385,11 @@ ActivationEstimate Flux2PipelineBase::estimate_activations(const PipelineRequest
        .width = tc.inner_dim(),
        .mlp_width = tc.mlp_hidden_dim(),
        .heads = tc.num_attention_heads,
-       .fused_attention = fuses_attention(device, dtype(), tc.attention_head_dim)},
+       .fused_attention = fuses_attention(device, dtype(), tc.attention_head_dim),
+       .attention_key_block = attention_key_block(device, dtype(), tc.attention_head_dim)},
       dtype());
-  e.vae = vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype());
+  e.vae =
+      vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype(), device);
   return e;
 }
 

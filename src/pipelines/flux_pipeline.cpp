@@ -544,7 +544,8 @@ ActivationEstimate FluxPipeline::estimate_activations(const PipelineRequest& req
   e.transformer = pipelines::dit_step_activation_bytes(
       request.num_images_per_prompt, image_tokens + call.max_sequence_length, tc.num_attention_heads,
       tc.attention_head_dim, dtype(), device);
-  e.vae = vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype());
+  e.vae =
+      vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype(), device);
   return e;
 }
 

@@ -518,7 +518,8 @@ ActivationEstimate StableDiffusion3Pipeline::estimate_activations(const Pipeline
   e.transformer = pipelines::dit_step_activation_bytes(
       batch, (call.height / f) * (call.width / f) + clip_tokens + call.max_sequence_length,
       tc.num_attention_heads, tc.attention_head_dim, dtype(), device);
-  e.vae = vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype());
+  e.vae =
+      vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype(), device);
   return e;
 }
 

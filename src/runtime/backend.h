@@ -45,6 +45,10 @@ class Backend {
   // Whether scaled_dot_product_attention of `head_dim` in `dtype` runs on `type` as one fused kernel that
   // never holds the scores (a memory budget's activation estimate then leaves them out); false by default.
   virtual bool fuses_attention(DeviceType, DType, int64_t /*head_dim*/) const { return false; }
+  // The keys per block when scaled_dot_product_attention (without a bias) of `head_dim` in `dtype` runs on
+  // `type` as a loop over key blocks, holding one block's scores at a time; 0 (the default) when it holds
+  // them all, or none (fused).
+  virtual int64_t attention_key_block(DeviceType, DType, int64_t /*head_dim*/) const { return 0; }
 };
 
 // The backends built into this library, filled on first use (register_builtin_backends).

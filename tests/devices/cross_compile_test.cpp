@@ -215,6 +215,31 @@ TEST(CrossCompile, OnATpuAWeightHeldAsAMatrixNeedsNoRelayout) {
   EXPECT_GT(argument_bytes("786432x3xbf16"), 2359296 * 2);
 }
 
+// A TPU gets no fused attention: over blocks of keys (lower_fused.cpp) it holds a block's scores at most
+// instead of them all. FLUX's attention at 512x512 (24 heads, 1536 tokens, bf16).
+TEST(CrossCompile, OnATpuAttentionOverKeyBlocksHoldsNoWholeScores) {
+  TARGET_OR_SKIP(tpu, "tpu:v5e");
+  const Tensor q = Tensor::empty({1, 24, 1536, 128}, bfloat16, cpu);
+  std::vector<runtime::OpCall> calls;
+  {
+    runtime::CaptureGuard capture(&calls);
+    scaled_dot_product_attention(q, q, q, {});
+  }
+  ASSERT_FALSE(calls.empty());
+  const int64_t whole_scores = int64_t{24} * 1536 * 1536 * 4;
+  ScopedEnv env;
+  env.set("KILN_PJRT_ATTENTION_KEY_BLOCK", std::nullopt);
+  const pjrt::TargetProgram blocks = tpu->topology->compile(
+      pjrt::hlo::op_module(calls.back(), pjrt::hlo::lowering_target("tpu"), pjrt::hlo::array_dims_as_written)
+          .text);
+  env.set("KILN_PJRT_ATTENTION_KEY_BLOCK", "0");
+  const pjrt::TargetProgram composed = tpu->topology->compile(
+      pjrt::hlo::op_module(calls.back(), pjrt::hlo::lowering_target("tpu"), pjrt::hlo::array_dims_as_written)
+          .text);
+  EXPECT_GE(composed.scratch_bytes, whole_scores);
+  EXPECT_LE(blocks.scratch_bytes, whole_scores / 6) << "one block of 256 keys is a sixth of the scores";
+}
+
 TEST(CrossCompile, TheTpuCompilerRefusesCudnnAttentionByName) {
   TARGET_OR_SKIP(tpu, "tpu:v5e");
   const std::string message =

@@ -22,6 +22,7 @@
 #include "lora/lora_goldens.h"
 #include "support/pipeline_comparison.h"
 #include "support/pjrt_devices.h"
+#include "support/scoped_env.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -106,6 +107,23 @@ TEST(PipelinesOnDevice, Sd3WithClassifierFreeGuidanceGivesDiffusersImage) {
   PipelineRequest c = testing::request_from_golden(g);
   if (m.count("negative_prompt")) c.negative_prompt = m.at("negative_prompt");
   expect_device_matches(m.at("pipeline"), g, c, "StableDiffusion3Pipeline medium f32");
+}
+
+// A TPU's attention (over blocks of keys with a running softmax, lower_fused.cpp) on the CPU plugin, blocks
+// small enough that the transformer's joint attention (16 image + 256 text tokens) and the VAE's
+// mid-block attention run as loops with a partial last block: still diffusers' image. SD3.5's CFG batch too.
+TEST(PipelinesOnDevice, AttentionOverKeyBlocksGivesDiffusersImage) {
+  KILN_SKIP_WITHOUT_PJRT();
+  testing::ScopedEnv env;
+  env.set("KILN_PJRT_ATTENTION_KEY_BLOCK", "24");
+  const io::SafetensorsFile flux(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
+  expect_device_matches(flux.metadata().at("pipeline"), flux, testing::request_from_golden(flux),
+                        "FluxPipeline schnell f32, attention over blocks of 24 keys");
+  const io::SafetensorsFile sd3(testing::data_path("goldens/sd3/medium_cat_64x64_s0.safetensors"));
+  PipelineRequest c = testing::request_from_golden(sd3);
+  if (sd3.metadata().count("negative_prompt")) c.negative_prompt = sd3.metadata().at("negative_prompt");
+  expect_device_matches(sd3.metadata().at("pipeline"), sd3, c,
+                        "StableDiffusion3Pipeline medium f32, attention over blocks of 24 keys");
 }
 
 // FLUX.2 from the prompt: its decoder text encoder (Qwen3), guidance by a second transformer call, a batch

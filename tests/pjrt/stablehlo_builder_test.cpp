@@ -91,6 +91,37 @@ TEST(HloBuilder, DotGeneralShapeAndAttributes) {
                        "lhs_contracting_dimensions = [3], rhs_contracting_dimensions = [3]>"));
 }
 
+TEST(HloBuilder, AWhileLoopCarriesItsValuesAndRefusesOthers) {
+  HloBuilder b;
+  const Value x = b.parameter(float32, {4});
+  const std::vector<Value> out = b.while_loop(
+      {b.scalar(0, DType::Int64), x},
+      [&](const std::vector<Value>& c) { return b.compare(Compare::LT, c[0], b.scalar(3, DType::Int64)); },
+      [&](const std::vector<Value>& c) {
+        return std::vector<Value>{b.add(c[0], b.scalar(1, DType::Int64)), b.add(c[1], c[1])};
+      });
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].shape, Shape({4}));
+  const std::string text = b.module_text({out[1]});
+  EXPECT_TRUE(contains(text, ":2 = \"stablehlo.while\"(")) << text;
+  EXPECT_TRUE(contains(text, "\"func.return\"(%" + std::to_string(out[0].id) + "#1)")) << text;
+  // x from outside the loop, used inside it: refused (it must come through the carry).
+  try {
+    b.while_loop(
+        {b.scalar(0, DType::Int64)},
+        [&](const std::vector<Value>& c) { return b.compare(Compare::LT, c[0], b.scalar(3, DType::Int64)); },
+        [&](const std::vector<Value>& c) {
+          (void)b.neg(x);
+          return std::vector<Value>{c[0]};
+        });
+    FAIL() << "a value from outside the loop was used inside it";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "pass it through the loop's carry")) << e.what();
+  }
+  // The builder is usable again after the refusal, outside the loop.
+  EXPECT_NO_THROW(b.neg(x));
+}
+
 // Counts ops of a kind in the module that loads `layout` from a storage of n elements.
 int count_ops(const ViewLayout& layout, int64_t n, const std::string& op) {
   HloBuilder b;

@@ -18,6 +18,7 @@
 #include "kiln/pipelines/activation_estimate.h"
 #include "pjrt/stablehlo_test_support.h"
 #include "support/pjrt_devices.h"
+#include "support/scoped_env.h"
 #include "support/test_data.h"
 
 namespace kiln::pjrt::hlo {
@@ -158,6 +159,27 @@ TEST(CudnnAttention, TheActivationEstimateFollowsTheLoweringsRule) {
     setenv("KILN_PJRT_FUSED_ATTENTION", old->c_str(), 1);
   else
     unsetenv("KILN_PJRT_FUSED_ATTENTION");
+}
+
+// A TPU's attention over key blocks (lowering_target.h) in the estimate: one block's scores, not all of them.
+TEST(CudnnAttention, TheActivationEstimateCountsOneKeyBlockOnATpu) {
+  kiln::testing::ScopedEnv env;
+  env.set("KILN_PJRT_ATTENTION_KEY_BLOCK", std::nullopt);
+  env.set("KILN_PJRT_FUSED_ATTENTION", std::nullopt);
+  const Device tpu("tpu");
+  EXPECT_EQ(attention_key_block(tpu, bfloat16, 128), 256);
+  EXPECT_EQ(attention_key_block(Device("cuda"), bfloat16, 128), 0) << "cuDNN's fused attention holds none";
+  EXPECT_EQ(attention_key_block(Device("cuda"), float32, 128), 0)
+      << "composed whole where cuDNN does not take it";
+  EXPECT_EQ(attention_key_block(cpu, bfloat16, 128), 0);
+  BlockStackShape shape{.tokens = 4608, .width = 3072, .mlp_width = 12288, .heads = 24};
+  const int64_t whole = block_stack_activation_bytes(shape, bfloat16);
+  shape.attention_key_block = attention_key_block(tpu, bfloat16, 128);
+  const int64_t blocks = block_stack_activation_bytes(shape, bfloat16);
+  const int64_t scores = int64_t{24} * 4608 * 4608 * 6;  // f32 scores and bf16 probabilities
+  EXPECT_EQ(whole - blocks, scores - scores / 4608 * 256);
+  env.set("KILN_PJRT_ATTENTION_KEY_BLOCK", "0");
+  EXPECT_EQ(attention_key_block(tpu, bfloat16, 128), 0);
 }
 
 // Compiled and deferred-and-fused modes lower through region_module: attention inside a chain is the call

@@ -16,6 +16,7 @@
 #include "kiln/ops/reduction.h"
 #include "models/flux_embeddings.h"
 #include "pjrt/stablehlo_test_support.h"
+#include "support/scoped_env.h"
 #include "support/test_data.h"
 
 namespace kiln::pjrt::hlo {
@@ -214,6 +215,48 @@ TEST_P(PjrtOps, Attention) {
   AttentionOptions masked;
   masked.bias = gt(values({1, 7}, 48), -0.5);
   EXPECT_PJRT_MATCHES_CPU(tol, [&] { scaled_dot_product_attention(q, k, v, masked); });
+}
+
+// A TPU's attention: a loop over blocks of keys with a running softmax (lower_fused.cpp), forced here on
+// the CPU plugin with small blocks: keys that fill whole blocks and keys padded to them, causal, more queries
+// than keys and fewer, one head dim for v and another for k. A bias keeps the composition.
+TEST_P(PjrtOps, AttentionOverKeyBlocks) {
+  kiln::testing::ScopedEnv env;
+  env.set("KILN_PJRT_ATTENTION_KEY_BLOCK", "4");
+  // bf16: the CPU kernel rounds the probabilities to bf16 before the product with v (as torch's bf16
+  // attention does), this lowering keeps them in f32 (as the composition does): at most one bf16 rounding of
+  // each term, 2^-8 x sum_j p_j |v_j| <= 2^-7 for |v| <= 2, whatever the output's own size.
+  const Tolerance tol = bf16() ? Tolerance{1.0 / 64, 1.0 / 64} : kF32Reduction;
+  for (const int64_t keys : {8, 11, 3}) {
+    for (const int64_t queries : {5, 13}) {
+      const Tensor q = rand({2, 3, queries, 8}, 50), k = rand({2, 3, keys, 8}, 51),
+                   v = rand({2, 3, keys, 16}, 52);
+      EXPECT_PJRT_MATCHES_CPU(tol, [&] { scaled_dot_product_attention(q, k, v, {}); });
+      AttentionOptions causal;
+      causal.is_causal = true;
+      causal.scale = 0.3;
+      EXPECT_PJRT_MATCHES_CPU(tol, [&] { scaled_dot_product_attention(q, k, v, causal); });
+    }
+  }
+  const Tensor q = rand({1, 2, 5, 8}, 53), k = rand({1, 2, 9, 8}, 54), v = rand({1, 2, 9, 8}, 55);
+  const auto calls = testing::capture_calls([&] { scaled_dot_product_attention(q, k, v, {}); });
+  const std::string looped = op_module(calls.back(), lowering_target("cpu")).text;
+  EXPECT_NE(looped.find("\"stablehlo.while\""), std::string::npos) << looped;
+  EXPECT_EQ(looped.find("tensor<1x2x5x9xf32>"), std::string::npos) << "the whole scores are held:\n"
+                                                                   << looped;
+  AttentionOptions biased;
+  biased.bias = values({2, 5, 9}, 56);
+  const auto biased_calls = testing::capture_calls([&] { scaled_dot_product_attention(q, k, v, biased); });
+  EXPECT_EQ(op_module(biased_calls.back(), lowering_target("cpu")).text.find("stablehlo.while"),
+            std::string::npos);
+  env.set("KILN_PJRT_ATTENTION_KEY_BLOCK", "0");
+  EXPECT_EQ(op_module(calls.back(), lowering_target("cpu")).text.find("stablehlo.while"), std::string::npos);
+  env.set("KILN_PJRT_ATTENTION_KEY_BLOCK", "many");
+  EXPECT_THROW(lowering_target("cpu"), Error);
+  env.set("KILN_PJRT_ATTENTION_KEY_BLOCK", std::nullopt);
+  EXPECT_EQ(lowering_target("tpu").attention_key_block, 256);
+  EXPECT_EQ(lowering_target("cuda").attention_key_block, 0);
+  EXPECT_EQ(lowering_target("cpu").attention_key_block, 0);
 }
 
 TEST_P(PjrtOps, LinearFusedEpilogues) {

@@ -38,6 +38,9 @@ struct BlockStackShape {
   int64_t heads = 1;
   // The device runs attention as one fused kernel (cuDNN's on cuda): no scores are materialised.
   bool fused_attention = false;
+  // The device runs attention as a loop over blocks of this many keys (a TPU's): one block's scores are
+  // materialised at a time; 0: all of them.
+  int64_t attention_key_block = 0;
 };
 int64_t block_stack_activation_bytes(const BlockStackShape& shape, DType dtype);
 
@@ -45,11 +48,15 @@ int64_t block_stack_activation_bytes(const BlockStackShape& shape, DType dtype);
 // (runtime::Backend::fuses_attention): cuDNN's flash attention on cuda for 16-bit types and head dims that
 // are multiples of 8 up to 128, unless KILN_PJRT_FUSED_ATTENTION=0.
 bool fuses_attention(const Device& device, DType dtype, int64_t head_dim);
+// The keys per block of attention (without a bias) of `head_dim` in `dtype` on `device`, as its backend says
+// (runtime::Backend::attention_key_block): 256 on a TPU (KILN_PJRT_ATTENTION_KEY_BLOCK sets it), 0 where
+// attention holds all its scores or none.
+int64_t attention_key_block(const Device& device, DType dtype, int64_t head_dim);
 
-// The VAE's decode of a batch x height x width image (or its encode, which holds less), by the widest
-// activation of its convolutions (at the resolution they run) and its mid-block attention over the latent's
-// pixels; with tiling on, the tile's size.
+// The VAE's decode of a batch x height x width image on `device` (or its encode, which holds less), by the
+// widest activation of its convolutions (at the resolution they run) and its mid-block attention over the
+// latent's pixels; with tiling on, the tile's size.
 int64_t vae_activation_bytes(const models::AutoencoderKL& vae, int64_t batch, int64_t height, int64_t width,
-                             DType dtype);
+                             DType dtype, const Device& device = cpu);
 
 }  // namespace kiln

@@ -99,6 +99,9 @@ class PjrtBackend final : public runtime::Backend {
     return hlo::lowering_target(plugin_kind(type)).cudnn_attention &&
            hlo::cudnn_attention_takes(dtype, head_dim);
   }
+  int64_t attention_key_block(DeviceType type, DType dtype, int64_t head_dim) const override {
+    return hlo::attention_key_block(plugin_kind(type), dtype, head_dim);
+  }
 
   DeviceHandle handle(Device device) { return static_cast<PjrtDeviceRuntime&>(runtime(device)).handle(); }
 

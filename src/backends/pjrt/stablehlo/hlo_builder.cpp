@@ -181,6 +181,7 @@ Value HloBuilder::make(DType dtype, const Shape& shape) {
   types_.push_back(type_of(v));
   arg_index_.push_back(-1);
   names_.emplace_back();
+  scope_of_.push_back(scope_);
   return v;
 }
 
@@ -191,12 +192,16 @@ std::string HloBuilder::ref(const Value& v) const {
                                    << (v.id < next_id_
                                            ? " (its type there is " + types_[static_cast<size_t>(v.id)] + ")"
                                            : std::string()));
+  KILN_CHECK(scope_of_[static_cast<size_t>(v.id)] == scope_,
+             "HloBuilder: value %" << v.id << " is used inside a loop region it was not made in (pass it "
+                                   << "through the loop's carry)");
   const int64_t arg = arg_index_[static_cast<size_t>(v.id)];
   if (const std::string& name = names_[static_cast<size_t>(v.id)]; !name.empty()) return name;
   return arg >= 0 ? "%arg" + std::to_string(arg) : "%" + std::to_string(v.id);
 }
 
 Value HloBuilder::parameter(DType dtype, const Shape& shape) {
+  KILN_CHECK(scope_ == 0, "HloBuilder: a parameter of @main cannot be made inside a loop region");
   Value v = make(dtype, shape);
   arg_index_.back() = static_cast<int64_t>(params_.size());
   params_.push_back(v);
@@ -667,6 +672,97 @@ Value HloBuilder::dynamic_update_slice(const Value& operand, const Value& update
   std::vector<Value> operands{operand, update};
   for (int64_t s : start) operands.push_back(scalar(static_cast<double>(s), DType::Int64));
   return emit("dynamic_update_slice", operands, "", operand.dtype, operand.shape);
+}
+
+Value HloBuilder::dynamic_slice(const Value& operand, const std::vector<Value>& start,
+                                const std::vector<int64_t>& sizes) {
+  KILN_CHECK(static_cast<int64_t>(start.size()) == operand.rank() &&
+                 static_cast<int64_t>(sizes.size()) == operand.rank(),
+             "HloBuilder::dynamic_slice: " << start.size() << " starts and " << sizes.size() << " sizes for "
+                                           << describe(operand));
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    KILN_CHECK(
+        start[d].rank() == 0 && start[d].dtype == DType::Int64,
+        "HloBuilder::dynamic_slice: start " << d << " is " << describe(start[d]) << ", not an i64 scalar");
+    KILN_CHECK(sizes[d] >= 0 && sizes[d] <= operand.shape[d], "HloBuilder::dynamic_slice: size "
+                                                                  << sizes[d] << " of dim " << d
+                                                                  << " outside " << describe(operand));
+  }
+  std::vector<Value> operands{operand};
+  operands.insert(operands.end(), start.begin(), start.end());
+  return emit("dynamic_slice", operands, "slice_sizes = " + i64_array(sizes), operand.dtype, sizes);
+}
+
+// --- control flow ---
+
+std::string HloBuilder::loop_region(
+    const std::vector<Value>& types,
+    const std::function<std::vector<Value>(const std::vector<Value>&)>& fill) {
+  std::vector<std::string> outer_lines;
+  outer_lines.swap(lines_);
+  const int64_t outer_scope = scope_;
+  scope_ = ++scopes_;
+  std::string region, returned, returned_types;
+  try {
+    std::vector<Value> args;
+    std::string header;
+    for (size_t i = 0; i < types.size(); ++i) {
+      args.push_back(make(types[i].dtype, types[i].shape));
+      header += (i ? ", " : "") + ref(args.back()) + ": " + type_of(args.back());
+    }
+    const std::vector<Value> results = fill(args);
+    for (size_t i = 0; i < results.size(); ++i) {
+      returned += (i ? ", " : "") + ref(results[i]);
+      returned_types += (i ? ", " : "") + type_of(results[i]);
+    }
+    region = "{\n    ^bb0(" + header + "):\n";
+    for (const std::string& line : lines_) region += "      " + line + "\n";
+    region += "      \"stablehlo.return\"(" + returned + ") : (" + returned_types + ") -> ()\n    }";
+  } catch (...) {
+    lines_.swap(outer_lines);
+    scope_ = outer_scope;
+    throw;
+  }
+  lines_.swap(outer_lines);
+  scope_ = outer_scope;
+  return region;
+}
+
+std::vector<Value> HloBuilder::while_loop(const std::vector<Value>& carry, const LoopCond& cond,
+                                          const LoopBody& body) {
+  KILN_CHECK(!carry.empty(), "HloBuilder::while_loop: nothing carried");
+  std::string operand_list, operand_types;
+  for (size_t i = 0; i < carry.size(); ++i) {
+    operand_list += (i ? ", " : "") + ref(carry[i]);
+    operand_types += (i ? ", " : "") + type_of(carry[i]);
+  }
+  const std::string cond_region = loop_region(carry, [&](const std::vector<Value>& args) {
+    const Value go = cond(args);
+    KILN_CHECK(go.rank() == 0 && go.dtype == DType::Bool,
+               "HloBuilder::while_loop: the condition is " << describe(go) << ", not a bool scalar");
+    return std::vector<Value>{go};
+  });
+  const std::string body_region = loop_region(carry, [&](const std::vector<Value>& args) {
+    std::vector<Value> next = body(args);
+    KILN_CHECK(next.size() == carry.size(),
+               "HloBuilder::while_loop: the body returns " << next.size() << " values for " << carry.size());
+    for (size_t i = 0; i < next.size(); ++i)
+      KILN_CHECK(type_of(next[i]) == type_of(carry[i]), "HloBuilder::while_loop: the body returns "
+                                                            << describe(next[i]) << " for carried "
+                                                            << describe(carry[i]));
+    return next;
+  });
+  std::vector<Value> results;
+  for (const Value& v : carry) results.push_back(make(v.dtype, v.shape));
+  const std::string base = "%" + std::to_string(results.front().id);
+  const bool several = results.size() > 1;
+  if (several)
+    for (size_t i = 0; i < results.size(); ++i)
+      names_[static_cast<size_t>(results[i].id)] = base + "#" + std::to_string(i);
+  lines_.push_back((several ? base + ":" + std::to_string(results.size()) : base) +
+                   " = \"stablehlo.while\"(" + operand_list + ") (" + cond_region + ", " + body_region +
+                   ") : (" + operand_types + ") -> " + (several ? "(" + operand_types + ")" : operand_types));
+  return results;
 }
 
 // --- collectives ---

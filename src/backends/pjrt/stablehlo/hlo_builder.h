@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -186,6 +187,19 @@ class HloBuilder {
                         const ScatterDims& dims);
   // operand with `update` written at the static position `start` (one index per dim).
   Value dynamic_update_slice(const Value& operand, const Value& update, const std::vector<int64_t>& start);
+  // The `sizes` window of operand at run-time positions `start` (one rank-0 int64 value per dim; XLA clamps
+  // a start so that the window stays inside the operand).
+  Value dynamic_slice(const Value& operand, const std::vector<Value>& start,
+                      const std::vector<int64_t>& sizes);
+
+  // --- control flow ---
+  // stablehlo.while over the values `carry`: `cond` gets the carried values and returns a bool scalar (loop
+  // while true), `body` gets them and returns their next values (the same types, in order); returns the
+  // values after the last iteration. cond and body build their ops with this builder and may use only the
+  // values they are given and what they make themselves: a value from outside reaches them through the carry.
+  using LoopCond = std::function<Value(const std::vector<Value>&)>;
+  using LoopBody = std::function<std::vector<Value>(const std::vector<Value>&)>;
+  std::vector<Value> while_loop(const std::vector<Value>& carry, const LoopCond& cond, const LoopBody& body);
 
   // --- collectives across the replicas of a multi-replica executable (one replica per in-process rank) ---
   // The elementwise sum of every replica's x (all `replicas` in one group); each replica gets it.
@@ -207,7 +221,12 @@ class HloBuilder {
 
  private:
   Value make(DType dtype, const Shape& shape);
-  std::string ref(const Value& v) const;  // "%7" / "%arg0", after checking v was made here
+  // "%7" / "%arg0", after checking v was made here, in the region being built.
+  std::string ref(const Value& v) const;
+  // One region of a while loop: block arguments of `types`' values, the ops `fill` makes, returning what it
+  // returns.
+  std::string loop_region(const std::vector<Value>& types,
+                          const std::function<std::vector<Value>(const std::vector<Value>&)>& fill);
   // Appends `%id = "stablehlo.<op>"(operands) <{attrs}> : (types) -> type` (attrs omitted when empty).
   Value emit(std::string_view op, const std::vector<Value>& operands, const std::string& attrs, DType dtype,
              const Shape& shape, const std::string& region = "");
@@ -221,7 +240,10 @@ class HloBuilder {
   std::vector<std::string> types_;  // per value id: its tensor type, to catch a Value from another builder
   std::vector<int64_t> arg_index_;  // per value id: its @main argument number, or -1
   std::vector<std::string> names_;  // per value id: its SSA name when not "%id" ("%5#1": a result of %5:2)
-  std::vector<std::string> lines_;  // the body of @main, one op a line (regions span several)
+  std::vector<std::string> lines_;  // the body of @main (or of the loop region being built), one op a line
+  std::vector<int64_t> scope_of_;   // per value id: the region it was made in (0: @main)
+  int64_t scope_ = 0;               // the region being built
+  int64_t scopes_ = 0;              // regions made so far
   int64_t next_id_ = 0;
   bool lift_scalars_ = false;
   std::vector<LiftedScalar> lifted_;

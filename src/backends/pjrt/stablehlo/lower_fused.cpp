@@ -114,8 +114,70 @@ std::vector<Value> cudnn_attention(HloBuilder& b, const runtime::OpCall& call, c
   return {results[0]};
 }
 
+// Attention without a bias as a loop over blocks of `block` keys (flash attention's arithmetic, in plain
+// StableHLO): per block, the scores q k^T * scale in float32 (under is_causal, keys after the query at -inf),
+// and a running row maximum m, sum l and output acc:
+//   m' = max(m, max_j s_j),  l' = l e^(m - m') + sum_j e^(s_j - m'),  acc' = acc e^(m - m') + e^(s - m') v,
+// the output acc / l at the end. The whole blocks run in a stablehlo.while, the keys left over (fewer than a
+// block) once after it, so no key is padded or masked for its position. One block's scores are held at a
+// time. Every row sees at least one key (the first, under is_causal too), so no row is left at -inf.
+std::vector<Value> blockwise_attention(HloBuilder& b, const runtime::OpCall& call,
+                                       const std::vector<Value>& in, int64_t block) {
+  const Value &q = in[0], &k = in[1], &v = in[2];
+  const int64_t batch = q.shape[0], heads = q.shape[1], queries = q.shape[2], keys = k.shape[2];
+  const int64_t d = k.shape[3], dv = v.shape[3];
+  const int64_t whole_blocks = keys / block, rest = keys % block;
+  const bool causal = call.attrs.get_bool("is_causal");
+  const float scale = static_cast<float>(call.attrs.get_float("scale"));
+  struct Running {
+    Value m, l, acc;
+  };
+  // One block's update: kb, vb its keys and values, `first` (an int64 scalar) its first key's index.
+  auto step = [&](const Running& r, const Value& q_block, const Value& kb, const Value& vb,
+                  const Value& first) {
+    const Shape scores{batch, heads, queries, kb.shape[2]};
+    Value s =
+        b.dot_general(to_f32(b, q_block), to_f32(b, kb), DotDims{{0, 1}, {0, 1}, {3}, {3}}, DType::Float32);
+    s = b.mul(s, b.splat(scale, DType::Float32, scores));
+    if (causal) {
+      const Value key = b.add(b.iota(DType::Int64, scores, 3), b.broadcast_to(first, scores));
+      s = b.select(b.compare(Compare::LE, key, b.iota(DType::Int64, scores, 2)), s,
+                   b.splat(kMinusInf, DType::Float32, scores));
+    }
+    const Value m = b.max(r.m, b.reduce(s, {3}, ReduceKind::Max));
+    const Value p = b.exp(b.sub(s, expand_reduced(b, m, s, {3})));
+    const Value correction = b.exp(b.sub(r.m, m));
+    const Value l = b.add(b.mul(r.l, correction), b.reduce(p, {3}, ReduceKind::Sum));
+    const Value pv = b.dot_general(p, to_f32(b, vb), DotDims{{0, 1}, {0, 1}, {3}, {2}}, DType::Float32);
+    return Running{m, l, b.add(b.mul(r.acc, expand_reduced(b, correction, r.acc, {3})), pv)};
+  };
+  const Shape rows{batch, heads, queries};
+  const std::vector<Value> done = b.while_loop(
+      {b.scalar(0, DType::Int64), b.splat(kMinusInf, DType::Float32, rows), b.splat(0, DType::Float32, rows),
+       b.splat(0, DType::Float32, {batch, heads, queries, dv}), q, k, v},
+      [&](const std::vector<Value>& c) {
+        return b.compare(Compare::LT, c[0], b.scalar(static_cast<double>(whole_blocks), DType::Int64));
+      },
+      [&](const std::vector<Value>& c) {
+        const Value first = b.mul(c[0], b.scalar(static_cast<double>(block), DType::Int64));
+        const Value zero = b.scalar(0, DType::Int64);
+        const Value kb = b.dynamic_slice(c[5], {zero, zero, first, zero}, {batch, heads, block, d});
+        const Value vb = b.dynamic_slice(c[6], {zero, zero, first, zero}, {batch, heads, block, dv});
+        const Running r = step({c[1], c[2], c[3]}, c[4], kb, vb, first);
+        return std::vector<Value>{b.add(c[0], b.scalar(1, DType::Int64)), r.m, r.l, r.acc, c[4], c[5], c[6]};
+      });
+  Running r{done[1], done[2], done[3]};
+  if (rest > 0)
+    r = step(r, q, b.slice_dim(k, 2, keys - rest, keys), b.slice_dim(v, 2, keys - rest, keys),
+             b.scalar(static_cast<double>(keys - rest), DType::Int64));
+  const Value out = b.div(r.acc, expand_reduced(b, r.l, r.acc, {3}));
+  return {b.convert(out, call.outputs[0].dtype())};
+}
+
 std::vector<Value> lower_attention(HloBuilder& b, const runtime::OpCall& call, const std::vector<Value>& in) {
   if (b.target().cudnn_attention && cudnn_attention_fits(call, in)) return cudnn_attention(b, call, in);
+  const int64_t block = b.target().attention_key_block;
+  if (block > 0 && in.size() == 3 && in[1].shape[2] > block) return blockwise_attention(b, call, in, block);
   return attention_composition(b, call, in);
 }
 
