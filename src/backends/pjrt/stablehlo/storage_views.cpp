@@ -1,10 +1,10 @@
 #include "backends/pjrt/stablehlo/storage_views.h"
 
 #include <algorithm>
-#include <functional>
 #include <numeric>
-#include <set>
+#include <optional>
 
+#include "backends/pjrt/stablehlo/array_windows.h"
 #include "kiln/core/error.h"
 
 namespace kiln::pjrt::hlo {
@@ -70,12 +70,6 @@ std::vector<int64_t> box_to_view_perm(const Box& box) {
   return perm;
 }
 
-std::vector<int64_t> inverse(const std::vector<int64_t>& perm) {
-  std::vector<int64_t> inv(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) inv[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
-  return inv;
-}
-
 void check_in_bounds(const ViewLayout& v, int64_t n, const char* what) {
   int64_t last = v.offset;
   for (size_t d = 0; d < v.shape.size(); ++d) {
@@ -115,134 +109,7 @@ Value box_ordered(HloBuilder& b, const Value& value, const ViewLayout& v, const 
   std::sort(view_order.begin(), view_order.end());
   Shape s;
   for (int64_t d : view_order) s.push_back(v.shape[static_cast<size_t>(d)]);
-  return b.transpose(b.reshape(value, s), inverse(box_to_view_perm(box)));
-}
-
-// Row-major strides of an array of `dims`, in elements.
-std::vector<int64_t> row_major_strides(const Shape& dims) {
-  std::vector<int64_t> strides(dims.size(), 1);
-  for (size_t j = dims.size(); j-- > 1;) strides[j - 1] = strides[j] * dims[j];
-  return strides;
-}
-
-// A view as a strided window of an array in the array's own dims: array dim j is read at start[j],
-// start[j] + step[j], ... below limit[j], and carries view dim view_dim[j] (-1: the window is one element
-// thick there). The view's dims of one element and its broadcast dims carry no array dim.
-struct Window {
-  bool valid = false;
-  std::vector<int64_t> start, limit, step, view_dim;
-  bool steps_are_one() const {
-    for (int64_t s : step)
-      if (s != 1) return false;
-    return true;
-  }
-};
-
-Window window_of(const ViewLayout& v, const Shape& dims) {
-  Window w;
-  const size_t rank = dims.size();
-  const std::vector<int64_t> strides = row_major_strides(dims);
-  w.start.assign(rank, 0);
-  w.step.assign(rank, 1);
-  w.view_dim.assign(rank, -1);
-  int64_t rest = v.offset;
-  for (size_t j = 0; j < rank; ++j) {
-    w.start[j] = rest / strides[j];
-    rest %= strides[j];
-  }
-  for (size_t d = 0; d < v.shape.size(); ++d) {
-    if (v.shape[d] <= 1 || v.strides[d] == 0) continue;
-    // The outermost array dim whose stride divides the view's: a step along it.
-    size_t j = 0;
-    while (j < rank && (dims[j] <= 1 || v.strides[d] % strides[j] != 0)) ++j;
-    if (j == rank || w.view_dim[j] >= 0) return w;
-    const int64_t step = v.strides[d] / strides[j];
-    if (w.start[j] + (v.shape[d] - 1) * step >= dims[j]) return w;
-    w.view_dim[j] = static_cast<int64_t>(d);
-    w.step[j] = step;
-  }
-  w.limit.resize(rank);
-  for (size_t j = 0; j < rank; ++j) {
-    const int64_t size = w.view_dim[j] < 0 ? 1 : v.shape[static_cast<size_t>(w.view_dim[j])];
-    w.limit[j] = w.start[j] + (size - 1) * w.step[j] + 1;
-  }
-  w.valid = true;
-  return w;
-}
-
-// `dims` split further so that each of the view's strides is the stride of a dim (heads split off a [S, H *
-// D] array: [S, H, D]), when the array's and the view's strides nest (each divides the next larger one);
-// false otherwise, or when nothing would be split.
-bool split_along_view(const Shape& dims, const ViewLayout& v, Shape* split) {
-  const int64_t n = shape_numel(dims);
-  std::vector<int64_t> bounds = row_major_strides(dims);
-  bounds.push_back(n);
-  const size_t before = std::set<int64_t>(bounds.begin(), bounds.end()).size();
-  for (size_t d = 0; d < v.shape.size(); ++d)
-    if (v.shape[d] > 1 && v.strides[d] != 0 && v.strides[d] < n) bounds.push_back(v.strides[d]);
-  std::sort(bounds.begin(), bounds.end(), std::greater<int64_t>());
-  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
-  if (bounds.size() == before) return false;
-  split->clear();
-  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
-    if (bounds[i] % bounds[i + 1] != 0) return false;
-    split->push_back(bounds[i] / bounds[i + 1]);
-  }
-  return true;
-}
-
-// The view dims the window carries, in array order, and their sizes.
-std::vector<int64_t> carried_view_dims(const Window& w) {
-  std::vector<int64_t> out;
-  for (int64_t d : w.view_dim)
-    if (d >= 0) out.push_back(d);
-  return out;
-}
-
-// perm taking `order` (distinct view dims) to ascending view order.
-std::vector<int64_t> to_view_order(const std::vector<int64_t>& order) {
-  std::vector<int64_t> sorted = order;
-  std::sort(sorted.begin(), sorted.end());
-  std::vector<int64_t> perm;
-  for (int64_t d : sorted) perm.push_back(std::find(order.begin(), order.end(), d) - order.begin());
-  return perm;
-}
-
-// The view read through window `w` of `array` held as `dims` (its own, or a split of them).
-Value load_window(HloBuilder& b, const Value& array, const Shape& dims, const ViewLayout& v,
-                  const Window& w) {
-  const std::vector<int64_t> carried = carried_view_dims(w);
-  const bool in_view_order = std::is_sorted(carried.begin(), carried.end());
-  const bool whole = w.start == std::vector<int64_t>(dims.size(), 0) && w.limit == dims && w.steps_are_one();
-  // The array's elements in the view's order: one reshape (none when the shapes match).
-  if (whole && in_view_order) return b.reshape(array, unbroadcast_shape(v));
-  const Value window = b.slice(b.reshape(array, dims), w.start, w.limit, w.step);
-  if (in_view_order) return b.reshape(window, unbroadcast_shape(v));
-  Shape sizes;
-  for (int64_t d : carried) sizes.push_back(v.shape[static_cast<size_t>(d)]);
-  return b.reshape(b.transpose(b.reshape(window, sizes), to_view_order(carried)), unbroadcast_shape(v));
-}
-
-// `array` (held as `dims`: its own, or a split of them) with `value` (the view's shape, no broadcast dims)
-// written into the window (steps of one); the new array, of array's dims.
-Value store_window(HloBuilder& b, const Value& array, const Shape& dims, const Value& value,
-                   const ViewLayout& v, const Window& w) {
-  const std::vector<int64_t> carried = carried_view_dims(w);
-  Shape thick;
-  for (size_t j = 0; j < w.start.size(); ++j) thick.push_back(w.limit[j] - w.start[j]);
-  Value update;
-  if (std::is_sorted(carried.begin(), carried.end())) {
-    update = value;
-  } else {
-    std::vector<int64_t> view_order = carried;
-    std::sort(view_order.begin(), view_order.end());
-    Shape sizes;
-    for (int64_t d : view_order) sizes.push_back(v.shape[static_cast<size_t>(d)]);
-    update = b.transpose(b.reshape(value, sizes), inverse(to_view_order(carried)));
-  }
-  if (thick == dims) return b.reshape(update, array.shape);  // the whole array
-  const Value updated = b.dynamic_update_slice(b.reshape(array, dims), b.reshape(update, thick), w.start);
-  return b.reshape(updated, array.shape);
+  return b.transpose(b.reshape(value, s), inverse_permutation(box_to_view_perm(box)));
 }
 
 }  // namespace
@@ -351,18 +218,9 @@ Value load_view(HloBuilder& b, const Value& array, const ViewLayout& v) {
              "load_view: shape " << shape_str(v.shape) << " with strides " << shape_str(v.strides));
   if (shape_numel(v.shape) == 0) return b.splat(0, array.dtype, v.shape);
   check_in_bounds(v, array.numel(), "load_view");
-  Value dense;
-  Shape split;
-  if (const Window window = window_of(v, array.shape); window.valid) {
-    dense = load_window(b, array, array.shape, v, window);
-  } else if (const Window in_split =
-                 split_along_view(array.shape, v, &split) ? window_of(v, split) : Window{};
-             in_split.valid) {
-    dense = load_window(b, array, split, v, in_split);
-  } else {
-    dense = load_flat_view(b, b.reshape(array, {array.numel()}), v);
-  }
-  return b.broadcast_to(dense, v.shape);
+  std::optional<Value> dense = load_as_window(b, array, v, unbroadcast_shape(v));
+  if (!dense) dense = load_flat_view(b, b.reshape(array, {array.numel()}), v);
+  return b.broadcast_to(*dense, v.shape);
 }
 
 Value store_view(HloBuilder& b, const Value& array_before, const Value& value, const ViewLayout& v) {
@@ -377,13 +235,7 @@ Value store_view(HloBuilder& b, const Value& array_before, const Value& value, c
                                                          << shape_str(v.strides) << ": dim " << d
                                                          << " is broadcast (stride 0)");
   check_in_bounds(v, array_before.numel(), "store_view");
-  if (const Window window = window_of(v, array_before.shape); window.valid && window.steps_are_one())
-    return store_window(b, array_before, array_before.shape, value, v, window);
-  Shape split;
-  if (split_along_view(array_before.shape, v, &split)) {
-    if (const Window window = window_of(v, split); window.valid && window.steps_are_one())
-      return store_window(b, array_before, split, value, v, window);
-  }
+  if (std::optional<Value> stored = store_as_window(b, array_before, value, v)) return *stored;
   const Value flat = b.reshape(array_before, {array_before.numel()});
   return b.reshape(store_flat_view(b, flat, value, v), array_before.shape);
 }
