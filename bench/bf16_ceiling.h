@@ -37,7 +37,9 @@ inline void print_ceiling(const Bf16Ceiling& c) {
   std::printf("ceiling now, %d threads (GFLOP/s): %s; best %s %.0f | bf16 products run on the %s path (%s)\n",
               omp_get_max_threads(), c.rates.describe().c_str(), c.instruction, c.gflops,
               kiln::cpu_kernels::bf16_path_name(path),
-              path == kiln::cpu_kernels::Bf16Path::Fma32 ? "f32 FMA on widened bf16" : "oneDNN bf16");
+              path == kiln::cpu_kernels::Bf16Path::Fma32 ? "f32 FMA on widened bf16"
+              : path == kiln::cpu_kernels::Bf16Path::Amx ? "Kiln's AMX GEMM and attention on AMX tiles"
+                                                          : "oneDNN bf16");
 }
 
 }  // namespace kiln::bench

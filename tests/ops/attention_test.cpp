@@ -85,7 +85,7 @@ AttentionOptions options(const Case& c, const Tensor& bias) {
 }
 
 // The CPU kernel with a chosen ISA variant and tiling, prepared the way the front end prepares it.
-Tensor run_variant(const Inputs& in, const Case& c, bool avx512,
+Tensor run_variant(const Inputs& in, const Case& c, cpu_kernels::AttnKernel kernel,
                    const cpu_kernels::AttentionTiling& tiling = {}) {
   const Shape scores{in.q.size(0), in.q.size(1), in.q.size(2), in.k.size(2)};
   Tensor out = Tensor::empty({in.q.size(0), in.q.size(1), in.q.size(2), in.v.size(3)}, in.q.dtype());
@@ -93,14 +93,18 @@ Tensor run_variant(const Inputs& in, const Case& c, bool avx512,
   synchronize();  // the inputs come from ops that may still be queued on the stream; the kernel reads them
                   // now
   cpu_kernels::attention_forward(in.q, in.k, in.v, in.bias.defined() ? in.bias.expand(scores) : Tensor(), out,
-                                 scale, c.causal, avx512, tiling);
+                                 scale, c.causal, kernel, tiling);
   return out;
 }
 
-// The variants a test runs: the portable one always, the AVX-512 one where the CPU has it.
-std::vector<bool> variants() {
-  std::vector<bool> v{false};
-  if (cpu_features().avx512 && cpu_features().avx512_bf16) v.push_back(true);
+// The variants a test runs: the portable one always, the AVX-512 one where the CPU has it, and for bf16 the
+// AVX-512 one on AMX tiles where the CPU has them.
+std::vector<cpu_kernels::AttnKernel> variants(DType dtype) {
+  std::vector<cpu_kernels::AttnKernel> v{cpu_kernels::AttnKernel::Generic};
+  if (cpu_features().avx512 && cpu_features().avx512_bf16) v.push_back(cpu_kernels::AttnKernel::Avx512);
+  if (dtype == bfloat16 && cpu_features().avx512 && cpu_features().avx512_bf16 && cpu_kernels::amx_usable()) {
+    v.push_back(cpu_kernels::AttnKernel::Amx);
+  }
   return v;
 }
 
@@ -112,8 +116,8 @@ std::string tiling_name(const cpu_kernels::AttentionTiling& t) {
   return std::to_string(t.query_tile) + "x" + std::to_string(t.key_tile);
 }
 
-const char* variant_name(bool avx512) {
-  return avx512 ? "avx512" : "generic";
+const char* variant_name(cpu_kernels::AttnKernel kernel) {
+  return cpu_kernels::attn_kernel_name(kernel);
 }
 
 TEST(Attention, ReferenceFileListsEveryCase) {
@@ -131,10 +135,10 @@ TEST(Attention, Float32MatchesTorch) {
     const Tensor out = scaled_dot_product_attention(in.q, in.k, in.v, options(c, in.bias));
     EXPECT_EQ(out.dtype(), float32);
     EXPECT_TRUE(testing::rel_max_error_within(out, expected, 1e-5));
-    for (bool avx512 : variants()) {
+    for (auto kernel : variants(float32)) {
       for (const auto& tiling : kTilings) {
-        SCOPED_TRACE(std::string(variant_name(avx512)) + " " + tiling_name(tiling));
-        EXPECT_TRUE(testing::rel_max_error_within(run_variant(in, c, avx512, tiling), expected, 1e-5));
+        SCOPED_TRACE(std::string(variant_name(kernel)) + " " + tiling_name(tiling));
+        EXPECT_TRUE(testing::rel_max_error_within(run_variant(in, c, kernel, tiling), expected, 1e-5));
       }
     }
   }
@@ -183,10 +187,10 @@ TEST(Attention, BFloat16MatchesTorch) {
     const Tensor out = scaled_dot_product_attention(in.q, in.k, in.v, options(c, in.bias));
     EXPECT_EQ(out.dtype(), bfloat16);
     std::vector<std::pair<std::string, Tensor>> outputs{{"op", out}};
-    for (bool avx512 : variants()) {
+    for (auto kernel : variants(bfloat16)) {
       for (const auto& tiling : kTilings) {
-        outputs.emplace_back(std::string(variant_name(avx512)) + " " + tiling_name(tiling),
-                             run_variant(in, c, avx512, tiling));
+        outputs.emplace_back(std::string(variant_name(kernel)) + " " + tiling_name(tiling),
+                             run_variant(in, c, kernel, tiling));
       }
     }
     for (const auto& [name, o] : outputs) {
@@ -208,10 +212,10 @@ TEST(Attention, Float16IsFloat32RoundedOnce) {
     EXPECT_EQ(out.dtype(), float16);
     EXPECT_TRUE(testing::all_close(out, refs().tensor(c.name + ".f32"), 1.0 / 1024, 1e-4));
     EXPECT_TRUE(testing::rel_max_error_within(out, refs().tensor(c.name + ".f16"), 2e-3));
-    for (bool avx512 : variants()) {
-      SCOPED_TRACE(variant_name(avx512));
+    for (auto kernel : variants(float16)) {
+      SCOPED_TRACE(variant_name(kernel));
       EXPECT_TRUE(
-          testing::all_close(run_variant(in, c, avx512), refs().tensor(c.name + ".f32"), 1.0 / 1024, 1e-4));
+          testing::all_close(run_variant(in, c, kernel), refs().tensor(c.name + ".f32"), 1.0 / 1024, 1e-4));
     }
     ++checked;
   }

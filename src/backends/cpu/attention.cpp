@@ -6,9 +6,11 @@
 #include <omp.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "backends/cpu/attention_tile.h"
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/matmul_path.h"
 #include "backends/cpu/register_kernels.h"
 
@@ -34,8 +36,8 @@ struct TileKernels {
   void (*query_tile)(const AttnTileArgs&);
 };
 
-TileKernels tile_kernels(bool avx512) {
-  if (avx512) {
+TileKernels tile_kernels(AttnKernel kernel) {
+  if (kernel != AttnKernel::Generic) {
     return {avx512::attn_pack_rows, avx512::attn_pack_keys, avx512::attn_pack_values,
             avx512::attn_query_tile};
   }
@@ -52,13 +54,31 @@ const char* element(const Tensor& t, int64_t b, int64_t h, int64_t i) {
 void attention_kernel(const runtime::OpCall& call) {
   const Tensor bias = call.inputs.size() > 3 ? call.inputs[3] : Tensor();
   attention_forward(call.inputs[0], call.inputs[1], call.inputs[2], bias, call.outputs[0],
-                    call.attrs.get_float("scale"), call.attrs.get_bool("is_causal"), use_avx512());
+                    call.attrs.get_float("scale"), call.attrs.get_bool("is_causal"),
+                    default_attn_kernel(call.inputs[0].dtype()));
 }
 
 }  // namespace
 
+const char* attn_kernel_name(AttnKernel kernel) {
+  switch (kernel) {
+    case AttnKernel::Generic:
+      return "generic";
+    case AttnKernel::Avx512:
+      return "avx512";
+    case AttnKernel::Amx:
+      return "amx";
+  }
+  return "?";
+}
+
+AttnKernel default_attn_kernel(DType dtype) {
+  if (!use_avx512()) return AttnKernel::Generic;
+  return dtype == bfloat16 && bf16_path() == Bf16Path::Amx ? AttnKernel::Amx : AttnKernel::Avx512;
+}
+
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                       const Tensor& out, double scale, bool causal, bool avx512,
+                       const Tensor& out, double scale, bool causal, AttnKernel kernel,
                        const AttentionTiling& tiling) {
   KILN_CHECK(tiling.query_tile > 0 && tiling.key_tile > 0 && tiling.key_tile % kAttnBlock == 0,
              "scaled_dot_product_attention: bad tiling " << tiling.query_tile << " x " << tiling.key_tile
@@ -67,16 +87,26 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const int64_t batch = q.size(0), heads = q.size(1), sq = q.size(2), d = q.size(3);
   const int64_t skv = k.size(2), dv = v.size(3);
   if (out.numel() == 0) return;
-  const TileKernels kernels = tile_kernels(avx512);
-  // bf16 operands multiply as bf16 pairs (VDPBF16PS) or, where f32 FMA is this host's faster path, widened
-  // exactly to float32 (matmul_path.h); the probabilities then also stay float32 instead of rounding to bf16.
-  const bool bf16_pairs = q.dtype() == bfloat16 && bf16_path() == Bf16Path::Onednn;
+  KILN_CHECK(kernel != AttnKernel::Amx || amx_usable(),
+             "scaled_dot_product_attention: the AMX kernel was asked for on a CPU or process without AMX tiles");
+  const TileKernels kernels = tile_kernels(kernel);
+  // bf16 operands multiply as bf16 pairs (VDPBF16PS or AMX's TDPBF16PS) or, where f32 FMA is this host's
+  // faster path, widened exactly to float32 (matmul_path.h); the probabilities then also stay float32
+  // instead of rounding to bf16.
+  const bool bf16_pairs =
+      q.dtype() == bfloat16 && (kernel == AttnKernel::Amx || bf16_path() != Bf16Path::Fma32);
   const AttnMath math = bf16_pairs ? AttnMath::BF16 : AttnMath::F32;
+  const bool amx = kernel == AttnKernel::Amx && math == AttnMath::BF16;
+  // AMX multiplies 32 elements of the reduction per step: D and the keys padded to that (zeros), key tiles
+  // whole steps.
+  const int64_t key_step = amx ? kAttnAmxStep : kAttnBlock;
   const size_t elem = attn_elem_size(math);
-  const int64_t d_pad = attn_round_up(d, attn_pair(math));
-  const int64_t skv_pad = attn_round_up(skv, kAttnBlock);
+  const int64_t d_pad = attn_round_up(d, amx ? kAttnAmxStep : attn_pair(math));
+  const int64_t skv_pad = attn_round_up(skv, key_step);
   const int64_t dv_pad = attn_round_up(dv, kAttnBlock);
+  const int64_t key_tile = attn_round_up(tiling.key_tile, key_step);
   const int64_t q_tile = std::min(tiling.query_tile, sq);
+  const int64_t q_rows = attn_layout_rows(q_tile, amx);  // rows of the packed Q tile
   const int64_t q_tiles = (sq + q_tile - 1) / q_tile;
   const int64_t items = batch * heads * q_tiles;
 
@@ -84,20 +114,21 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), items));
   const size_t k_bytes = attn_round_up(static_cast<int64_t>(skv_pad * d_pad * elem), 64);
   const size_t v_bytes = attn_round_up(static_cast<int64_t>(skv_pad * dv_pad * elem), 64);
-  const size_t q_bytes = attn_round_up(static_cast<int64_t>(q_tile * d_pad * elem), 64);
+  const size_t q_bytes = attn_round_up(static_cast<int64_t>(q_rows * d_pad * elem), 64);
   const size_t scratch_bytes = attn_round_up(
-      static_cast<int64_t>(attn_scratch_floats(q_tile, tiling.key_tile, dv_pad) * sizeof(float)), 64);
+      static_cast<int64_t>(attn_scratch_floats(q_tile, key_tile, dv_pad, amx) * sizeof(float)), 64);
   const size_t per_thread = k_bytes + v_bytes + q_bytes + scratch_bytes;
   auto buffers = aligned_buffer(per_thread * static_cast<size_t>(threads));
 
   AttnTileArgs base;
   base.math = math;
+  base.amx = amx;
   base.d_pad = d_pad;
   base.skv = skv;
   base.skv_pad = skv_pad;
   base.dv = dv;
   base.dv_pad = dv_pad;
-  base.key_tile = tiling.key_tile;
+  base.key_tile = key_tile;
   base.scale = static_cast<float>(scale);
   base.causal = causal;
   if (bias.defined()) {
@@ -131,6 +162,10 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
         packed_head = bh;
       }
       kernels.pack_rows({element(q, b, h, q_first), q.dtype(), rows, d, q.stride(2)}, math, q_pack, d_pad);
+      // AMX reads whole 16-row tiles: the rows past this tile's last are zeros.
+      const int64_t rows_read = attn_layout_rows(rows, amx);
+      std::memset(static_cast<char*>(q_pack) + rows * d_pad * elem, 0,
+                  static_cast<size_t>((rows_read - rows) * d_pad) * elem);
       AttnTileArgs args = base;
       args.q = q_pack;
       args.rows = rows;

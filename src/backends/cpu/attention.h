@@ -16,13 +16,22 @@ struct AttentionTiling {
   int64_t key_tile = 512;
 };
 
+// Which tile kernels run: the portable ones, the AVX-512 ones, or the AVX-512 ones with bf16 products on
+// AMX tiles (bf16 inputs; needs amx_usable(); float32 inputs run as with Avx512).
+enum class AttnKernel { Generic, Avx512, Amx };
+const char* attn_kernel_name(AttnKernel kernel);
+
 // out [B, H, Sq, Dv] = attention(q [B, H, Sq, D], k [B, H, Skv, D], v [B, H, Skv, Dv]) with an optional bias
 // already expanded to [B, H, Sq, Skv] (undefined: none). All tensors have unit stride in the last dim (or
 // stride 0 for a broadcast bias column); the front end (src/ops/attention.cpp) has checked shapes and
-// dtypes. `avx512` picks the tile kernel variant.
-// (The front end's kernel runs the default tiling.)
+// dtypes. bf16 inputs multiply as bf16 pairs, or widened to float32 where bf16_path() is fma32 (and the
+// kernel is not Amx). The front end's kernel runs the default tiling and default_attn_kernel().
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                       const Tensor& out, double scale, bool causal, bool avx512,
+                       const Tensor& out, double scale, bool causal, AttnKernel kernel,
                        const AttentionTiling& tiling = {});
+
+// The kernel for a product of `dtype` on this host: Generic without the AVX-512 variant, Amx for bf16 where
+// bf16_path() is amx, else Avx512.
+AttnKernel default_attn_kernel(DType dtype);
 
 }  // namespace kiln::cpu_kernels

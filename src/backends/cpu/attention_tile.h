@@ -17,6 +17,9 @@ enum class AttnMath : uint8_t { F32, BF16 };
 
 // Keys (in packed K) and value columns (in packed V) come in blocks of one 16-float vector.
 inline constexpr int64_t kAttnBlock = 16;
+// With AMX tiles (BF16 math only), a tile step multiplies 32 bf16 elements of the reduction: D and the keys
+// are padded to multiples of kAttnAmxStep, and each query tile's rows to a multiple of 16 (zero rows).
+inline constexpr int64_t kAttnAmxStep = 32;
 
 inline int64_t attn_pair(AttnMath math) {
   return math == AttnMath::BF16 ? 2 : 1;
@@ -38,6 +41,9 @@ struct AttnMatrix {
 // One query tile of one (batch, head). Packed operands come from the attn_pack_* functions below.
 struct AttnTileArgs {
   AttnMath math = AttnMath::F32;
+  // BF16 math on AMX tiles (TDPBF16PS) instead of VDPBF16PS: the AVX-512 variant only, where amx_usable().
+  // The caller pads as kAttnAmxStep says; q then holds attn_round_up(rows, kAttnBlock) rows.
+  bool amx = false;
   const void* q = nullptr;       // attn_pack_rows: [rows][d_pad]
   int64_t rows = 0;              // queries in this tile
   int64_t d_pad = 0;             // D rounded up to attn_pair(math)
@@ -61,9 +67,13 @@ struct AttnTileArgs {
 };
 
 // Scores and probabilities [rows][key_tile] each, the output accumulator [rows][dv_pad], and per-row
-// running max, running sum and rescale factor.
-inline size_t attn_scratch_floats(int64_t rows, int64_t key_tile, int64_t dv_pad) {
-  return static_cast<size_t>(2 * rows * key_tile + rows * dv_pad + 3 * attn_round_up(rows, kAttnBlock));
+// running max, running sum and rescale factor. With AMX the rows are rounded up to whole tiles.
+inline int64_t attn_layout_rows(int64_t rows, bool amx) {
+  return amx ? attn_round_up(rows, kAttnBlock) : rows;
+}
+inline size_t attn_scratch_floats(int64_t rows, int64_t key_tile, int64_t dv_pad, bool amx = false) {
+  const int64_t r = attn_layout_rows(rows, amx);
+  return static_cast<size_t>(2 * r * key_tile + r * dv_pad + 3 * attn_round_up(rows, kAttnBlock));
 }
 
 // Q tile: [rows][cols_pad] in the math's element type, zero-padded columns.

@@ -1,6 +1,8 @@
 #include "backends/cpu/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -37,6 +39,13 @@ const CpuFeatures& cpu_features() {
     return f;
   }();
   return features;
+}
+
+bool amx_usable() {
+  if (!cpu_features().amx_bf16) return false;
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return granted;
 }
 
 bool use_avx512() {

@@ -12,6 +12,10 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& cpu_features();
+// True when this process may run AMX tile instructions: the CPU has them (amx_bf16) and Linux granted the
+// tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process; without it the first tile instruction
+// faults).
+bool amx_usable();
 // True when the AVX-512 kernel variants should run: the CPU has them and KILN_CPU_ISA is not "generic".
 bool use_avx512();
 // "avx512" or "generic": the variant in use, for logs and benchmark output.

@@ -1,7 +1,7 @@
 // "linear_fused": oneDNN's matmul with the epilogue as post-ops (sum of the low-rank product, eltwise
 // activation, binary mul by the gate, binary add of the residual), applied to the float32 accumulator before
-// the one rounding to the output; with bf16 weights, the f32-FMA GEMM where that is this host's faster path
-// (matmul_path.h, linear_fma32.h), with the same epilogue in the same order.
+// the one rounding to the output; with bf16 weights, Kiln's f32-FMA or AMX GEMM where that is this host's
+// faster path (matmul_path.h, linear_own_gemm.h), with the same epilogue in the same order.
 //  inputs: x [M, K] (row- or column-major), weight [N, K], then when present (attrs has_bias, has_gate,
 //          has_residual, has_low_rank): bias [N] (x's dtype or float32), gate [G, 1 or N] (x's dtype; G = 1:
 //          one row for all rows; G = M: full [M, N]; else row block b of M / G consecutive rows uses gate row
@@ -13,7 +13,7 @@
 // The weight goes through onednn::matmul_with_weight like the "linear" kernel's: a weight used by both ops
 // is packed once, in the layout its first consumer chose.
 #include "backends/cpu/fused_kernels.h"
-#include "backends/cpu/linear_fma32.h"
+#include "backends/cpu/linear_own_gemm.h"
 #include "backends/cpu/onednn_util.h"
 #include "kiln/ops/fused.h"
 #include "ops/activation_op.h"
@@ -95,9 +95,9 @@ void linear_fused_kernel(const runtime::OpCall& call) {
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   const memory::data_type ct = compute_type(x.dtype());
   const bool f16 = x.dtype() == float16;
-  if (fma32_serves(x, w)) {
+  if (const OwnGemm gemm = own_gemm_for(x, w); gemm != OwnGemm::None) {
     if (low_rank) low_rank_into_output(x, call.inputs[next], call.inputs[next + 1], out);
-    return linear_fma32(x, w, bias, act, gate, residual, low_rank, out);
+    return linear_own_gemm(gemm, x, w, bias, act, gate, residual, low_rank, out);
   }
 
   // Row blocks: one oneDNN call per block when the gate has one row per block of rows (adaLN's [B, 1, N]

@@ -55,7 +55,7 @@ class Buffer {
 
 }  // namespace
 
-void gemm_fma32(const Fma32Gemm& g, bool avx512) {
+void gemm_fma32(const Bf16Gemm& g, bool avx512) {
   const Fma32Tile tile = avx512 ? avx512::fma32_tile() : generic::fma32_tile();
   const auto pack = avx512 ? avx512::fma32_pack_weights : generic::fma32_pack_weights;
   const auto block = avx512 ? avx512::fma32_block : generic::fma32_block;

@@ -13,25 +13,13 @@
 
 #include <cstdint>
 
+#include "backends/cpu/bf16_gemm.h"
 #include "backends/cpu/isa_dispatch.h"
-#include "backends/cpu/linear_epilogue.h"
 
 namespace kiln::cpu_kernels {
 
-struct Fma32Gemm {
-  const void* x = nullptr;  // bf16 [M, K]
-  int64_t x_row_stride = 0, x_col_stride = 0;
-  const void* w = nullptr;  // bf16 [N, K]
-  int64_t w_row_stride = 0, w_col_stride = 0;
-  int64_t m = 0, n = 0, k = 0;
-  void* out = nullptr;  // [M, N], columns adjacent
-  DType out_dtype = bfloat16;
-  int64_t out_row_stride = 0;
-  LinearEpilogueArgs epilogue;
-};
-
 // Runs the whole product on the OpenMP threads, in the AVX-512 or the portable kernel variant.
-void gemm_fma32(const Fma32Gemm& g, bool avx512);
+void gemm_fma32(const Bf16Gemm& g, bool avx512);
 
 // ---- the per-ISA pieces the driver (gemm_fma32.cpp) runs; isa/gemm_fma32.cpp
 
@@ -44,13 +32,13 @@ KILN_ISA_DECLARE(Fma32Tile, fma32_tile, ());
 // Packs weight rows [n0, n0 + cols) x K range [k0, k0 + depth) as float32 panels of tile.nr weight rows:
 // panel p holds depth groups of nr floats (weight row n0 + p * nr + j at position j), zeros past `cols`.
 KILN_ISA_DECLARE(void, fma32_pack_weights,
-                 (const Fma32Gemm& g, int64_t n0, int64_t cols, int64_t k0, int64_t depth, float* panels));
+                 (const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, int64_t depth, float* panels));
 
 // acc[r][c] (+)= sum over k in [k0, k0 + depth) of x[m0 + r][k] * w[n0 + c][k] for rows < `rows` and the
 // `panel_cols` (a multiple of tile.nr) columns packed in `panels`; `accumulate` false starts from zero.
 // `strip` holds tile.mr x depth floats (x widened).
 KILN_ISA_DECLARE(void, fma32_block,
-                 (const Fma32Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth,
+                 (const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth,
                   const float* panels, int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate,
                   float* strip));
 

@@ -3,7 +3,6 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,15 +87,6 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Linux hands out the AMX tile state only to processes that ask for it (arch_prctl ARCH_REQ_XCOMP_PERM for
-// XFEATURE_XTILEDATA); without it the first tile instruction faults.
-bool amx_permitted() {
-  if (!cpu_features().amx_bf16) return false;
-  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  return granted;
-}
-
 // Four independent TDPBF16PS accumulators (tmm0-3) fed by two A tiles and two B tiles.
 __attribute__((target("amx-tile,amx-bf16"))) double tdpbf16_rate(double seconds) {
   TileConfig config;
@@ -137,7 +127,7 @@ InstructionRates rates_on_this_thread(double seconds) {
   InstructionRates r;
   if (cpu.avx512) r.fma32 = fma32_rate(seconds) * 1e-9;
   if (cpu.avx512_bf16) r.dpbf16 = dpbf16_rate(seconds) * 1e-9;
-  if (amx_permitted()) r.tdpbf16 = tdpbf16_rate(seconds) * 1e-9;
+  if (amx_usable()) r.tdpbf16 = tdpbf16_rate(seconds) * 1e-9;
   return r;
 }
 

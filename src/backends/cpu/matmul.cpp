@@ -1,11 +1,11 @@
-// "linear" and "matmul" on oneDNN's matmul primitive; "linear" with bf16 weights on the f32-FMA GEMM where
-// that is this host's faster path (matmul_path.h).
+// "linear" and "matmul" on oneDNN's matmul primitive; "linear" with bf16 weights on Kiln's f32-FMA or AMX
+// GEMM where that is this host's faster path (matmul_path.h, linear_own_gemm.h).
 //  linear: inputs x [M, K], weight [N, K], optional bias [N] (output dtype or float32); output [M, N]
 //          dense; attr "prepack" (bool).
 //  matmul: inputs a [batch..., M, K], b [batch..., K, N] with equal ranks and batch dims equal or 1;
 //          output [batch..., M, N] dense.
 // The front end (src/ops/linalg.cpp) guarantees each operand's last two dims are row- or column-major.
-#include "backends/cpu/linear_fma32.h"
+#include "backends/cpu/linear_own_gemm.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/register_kernels.h"
 
@@ -49,7 +49,8 @@ void linear_kernel(const runtime::OpCall& call) {
   const Tensor& w = call.inputs[1];
   const Tensor* bias = call.inputs.size() > 2 ? &call.inputs[2] : nullptr;
   const Tensor& out = call.outputs[0];
-  if (fma32_serves(x, w)) return linear_fma32(x, w, bias, Activation::None, nullptr, nullptr, false, out);
+  if (const OwnGemm gemm = own_gemm_for(x, w); gemm != OwnGemm::None)
+    return linear_own_gemm(gemm, x, w, bias, Activation::None, nullptr, nullptr, false, out);
   const int64_t k = x.size(1), n = w.size(0);
   const memory::data_type ct = compute_type(x.dtype());
 

@@ -1,7 +1,8 @@
 // Attention on one query tile: the two products (scores S = Q K^T and O = O * alpha + P V) as
 // register-blocked micro-kernels over packed operands, and the online softmax between them, all in float32
-// accumulators. The AVX-512 variant multiplies bfloat16 pairs with VDPBF16PS and float32 with FMA; the
-// generic variant runs the same loops on portable vectors, widening bfloat16 pairs to float.
+// accumulators. The AVX-512 variant multiplies bfloat16 pairs with VDPBF16PS, or on AMX tiles where the
+// driver asks for them (amx_tiles.h), and float32 with FMA; the generic variant runs the same loops on
+// portable vectors, widening bfloat16 pairs to float.
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -13,6 +14,7 @@
 #include <utility>
 
 #include "backends/cpu/attention_tile.h"
+#include "backends/cpu/isa/amx_tiles.h"
 #include "backends/cpu/isa/vec.h"
 
 namespace kiln::cpu_kernels::KILN_ISA {
@@ -428,19 +430,73 @@ void store_row(T* out, const float* acc, int64_t n, float factor) {
   if (c < n) store_partial(out + c, load(acc + c) * factor, static_cast<int>(n - c));
 }
 
+// The two products of one key tile on AMX tiles (BF16 math in the AVX-512 variant only; the driver asks for
+// them only there). Rows, D and the keys are padded to whole tile steps (attn_layout_rows, kAttnAmxStep).
+constexpr bool kHasAmx =
+#if defined(__AVX512BF16__)
+    true;
+#else
+    false;
+#endif
+
+template <class M>
+void amx_scores(const AttnTileArgs& a, int64_t layout_rows, int64_t j0, int64_t nk_pad, float* scores) {
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same_v<M, Bf16Math>) {
+    amx::product(layout_rows / amx::kTileRows, nk_pad / amx::kTileCols, a.d_pad / amx::kTileK,
+                 static_cast<const uint16_t*>(a.q), a.d_pad, static_cast<const uint16_t*>(a.k) + j0 * a.d_pad,
+                 a.d_pad * kAttnBlock, scores, a.key_tile, false);
+  }
+#else
+  (void)a, (void)layout_rows, (void)j0, (void)nk_pad, (void)scores;
+#endif
+}
+
+template <class M>
+void amx_values(const AttnTileArgs& a, const TileState& st, int64_t layout_rows, int64_t j0, int64_t nk_pad) {
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same_v<M, Bf16Math>) {
+    // O *= alpha row by row first: the tiles accumulate onto O as it is in memory.
+    if (j0 > 0) {
+      for (int64_t i = 0; i < a.rows; ++i) {
+        float* o = st.acc + i * a.dv_pad;
+        const float alpha = st.alpha[i];
+        for (int64_t c = 0; c < a.dv_pad; c += kLanes) store(o + c, load(o + c) * alpha);
+      }
+    }
+    amx::product(layout_rows / amx::kTileRows, a.dv_pad / amx::kTileCols, nk_pad / amx::kTileK,
+                 static_cast<const uint16_t*>(st.probs), a.key_tile,
+                 static_cast<const uint16_t*>(a.v) + j0 * kAttnBlock, a.skv_pad * kAttnBlock, st.acc, a.dv_pad,
+                 j0 > 0);
+  }
+#else
+  (void)a, (void)st, (void)layout_rows, (void)j0, (void)nk_pad;
+#endif
+}
+
 template <class M>
 void query_tile(const AttnTileArgs& a) {
   using Elem = typename M::Elem;
+  const bool amx = kHasAmx && a.amx && std::is_same_v<M, Bf16Math>;
   const int64_t rows_pad16 = attn_round_up(a.rows, kAttnBlock);
+  const int64_t layout_rows = attn_layout_rows(a.rows, amx);
   TileState st;
   st.scores = a.scratch;
-  st.probs = a.scratch + a.rows * a.key_tile;
-  st.acc = a.scratch + 2 * a.rows * a.key_tile;
-  st.max = st.acc + a.rows * a.dv_pad;
+  st.probs = a.scratch + layout_rows * a.key_tile;
+  st.acc = a.scratch + 2 * layout_rows * a.key_tile;
+  st.max = st.acc + layout_rows * a.dv_pad;
   st.sum = st.max + rows_pad16;
   st.alpha = st.sum + rows_pad16;
   std::fill(st.max, st.max + a.rows, -__builtin_inff());
   std::fill(st.sum, st.sum + a.rows, 0.0f);
+  if (amx) {
+    // The padding rows' probabilities multiply V too: zeros, so that they add nothing anywhere.
+    Elem* probs = static_cast<Elem*>(st.probs);
+    std::fill(probs + a.rows * a.key_tile, probs + layout_rows * a.key_tile, Elem{});
+#if defined(__AVX512BF16__)
+    amx::configure_tiles();
+#endif
+  }
 
   const Elem* q = static_cast<const Elem*>(a.q);
   const Elem* k = static_cast<const Elem*>(a.k);
@@ -448,13 +504,18 @@ void query_tile(const AttnTileArgs& a) {
   // With the causal mask no query of this tile sees keys past its last row.
   const int64_t kv_end = a.causal ? std::min(a.skv, a.q_first + a.rows) : a.skv;
   const int64_t dv_blocks = a.dv_pad / kAttnBlock;
+  const int64_t key_step = amx ? kAttnAmxStep : kAttnBlock;
   if (kv_end <= 0) std::fill(st.acc, st.acc + a.rows * a.dv_pad, 0.0f);
   for (int64_t j0 = 0; j0 < kv_end; j0 += a.key_tile) {
     const int64_t nk = std::min(a.key_tile, kv_end - j0);
-    const int64_t nk_pad = attn_round_up(nk, kAttnBlock);
+    const int64_t nk_pad = attn_round_up(nk, key_step);
     // S = Q K^T for keys [j0, j0 + nk_pad): packed K holds 16-key blocks of d_pad * 16 elements.
-    tile_product<M>(a.rows, nk_pad / kAttnBlock, a.d_pad / M::kPair, q, a.d_pad, k + j0 * a.d_pad,
-                    a.d_pad * kAttnBlock, st.scores, a.key_tile, nullptr);
+    if (amx) {
+      amx_scores<M>(a, layout_rows, j0, nk_pad, st.scores);
+    } else {
+      tile_product<M>(a.rows, nk_pad / kAttnBlock, a.d_pad / M::kPair, q, a.d_pad, k + j0 * a.d_pad,
+                      a.d_pad * kAttnBlock, st.scores, a.key_tile, nullptr);
+    }
     auto step = [&](auto bias_tag) { softmax_step<Elem, decltype(bias_tag)>(a, st, j0, nk, nk_pad); };
     if (!a.bias) {
       softmax_step<Elem, void>(a, st, j0, nk, nk_pad);
@@ -468,10 +529,17 @@ void query_tile(const AttnTileArgs& a) {
       step(bool{});
     }
     // O = O * alpha + P V; packed V holds 16-column blocks of skv_pad * 16 elements.
-    tile_product<M>(a.rows, dv_blocks, nk_pad / M::kPair, static_cast<const Elem*>(st.probs), a.key_tile,
-                    v + j0 * kAttnBlock, a.skv_pad * kAttnBlock, st.acc, a.dv_pad,
-                    j0 == 0 ? nullptr : st.alpha);
+    if (amx) {
+      amx_values<M>(a, st, layout_rows, j0, nk_pad);
+    } else {
+      tile_product<M>(a.rows, dv_blocks, nk_pad / M::kPair, static_cast<const Elem*>(st.probs), a.key_tile,
+                      v + j0 * kAttnBlock, a.skv_pad * kAttnBlock, st.acc, a.dv_pad,
+                      j0 == 0 ? nullptr : st.alpha);
+    }
   }
+#if defined(__AVX512BF16__)
+  if (amx) amx::release_tiles();
+#endif
 
   for (int64_t i = 0; i < a.rows; ++i) {
     // A row whose keys were all masked has sum 0 and gives zeros, as torch does.

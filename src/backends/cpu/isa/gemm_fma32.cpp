@@ -98,7 +98,7 @@ inline void prefetch_bytes(const void* p, int64_t bytes) {
 }
 
 // Rows [m0, m0 + rows) x K range [k0, k0 + depth) of x, widened into strip[r * depth + k].
-void widen_rows(const Fma32Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, float* strip) {
+void widen_rows(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, float* strip) {
   const bf16_t* x = static_cast<const bf16_t*>(g.x);
   for (int64_t r = 0; r < rows; ++r) {
     const bf16_t* src = x + (m0 + r) * g.x_row_stride + k0 * g.x_col_stride;
@@ -117,7 +117,7 @@ Fma32Tile fma32_tile() {
   return {kMR, kNR};
 }
 
-void fma32_pack_weights(const Fma32Gemm& g, int64_t n0, int64_t cols, int64_t k0, int64_t depth,
+void fma32_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, int64_t depth,
                         float* panels) {
   const bf16_t* w = static_cast<const bf16_t*>(g.w);
   for (int64_t p = 0; p < cols; p += kNR) {
@@ -143,7 +143,7 @@ void fma32_pack_weights(const Fma32Gemm& g, int64_t n0, int64_t cols, int64_t k0
   }
 }
 
-void fma32_block(const Fma32Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, const float* panels,
+void fma32_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, const float* panels,
                  int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate, float* strip) {
   static constexpr auto kernels = make_kernels(std::make_index_sequence<kMR>());
   const bf16_t* x = static_cast<const bf16_t*>(g.x);

@@ -1,8 +1,9 @@
-// The f32-FMA GEMM (src/backends/cpu/gemm_fma32.h) against a float64 reference of the same bf16 operands,
-// in both kernel variants, over shapes that hit every edge of its blocking (partial register tiles, K not a
+// Kiln's own bf16 GEMMs against a float64 reference of the same bf16 operands: the f32-FMA GEMM
+// (src/backends/cpu/gemm_fma32.h) in both kernel variants and, where the CPU has AMX, the AMX GEMM
+// (gemm_amx.h), over shapes that hit every edge of their blocking (partial register tiles or tiles, K not a
 // multiple of the depth block, more rows or columns than one block, M = 1), strided and column-major
-// operands, and every epilogue. Then the op tests again on each bf16 path (KILN_CPU_MATMUL), so that both run
-// on every host whichever one it picks.
+// operands, and every epilogue. Then the op tests again on each bf16 path (KILN_CPU_MATMUL), so that every
+// path this host can run does, whichever one it picks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/gemm_fma32.h"
 #include "backends/cpu/matmul_path.h"
 #include "kiln/core/device_runtime.h"
@@ -24,7 +26,7 @@
 namespace kiln {
 namespace {
 
-using cpu_kernels::Fma32Gemm;
+using cpu_kernels::Bf16Gemm;
 
 struct Case {
   int64_t m, k, n;
@@ -63,13 +65,19 @@ Tensor operand(int64_t rows, int64_t cols, bool column_major, bool strided, uint
   return testing::values({rows, cols}, seed, -1.0, 1.0, bfloat16);
 }
 
-void check(const Case& c, const Epi& e, DType out_dtype, bool avx512) {
+// The GEMM a check runs.
+enum class Kernel { Fma32Generic, Fma32Avx512, Amx };
+const char* kernel_name(Kernel k) {
+  return k == Kernel::Amx ? "amx" : k == Kernel::Fma32Avx512 ? "fma32 avx512" : "fma32 generic";
+}
+
+void check(const Case& c, const Epi& e, DType out_dtype, Kernel kernel) {
   SCOPED_TRACE(::testing::Message() << c.m << "x" << c.k << "x" << c.n << " w_cm " << c.w_column_major
                                     << " strided " << c.strided << " x_cm " << c.x_column_major << " bias "
                                     << dtype_name(e.bias) << " act " << static_cast<int>(e.act) << " gate "
                                     << e.gate_rows << (e.gate_scalar ? " scalar" : "") << " residual "
-                                    << e.residual << " out " << dtype_name(out_dtype) << " avx512 "
-                                    << avx512);
+                                    << e.residual << " out " << dtype_name(out_dtype) << " "
+                                    << kernel_name(kernel));
   const Tensor x = operand(c.m, c.k, c.x_column_major, c.strided, 1);
   const Tensor w = operand(c.n, c.k, c.w_column_major, c.strided, 2);
   const Tensor bias = e.bias == DType::Bool ? Tensor() : testing::values({c.n}, 3, -1.0, 1.0, e.bias);
@@ -82,7 +90,7 @@ void check(const Case& c, const Epi& e, DType out_dtype, bool avx512) {
   synchronize();
   const auto prior = e.add_output ? out.to_vector<double>() : std::vector<double>();
 
-  Fma32Gemm g;
+  Bf16Gemm g;
   g.x = x.raw_data();
   g.x_row_stride = x.stride(0);
   g.x_col_stride = x.stride(1);
@@ -115,7 +123,12 @@ void check(const Case& c, const Epi& e, DType out_dtype, bool avx512) {
     ep.residual_dtype = bfloat16;
     ep.residual_row_stride = c.n;
   }
-  cpu_kernels::gemm_fma32(g, avx512);
+  if (kernel == Kernel::Amx) {
+    ASSERT_TRUE(cpu_kernels::gemm_amx_takes(g));
+    cpu_kernels::gemm_amx(g);
+  } else {
+    cpu_kernels::gemm_fma32(g, kernel == Kernel::Fma32Avx512);
+  }
 
   const auto xv = x.contiguous().to_vector<double>(), wv = w.contiguous().to_vector<double>();
   const auto bv = bias.defined() ? bias.to_vector<double>() : std::vector<double>();
@@ -154,10 +167,16 @@ void check(const Case& c, const Epi& e, DType out_dtype, bool avx512) {
   }
 }
 
-std::vector<bool> variants() {
-  std::vector<bool> v{false};
-  if (cpu_kernels::cpu_features().avx512 && cpu_kernels::cpu_features().avx512_bf16) v.push_back(true);
+std::vector<Kernel> variants() {
+  std::vector<Kernel> v{Kernel::Fma32Generic};
+  if (cpu_kernels::cpu_features().avx512 && cpu_kernels::cpu_features().avx512_bf16)
+    v.push_back(Kernel::Fma32Avx512);
   return v;
+}
+
+bool have_amx() {
+  return cpu_kernels::cpu_features().avx512 && cpu_kernels::cpu_features().avx512_bf16 &&
+         cpu_kernels::amx_usable();
 }
 
 TEST(GemmFma32, MatchesFloat64ReferenceOverShapes) {
@@ -176,9 +195,36 @@ TEST(GemmFma32, MatchesFloat64ReferenceOverShapes) {
       {8, 48, 48, false, false, true},
       {5, 777, 33, true, true, true},
   };
-  for (bool avx512 : variants())
+  for (Kernel kernel : variants())
     for (const Case& c : cases)
-      for (DType out : {bfloat16, float32}) check(c, Epi{}, out, avx512);
+      for (DType out : {bfloat16, float32}) check(c, Epi{}, out, kernel);
+}
+
+// The AMX GEMM takes K in multiples of 32: 16-row tiles cut short (M = 1, 7, 13, 17, 33, 2100), 16-column
+// groups cut short (N = 1, 3, 49, 97, 130), an odd number of them, K past one depth slice with a short last
+// slice (608 = 512 + 96, 1056), more rows than one block (2100), strided and column-major weights.
+TEST(GemmAmx, MatchesFloat64ReferenceOverShapes) {
+  if (!have_amx()) GTEST_SKIP() << "no AMX on this CPU";
+  const std::vector<Case> cases{
+      {1, 32, 1},         {7, 64, 3},
+      {13, 256, 49},      {16, 32, 16},
+      {32, 64, 32},       {33, 1056, 130},
+      {100, 64, 400},     {2, 32, 1000},
+      {2100, 64, 50},     {17, 608, 97, true},
+      {21, 288, 60, false, true}, {5, 800, 33, true, true},
+  };
+  for (const Case& c : cases)
+    for (DType out : {bfloat16, float32}) check(c, Epi{}, out, Kernel::Amx);
+}
+
+TEST(GemmAmx, TakesOnlyWholeTileStepsOfContiguousRows) {
+  cpu_kernels::Bf16Gemm g;
+  g.m = 64, g.n = 64, g.k = 96, g.x_col_stride = 1;
+  EXPECT_TRUE(cpu_kernels::gemm_amx_takes(g));
+  g.k = 100;
+  EXPECT_FALSE(cpu_kernels::gemm_amx_takes(g));
+  g.k = 96, g.x_col_stride = 64;
+  EXPECT_FALSE(cpu_kernels::gemm_amx_takes(g));
 }
 
 TEST(GemmFma32, EveryEpilogue) {
@@ -194,9 +240,14 @@ TEST(GemmFma32, EveryEpilogue) {
   epis.push_back({DType::Bool, Activation::None, 0, false, true});
   epis.push_back({bfloat16, Activation::GeluTanh, 3, false, true, true});
   epis.push_back({DType::Bool, Activation::None, 0, false, false, true});
-  for (bool avx512 : variants())
+  for (Kernel kernel : variants())
     for (const Epi& e : epis)
-      for (DType out : {bfloat16, float32}) check(c, e, out, avx512);
+      for (DType out : {bfloat16, float32}) check(c, e, out, kernel);
+  if (have_amx()) {
+    const Case amx_case{12, 320, 70};
+    for (const Epi& e : epis)
+      for (DType out : {bfloat16, float32}) check(amx_case, e, out, Kernel::Amx);
+  }
 }
 
 // The op tests once more in a child process on each bf16 path, forced; every host runs both, and the fma32
@@ -205,7 +256,7 @@ void rerun_with(const std::string& env, const std::string& name) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::string log = testing::temp_dir("bf16_path_" + name) + "/log.txt";
   const std::string cmd = env + " '" + self +
-                          "' --gtest_filter='Linear*:Matmul*:FusedLinear*:LinearFused*:Attention*:GemmFma32*:"
+                          "' --gtest_filter='Linear*:Matmul*:FusedLinear*:LinearFused*:Attention*:GemmFma32*:GemmAmx*:"
                           "Packed*:-Bf16Path*' > '" +
                           log + "' 2>&1";
   const int rc = std::system(cmd.c_str());
@@ -226,6 +277,26 @@ TEST(Bf16Path, Fma32InThePortableVariantPassesTheOpTests) {
 
 TEST(Bf16Path, OnednnPassesTheOpTests) {
   rerun_with("KILN_CPU_MATMUL=onednn", "onednn");
+}
+
+TEST(Bf16Path, AmxPassesTheOpTests) {
+  if (!have_amx()) GTEST_SKIP() << "no AMX on this CPU";
+  rerun_with("KILN_CPU_MATMUL=amx", "amx");
+}
+
+// Forcing the amx path where it cannot run is an error naming the variable, not a crash on the first tile.
+TEST(Bf16Path, AmxWhereItCannotRunIsAnError) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string log = testing::temp_dir("bf16_path_no_amx") + "/log.txt";
+  // The portable kernels never run tiles, on any CPU.
+  const std::string cmd = "KILN_CPU_ISA=generic KILN_CPU_MATMUL=amx '" + self +
+                          "' --gtest_filter='GemmFma32Op.Bf16Linear' > '" + log + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(log);
+  std::stringstream out;
+  out << in.rdbuf();
+  EXPECT_NE(rc, 0) << out.str();
+  EXPECT_NE(out.str().find("KILN_CPU_MATMUL=amx"), std::string::npos) << out.str();
 }
 
 TEST(Bf16Path, UnknownValueIsAnErrorNamingTheVariable) {
