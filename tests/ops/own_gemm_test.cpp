@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/amx_packed_weights.h"
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/gemm_fma32.h"
@@ -66,9 +67,20 @@ Tensor operand(int64_t rows, int64_t cols, bool column_major, bool strided, uint
 }
 
 // The GEMM a check runs.
-enum class Kernel { Fma32Generic, Fma32Avx512, Amx };
+// AmxPrepacked: the AMX GEMM reading the weight's copy packed once (amx_packed_weights.h).
+enum class Kernel { Fma32Generic, Fma32Avx512, Amx, AmxPrepacked };
 const char* kernel_name(Kernel k) {
-  return k == Kernel::Amx ? "amx" : k == Kernel::Fma32Avx512 ? "fma32 avx512" : "fma32 generic";
+  switch (k) {
+    case Kernel::Amx:
+      return "amx";
+    case Kernel::AmxPrepacked:
+      return "amx prepacked";
+    case Kernel::Fma32Avx512:
+      return "fma32 avx512";
+    case Kernel::Fma32Generic:
+      break;
+  }
+  return "fma32 generic";
 }
 
 void check(const Case& c, const Epi& e, DType out_dtype, Kernel kernel) {
@@ -123,8 +135,13 @@ void check(const Case& c, const Epi& e, DType out_dtype, Kernel kernel) {
     ep.residual_dtype = bfloat16;
     ep.residual_row_stride = c.n;
   }
-  if (kernel == Kernel::Amx) {
+  if (kernel == Kernel::Amx || kernel == Kernel::AmxPrepacked) {
     ASSERT_TRUE(cpu_kernels::gemm_amx_takes(g));
+    if (kernel == Kernel::AmxPrepacked) {
+      g.w_amx_tiles = cpu_kernels::amx_packed_weight(w);
+      ASSERT_NE(g.w_amx_tiles, nullptr);
+      EXPECT_EQ(cpu_kernels::amx_packed_weight(w), g.w_amx_tiles);  // packed once, then found
+    }
     cpu_kernels::gemm_amx(g);
   } else {
     cpu_kernels::gemm_fma32(g, kernel == Kernel::Fma32Avx512);
@@ -214,7 +231,8 @@ TEST(GemmAmx, MatchesFloat64ReferenceOverShapes) {
       {21, 288, 60, false, true}, {5, 800, 33, true, true},
   };
   for (const Case& c : cases)
-    for (DType out : {bfloat16, float32}) check(c, Epi{}, out, Kernel::Amx);
+    for (DType out : {bfloat16, float32})
+      for (Kernel kernel : {Kernel::Amx, Kernel::AmxPrepacked}) check(c, Epi{}, out, kernel);
 }
 
 TEST(GemmAmx, TakesOnlyWholeTileStepsOfContiguousRows) {

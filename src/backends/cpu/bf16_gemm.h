@@ -14,6 +14,9 @@ struct Bf16Gemm {
   int64_t x_row_stride = 0, x_col_stride = 0;
   const void* w = nullptr;  // bf16 [N, K]
   int64_t w_row_stride = 0, w_col_stride = 0;
+  // The AMX GEMM only: the whole weight already in its tile layout (amx_packed_weights.h), or null to pack
+  // each block's slice per call.
+  const uint16_t* w_amx_tiles = nullptr;
   int64_t m = 0, n = 0, k = 0;
   void* out = nullptr;  // [M, N], columns adjacent
   DType out_dtype = bfloat16;

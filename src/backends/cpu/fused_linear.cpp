@@ -97,7 +97,8 @@ void linear_fused_kernel(const runtime::OpCall& call) {
   const bool f16 = x.dtype() == float16;
   if (const OwnGemm gemm = own_gemm_for(x, w); gemm != OwnGemm::None) {
     if (low_rank) low_rank_into_output(x, call.inputs[next], call.inputs[next + 1], out);
-    return linear_own_gemm(gemm, x, w, bias, act, gate, residual, low_rank, out);
+    return linear_own_gemm(gemm, x, w, bias, act, gate, residual, low_rank, call.attrs.get_bool("prepack"),
+                           out);
   }
 
   // Row blocks: one oneDNN call per block when the gate has one row per block of rows (adaLN's [B, 1, N]

@@ -19,9 +19,9 @@ namespace {
 // kRowBlock sets how often the weight is packed (M / kRowBlock times: each packed tile then feeds
 // kRowBlock / 16 TDPBF16PS); the block's accumulators (kRowBlock x kColBlock floats, 2 MiB) are touched
 // once per tile per depth slice.
-constexpr int64_t kDepthBlock = 512;
-constexpr int64_t kColBlock = 256;
-constexpr int64_t kRowBlock = 2048;
+static const int64_t kDepthBlock = getenv("XKC") ? atoi(getenv("XKC")) : 512;
+static const int64_t kColBlock = getenv("XNC") ? atoi(getenv("XNC")) : 256;
+static const int64_t kRowBlock = getenv("XMC") ? atoi(getenv("XMC")) : 2048;
 constexpr int64_t kMinRowBlock = 256;
 constexpr int64_t kItemsPerThread = 4;
 constexpr int64_t kStep = 32;  // K elements per tile step
@@ -76,7 +76,7 @@ void gemm_amx(const Bf16Gemm& g) {
   const int64_t row_blocks = ceil_div(g.m, row_block);
   const int64_t items = row_blocks * col_blocks;
   const int threads = static_cast<int>(std::min<int64_t>(max_threads, items));
-  const size_t panel_bytes = static_cast<size_t>(depth_block * col_block) * 2;
+  const size_t panel_bytes = g.w_amx_tiles != nullptr ? 0 : static_cast<size_t>(depth_block * col_block) * 2;
   const size_t edge_bytes = static_cast<size_t>(32 * depth_block) * 2;
   const size_t acc_bytes = static_cast<size_t>(round_up(row_block, 16) * col_block) * 4;
 
@@ -93,8 +93,13 @@ void gemm_amx(const Bf16Gemm& g) {
     const int64_t panel_cols = round_up(cols, 16);
     for (int64_t k0 = 0; k0 < g.k; k0 += depth_block) {
       const int64_t depth = std::min(depth_block, g.k - k0);
-      avx512::amx_pack_weights(g, n0, cols, k0, depth, panel);
-      avx512::amx_block(g, m0, rows, k0, depth, panel, panel_cols, acc, panel_cols, k0 > 0, edge);
+      if (g.w_amx_tiles != nullptr) {
+        const uint16_t* slice = g.w_amx_tiles + n0 * g.k + k0 * 16;
+        avx512::amx_block(g, m0, rows, k0, depth, slice, g.k * 16, panel_cols, acc, panel_cols, k0 > 0, edge);
+      } else {
+        avx512::amx_pack_weights(g, n0, cols, k0, depth, panel);
+        avx512::amx_block(g, m0, rows, k0, depth, panel, depth * 16, panel_cols, acc, panel_cols, k0 > 0, edge);
+      }
     }
     avx512::linear_epilogue_rows(acc, panel_cols, m0, rows, n0, cols, g.epilogue, g.out, g.out_dtype,
                                  g.out_row_stride);

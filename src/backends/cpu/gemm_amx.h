@@ -5,7 +5,8 @@
 // Blocking (as gemm_fma32.h's, with tiles for registers): the output is cut into blocks of up to kRowBlock
 // rows x kColBlock columns, one per OpenMP work item. For each slice of kDepthBlock along K, the block's
 // weight slice is packed into the layout TDPBF16PS reads (16-column groups, two consecutive K elements side
-// by side: a 16 x 16 transpose of 32-bit pairs), then each strip of 32 rows of x (read as tiles straight
+// by side: a 16 x 16 transpose of 32-bit pairs) unless the whole weight was packed once already
+// (Bf16Gemm::w_amx_tiles), then each strip of 32 rows of x (read as tiles straight
 // from x, in L1 while it crosses the block) multiplies every 32-column pair of the packed slice (from L2)
 // into 2 x 2 accumulator tiles, which live in the block's float32 accumulators between depth slices. The
 // epilogue (linear_epilogue.h) rounds the finished block once into the output.
@@ -33,11 +34,13 @@ namespace avx512 {
 void amx_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, int64_t depth, uint16_t* panel);
 
 // acc[r][c] (+)= sum over k in [k0, k0 + depth) of x[m0 + r][k] * w[n0 + c][k] for r < round_up(rows, 16)
-// (rows past `rows` get zeros from x) and the `panel_cols` (a multiple of 16) columns of `panel`;
-// `accumulate` false starts from zero. `edge` holds 32 x depth elements: the last strip's rows when fewer
-// than a whole tile remain.
+// (rows past `rows` get zeros from x) and the `panel_cols` (a multiple of 16) columns of `panel`, whose
+// 16-column groups start `group_stride` elements apart (depth * 16 in a block's slice, K * 16 in a whole
+// packed weight); `accumulate` false starts from zero. `edge` holds 32 x depth elements: the last strip's
+// rows when fewer than a whole tile remain.
 void amx_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, const uint16_t* panel,
-               int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate, uint16_t* edge);
+               int64_t group_stride, int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate,
+               uint16_t* edge);
 
 }  // namespace avx512
 

@@ -1,7 +1,8 @@
 // "linear" and "linear_fused" on Kiln's own bf16 GEMMs (gemm_fma32.h, gemm_amx.h). The weight is read where it
-// lies: never packed into a persistent copy.
+// lies, or (AMX, prepacked) from a copy in the tile layout.
 #include "backends/cpu/linear_own_gemm.h"
 
+#include "backends/cpu/amx_packed_weights.h"
 #include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/gemm_fma32.h"
 #include "backends/cpu/matmul_path.h"
@@ -42,9 +43,11 @@ OwnGemm own_gemm_for(const Tensor& x, const Tensor& w) {
 }
 
 void linear_own_gemm(OwnGemm gemm, const Tensor& x, const Tensor& w, const Tensor* bias, Activation act,
-                     const Tensor* gate, const Tensor* residual, bool add_output, const Tensor& out) {
+                     const Tensor* gate, const Tensor* residual, bool add_output, bool prepack,
+                     const Tensor& out) {
   KILN_CHECK(gemm != OwnGemm::None, "linear: internal: no GEMM chosen");
   Bf16Gemm g = operands(x, w);
+  if (gemm == OwnGemm::Amx && prepack) g.w_amx_tiles = amx_packed_weight(w);
   g.out = out.raw_data();
   g.out_dtype = out.dtype();
   g.out_row_stride = out.stride(0);

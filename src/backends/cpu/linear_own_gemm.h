@@ -18,8 +18,11 @@ OwnGemm own_gemm_for(const Tensor& x, const Tensor& w);
 // out [M, N] (columns adjacent) = epilogue(x [M, K] . w [N, K]^T) with optional bias [N], gate [G, 1 or N]
 // (see linear_epilogue.h) and residual [M, N]; x and w row- or column-major, on `gemm` (not None).
 // `add_output`: `out` already holds a term (a LoRA pair's low-rank product) that the result adds after the
-// bias.
+// bias. `prepack` (the op's attribute): the AMX GEMM reads a copy of the weight packed once into its tile
+// layout (amx_packed_weights.h) where the packed-weight budget allows; the f32-FMA GEMM always reads the
+// weight where it lies.
 void linear_own_gemm(OwnGemm gemm, const Tensor& x, const Tensor& w, const Tensor* bias, Activation act,
-                     const Tensor* gate, const Tensor* residual, bool add_output, const Tensor& out);
+                     const Tensor* gate, const Tensor* residual, bool add_output, bool prepack,
+                     const Tensor& out);
 
 }  // namespace kiln::cpu_kernels

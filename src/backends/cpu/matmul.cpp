@@ -50,7 +50,8 @@ void linear_kernel(const runtime::OpCall& call) {
   const Tensor* bias = call.inputs.size() > 2 ? &call.inputs[2] : nullptr;
   const Tensor& out = call.outputs[0];
   if (const OwnGemm gemm = own_gemm_for(x, w); gemm != OwnGemm::None)
-    return linear_own_gemm(gemm, x, w, bias, Activation::None, nullptr, nullptr, false, out);
+    return linear_own_gemm(gemm, x, w, bias, Activation::None, nullptr, nullptr, false,
+                           call.attrs.get_bool("prepack"), out);
   const int64_t k = x.size(1), n = w.size(0);
   const memory::data_type ct = compute_type(x.dtype());
 

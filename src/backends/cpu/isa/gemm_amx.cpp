@@ -108,7 +108,8 @@ void amx_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, i
 }
 
 void amx_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, const uint16_t* panel,
-               int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate, uint16_t* edge) {
+               int64_t group_stride, int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate,
+               uint16_t* edge) {
   const uint16_t* x = static_cast<const uint16_t*>(g.x);
   const int64_t steps = depth / amx::kTileK;
   const int64_t col_tiles = panel_cols / amx::kTileCols;
@@ -130,7 +131,7 @@ void amx_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t 
       a = edge;
       a_stride = depth;
     }
-    amx::product(here > 16 ? 2 : 1, col_tiles, steps, a, a_stride, panel, depth * amx::kTileCols,
+    amx::product(here > 16 ? 2 : 1, col_tiles, steps, a, a_stride, panel, group_stride,
                  acc + r * acc_stride, acc_stride, accumulate);
   }
   amx::release_tiles();

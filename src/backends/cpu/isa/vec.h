@@ -159,15 +159,10 @@ inline f32x16 vfma(f32x16 a, f32x16 b, f32x16 c) {
 // ---- exp: range reduction to [-ln2/2, ln2/2] and a degree-7 polynomial (max rel. error ~2 ulp over the
 // float range). Portable variant: exp(x) = 0 below -87.3 (torch returns subnormals there; differences
 // < 1e-38), inf above 88.72.
-inline f32x16 vexp(f32x16 x) {
 #if defined(__AVX512F__)
-  // Same reduction and polynomial, but VRNDSCALEPS rounds and VSCALEFPS applies 2^n with correct overflow to
-  // inf and gradual underflow (subnormal results, like torch), with FMAs: about a third of the instructions
-  // and of the dependency chain of the portable version, which matters because exp sits inside
-  // silu/gelu/sigmoid/softmax. The clamp keeps NaN (comparisons with NaN are false) and keeps n finite for
-  // +-inf.
-  f32x16 xc = x > 89.0f ? splat(89.0f) : x;
-  xc = xc < -104.0f ? splat(-104.0f) : xc;
+// The AVX-512 exp on an argument already in [-104, 89] (or NaN, which stays NaN): what vexp runs after its
+// clamp, for callers whose arguments are known to need less clamping (the attention softmax's).
+inline f32x16 vexp_in_range(f32x16 xc) {
   const __m512 n = _mm512_maskz_roundscale_ps(0xffff, to_m512(xc * 1.44269504088896341f),
                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const f32x16 nf = from_m512(n);
@@ -181,6 +176,19 @@ inline f32x16 vexp(f32x16 x) {
   p = vfma(p, r, splat(5.0000001201e-1f));
   p = vfma(p, r * r, r) + 1.0f;
   return from_m512(_mm512_maskz_scalef_ps(0xffff, to_m512(p), n));
+}
+#endif
+
+inline f32x16 vexp(f32x16 x) {
+#if defined(__AVX512F__)
+  // Same reduction and polynomial, but VRNDSCALEPS rounds and VSCALEFPS applies 2^n with correct overflow to
+  // inf and gradual underflow (subnormal results, like torch), with FMAs: about a third of the instructions
+  // and of the dependency chain of the portable version, which matters because exp sits inside
+  // silu/gelu/sigmoid/softmax. The clamp keeps NaN (comparisons with NaN are false) and keeps n finite for
+  // +-inf.
+  f32x16 xc = x > 89.0f ? splat(89.0f) : x;
+  xc = xc < -104.0f ? splat(-104.0f) : xc;
+  return vexp_in_range(xc);
 #else
   const f32x16 xc = vmin(vmax(x, splat(-87.33654f)), splat(88.72283f));
   const f32x16 n = vfloor(xc * 1.44269504088896341f + 0.5f);
