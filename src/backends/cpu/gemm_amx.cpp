@@ -19,9 +19,9 @@ namespace {
 // kRowBlock sets how often the weight is packed (M / kRowBlock times: each packed tile then feeds
 // kRowBlock / 16 TDPBF16PS); the block's accumulators (kRowBlock x kColBlock floats, 2 MiB) are touched
 // once per tile per depth slice.
-static const int64_t kDepthBlock = getenv("XKC") ? atoi(getenv("XKC")) : 512;
-static const int64_t kColBlock = getenv("XNC") ? atoi(getenv("XNC")) : 256;
-static const int64_t kRowBlock = getenv("XMC") ? atoi(getenv("XMC")) : 2048;
+constexpr int64_t kDepthBlock = 512;
+constexpr int64_t kColBlock = 256;
+constexpr int64_t kRowBlock = 2048;
 constexpr int64_t kMinRowBlock = 256;
 constexpr int64_t kItemsPerThread = 4;
 constexpr int64_t kStep = 32;  // K elements per tile step
