@@ -53,9 +53,10 @@ const char* element(const Tensor& t, int64_t b, int64_t h, int64_t i) {
 
 void attention_kernel(const runtime::OpCall& call) {
   const Tensor bias = call.inputs.size() > 3 ? call.inputs[3] : Tensor();
+  const AttnKernel kernel = default_attn_kernel(call.inputs[0].dtype());
   attention_forward(call.inputs[0], call.inputs[1], call.inputs[2], bias, call.outputs[0],
-                    call.attrs.get_float("scale"), call.attrs.get_bool("is_causal"),
-                    default_attn_kernel(call.inputs[0].dtype()));
+                    call.attrs.get_float("scale"), call.attrs.get_bool("is_causal"), kernel,
+                    kernel == AttnKernel::Amx ? kAmxTiling : AttentionTiling{});
 }
 
 }  // namespace
