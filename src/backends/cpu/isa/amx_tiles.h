@@ -72,15 +72,22 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void product_block(int64_t k
   }
   const uint16_t* a1 = a + kTileRows * a_stride;
   const uint16_t* b1 = b + b_stride;
+  // Each tile is loaded just before its first product, so that a product starts while the next load is in
+  // flight: about 5% over four loads then four products on L1-resident operands in a microbenchmark, 0-3% on
+  // whole GEMMs (4096 x 3072 x 3072 and the MLP shapes, 2 Xeon cores), within their noise.
   for (int64_t k = 0; k < k_steps; ++k) {
     _tile_loadd(4, a + k * kTileK, a_bytes);
-    if constexpr (MB == 2) _tile_loadd(5, a1 + k * kTileK, a_bytes);
     _tile_loadd(6, b + k * kTileK * kTileCols, 64);
-    if constexpr (NB == 2) _tile_loadd(7, b1 + k * kTileK * kTileCols, 64);
     _tile_dpbf16ps(0, 4, 6);
-    if constexpr (NB == 2) _tile_dpbf16ps(1, 4, 7);
-    if constexpr (MB == 2) _tile_dpbf16ps(2, 5, 6);
-    if constexpr (MB == 2 && NB == 2) _tile_dpbf16ps(3, 5, 7);
+    if constexpr (NB == 2) {
+      _tile_loadd(7, b1 + k * kTileK * kTileCols, 64);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (MB == 2) {
+      _tile_loadd(5, a1 + k * kTileK, a_bytes);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (NB == 2) _tile_dpbf16ps(3, 5, 7);
+    }
   }
   _tile_stored(0, c, c_bytes);
   if constexpr (NB == 2) _tile_stored(1, c + kTileCols, c_bytes);
