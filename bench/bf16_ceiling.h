@@ -39,7 +39,7 @@ inline void print_ceiling(const Bf16Ceiling& c) {
               kiln::cpu_kernels::bf16_path_name(path),
               path == kiln::cpu_kernels::Bf16Path::Fma32 ? "f32 FMA on widened bf16"
               : path == kiln::cpu_kernels::Bf16Path::Amx ? "Kiln's AMX GEMM and attention on AMX tiles"
-                                                          : "oneDNN bf16");
+                                                         : "oneDNN bf16");
 }
 
 }  // namespace kiln::bench

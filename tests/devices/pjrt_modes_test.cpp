@@ -283,8 +283,8 @@ TEST(PjrtModes, RepeatedBlocksShareOneExecutable) {
   EXPECT_EQ(after.compiles + after.disk_hits - before.compiles - before.disk_hits, 1);
   EXPECT_EQ(after.hits - before.hits, kBlocks - 1);
   // Four blocks, each adding to the residual stream (outputs up to ~17): an element that cancels down to
-  // ~0.06 keeps the absolute roundoff of its larger terms. XLA compiles the block's fused elementwise tail for
-  // the host's ISA, and on an Intel Xeon with AMX (where one such element differs by 5.9e-7) it rounds
+  // ~0.06 keeps the absolute roundoff of its larger terms. XLA compiles the block's fused elementwise tail
+  // for the host's ISA, and on an Intel Xeon with AMX (where one such element differs by 5.9e-7) it rounds
   // differently from the eager ops' executables; the bound is a few float32 ulps of the stream's scale.
   expect_close(compiled, eager, 1e-6, 2e-6, "compiled blocks vs strict eager on xla-cpu");
 }

@@ -223,12 +223,18 @@ TEST(GemmFma32, MatchesFloat64ReferenceOverShapes) {
 TEST(GemmAmx, MatchesFloat64ReferenceOverShapes) {
   if (!have_amx()) GTEST_SKIP() << "no AMX on this CPU";
   const std::vector<Case> cases{
-      {1, 32, 1},         {7, 64, 3},
-      {13, 256, 49},      {16, 32, 16},
-      {32, 64, 32},       {33, 1056, 130},
-      {100, 64, 400},     {2, 32, 1000},
-      {2100, 64, 50},     {17, 608, 97, true},
-      {21, 288, 60, false, true}, {5, 800, 33, true, true},
+      {1, 32, 1},
+      {7, 64, 3},
+      {13, 256, 49},
+      {16, 32, 16},
+      {32, 64, 32},
+      {33, 1056, 130},
+      {100, 64, 400},
+      {2, 32, 1000},
+      {2100, 64, 50},
+      {17, 608, 97, true},
+      {21, 288, 60, false, true},
+      {5, 800, 33, true, true},
   };
   for (const Case& c : cases)
     for (DType out : {bfloat16, float32})
@@ -273,10 +279,11 @@ TEST(GemmFma32, EveryEpilogue) {
 void rerun_with(const std::string& env, const std::string& name) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::string log = testing::temp_dir("bf16_path_" + name) + "/log.txt";
-  const std::string cmd = env + " '" + self +
-                          "' --gtest_filter='Linear*:Matmul*:FusedLinear*:LinearFused*:Attention*:GemmFma32*:GemmAmx*:"
-                          "Packed*:-Bf16Path*' > '" +
-                          log + "' 2>&1";
+  const std::string cmd =
+      env + " '" + self +
+      "' --gtest_filter='Linear*:Matmul*:FusedLinear*:LinearFused*:Attention*:GemmFma32*:GemmAmx*:"
+      "Packed*:-Bf16Path*' > '" +
+      log + "' 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream in(log);
   std::stringstream out;

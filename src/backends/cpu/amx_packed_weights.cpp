@@ -58,7 +58,8 @@ class AmxPackedWeights {
 }  // namespace
 
 const uint16_t* amx_packed_weight(const Tensor& weight) {
-  auto packs = weight.storage()->derived<AmxPackedWeights>([] { return std::make_shared<AmxPackedWeights>(); });
+  auto packs =
+      weight.storage()->derived<AmxPackedWeights>([] { return std::make_shared<AmxPackedWeights>(); });
   return packs->get(weight);
 }
 

@@ -88,8 +88,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const int64_t batch = q.size(0), heads = q.size(1), sq = q.size(2), d = q.size(3);
   const int64_t skv = k.size(2), dv = v.size(3);
   if (out.numel() == 0) return;
-  KILN_CHECK(kernel != AttnKernel::Amx || amx_usable(),
-             "scaled_dot_product_attention: the AMX kernel was asked for on a CPU or process without AMX tiles");
+  KILN_CHECK(
+      kernel != AttnKernel::Amx || amx_usable(),
+      "scaled_dot_product_attention: the AMX kernel was asked for on a CPU or process without AMX tiles");
   const TileKernels kernels = tile_kernels(kernel);
   // bf16 operands multiply as bf16 pairs (VDPBF16PS or AMX's TDPBF16PS) or, where f32 FMA is this host's
   // faster path, widened exactly to float32 (matmul_path.h); the probabilities then also stay float32

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/gemm_blocking.h"
 #include "kiln/core/error.h"
 
 namespace kiln::cpu_kernels {
@@ -26,32 +27,6 @@ constexpr int64_t kMinRowBlock = 256;
 constexpr int64_t kItemsPerThread = 4;
 constexpr int64_t kStep = 32;  // K elements per tile step
 
-int64_t ceil_div(int64_t x, int64_t m) {
-  return (x + m - 1) / m;
-}
-int64_t round_up(int64_t x, int64_t m) {
-  return ceil_div(x, m) * m;
-}
-
-// A thread's packed weight, edge rows and accumulators; grows to the largest size this thread has needed.
-class Buffer {
- public:
-  ~Buffer() { std::free(data_); }
-  char* get(size_t bytes) {
-    if (bytes > capacity_) {
-      std::free(data_);
-      capacity_ = static_cast<size_t>(round_up(static_cast<int64_t>(bytes), 4096));
-      data_ = static_cast<char*>(std::aligned_alloc(64, capacity_));
-      KILN_CHECK(data_ != nullptr, "linear: out of memory allocating " << capacity_ << " bytes of GEMM buffers");
-    }
-    return data_;
-  }
-
- private:
-  char* data_ = nullptr;
-  size_t capacity_ = 0;
-};
-
 }  // namespace
 
 bool gemm_amx_takes(const Bf16Gemm& g) {
@@ -60,18 +35,13 @@ bool gemm_amx_takes(const Bf16Gemm& g) {
 
 void gemm_amx(const Bf16Gemm& g) {
   KILN_CHECK(amx_usable() && gemm_amx_takes(g),
-             "linear: internal: the AMX GEMM was given a product it does not take (K " << g.k << ", x column stride "
-                                                                                       << g.x_col_stride << ")");
+             "linear: internal: the AMX GEMM was given a product it does not take (K "
+                 << g.k << ", x column stride " << g.x_col_stride << ")");
   const int max_threads = omp_get_max_threads();
   const int64_t col_block = std::min(kColBlock, round_up(g.n, 16));
   const int64_t col_blocks = ceil_div(g.n, col_block);
-  int64_t row_block = std::min(kRowBlock, round_up(g.m, 16));
-  // A few items per thread, so that no core idles through the last one: shorter row blocks, down to
-  // kMinRowBlock, which pack the weight more often.
-  if (ceil_div(g.m, row_block) * col_blocks < kItemsPerThread * max_threads) {
-    const int64_t wanted_row_blocks = ceil_div(kItemsPerThread * max_threads, col_blocks);
-    row_block = std::min(row_block, std::max(round_up(ceil_div(g.m, wanted_row_blocks), 16), kMinRowBlock));
-  }
+  const int64_t row_block =
+      gemm_row_block(g.m, col_blocks, max_threads, kRowBlock, kMinRowBlock, 16, kItemsPerThread);
   const int64_t depth_block = std::min(kDepthBlock, g.k);
   const int64_t row_blocks = ceil_div(g.m, row_block);
   const int64_t items = row_blocks * col_blocks;
@@ -83,7 +53,7 @@ void gemm_amx(const Bf16Gemm& g) {
   // Items run row block by row block, so that the threads share the rows of x they read (from L3).
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
   for (int64_t item = 0; item < items; ++item) {
-    thread_local Buffer buffer;
+    thread_local GemmThreadBuffer buffer;
     char* base = buffer.get(panel_bytes + edge_bytes + acc_bytes);
     uint16_t* panel = reinterpret_cast<uint16_t*>(base);
     uint16_t* edge = reinterpret_cast<uint16_t*>(base + panel_bytes);
@@ -98,7 +68,8 @@ void gemm_amx(const Bf16Gemm& g) {
         avx512::amx_block(g, m0, rows, k0, depth, slice, g.k * 16, panel_cols, acc, panel_cols, k0 > 0, edge);
       } else {
         avx512::amx_pack_weights(g, n0, cols, k0, depth, panel);
-        avx512::amx_block(g, m0, rows, k0, depth, panel, depth * 16, panel_cols, acc, panel_cols, k0 > 0, edge);
+        avx512::amx_block(g, m0, rows, k0, depth, panel, depth * 16, panel_cols, acc, panel_cols, k0 > 0,
+                          edge);
       }
     }
     avx512::linear_epilogue_rows(acc, panel_cols, m0, rows, n0, cols, g.epilogue, g.out, g.out_dtype,

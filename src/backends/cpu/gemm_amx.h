@@ -31,7 +31,8 @@ namespace avx512 {
 // Packs weight rows [n0, n0 + cols) x K range [k0, k0 + depth) (depth a multiple of 32) as 16-column groups:
 // group j holds depth / 2 rows of 16 pairs, element (k, c) of the group at (k / 2) * 32 + c * 2 + k % 2;
 // columns past `cols` are zeros. The panel holds round_up(cols, 16) * depth elements.
-void amx_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, int64_t depth, uint16_t* panel);
+void amx_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, int64_t depth,
+                      uint16_t* panel);
 
 // acc[r][c] (+)= sum over k in [k0, k0 + depth) of x[m0 + r][k] * w[n0 + c][k] for r < round_up(rows, 16)
 // (rows past `rows` get zeros from x) and the `panel_cols` (a multiple of 16) columns of `panel`, whose

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "backends/cpu/gemm_blocking.h"
 #include "kiln/core/error.h"
 
 namespace kiln::cpu_kernels {
@@ -26,33 +27,6 @@ constexpr int64_t kRowBlock = 2048;
 constexpr int64_t kMinRowBlock = 256;
 constexpr int64_t kItemsPerThread = 4;
 
-int64_t ceil_div(int64_t x, int64_t m) {
-  return (x + m - 1) / m;
-}
-int64_t round_up(int64_t x, int64_t m) {
-  return ceil_div(x, m) * m;
-}
-
-// A thread's panels, strip and accumulators; grows to the largest size this thread has needed.
-class Buffer {
- public:
-  ~Buffer() { std::free(data_); }
-  float* get(size_t floats) {
-    if (floats > capacity_) {
-      std::free(data_);
-      capacity_ = round_up(static_cast<int64_t>(floats), 1024);
-      data_ = static_cast<float*>(std::aligned_alloc(64, capacity_ * sizeof(float)));
-      KILN_CHECK(data_ != nullptr, "linear: out of memory allocating " << capacity_ * sizeof(float)
-                                                                       << " bytes of GEMM buffers");
-    }
-    return data_;
-  }
-
- private:
-  float* data_ = nullptr;
-  size_t capacity_ = 0;
-};
-
 }  // namespace
 
 void gemm_fma32(const Bf16Gemm& g, bool avx512) {
@@ -64,15 +38,8 @@ void gemm_fma32(const Bf16Gemm& g, bool avx512) {
   const int max_threads = omp_get_max_threads();
   const int64_t col_block = std::min(round_up(kColBlock, tile.nr), round_up(g.n, tile.nr));
   const int64_t col_blocks = ceil_div(g.n, col_block);
-  int64_t row_block = std::min(round_up(kRowBlock, tile.mr), round_up(g.m, tile.mr));
-  // A few items per thread, so that no core idles through the last one (a narrow output, N <= 384, would
-  // otherwise be one or two items): shorter row blocks, down to kMinRowBlock, which widen the weight more
-  // often.
-  if (ceil_div(g.m, row_block) * col_blocks < kItemsPerThread * max_threads) {
-    const int64_t wanted_row_blocks = ceil_div(kItemsPerThread * max_threads, col_blocks);
-    row_block = std::min(row_block, std::max(round_up(ceil_div(g.m, wanted_row_blocks), tile.mr),
-                                             round_up(kMinRowBlock, tile.mr)));
-  }
+  const int64_t row_block =
+      gemm_row_block(g.m, col_blocks, max_threads, kRowBlock, kMinRowBlock, tile.mr, kItemsPerThread);
   const int64_t depth_block = std::min(kDepthBlock, g.k);
   const int64_t row_blocks = ceil_div(g.m, row_block);
   const int64_t items = row_blocks * col_blocks;
@@ -84,8 +51,9 @@ void gemm_fma32(const Bf16Gemm& g, bool avx512) {
   // Items run row block by row block, so that the threads share the rows of x they read (from L3).
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
   for (int64_t item = 0; item < items; ++item) {
-    thread_local Buffer buffer;
-    float* panels = buffer.get(panel_floats + strip_floats + acc_floats);
+    thread_local GemmThreadBuffer buffer;
+    float* panels =
+        reinterpret_cast<float*>(buffer.get((panel_floats + strip_floats + acc_floats) * sizeof(float)));
     float* strip = panels + panel_floats;
     float* acc = strip + strip_floats;
     const int64_t m0 = item / col_blocks * row_block, n0 = item % col_blocks * col_block;

@@ -38,8 +38,7 @@ KILN_ISA_DECLARE(void, fma32_pack_weights,
 // `panel_cols` (a multiple of tile.nr) columns packed in `panels`; `accumulate` false starts from zero.
 // `strip` holds tile.mr x depth floats (x widened).
 KILN_ISA_DECLARE(void, fma32_block,
-                 (const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth,
-                  const float* panels, int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate,
-                  float* strip));
+                 (const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, const float* panels,
+                  int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate, float* strip));
 
 }  // namespace kiln::cpu_kernels

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "backends/cpu/amx_tile_config.h"
 #include "backends/cpu/cpu_features.h"
 #include "core/cache_dir.h"
 
@@ -78,23 +79,9 @@ __attribute__((target("avx512f,avx512bf16"))) double dpbf16_rate(double seconds)
   return static_cast<double>(iterations) * 24 * 64.0 / elapsed;
 }
 
-// The AMX tile configuration (palette 1) as LDTILECFG reads it: 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Four independent TDPBF16PS accumulators (tmm0-3) fed by two A tiles and two B tiles.
 __attribute__((target("amx-tile,amx-bf16"))) double tdpbf16_rate(double seconds) {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.rows[t] = 16;
-    config.bytes_per_row[t] = 64;
-  }
-  _tile_loadconfig(&config);
+  load_amx_tile_config();
   alignas(64) static const uint16_t zeros[16 * 32] = {};
   _tile_zero(0);
   _tile_zero(1);

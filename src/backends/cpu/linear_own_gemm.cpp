@@ -1,5 +1,5 @@
-// "linear" and "linear_fused" on Kiln's own bf16 GEMMs (gemm_fma32.h, gemm_amx.h). The weight is read where it
-// lies, or (AMX, prepacked) from a copy in the tile layout.
+// "linear" and "linear_fused" on Kiln's own bf16 GEMMs (gemm_fma32.h, gemm_amx.h). The weight is read where
+// it lies, or (AMX, prepacked) from a copy in the tile layout.
 #include "backends/cpu/linear_own_gemm.h"
 
 #include "backends/cpu/amx_packed_weights.h"

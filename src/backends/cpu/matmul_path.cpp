@@ -24,15 +24,17 @@ Bf16Path decide() {
   if (value == "fma32") return Bf16Path::Fma32;
   if (value == "amx") {
     KILN_CHECK(use_avx512() && amx_usable(),
-               "KILN_CPU_MATMUL=amx: this " << (use_avx512() ? "process cannot use AMX tiles (the CPU has no "
-                                                               "amx_bf16, or Linux refused the tile state)"
-                                                             : "process runs the portable kernels (no AVX-512 "
-                                                               "with bf16, or KILN_CPU_ISA=generic)")
-                                            << "; expected onednn, fma32 or auto here");
+               "KILN_CPU_MATMUL=amx: this "
+                   << (use_avx512() ? "process cannot use AMX tiles (the CPU has no "
+                                      "amx_bf16, or Linux refused the tile state)"
+                                    : "process runs the portable kernels (no AVX-512 "
+                                      "with bf16, or KILN_CPU_ISA=generic)")
+                   << "; expected onednn, fma32 or auto here");
     return Bf16Path::Amx;
   }
-  KILN_CHECK(value.empty() || value == "auto",
-             "KILN_CPU_MATMUL=" << value << " is not a bf16 matmul path (expected onednn, fma32, amx or auto)");
+  KILN_CHECK(
+      value.empty() || value == "auto",
+      "KILN_CPU_MATMUL=" << value << " is not a bf16 matmul path (expected onednn, fma32, amx or auto)");
   if (!use_avx512()) return Bf16Path::Onednn;
   const InstructionRates& r = host_instruction_rates();
   if (amx_usable() && r.tdpbf16 > 0 && r.tdpbf16 >= std::max(r.dpbf16, r.fma32)) return Bf16Path::Amx;

@@ -35,8 +35,8 @@ bool bf16_path_forced();
 inline constexpr int64_t kFma32MinRows = 48;
 
 // Products with fewer rows than this stay on oneDNN on the automatic amx path: the AMX GEMM packs the
-// weight's tiles on every call (gemm_amx.h), a pass over the weight that a product of few rows does not repay;
-// oneDNN reads its own packed copy (or the weight in place). A forced amx path takes every row count.
+// weight's tiles on every call (gemm_amx.h), a pass over the weight that a product of few rows does not
+// repay; oneDNN reads its own packed copy (or the weight in place). A forced amx path takes every row count.
 inline constexpr int64_t kAmxMinRows = 64;
 
 // Overrides bf16_path() for this process while it lives (tests of one path's behaviour, such as oneDNN's

@@ -3,7 +3,8 @@
 // TDPBF16PS reads, which the attention packs K and V in already). Only for code that has checked
 // amx_usable() (cpu_features.h): the tile instructions fault on a CPU or a process without them.
 //
-// One configuration serves every product: eight tiles of 16 rows x 64 bytes. C blocks of 2 x 2 tiles
+// One configuration serves every product (amx_tile_config.h, loaded per call): eight tiles of 16 rows x 64
+// bytes. C blocks of 2 x 2 tiles
 // (tmm0-3, 32 rows x 32 columns) are fed by two A tiles (tmm4-5: 16 rows x 32 bf16) and two B tiles (tmm6-7:
 // 16 pairs x 16 columns); each step is 4 loads for 4 TDPBF16PS, which L1 and L2 keep up with.
 #pragma once
@@ -14,34 +15,14 @@
 
 #include <cstdint>
 
+#include "backends/cpu/amx_tile_config.h"
+
 namespace kiln::cpu_kernels::KILN_ISA::amx {
 
 // Rows per A or C tile, columns per B or C tile, and bf16 elements of the reduction per tile step.
 inline constexpr int64_t kTileRows = 16;
 inline constexpr int64_t kTileCols = 16;
 inline constexpr int64_t kTileK = 32;
-
-// LDTILECFG's 64-byte operand, palette 1.
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Loads the configuration above on the calling thread. Cheap enough to run per call: other code on the
-// thread (oneDNN's AMX kernels) may have loaded its own.
-__attribute__((target("amx-tile"))) inline void configure_tiles() {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.rows[t] = kTileRows;
-    config.bytes_per_row[t] = 64;
-  }
-  // GCC 12 does not see LDTILECFG read the struct and drops the stores above without this barrier.
-  asm volatile("" : : "r"(&config) : "memory");
-  _tile_loadconfig(&config);
-}
 
 // Returns the tiles to their initial state, so that the thread's context switches stop saving 8 KiB of them.
 __attribute__((target("amx-tile"))) inline void release_tiles() {
@@ -54,9 +35,9 @@ __attribute__((target("amx-tile"))) inline void release_tiles() {
 //   c: the block's first element; rows c_stride floats apart. accumulate: C += A B, else C = A B.
 template <int MB, int NB>
 __attribute__((target("amx-tile,amx-bf16"))) inline void product_block(int64_t k_steps, const uint16_t* a,
-                                                                        int64_t a_stride, const uint16_t* b,
-                                                                        int64_t b_stride, float* c,
-                                                                        int64_t c_stride, bool accumulate) {
+                                                                       int64_t a_stride, const uint16_t* b,
+                                                                       int64_t b_stride, float* c,
+                                                                       int64_t c_stride, bool accumulate) {
   const int64_t a_bytes = a_stride * 2, c_bytes = c_stride * 4;
   float* c1 = c + kTileRows * c_stride;
   if (accumulate) {
@@ -97,8 +78,9 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void product_block(int64_t k
 
 // C [row_tiles * 16][col_tiles * 16] = or += A [row_tiles * 16][k_steps * 32] x B, with the operands laid out
 // as product_block describes. Each pair of B column blocks stays in L1 while every row block passes over it.
-inline void product(int64_t row_tiles, int64_t col_tiles, int64_t k_steps, const uint16_t* a, int64_t a_stride,
-                    const uint16_t* b, int64_t b_stride, float* c, int64_t c_stride, bool accumulate) {
+inline void product(int64_t row_tiles, int64_t col_tiles, int64_t k_steps, const uint16_t* a,
+                    int64_t a_stride, const uint16_t* b, int64_t b_stride, float* c, int64_t c_stride,
+                    bool accumulate) {
   for (int64_t n = 0; n < col_tiles; n += 2) {
     const bool two_cols = n + 1 < col_tiles;
     for (int64_t m = 0; m < row_tiles; m += 2) {

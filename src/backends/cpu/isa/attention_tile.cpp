@@ -475,8 +475,8 @@ void amx_values(const AttnTileArgs& a, const TileState& st, int64_t layout_rows,
     }
     amx::product(layout_rows / amx::kTileRows, a.dv_pad / amx::kTileCols, nk_pad / amx::kTileK,
                  static_cast<const uint16_t*>(st.probs), a.key_tile,
-                 static_cast<const uint16_t*>(a.v) + j0 * kAttnBlock, a.skv_pad * kAttnBlock, st.acc, a.dv_pad,
-                 j0 > 0);
+                 static_cast<const uint16_t*>(a.v) + j0 * kAttnBlock, a.skv_pad * kAttnBlock, st.acc,
+                 a.dv_pad, j0 > 0);
   }
 #else
   (void)a, (void)st, (void)layout_rows, (void)j0, (void)nk_pad;
@@ -503,7 +503,7 @@ void query_tile(const AttnTileArgs& a) {
     Elem* probs = static_cast<Elem*>(st.probs);
     std::fill(probs + a.rows * a.key_tile, probs + layout_rows * a.key_tile, Elem{});
 #if defined(__AVX512BF16__)
-    amx::configure_tiles();
+    load_amx_tile_config();
 #endif
   }
 

@@ -69,7 +69,8 @@ inline void transpose_16x16(__m512i r[16]) {
 
 namespace kiln::cpu_kernels::avx512 {
 
-void amx_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, int64_t depth, uint16_t* panel) {
+void amx_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, int64_t depth,
+                      uint16_t* panel) {
   const uint16_t* w = static_cast<const uint16_t*>(g.w);
   const int64_t steps = depth / amx::kTileK;
   for (int64_t j = 0; j * 16 < cols; ++j) {
@@ -113,7 +114,7 @@ void amx_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t 
   const uint16_t* x = static_cast<const uint16_t*>(g.x);
   const int64_t steps = depth / amx::kTileK;
   const int64_t col_tiles = panel_cols / amx::kTileCols;
-  amx::configure_tiles();
+  load_amx_tile_config();
   for (int64_t r = 0; r < rows; r += 32) {
     const int64_t here = std::min<int64_t>(32, rows - r);
     const uint16_t* a = x + (m0 + r) * g.x_row_stride + k0;
@@ -131,8 +132,8 @@ void amx_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t 
       a = edge;
       a_stride = depth;
     }
-    amx::product(here > 16 ? 2 : 1, col_tiles, steps, a, a_stride, panel, group_stride,
-                 acc + r * acc_stride, acc_stride, accumulate);
+    amx::product(here > 16 ? 2 : 1, col_tiles, steps, a, a_stride, panel, group_stride, acc + r * acc_stride,
+                 acc_stride, accumulate);
   }
   amx::release_tiles();
 }
