@@ -10,7 +10,9 @@
 // at 234 instead of 410 GFLOP/s per core), so it also measures the ceilings of the moment on every thread
 // (bf16_ceiling.h: f32 FMA, vdpbf16ps, AMX) and prints the kernel's CPU-time rate as a fraction of the
 // fastest one for bf16, of f32 FMA's for float32, and which path bf16 products take (matmul_path.h).
-// Usage: bench_attention [repetitions=3] [bf16|f32|all=all] [S ...=4608 1536]
+// Usage: bench_attention [repetitions=3] [bf16|f32|all=all] [S[:HxD] ...=4608 1536]
+// (H x D defaults to FLUX's 24 x 128; SD3.5-Medium at 1024x1024 with guidance is 4429:48x64, its batch of 2
+// folded into the heads.)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -48,8 +50,29 @@ kiln::Tensor heads_view(int64_t s, int64_t h, int64_t d, kiln::DType dtype, uint
   return kiln::Tensor::from_vector(v, {1, s, h, d}).to(dtype).permute({0, 2, 1, 3});
 }
 
-void run(int64_t s, kiln::DType dtype, int repetitions) {
-  constexpr int64_t heads = 24, d = 128;
+struct Shape {
+  int64_t s, heads = 24, d = 128;
+};
+
+// "S" or "S:HxD".
+Shape parse_shape(const std::string& text) {
+  Shape shape;
+  long long s = 0, h = 0, d = 0;
+  if (std::sscanf(text.c_str(), "%lld:%lldx%lld", &s, &h, &d) == 3) {
+    shape = {s, h, d};
+  } else {
+    shape.s = std::atoll(text.c_str());
+  }
+  if (shape.s <= 0 || shape.heads <= 0 || shape.d <= 0) {
+    std::fprintf(stderr, "bench_attention: expected S or S:HxD with positive numbers, got '%s'\n",
+                 text.c_str());
+    std::exit(2);
+  }
+  return shape;
+}
+
+void run(const Shape& shape, kiln::DType dtype, int repetitions) {
+  const int64_t s = shape.s, heads = shape.heads, d = shape.d;
   const kiln::Tensor q = heads_view(s, heads, d, dtype, 1);
   const kiln::Tensor k = heads_view(s, heads, d, dtype, 2);
   const kiln::Tensor v = heads_view(s, heads, d, dtype, 3);
@@ -93,13 +116,13 @@ void run(int64_t s, kiln::DType dtype, int repetitions) {
 int main(int argc, char** argv) {
   const int repetitions = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
   const std::string which = argc > 2 ? argv[2] : "all";
-  std::vector<int64_t> lengths;
-  for (int i = 3; i < argc; ++i) lengths.push_back(std::atoll(argv[i]));
-  if (lengths.empty()) lengths = {4608, 1536};
+  std::vector<Shape> shapes;
+  for (int i = 3; i < argc; ++i) shapes.push_back(parse_shape(argv[i]));
+  if (shapes.empty()) shapes = {Shape{4608}, Shape{1536}};
   std::printf("kernel variant: %s\n", kiln::cpu_kernels::cpu_isa_name());
-  for (int64_t s : lengths) {
-    if (which == "all" || which == "bf16") run(s, kiln::bfloat16, repetitions);
-    if (which == "all" || which == "f32") run(s, kiln::float32, repetitions);
+  for (const Shape& shape : shapes) {
+    if (which == "all" || which == "bf16") run(shape, kiln::bfloat16, repetitions);
+    if (which == "all" || which == "f32") run(shape, kiln::float32, repetitions);
   }
   return 0;
 }

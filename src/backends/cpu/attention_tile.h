@@ -84,8 +84,8 @@ KILN_ISA_DECLARE(void, attn_pack_keys,
 // V of one head: [cols_pad / 16][rows_pad / pair][16 columns][pair], zero-padded.
 KILN_ISA_DECLARE(void, attn_pack_values,
                  (const AttnMatrix& src, AttnMath math, void* dst, int64_t rows_pad, int64_t cols_pad));
-// The softmax's exp on n floats (exposed for its accuracy test).
-KILN_ISA_DECLARE(void, attn_softmax_exp, (const float* x, float* y, int64_t n));
+// The softmax's exponential, 2^x, on n floats (exposed for its accuracy test).
+KILN_ISA_DECLARE(void, attn_softmax_exp2, (const float* x, float* y, int64_t n));
 // Runs the online softmax over all keys for one query tile and writes its output rows.
 KILN_ISA_DECLARE(void, attn_query_tile, (const AttnTileArgs& args));
 
