@@ -29,10 +29,11 @@ struct LinearEpilogueArgs {
 };
 
 // Output rows [m0, m0 + rows), columns [n0, n0 + cols) from float32 accumulators `acc` (row r, column c at
-// acc[r * acc_stride + c], relative to m0 and n0), written in `out_dtype` (float32, bfloat16 or float16) at
-// `out` (the element of row 0, column 0 of the whole output) with rows `out_row_stride` elements apart.
+// acc[r * acc_stride + c], relative to m0 and n0; overwritten: the steps run on it in place), written in
+// `out_dtype` (float32, bfloat16 or float16) at `out` (the element of row 0, column 0 of the whole output)
+// with rows `out_row_stride` elements apart.
 KILN_ISA_DECLARE(void, linear_epilogue_rows,
-                 (const float* acc, int64_t acc_stride, int64_t m0, int64_t rows, int64_t n0, int64_t cols,
+                 (float* acc, int64_t acc_stride, int64_t m0, int64_t rows, int64_t n0, int64_t cols,
                   const LinearEpilogueArgs& e, void* out, DType out_dtype, int64_t out_row_stride));
 
 }  // namespace kiln::cpu_kernels

@@ -10,83 +10,117 @@ namespace kiln::cpu_kernels::KILN_ISA {
 
 namespace {
 
-// Up to 16 values of a row of `dtype` starting at element `i`.
-f32x16 load_any(const void* base, DType dtype, int64_t i, int n) {
-  switch (dtype) {
-    case DType::BFloat16: {
-      const bf16_t* p = static_cast<const bf16_t*>(base) + i;
-      return n == kLanes ? load(p) : load_partial(p, n);
-    }
-    case DType::Float16: {
-      const f16_t* p = static_cast<const f16_t*>(base) + i;
-      return n == kLanes ? load(p) : load_partial(p, n);
-    }
-    default: {
-      const float* p = static_cast<const float*>(base) + i;
-      return n == kLanes ? load(p) : load_partial(p, n);
-    }
+// Each step runs over a whole row of accumulators (at most a block's width, in L1) in place, with the dtype
+// and the activation chosen once per row rather than once per vector: per vector, the switch, the calls and
+// the spilled loop state cost more than the arithmetic, about a tenth of a DiT step on AMX.
+
+template <class T>
+void add_row(float* a, const T* p, int64_t n) {
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) store(a + c, load(a + c) + load(p + c));
+  if (c < n) {
+    const int tail = static_cast<int>(n - c);
+    store_partial(a + c, load_partial(a + c, tail) + load_partial(p + c, tail), tail);
   }
 }
 
-void store_any(void* base, DType dtype, int64_t i, f32x16 v, int n) {
-  switch (dtype) {
-    case DType::BFloat16: {
-      bf16_t* p = static_cast<bf16_t*>(base) + i;
-      return n == kLanes ? store(p, v) : store_partial(p, v, n);
-    }
-    case DType::Float16: {
-      f16_t* p = static_cast<f16_t*>(base) + i;
-      return n == kLanes ? store(p, v) : store_partial(p, v, n);
-    }
-    default: {
-      float* p = static_cast<float*>(base) + i;
-      return n == kLanes ? store(p, v) : store_partial(p, v, n);
-    }
+template <class T>
+void mul_row(float* a, const T* p, int64_t n) {
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) store(a + c, load(a + c) * load(p + c));
+  if (c < n) {
+    const int tail = static_cast<int>(n - c);
+    store_partial(a + c, load_partial(a + c, tail) * load_partial(p + c, tail), tail);
   }
 }
 
-f32x16 activate(Activation act, f32x16 x) {
+// Calls f with `base` as a pointer to its dtype (float32, bfloat16 or float16), offset by `i` elements.
+template <class F>
+void with_typed(const void* base, DType dtype, int64_t i, F&& f) {
+  switch (dtype) {
+    case DType::BFloat16:
+      return f(static_cast<const bf16_t*>(base) + i);
+    case DType::Float16:
+      return f(static_cast<const f16_t*>(base) + i);
+    default:
+      return f(static_cast<const float*>(base) + i);
+  }
+}
+
+void add_any(float* a, const void* base, DType dtype, int64_t i, int64_t n) {
+  with_typed(base, dtype, i, [&](auto p) { add_row(a, p, n); });
+}
+
+float scalar_any(const void* base, DType dtype, int64_t i) {
+  float v = 0.0f;
+  with_typed(base, dtype, i, [&](auto p) { v = load_partial(p, 1)[0]; });
+  return v;
+}
+
+template <class F>
+void map_row(float* a, int64_t n, F f) {
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) store(a + c, f(load(a + c)));
+  if (c < n) {
+    const int tail = static_cast<int>(n - c);
+    store_partial(a + c, f(load_partial(a + c, tail)), tail);
+  }
+}
+
+void activate(float* a, int64_t n, Activation act) {
   switch (act) {
     case Activation::Gelu:
-      return act_gelu(x);
+      return map_row(a, n, [](f32x16 x) { return act_gelu(x); });
     case Activation::GeluTanh:
-      return act_gelu_tanh(x);
+      return map_row(a, n, [](f32x16 x) { return act_gelu_tanh(x); });
     case Activation::Silu:
-      return act_silu(x);
+      return map_row(a, n, [](f32x16 x) { return act_silu(x); });
     case Activation::None:
-      break;
+      return;
   }
-  return x;
+}
+
+template <class T>
+void store_row(T* out, const float* a, int64_t n) {
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) store(out + c, load(a + c));
+  if (c < n) store_partial(out + c, load_partial(a + c, static_cast<int>(n - c)), static_cast<int>(n - c));
+}
+
+void store_any(void* base, DType dtype, int64_t i, const float* a, int64_t n) {
+  switch (dtype) {
+    case DType::BFloat16:
+      return store_row(static_cast<bf16_t*>(base) + i, a, n);
+    case DType::Float16:
+      return store_row(static_cast<f16_t*>(base) + i, a, n);
+    default:
+      return store_row(static_cast<float*>(base) + i, a, n);
+  }
 }
 
 }  // namespace
 
-void linear_epilogue_rows(const float* acc, int64_t acc_stride, int64_t m0, int64_t rows, int64_t n0,
-                          int64_t cols, const LinearEpilogueArgs& e, void* out, DType out_dtype,
-                          int64_t out_row_stride) {
+void linear_epilogue_rows(float* acc, int64_t acc_stride, int64_t m0, int64_t rows, int64_t n0, int64_t cols,
+                          const LinearEpilogueArgs& e, void* out, DType out_dtype, int64_t out_row_stride) {
   const int64_t rows_per_gate = e.gate != nullptr && e.gate_rows > 1 ? e.m / e.gate_rows : 0;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t row = m0 + r;
-    const float* a = acc + r * acc_stride;
-    int64_t gate_base = 0;
-    if (e.gate != nullptr) gate_base = (rows_per_gate > 0 ? row / rows_per_gate : 0) * e.gate_row_stride;
-    for (int64_t c = 0; c < cols; c += kLanes) {
-      const int n = static_cast<int>(std::min<int64_t>(kLanes, cols - c));
-      const int64_t col = n0 + c;
-      f32x16 v = n == kLanes ? load(a + c) : load_partial(a + c, n);
-      if (e.bias != nullptr) v += load_any(e.bias, e.bias_dtype, col, n);
-      if (e.add_output) v += load_any(out, out_dtype, row * out_row_stride + col, n);
-      v = activate(e.act, v);
-      if (e.gate != nullptr) {
-        if (e.gate_cols == 1)
-          v *= load_any(e.gate, e.gate_dtype, gate_base, 1)[0];
-        else
-          v *= load_any(e.gate, e.gate_dtype, gate_base + col, n);
+    float* a = acc + r * acc_stride;
+    if (e.bias != nullptr) add_any(a, e.bias, e.bias_dtype, n0, cols);
+    if (e.add_output) add_any(a, out, out_dtype, row * out_row_stride + n0, cols);
+    activate(a, cols, e.act);
+    if (e.gate != nullptr) {
+      const int64_t gate_base = (rows_per_gate > 0 ? row / rows_per_gate : 0) * e.gate_row_stride;
+      if (e.gate_cols == 1) {
+        const float g = scalar_any(e.gate, e.gate_dtype, gate_base);
+        map_row(a, cols, [g](f32x16 x) { return x * g; });
+      } else {
+        with_typed(e.gate, e.gate_dtype, gate_base + n0, [&](auto p) { mul_row(a, p, cols); });
       }
-      if (e.residual != nullptr)
-        v += load_any(e.residual, e.residual_dtype, row * e.residual_row_stride + col, n);
-      store_any(out, out_dtype, row * out_row_stride + col, v, n);
     }
+    if (e.residual != nullptr)
+      add_any(a, e.residual, e.residual_dtype, row * e.residual_row_stride + n0, cols);
+    store_any(out, out_dtype, row * out_row_stride + n0, a, cols);
   }
 }
 
