@@ -4,9 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cpu/packed_weight_copies.h"
 #include "kiln/core/error.h"
-#include "kiln/runtime/execution_context.h"
-#include "runtime/packed_weight_charge.h"
 
 namespace kiln::cpu_kernels::onednn {
 
@@ -166,70 +165,25 @@ void reorder(const dnnl::memory& src, const dnnl::memory& dst) {
 
 namespace {
 
-struct PackedEntry {
-  int64_t offset;
-  Shape shape;
-  Strides strides;
-  DType dtype;
-  dnnl::memory::desc target;
-  std::shared_ptr<Storage> bytes;  // counted by the CPU allocator, unlike memory oneDNN allocates itself
-  dnnl::memory memory;
-  runtime::PackedWeightCharge charge;  // against the packed-weight budget of the context that packed it
-};
-
-// Lives in the weight Storage's derived slot; one per Storage.
-class PackedWeights {
- public:
-  std::optional<dnnl::memory::desc> layout_of(const Tensor& weight) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const PackedEntry& e : entries_)
-      if (same_view(e, weight)) return e.target;
-    return std::nullopt;
-  }
-
-  std::optional<dnnl::memory> get(const Tensor& weight, const dnnl::memory::desc& source_desc,
-                                  const dnnl::memory::desc& target_desc) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const PackedEntry& e : entries_) {
-      if (same_view(e, weight) && e.target == target_desc) return e.memory;
-    }
-    runtime::PackedWeightCharge charge =
-        current_context().memory().reserve_packed(static_cast<int64_t>(target_desc.get_size()));
-    if (!charge) return std::nullopt;
-    // Packed under the lock: concurrent first calls on one weight must not pack (and hold) it twice.
-    auto bytes = Storage::allocate(target_desc.get_size(), cpu);
-    dnnl::memory packed(target_desc, engine(), bytes->data());
-    dnnl::memory source(source_desc, engine(), weight.raw_data());
-    reorder(source, packed);
-    // Every later call reads the packed copy: a weight borrowed from a mapped checkpoint need not also stay
-    // resident (it is read back from the file if anything touches it again).
-    weight.storage()->drop_resident_pages();
-    entries_.push_back({weight.offset(), weight.shape(), weight.strides(), weight.dtype(), target_desc,
-                        std::move(bytes), packed, std::move(charge)});
-    return packed;
-  }
-
- private:
-  static bool same_view(const PackedEntry& e, const Tensor& weight) {
-    return e.offset == weight.offset() && e.shape == weight.shape() && e.strides == weight.strides() &&
-           e.dtype == weight.dtype();
-  }
-
-  std::mutex mutex_;
-  std::vector<PackedEntry> entries_;
-};
+// A weight's copies in the layouts oneDNN's primitives chose, each read through its dnnl::memory.
+std::shared_ptr<PackedWeightCopies<dnnl::memory::desc, dnnl::memory>> packed_copies(const Tensor& weight) {
+  return packed_weight_copies<dnnl::memory::desc, dnnl::memory>(weight);
+}
 
 }  // namespace
 
 std::optional<dnnl::memory> packed_weight(const Tensor& weight, const dnnl::memory::desc& source_desc,
                                           const dnnl::memory::desc& target_desc) {
-  auto packs = weight.storage()->derived<PackedWeights>([] { return std::make_shared<PackedWeights>(); });
-  return packs->get(weight, source_desc, target_desc);
+  return packed_copies(weight)->get(weight, target_desc, static_cast<int64_t>(target_desc.get_size()),
+                                    [&](void* dst) {
+                                      dnnl::memory packed(target_desc, engine(), dst);
+                                      reorder(dnnl::memory(source_desc, engine(), weight.raw_data()), packed);
+                                      return packed;
+                                    });
 }
 
 std::optional<dnnl::memory::desc> packed_layout(const Tensor& weight) {
-  auto packs = weight.storage()->derived<PackedWeights>([] { return std::make_shared<PackedWeights>(); });
-  return packs->layout_of(weight);
+  return packed_copies(weight)->layout_of(weight);
 }
 
 bool is_reference_impl(const dnnl::primitive_desc_base& pd) {
