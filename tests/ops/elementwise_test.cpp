@@ -6,8 +6,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -232,17 +230,10 @@ TEST_F(ElementwiseReference, NonContiguousInputsMatchTorch) {
 // portable variant (KILN_CPU_ISA is read once per process).
 TEST(ElementwiseIsa, PortableVariantPassesTheReferenceCases) {
   if (!cpu_kernels::use_avx512()) GTEST_SKIP() << "this run already uses the portable variant";
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string log = testing::temp_dir("elementwise_generic") + "/log.txt";
-  const std::string cmd = "KILN_CPU_ISA=generic '" + self +
-                          "' --gtest_filter='ElementwiseReference.*:Elementwise.*:VecMath.*' > '" + log +
-                          "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream in(log);
-  std::stringstream out;
-  out << in.rdbuf();
-  EXPECT_EQ(rc, 0) << out.str();
-  EXPECT_NE(out.str().find("[  PASSED  ]"), std::string::npos) << out.str();
+  const testing::ChildRun run =
+      testing::run_this_binary("KILN_CPU_ISA=generic", "ElementwiseReference.*:Elementwise.*:VecMath.*");
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("[  PASSED  ]"), std::string::npos) << run.output;
 }
 
 // ---- threading: a tensor large enough to be split across threads gives the same values as small pieces.

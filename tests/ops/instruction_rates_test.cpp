@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -92,16 +91,10 @@ TEST(InstructionRatesChild, PrintsTheBf16Path) {
 }
 
 std::string run_child(const std::string& env) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string log = testing::temp_dir("instruction_rates_child") + "/log.txt";
-  const std::string cmd = "env -u KILN_CPU_MATMUL " + env + " '" + self +
-                          "' --gtest_filter=InstructionRatesChild.PrintsTheBf16Path > '" + log + "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream in(log);
-  std::stringstream out;
-  out << in.rdbuf();
-  EXPECT_EQ(rc, 0) << out.str();
-  return out.str();
+  const testing::ChildRun run =
+      testing::run_this_binary("env -u KILN_CPU_MATMUL " + env, "InstructionRatesChild.PrintsTheBf16Path");
+  EXPECT_EQ(run.status, 0) << run.output;
+  return run.output;
 }
 
 TEST(InstructionRates, FirstProcessWritesTheCacheAndCachedRatesDecideThePath) {

@@ -8,9 +8,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -276,65 +273,43 @@ TEST(GemmFma32, EveryEpilogue) {
 
 // The op tests once more in a child process on each bf16 path, forced; every host runs both, and the fma32
 // path in the portable kernel variant too.
-void rerun_with(const std::string& env, const std::string& name) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string log = testing::temp_dir("bf16_path_" + name) + "/log.txt";
-  const std::string cmd =
-      env + " '" + self +
-      "' --gtest_filter='Linear*:Matmul*:FusedLinear*:LinearFused*:Attention*:GemmFma32*:GemmAmx*:"
-      "Packed*:-Bf16Path*' > '" +
-      log + "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream in(log);
-  std::stringstream out;
-  out << in.rdbuf();
-  EXPECT_EQ(rc, 0) << out.str();
-  EXPECT_NE(out.str().find("[  PASSED  ]"), std::string::npos) << out.str();
+void rerun_with(const std::string& env) {
+  const testing::ChildRun run = testing::run_this_binary(
+      env, "Linear*:Matmul*:FusedLinear*:LinearFused*:Attention*:GemmFma32*:GemmAmx*:Packed*:-Bf16Path*");
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("[  PASSED  ]"), std::string::npos) << run.output;
 }
 
 TEST(Bf16Path, Fma32PassesTheOpTests) {
-  rerun_with("KILN_CPU_MATMUL=fma32", "fma32");
+  rerun_with("KILN_CPU_MATMUL=fma32");
 }
 
 TEST(Bf16Path, Fma32InThePortableVariantPassesTheOpTests) {
-  rerun_with("KILN_CPU_ISA=generic KILN_CPU_MATMUL=fma32", "fma32_generic");
+  rerun_with("KILN_CPU_ISA=generic KILN_CPU_MATMUL=fma32");
 }
 
 TEST(Bf16Path, OnednnPassesTheOpTests) {
-  rerun_with("KILN_CPU_MATMUL=onednn", "onednn");
+  rerun_with("KILN_CPU_MATMUL=onednn");
 }
 
 TEST(Bf16Path, AmxPassesTheOpTests) {
   if (!have_amx()) GTEST_SKIP() << "no AMX on this CPU";
-  rerun_with("KILN_CPU_MATMUL=amx", "amx");
+  rerun_with("KILN_CPU_MATMUL=amx");
 }
 
 // Forcing the amx path where it cannot run is an error naming the variable, not a crash on the first tile.
 TEST(Bf16Path, AmxWhereItCannotRunIsAnError) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string log = testing::temp_dir("bf16_path_no_amx") + "/log.txt";
   // The portable kernels never run tiles, on any CPU.
-  const std::string cmd = "KILN_CPU_ISA=generic KILN_CPU_MATMUL=amx '" + self +
-                          "' --gtest_filter='GemmFma32Op.Bf16Linear' > '" + log + "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream in(log);
-  std::stringstream out;
-  out << in.rdbuf();
-  EXPECT_NE(rc, 0) << out.str();
-  EXPECT_NE(out.str().find("KILN_CPU_MATMUL=amx"), std::string::npos) << out.str();
+  const testing::ChildRun run =
+      testing::run_this_binary("KILN_CPU_ISA=generic KILN_CPU_MATMUL=amx", "GemmFma32Op.Bf16Linear");
+  EXPECT_NE(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("KILN_CPU_MATMUL=amx"), std::string::npos) << run.output;
 }
 
 TEST(Bf16Path, UnknownValueIsAnErrorNamingTheVariable) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string log = testing::temp_dir("bf16_path_bad") + "/log.txt";
-  const std::string cmd =
-      "KILN_CPU_MATMUL=fastest '" + self + "' --gtest_filter='GemmFma32Op.Bf16Linear' > '" + log + "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream in(log);
-  std::stringstream out;
-  out << in.rdbuf();
-  EXPECT_NE(rc, 0) << out.str();
-  EXPECT_NE(out.str().find("KILN_CPU_MATMUL=fastest"), std::string::npos) << out.str();
+  const testing::ChildRun run = testing::run_this_binary("KILN_CPU_MATMUL=fastest", "GemmFma32Op.Bf16Linear");
+  EXPECT_NE(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("KILN_CPU_MATMUL=fastest"), std::string::npos) << run.output;
 }
 
 // A bf16 linear through the op on whichever path this process picked (the child of the test above).

@@ -2,9 +2,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "backends/cpu/cpu_features.h"
 #include "kiln/ops/reduction.h"
@@ -179,16 +176,10 @@ TEST(Reduction, BadArgumentsNameTheOp) {
 // layout suites) also checks the portable kernel variant.
 TEST(ReductionIsa, GenericVariantPassesTheSameTests) {
   if (!cpu_kernels::use_avx512()) GTEST_SKIP() << "this run already uses the generic variant";
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string log = testing::temp_dir("generic_isa") + "/log.txt";
-  const std::string cmd = "KILN_CPU_ISA=generic '" + self +
-                          "' --gtest_filter='Reduction*:Norm*:Layout*:-ReductionIsa*' > '" + log + "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream in(log);
-  std::stringstream out;
-  out << in.rdbuf();
-  EXPECT_EQ(rc, 0) << out.str();
-  EXPECT_NE(out.str().find("[  PASSED  ]"), std::string::npos) << out.str();
+  const testing::ChildRun run =
+      testing::run_this_binary("KILN_CPU_ISA=generic", "Reduction*:Norm*:Layout*:-ReductionIsa*");
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("[  PASSED  ]"), std::string::npos) << run.output;
 }
 
 }  // namespace

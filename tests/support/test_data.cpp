@@ -55,6 +55,19 @@ std::string temp_dir(const std::string& name) {
   return dir.string();
 }
 
+ChildRun run_this_binary(const std::string& env, const std::string& filter) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string log = temp_dir("child_run") + "/log.txt";
+  const std::string cmd = env + " '" + self + "' --gtest_filter='" + filter + "' > '" + log + "' 2>&1";
+  ChildRun run;
+  run.status = std::system(cmd.c_str());
+  std::ifstream in(log);
+  std::stringstream out;
+  out << in.rdbuf();
+  run.output = out.str();
+  return run;
+}
+
 Tensor values(const Shape& shape, uint32_t seed, double lo, double hi, DType dtype) {
   std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
   uint32_t s = seed * 2654435761u + 12345u;

@@ -19,6 +19,16 @@ std::string data_path(const std::string& relative);
 // process exits).
 std::string temp_dir(const std::string& name);
 
+// This test binary run again in a child process, as `env` (a shell prefix: assignments, `env -u NAME`, ...)
+// followed by the binary with --gtest_filter='filter': its wait status (0 when every selected test passed)
+// and everything it printed, stdout and stderr together. For what a process decides once (a kernel variant,
+// a matmul path) and for failures that must not take the parent down.
+struct ChildRun {
+  int status = -1;
+  std::string output;
+};
+ChildRun run_this_binary(const std::string& env, const std::string& filter);
+
 // Deterministic pseudo-random values in [lo, hi) (a small LCG: no dependence on a library's stream).
 Tensor values(const Shape& shape, uint32_t seed, double lo = -1.0, double hi = 1.0, DType dtype = float32);
 
