@@ -26,17 +26,6 @@ constexpr int kNV = 1;
 #endif
 constexpr int kNR = kNV * kLanes;
 
-// One x value in every lane. vec.h's splat (0 + v) compiled to an add and a register broadcast, both on the
-// FMA ports (171-180 GFLOP/s at 4096 x 3072 x 3072 on 2 Zen 4 cores); VBROADCASTSS from memory is a load only
-// (190).
-inline f32x16 broadcast(const float* p) {
-#if defined(__AVX512F__)
-  return from_m512(_mm512_set1_ps(*p));
-#else
-  return splat(*p);
-#endif
-}
-
 template <int MR>
 void micro_kernel(int64_t depth, const float* __restrict a, int64_t a_stride, const float* __restrict b,
                   float* __restrict c, int64_t c_stride, bool accumulate) {
@@ -53,7 +42,7 @@ void micro_kernel(int64_t depth, const float* __restrict a, int64_t a_stride, co
     for (int v = 0; v < kNV; ++v) bv[v] = load(b + k * kNR + v * kLanes);
 #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
-      const f32x16 av = broadcast(a + m * a_stride + k);
+      const f32x16 av = splat(a[m * a_stride + k]);
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) acc[m][v] = vfma(av, bv[v], acc[m][v]);
     }

@@ -26,8 +26,12 @@ typedef int32_t i32x16 __attribute__((vector_size(64)));
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
 typedef uint16_t u16x16 __attribute__((vector_size(32)));
 
+// Every lane v. Not `f32x16{} + v`: 0 + v is not v for v = -0, so GCC kept the add and broadcast its result
+// from a register (two uops on the FMA ports per call; a third of a micro-kernel's issue slots when the
+// broadcast operand is a runtime value). Listing the lanes compiles to one broadcast, from memory where v
+// is loaded.
 inline f32x16 splat(float v) {
-  return f32x16{} + v;
+  return f32x16{v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v};
 }
 inline f32x16 bits_to_f32(u32x16 v) {
   f32x16 r;
