@@ -86,6 +86,45 @@ inline void prefetch_bytes(const void* p, int64_t bytes) {
   prefetch<Level>(c + bytes - 1);
 }
 
+// Swapping the off-diagonal S x S blocks of every 2S x 2S block, for S = 8, 4, 2, 1, transposes a 16 x 16
+// matrix held as 16 row vectors: 64 two-vector shuffles for 256 floats, where writing each widened float to
+// its place in the panel costs a load, a shift and a store.
+template <int S, size_t... C>
+inline void swap_blocks(f32x16& a, f32x16& b, std::index_sequence<C...>) {
+  const f32x16 lo = __builtin_shufflevector(a, b, ((C & S) ? kLanes + C - S : C)...);
+  const f32x16 hi = __builtin_shufflevector(a, b, ((C & S) ? kLanes + C : C + S)...);
+  a = lo;
+  b = hi;
+}
+
+template <int S>
+inline void swap_blocks(f32x16 (&v)[kLanes]) {
+#pragma GCC unroll 16
+  for (int i = 0; i < kLanes; ++i) {
+    if ((i & S) == 0) swap_blocks<S>(v[i], v[i + S], std::make_index_sequence<kLanes>());
+  }
+}
+
+// Panel columns [0, 16) (at `dst`, rows kNR floats apart) from 16 weight rows of `depth` bf16 each
+// (`src`, `row_stride` elements apart): dst[k * kNR + r] = src[r * row_stride + k].
+void pack_row_group(const bf16_t* src, int64_t row_stride, int64_t depth, float* dst) {
+  int64_t k = 0;
+  for (; k + kLanes <= depth; k += kLanes) {
+    f32x16 v[kLanes];
+#pragma GCC unroll 16
+    for (int r = 0; r < kLanes; ++r) v[r] = load(src + r * row_stride + k);
+    swap_blocks<8>(v);
+    swap_blocks<4>(v);
+    swap_blocks<2>(v);
+    swap_blocks<1>(v);
+#pragma GCC unroll 16
+    for (int c = 0; c < kLanes; ++c) store(dst + (k + c) * kNR, v[c]);
+  }
+  for (; k < depth; ++k) {
+    for (int r = 0; r < kLanes; ++r) dst[k * kNR + r] = bf16_to_f32(src[r * row_stride + k]);
+  }
+}
+
 // Rows [m0, m0 + rows) x K range [k0, k0 + depth) of x, widened into strip[r * depth + k].
 void widen_rows(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, float* strip) {
   const bf16_t* x = static_cast<const bf16_t*>(g.x);
@@ -113,10 +152,18 @@ void fma32_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0,
     float* panel = panels + p * depth;
     const int64_t lanes = std::min<int64_t>(kNR, cols - p);
     if (g.w_col_stride == 1) {
-      // Weight rows are contiguous along K: read each row once, scatter it down its panel column.
-      for (int64_t j = 0; j < lanes; ++j) {
+      // Weight rows are contiguous along K: 16 rows at a time, 16 x 16 blocks widened and transposed in
+      // registers; the last columns of a partial panel one row at a time.
+      int64_t j = 0;
+      for (; j + kLanes <= lanes; j += kLanes) {
         const bf16_t* src = w + (n0 + p + j) * g.w_row_stride + k0;
-        if (p + j + kNR < cols) prefetch_bytes<1>(src + kNR * g.w_row_stride, depth * 2);
+        for (int64_t r = 0; r < kLanes; ++r) {
+          if (p + j + r + kLanes < cols) prefetch_bytes<1>(src + (r + kLanes) * g.w_row_stride, depth * 2);
+        }
+        pack_row_group(src, g.w_row_stride, depth, panel + j);
+      }
+      for (; j < lanes; ++j) {
+        const bf16_t* src = w + (n0 + p + j) * g.w_row_stride + k0;
         for (int64_t k = 0; k < depth; ++k) panel[k * kNR + j] = bf16_to_f32(src[k]);
       }
     } else {
