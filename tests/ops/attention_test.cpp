@@ -108,9 +108,11 @@ std::vector<cpu_kernels::AttnKernel> variants(DType dtype) {
   return v;
 }
 
-// Small tilings besides the default, so that the reference cases (at most 300 keys) cross many query-tile
-// and key-tile edges: the online rescale, tiles skipped or cut by the causal mask, ragged last tiles.
-const std::vector<cpu_kernels::AttentionTiling> kTilings{{64, 512}, {5, 16}, {16, 48}, {40, 112}};
+// The two tilings the front end picks (default_attn_tiling) and small ones, so that the reference cases (at
+// most 300 keys) cross many query-tile and key-tile edges: the online rescale, tiles skipped or cut by the
+// causal mask, ragged last tiles.
+const std::vector<cpu_kernels::AttentionTiling> kTilings{
+    cpu_kernels::AttentionTiling{}, cpu_kernels::kWideTiling, {5, 16}, {16, 48}, {40, 112}};
 
 std::string tiling_name(const cpu_kernels::AttentionTiling& t) {
   return std::to_string(t.query_tile) + "x" + std::to_string(t.key_tile);

@@ -56,7 +56,7 @@ void attention_kernel(const runtime::OpCall& call) {
   const AttnKernel kernel = default_attn_kernel(call.inputs[0].dtype());
   attention_forward(call.inputs[0], call.inputs[1], call.inputs[2], bias, call.outputs[0],
                     call.attrs.get_float("scale"), call.attrs.get_bool("is_causal"), kernel,
-                    kernel == AttnKernel::Amx ? kAmxTiling : AttentionTiling{});
+                    default_attn_tiling(call.inputs[0].dtype(), kernel));
 }
 
 }  // namespace
@@ -76,6 +76,11 @@ const char* attn_kernel_name(AttnKernel kernel) {
 AttnKernel default_attn_kernel(DType dtype) {
   if (!use_avx512()) return AttnKernel::Generic;
   return dtype == bfloat16 && bf16_path() == Bf16Path::Amx ? AttnKernel::Amx : AttnKernel::Avx512;
+}
+
+AttentionTiling default_attn_tiling(DType dtype, AttnKernel kernel) {
+  const bool widened = dtype == bfloat16 && kernel != AttnKernel::Amx && bf16_path() == Bf16Path::Fma32;
+  return kernel == AttnKernel::Amx || widened ? kWideTiling : AttentionTiling{};
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
