@@ -1,6 +1,6 @@
 // A weight's copy in the AMX GEMM's tile layout (gemm_amx.h), made once and kept on the weight's Storage as
-// oneDNN's packed copies are (both through packed_weight_copies.h): the products that would otherwise pack the
-// weight's tiles on every call (a pass over the whole weight per call and per row block) read it instead.
+// oneDNN's packed copies are (both through packed_weight_copies.h): the products that would otherwise pack
+// the weight's tiles on every call (a pass over the whole weight per call and per row block) read it instead.
 #pragma once
 
 #include <cstdint>

@@ -51,6 +51,12 @@ const char* element(const Tensor& t, int64_t b, int64_t h, int64_t i) {
          (b * t.stride(0) + h * t.stride(1) + i * t.stride(2)) * static_cast<int64_t>(t.element_size());
 }
 
+// bf16 operands widened to float32 for the products: where f32 FMA is this host's faster path (matmul_path.h)
+// and the kernel is not AMX's.
+bool widens_bf16(DType dtype, AttnKernel kernel) {
+  return dtype == bfloat16 && kernel != AttnKernel::Amx && bf16_path() == Bf16Path::Fma32;
+}
+
 void attention_kernel(const runtime::OpCall& call) {
   const Tensor bias = call.inputs.size() > 3 ? call.inputs[3] : Tensor();
   const AttnKernel kernel = default_attn_kernel(call.inputs[0].dtype());
@@ -79,8 +85,7 @@ AttnKernel default_attn_kernel(DType dtype) {
 }
 
 AttentionTiling default_attn_tiling(DType dtype, AttnKernel kernel) {
-  const bool widened = dtype == bfloat16 && kernel != AttnKernel::Amx && bf16_path() == Bf16Path::Fma32;
-  return kernel == AttnKernel::Amx || widened ? kWideTiling : AttentionTiling{};
+  return kernel == AttnKernel::Amx || widens_bf16(dtype, kernel) ? kWideTiling : AttentionTiling{};
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
@@ -100,8 +105,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   // bf16 operands multiply as bf16 pairs (VDPBF16PS or AMX's TDPBF16PS) or, where f32 FMA is this host's
   // faster path, widened exactly to float32 (matmul_path.h); the probabilities then also stay float32
   // instead of rounding to bf16.
-  const bool bf16_pairs =
-      q.dtype() == bfloat16 && (kernel == AttnKernel::Amx || bf16_path() != Bf16Path::Fma32);
+  const bool bf16_pairs = q.dtype() == bfloat16 && !widens_bf16(q.dtype(), kernel);
   const AttnMath math = bf16_pairs ? AttnMath::BF16 : AttnMath::F32;
   const bool amx = kernel == AttnKernel::Amx && math == AttnMath::BF16;
   // AMX multiplies 32 elements of the reduction per step: D and the keys padded to that (zeros), key tiles
