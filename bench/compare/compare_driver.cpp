@@ -145,6 +145,8 @@ struct Timing {
   // OMP_WAIT_POLICY=passive (idle OpenMP threads sleep instead of spinning) a serial stretch between
   // parallel kernels shows up as a figure below the thread count.
   double cores_busy = 0;
+  // Fresh memory the CPU allocator took from the system per timed step (its cache missed), on average.
+  double fresh_allocations = 0;
 };
 
 Timing time_steps(int steps, const std::function<void()>& f) {
@@ -153,6 +155,7 @@ Timing time_steps(int steps, const std::function<void()>& f) {
   kiln::synchronize();
   const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_first).count();
   std::vector<double> t;
+  const int64_t fresh0 = kiln::memory_stats(kiln::cpu).system_allocations;
   const double cpu0 = kiln::bench::process_cpu_seconds();
   for (int i = 0; i < steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -162,9 +165,11 @@ Timing time_steps(int steps, const std::function<void()>& f) {
   }
   const double cpu = kiln::bench::process_cpu_seconds() - cpu0,
                wall = std::accumulate(t.begin(), t.end(), 0.0);
+  const double fresh =
+      static_cast<double>(kiln::memory_stats(kiln::cpu).system_allocations - fresh0) / std::max(steps, 1);
   std::sort(t.begin(), t.end());
   const size_t n = t.size();
-  return {n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t.front(), t.back(), first, cpu / wall};
+  return {n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t.front(), t.back(), first, cpu / wall, fresh};
 }
 
 // ---- the models' work
@@ -575,7 +580,8 @@ int run(const Options& o) {
   if (o.matmul_reps > 0)
     std::printf("  matmuls alone %.3f s = %.0f%% of the step (%.1f GFLOP/s)\n", matmul,
                 100 * matmul / step.median, c.work.linear_flops() / matmul / 1e9);
-  std::printf("  peak resident %.2f GB (weights %.2f GB)", resident / 1e9, weight_bytes / 1e9);
+  std::printf("  peak resident %.2f GB (weights %.2f GB), %.1f fresh allocations per step", resident / 1e9,
+              weight_bytes / 1e9, step.fresh_allocations);
   if (c.expected)
     std::printf(" | max rel error vs PyTorch %.3g\n", rel_error);
   else
@@ -588,14 +594,14 @@ int run(const Options& o) {
       "\"measured_peak_gflops\": %s, \"peak_instruction\": \"%s\", \"bf16_path\": \"%s\", \"matmul_s\": %s, "
       "\"vmhwm_bytes\": %s, "
       "\"weight_bytes\": %s, "
-      "\"max_rel_error\": %s, \"cores_busy\": %s}\n",
+      "\"max_rel_error\": %s, \"cores_busy\": %s, \"fresh_allocations_per_step\": %s}\n",
       o.mode.c_str(), o.model.c_str(), c.work.description.c_str(), omp_get_max_threads(), o.steps,
       json_number(step.median).c_str(), json_number(step.min).c_str(), json_number(step.max).c_str(),
       json_number(step.first).c_str(), json_number(flops).c_str(), json_number(c.work.linear_flops()).c_str(),
       json_number(peak).c_str(), ceiling.instruction,
       kiln::cpu_kernels::bf16_path_name(kiln::cpu_kernels::bf16_path()), json_number(matmul).c_str(),
       json_number(resident).c_str(), json_number(weight_bytes).c_str(), json_number(rel_error).c_str(),
-      json_number(step.cores_busy).c_str());
+      json_number(step.cores_busy).c_str(), json_number(step.fresh_allocations).c_str());
   return 0;
 }
 

@@ -347,6 +347,7 @@ NB_MODULE(_kiln, m) {
             {"peak_bytes", s.peak_bytes},
             {"allocations", s.allocations},
             {"reserved_bytes", s.reserved_bytes},
+            {"system_allocations", s.system_allocations},
             {"limit_bytes", memory_limit(d)},
             {"device_total_bytes", report ? std::optional<int64_t>(report->limit_bytes) : std::nullopt},
             {"device_in_use_bytes", report ? std::optional<int64_t>(report->in_use_bytes) : std::nullopt}};

@@ -10,16 +10,19 @@
 
 namespace kiln {
 
-std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device) {
+std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, Lifetime lifetime) {
   device_runtime(device);  // an unknown device fails here, at the call that asked for it
-  return std::shared_ptr<Storage>(new Storage(nullptr, bytes, device, nullptr, false));
+  return std::shared_ptr<Storage>(
+      new Storage(nullptr, bytes, device, nullptr, false, false, false, lifetime));
 }
 
 void* Storage::materialize() const {
   std::lock_guard<std::mutex> lock(materialize_mutex_);
   void* p = data_.load(std::memory_order_relaxed);
   if (p == nullptr) {
-    p = device_runtime(device_).allocator().allocate(bytes_);
+    Allocator& allocator = device_runtime(device_).allocator();
+    p = lifetime_ == Lifetime::kLongLived ? allocator.allocate_long_lived(bytes_)
+                                          : allocator.allocate(bytes_);
     data_.store(p, std::memory_order_release);
   }
   return p;
@@ -101,7 +104,13 @@ void Storage::evict_file_pages() const {
 Storage::~Storage() {
   derived_.clear();  // derived forms first: a packed copy may refer to these bytes
   void* p = data_.load(std::memory_order_acquire);
-  if (!borrowed_ && p) device_runtime(device_).allocator().deallocate(p, bytes_);
+  if (borrowed_ || p == nullptr) return;
+  Allocator& allocator = device_runtime(device_).allocator();
+  if (lifetime_ == Lifetime::kLongLived) {
+    allocator.release(p, bytes_);
+  } else {
+    allocator.deallocate(p, bytes_);
+  }
 }
 
 MemoryStats memory_stats(Device device) {

@@ -69,35 +69,112 @@ TEST(CpuAllocator, LargeBlockMayServeASlightlySmallerRequestButNotAMuchSmallerOn
   EXPECT_NE(tiny, small);
   const MemoryStats s = a.stats();
   EXPECT_EQ(s.current_bytes, static_cast<int64_t>(38 * kMiB));
-  // The miss gave the cached 8 MiB block back: 40 + 2 MiB reserved, not 50.
-  EXPECT_EQ(s.reserved_bytes, static_cast<int64_t>(42 * kMiB));
-  EXPECT_EQ(a.cached_bytes(), 0);
+  // The 8 MiB block, asked for moments ago, is not idle: it stays cached beside the fresh 2 MiB one.
+  EXPECT_EQ(s.reserved_bytes, static_cast<int64_t>(50 * kMiB));
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(8 * kMiB));
   a.deallocate(near, 36 * kMiB);
   a.deallocate(tiny, 2 * kMiB);
-  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(42 * kMiB));
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(50 * kMiB));
 }
 
-TEST(CpuAllocator, MissRecyclesOldestCachedBytesSoReservedDoesNotGrow) {
+// Asks for and frees a 100-byte block `times` times: allocate() calls that hit the cache, so that other
+// size classes age without anything else changing.
+void tick(CpuAllocator& a, uint64_t times) {
+  for (uint64_t i = 0; i < times; ++i) a.deallocate(a.allocate(100), 100);
+}
+
+TEST(CpuAllocator, MissRecyclesIdleCachedBytesSoReservedDoesNotGrow) {
   CpuAllocator a(256 * kMiB);
+  const auto small = static_cast<int64_t>(CpuAllocator::block_size(100));
+  // Two sizes asked for once (a loader's temporaries), one asked for all along.
   void* p1 = a.allocate(4 * kMiB);
   void* p2 = a.allocate(6 * kMiB);
-  void* p3 = a.allocate(8 * kMiB);
   a.deallocate(p1, 4 * kMiB);
   a.deallocate(p2, 6 * kMiB);
-  a.deallocate(p3, 8 * kMiB);
-  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(18 * kMiB));
-  // 10 MiB: no block fits; 4 and 6 MiB (the oldest) are released to make room, 8 MiB stays cached.
+  void* p3 = nullptr;
+  for (uint64_t i = 0; i < CpuAllocator::kMinIdleRequests; ++i) {
+    p3 = a.allocate(8 * kMiB);
+    a.deallocate(p3, 8 * kMiB);
+    tick(a, 1);
+  }
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(18 * kMiB) + small);
+  // 10 MiB: no block fits; the idle 4 and 6 MiB blocks are released to make room, 8 MiB stays cached.
   void* q = a.allocate(10 * kMiB);
-  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(8 * kMiB));
-  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(18 * kMiB));
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(8 * kMiB) + small);
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(18 * kMiB) + small);
   void* r = a.allocate(8 * kMiB);  // the kept block
   EXPECT_EQ(r, p3);
-  // With nothing cached a miss grows the reservation.
+  // With nothing idle cached a miss grows the reservation.
   void* t = a.allocate(2 * kMiB);
-  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(20 * kMiB));
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(20 * kMiB) + small);
   a.deallocate(q, 10 * kMiB);
   a.deallocate(r, 8 * kMiB);
   a.deallocate(t, 2 * kMiB);
+}
+
+TEST(CpuAllocator, ALoopThatRepeatsItsSizesStopsMissingEvenWhenTheyAreNeverLiveTogether) {
+  // A step frees a 48 MB block before it asks for a 96 MB one and frees that before a 10 MB one: recycling
+  // cached blocks by age alone would unmap each block just before it is needed again, every step.
+  CpuAllocator a(256 * kMiB);
+  for (int step = 0; step < 20; ++step) {
+    for (size_t bytes : {48 * kMiB, 96 * kMiB, 10 * kMiB}) {
+      void* p = a.allocate(bytes);
+      static_cast<unsigned char*>(p)[bytes - 1] = 1;
+      a.deallocate(p, bytes);
+    }
+  }
+  EXPECT_EQ(a.stats().system_allocations, 3);
+  EXPECT_EQ(a.stats().allocations, 60);
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(154 * kMiB));
+}
+
+TEST(CpuAllocator, IdleBlocksAreReturnedWithoutWaitingForAMiss) {
+  CpuAllocator a(256 * kMiB);
+  const auto small = static_cast<int64_t>(CpuAllocator::block_size(100));
+  // A loader's float32 temporaries: the same 12 MiB size many times in a row, then never again.
+  for (int weight = 0; weight < 10; ++weight) {
+    void* p = a.allocate(12 * kMiB);
+    a.deallocate(p, 12 * kMiB);
+  }
+  void* held = a.allocate(3 * kMiB);  // asked for once, still live: not the cache's to return
+  tick(a, CpuAllocator::kMinIdleRequests);
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(12 * kMiB) + small);  // not idle for long yet
+  tick(a, CpuAllocator::kSweepPeriod);
+  EXPECT_EQ(a.cached_bytes(), small);
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(4 * kMiB) + small);
+  a.deallocate(held, 3 * kMiB);
+  EXPECT_EQ(a.stats().system_allocations, 3);
+}
+
+TEST(CpuAllocator, LongLivedBlocksMakeRoomInTheCacheAndGoBackToTheSystemWhenReleased) {
+  // A weight's packed copy, made after the text encoder ran: it recycles the encoder's cached activations
+  // even though their sizes were asked for moments ago, and when offload drops it the memory goes back.
+  CpuAllocator a(256 * kMiB);
+  // Whole pages, not a 2 MiB class: a long-lived block is never cached for another size.
+  EXPECT_EQ(CpuAllocator::long_lived_block_size(kMiB + 1), kMiB + 4096);
+  EXPECT_EQ(CpuAllocator::long_lived_block_size(100), CpuAllocator::block_size(100));
+  void* odd = a.allocate_long_lived(kMiB + 100);
+  EXPECT_TRUE(aligned_to(odd, CpuAllocator::kHugePage));
+  std::memset(odd, 1, kMiB + 100);
+  a.release(odd, kMiB + 100);
+  EXPECT_EQ(a.stats().reserved_bytes, 0);
+  for (int layer = 0; layer < 4; ++layer) {
+    void* x = a.allocate(6 * kMiB);
+    void* y = a.allocate(8 * kMiB);
+    a.deallocate(x, 6 * kMiB);
+    a.deallocate(y, 8 * kMiB);
+  }
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(14 * kMiB));
+  void* packed = a.allocate_long_lived(20 * kMiB);
+  EXPECT_EQ(a.cached_bytes(), 0);
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(20 * kMiB));
+  void* activation = a.allocate(6 * kMiB);  // an activation's miss keeps recurring sizes instead
+  a.deallocate(activation, 6 * kMiB);
+  a.release(packed, 20 * kMiB);
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(6 * kMiB));
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(6 * kMiB));
+  EXPECT_EQ(a.stats().current_bytes, 0);
+  EXPECT_THROW(a.release(packed, 20 * kMiB), Error);  // no longer its to release
 }
 
 TEST(CpuAllocator, AlignmentIs64BytesAndHugePageForLargeBlocks) {

@@ -61,12 +61,19 @@ def open_page(driver, server):
 WATCH_PROGRESS = """
 window.progressSeen = [];
 const bar = document.getElementById('progress');
-// Several events may arrive in one task (a stream that connects after the first steps gets them replayed at
-// once), and then one callback sees several changes: each record's old value is a value the bar had.
+// Several events may arrive in one task (a stream that connects after the job has finished gets its events
+// replayed at once), and then one callback sees all their changes, the last "done" (1 of 1) among them. Each
+// record holds the old value of the attribute it changed, so walking them back from the bar's final state
+// gives every (value, max) the bar went through, in order.
 new MutationObserver(records => {
-  for (const r of records)
-    if (r.attributeName === 'value' && r.oldValue !== null) window.progressSeen.push([Number(r.oldValue), Number(bar.max)]);
-  window.progressSeen.push([Number(bar.value), Number(bar.max)]);
+  let value = bar.getAttribute('value'), max = bar.getAttribute('max');
+  const states = [[Number(value), Number(max)]];
+  for (let i = records.length - 1; i >= 0; --i) {
+    const r = records[i];
+    if (r.attributeName === 'value') value = r.oldValue; else max = r.oldValue;
+    if (value !== null && max !== null) states.push([Number(value), Number(max)]);
+  }
+  window.progressSeen.push(...states.reverse());
 }).observe(bar, {attributes: true, attributeOldValue: true, attributeFilter: ['value', 'max']});
 """
 

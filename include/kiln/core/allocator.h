@@ -16,6 +16,9 @@ struct MemoryStats {
   int64_t allocations = 0;    // number of allocate() calls
   int64_t reserved_bytes =
       0;  // bytes held from the system: live allocations rounded to blocks plus the cache
+  // allocate() calls that took fresh memory from the system; the others were served from a cache. In a loop
+  // that repeats its shapes this stops growing after the first iterations.
+  int64_t system_allocations = 0;
 };
 
 // A device's memory as its driver reports it (a PJRT plugin's PJRT_Device_MemoryStats): the most its
@@ -31,6 +34,12 @@ class Allocator {
   // Returns memory aligned to at least 64 bytes; throws kiln::Error when the device is out of memory.
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr, size_t bytes) = 0;
+  // For memory that lives as long as a weight (a packed copy): an allocator with a cache serves it from a
+  // cached block only where one fits and otherwise makes room by returning cached blocks, whatever their
+  // sizes, rather than growing beside them; release() gives it straight back to the system. Allocators
+  // without a cache treat them as allocate() and deallocate().
+  virtual void* allocate_long_lived(size_t bytes) { return allocate(bytes); }
+  virtual void release(void* ptr, size_t bytes) { deallocate(ptr, bytes); }
   // Returns memory kept for reuse (freed blocks in a cache) to the system; allocators without one do nothing.
   virtual void empty_cache() {}
 
@@ -48,8 +57,10 @@ class Allocator {
   // the bytes but not in `allocations`.
   void record_allocate(size_t bytes, bool allocation = true);
   void record_deallocate(size_t bytes);
-  // What stats() reports as reserved_bytes; an allocator without a cache holds exactly its live bytes.
+  // What stats() reports as reserved_bytes and system_allocations; an allocator without a cache holds
+  // exactly its live bytes and takes every allocation from the system.
   virtual int64_t reserved() const { return current_.load(); }
+  virtual int64_t fresh_allocations() const { return count_.load(); }
 
  private:
   std::atomic<int64_t> current_{0};

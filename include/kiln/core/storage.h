@@ -22,8 +22,14 @@ namespace kiln {
 
 class Storage {
  public:
+  // How the device's allocator treats the bytes (kiln/core/allocator.h). Transient: an activation, whose
+  // block is kept for reuse when it goes, since its size recurs every block and step. Long-lived: a weight's
+  // packed copy, which lives as long as its weight; its block makes room in the cache rather than beside it,
+  // and goes back to the system when the copy goes (offload dropping it wants the memory back).
+  enum class Lifetime { kTransient, kLongLived };
   // `bytes` on `device`, allocated (and counted by the device's allocator) at the first data() call.
-  static std::shared_ptr<Storage> allocate(size_t bytes, Device device);
+  static std::shared_ptr<Storage> allocate(size_t bytes, Device device,
+                                           Lifetime lifetime = Lifetime::kTransient);
   // Wraps memory kept alive by `owner` (for example an mmap'ed file); not counted as allocated.
   static std::shared_ptr<Storage> borrow(void* data, size_t bytes, Device device,
                                          std::shared_ptr<void> owner);
@@ -112,14 +118,15 @@ class Storage {
 
  private:
   Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner, bool borrowed,
-          bool file_pages = false, bool host_backed = false)
+          bool file_pages = false, bool host_backed = false, Lifetime lifetime = Lifetime::kTransient)
       : data_(data),
         bytes_(bytes),
         device_(device),
         owner_(std::move(owner)),
         borrowed_(borrowed),
         file_pages_(file_pages),
-        host_backed_(host_backed) {}
+        host_backed_(host_backed),
+        lifetime_(lifetime) {}
 
   void* materialize() const;
 
@@ -130,6 +137,7 @@ class Storage {
   bool borrowed_;
   bool file_pages_;
   bool host_backed_;
+  Lifetime lifetime_;
   mutable std::mutex materialize_mutex_;
   mutable std::mutex pending_mutex_;
   mutable std::weak_ptr<PendingWork> pending_;

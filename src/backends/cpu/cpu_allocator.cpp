@@ -26,8 +26,8 @@ size_t default_cache_limit() {
   return std::min(two_gib, static_cast<size_t>(pages) * static_cast<size_t>(page_size) / 4);
 }
 
-// A 2 MiB-aligned anonymous mapping of `size` bytes (a multiple of 2 MiB): map 2 MiB more, unmap the
-// unaligned head and tail. Aligned so that transparent huge pages can back the whole block.
+// A 2 MiB-aligned anonymous mapping of `size` bytes (a multiple of the page size): map 2 MiB more, unmap
+// the unaligned head and tail. Aligned so that transparent huge pages can back every whole 2 MiB of it.
 void* map_huge(size_t size) {
   const size_t huge = CpuAllocator::kHugePage;
   void* raw = mmap(nullptr, size + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -80,17 +80,37 @@ CpuAllocator::~CpuAllocator() {
   empty_cache();
 }
 
+size_t CpuAllocator::long_lived_block_size(size_t bytes) {
+  if (bytes < kLargeBlock) return block_size(bytes);
+  const size_t page = 4096;
+  return (bytes + page - 1) / page * page;
+}
+
 void* CpuAllocator::system_allocate(size_t size) {
-  if (size >= kHugePage) return map_huge(size);
+  if (size >= kLargeBlock) return map_huge(size);
   return std::aligned_alloc(kAlignment, size);
 }
 
 void CpuAllocator::system_free(void* ptr, size_t size) {
-  if (size >= kHugePage) {
+  if (size >= kLargeBlock) {
     munmap(ptr, size);
   } else {
     std::free(ptr);
   }
+}
+
+void CpuAllocator::note_request(size_t size) {
+  ++requests_;
+  auto [it, first] = uses_.try_emplace(size, ClassUse{requests_, 0});
+  if (first) return;
+  it->second.longest_gap = std::max(it->second.longest_gap, requests_ - it->second.last);
+  it->second.last = requests_;
+}
+
+bool CpuAllocator::idle(size_t size) const {
+  const auto it = uses_.find(size);
+  if (it == uses_.end()) return true;
+  return requests_ - it->second.last > std::max(2 * it->second.longest_gap, kMinIdleRequests);
 }
 
 void* CpuAllocator::take_cached(size_t size) {
@@ -111,22 +131,38 @@ void* CpuAllocator::take_cached(size_t size) {
 }
 
 void* CpuAllocator::allocate(size_t bytes) {
+  return allocate_block(bytes, /*long_lived=*/false);
+}
+
+void* CpuAllocator::allocate_long_lived(size_t bytes) {
+  return allocate_block(bytes, /*long_lived=*/true);
+}
+
+void* CpuAllocator::allocate_block(size_t bytes, bool long_lived) {
   if (bytes == 0) {
     record_allocate(0);
     return nullptr;
   }
-  const size_t size = block_size(bytes);
+  const size_t size = long_lived ? long_lived_block_size(bytes) : block_size(bytes);
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // A long-lived block's size says nothing about which activation sizes recur.
+    if (!long_lived) {
+      note_request(size);
+      if (requests_ % kSweepPeriod == 0) trim_to(0, /*idle_only=*/true);
+    }
     if (void* p = take_cached(size)) {
       record_allocate(bytes);
       return p;
     }
-    // A miss: give back as many cached bytes as are about to be taken from the system, oldest first. Blocks
-    // of sizes no longer asked for (a loader's float32 temporaries, an earlier resolution) are recycled into
-    // this one, so reserved memory does not grow while the cache holds anything; a loop that repeats its
-    // sizes stops missing after its first pass and keeps its blocks.
-    trim_to(cached_ > size ? cached_ - size : 0);
+    // A miss: give back as many idle cached bytes as are about to be taken from the system, oldest first,
+    // so that blocks of sizes no longer asked for are recycled into this one. Blocks whose sizes recur stay:
+    // the reservation grows instead, until a loop that repeats its sizes stops missing. A long-lived block
+    // (a weight's packed copy, made once) recycles any cached block: growing for it would keep the cache
+    // beside the weights.
+    const size_t target = cached_ > size ? cached_ - size : 0;
+    trim_to(target, /*idle_only=*/true);
+    if (long_lived) trim_to(target);
   }
   void* p = system_allocate(size);
   if (p == nullptr) {
@@ -141,12 +177,21 @@ void* CpuAllocator::allocate(size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     live_.emplace(p, size);
     reserved_ += size;
+    ++system_allocations_;
   }
   record_allocate(bytes);
   return p;
 }
 
 void CpuAllocator::deallocate(void* ptr, size_t bytes) {
+  free_block(ptr, bytes, /*keep=*/true);
+}
+
+void CpuAllocator::release(void* ptr, size_t bytes) {
+  free_block(ptr, bytes, /*keep=*/false);
+}
+
+void CpuAllocator::free_block(void* ptr, size_t bytes, bool keep) {
   if (ptr == nullptr) {
     record_deallocate(bytes);
     return;
@@ -160,12 +205,15 @@ void CpuAllocator::deallocate(void* ptr, size_t bytes) {
     record_deallocate(bytes);
     size = it->second;
     live_.erase(it);
-    if (size <= cache_limit_) {
+    if (keep && size <= cache_limit_) {
       const uint64_t age = next_age_++;
       auto pos = by_size_.emplace(size, FreeBlock{ptr, age});
       by_age_.emplace(age, pos);
       cached_ += size;
-      trim_to(cache_limit_);
+      if (cached_ > cache_limit_) {
+        trim_to(cache_limit_, /*idle_only=*/true);
+        trim_to(cache_limit_);
+      }
       return;
     }
     reserved_ -= size;
@@ -173,15 +221,18 @@ void CpuAllocator::deallocate(void* ptr, size_t bytes) {
   system_free(ptr, size);
 }
 
-void CpuAllocator::trim_to(size_t target) {
-  while (cached_ > target) {
-    auto oldest = by_age_.begin();
+void CpuAllocator::trim_to(size_t target, bool idle_only) {
+  for (auto oldest = by_age_.begin(); cached_ > target && oldest != by_age_.end();) {
     const auto block = oldest->second;
+    if (idle_only && !idle(block->first)) {
+      ++oldest;
+      continue;
+    }
     system_free(block->second.ptr, block->first);
     cached_ -= block->first;
     reserved_ -= block->first;
     by_size_.erase(block);
-    by_age_.erase(oldest);
+    oldest = by_age_.erase(oldest);
   }
 }
 
@@ -193,6 +244,11 @@ void CpuAllocator::empty_cache() {
 int64_t CpuAllocator::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int64_t>(cached_);
+}
+
+int64_t CpuAllocator::fresh_allocations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return system_allocations_;
 }
 
 int64_t CpuAllocator::reserved() const {

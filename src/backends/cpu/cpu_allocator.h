@@ -7,10 +7,16 @@
 // (>= 1 MiB) are mapped 2 MiB-aligned with MADV_HUGEPAGE, so even their first touch takes one fault per
 // 2 MiB, and a reused block takes none.
 //
-// A miss (a size with no cached block) first returns as many cached bytes to the system as it takes, oldest
-// blocks first, so the cache recycles memory instead of adding to it: reserved memory stays close to the peak
-// of live blocks (on the FLUX-shaped step, weights loaded through float32 temporaries left 1.4 GB of them
-// cached before this).
+// Which cached blocks go back to the system is decided by how often their size is asked for. Each size
+// class remembers when it was last requested (counted in allocate() calls) and the longest gap seen
+// between two of its requests. A cached block whose class has gone unrequested for more than twice that
+// gap (and at least kMinIdleRequests) is idle: a loader's float32 temporaries, an earlier resolution, a
+// one-off tensor. Idle blocks are what a miss recycles first (oldest first, as many bytes as it takes), and
+// a sweep every kSweepPeriod requests returns the rest, so reserved memory stays close to the peak of live
+// blocks. Blocks of classes that recur are kept even when a miss has to grow the reservation: a DiT step
+// frees a 96 MB block it needs again later while it asks for a 48 MB one, and recycling by age alone
+// traded one for the other on every step (about 30 fresh mappings per FLUX-shaped step, 8% of its time
+// in clearing new pages). The cache limit still bounds what is kept.
 //
 // MemoryStats keep meaning "bytes held by live tensors" (current/peak, the bytes asked for);
 // reserved_bytes adds what is held from the operating system, live blocks and the cache together.
@@ -28,9 +34,14 @@ namespace kiln {
 
 class CpuAllocator final : public Allocator {
  public:
-  // Blocks at or above this size are mmap'ed 2 MiB-aligned with transparent huge pages.
+  // Blocks at or above this size are mmap'ed 2 MiB-aligned with transparent huge pages (and cached ones are
+  // multiples of kHugePage).
   static constexpr size_t kLargeBlock = size_t{1} << 20;
   static constexpr size_t kHugePage = size_t{2} << 20;
+  // A size class unrequested for this many allocate() calls, and for twice its longest gap, is idle.
+  static constexpr uint64_t kMinIdleRequests = 64;
+  // How often (in allocate() calls) idle cached blocks are returned to the system.
+  static constexpr uint64_t kSweepPeriod = 256;
 
   // The cache limit from KILN_CPU_CACHE_LIMIT_MB (0 disables caching), else the smaller of 2 GiB and a
   // quarter of physical memory. Throws kiln::Error naming the variable when it is not a number.
@@ -45,6 +56,8 @@ class CpuAllocator final : public Allocator {
   // released and the allocation retried once before kiln::Error ("cpu: out of memory ...") is thrown.
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) override;
+  void* allocate_long_lived(size_t bytes) override;
+  void release(void* ptr, size_t bytes) override;
   // Returns every cached (free) block to the system.
   void empty_cache() override;
 
@@ -54,11 +67,15 @@ class CpuAllocator final : public Allocator {
   // The size of the block that serves a request of `bytes` (size classes below 1 MiB, 2 MiB multiples
   // above); what reserved_bytes counts per block.
   static size_t block_size(size_t bytes);
+  // The block of a long-lived request: whole 4 KiB pages from 1 MiB up (it is never cached, so a size class
+  // would only waste memory: a 1.1 MB weight in a 2 MiB block), else block_size.
+  static size_t long_lived_block_size(size_t bytes);
   // Parses a KILN_CPU_CACHE_LIMIT_MB value into bytes; nullptr or "" gives the default.
   static size_t parse_cache_limit(const char* value);
 
  protected:
   int64_t reserved() const override;
+  int64_t fresh_allocations() const override;
 
  private:
   struct FreeBlock {
@@ -66,21 +83,40 @@ class CpuAllocator final : public Allocator {
     uint64_t age;  // key in by_age_
   };
   using BySize = std::multimap<size_t, FreeBlock>;
+  // When a size class was last requested (the value of requests_ then) and the longest gap between two of
+  // its requests (0 until it has been asked for twice).
+  struct ClassUse {
+    uint64_t last = 0;
+    uint64_t longest_gap = 0;
+  };
 
-  void* take_cached(size_t size);  // under mutex_
+  // The following run under mutex_.
+  void note_request(size_t size);
+  bool idle(size_t size) const;
+  void* take_cached(size_t size);
+  // Frees cached blocks, oldest first, until at most `target` bytes remain cached; with `idle_only`, only
+  // blocks of idle classes (fewer bytes may then be freed).
+  void trim_to(size_t target, bool idle_only = false);
+
+  // allocate() and allocate_long_lived(): on a miss, `long_lived` makes room from every cached block, not
+  // only idle ones.
+  void* allocate_block(size_t bytes, bool long_lived);
+  // deallocate() and release(): `keep` puts the block in the cache (within its limit).
+  void free_block(void* ptr, size_t bytes, bool keep);
   void* system_allocate(size_t size);
   static void system_free(void* ptr, size_t size);
-  // Frees cached blocks, oldest first, until at most `target` bytes remain cached; under mutex_.
-  void trim_to(size_t target);
 
   const size_t cache_limit_;
   mutable std::mutex mutex_;
   std::unordered_map<void*, size_t> live_;  // pointer -> block size
   BySize by_size_;                          // cached blocks, best fit by size
   std::map<uint64_t, BySize::iterator> by_age_;
+  std::unordered_map<size_t, ClassUse> uses_;  // by block size
   uint64_t next_age_ = 0;
+  uint64_t requests_ = 0;  // allocate() calls of nonzero size (not allocate_long_lived())
   size_t cached_ = 0;
   size_t reserved_ = 0;
+  int64_t system_allocations_ = 0;
 };
 
 }  // namespace kiln

@@ -43,7 +43,7 @@ class PackedWeightCopies {
       if (same_view(e, weight) && e.layout == layout) return e.packed;
     runtime::PackedWeightCharge charge = current_context().memory().reserve_packed(bytes);
     if (!charge) return std::nullopt;
-    auto storage = Storage::allocate(static_cast<size_t>(bytes), cpu);
+    auto storage = Storage::allocate(static_cast<size_t>(bytes), cpu, Storage::Lifetime::kLongLived);
     Packed packed = pack(storage->data());
     weight.storage()->drop_resident_pages();
     entries_.push_back({weight.offset(), weight.shape(), weight.strides(), weight.dtype(), layout,
