@@ -580,8 +580,12 @@ int run(const Options& o) {
   if (o.matmul_reps > 0)
     std::printf("  matmuls alone %.3f s = %.0f%% of the step (%.1f GFLOP/s)\n", matmul,
                 100 * matmul / step.median, c.work.linear_flops() / matmul / 1e9);
-  std::printf("  peak resident %.2f GB (weights %.2f GB), %.1f fresh allocations per step", resident / 1e9,
-              weight_bytes / 1e9, step.fresh_allocations);
+  const kiln::MemoryStats memory = kiln::memory_stats(kiln::cpu);
+  std::printf(
+      "  peak resident %.2f GB (weights %.2f GB); CPU allocator: live peak %.2f GB, %.2f GB reserved, %.1f fresh "
+      "allocations per step",
+      resident / 1e9, weight_bytes / 1e9, static_cast<double>(memory.peak_bytes) / 1e9,
+      static_cast<double>(memory.reserved_bytes) / 1e9, step.fresh_allocations);
   if (c.expected)
     std::printf(" | max rel error vs PyTorch %.3g\n", rel_error);
   else
