@@ -5,7 +5,6 @@
 
 #include <omp.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -13,21 +12,11 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/matmul_path.h"
 #include "backends/cpu/register_kernels.h"
+#include "kiln/core/storage.h"
 
 namespace kiln::cpu_kernels {
 
 namespace {
-
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
-std::unique_ptr<char, FreeDeleter> aligned_buffer(size_t bytes) {
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  KILN_CHECK(p != nullptr, "scaled_dot_product_attention: out of memory allocating " << bytes << " bytes");
-  return std::unique_ptr<char, FreeDeleter>(static_cast<char*>(p));
-}
 
 struct TileKernels {
   void (*pack_rows)(const AttnMatrix&, AttnMath, void*, int64_t);
@@ -129,7 +118,10 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const size_t scratch_bytes = attn_round_up(
       static_cast<int64_t>(attn_scratch_floats(q_tile, key_tile, dv_pad, amx) * sizeof(float)), 64);
   const size_t per_thread = k_bytes + v_bytes + q_bytes + scratch_bytes;
-  auto buffers = aligned_buffer(per_thread * static_cast<size_t>(threads));
+  // From the CPU allocator's cache: an eager step calls attention once per block with the same sizes, and a
+  // fresh buffer of several MB each call would be page-faulted in again every time.
+  const std::shared_ptr<Storage> buffers = Storage::allocate(per_thread * static_cast<size_t>(threads), cpu);
+  char* const buffer_base = static_cast<char*>(buffers->data());
 
   AttnTileArgs base;
   base.math = math;
@@ -155,7 +147,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     // Contiguous ranges of items: a thread meets each of its heads once and packs its K and V once.
     const int64_t begin = items * t / nt, end = items * (t + 1) / nt;
-    char* mine = buffers.get() + per_thread * static_cast<size_t>(t);
+    char* mine = buffer_base + per_thread * static_cast<size_t>(t);
     void* k_pack = mine;
     void* v_pack = mine + k_bytes;
     void* q_pack = mine + k_bytes + v_bytes;
