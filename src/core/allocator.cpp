@@ -52,4 +52,16 @@ void empty_cache(Device device) {
   device_runtime(device).allocator().empty_cache();
 }
 
+RepeatedShapesScope::RepeatedShapesScope(Device device) : allocator_(device_runtime(device).allocator()) {
+  allocator_.enter_repeated_shapes();
+}
+
+RepeatedShapesScope::~RepeatedShapesScope() {
+  allocator_.leave_repeated_shapes();
+}
+
+void mark_cache_idle(Device device) {
+  device_runtime(device).allocator().mark_cache_idle();
+}
+
 }  // namespace kiln

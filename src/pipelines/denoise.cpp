@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 
+#include "kiln/core/allocator.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/execution_context.h"
 
@@ -13,6 +14,8 @@ Tensor denoise(Tensor latents, const DenoiseLoop& loop) {
   const int n = static_cast<int>(timesteps.size());
   KILN_CHECK(loop.start_step >= 0 && loop.start_step <= n,
              "denoise: the first step " << loop.start_step << " is outside the schedule's " << n << " steps");
+  // Every step asks for the same sizes: the CPU allocator keeps what a step frees for the next.
+  const RepeatedShapesScope repeated(cpu);
   for (int i = loop.start_step; i < n; ++i) {
     if (loop.checkpoint)
       loop.checkpoint(i == loop.start_step

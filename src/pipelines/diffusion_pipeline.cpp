@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kiln/core/allocator.h"
 #include "kiln/core/bytes.h"
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/log.h"
@@ -364,6 +365,9 @@ void DiffusionPipeline::disable_vae_tiling() {
 void DiffusionPipeline::release_after_use(
     std::initializer_list<std::pair<const char*, nn::Module*>> ran) const {
   if (model_cpu_offload_) pipelines::release_after_use(ran);
+  // The next component asks for other sizes: the cached activations of these are the first to recycle.
+  for (const auto& [name, module] : ran)
+    if (module != nullptr) mark_cache_idle(module->device());
 }
 
 void DiffusionPipeline::finish_loading(const std::optional<int64_t>& requested_budget) {

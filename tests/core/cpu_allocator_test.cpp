@@ -69,12 +69,12 @@ TEST(CpuAllocator, LargeBlockMayServeASlightlySmallerRequestButNotAMuchSmallerOn
   EXPECT_NE(tiny, small);
   const MemoryStats s = a.stats();
   EXPECT_EQ(s.current_bytes, static_cast<int64_t>(38 * kMiB));
-  // The 8 MiB block, asked for moments ago, is not idle: it stays cached beside the fresh 2 MiB one.
-  EXPECT_EQ(s.reserved_bytes, static_cast<int64_t>(50 * kMiB));
-  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(8 * kMiB));
+  // The miss gave the cached 8 MiB block back: 40 + 2 MiB reserved, not 50.
+  EXPECT_EQ(s.reserved_bytes, static_cast<int64_t>(42 * kMiB));
+  EXPECT_EQ(a.cached_bytes(), 0);
   a.deallocate(near, 36 * kMiB);
   a.deallocate(tiny, 2 * kMiB);
-  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(50 * kMiB));
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(42 * kMiB));
 }
 
 // Asks for and frees a 100-byte block `times` times: allocate() calls that hit the cache, so that other
@@ -83,39 +83,45 @@ void tick(CpuAllocator& a, uint64_t times) {
   for (uint64_t i = 0; i < times; ++i) a.deallocate(a.allocate(100), 100);
 }
 
-TEST(CpuAllocator, MissRecyclesIdleCachedBytesSoReservedDoesNotGrow) {
+TEST(CpuAllocator, MissRecyclesIdleBlocksBeforeOthersSoReservedDoesNotGrow) {
   CpuAllocator a(256 * kMiB);
   const auto small = static_cast<int64_t>(CpuAllocator::block_size(100));
-  // Two sizes asked for once (a loader's temporaries), one asked for all along.
+  // Two sizes asked for once (a loader's temporaries, freed last), one asked for all along (freed earlier),
+  // in a loop of repeated shapes (outside one, the 100-byte ticks' first miss would recycle the 8 MiB block).
+  a.enter_repeated_shapes();
   void* p1 = a.allocate(4 * kMiB);
   void* p2 = a.allocate(6 * kMiB);
-  a.deallocate(p1, 4 * kMiB);
-  a.deallocate(p2, 6 * kMiB);
   void* p3 = nullptr;
   for (uint64_t i = 0; i < CpuAllocator::kMinIdleRequests; ++i) {
     p3 = a.allocate(8 * kMiB);
     a.deallocate(p3, 8 * kMiB);
     tick(a, 1);
   }
+  a.deallocate(p1, 4 * kMiB);
+  a.deallocate(p2, 6 * kMiB);
   EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(18 * kMiB) + small);
-  // 10 MiB: no block fits; the idle 4 and 6 MiB blocks are released to make room, 8 MiB stays cached.
+  // 10 MiB: no block fits. The idle 4 and 6 MiB blocks are released to make room although they were freed
+  // after the 8 MiB one, which stays cached.
   void* q = a.allocate(10 * kMiB);
   EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(8 * kMiB) + small);
   EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(18 * kMiB) + small);
   void* r = a.allocate(8 * kMiB);  // the kept block
   EXPECT_EQ(r, p3);
-  // With nothing idle cached a miss grows the reservation.
+  // With nothing idle cached, a miss outside a loop of repeated shapes recycles what is cached: the 100-byte
+  // block goes, and the reservation grows by the rest.
+  a.leave_repeated_shapes();
   void* t = a.allocate(2 * kMiB);
-  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(20 * kMiB) + small);
+  EXPECT_EQ(a.cached_bytes(), 0);
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(20 * kMiB));
   a.deallocate(q, 10 * kMiB);
   a.deallocate(r, 8 * kMiB);
   a.deallocate(t, 2 * kMiB);
 }
 
-TEST(CpuAllocator, ALoopThatRepeatsItsSizesStopsMissingEvenWhenTheyAreNeverLiveTogether) {
-  // A step frees a 48 MB block before it asks for a 96 MB one and frees that before a 10 MB one: recycling
-  // cached blocks by age alone would unmap each block just before it is needed again, every step.
-  CpuAllocator a(256 * kMiB);
+// A step that frees a 48 MB block before it asks for a 96 MB one, and frees that before a 10 MB one, 20
+// times.
+int64_t fresh_allocations_of_twenty_steps(CpuAllocator& a) {
+  const int64_t before = a.stats().system_allocations;
   for (int step = 0; step < 20; ++step) {
     for (size_t bytes : {48 * kMiB, 96 * kMiB, 10 * kMiB}) {
       void* p = a.allocate(bytes);
@@ -123,14 +129,32 @@ TEST(CpuAllocator, ALoopThatRepeatsItsSizesStopsMissingEvenWhenTheyAreNeverLiveT
       a.deallocate(p, bytes);
     }
   }
-  EXPECT_EQ(a.stats().system_allocations, 3);
+  return a.stats().system_allocations - before;
+}
+
+TEST(CpuAllocator, ALoopOfRepeatedShapesStopsMissingEvenWhenTheyAreNeverLiveTogether) {
+  // Outside such a loop every miss recycles the cached block the next request needs: all 60 miss, and the
+  // reservation stays that of one block.
+  CpuAllocator lean(256 * kMiB);
+  EXPECT_EQ(fresh_allocations_of_twenty_steps(lean), 60);
+  EXPECT_EQ(lean.stats().reserved_bytes, static_cast<int64_t>(10 * kMiB));
+  // Inside, the three sizes recur: after the first step nothing misses.
+  CpuAllocator a(256 * kMiB);
+  a.enter_repeated_shapes();
+  EXPECT_EQ(fresh_allocations_of_twenty_steps(a), 3);
   EXPECT_EQ(a.stats().allocations, 60);
   EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(154 * kMiB));
+  // Once the loop has ended (a component ran), its blocks are idle and go back at the next sweep.
+  a.leave_repeated_shapes();
+  a.mark_cache_idle();
+  tick(a, CpuAllocator::kSweepPeriod);
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(CpuAllocator::block_size(100)));
 }
 
 TEST(CpuAllocator, IdleBlocksAreReturnedWithoutWaitingForAMiss) {
   CpuAllocator a(256 * kMiB);
   const auto small = static_cast<int64_t>(CpuAllocator::block_size(100));
+  a.enter_repeated_shapes();  // no miss recycles anything that is not idle: the sweep alone returns blocks
   // A loader's float32 temporaries: the same 12 MiB size many times in a row, then never again.
   for (int weight = 0; weight < 10; ++weight) {
     void* p = a.allocate(12 * kMiB);
@@ -144,6 +168,7 @@ TEST(CpuAllocator, IdleBlocksAreReturnedWithoutWaitingForAMiss) {
   EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(4 * kMiB) + small);
   a.deallocate(held, 3 * kMiB);
   EXPECT_EQ(a.stats().system_allocations, 3);
+  a.leave_repeated_shapes();
 }
 
 TEST(CpuAllocator, LongLivedBlocksMakeRoomInTheCacheAndGoBackToTheSystemWhenReleased) {

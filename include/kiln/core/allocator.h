@@ -42,6 +42,16 @@ class Allocator {
   virtual void release(void* ptr, size_t bytes) { deallocate(ptr, bytes); }
   // Returns memory kept for reuse (freed blocks in a cache) to the system; allocators without one do nothing.
   virtual void empty_cache() {}
+  // Between these, the work is a loop whose iterations ask for the same sizes (a denoising loop): a cache
+  // miss keeps the cached blocks whose sizes recur and takes new memory, so that after an iteration or two
+  // nothing misses. Outside, a miss recycles cached blocks (idle ones first), keeping reserved memory near
+  // the live peak. Counted: loops of concurrent callers may overlap. Use RepeatedShapesScope.
+  virtual void enter_repeated_shapes() {}
+  virtual void leave_repeated_shapes() {}
+  // Says that the work whose allocation sizes recurred until now is over (a pipeline's component has run):
+  // an allocator with a cache treats every cached block as idle, to be recycled by the next allocations or
+  // returned to the system, rather than kept beside the next component's blocks. Nothing is freed here.
+  virtual void mark_cache_idle() {}
 
   MemoryStats stats() const;
   void reset_peak();
@@ -71,6 +81,23 @@ class Allocator {
 // Returns the memory that `device`'s allocator caches for reuse to the system (like torch.cuda.empty_cache);
 // live tensors are untouched.
 void empty_cache(Device device = cpu);
+
+// Marks a loop that asks for the same sizes every iteration (Allocator::enter_repeated_shapes) on `device`'s
+// allocator for its lifetime: the pipelines' denoising loop, bench/compare's steps. Code that calls a
+// transformer in a loop of its own gets the same reuse with one of these around the loop.
+class RepeatedShapesScope {
+ public:
+  explicit RepeatedShapesScope(Device device = cpu);
+  ~RepeatedShapesScope();
+  RepeatedShapesScope(const RepeatedShapesScope&) = delete;
+  RepeatedShapesScope& operator=(const RepeatedShapesScope&) = delete;
+
+ private:
+  Allocator& allocator_;
+};
+
+// See Allocator::mark_cache_idle; the pipelines call it for each component's device once it has run.
+void mark_cache_idle(Device device = cpu);
 
 // `device`'s allocator counters (torch.cuda.memory_stats), and a reset of its peak.
 MemoryStats memory_stats(Device device = cpu);

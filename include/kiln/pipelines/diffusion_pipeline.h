@@ -252,7 +252,8 @@ class DiffusionPipeline {
   // Sets the pipeline's execution context: options.context, else a new one named after the pipeline and the
   // model. Loading then happens inside it.
   void make_context(const PipelineLoadOptions& options, const std::string& model);
-  // Under model offload, releases the weights of the (name, module) components that just ran.
+  // Under model offload, releases the weights of the (name, module) components that just ran; in every case
+  // marks their devices' cached activations idle (kiln::mark_cache_idle).
   void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>> ran) const;
   // At the end of loading: sets the packed-weight plan from the components' weights in the pipeline's dtype,
   // and waits for the loading work (conversions queued on the context's stream), so that a loaded pipeline

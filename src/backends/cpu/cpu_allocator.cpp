@@ -155,14 +155,14 @@ void* CpuAllocator::allocate_block(size_t bytes, bool long_lived) {
       record_allocate(bytes);
       return p;
     }
-    // A miss: give back as many idle cached bytes as are about to be taken from the system, oldest first,
-    // so that blocks of sizes no longer asked for are recycled into this one. Blocks whose sizes recur stay:
-    // the reservation grows instead, until a loop that repeats its sizes stops missing. A long-lived block
-    // (a weight's packed copy, made once) recycles any cached block: growing for it would keep the cache
-    // beside the weights.
+    // A miss: give back as many cached bytes as are about to be taken from the system, idle blocks first
+    // (oldest first), so that blocks of sizes no longer asked for are recycled into this one. In a loop of
+    // repeated shapes the blocks whose sizes recur stay and the reservation grows instead, until the loop
+    // stops missing. A long-lived block (a weight's packed copy, made once) recycles any cached block:
+    // growing for it would keep the cache beside the weights.
     const size_t target = cached_ > size ? cached_ - size : 0;
     trim_to(target, /*idle_only=*/true);
-    if (long_lived) trim_to(target);
+    if (long_lived || repeated_shapes_ == 0) trim_to(target);
   }
   void* p = system_allocate(size);
   if (p == nullptr) {
@@ -239,6 +239,21 @@ void CpuAllocator::trim_to(size_t target, bool idle_only) {
 void CpuAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   trim_to(0);
+}
+
+void CpuAllocator::mark_cache_idle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uses_.clear();
+}
+
+void CpuAllocator::enter_repeated_shapes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++repeated_shapes_;
+}
+
+void CpuAllocator::leave_repeated_shapes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  --repeated_shapes_;
 }
 
 int64_t CpuAllocator::cached_bytes() const {

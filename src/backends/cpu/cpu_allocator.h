@@ -11,12 +11,15 @@
 // class remembers when it was last requested (counted in allocate() calls) and the longest gap seen
 // between two of its requests. A cached block whose class has gone unrequested for more than twice that
 // gap (and at least kMinIdleRequests) is idle: a loader's float32 temporaries, an earlier resolution, a
-// one-off tensor. Idle blocks are what a miss recycles first (oldest first, as many bytes as it takes), and
-// a sweep every kSweepPeriod requests returns the rest, so reserved memory stays close to the peak of live
-// blocks. Blocks of classes that recur are kept even when a miss has to grow the reservation: a DiT step
-// frees a 96 MB block it needs again later while it asks for a 48 MB one, and recycling by age alone
-// traded one for the other on every step (about 30 fresh mappings per FLUX-shaped step, 8% of its time
-// in clearing new pages). The cache limit still bounds what is kept.
+// one-off tensor. A miss recycles idle blocks first (oldest first, as many bytes as it takes), and a sweep
+// every kSweepPeriod requests returns the rest. Then, outside a loop of repeated shapes, a miss recycles the
+// oldest other cached blocks too, so reserved memory stays close to the peak of live blocks. Inside one (the
+// denoising loop: enter_repeated_shapes), blocks of classes that recur are kept and the reservation grows
+// instead: a DiT step frees a 96 MB block it needs again later while it asks for a 48 MB one, and recycling
+// by age traded one for the other on every step (about 30 fresh mappings per FLUX-shaped step, 8% of its
+// time in clearing new pages). Outside such loops (text encoders, the VAE's decode, which run once per call
+// and move through sizes), keeping them would hold every size beside the next. The cache limit bounds what
+// is kept either way; mark_cache_idle() makes a finished component's blocks idle at once.
 //
 // MemoryStats keep meaning "bytes held by live tensors" (current/peak, the bytes asked for);
 // reserved_bytes adds what is held from the operating system, live blocks and the cache together.
@@ -60,6 +63,10 @@ class CpuAllocator final : public Allocator {
   void release(void* ptr, size_t bytes) override;
   // Returns every cached (free) block to the system.
   void empty_cache() override;
+  // Forgets when each size class was requested: until a size is asked for again, its blocks are idle.
+  void mark_cache_idle() override;
+  void enter_repeated_shapes() override;
+  void leave_repeated_shapes() override;
 
   size_t cache_limit() const { return cache_limit_; }
   // Bytes in freed blocks kept for reuse.
@@ -98,8 +105,8 @@ class CpuAllocator final : public Allocator {
   // blocks of idle classes (fewer bytes may then be freed).
   void trim_to(size_t target, bool idle_only = false);
 
-  // allocate() and allocate_long_lived(): on a miss, `long_lived` makes room from every cached block, not
-  // only idle ones.
+  // allocate() and allocate_long_lived(): on a miss, `long_lived` makes room from every cached block, even
+  // inside a loop of repeated shapes.
   void* allocate_block(size_t bytes, bool long_lived);
   // deallocate() and release(): `keep` puts the block in the cache (within its limit).
   void free_block(void* ptr, size_t bytes, bool keep);
@@ -113,7 +120,8 @@ class CpuAllocator final : public Allocator {
   std::map<uint64_t, BySize::iterator> by_age_;
   std::unordered_map<size_t, ClassUse> uses_;  // by block size
   uint64_t next_age_ = 0;
-  uint64_t requests_ = 0;  // allocate() calls of nonzero size (not allocate_long_lived())
+  uint64_t requests_ = 0;    // allocate() calls of nonzero size (not allocate_long_lived())
+  int repeated_shapes_ = 0;  // loops of repeated shapes under way
   size_t cached_ = 0;
   size_t reserved_ = 0;
   int64_t system_allocations_ = 0;
