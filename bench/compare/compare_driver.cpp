@@ -583,9 +583,8 @@ int run(const Options& o) {
                 100 * matmul / step.median, c.work.linear_flops() / matmul / 1e9);
   const kiln::MemoryStats memory = kiln::memory_stats(kiln::cpu);
   std::printf(
-      "  peak resident %.2f GB (weights %.2f GB); CPU allocator: live peak %.2f GB, %.2f GB reserved, %.1f "
-      "fresh "
-      "allocations per step",
+      "  peak resident %.2f GB (weights %.2f GB); CPU allocator: live peak %.2f GB, %.2f GB reserved, "
+      "%.1f fresh allocations per step",
       resident / 1e9, weight_bytes / 1e9, static_cast<double>(memory.peak_bytes) / 1e9,
       static_cast<double>(memory.reserved_bytes) / 1e9, step.fresh_allocations);
   if (c.expected)

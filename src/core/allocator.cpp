@@ -6,7 +6,7 @@
 namespace kiln {
 
 MemoryStats Allocator::stats() const {
-  return MemoryStats{current_.load(), peak_.load(), count_.load(), reserved(), fresh_allocations()};
+  return MemoryStats{current_.load(), peak_.load(), count_.load(), reserved(), system_allocations()};
 }
 
 void Allocator::reset_peak() {

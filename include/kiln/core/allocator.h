@@ -70,7 +70,7 @@ class Allocator {
   // What stats() reports as reserved_bytes and system_allocations; an allocator without a cache holds
   // exactly its live bytes and takes every allocation from the system.
   virtual int64_t reserved() const { return current_.load(); }
-  virtual int64_t fresh_allocations() const { return count_.load(); }
+  virtual int64_t system_allocations() const { return count_.load(); }
 
  private:
   std::atomic<int64_t> current_{0};

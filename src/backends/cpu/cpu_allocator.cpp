@@ -149,7 +149,7 @@ void* CpuAllocator::allocate_block(size_t bytes, bool long_lived) {
     // A long-lived block's size says nothing about which activation sizes recur.
     if (!long_lived) {
       note_request(size);
-      if (requests_ % kSweepPeriod == 0) trim_to(0, /*idle_only=*/true);
+      if (requests_ % kSweepPeriod == 0) trim_to(0, /*spare_recurring=*/true);
     }
     if (void* p = take_cached(size)) {
       record_allocate(bytes);
@@ -160,9 +160,7 @@ void* CpuAllocator::allocate_block(size_t bytes, bool long_lived) {
     // repeated shapes the blocks whose sizes recur stay and the reservation grows instead, until the loop
     // stops missing. A long-lived block (a weight's packed copy, made once) recycles any cached block:
     // growing for it would keep the cache beside the weights.
-    const size_t target = cached_ > size ? cached_ - size : 0;
-    trim_to(target, /*idle_only=*/true);
-    if (long_lived || repeated_shapes_ == 0) trim_to(target);
+    trim_to(cached_ > size ? cached_ - size : 0, /*spare_recurring=*/!long_lived && repeated_shapes_ > 0);
   }
   void* p = system_allocate(size);
   if (p == nullptr) {
@@ -210,10 +208,7 @@ void CpuAllocator::free_block(void* ptr, size_t bytes, bool keep) {
       auto pos = by_size_.emplace(size, FreeBlock{ptr, age});
       by_age_.emplace(age, pos);
       cached_ += size;
-      if (cached_ > cache_limit_) {
-        trim_to(cache_limit_, /*idle_only=*/true);
-        trim_to(cache_limit_);
-      }
+      trim_to(cache_limit_);
       return;
     }
     reserved_ -= size;
@@ -221,18 +216,21 @@ void CpuAllocator::free_block(void* ptr, size_t bytes, bool keep) {
   system_free(ptr, size);
 }
 
-void CpuAllocator::trim_to(size_t target, bool idle_only) {
-  for (auto oldest = by_age_.begin(); cached_ > target && oldest != by_age_.end();) {
-    const auto block = oldest->second;
-    if (idle_only && !idle(block->first)) {
-      ++oldest;
-      continue;
+void CpuAllocator::trim_to(size_t target, bool spare_recurring) {
+  for (const bool idle_only : {true, false}) {
+    if (!idle_only && spare_recurring) return;
+    for (auto oldest = by_age_.begin(); cached_ > target && oldest != by_age_.end();) {
+      const auto block = oldest->second;
+      if (idle_only && !idle(block->first)) {
+        ++oldest;
+        continue;
+      }
+      system_free(block->second.ptr, block->first);
+      cached_ -= block->first;
+      reserved_ -= block->first;
+      by_size_.erase(block);
+      oldest = by_age_.erase(oldest);
     }
-    system_free(block->second.ptr, block->first);
-    cached_ -= block->first;
-    reserved_ -= block->first;
-    by_size_.erase(block);
-    oldest = by_age_.erase(oldest);
   }
 }
 
@@ -261,7 +259,7 @@ int64_t CpuAllocator::cached_bytes() const {
   return static_cast<int64_t>(cached_);
 }
 
-int64_t CpuAllocator::fresh_allocations() const {
+int64_t CpuAllocator::system_allocations() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return system_allocations_;
 }

@@ -82,7 +82,7 @@ class CpuAllocator final : public Allocator {
 
  protected:
   int64_t reserved() const override;
-  int64_t fresh_allocations() const override;
+  int64_t system_allocations() const override;
 
  private:
   struct FreeBlock {
@@ -101,9 +101,9 @@ class CpuAllocator final : public Allocator {
   void note_request(size_t size);
   bool idle(size_t size) const;
   void* take_cached(size_t size);
-  // Frees cached blocks, oldest first, until at most `target` bytes remain cached; with `idle_only`, only
-  // blocks of idle classes (fewer bytes may then be freed).
-  void trim_to(size_t target, bool idle_only = false);
+  // Frees cached blocks until at most `target` bytes remain cached: idle ones first (oldest first), then,
+  // unless `spare_recurring`, the others (oldest first); with it, fewer bytes may be freed.
+  void trim_to(size_t target, bool spare_recurring = false);
 
   // allocate() and allocate_long_lived(): on a miss, `long_lived` makes room from every cached block, even
   // inside a loop of repeated shapes.
