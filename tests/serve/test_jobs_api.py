@@ -68,6 +68,10 @@ def test_delete_cancels_a_running_job_at_its_next_step(tiny_server):
     assert time.monotonic() - start < 5  # within a step, not after the 1000
     _, ended = tiny_server.json("GET", f"/v1/jobs/{job['id']}")
     assert ended["status"] == "cancelled" and ended["progress"]["step"] < 1000 and ended["images"] == []
+    # The queue counts a job's end just after the job publishes it (the worker thread, once the pipeline call
+    # has returned): wait for the count rather than race it.
+    counted = lambda: tiny_server.metric('kiln_jobs_total{status="cancelled"}') == cancelled_before + 1
+    tiny_server.wait_for(counted, "the cancelled job to be counted", timeout=10)
     assert tiny_server.metric('kiln_jobs_total{status="cancelled"}') == cancelled_before + 1
     # Cancelling again is a no-op answer; an ended job cannot be cancelled.
     status, again = tiny_server.json("DELETE", f"/v1/jobs/{job['id']}")
