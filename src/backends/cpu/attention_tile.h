@@ -66,14 +66,15 @@ struct AttnTileArgs {
   float* scratch = nullptr;  // attn_scratch_floats(rows, key_tile, dv_pad) floats, 64-byte aligned
 };
 
-// Scores and probabilities [rows][key_tile] each, the output accumulator [rows][dv_pad], and per-row
-// running max, running sum and rescale factor. With AMX the rows are rounded up to whole tiles.
+// Scores and probabilities [rows][key_tile] each (two of each with AMX, whose key tiles are pipelined), the
+// output accumulator [rows][dv_pad], and per-row running max, running sum and rescale factor. With AMX the
+// rows are rounded up to whole tiles.
 inline int64_t attn_layout_rows(int64_t rows, bool amx) {
   return amx ? attn_round_up(rows, kAttnBlock) : rows;
 }
 inline size_t attn_scratch_floats(int64_t rows, int64_t key_tile, int64_t dv_pad, bool amx = false) {
   const int64_t r = attn_layout_rows(rows, amx);
-  return static_cast<size_t>(2 * r * key_tile + r * dv_pad + 3 * attn_round_up(rows, kAttnBlock));
+  return static_cast<size_t>((amx ? 4 : 2) * r * key_tile + r * dv_pad + 3 * attn_round_up(rows, kAttnBlock));
 }
 
 // Q tile: [rows][cols_pad] in the math's element type, zero-padded columns.
