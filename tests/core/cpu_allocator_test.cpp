@@ -65,16 +65,90 @@ TEST(CpuAllocator, LargeBlockMayServeASlightlySmallerRequestButNotAMuchSmallerOn
   void* near = a.allocate(36 * kMiB);  // within 1/8
   EXPECT_EQ(near, big);
   a.deallocate(small, 8 * kMiB);
+  std::memset(small, 7, 8 * kMiB);    // (still mapped: cached) what the next block will find in its pages
   void* tiny = a.allocate(2 * kMiB);  // an 8 MiB block would waste 3/4 of itself: a miss
-  EXPECT_NE(tiny, small);
+  // The miss took its pages from the cached 8 MiB block, cut in place: no fresh page, and the other 6 MiB
+  // stay cached as a block of their own. 40 + 8 MiB reserved, as before the miss.
+  EXPECT_EQ(tiny, small);
+  EXPECT_EQ(static_cast<unsigned char*>(tiny)[2 * kMiB - 1], 7);
   const MemoryStats s = a.stats();
   EXPECT_EQ(s.current_bytes, static_cast<int64_t>(38 * kMiB));
-  // The miss gave the cached 8 MiB block back: 40 + 2 MiB reserved, not 50.
-  EXPECT_EQ(s.reserved_bytes, static_cast<int64_t>(42 * kMiB));
-  EXPECT_EQ(a.cached_bytes(), 0);
+  EXPECT_EQ(s.reserved_bytes, static_cast<int64_t>(48 * kMiB));
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(6 * kMiB));
+  void* rest = a.allocate(6 * kMiB);
+  EXPECT_EQ(rest, static_cast<char*>(small) + 2 * kMiB);
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(48 * kMiB));
   a.deallocate(near, 36 * kMiB);
   a.deallocate(tiny, 2 * kMiB);
-  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(42 * kMiB));
+  a.deallocate(rest, 6 * kMiB);
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(48 * kMiB));
+}
+
+TEST(CpuAllocator, AMissForABiggerBlockMovesThePagesOfTheBlocksItPushesOut) {
+  CpuAllocator a(256 * kMiB);
+  unsigned char* p4 = static_cast<unsigned char*>(a.allocate(4 * kMiB));
+  unsigned char* p6 = static_cast<unsigned char*>(a.allocate(6 * kMiB));
+  std::memset(p4, 4, 4 * kMiB);
+  std::memset(p6, 6, 6 * kMiB);
+  a.deallocate(p4, 4 * kMiB);
+  a.deallocate(p6, 6 * kMiB);
+  // 16 MiB: no cached block covers it. Outside a loop of repeated shapes both blocks leave the cache, and
+  // their pages (largest first) become the first 10 MiB of the new block; the last 6 MiB are fresh.
+  unsigned char* q = static_cast<unsigned char*>(a.allocate(16 * kMiB));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % CpuAllocator::kHugePage, 0u);
+  EXPECT_EQ(q[0], 6);
+  EXPECT_EQ(q[6 * kMiB - 1], 6);
+  EXPECT_EQ(q[6 * kMiB], 4);
+  EXPECT_EQ(q[10 * kMiB - 1], 4);
+  EXPECT_EQ(q[10 * kMiB], 0);
+  EXPECT_EQ(q[16 * kMiB - 1], 0);
+  EXPECT_EQ(a.cached_bytes(), 0);
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(16 * kMiB));
+  std::memset(q, 1, 16 * kMiB);  // every page of it is writable
+  a.deallocate(q, 16 * kMiB);
+  // A long-lived block (whole 4 KiB pages) cut from a cached one: the cut ends on the next 2 MiB boundary,
+  // and the rest stays cached, 2 MiB-aligned.
+  void* w = a.allocate_long_lived(3 * kMiB + 4096);
+  EXPECT_EQ(w, q);
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(12 * kMiB));
+  void* next = a.allocate(12 * kMiB);
+  EXPECT_EQ(next, q + 4 * kMiB);
+  a.deallocate(next, 12 * kMiB);
+  a.release(w, 3 * kMiB + 4096);
+  EXPECT_EQ(a.stats().reserved_bytes, static_cast<int64_t>(12 * kMiB));
+}
+
+TEST(CpuAllocator, ASmallMissDoesNotPushOutALargeBlock) {
+  CpuAllocator a(256 * kMiB);
+  void* big = a.allocate(64 * kMiB);
+  a.deallocate(big, 64 * kMiB);
+  void* small = a.allocate(100);  // a miss: nothing small is cached
+  EXPECT_EQ(a.cached_bytes(), static_cast<int64_t>(64 * kMiB));
+  EXPECT_EQ(a.allocate(64 * kMiB), big);
+  a.deallocate(big, 64 * kMiB);
+  a.deallocate(small, 100);
+}
+
+TEST(CpuAllocator, HugePagesAreAskedForOnlyWhenTheVariableSaysSo) {
+  EXPECT_FALSE(CpuAllocator::parse_huge_pages(nullptr));
+  EXPECT_FALSE(CpuAllocator::parse_huge_pages(""));
+  EXPECT_FALSE(CpuAllocator::parse_huge_pages("0"));
+  EXPECT_TRUE(CpuAllocator::parse_huge_pages("1"));
+  try {
+    CpuAllocator::parse_huge_pages("yes");
+    ADD_FAILURE() << "expected an error";
+  } catch (const kiln::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KILN_CPU_HUGE_PAGES"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'yes'"), std::string::npos) << e.what();
+  }
+  // Either way large blocks work and stay 2 MiB-aligned.
+  for (bool huge : {false, true}) {
+    CpuAllocator a(256 * kMiB, huge);
+    void* p = a.allocate(5 * kMiB);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % CpuAllocator::kHugePage, 0u);
+    std::memset(p, 1, 5 * kMiB);
+    a.deallocate(p, 5 * kMiB);
+  }
 }
 
 // Asks for and frees a 100-byte block `times` times: allocate() calls that hit the cache, so that other
@@ -133,11 +207,12 @@ int64_t fresh_allocations_of_twenty_steps(CpuAllocator& a) {
 }
 
 TEST(CpuAllocator, ALoopOfRepeatedShapesStopsMissingEvenWhenTheyAreNeverLiveTogether) {
-  // Outside such a loop every miss recycles the cached block the next request needs: all 60 miss, and the
-  // reservation stays that of one block.
+  // Outside such a loop every miss recycles the cached block the next request needs: all 60 miss (each
+  // takes the pages of the block it pushes out, and puts back what it does not need), and the reservation
+  // stays that of the largest block.
   CpuAllocator lean(256 * kMiB);
   EXPECT_EQ(fresh_allocations_of_twenty_steps(lean), 60);
-  EXPECT_EQ(lean.stats().reserved_bytes, static_cast<int64_t>(10 * kMiB));
+  EXPECT_EQ(lean.stats().reserved_bytes, static_cast<int64_t>(96 * kMiB));
   // Inside, the three sizes recur: after the first step nothing misses.
   CpuAllocator a(256 * kMiB);
   a.enter_repeated_shapes();

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/core/error.h"
 
@@ -27,8 +29,9 @@ size_t default_cache_limit() {
 }
 
 // A 2 MiB-aligned anonymous mapping of `size` bytes (a multiple of the page size): map 2 MiB more, unmap
-// the unaligned head and tail. Aligned so that transparent huge pages can back every whole 2 MiB of it.
-void* map_huge(size_t size) {
+// the unaligned head and tail. Aligned so that transparent huge pages can back every whole 2 MiB of it
+// where the system uses them for every mapping, or where `huge_pages` asks for them (MADV_HUGEPAGE).
+void* map_aligned(size_t size, bool huge_pages) {
   const size_t huge = CpuAllocator::kHugePage;
   void* raw = mmap(nullptr, size + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
@@ -39,9 +42,72 @@ void* map_huge(size_t size) {
   if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
   void* p = reinterpret_cast<void*>(aligned);
 #ifdef MADV_HUGEPAGE
-  madvise(p, size, MADV_HUGEPAGE);  // a hint: without THP the block still works with 4 KiB pages
+  if (huge_pages)
+    madvise(p, size, MADV_HUGEPAGE);  // a hint: without THP the block still works with 4 KiB pages
 #endif
   return p;
+}
+
+// A block of `size` bytes (a whole number of 4 KiB pages) made of the pages of cached blocks (`donors`,
+// each a whole number of 2 MiB pages), so that a miss reuses pages the process already has instead of
+// taking fresh ones from the system: the kernel zeroes every fresh page on first touch, and on this
+// project's VMs that cost ~4 s per GB (the VAE's decode at 1024^2 spent over half its time there). A donor
+// at least as big is cut to size in place; otherwise the donors, largest first, are moved (mremap: page
+// tables, no copying) one after the other into a fresh 2 MiB-aligned range, whose remainder gets fresh
+// pages on first touch. What is not needed (other donors, the tail of a cut donor from its next 2 MiB
+// boundary on) comes back in `leftovers`, still mapped; the block is nullptr when the system refuses the
+// range, and every donor is then a leftover.
+struct Recycled {
+  void* block = nullptr;
+  std::vector<std::pair<void*, size_t>> leftovers;
+};
+
+Recycled recycle_pages(std::vector<std::pair<void*, size_t>> donors, size_t size, bool huge_pages) {
+  constexpr size_t huge = CpuAllocator::kHugePage;
+  std::sort(donors.begin(), donors.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+  Recycled out;
+  // Keeps the first `take` bytes of a donor: the rest up to the next 2 MiB boundary goes back to the
+  // system (a long-lived block's size is whole pages), the rest after it stays a cached block.
+  auto cut = [&](void* ptr, size_t bytes, size_t take) {
+    char* const p = static_cast<char*>(ptr);
+    const size_t kept = std::min(bytes, (take + huge - 1) / huge * huge);
+    if (kept > take) munmap(p + take, kept - take);
+    if (bytes > kept) out.leftovers.emplace_back(p + kept, bytes - kept);
+  };
+  // The smallest donor that covers the whole block.
+  size_t fit = donors.size();
+  for (size_t i = 0; i < donors.size() && donors[i].second >= size; ++i) fit = i;
+  if (fit < donors.size()) {
+    for (size_t i = 0; i < donors.size(); ++i) {
+      if (i != fit) {
+        out.leftovers.push_back(donors[i]);
+        continue;
+      }
+      out.block = donors[i].first;
+      cut(donors[i].first, donors[i].second, size);
+    }
+    return out;
+  }
+  out.block = map_aligned(size, huge_pages);
+  if (out.block == nullptr) {
+    out.leftovers = std::move(donors);
+    return out;
+  }
+  size_t filled = 0;
+  for (auto [ptr, bytes] : donors) {
+    if (filled == size) {
+      out.leftovers.emplace_back(ptr, bytes);
+      continue;
+    }
+    const size_t take = std::min(bytes, size - filled);
+    cut(ptr, bytes, take);
+    // On failure that part of the block keeps its fresh pages and the donor's go back to the system.
+    if (mremap(ptr, take, take, MREMAP_MAYMOVE | MREMAP_FIXED, static_cast<char*>(out.block) + filled) ==
+        MAP_FAILED)
+      munmap(ptr, take);
+    filled += take;
+  }
+  return out;
 }
 
 }  // namespace
@@ -72,9 +138,21 @@ size_t CpuAllocator::parse_cache_limit(const char* value) {
   return static_cast<size_t>(mb) << 20;
 }
 
-CpuAllocator::CpuAllocator() : CpuAllocator(parse_cache_limit(std::getenv("KILN_CPU_CACHE_LIMIT_MB"))) {}
+bool CpuAllocator::parse_huge_pages(const char* value) {
+  if (value == nullptr || *value == '\0') return false;
+  const std::string text(value);
+  KILN_CHECK(
+      text == "0" || text == "1",
+      "KILN_CPU_HUGE_PAGES: expected 1 (ask for transparent huge pages) or 0 (do not), got '" << text << "'");
+  return text == "1";
+}
 
-CpuAllocator::CpuAllocator(size_t cache_limit_bytes) : cache_limit_(cache_limit_bytes) {}
+CpuAllocator::CpuAllocator()
+    : CpuAllocator(parse_cache_limit(std::getenv("KILN_CPU_CACHE_LIMIT_MB")),
+                   parse_huge_pages(std::getenv("KILN_CPU_HUGE_PAGES"))) {}
+
+CpuAllocator::CpuAllocator(size_t cache_limit_bytes, bool huge_pages)
+    : cache_limit_(cache_limit_bytes), huge_pages_(huge_pages) {}
 
 CpuAllocator::~CpuAllocator() {
   empty_cache();
@@ -87,7 +165,7 @@ size_t CpuAllocator::long_lived_block_size(size_t bytes) {
 }
 
 void* CpuAllocator::system_allocate(size_t size) {
-  if (size >= kLargeBlock) return map_huge(size);
+  if (size >= kLargeBlock) return map_aligned(size, huge_pages_);
   return std::aligned_alloc(kAlignment, size);
 }
 
@@ -144,6 +222,7 @@ void* CpuAllocator::allocate_block(size_t bytes, bool long_lived) {
     return nullptr;
   }
   const size_t size = long_lived ? long_lived_block_size(bytes) : block_size(bytes);
+  std::vector<std::pair<void*, size_t>> donors;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // A long-lived block's size says nothing about which activation sizes recur.
@@ -159,10 +238,26 @@ void* CpuAllocator::allocate_block(size_t bytes, bool long_lived) {
     // (oldest first), so that blocks of sizes no longer asked for are recycled into this one. In a loop of
     // repeated shapes the blocks whose sizes recur stay and the reservation grows instead, until the loop
     // stops missing. A long-lived block (a weight's packed copy, made once) recycles any cached block:
-    // growing for it would keep the cache beside the weights.
-    trim_to(cached_ > size ? cached_ - size : 0, /*spare_recurring=*/!long_lived && repeated_shapes_ > 0);
+    // growing for it would keep the cache beside the weights. A large block takes the pages of the large
+    // blocks it pushes out (recycle_pages), and what it does not need of them stays cached. A small block
+    // only makes room among small ones: freeing a 64 MB block for a few kB made the next 64 MB request
+    // miss.
+    const bool large = size >= kLargeBlock;
+    trim_to(cached_ > size ? cached_ - size : 0, /*spare_recurring=*/!long_lived && repeated_shapes_ > 0,
+            large ? &donors : nullptr, large ? SIZE_MAX : kLargeBlock - 1);
   }
-  void* p = system_allocate(size);
+  void* p = nullptr;
+  if (!donors.empty()) {
+    Recycled recycled = recycle_pages(std::move(donors), size, huge_pages_);
+    p = recycled.block;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto [ptr, bytes] : recycled.leftovers) {
+      reserved_ += bytes;
+      cache_block(ptr, bytes);
+    }
+    trim_to(cache_limit_);
+  }
+  if (p == nullptr) p = system_allocate(size);
   if (p == nullptr) {
     // The cache may hold what the system now lacks: give it back and try once more.
     empty_cache();
@@ -204,10 +299,7 @@ void CpuAllocator::free_block(void* ptr, size_t bytes, bool keep) {
     size = it->second;
     live_.erase(it);
     if (keep && size <= cache_limit_) {
-      const uint64_t age = next_age_++;
-      auto pos = by_size_.emplace(size, FreeBlock{ptr, age});
-      by_age_.emplace(age, pos);
-      cached_ += size;
+      cache_block(ptr, size);
       trim_to(cache_limit_);
       return;
     }
@@ -216,16 +308,27 @@ void CpuAllocator::free_block(void* ptr, size_t bytes, bool keep) {
   system_free(ptr, size);
 }
 
-void CpuAllocator::trim_to(size_t target, bool spare_recurring) {
+void CpuAllocator::cache_block(void* ptr, size_t size) {
+  const uint64_t age = next_age_++;
+  auto pos = by_size_.emplace(size, FreeBlock{ptr, age});
+  by_age_.emplace(age, pos);
+  cached_ += size;
+}
+
+void CpuAllocator::trim_to(size_t target, bool spare_recurring, std::vector<std::pair<void*, size_t>>* donors,
+                           size_t largest) {
   for (const bool idle_only : {true, false}) {
     if (!idle_only && spare_recurring) return;
     for (auto oldest = by_age_.begin(); cached_ > target && oldest != by_age_.end();) {
       const auto block = oldest->second;
-      if (idle_only && !idle(block->first)) {
+      if (block->first > largest || (idle_only && !idle(block->first))) {
         ++oldest;
         continue;
       }
-      system_free(block->second.ptr, block->first);
+      if (donors != nullptr && block->first >= kLargeBlock && block->first % kHugePage == 0)
+        donors->emplace_back(block->second.ptr, block->first);
+      else
+        system_free(block->second.ptr, block->first);
       cached_ -= block->first;
       reserved_ -= block->first;
       by_size_.erase(block);

@@ -4,8 +4,7 @@
 // PyTorch's CPU caching allocator and MLX's buffer cache do): a DiT step allocates the same few shapes
 // every block and every step, and a fresh multi-megabyte mmap is page-faulted on first touch (about 12K
 // faults for a 48 MB tensor), which costs more than a norm or elementwise kernel over it. Large blocks
-// (>= 1 MiB) are mapped 2 MiB-aligned with MADV_HUGEPAGE, so even their first touch takes one fault per
-// 2 MiB, and a reused block takes none.
+// (>= 1 MiB) are mapped 2 MiB-aligned, and a reused block takes no fault.
 //
 // Which cached blocks go back to the system is decided by how often their size is asked for. Each size
 // class remembers when it was last requested (counted in allocate() calls) and the longest gap seen
@@ -21,6 +20,13 @@
 // and move through sizes), keeping them would hold every size beside the next. The cache limit bounds what
 // is kept either way; mark_cache_idle() makes a finished component's blocks idle at once.
 //
+// A miss for a large block takes the pages of the large blocks it pushes out of the cache (moved with
+// mremap, no copying) rather than fresh ones from the system, and puts back what it does not need: the
+// kernel zeroes every fresh page on first touch, and a VAE decode that moves through sizes asked for
+// fresh pages worth several times its peak. Transparent huge pages are not requested (KILN_CPU_HUGE_PAGES=1
+// asks for them): on the VMs this project runs on a fresh huge page took 12 s per GB to fault in, against
+// 0.6 s per GB for 4 KiB pages, and steady-state steps ran no faster with them (docs/performance.md).
+//
 // MemoryStats keep meaning "bytes held by live tensors" (current/peak, the bytes asked for);
 // reserved_bytes adds what is held from the operating system, live blocks and the cache together.
 #pragma once
@@ -30,6 +36,8 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "kiln/core/allocator.h"
 
@@ -37,8 +45,7 @@ namespace kiln {
 
 class CpuAllocator final : public Allocator {
  public:
-  // Blocks at or above this size are mmap'ed 2 MiB-aligned with transparent huge pages (and cached ones are
-  // multiples of kHugePage).
+  // Blocks at or above this size are mmap'ed 2 MiB-aligned (and cached ones are multiples of kHugePage).
   static constexpr size_t kLargeBlock = size_t{1} << 20;
   static constexpr size_t kHugePage = size_t{2} << 20;
   // A size class unrequested for this many allocate() calls, and for twice its longest gap, is idle.
@@ -47,10 +54,12 @@ class CpuAllocator final : public Allocator {
   static constexpr uint64_t kSweepPeriod = 256;
 
   // The cache limit from KILN_CPU_CACHE_LIMIT_MB (0 disables caching), else the smaller of 2 GiB and a
-  // quarter of physical memory. Throws kiln::Error naming the variable when it is not a number.
+  // quarter of physical memory; huge pages when KILN_CPU_HUGE_PAGES=1. Throws kiln::Error naming the
+  // variable when either is malformed.
   CpuAllocator();
   // `cache_limit_bytes`: the most bytes kept in freed blocks; 0 returns every block to the system at once.
-  explicit CpuAllocator(size_t cache_limit_bytes);
+  // `huge_pages`: ask for transparent huge pages for large blocks (MADV_HUGEPAGE).
+  explicit CpuAllocator(size_t cache_limit_bytes, bool huge_pages = false);
   ~CpuAllocator() override;
   CpuAllocator(const CpuAllocator&) = delete;
   CpuAllocator& operator=(const CpuAllocator&) = delete;
@@ -79,6 +88,8 @@ class CpuAllocator final : public Allocator {
   static size_t long_lived_block_size(size_t bytes);
   // Parses a KILN_CPU_CACHE_LIMIT_MB value into bytes; nullptr or "" gives the default.
   static size_t parse_cache_limit(const char* value);
+  // Parses a KILN_CPU_HUGE_PAGES value: "1" asks for huge pages, "0", "" or nullptr does not.
+  static bool parse_huge_pages(const char* value);
 
  protected:
   int64_t reserved() const override;
@@ -100,10 +111,15 @@ class CpuAllocator final : public Allocator {
   // The following run under mutex_.
   void note_request(size_t size);
   bool idle(size_t size) const;
+  // Puts a free block in the cache, newest.
+  void cache_block(void* ptr, size_t size);
   void* take_cached(size_t size);
   // Frees cached blocks until at most `target` bytes remain cached: idle ones first (oldest first), then,
-  // unless `spare_recurring`, the others (oldest first); with it, fewer bytes may be freed.
-  void trim_to(size_t target, bool spare_recurring = false);
+  // unless `spare_recurring`, the others (oldest first); with it, fewer bytes may be freed. With `donors`,
+  // large blocks (whole 2 MiB pages) leaving the cache are handed there, still mapped, instead of unmapped.
+  // Blocks bigger than `largest` stay.
+  void trim_to(size_t target, bool spare_recurring = false,
+               std::vector<std::pair<void*, size_t>>* donors = nullptr, size_t largest = SIZE_MAX);
 
   // allocate() and allocate_long_lived(): on a miss, `long_lived` makes room from every cached block, even
   // inside a loop of repeated shapes.
@@ -114,6 +130,7 @@ class CpuAllocator final : public Allocator {
   static void system_free(void* ptr, size_t size);
 
   const size_t cache_limit_;
+  const bool huge_pages_;
   mutable std::mutex mutex_;
   std::unordered_map<void*, size_t> live_;  // pointer -> block size
   BySize by_size_;                          // cached blocks, best fit by size
