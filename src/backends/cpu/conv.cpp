@@ -66,36 +66,49 @@ void conv2d_kernel(const runtime::OpCall& call) {
     b_md = onednn::plain_desc(bias_f32.defined() ? bias_f32 : *bias, "conv2d");
   }
 
-  // A weight already packed (by this conv at another image size) keeps its layout: one packed copy per weight
-  // (see onednn::packed_layout).
-  const std::optional<Md> existing_layout = onednn::packed_layout(w);
-  const Md src_any(x.shape(), ct, any), w_any = existing_layout ? *existing_layout : Md(w_dims, ct, any),
-                                        dst_any(out.shape(), ct, any);
+  const Md src_any(x.shape(), ct, any), dst_any(out.shape(), ct, any);
   // oneDNN counts dilation from 0 (no dilation) where torch counts from 1.
   const memory::dims strides{stride[0], stride[1]}, dil{dilation[0] - 1, dilation[1] - 1},
       pad{padding[0], padding[1]};
-  onednn::KeyBuilder key("conv2d");
-  key.add(x.shape()).add(w_dims).add(out.shape()).add(static_cast<int64_t>(ct)).add(stride).add(padding);
-  key.add(dilation).add(groups).add(w_any);
-  if (bias != nullptr) key.add(b_md);
-  auto cached = onednn::PrimitiveCache<dnnl::convolution_forward>::get(key.str(), [&] {
-    const auto desc = bias != nullptr
-                          ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                            dnnl::algorithm::convolution_direct, src_any,
-                                                            w_any, b_md, dst_any, strides, dil, pad, pad)
-                          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                            dnnl::algorithm::convolution_direct, src_any,
-                                                            w_any, dst_any, strides, dil, pad, pad);
-    return dnnl::convolution_forward::primitive_desc(desc, onednn::default_attr(), onednn::engine());
-  });
+  const auto primitive_for = [&](const Md& w_md) {
+    onednn::KeyBuilder key("conv2d");
+    key.add(x.shape()).add(w_dims).add(out.shape()).add(static_cast<int64_t>(ct)).add(stride).add(padding);
+    key.add(dilation).add(groups).add(w_md);
+    if (bias != nullptr) key.add(b_md);
+    return onednn::PrimitiveCache<dnnl::convolution_forward>::get(key.str(), [&] {
+      const auto desc = bias != nullptr
+                            ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                              dnnl::algorithm::convolution_direct, src_any,
+                                                              w_md, b_md, dst_any, strides, dil, pad, pad)
+                            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                              dnnl::algorithm::convolution_direct, src_any,
+                                                              w_md, dst_any, strides, dil, pad, pad);
+      return dnnl::convolution_forward::primitive_desc(desc, onednn::default_attr(), onednn::engine());
+    });
+  };
+  // A weight already packed (by this conv at another image size) keeps its layout: one packed copy per weight
+  // (see onednn::packed_layout). Unless oneDNN has only its reference convolution for this size in that
+  // layout (the edge tiles of a tiled VAE decode, 256 x 128: minutes instead of a second): then the layout
+  // is oneDNN's choice and the weight is reordered for this call.
+  auto cached = primitive_for(Md(w_dims, ct, any));
+  if (const std::optional<Md> existing_layout = onednn::packed_layout(w)) {
+    auto in_packed_layout = primitive_for(*existing_layout);
+    if (!onednn::is_reference_impl(in_packed_layout->pd) || onednn::is_reference_impl(cached->pd))
+      cached = in_packed_layout;
+  }
   const auto& pd = cached->pd;
 
   Tensor src_scratch, dst_scratch;
   const memory src = as_layout(x, x_md, pd.src_desc(), src_scratch);
-  // Over the packed-weight budget, the weight is reordered for this call only.
+  // Over the packed-weight budget, or in a layout other than the packed copy's, the weight is reordered for
+  // this call only.
   Tensor weight_scratch;
   memory weights;
-  if (std::optional<memory> packed = onednn::packed_weight(w, w_plain, pd.weights_desc())) {
+  const std::optional<Md> packed_layout = onednn::packed_layout(w);
+  std::optional<memory> packed;
+  if (!packed_layout || *packed_layout == pd.weights_desc())
+    packed = onednn::packed_weight(w, w_plain, pd.weights_desc());
+  if (packed) {
     weights = *packed;
   } else {
     weight_scratch = Tensor::empty({static_cast<int64_t>(pd.weights_desc().get_size())}, uint8);
