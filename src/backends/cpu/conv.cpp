@@ -90,11 +90,11 @@ void conv2d_kernel(const runtime::OpCall& call) {
   // (see onednn::packed_layout). Unless oneDNN has only its reference convolution for this size in that
   // layout (the edge tiles of a tiled VAE decode, 256 x 128: minutes instead of a second): then the layout
   // is oneDNN's choice and the weight is reordered for this call.
-  auto cached = primitive_for(Md(w_dims, ct, any));
-  if (const std::optional<Md> existing_layout = onednn::packed_layout(w)) {
-    auto in_packed_layout = primitive_for(*existing_layout);
-    if (!onednn::is_reference_impl(in_packed_layout->pd) || onednn::is_reference_impl(cached->pd))
-      cached = in_packed_layout;
+  const std::optional<Md> packed_layout = onednn::packed_layout(w);
+  auto cached = primitive_for(packed_layout ? *packed_layout : Md(w_dims, ct, any));
+  if (packed_layout && onednn::is_reference_impl(cached->pd)) {
+    auto chosen = primitive_for(Md(w_dims, ct, any));
+    if (!onednn::is_reference_impl(chosen->pd)) cached = chosen;
   }
   const auto& pd = cached->pd;
 
@@ -104,7 +104,6 @@ void conv2d_kernel(const runtime::OpCall& call) {
   // this call only.
   Tensor weight_scratch;
   memory weights;
-  const std::optional<Md> packed_layout = onednn::packed_layout(w);
   std::optional<memory> packed;
   if (!packed_layout || *packed_layout == pd.weights_desc())
     packed = onednn::packed_weight(w, w_plain, pd.weights_desc());

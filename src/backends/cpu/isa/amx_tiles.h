@@ -91,14 +91,6 @@ __attribute__((target("amx-tile"))) inline void block_store(float* c, int64_t c_
   if constexpr (MB == 2 && NB == 2) _tile_stored(3, c1 + kTileCols, c_bytes);
 }
 
-template <int MB, int NB>
-inline void product_block(int64_t k_steps, const uint16_t* a, int64_t a_stride, const uint16_t* b,
-                          int64_t b_stride, float* c, int64_t c_stride, bool accumulate) {
-  block_start<MB, NB>(c, c_stride, accumulate);
-  block_steps<MB, NB>(0, k_steps, a, a_stride, b, b_stride);
-  block_store<MB, NB>(c, c_stride);
-}
-
 // Calls f(std::integral_constant<int, MB>, std::integral_constant<int, NB>) for mb, nb in {1, 2}.
 template <class F>
 inline void with_block_shape(int64_t mb, int64_t nb, F&& f) {
@@ -115,25 +107,9 @@ inline void with_block_shape(int64_t mb, int64_t nb, F&& f) {
 }
 
 // C [row_tiles * 16][col_tiles * 16] = or += A [row_tiles * 16][k_steps * 32] x B, with the operands laid out
-// as block_steps describes. Each pair of B column blocks stays in L1 while every row block passes over it.
-inline void product(int64_t row_tiles, int64_t col_tiles, int64_t k_steps, const uint16_t* a,
-                    int64_t a_stride, const uint16_t* b, int64_t b_stride, float* c, int64_t c_stride,
-                    bool accumulate) {
-  for (int64_t n = 0; n < col_tiles; n += 2) {
-    for (int64_t m = 0; m < row_tiles; m += 2) {
-      const uint16_t* am = a + m * kTileRows * a_stride;
-      const uint16_t* bn = b + n * b_stride;
-      float* cmn = c + m * kTileRows * c_stride + n * kTileCols;
-      with_block_shape(
-          std::min<int64_t>(2, row_tiles - m), std::min<int64_t>(2, col_tiles - n), [&](auto mb, auto nb) {
-            product_block<mb(), nb()>(k_steps, am, a_stride, bn, b_stride, cmn, c_stride, accumulate);
-          });
-    }
-  }
-}
-
-// The same product, issued a few tile products at a time by advance(), in the same order and with the same
-// results as product(). Between two calls the AMX unit works through what was issued while the caller's
+// as block_steps describes, in 2 x 2 blocks (each pair of B column blocks stays in L1 while every row block
+// passes over it), issued a few tile products at a time by advance() or all at once by finish(). Between two
+// calls the AMX unit works through what was issued while the caller's
 // vector code runs (the attention overlaps its softmax with the products of the key tiles before and after).
 // The tiles hold the current block's accumulators between calls: nothing else may use them until finish().
 class SteppedProduct {
@@ -156,8 +132,10 @@ class SteppedProduct {
   // Tile products (TDPBF16PS) not issued yet.
   int64_t remaining() const { return remaining_; }
 
-  // Issues at least `products` tile products (whole steps of the current block), or all that remain.
-  void advance(int64_t products) {
+  // Issues at least `products` tile products (whole steps of the current block), or all that remain;
+  // returns how many it issued.
+  int64_t advance(int64_t products) {
+    const int64_t before = remaining_;
     while (products > 0 && remaining_ > 0) {
       const int64_t mb = std::min<int64_t>(2, row_tiles_ - m_), nb = std::min<int64_t>(2, col_tiles_ - n_);
       const uint16_t* am = a_ + m_ * kTileRows * a_stride_;
@@ -184,6 +162,7 @@ class SteppedProduct {
         }
       }
     }
+    return before - remaining_;
   }
 
   void finish() { advance(remaining_); }

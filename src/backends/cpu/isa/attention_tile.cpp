@@ -625,12 +625,7 @@ void query_tile_amx(const AttnTileArgs& a) {
     here.scores = scores[t % 2];
     here.probs = probs[t % 2];
     softmax_for_bias<uint16_t>(a, here, t * a.key_tile, keys_of(t), padded_keys_of(t), [&] {
-      int64_t budget = per_row;
-      if (values.remaining() > 0) {
-        const int64_t before = values.remaining();
-        values.advance(budget);
-        budget -= before - values.remaining();
-      }
+      const int64_t budget = per_row - values.advance(per_row);
       if (budget > 0) next_scores.advance(budget);
     });
     values.finish();

@@ -132,8 +132,9 @@ void amx_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t 
       a = edge;
       a_stride = depth;
     }
-    amx::product(here > 16 ? 2 : 1, col_tiles, steps, a, a_stride, panel, group_stride, acc + r * acc_stride,
-                 acc_stride, accumulate);
+    amx::SteppedProduct(here > 16 ? 2 : 1, col_tiles, steps, a, a_stride, panel, group_stride,
+                        acc + r * acc_stride, acc_stride, accumulate)
+        .finish();
   }
   amx::release_tiles();
 }
