@@ -37,6 +37,33 @@ TEST(Tensor, PermuteSliceExpandAreViews) {
   EXPECT_EQ(v[14], 2.0f);
 }
 
+// permute(...).contiguous() whose source is contiguous along an outer output dimension runs as a tiled
+// transpose (copy.cpp): every element lands where the strided walk puts it, across partial tiles, batch
+// dimensions on either side of the transposed pair, threads, and a dtype conversion on the way.
+TEST(Tensor, TransposingCopiesPutEveryElementInPlace) {
+  const Shape shape{3, 70, 37, 41};
+  const Tensor t = Tensor::arange(3 * 70 * 37 * 41, float32).view(shape);
+  const Strides st = t.strides();
+  const std::vector<float> t_rounded = t.to(bfloat16).to_vector<float>();
+  for (const std::vector<int64_t>& order :
+       std::vector<std::vector<int64_t>>{{0, 3, 1, 2}, {3, 0, 2, 1}, {1, 3, 0, 2}, {3, 2, 1, 0}}) {
+    const Tensor p = t.permute(order);
+    const std::vector<float> got = p.contiguous().to_vector<float>();
+    const std::vector<float> rounded = p.to(bfloat16).to_vector<float>();
+    ASSERT_EQ(got.size(), static_cast<size_t>(t.numel()));
+    int64_t i = 0;
+    for (int64_t a = 0; a < p.size(0); ++a)
+      for (int64_t b = 0; b < p.size(1); ++b)
+        for (int64_t c = 0; c < p.size(2); ++c)
+          for (int64_t d = 0; d < p.size(3); ++d, ++i) {
+            const int64_t source = a * st[order[0]] + b * st[order[1]] + c * st[order[2]] + d * st[order[3]];
+            ASSERT_EQ(got[i], static_cast<float>(source))
+                << "order " << order[0] << order[1] << order[2] << order[3] << " at " << i;
+            ASSERT_EQ(rounded[i], t_rounded[source]) << "bfloat16, at " << i;
+          }
+  }
+}
+
 TEST(Tensor, ReshapeCopiesOnlyWhenNeeded) {
   Tensor t = Tensor::arange(12, float32).view({3, 4});
   EXPECT_EQ(t.reshape({4, 3}).storage(), t.storage());

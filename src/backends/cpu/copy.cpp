@@ -1,4 +1,7 @@
 // "copy": writes inputs[0] (already broadcast to the output's shape) into outputs[0], converting dtype.
+#include <omp.h>
+
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -71,6 +74,72 @@ void copy_run(const char* src, char* dst, int64_t n, int64_t src_stride, int64_t
   }
 }
 
+// Side of the square tiles a transposing copy moves at a time: 32 x 32 elements read 32 source lines whole
+// (64 bytes of a 2-byte dtype each) and write 32 output rows, all within L1.
+constexpr int64_t kTransposeTile = 32;
+
+// A copy whose output runs read the source with a stride while an outer dimension reads it contiguously, as
+// permute(...).contiguous() does (T5's position bias [S, S, H] -> [H, S, S]). Run by run, each output row
+// would touch one element per source cache line and fetch every line again for each of the other
+// dimension's indices (64 times over 33 MB for T5's bias); tiles of both dimensions use each line whole.
+// Returns false, copying nothing, where the layout is not such a transpose.
+template <class From, class To>
+bool copy_transposed(const Shape& shape, char* dst, const Strides& dst_strides, const char* src,
+                     const Strides& src_strides) {
+  constexpr int64_t kFrom = sizeof(From), kTo = sizeof(To);
+  const StridedIteration<2> it = merge_dims<2>(shape, {dst_strides, src_strides});
+  const int dims = static_cast<int>(it.sizes.size());
+  const int inner = dims - 1;
+  if (dims < 2 || it.sizes[inner] < kTransposeTile || it.strides[inner][1] == kFrom) return false;
+  int across = -1;  // the outer dimension along which the source is contiguous
+  for (int d = inner - 1; d >= 0 && across < 0; --d) {
+    if (it.strides[d][1] == kFrom && it.sizes[d] >= kTransposeTile) across = d;
+  }
+  if (across < 0) return false;
+  const int64_t rows = it.sizes[across], cols = it.sizes[inner];
+  const int64_t row_tiles = (rows + kTransposeTile - 1) / kTransposeTile;
+  const int64_t col_tiles = (cols + kTransposeTile - 1) / kTransposeTile;
+  int64_t batches = 1;
+  for (int d = 0; d < inner; ++d)
+    if (d != across) batches *= it.sizes[d];
+  const int64_t items = batches * row_tiles * col_tiles;
+  const int64_t dst_row = it.strides[across][0], dst_col = it.strides[inner][0];
+  const int64_t src_col = it.strides[inner][1];
+
+  auto tile = [&](int64_t item) {
+    const int64_t col_tile = item % col_tiles, row_tile = item / col_tiles % row_tiles;
+    int64_t batch = item / (col_tiles * row_tiles);
+    char* d0 = dst;
+    const char* s0 = src;
+    for (int d = inner - 1; d >= 0; --d) {
+      if (d == across) continue;
+      const int64_t idx = batch % it.sizes[d];
+      batch /= it.sizes[d];
+      d0 += idx * it.strides[d][0];
+      s0 += idx * it.strides[d][1];
+    }
+    const int64_t r0 = row_tile * kTransposeTile, r1 = std::min(rows, r0 + kTransposeTile);
+    const int64_t c0 = col_tile * kTransposeTile, c1 = std::min(cols, c0 + kTransposeTile);
+    for (int64_t r = r0; r < r1; ++r) {
+      char* d = d0 + r * dst_row;
+      const char* s = s0 + r * kFrom;
+      for (int64_t c = c0; c < c1; ++c) {
+        From v;
+        std::memcpy(&v, s + c * src_col, kFrom);
+        const To out = convert<From, To>(v);
+        std::memcpy(d + c * dst_col, &out, kTo);
+      }
+    }
+  };
+  if (items * kTransposeTile * kTransposeTile < kParallelGrain || omp_in_parallel() || items == 1) {
+    for (int64_t i = 0; i < items; ++i) tile(i);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < items; ++i) tile(i);
+  }
+  return true;
+}
+
 void copy_kernel(const runtime::OpCall& call) {
   const Tensor& src = call.inputs[0];
   const Tensor& dst = call.outputs[0];
@@ -78,6 +147,11 @@ void copy_kernel(const runtime::OpCall& call) {
     visit_dtype(dst.dtype(), [&](auto to) {
       using From = decltype(from);
       using To = decltype(to);
+      if (dst.numel() > 0 &&
+          copy_transposed<From, To>(dst.shape(), static_cast<char*>(dst.raw_data()), byte_strides(dst),
+                                    static_cast<const char*>(src.raw_data()), byte_strides(src))) {
+        return;
+      }
       for_each_run<2>(dst.shape(), {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
                       {byte_strides(dst), byte_strides(src)},
                       [](std::array<char*, 2> p, int64_t n, std::array<int64_t, 2> s) {
