@@ -215,8 +215,9 @@ TEST(GemmFma32, MatchesFloat64ReferenceOverShapes) {
 }
 
 // The AMX GEMM takes K in multiples of 32: 16-row tiles cut short (M = 1, 7, 13, 17, 33, 2100), 16-column
-// groups cut short (N = 1, 3, 49, 97, 130), an odd number of them, K past one depth slice with a short last
-// slice (608 = 512 + 96, 1056), more rows than one block (2100), strided and column-major weights.
+// groups cut short (N = 1, 3, 49, 97, 130), an odd number of them, K in several depth slices of at most 2048
+// with a shorter last one (4160 = 1408 + 1408 + 1344), more rows than one block (2100), strided and
+// column-major weights.
 TEST(GemmAmx, MatchesFloat64ReferenceOverShapes) {
   if (!have_amx()) GTEST_SKIP() << "no AMX on this CPU";
   const std::vector<Case> cases{
@@ -226,10 +227,12 @@ TEST(GemmAmx, MatchesFloat64ReferenceOverShapes) {
       {16, 32, 16},
       {32, 64, 32},
       {33, 1056, 130},
+      {40, 4160, 48},
       {100, 64, 400},
       {2, 32, 1000},
       {2100, 64, 50},
       {17, 608, 97, true},
+      {19, 4160, 20, true},
       {21, 288, 60, false, true},
       {5, 800, 33, true, true},
   };
