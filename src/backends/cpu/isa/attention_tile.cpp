@@ -280,39 +280,52 @@ void tile_product(int64_t rows, int64_t col_blocks, int64_t ksteps, const typena
 // ---- online softmax
 
 // The softmax's exponential, as 2^x: the scores' scale and the running max are taken to base 2 once per row
-// (log2(e) folded into the scale), so that each element costs one rounding to an integer, one subtraction and
-// a degree-5 polynomial (relative error 1.6e-7, within an ulp or two of exp's) instead of exp's multiply,
+// (log2(e) folded into the scale), so that each element costs a split into integer and fraction and a
+// degree-5 polynomial (relative error 1.6e-7, within an ulp or two of exp's) instead of exp's multiply,
 // two-step Cody-Waite reduction and degree-7 polynomial: the loop that applies it is most of attention's time
 // beside AMX's products, and with head size 64 (SD3.5) it outweighs them.
 // Arguments are <= 0 up to the rounding of the scale (a few ulp above 0 at most), -inf for masked scores
 // (which must give exactly 0), NaN for NaN inputs.
-// Coefficients: a minimax fit of 2^r in relative error on [-1/2, 1/2], constant term 1.
-constexpr float kExp2Poly[] = {6.9314700365e-1f, 2.4022242427e-1f, 5.5507235229e-2f, 9.6715139225e-3f,
-                               1.3267693575e-3f};
 constexpr float kLog2e = 1.44269504088896341f;
 
-inline f32x16 exp2_poly(f32x16 r) {
-  f32x16 p = splat(kExp2Poly[4]);
-  p = vfma(p, r, splat(kExp2Poly[3]));
-  p = vfma(p, r, splat(kExp2Poly[2]));
-  p = vfma(p, r, splat(kExp2Poly[1]));
-  p = vfma(p, r, splat(kExp2Poly[0]));
+// p(r) = 1 + c[0] r + ... + c[4] r^5, Horner's scheme.
+inline f32x16 exp2_poly(f32x16 r, const float (&c)[5]) {
+  f32x16 p = splat(c[4]);
+  p = vfma(p, r, splat(c[3]));
+  p = vfma(p, r, splat(c[2]));
+  p = vfma(p, r, splat(c[1]));
+  p = vfma(p, r, splat(c[0]));
   return vfma(p, r, splat(1.0f));
 }
 
-inline f32x16 softmax_exp2(f32x16 x) {
 #if defined(__AVX512F__)
+// 2^x = p(x - floor x) * 2^floor(x). VREDUCEPS gives x - floor(x) in one instruction and VSCALEFPS applies
+// 2^floor(x) to p itself (it floors its exponent operand), so the integer part is never formed: 8 vector
+// instructions per 16 elements, where rounding to nearest (VRNDSCALEPS, two uops on Intel cores) and
+// subtracting it took 10.
+// Coefficients: a fit of 2^r minimising the relative error on [0, 1) (1.6e-7 evaluated in float32), constant
+// term 1, so that the row's maximum gives exactly 1.
+constexpr float kExp2PolyUnit[] = {6.9315129519e-1f, 2.4016457796e-1f, 5.5799674243e-2f, 9.0171657503e-3f,
+                                   1.8671271391e-3f};
+
+inline f32x16 softmax_exp2(f32x16 x) {
   // VMAXPS returns its second operand when either is NaN: NaN stays NaN, -inf becomes -151, whose 2^x
-  // rounds to 0. VSCALEFPS applies 2^n with gradual underflow. (maskz with every lane kept: GCC 12 warns that
-  // the plain forms read an uninitialized register.)
+  // rounds to 0. VSCALEFPS scales with gradual underflow. (maskz with every lane kept: GCC 12 warns that the
+  // plain forms read an uninitialized register.)
   const __m512 xc = _mm512_maskz_max_ps(0xffff, _mm512_set1_ps(-151.0f), to_m512(x));
-  const __m512 n = _mm512_maskz_roundscale_ps(0xffff, xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const f32x16 p = exp2_poly(from_m512(xc) - from_m512(n));
-  return from_m512(_mm512_maskz_scalef_ps(0xffff, to_m512(p), n));
+  const __m512 r = _mm512_maskz_reduce_ps(0xffff, xc, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const f32x16 p = exp2_poly(from_m512(r), kExp2PolyUnit);
+  return from_m512(_mm512_maskz_scalef_ps(0xffff, to_m512(p), xc));
+}
 #else
+// Coefficients: a minimax fit of 2^r in relative error on [-1/2, 1/2], constant term 1.
+constexpr float kExp2PolyHalf[] = {6.9314700365e-1f, 2.4022242427e-1f, 5.5507235229e-2f, 9.6715139225e-3f,
+                                   1.3267693575e-3f};
+
+inline f32x16 softmax_exp2(f32x16 x) {
   const f32x16 xc = vmax(x, splat(-151.0f));  // keeps NaN (comparisons with NaN are false)
   const f32x16 n = vfloor(xc + 0.5f);
-  const f32x16 p = exp2_poly(xc - n);
+  const f32x16 p = exp2_poly(xc - n, kExp2PolyHalf);
   // 2^n as 2^(n/2) * 2^(n - n/2): each factor stays a normal float for n in [-151, 0].
   const i32x16 ni = __builtin_convertvector(n == n ? n : splat(0.0f), i32x16);
   const i32x16 n1 = ni >> 1, n2 = ni - n1;
@@ -320,8 +333,8 @@ inline f32x16 softmax_exp2(f32x16 x) {
   const f32x16 s2 = bits_to_f32(__builtin_convertvector((n2 + 127) << 23, u32x16));
   const f32x16 y = p * s1 * s2;
   return x != x ? x : y;  // NaN in, NaN out
-#endif
 }
+#endif
 
 inline f32x16 lane_index() {
   f32x16 v;
