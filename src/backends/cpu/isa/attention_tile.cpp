@@ -300,22 +300,20 @@ inline f32x16 exp2_poly(f32x16 r, const float (&c)[5]) {
 
 #if defined(__AVX512F__)
 // 2^x = p(x - floor x) * 2^floor(x). VREDUCEPS gives x - floor(x) in one instruction and VSCALEFPS applies
-// 2^floor(x) to p itself (it floors its exponent operand), so the integer part is never formed: 8 vector
-// instructions per 16 elements, where rounding to nearest (VRNDSCALEPS, two uops on Intel cores) and
-// subtracting it took 10.
-// Coefficients: a fit of 2^r minimising the relative error on [0, 1) (1.6e-7 evaluated in float32), constant
+// 2^floor(x) to p itself (it floors its exponent operand, with gradual underflow), so the integer part is
+// never formed, and neither needs a clamp: VREDUCEPS takes -inf to 0 and VSCALEFPS then scales 1 by 2^-inf
+// to exactly 0, NaN stays NaN through both. 7 vector instructions per 16 elements, where clamping, rounding
+// to nearest (VRNDSCALEPS, two uops on Intel cores) and subtracting it took 10.
+// Coefficients: a fit of 2^r minimising the relative error on [0, 1] (1.6e-7 evaluated in float32), constant
 // term 1, so that the row's maximum gives exactly 1.
 constexpr float kExp2PolyUnit[] = {6.9315129519e-1f, 2.4016457796e-1f, 5.5799674243e-2f, 9.0171657503e-3f,
                                    1.8671271391e-3f};
 
 inline f32x16 softmax_exp2(f32x16 x) {
-  // VMAXPS returns its second operand when either is NaN: NaN stays NaN, -inf becomes -151, whose 2^x
-  // rounds to 0. VSCALEFPS scales with gradual underflow. (maskz with every lane kept: GCC 12 warns that the
-  // plain forms read an uninitialized register.)
-  const __m512 xc = _mm512_maskz_max_ps(0xffff, _mm512_set1_ps(-151.0f), to_m512(x));
-  const __m512 r = _mm512_maskz_reduce_ps(0xffff, xc, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  // maskz with every lane kept: GCC 12 warns that the plain forms read an uninitialized register.
+  const __m512 r = _mm512_maskz_reduce_ps(0xffff, to_m512(x), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   const f32x16 p = exp2_poly(from_m512(r), kExp2PolyUnit);
-  return from_m512(_mm512_maskz_scalef_ps(0xffff, to_m512(p), xc));
+  return from_m512(_mm512_maskz_scalef_ps(0xffff, to_m512(p), to_m512(x)));
 }
 #else
 // Coefficients: a minimax fit of 2^r in relative error on [-1/2, 1/2], constant term 1.
@@ -372,6 +370,20 @@ inline void store_probabilities(uint16_t* p, f32x16 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
 #else
   store(reinterpret_cast<bf16_t*>(p), v);
+#endif
+}
+// Two consecutive vectors: v0 at p, v1 at p + 16. In bf16 one VCVTNE2PS2BF16 rounds both (two uops, where
+// a VCVTNEPS2BF16 per vector takes two each).
+inline void store_probabilities(float* p, f32x16 v0, f32x16 v1) {
+  store(p, v0);
+  store(p + kLanes, v1);
+}
+inline void store_probabilities(uint16_t* p, f32x16 v0, f32x16 v1) {
+#if defined(__AVX512BF16__)
+  _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(to_m512(v1), to_m512(v0)));
+#else
+  store_probabilities(p, v0);
+  store_probabilities(p + kLanes, v1);
 #endif
 }
 
@@ -472,8 +484,7 @@ void softmax_step(const AttnTileArgs& a, const TileState& st, int64_t j0, int64_
         const f32x16 e1 = softmax_exp2(mul_sub(load(s + j + kLanes), c, m));
         sum0 += e0;
         sum1 += e1;
-        store_probabilities(p + j, e0);
-        store_probabilities(p + j + kLanes, e1);
+        store_probabilities(p + j, e0, e1);
       }
       if (j < nk_pad) {
         const f32x16 e = softmax_exp2(mul_sub(load(s + j), c, m));
