@@ -256,6 +256,35 @@ TEST(Elementwise, LargeTensorsSplitAcrossThreadsAgreeWithSmallPieces) {
   }
 }
 
+// ---- an operand read across its rows (a permuted view, as SD3's patch embedding adds its position table to
+// the convolution's transposed output) is laid out like the output first (tile by tile): the same values as
+// the same op on a contiguous copy, for bf16 and float32 operands, with a broadcast operand beside it and a
+// transposed pair in a batch.
+TEST(Elementwise, TransposedOperandsGiveTheValuesOfContiguousOnes) {
+  const int64_t batch = 2, channels = 96, positions = 700;  // 134400 elements per operand: laid out afresh
+  std::vector<float> values(batch * channels * positions);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(std::cos(0.11 * i) * 3.0);
+  std::vector<float> table(positions * channels);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(std::sin(0.07 * i));
+  for (DType dtype : {bfloat16, float32}) {
+    const Tensor conv = Tensor::from_vector(values, {batch, channels, positions}).to(dtype);
+    const Tensor pos = Tensor::from_vector(table, {1, positions, channels}).to(dtype);
+    const Tensor seen = conv.transpose(1, 2);  // [batch, positions, channels], channels `positions` apart
+    ASSERT_FALSE(seen.is_contiguous());
+    EXPECT_TRUE(testing::all_close(add(seen, pos), add(seen.contiguous(), pos), 0, 0)) << dtype_name(dtype);
+    EXPECT_TRUE(testing::all_close(mul(pos, seen), mul(pos, seen.contiguous()), 0, 0)) << dtype_name(dtype);
+    EXPECT_TRUE(testing::all_close(silu(seen), silu(seen.contiguous()), 0, 0)) << dtype_name(dtype);
+    const Tensor both = add(seen, seen);
+    const std::vector<float> got = both.to(float32).to_vector<float>();
+    const std::vector<float> from = conv.to(float32).to_vector<float>();
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t p = 0; p < positions; p += 7)
+        for (int64_t c = 0; c < channels; c += 5)
+          ASSERT_EQ(got[(b * positions + p) * channels + c], 2 * from[(b * channels + c) * positions + p])
+              << dtype_name(dtype) << " at " << b << ", " << p << ", " << c;
+  }
+}
+
 // ---- both ISA variants agree: bit for bit on basic arithmetic, within a few float32 ulp elsewhere (the
 // AVX-512 build contracts multiply-adds into FMAs).
 TEST(Elementwise, IsaVariantsAgree) {

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
+#include "backends/cpu/copy.h"
 #include "backends/cpu/isa_dispatch.h"
 #include "backends/cpu/register_kernels.h"
 #include "backends/cpu/strided_loop.h"
@@ -78,24 +80,37 @@ void copy_run(const char* src, char* dst, int64_t n, int64_t src_stride, int64_t
 // (64 bytes of a 2-byte dtype each) and write 32 output rows, all within L1.
 constexpr int64_t kTransposeTile = 32;
 
-// A copy whose output runs read the source with a stride while an outer dimension reads it contiguously, as
-// permute(...).contiguous() does (T5's position bias [S, S, H] -> [H, S, S]). Run by run, each output row
-// would touch one element per source cache line and fetch every line again for each of the other
-// dimension's indices (64 times over 33 MB for T5's bias); tiles of both dimensions use each line whole.
-// Returns false, copying nothing, where the layout is not such a transpose.
-template <class From, class To>
-bool copy_transposed(const Shape& shape, char* dst, const Strides& dst_strides, const char* src,
-                     const Strides& src_strides) {
-  constexpr int64_t kFrom = sizeof(From), kTo = sizeof(To);
-  const StridedIteration<2> it = merge_dims<2>(shape, {dst_strides, src_strides});
-  const int dims = static_cast<int>(it.sizes.size());
-  const int inner = dims - 1;
-  if (dims < 2 || it.sizes[inner] < kTransposeTile || it.strides[inner][1] == kFrom) return false;
-  int across = -1;  // the outer dimension along which the source is contiguous
-  for (int d = inner - 1; d >= 0 && across < 0; --d) {
-    if (it.strides[d][1] == kFrom && it.sizes[d] >= kTransposeTile) across = d;
+// Where a copy's output runs read the source with a stride while an outer dimension reads it contiguously:
+// the merged iteration, its innermost dimension and the outer one along which the source is contiguous.
+struct TransposedLayout {
+  StridedIteration<2> it;
+  int inner = -1, across = -1;
+};
+
+std::optional<TransposedLayout> transposed_layout(const Shape& shape, const Strides& dst_strides,
+                                                  const Strides& src_strides, int64_t src_elem) {
+  TransposedLayout t;
+  t.it = merge_dims<2>(shape, {dst_strides, src_strides});
+  const int dims = static_cast<int>(t.it.sizes.size());
+  t.inner = dims - 1;
+  if (dims < 2 || t.it.sizes[t.inner] < kTransposeTile) return std::nullopt;
+  const int64_t inner_stride = t.it.strides[t.inner][1];
+  if (inner_stride == src_elem || inner_stride == 0) return std::nullopt;
+  for (int d = t.inner - 1; d >= 0 && t.across < 0; --d) {
+    if (t.it.strides[d][1] == src_elem && t.it.sizes[d] >= kTransposeTile) t.across = d;
   }
-  if (across < 0) return false;
+  if (t.across < 0) return std::nullopt;
+  return t;
+}
+
+// Such a copy, tile by tile: run by run, each output row would touch one element per source cache line and
+// fetch every line again for each index of the other dimension (64 times over 33 MB for T5's position bias,
+// [S, S, H] -> [H, S, S]); tiles of both dimensions use each line whole.
+template <class From, class To>
+void copy_tiles(const TransposedLayout& t, char* dst, const char* src) {
+  constexpr int64_t kFrom = sizeof(From), kTo = sizeof(To);
+  const StridedIteration<2>& it = t.it;
+  const int inner = t.inner, across = t.across;
   const int64_t rows = it.sizes[across], cols = it.sizes[inner];
   const int64_t row_tiles = (rows + kTransposeTile - 1) / kTransposeTile;
   const int64_t col_tiles = (cols + kTransposeTile - 1) / kTransposeTile;
@@ -137,19 +152,31 @@ bool copy_transposed(const Shape& shape, char* dst, const Strides& dst_strides, 
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < items; ++i) tile(i);
   }
-  return true;
 }
 
 void copy_kernel(const runtime::OpCall& call) {
-  const Tensor& src = call.inputs[0];
-  const Tensor& dst = call.outputs[0];
+  copy_tensor(call.inputs[0], call.outputs[0]);
+}
+
+}  // namespace
+
+bool copy_reads_transposed(const Tensor& src, const Tensor& dst) {
+  return transposed_layout(dst.shape(), byte_strides(dst), byte_strides(src),
+                           static_cast<int64_t>(src.element_size()))
+      .has_value();
+}
+
+void copy_tensor(const Tensor& src, const Tensor& dst) {
+  if (dst.numel() == 0) return;
+  const std::optional<TransposedLayout> transposed = transposed_layout(
+      dst.shape(), byte_strides(dst), byte_strides(src), static_cast<int64_t>(src.element_size()));
   visit_dtype(src.dtype(), [&](auto from) {
     visit_dtype(dst.dtype(), [&](auto to) {
       using From = decltype(from);
       using To = decltype(to);
-      if (dst.numel() > 0 &&
-          copy_transposed<From, To>(dst.shape(), static_cast<char*>(dst.raw_data()), byte_strides(dst),
-                                    static_cast<const char*>(src.raw_data()), byte_strides(src))) {
+      if (transposed) {
+        copy_tiles<From, To>(*transposed, static_cast<char*>(dst.raw_data()),
+                             static_cast<const char*>(src.raw_data()));
         return;
       }
       for_each_run<2>(dst.shape(), {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
@@ -160,8 +187,6 @@ void copy_kernel(const runtime::OpCall& call) {
     });
   });
 }
-
-}  // namespace
 
 void register_copy_kernels(runtime::KernelRegistry& registry) {
   registry.add("copy", DeviceType::CPU, copy_kernel);

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "backends/cpu/copy.h"
 #include "backends/cpu/elementwise_op.h"
 #include "backends/cpu/isa_dispatch.h"
 #include "backends/cpu/register_kernels.h"
@@ -40,10 +41,25 @@ struct EwCall {
   double scalar = 0;
 };
 
+// Operands smaller than this are read as they lie, whatever their layout.
+constexpr int64_t kRelayoutMinElements = int64_t{1} << 16;
+
+// An operand whose elements the output's rows would read across its own rows (a permuted view, as SD3's
+// patches.flatten(2).transpose(1, 2) + pos_embed is) is first copied into the output's layout, tile by tile
+// (copy.h): walked in the output's order, it would fetch each of its cache lines once per element (that one
+// add was 4% of an SD3.5 1024^2 step).
+Tensor in_output_layout(const Tensor& t, const Tensor& out) {
+  if (t.numel() < kRelayoutMinElements || !out.is_contiguous() || !copy_reads_transposed(t, out)) return t;
+  const Tensor laid_out(Storage::allocate(static_cast<size_t>(t.numel()) * t.element_size(), t.device()),
+                        out.shape(), contiguous_strides(out.shape()), 0, t.dtype());
+  copy_tensor(t, laid_out);
+  return laid_out;
+}
+
 EwCall decode(EwOp op, const runtime::OpCall& call) {
   EwCall c{op, {}, {}};
   const Tensor& out = call.outputs[0];
-  for (const Tensor& t : call.inputs) c.inputs.push_back(t.expand(out.shape()));
+  for (const Tensor& t : call.inputs) c.inputs.push_back(in_output_layout(t.expand(out.shape()), out));
   if (call.attrs.has("scalar")) {
     c.has_scalar = true;
     c.scalar = call.attrs.get_float("scalar");
