@@ -79,6 +79,11 @@ int main(int argc, char** argv) {
     const Tensor cos = noise({4096, 128}, kiln::float32, 5), sin = noise({4096, 128}, kiln::float32, 6);
     measure("rms_norm heads [1, 24, 4096, 128] view " + tag, q_bytes, repetitions,
             [&] { return kiln::rms_norm(q, qw, 1e-6); });
+    // SD3.5's q/k norm: rows of 64 in place in a [1, S, H, D] projection.
+    const Tensor q64 = noise({1, 4096, 24, 64}, dt, 10);
+    const Tensor qw64 = noise({64}, dt, 11);
+    measure("rms_norm heads [1, 4096, 24, 64] " + tag, 2.0 * static_cast<double>(q64.numel()) * es,
+            repetitions, [&] { return kiln::rms_norm(q64, qw64, 1e-6); });
     measure("apply_rope interleaved [1, 24, 4096, 128] " + tag, q_bytes, repetitions,
             [&] { return kiln::apply_rope(q, cos, sin, kiln::RopeStyle::Interleaved); });
     measure("apply_rope rotate_half [1, 24, 4096, 128] " + tag, q_bytes, repetitions,

@@ -7,6 +7,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/nn.h"
 #include "kiln/pipelines/generator.h"
 #include "support/test_data.h"
@@ -47,6 +48,27 @@ TEST(RmsNormTorchStyle, BitIdenticalToFloat32WeightThenCast) {
     ASSERT_EQ(fused.dtype(), bfloat16);
     EXPECT_TRUE(testing::all_close(fused, two_op, 0.0, 0.0)) << "d = " << d;
   }
+}
+
+// Short 16-bit rows are normalised 16 at a time, their squares' lanes summed for all 16 rows at once: each
+// row gives exactly what it gives alone (one row takes the row-at-a-time path), for whole groups and the rows
+// left over, in both styles, bf16 and float16, with and without a weight, and for row lengths that end in a
+// partial vector.
+TEST(RmsNorm, RowsInGroupsOfSixteenMatchEachRowAlone) {
+  Generator gen(11);
+  for (DType dtype : {bfloat16, float16})
+    for (int64_t d : {int64_t{64}, int64_t{128}, int64_t{40}, int64_t{512}})
+      for (RmsNormStyle style : {RmsNormStyle::Torch, RmsNormStyle::Diffusers})
+        for (bool weighted : {true, false}) {
+          const Tensor x = mul(randn({37, d}, float32, gen), 3.0).to(dtype);
+          const Tensor w = weighted ? randn({d}, float32, gen).to(dtype) : Tensor();
+          const Tensor all = rms_norm(x, w, 1e-6, style);
+          for (int64_t r = 0; r < 37; ++r) {
+            const Tensor alone = rms_norm(x.narrow(0, r, 1), w, 1e-6, style);
+            ASSERT_TRUE(testing::all_close(all.narrow(0, r, 1), alone, 0.0, 0.0))
+                << dtype_name(dtype) << " d = " << d << " row " << r << (weighted ? "" : " no weight");
+          }
+        }
 }
 
 TEST(RmsNormTorchStyle, OutputDtypeIsTheInputDtype) {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "backends/cpu/gemm_fma32.h"
+#include "backends/cpu/isa/transpose16.h"
 #include "backends/cpu/isa/vec.h"
 
 namespace kiln::cpu_kernels::KILN_ISA {
@@ -86,25 +87,6 @@ inline void prefetch_bytes(const void* p, int64_t bytes) {
   prefetch<Level>(c + bytes - 1);
 }
 
-// Swapping the off-diagonal S x S blocks of every 2S x 2S block, for S = 8, 4, 2, 1, transposes a 16 x 16
-// matrix held as 16 row vectors: 64 two-vector shuffles for 256 floats, where writing each widened float to
-// its place in the panel costs a load, a shift and a store.
-template <int S, size_t... C>
-inline void swap_blocks(f32x16& a, f32x16& b, std::index_sequence<C...>) {
-  const f32x16 lo = __builtin_shufflevector(a, b, ((C & S) ? kLanes + C - S : C)...);
-  const f32x16 hi = __builtin_shufflevector(a, b, ((C & S) ? kLanes + C : C + S)...);
-  a = lo;
-  b = hi;
-}
-
-template <int S>
-inline void swap_blocks(f32x16 (&v)[kLanes]) {
-#pragma GCC unroll 16
-  for (int i = 0; i < kLanes; ++i) {
-    if ((i & S) == 0) swap_blocks<S>(v[i], v[i + S], std::make_index_sequence<kLanes>());
-  }
-}
-
 // Panel columns [0, 16) (at `dst`, rows kNR floats apart) from 16 weight rows of `depth` bf16 each
 // (`src`, `row_stride` elements apart): dst[k * kNR + r] = src[r * row_stride + k].
 void pack_row_group(const bf16_t* src, int64_t row_stride, int64_t depth, float* dst) {
@@ -113,10 +95,7 @@ void pack_row_group(const bf16_t* src, int64_t row_stride, int64_t depth, float*
     f32x16 v[kLanes];
 #pragma GCC unroll 16
     for (int r = 0; r < kLanes; ++r) v[r] = load(src + r * row_stride + k);
-    swap_blocks<8>(v);
-    swap_blocks<4>(v);
-    swap_blocks<2>(v);
-    swap_blocks<1>(v);
+    transpose_16x16(v);
 #pragma GCC unroll 16
     for (int c = 0; c < kLanes; ++c) store(dst + (k + c) * kNR, v[c]);
   }

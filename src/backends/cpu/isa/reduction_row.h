@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backends/cpu/isa/transpose16.h"
 #include "backends/cpu/isa/vec.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
@@ -69,9 +70,10 @@ inline f32x16 round_to(f32x16 v) {
 // to ~1e-7 relative however long the row is, at no measurable cost.
 inline constexpr int64_t kSumBlock = 4096;
 
-// Sum of f(x[i]) over one block (n <= kSumBlock) with four independent vector accumulators.
+// The lanes of f(x[i]) summed over one block (n <= kSumBlock) with four independent vector accumulators;
+// block_sum adds the lanes up.
 template <class T, class F>
-inline float block_sum(const T* x, int64_t n, F f) {
+inline f32x16 block_partial(const T* x, int64_t n, F f) {
   f32x16 a0{}, a1{}, a2{}, a3{};
   int64_t i = 0;
   for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
@@ -87,7 +89,23 @@ inline float block_sum(const T* x, int64_t n, F f) {
     for (int l = rest; l < kLanes; ++l) v[l] = 0.0f;  // f(0) need not be 0
     a1 += v;
   }
-  return reduce_add((a0 + a1) + (a2 + a3));
+  return (a0 + a1) + (a2 + a3);
+}
+
+template <class T, class F>
+inline float block_sum(const T* x, int64_t n, F f) {
+  return reduce_add(block_partial(x, n, f));
+}
+
+// reduce_add of 16 vectors at once: lane r of the result is reduce_add(v[r]), added in its order (lane 0
+// first), so the sums are the same to the bit. A transpose and 15 vector additions, where 16 reduce_adds are
+// 16 chains of 16 dependent scalar additions. v is overwritten.
+inline f32x16 reduce_add_16(f32x16 (&v)[kLanes]) {
+  transpose_16x16(v);
+  f32x16 s = splat(0.0f) + v[0];
+#pragma GCC unroll 16
+  for (int l = 1; l < kLanes; ++l) s += v[l];
+  return s;
 }
 
 // Sum of f(x[i]) over a row of any length, block partials accumulated in double.
