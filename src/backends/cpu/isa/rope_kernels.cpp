@@ -53,9 +53,15 @@ void rope_rotate_half_row(const T* x, const float* c, const float* s, T* y, int6
 template <class T>
 void rope_typed(RopeStyle style, const T* x, const RopeShape& sh, const float* cos, const float* sin, T* y) {
   const int64_t rows = sh.batch * sh.heads * sh.seq;
+  // Rows in the order they lie in memory: in a head-split view of a [B, S, H, D] projection (q and k as
+  // attention blocks make them), heads are the inner dimension. Walking one head's positions instead jumps a
+  // page per row, out of the prefetchers' reach: bf16 ran at 7 GB/s that way.
+  const bool heads_inner = sh.x_strides[1] < sh.x_strides[2];
 #pragma omp parallel for schedule(static) if (rows * sh.dim >= (1 << 14))
   for (int64_t row = 0; row < rows; ++row) {
-    const int64_t s = row % sh.seq, h = (row / sh.seq) % sh.heads, b = row / (sh.seq * sh.heads);
+    const int64_t b = row / (sh.seq * sh.heads);
+    const int64_t s = heads_inner ? row / sh.heads % sh.seq : row % sh.seq;
+    const int64_t h = heads_inner ? row % sh.heads : row / sh.seq % sh.heads;
     const T* xr = x + b * sh.x_strides[0] + h * sh.x_strides[1] + s * sh.x_strides[2];
     T* yr = y + b * sh.y_strides[0] + h * sh.y_strides[1] + s * sh.y_strides[2];
     const float* c = cos + s * sh.dim;
