@@ -50,8 +50,9 @@ void* map_aligned(size_t size, bool huge_pages) {
 
 // A block of `size` bytes (a whole number of 4 KiB pages) made of the pages of cached blocks (`donors`,
 // each a whole number of 2 MiB pages), so that a miss reuses pages the process already has instead of
-// taking fresh ones from the system: the kernel zeroes every fresh page on first touch, and on this
-// project's VMs that cost ~4 s per GB (the VAE's decode at 1024^2 spent over half its time there). A donor
+// taking fresh ones from the system: the kernel zeroes every fresh page on first touch (on this project's
+// VMs 0.6 s per GB with 4 KiB pages, 12 s per GB with huge pages; the VAE's decode at 1024^2 spent 49-62% of
+// its time there). A donor
 // at least as big is cut to size in place; otherwise the donors, largest first, are moved (mremap: page
 // tables, no copying) one after the other into a fresh 2 MiB-aligned range, whose remainder gets fresh
 // pages on first touch. What is not needed (other donors, the tail of a cut donor from its next 2 MiB

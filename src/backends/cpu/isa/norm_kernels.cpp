@@ -96,7 +96,7 @@ constexpr int64_t kShortRow = 512;
 template <class Tx, class Th, class Ty>
 void rms_norm_typed(const Tx* x, const float* w, Ty* y, int64_t rows, int64_t n, float eps) {
   const auto square = [](f32x16 v) { return v * v; };
-  const auto normalize = [=](int64_t row, double sum) __attribute__((always_inline)) {
+  const auto normalize = [=](int64_t row, double sum) {
     const float ms = static_cast<float>(sum / static_cast<double>(n));
     const float r = 1.0f / std::sqrt(ms + eps);
     map_row(x + row * n, y + row * n, n, [=](f32x16 v, int64_t i, int count) {
