@@ -217,7 +217,7 @@ TEST(GemmFma32, MatchesFloat64ReferenceOverShapes) {
 // The AMX GEMM takes K in multiples of 32: 16-row tiles cut short (M = 1, 7, 13, 17, 33, 2100), 16-column
 // groups cut short (N = 1, 3, 49, 97, 130), an odd number of them, K in several depth slices of at most 2048
 // with a shorter last one (4160 = 1408 + 1408 + 1344), more rows than one block (2100), strided and
-// column-major weights.
+// column-major weights, and an x whose rows do not start on cache lines.
 TEST(GemmAmx, MatchesFloat64ReferenceOverShapes) {
   if (!have_amx()) GTEST_SKIP() << "no AMX on this CPU";
   const std::vector<Case> cases{
@@ -235,6 +235,10 @@ TEST(GemmAmx, MatchesFloat64ReferenceOverShapes) {
       {19, 4160, 20, true},
       {21, 288, 60, false, true},
       {5, 800, 33, true, true},
+      // x's rows 2 * (K + 5) bytes apart from 6 bytes past a line: whole 32-row strips are read through the
+      // aligned edge buffer too, across depth slices.
+      {70, 608, 40, false, true},
+      {64, 4160, 33, false, true},
   };
   for (const Case& c : cases)
     for (DType out : {bfloat16, float32})

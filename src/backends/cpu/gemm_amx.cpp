@@ -50,7 +50,7 @@ void gemm_amx(const Bf16Gemm& g) {
   const int64_t items = row_blocks * col_blocks;
   const int threads = static_cast<int>(std::min<int64_t>(max_threads, items));
   const size_t panel_bytes = g.w_amx_tiles != nullptr ? 0 : static_cast<size_t>(depth_block * col_block) * 2;
-  const size_t edge_bytes = static_cast<size_t>(32 * depth_block) * 2;
+  const size_t edge_bytes = static_cast<size_t>(32 * (depth_block + kStep)) * 2;
   const size_t acc_bytes = static_cast<size_t>(round_up(row_block, 16) * col_block) * 4;
 
   // Items run row block by row block, so that the threads share the rows of x they read (from L3).

@@ -37,8 +37,9 @@ void amx_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, i
 // acc[r][c] (+)= sum over k in [k0, k0 + depth) of x[m0 + r][k] * w[n0 + c][k] for r < round_up(rows, 16)
 // (rows past `rows` get zeros from x) and the `panel_cols` (a multiple of 16) columns of `panel`, whose
 // 16-column groups start `group_stride` elements apart (depth * 16 in a block's slice, K * 16 in a whole
-// packed weight); `accumulate` false starts from zero. `edge` holds 32 x depth elements: the last strip's
-// rows when fewer than a whole tile remain.
+// packed weight); `accumulate` false starts from zero. `edge` holds 32 x (depth + 32) elements, 64-byte
+// aligned: a strip's rows copied when fewer than a whole tile remain or when x's rows do not start on cache
+// lines.
 void amx_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, const uint16_t* panel,
                int64_t group_stride, int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate,
                uint16_t* edge);

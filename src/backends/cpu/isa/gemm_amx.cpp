@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "backends/cpu/gemm_amx.h"
@@ -114,23 +115,31 @@ void amx_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t 
   const uint16_t* x = static_cast<const uint16_t*>(g.x);
   const int64_t steps = depth / amx::kTileK;
   const int64_t col_tiles = panel_cols / amx::kTileCols;
+  // A tile row that straddles two cache lines makes every load of the tile slower: x read in place at 424
+  // bytes past a line ran whole GEMMs 18-30% slower (docs/performance.md). Such an x (a view at an odd
+  // offset, a mapped input) is read through the aligned edge buffer, a strip at a time.
+  const bool x_aligned = reinterpret_cast<uintptr_t>(x) % 64 == 0 &&
+                         (g.x_row_stride * static_cast<int64_t>(sizeof(uint16_t))) % 64 == 0;
   load_amx_tile_config();
   for (int64_t r = 0; r < rows; r += 32) {
     const int64_t here = std::min<int64_t>(32, rows - r);
     const uint16_t* a = x + (m0 + r) * g.x_row_stride + k0;
     int64_t a_stride = g.x_row_stride;
-    if (here % 16 != 0) {
-      // A tile reads 16 rows: the last few rows are copied with zeros below them.
+    if (here % 16 != 0 || !x_aligned) {
+      // A tile reads 16 rows: the last few rows are copied with zeros below them. The copies are a line more
+      // than `depth` apart, so that the rows of a strip do not all fall in the same L1 sets (a 2048-deep
+      // slice is 4 KiB; in a microbenchmark, 32 rows 4096 bytes apart loaded ~10% slower than 4160 apart).
       const int64_t padded = (here + 15) / 16 * 16;
+      const int64_t edge_stride = depth + amx::kTileK;
       for (int64_t i = 0; i < padded; ++i) {
-        uint16_t* dst = edge + i * depth;
+        uint16_t* dst = edge + i * edge_stride;
         if (i < here)
           std::memcpy(dst, a + i * g.x_row_stride, static_cast<size_t>(depth) * 2);
         else
           std::memset(dst, 0, static_cast<size_t>(depth) * 2);
       }
       a = edge;
-      a_stride = depth;
+      a_stride = edge_stride;
     }
     amx::SteppedProduct(here > 16 ? 2 : 1, col_tiles, steps, a, a_stride, panel, group_stride,
                         acc + r * acc_stride, acc_stride, accumulate)
