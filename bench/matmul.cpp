@@ -6,8 +6,10 @@
 // The three variants run interleaved, repetition by repetition, so that load from other tenants of the
 // host hits them alike. Prints GFLOP/s (best and median), % of peak (bf16 880, f32 440 GFLOP/s) and
 // kiln / oneDNN. Also prints the instruction ceilings (bf16_ceiling.h) and the bf16 path in use.
-// `paths` compares the bf16 paths side by side instead (bench_paths, issue #30).
-// Usage: bench_matmul [repetitions=5] [bf16|f32|all|paths]
+// `paths` compares the bf16 paths side by side instead (bench_paths, issue #30); `offset` times bf16 products
+// whose x starts 424 bytes past a cache line (as an input mapped from a safetensors file can) against the
+// same product on an aligned x (bench_offset).
+// Usage: bench_matmul [repetitions=5] [bf16|f32|all|paths|offset]
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -207,6 +209,42 @@ void bench_paths(int64_t m, int64_t k, int64_t n, int reps, int threads, const k
   std::fflush(stdout);
 }
 
+// kiln::linear on an x whose rows start 424 bytes past a cache line (a view into a wider buffer, as an
+// input mapped from a file can be) against the same values 64-byte aligned, interleaved, bf16, prepacked.
+void bench_offset(int64_t m, int64_t k, int64_t n, int reps, int threads) {
+  const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+  constexpr int64_t kOffset = 212;  // elements: 424 bytes
+  const kiln::Tensor wide = kiln::bench::uniform_tensor({m * k + kOffset}, kiln::bfloat16, 1.0f, 1);
+  const kiln::Tensor x_offset = wide.narrow(0, kOffset, m * k).view({m, k});
+  const kiln::Tensor x = x_offset.clone();
+  const kiln::Tensor w =
+      kiln::bench::uniform_tensor({n, k}, kiln::bfloat16, 1.0f / std::sqrt(static_cast<float>(k)), 2);
+  kiln::set_weight_prepacking(kiln::WeightPrepacking::Always);
+  kiln::Tensor y, y_offset;
+  const auto run_aligned = [&] {
+    y = kiln::linear(x, w);
+    kiln::synchronize();
+  };
+  const auto run_offset = [&] {
+    y_offset = kiln::linear(x_offset, w);
+    kiln::synchronize();
+  };
+  run_aligned();
+  run_offset();
+  Stats s_aligned, s_offset;
+  for (int r = 0; r < reps; ++r) {
+    s_aligned.add(flop, time_of(run_aligned), threads);
+    s_offset.add(flop, time_of(run_offset), threads);
+  }
+  std::printf(
+      "%5lld x %5lld x %5lld bf16 | x aligned %5.0f med %5.0f | x 424 B past a line %5.0f med %5.0f = "
+      "%.3f of aligned | max rel diff %.1e\n",
+      static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n), s_aligned.best(),
+      s_aligned.median(), s_offset.best(), s_offset.median(), s_offset.best() / s_aligned.best(),
+      max_rel_diff(y_offset, y));
+  std::fflush(stdout);
+}
+
 std::string load_average() {
   std::ifstream f("/proc/loadavg");
   std::string line;
@@ -226,6 +264,11 @@ int main(int argc, char** argv) {
   std::printf("threads %d, load average %s", omp_get_max_threads(), load_average().c_str());
   const kiln::bench::Bf16Ceiling ceiling = kiln::bench::measure_bf16_ceiling();
   kiln::bench::print_ceiling(ceiling);
+  if (which == "offset") {
+    const int64_t offset_shapes[][3] = {{4096, 3072, 3072}, {4096, 12288, 3072}, {666, 4096, 1536}};
+    for (const auto& s : offset_shapes) bench_offset(s[0], s[1], s[2], reps, omp_get_max_threads());
+    return 0;
+  }
   if (which == "paths") {
     const int64_t path_shapes[][3] = {
         {4096, 3072, 3072}, {4096, 3072, 12288}, {4096, 12288, 3072}, {1024, 3072, 3072}};
