@@ -50,8 +50,7 @@ constexpr int64_t kRelayoutMinElements = int64_t{1} << 16;
 // add was 4% of an SD3.5 1024^2 step).
 Tensor in_output_layout(const Tensor& t, const Tensor& out) {
   if (t.numel() < kRelayoutMinElements || !out.is_contiguous() || !copy_reads_transposed(t, out)) return t;
-  const Tensor laid_out(Storage::allocate(static_cast<size_t>(t.numel()) * t.element_size(), t.device()),
-                        out.shape(), contiguous_strides(out.shape()), 0, t.dtype());
+  const Tensor laid_out = Tensor::empty(out.shape(), t.dtype(), t.device());
   copy_tensor(t, laid_out);
   return laid_out;
 }

@@ -10,6 +10,8 @@
 
 #include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/isa/amx_tiles.h"
+#include "backends/cpu/isa/transpose16.h"
+#include "backends/cpu/isa/vec.h"
 
 namespace kiln::cpu_kernels::KILN_ISA {
 
@@ -19,50 +21,6 @@ namespace {
 inline void prefetch(const void* p) {
   asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
 }
-
-// r[i][j] -> r[j][i] for a 16 x 16 matrix of 32-bit elements (bf16 pairs), in 64 shuffles: pairs of rows
-// interleaved by 32 and then 64 bits leave 4 x 4 transposed blocks in each 128-bit lane; two rounds of lane
-// shuffles put the blocks in place. (The maskz forms with every lane kept: GCC 12 warns that the plain ones
-// read an uninitialized register.)
-inline __m512i unpacklo32(__m512i a, __m512i b) {
-  return _mm512_maskz_unpacklo_epi32(0xffff, a, b);
-}
-inline __m512i unpackhi32(__m512i a, __m512i b) {
-  return _mm512_maskz_unpackhi_epi32(0xffff, a, b);
-}
-inline __m512i unpacklo64(__m512i a, __m512i b) {
-  return _mm512_maskz_unpacklo_epi64(0xff, a, b);
-}
-inline __m512i unpackhi64(__m512i a, __m512i b) {
-  return _mm512_maskz_unpackhi_epi64(0xff, a, b);
-}
-#define KILN_LANES(a, b, imm) _mm512_maskz_shuffle_i32x4(0xffff, a, b, imm)
-
-inline void transpose_16x16(__m512i r[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = unpacklo32(r[i], r[i + 1]);
-    t[i + 1] = unpackhi32(r[i], r[i + 1]);
-  }
-  // u[4g + c], lane L: column 4L + c of rows 4g .. 4g + 3.
-  for (int g = 0; g < 16; g += 4) {
-    u[g] = unpacklo64(t[g], t[g + 2]);
-    u[g + 1] = unpackhi64(t[g], t[g + 2]);
-    u[g + 2] = unpacklo64(t[g + 1], t[g + 3]);
-    u[g + 3] = unpackhi64(t[g + 1], t[g + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i v0 = KILN_LANES(u[c], u[4 + c], 0x44);  // lanes 0, 1 of rows 0-3 and 4-7
-    const __m512i v1 = KILN_LANES(u[c], u[4 + c], 0xee);  // lanes 2, 3
-    const __m512i w0 = KILN_LANES(u[8 + c], u[12 + c], 0x44);
-    const __m512i w1 = KILN_LANES(u[8 + c], u[12 + c], 0xee);
-    r[c] = KILN_LANES(v0, w0, 0x88);
-    r[4 + c] = KILN_LANES(v0, w0, 0xdd);
-    r[8 + c] = KILN_LANES(v1, w1, 0x88);
-    r[12 + c] = KILN_LANES(v1, w1, 0xdd);
-  }
-}
-#undef KILN_LANES
 
 }  // namespace
 
@@ -83,19 +41,20 @@ void amx_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, i
       for (int64_t c = 0; c < 16; ++c)
         rows[c] = c < lanes ? w + (n0 + j * 16 + c) * g.w_row_stride + k0 : nullptr;
       for (int64_t s = 0; s < steps; ++s) {
-        __m512i r[16];
+        // The bf16 pairs moved as 32-bit lanes of float vectors: shuffles move bits, whatever they mean.
+        f32x16 r[16];
         for (int64_t c = 0; c < 16; ++c) {
           if (rows[c] == nullptr) {
-            r[c] = _mm512_setzero_si512();
+            r[c] = splat(0.0f);
             continue;
           }
           const uint16_t* src = rows[c] + s * amx::kTileK;
-          r[c] = _mm512_loadu_si512(src);
+          r[c] = from_m512(_mm512_castsi512_ps(_mm512_loadu_si512(src)));
           if (s + 4 < steps) prefetch(src + 4 * amx::kTileK);
         }
         transpose_16x16(r);
         uint16_t* dst = group + s * amx::kTileK * 16;
-        for (int c = 0; c < 16; ++c) _mm512_storeu_si512(dst + c * 32, r[c]);
+        for (int c = 0; c < 16; ++c) _mm512_storeu_si512(dst + c * 32, _mm512_castps_si512(to_m512(r[c])));
       }
     } else {
       // Any other layout (a transposed view): element by element.

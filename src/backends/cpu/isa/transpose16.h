@@ -1,5 +1,5 @@
-// A 16 x 16 float transpose in registers for the per-ISA kernels: the fma32 GEMM's weight packing and the
-// norms' sums of 16 rows at once.
+// A 16 x 16 transpose of 32-bit lanes in registers for the per-ISA kernels: the fma32 and AMX GEMMs' weight
+// packing (floats, and bf16 pairs as 32-bit lanes) and the norms' sums of 16 rows at once.
 #pragma once
 
 #include <utility>
