@@ -108,6 +108,16 @@ inline f32x16 reduce_add_16(f32x16 (&v)[kLanes]) {
   return s;
 }
 
+// reduce_max of 16 vectors at once: lane r of the result is reduce_max(v[r]), compared in its order (so a
+// NaN counts only in lane 0, as there). v is overwritten.
+inline f32x16 reduce_max_16(f32x16 (&v)[kLanes]) {
+  transpose_16x16(v);
+  f32x16 m = v[0];
+#pragma GCC unroll 16
+  for (int l = 1; l < kLanes; ++l) m = vmax(v[l], m);
+  return m;
+}
+
 // Sum of f(x[i]) over a row of any length, block partials accumulated in double.
 template <class T, class F>
 inline double row_sum(const T* x, int64_t n, F f) {
