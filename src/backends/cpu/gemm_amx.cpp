@@ -64,19 +64,20 @@ void gemm_amx(const Bf16Gemm& g) {
     const int64_t m0 = item / col_blocks * row_block, n0 = item % col_blocks * col_block;
     const int64_t rows = std::min(row_block, g.m - m0), cols = std::min(col_block, g.n - n0);
     const int64_t panel_cols = round_up(cols, 16);
+    const BlockColumns columns{n0, cols};
     for (int64_t k0 = 0; k0 < g.k; k0 += depth_block) {
       const int64_t depth = std::min(depth_block, g.k - k0);
+      const BlockColumns* finish = k0 + depth == g.k ? &columns : nullptr;
       if (g.w_amx_tiles != nullptr) {
         const uint16_t* slice = g.w_amx_tiles + n0 * g.k + k0 * 16;
-        avx512::amx_block(g, m0, rows, k0, depth, slice, g.k * 16, panel_cols, acc, panel_cols, k0 > 0, edge);
+        avx512::amx_block(g, m0, rows, k0, depth, slice, g.k * 16, panel_cols, acc, panel_cols, k0 > 0, edge,
+                          finish);
       } else {
         avx512::amx_pack_weights(g, n0, cols, k0, depth, panel);
         avx512::amx_block(g, m0, rows, k0, depth, panel, depth * 16, panel_cols, acc, panel_cols, k0 > 0,
-                          edge);
+                          edge, finish);
       }
     }
-    avx512::linear_epilogue_rows(acc, panel_cols, m0, rows, n0, cols, g.epilogue, g.out, g.out_dtype,
-                                 g.out_row_stride);
   }
 }
 

@@ -39,10 +39,11 @@ void amx_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, i
 // 16-column groups start `group_stride` elements apart (depth * 16 in a block's slice, K * 16 in a whole
 // packed weight); `accumulate` false starts from zero. `edge` holds 32 x (depth + 32) elements, 64-byte
 // aligned: a strip's rows copied when fewer than a whole tile remain or when x's rows do not start on cache
-// lines.
+// lines. With `finish` (the block's last depth slice), each strip of rows then goes through the epilogue into
+// g.out (bf16_gemm.h, BlockColumns).
 void amx_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, const uint16_t* panel,
                int64_t group_stride, int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate,
-               uint16_t* edge);
+               uint16_t* edge, const BlockColumns* finish);
 
 }  // namespace avx512
 

@@ -33,7 +33,6 @@ void gemm_fma32(const Bf16Gemm& g, bool avx512) {
   const Fma32Tile tile = avx512 ? avx512::fma32_tile() : generic::fma32_tile();
   const auto pack = avx512 ? avx512::fma32_pack_weights : generic::fma32_pack_weights;
   const auto block = avx512 ? avx512::fma32_block : generic::fma32_block;
-  const auto epilogue = avx512 ? avx512::linear_epilogue_rows : generic::linear_epilogue_rows;
 
   const int max_threads = omp_get_max_threads();
   const int64_t col_block = std::min(round_up(kColBlock, tile.nr), round_up(g.n, tile.nr));
@@ -59,12 +58,13 @@ void gemm_fma32(const Bf16Gemm& g, bool avx512) {
     const int64_t m0 = item / col_blocks * row_block, n0 = item % col_blocks * col_block;
     const int64_t rows = std::min(row_block, g.m - m0), cols = std::min(col_block, g.n - n0);
     const int64_t panel_cols = round_up(cols, tile.nr);
+    const BlockColumns columns{n0, cols};
     for (int64_t k0 = 0; k0 < g.k; k0 += depth_block) {
       const int64_t depth = std::min(depth_block, g.k - k0);
       pack(g, n0, cols, k0, depth, panels);
-      block(g, m0, rows, k0, depth, panels, panel_cols, acc, panel_cols, k0 > 0, strip);
+      block(g, m0, rows, k0, depth, panels, panel_cols, acc, panel_cols, k0 > 0, strip,
+            k0 + depth == g.k ? &columns : nullptr);
     }
-    epilogue(acc, panel_cols, m0, rows, n0, cols, g.epilogue, g.out, g.out_dtype, g.out_row_stride);
   }
 }
 

@@ -36,9 +36,11 @@ KILN_ISA_DECLARE(void, fma32_pack_weights,
 
 // acc[r][c] (+)= sum over k in [k0, k0 + depth) of x[m0 + r][k] * w[n0 + c][k] for rows < `rows` and the
 // `panel_cols` (a multiple of tile.nr) columns packed in `panels`; `accumulate` false starts from zero.
-// `strip` holds tile.mr x depth floats (x widened).
+// `strip` holds tile.mr x depth floats (x widened). With `finish` (the block's last depth slice), each strip
+// of rows then goes through the epilogue into g.out (bf16_gemm.h, BlockColumns).
 KILN_ISA_DECLARE(void, fma32_block,
                  (const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, const float* panels,
-                  int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate, float* strip));
+                  int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate, float* strip,
+                  const BlockColumns* finish));
 
 }  // namespace kiln::cpu_kernels

@@ -70,7 +70,7 @@ void amx_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, i
 
 void amx_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, const uint16_t* panel,
                int64_t group_stride, int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate,
-               uint16_t* edge) {
+               uint16_t* edge, const BlockColumns* finish) {
   const uint16_t* x = static_cast<const uint16_t*>(g.x);
   const int64_t steps = depth / amx::kTileK;
   const int64_t col_tiles = panel_cols / amx::kTileCols;
@@ -103,6 +103,10 @@ void amx_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t 
     amx::SteppedProduct(here > 16 ? 2 : 1, col_tiles, steps, a, a_stride, panel, group_stride,
                         acc + r * acc_stride, acc_stride, accumulate)
         .finish();
+    if (finish != nullptr) {
+      linear_epilogue_rows(acc + r * acc_stride, acc_stride, m0 + r, here, finish->n0, finish->cols,
+                           g.epilogue, g.out, g.out_dtype, g.out_row_stride);
+    }
   }
   amx::release_tiles();
 }

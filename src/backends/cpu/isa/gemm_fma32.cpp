@@ -159,7 +159,8 @@ void fma32_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0,
 }
 
 void fma32_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_t depth, const float* panels,
-                 int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate, float* strip) {
+                 int64_t panel_cols, float* acc, int64_t acc_stride, bool accumulate, float* strip,
+                 const BlockColumns* finish) {
   static constexpr auto kernels = make_kernels(std::make_index_sequence<kMR>());
   const bf16_t* x = static_cast<const bf16_t*>(g.x);
   for (int64_t r = 0; r < rows; r += kMR) {
@@ -180,6 +181,10 @@ void fma32_block(const Bf16Gemm& g, int64_t m0, int64_t rows, int64_t k0, int64_
       }
       kernels[mr - 1](depth, strip, depth, panels + p * depth, acc + r * acc_stride + p, acc_stride,
                       accumulate);
+    }
+    if (finish != nullptr) {
+      linear_epilogue_rows(acc + r * acc_stride, acc_stride, m0 + r, mr, finish->n0, finish->cols, g.epilogue,
+                           g.out, g.out_dtype, g.out_row_stride);
     }
   }
 }
