@@ -278,6 +278,23 @@ TEST(GemmFma32, EveryEpilogue) {
   }
 }
 
+// Past one depth slice (384 deep on the fma32 path, up to 2048 on AMX), each strip of rows goes through the
+// epilogue during the last slice, on the sums of every slice; 45 rows end in a partial strip on both.
+TEST(GemmFma32, EveryEpilogueAfterSeveralDepthSlices) {
+  std::vector<Epi> epis;
+  for (Activation act : {Activation::None, Activation::GeluTanh}) epis.push_back({bfloat16, act});
+  epis.push_back({float32, Activation::Gelu, 3, false, true});
+  epis.push_back({bfloat16, Activation::Silu, 1, true, false});
+  epis.push_back({bfloat16, Activation::GeluTanh, 3, false, true, true});
+  for (Kernel kernel : variants())
+    for (const Epi& e : epis)
+      for (DType out : {bfloat16, float32}) check({45, 800, 70}, e, out, kernel);
+  if (have_amx()) {
+    for (const Epi& e : epis)
+      for (DType out : {bfloat16, float32}) check({45, 4160, 70}, e, out, Kernel::Amx);
+  }
+}
+
 // The op tests once more in a child process on each bf16 path, forced; every host runs both, and the fma32
 // path in the portable kernel variant too.
 void rerun_with(const std::string& env) {
