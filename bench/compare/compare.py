@@ -223,6 +223,15 @@ def torch_worker(args):
     print("TORCH_RESULT " + json.dumps(result), flush=True)
 
 
+# --mask-amx: every library of both engines kept off AMX tiles. PyTorch multiplies through oneDNN (linear) and
+# through oneMKL (its CPU flash attention's blocks); ONEDNN_MAX_CPU_ISA alone left the attention on tiles, and
+# AVX512_E3 is AVX-512 with the bf16 instructions but without AMX. Kiln takes the fma32 path, which an Intel
+# core of this family takes without AMX (its vdpbf16ps runs at half the f32 FMA rate; docs/performance.md).
+MASK_AMX_ENV = {"KILN_CPU_MATMUL": "fma32", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",
+                "MKL_ENABLE_INSTRUCTIONS": "AVX512_E3"}
+MASK_AMX_HELP = ", ".join(f"{k}={v}" for k, v in MASK_AMX_ENV.items()) + " for every engine"
+
+
 def run_child(cmd, tag, env=None):
     """Runs one engine; echoes its output; returns the parsed result line (or None, with the reason)."""
     print(f"  $ {' '.join(cmd)}", flush=True)
@@ -278,6 +287,8 @@ def main():
     ap.add_argument("--cache", default="~/.cache/kiln-bench")
     ap.add_argument("--driver", default=os.path.join(REPO, "build", "bench", "bench_compare_driver"))
     ap.add_argument("--json", help="also write every result to this file")
+    ap.add_argument("--mask-amx", action="store_true",
+                    help="stand in for an Intel host without AMX on one with it: " + MASK_AMX_HELP)
     ap.add_argument("--prepare-only", action="store_true", help="make the checkpoints and inputs, run nothing")
     # internal: one PyTorch engine in this process
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -295,6 +306,9 @@ def main():
     if missing:
         print(f"PyTorch side skipped ({missing}); Kiln runs on its own random weights (--random).")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    if args.mask_amx:
+        env.update(MASK_AMX_ENV)
+        print("AMX masked: " + " ".join(f"{k}={v}" for k, v in MASK_AMX_ENV.items()))
     load = os.getloadavg()
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"commit {commit}, {args.threads} threads, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
