@@ -87,6 +87,8 @@ TEST(InstructionRates, CachePathFollowsTheEnvironment) {
 TEST(InstructionRatesChild, PrintsTheBf16Path) {
   set_log_topics("matmul");
   std::printf("bf16 path: %s\n", cpu_kernels::bf16_path_name(cpu_kernels::bf16_path()));
+  std::printf("amx usable: %d\nmodel key: %s\n", cpu_kernels::amx_usable() ? 1 : 0,
+              cpu_kernels::cpu_model_key().c_str());
   set_log_topics("");
 }
 
@@ -122,6 +124,34 @@ TEST(InstructionRates, FirstProcessWritesTheCacheAndCachedRatesDecideThePath) {
     if (avx512) {
       EXPECT_NE(out.find("vfmadd231ps " + std::string(fma_wins ? "1000" : "10")), std::string::npos) << out;
     }
+  }
+}
+
+// KILN_CPU_ISA=avx512: the process runs as on a CPU without AMX. Its probe measures no AMX rate, keeps what
+// it measured under a model key of its own (not the one a process with AMX reads), and the path is chosen
+// among the rest, whatever this host has.
+TEST(InstructionRates, KilnCpuIsaAvx512RunsAsOnACpuWithoutAmx) {
+  const std::string dir = testing::temp_dir("instruction_rates_avx512");
+  const std::string out = run_child("KILN_CPU_ISA=avx512 KILN_CACHE_DIR='" + dir + "'");
+  EXPECT_NE(out.find("amx usable: 0"), std::string::npos) << out;
+  EXPECT_NE(out.find("bf16 path: "), std::string::npos) << out;
+  EXPECT_EQ(out.find("bf16 path: amx"), std::string::npos) << out;
+  const size_t at = out.find("model key: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string key = out.substr(at + 11, out.find('\n', at) - at - 11);
+  EXPECT_EQ(key.find("-amx"), std::string::npos) << key;
+  if (cpu_kernels::amx_usable()) {
+    EXPECT_NE(key, cpu_kernels::cpu_model_key());
+  }
+  if (cpu_kernels::cpu_features().avx512 && cpu_kernels::cpu_features().avx512_bf16) {
+    EXPECT_NE(out.find("tdpbf16ps n/a"), std::string::npos) << out;
+    std::ifstream in(dir + "/cpu-rates-" + key + ".txt");
+    std::stringstream text;
+    text << in.rdbuf();
+    InstructionRates r;
+    ASSERT_TRUE(cpu_kernels::parse_instruction_rates(text.str(), key, r)) << text.str();
+    EXPECT_GT(r.fma32, 0);
+    EXPECT_EQ(r.tdpbf16, 0);
   }
 }
 

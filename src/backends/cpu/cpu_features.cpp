@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -25,6 +26,24 @@ bool detect_amx_bf16() {
   return (xcr0_lo & kTileState) == kTileState;
 }
 
+// KILN_CPU_ISA, read once: the most of this CPU that the process uses.
+enum class IsaCap { Generic, Avx512, Auto };
+
+IsaCap isa_cap() {
+  static const IsaCap cap = [] {
+    const char* v = std::getenv("KILN_CPU_ISA");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return IsaCap::Auto;
+    if (std::strcmp(v, "generic") == 0) return IsaCap::Generic;
+    if (std::strcmp(v, "avx512") == 0) return IsaCap::Avx512;
+    // A warning rather than an error: this is read inside kernels, where an exception cannot be raised.
+    std::fprintf(
+        stderr,
+        "kiln: KILN_CPU_ISA=%s is not a CPU kernel set (expected generic, avx512 or auto); using auto\n", v);
+    return IsaCap::Auto;
+  }();
+  return cap;
+}
+
 }  // namespace
 
 const CpuFeatures& cpu_features() {
@@ -41,8 +60,12 @@ const CpuFeatures& cpu_features() {
   return features;
 }
 
+bool amx_allowed_by_isa() {
+  return isa_cap() == IsaCap::Auto;
+}
+
 bool amx_usable() {
-  if (!cpu_features().amx_bf16) return false;
+  if (!cpu_features().amx_bf16 || !amx_allowed_by_isa()) return false;
   constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
   static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   return granted;
@@ -50,11 +73,7 @@ bool amx_usable() {
 
 bool use_avx512() {
   // KILN_CPU_ISA=generic forces the portable kernels, so both variants can be tested on one machine.
-  static const bool use = [] {
-    const char* forced = std::getenv("KILN_CPU_ISA");
-    if (forced && std::strcmp(forced, "generic") == 0) return false;
-    return cpu_features().avx512 && cpu_features().avx512_bf16;
-  }();
+  static const bool use = isa_cap() != IsaCap::Generic && cpu_features().avx512 && cpu_features().avx512_bf16;
   return use;
 }
 

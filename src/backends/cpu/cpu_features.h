@@ -12,10 +12,17 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& cpu_features();
-// True when this process may run AMX tile instructions: the CPU has them (amx_bf16) and Linux granted the
-// tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process; without it the first tile instruction
-// faults).
+// KILN_CPU_ISA sets the most of the CPU a process uses: "generic" (the portable kernels, so that both
+// variants can be tested on one machine), "avx512" (the AVX-512 kernels but no AMX tiles, neither Kiln's nor
+// oneDNN's: the process runs as on a CPU without AMX, its bf16 path chosen by the probe among the rest), or
+// "auto"/unset (all it has). Another value is reported on stderr and taken as auto.
+//
+// True when this process may run AMX tile instructions: the CPU has them (amx_bf16), KILN_CPU_ISA leaves them
+// (amx_allowed_by_isa) and Linux granted the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once per
+// process; without it the first tile instruction faults).
 bool amx_usable();
+// False when KILN_CPU_ISA is "generic" or "avx512".
+bool amx_allowed_by_isa();
 // True when the AVX-512 kernel variants should run: the CPU has them and KILN_CPU_ISA is not "generic".
 bool use_avx512();
 // "avx512" or "generic": the variant in use, for logs and benchmark output.

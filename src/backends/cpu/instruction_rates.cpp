@@ -196,7 +196,7 @@ std::string cpu_model_key() {
   while (!b.empty() && b.back() == ' ') b.pop_back();
   while (!b.empty() && b.front() == ' ') b.erase(b.begin());
   key << vendor << '-' << b << "-f" << family << "m" << model << "s" << (signature & 0xf)
-      << (cpu.avx512 ? "-avx512" : "") << (cpu.avx512_bf16 ? "-bf16" : "") << (cpu.amx_bf16 ? "-amx" : "");
+      << (cpu.avx512 ? "-avx512" : "") << (cpu.avx512_bf16 ? "-bf16" : "") << (amx_usable() ? "-amx" : "");
   return sanitized(key.str());
 }
 

@@ -31,7 +31,8 @@ InstructionRates measure_instruction_rates(double seconds, bool all_threads);
 // unreadable cache only means measuring again.
 const InstructionRates& host_instruction_rates();
 
-// Vendor, brand string, family/model/stepping and the bf16 features: what the cached rates belong to.
+// Vendor, brand string, family/model/stepping and the bf16 features this process may use (AMX only where
+// amx_usable()): what the cached rates belong to.
 std::string cpu_model_key();
 // KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln, then "cpu-rates-<model key>.txt"; empty
 // when none of those is set.

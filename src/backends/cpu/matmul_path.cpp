@@ -26,7 +26,7 @@ Bf16Path decide() {
     KILN_CHECK(use_avx512() && amx_usable(),
                "KILN_CPU_MATMUL=amx: this "
                    << (use_avx512() ? "process cannot use AMX tiles (the CPU has no "
-                                      "amx_bf16, or Linux refused the tile state)"
+                                      "amx_bf16, KILN_CPU_ISA=avx512, or Linux refused the tile state)"
                                     : "process runs the portable kernels (no AVX-512 "
                                       "with bf16, or KILN_CPU_ISA=generic)")
                    << "; expected onednn, fma32 or auto here");

@@ -4,13 +4,25 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/packed_weight_copies.h"
 #include "kiln/core/error.h"
 
 namespace kiln::cpu_kernels::onednn {
 
 const dnnl::engine& engine() {
-  static const dnnl::engine cpu_engine(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine cpu_engine = [] {
+    // KILN_CPU_ISA=avx512 keeps AMX tiles out of oneDNN's kernels too (cpu_features.h; "generic" concerns
+    // Kiln's own kernels only). It must be said before oneDNN first looks at the CPU, which creating the
+    // engine does; a refusal (oneDNN already in use elsewhere in the process) leaves oneDNN's own choice.
+    if (use_avx512() && !amx_allowed_by_isa()) {
+      try {
+        dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_bf16);
+      } catch (const dnnl::error&) {
+      }
+    }
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return cpu_engine;
 }
 
