@@ -91,17 +91,10 @@ inline void prefetch_row(const AttnMatrix& src, int64_t r) {
 // the edges (the last columns, a partial block of keys, zero padding) goes element by element.
 template <class Out, class T>
 inline f32x16 load_units(const T* p) {
-  if constexpr (std::is_same_v<Out, uint16_t>) {
-    f32x16 v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  } else {
+  if constexpr (std::is_same_v<Out, uint16_t>)
+    return load_bits(p);
+  else
     return load(p);
-  }
-}
-template <class Out>
-inline void store_units(Out* p, f32x16 v) {
-  std::memcpy(p, &v, sizeof v);
 }
 template <class Out>
 constexpr int64_t unit_elems() {
@@ -116,7 +109,7 @@ void pack_rows_as(const AttnMatrix& src, Out* dst, int64_t cols_pad) {
     Out* o = dst + r * cols_pad;
     int64_t c = 0;
     for (; c + unit_elems<Out>() <= src.cols; c += unit_elems<Out>())
-      store_units(o + c, load_units<Out>(row + c));
+      store_bits(o + c, load_units<Out>(row + c));
     for (; c < src.cols; ++c) o[c] = packed<Out>(row[c]);
     for (; c < cols_pad; ++c) o[c] = Out{};
   }
@@ -145,7 +138,7 @@ void pack_keys_as(const AttnMatrix& src, Out* dst, int64_t rows_pad, int64_t col
           v[lane] = load_units<Out>(first + lane * src.row_stride + c);
         transpose_16x16(v);
 #pragma GCC unroll 16
-        for (int u = 0; u < kLanes; ++u) store_units(block + c * kAttnBlock + u * unit_elems<Out>(), v[u]);
+        for (int u = 0; u < kLanes; ++u) store_bits(block + c * kAttnBlock + u * unit_elems<Out>(), v[u]);
       }
     }
     for (int64_t lane = 0; lane < kAttnBlock; ++lane) {
@@ -195,7 +188,7 @@ void pack_values_as(const AttnMatrix& src, Out* dst, int64_t rows_pad, int64_t c
       for (int64_t t = 0; t < pair; ++t) prefetch_row<T>(src, r0 + t + kPrefetchRows);
       const T* row = static_cast<const T*>(src.data) + r0 * src.row_stride;
       for (int64_t c0 = 0; c0 < vector_end; c0 += kAttnBlock) {
-        store_units(dst + c0 * rows_pad + r0 * kAttnBlock, value_units<Out>(row, src.row_stride, c0));
+        store_bits(dst + c0 * rows_pad + r0 * kAttnBlock, value_units<Out>(row, src.row_stride, c0));
       }
     }
     for (int64_t t = 0; t < pair; ++t) {

@@ -49,12 +49,12 @@ void amx_pack_weights(const Bf16Gemm& g, int64_t n0, int64_t cols, int64_t k0, i
             continue;
           }
           const uint16_t* src = rows[c] + s * amx::kTileK;
-          r[c] = from_m512(_mm512_castsi512_ps(_mm512_loadu_si512(src)));
+          r[c] = load_bits(src);
           if (s + 4 < steps) prefetch(src + 4 * amx::kTileK);
         }
         transpose_16x16(r);
         uint16_t* dst = group + s * amx::kTileK * 16;
-        for (int c = 0; c < 16; ++c) _mm512_storeu_si512(dst + c * 32, _mm512_castps_si512(to_m512(r[c])));
+        for (int c = 0; c < 16; ++c) store_bits(dst + c * 32, r[c]);
       }
     } else {
       // Any other layout (a transposed view): element by element.

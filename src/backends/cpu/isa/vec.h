@@ -44,6 +44,17 @@ inline u32x16 f32_to_bits(f32x16 v) {
   return r;
 }
 
+// 64 bytes of any 32-bit lanes (bf16 pairs, for the transposes that move them) as a vector, and back: the
+// bits move, nothing is converted.
+inline f32x16 load_bits(const void* p) {
+  f32x16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store_bits(void* p, f32x16 v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
 // ---- loads and stores (unaligned), converting to/from float32 lanes
 inline f32x16 load(const float* p) {
   f32x16 v;
