@@ -57,12 +57,10 @@ inline void store_bits(void* p, f32x16 v) {
 
 // ---- loads and stores (unaligned), converting to/from float32 lanes
 inline f32x16 load(const float* p) {
-  f32x16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+  return load_bits(p);
 }
 inline void store(float* p, f32x16 v) {
-  std::memcpy(p, &v, sizeof v);
+  store_bits(p, v);
 }
 
 inline f32x16 load(const bf16_t* p) {
