@@ -3,8 +3,8 @@
 //      4-step text-to-image call at 64x64;
 //   2. a FLUX.1-shaped transformer with the real widths (3072 = 24 heads x 128, MLP 12288, joint dim 4096)
 //      but 1 double-stream + 1 single-stream block, random bf16 weights, at 512x512 (1024 image tokens) with
-//      512 text tokens: step time, GFLOP/s against the machine's bf16 peak, and how much of the step its
-//      matmuls and its attention take when timed alone on the same shapes.
+//      512 text tokens: step time, GFLOP/s against the bf16 ceiling measured after it (bf16_ceiling.h), and
+//      how much of the step its matmuls and its attention take when timed alone on the same shapes.
 // Usage: bench_flux_step [repetitions=3] [data_dir=tests/data]
 #include <algorithm>
 #include <chrono>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "bf16_ceiling.h"
 #include "kiln/kiln.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/ops/attention.h"
@@ -24,7 +25,6 @@ namespace {
 
 using kiln::bench::best_of;
 using kiln::bench::random;
-constexpr double kBf16PeakGflops = 880.0;  // 2 Zen 5 cores, vdpbf16ps (reference/cpu-limits.md)
 
 void tiny(const std::string& data, int reps) {
   const std::string dir = data + "/models/flux-tiny-schnell";
@@ -85,8 +85,12 @@ void flux_shaped(int reps) {
       "FLUX.1-shaped transformer (1 double + 1 single block, width %lld), bf16, 512x512 (%lld image + %lld "
       "text tokens):\n",
       static_cast<long long>(D), static_cast<long long>(N), static_cast<long long>(L));
-  std::printf("  step                 %8.1f ms  %6.1f GFLOP  %6.1f GFLOP/s  %5.1f%% of bf16 peak\n",
-              step * 1e3, flops / 1e9, flops / step / 1e9, 100 * flops / step / 1e9 / kBf16PeakGflops);
+  const kiln::bench::Bf16Ceiling ceiling = kiln::bench::measure_bf16_ceiling();
+  std::printf(
+      "  step                 %8.1f ms  %6.1f GFLOP  %6.1f GFLOP/s  %5.1f%% of the measured ceiling %.0f "
+      "(%s)\n",
+      step * 1e3, flops / 1e9, flops / step / 1e9, 100 * flops / step / 1e9 / ceiling.gflops, ceiling.gflops,
+      ceiling.instruction);
   std::printf("  matmuls alone        %8.1f ms  (%.0f%% of the step, %.1f GFLOP/s)\n", matmul * 1e3,
               100 * matmul / step, linear_flops / matmul / 1e9);
   std::printf("  attention alone      %8.1f ms  (%.0f%% of the step, %.1f GFLOP/s)\n", attention * 1e3,

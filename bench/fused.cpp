@@ -7,7 +7,7 @@
 //  3072]
 // Each case times the fused op, the unfused chain, and (linears) the bare linear, interleaved repetition by
 // repetition so that load from other tenants of the host hits all alike; prints best and median ms, GFLOP/s
-// for the linears (bf16 peak about 880 on this machine) and unfused / fused.
+// for the linears and unfused / fused.
 // Usage: bench_fused [repetitions=3] [bf16|f32]
 #include <algorithm>
 #include <chrono>

@@ -4,8 +4,9 @@
 // kiln::linear with prepacking off (the [N, K] weight used in place), the evidence behind the default.
 //
 // The three variants run interleaved, repetition by repetition, so that load from other tenants of the
-// host hits them alike. Prints GFLOP/s (best and median), % of peak (bf16 880, f32 440 GFLOP/s) and
-// kiln / oneDNN. Also prints the instruction ceilings (bf16_ceiling.h) and the bf16 path in use.
+// host hits them alike. Prints GFLOP/s (best and median), % of the ceiling measured in the same run
+// (bf16_ceiling.h: the fastest instruction a bf16 product can use for bf16, f32 FMA for float32) and
+// kiln / oneDNN. Also prints every instruction's ceiling and the bf16 path in use.
 // `paths` compares the bf16 paths side by side instead (bench_paths, issue #30); `offset` times bf16 products
 // whose x starts 424 bytes past a cache line (as an input mapped from a safetensors file can) against the
 // same product on an aligned x (bench_offset).
@@ -102,8 +103,9 @@ double max_rel_diff(const kiln::Tensor& a, const kiln::Tensor& b) {
   return diff / std::max(ref, 1e-30);
 }
 
-void bench(int64_t m, int64_t k, int64_t n, kiln::DType dtype, int reps, int threads) {
-  const double peak = dtype == kiln::bfloat16 ? 880.0 : 440.0;
+void bench(int64_t m, int64_t k, int64_t n, kiln::DType dtype, int reps, int threads,
+           const kiln::bench::Bf16Ceiling& c) {
+  const double peak = dtype == kiln::bfloat16 ? c.gflops : c.rates.fma32;
   const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
   const kiln::Tensor x = kiln::bench::uniform_tensor({m, k}, dtype, 1.0f, 1);
   const kiln::Tensor w =
@@ -258,8 +260,8 @@ int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   const std::string which = argc > 2 ? argv[2] : "all";
   std::printf(
-      "GFLOP/s, best of %d (%% of peak: bf16 880, f32 440) and median; oneDNN = raw matmul with B "
-      "prepacked, same shapes\n",
+      "GFLOP/s, best of %d (%% of the measured ceiling: bf16 the best instruction's, f32 f32 FMA's) and "
+      "median; oneDNN = raw matmul with B prepacked, same shapes\n",
       reps);
   std::printf("threads %d, load average %s", omp_get_max_threads(), load_average().c_str());
   const kiln::bench::Bf16Ceiling ceiling = kiln::bench::measure_bf16_ceiling();
@@ -278,7 +280,7 @@ int main(int argc, char** argv) {
   const int64_t shapes[][3] = {{4096, 3072, 3072}, {4096, 3072, 12288}, {4096, 12288, 3072}};
   for (kiln::DType dtype : {kiln::bfloat16, kiln::float32}) {
     if (which != "all" && which != (dtype == kiln::bfloat16 ? "bf16" : "f32")) continue;
-    for (const auto& s : shapes) bench(s[0], s[1], s[2], dtype, reps, omp_get_max_threads());
+    for (const auto& s : shapes) bench(s[0], s[1], s[2], dtype, reps, omp_get_max_threads(), ceiling);
   }
   return 0;
 }
