@@ -4,7 +4,8 @@
 // Prints time (best and median of the repetitions) and GFLOP/s, each as a fraction of this host's ceiling
 // measured in the same run on every thread (bf16_ceiling.h: f32 FMA, vdpbf16ps, AMX; the fastest for bf16,
 // f32 FMA's for float32), and which path bf16 products take (matmul_path.h). No fixed peak: the hosts
-// differ by 5x and more (Zen 5 VMs alone measured 880 and 1,090 GFLOP/s of vdpbf16ps on 2 cores).
+// differ by 5x and more (two Zen 5 VMs alone measured 790-800 and 1,040-1,140 GFLOP/s of vdpbf16ps on 2
+// cores).
 // The host is shared: besides wall-clock figures it prints the process CPU time per thread, which is what
 // the kernel would take on otherwise idle cores (CPU-time GFLOP/s = FLOPs / (CPU seconds / threads)).
 // Other tenants of the host also slow the cores themselves (a register-only VDPBF16PS loop has been seen
