@@ -386,13 +386,16 @@ def main():
             rows.append([label, engine, "failed (see the log above)"] + [""] * 11)
         if first:
             print(f"  measured bf16 ceiling now: {peak:.0f} GFLOP/s with {first.get('peak_instruction', '?')}; "
+                  f"Kiln's bf16 products on the {first.get('bf16_path', '?')} path; "
                   f"Kiln's matmuls alone: {fmt(matmul, '.3f')} s")
 
     if args.prepare_only:
         return
+    paths = sorted({r["bf16_path"] for r in results if r.get("engine") == "kiln" and "bf16_path" in r})
     load = os.getloadavg()
     note = (f"Kiln vs PyTorch, bf16, {args.threads} threads, {args.steps} timed steps per engine after a warm-up; "
-            f"commit {commit}; load average at the end {load[0]:.2f}. Kiln/eager and Kiln/compile: Kiln's step time "
+            f"commit {commit}; load average at the end {load[0]:.2f}; Kiln's bf16 products on the "
+            f"{', '.join(paths) or '?'} path. Kiln/eager and Kiln/compile: Kiln's step time "
             f"over PyTorch's (< 1: Kiln faster). MFU: model FLOPs per step / step time / bf16 ceiling (the fastest "
             f"instruction a bf16 product can use on this host, measured by the driver in this run). matmul share: "
             f"the step's Linear shapes timed alone (kiln::linear) / step time. max rel err: max|out - torch eager| / max|torch eager|.")
