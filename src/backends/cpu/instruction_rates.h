@@ -22,13 +22,15 @@ struct InstructionRates {
   std::string describe(int cores = 1) const;
 };
 
-// Measures each instruction for about `seconds` on the calling thread, or on every OpenMP thread at once
-// (`all_threads`, summed: what the cores deliver together at this moment, on a shared host less than quiet).
+// Measures each instruction for about `seconds`: on the calling thread, against its CPU time, the best of
+// several interleaved rounds (what one core does, whatever else the host runs), or on every OpenMP thread at
+// once against the wall clock (`all_threads`, summed: what the cores deliver together at this moment, on a
+// shared host less than quiet).
 InstructionRates measure_instruction_rates(double seconds, bool all_threads);
 
-// This host's per-core rates, measured once (0.05 s per instruction, on the calling thread) and kept per CPU
-// model in `instruction_rates_cache_path()` so that later processes read them instead. An unwritable or
-// unreadable cache only means measuring again.
+// This host's per-core rates, measured once (0.05 s of CPU time per instruction, on the calling thread) and
+// kept per CPU model in `instruction_rates_cache_path()` so that later processes read them instead. An
+// unwritable or unreadable cache only means measuring again.
 const InstructionRates& host_instruction_rates();
 
 // Vendor, brand string, family/model/stepping and the bf16 features this process may use (AMX only where
