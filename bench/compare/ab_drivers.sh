@@ -37,14 +37,20 @@ for d in "$a" "$b"; do
 done
 [ ${#cases[@]} -gt 0 ] || usage
 
+# The folder compare.py keeps a model's checkpoint and inputs in (its case_dir, at its default depths).
+folder_of() {
+  case $1 in
+    flux) echo "$cache/flux-1+1" ;;
+    sd3) echo "$cache/sd3-2" ;;
+    t5) echo "$cache/t5-2" ;;
+  esac
+}
+
 # One run: prints "median min max" of the step seconds.
 run_once() {
   local driver=$1 model=$2 mode=$3 size=$4 folder
-  case $model in
-    flux) folder=$cache/flux-1+1 ;;
-    sd3) folder=$cache/sd3-2 ;;
-    t5) folder=$cache/t5-2; size=512 ;;
-  esac
+  folder=$(folder_of "$model")
+  [ "$model" = t5 ] && size=512
   local source=(--checkpoint "$folder" --inputs "$folder/inputs-$size.safetensors")
   if $tiny; then source=(--random --tiny --size 64); fi
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=passive "$driver" --model "$model" --mode "$mode" \
@@ -64,7 +70,7 @@ for c in "${cases[@]}"; do
   case $mode in eager | fuse | compile | compile-blocks) ;; *) echo "ab_drivers.sh: unknown mode in '$c' (expected eager, fuse, compile or compile-blocks)" >&2; exit 2 ;; esac
   if [ "$model" != t5 ]; then
     case ${size:-} in 512 | 1024) ;; *) echo "ab_drivers.sh: '$c' needs a size, 512 or 1024" >&2; exit 2 ;; esac
-    $tiny || [ -f "$cache/$( [ "$model" = flux ] && echo flux-1+1 || echo sd3-2 )/inputs-$size.safetensors" ] ||
+    $tiny || [ -f "$(folder_of "$model")/inputs-$size.safetensors" ] ||
       { echo "ab_drivers.sh: no inputs for '$c' under $cache (run compare.py --prepare-only first)" >&2; exit 2; }
   fi
   medians_a=() medians_b=()
