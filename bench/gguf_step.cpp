@@ -1,12 +1,11 @@
 // GGUF-quantized weights against bf16 on a FLUX.1-shaped transformer step (bench_util.h's flux_shaped_step:
 // real widths, 1 double + 1 single block, random weights, 512x512 with 512 text tokens). The same random bf16
-// weights are quantized here to Q8_0 (ggml's reference rounding) and to Q4_K (a plain min/max quantizer per
-// 32-element sub-block) and loaded through load_quantized, as a GGUF file's would be, so they stay quantized.
-// Prints per variant: step time (best wall, and its CPU time), the bytes the parameters hold, the process's
-// resident memory after the steps and its peak during them (bf16 weights here are owned copies, so bf16's
-// prepacked copies add to them; from a file their pages are dropped), and the output's relative max error
-// against the bf16 model.
-// Usage: bench_gguf_step [repetitions=3] [size=512]
+// weights are quantized to Q8_0 and Q4_K (quantize_blocks.h) and loaded through load_quantized, as a GGUF
+// file's would be, so they stay quantized. Prints per variant: step time (best wall, and its CPU time), the
+// bytes the parameters hold, the process's resident memory after the steps and its peak during them (bf16
+// weights here are owned copies, so bf16's prepacked copies add to them; from a file their pages are
+// dropped), and the output's relative max error against the bf16 model. Usage: bench_gguf_step
+// [repetitions=3] [size=512]
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +15,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "bench_util.h"
 #include "kiln/quant/ggml_type.h"
+#include "quantize_blocks.h"
 
 namespace {
 
@@ -35,63 +35,6 @@ void reset_peak_rss() {
   std::ofstream("/proc/self/clear_refs") << "5";
 }
 
-void put_half(uint8_t* p, float v) {
-  const kiln::f16_t h = kiln::f32_to_f16(v);
-  std::memcpy(p, &h, 2);
-}
-
-// ggml's quantize_row_q8_0_ref: d = amax / 127, q = round(x / d).
-void quantize_q8_0(const float* x, uint8_t* out, int64_t k) {
-  for (int64_t b = 0; b < k / 32; ++b, x += 32, out += 34) {
-    float amax = 0;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float d = amax / 127, id = d != 0 ? 1 / d : 0;
-    put_half(out, d);
-    for (int i = 0; i < 32; ++i)
-      out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[i] * id)));
-  }
-}
-
-// Q4_K: per 32-element sub-block scale (max - min) / 15 and min, both as 6-bit multiples of float16
-// super-scales.
-void quantize_q4_k(const float* x, uint8_t* out, int64_t k) {
-  for (int64_t b = 0; b < k / 256; ++b, x += 256, out += 144) {
-    float sc[8], mn[8], max_sc = 0, max_mn = 0;
-    for (int j = 0; j < 8; ++j) {
-      float lo = 0, hi = -1e30f;
-      for (int i = 0; i < 32; ++i) lo = std::min(lo, x[32 * j + i]), hi = std::max(hi, x[32 * j + i]);
-      sc[j] = (hi - lo) / 15;
-      mn[j] = -lo;
-      max_sc = std::max(max_sc, sc[j]);
-      max_mn = std::max(max_mn, mn[j]);
-    }
-    const float d = kiln::f16_to_f32(kiln::f32_to_f16(max_sc / 63));
-    const float dmin = kiln::f16_to_f32(kiln::f32_to_f16(max_mn / 63));
-    put_half(out, d);
-    put_half(out + 2, dmin);
-    uint8_t qs[8], qm[8];
-    for (int j = 0; j < 8; ++j) {
-      qs[j] = static_cast<uint8_t>(std::clamp(d > 0 ? std::lround(sc[j] / d) : 0L, 0L, 63L));
-      qm[j] = static_cast<uint8_t>(std::clamp(dmin > 0 ? std::lround(mn[j] / dmin) : 0L, 0L, 63L));
-    }
-    uint8_t* s = out + 4;
-    for (int j = 0; j < 4; ++j) {
-      s[j] = static_cast<uint8_t>((qs[j] & 63) | ((qs[j + 4] >> 4) << 6));
-      s[j + 4] = static_cast<uint8_t>((qm[j] & 63) | ((qm[j + 4] >> 4) << 6));
-      s[j + 8] = static_cast<uint8_t>((qs[j + 4] & 15) | ((qm[j + 4] & 15) << 4));
-    }
-    uint8_t* q = out + 16;
-    std::memset(q, 0, 128);
-    for (int j = 0; j < 8; ++j) {
-      const float step = d * qs[j], offset = dmin * qm[j];
-      for (int i = 0; i < 32; ++i) {
-        const long v = step > 0 ? std::lround((x[32 * j + i] + offset) / step) : 0;
-        q[32 * (j / 2) + i] |= static_cast<uint8_t>(std::clamp(v, 0L, 15L) << (4 * (j % 2)));
-      }
-    }
-  }
-}
-
 // The bf16 random weights, with every 2-D weight whose rows are whole blocks offered quantized.
 class QuantizedRandomWeights : public kiln::nn::WeightSource {
  public:
@@ -105,15 +48,7 @@ class QuantizedRandomWeights : public kiln::nn::WeightSource {
     const Shape s = inner_.shape(n);
     const int64_t block = kiln::quant::traits(type_).block_size;
     if (s.size() != 2 || s[1] % block != 0) return {};
-    const std::vector<float> w = inner_.load(n).to_vector<float>();
-    const int64_t rb = kiln::quant::row_bytes(type_, s[1]);
-    std::vector<uint8_t> bytes(static_cast<size_t>(s[0] * rb));
-    for (int64_t r = 0; r < s[0]; ++r) {
-      const float* row = w.data() + r * s[1];
-      uint8_t* dst = bytes.data() + r * rb;
-      type_ == GgmlType::Q8_0 ? quantize_q8_0(row, dst, s[1]) : quantize_q4_k(row, dst, s[1]);
-    }
-    return {Tensor::from_vector(bytes, {s[0], rb}), type_, s};
+    return kiln::bench::quantize_weight(inner_.load(n), type_);
   }
 
  private:

@@ -9,8 +9,9 @@
 // kiln / oneDNN. Also prints every instruction's ceiling and the bf16 path in use.
 // `paths` compares the bf16 paths side by side instead (bench_paths, issue #30); `offset` times bf16 products
 // whose x starts 424 bytes past a cache line (as an input mapped from a safetensors file can) against the
-// same product on an aligned x (bench_offset).
-// Usage: bench_matmul [repetitions=5] [bf16|f32|all|paths|offset]
+// same product on an aligned x (bench_offset); `quantized` times bf16 products with a GGUF-quantized weight
+// on each bf16 path (bench_quantized). Usage: bench_matmul [repetitions=5]
+// [bf16|f32|all|paths|offset|quantized]
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -32,7 +33,9 @@
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/linalg.h"
+#include "kiln/ops/quantized_linear.h"
 #include "kiln/runtime/execution_context.h"
+#include "quantize_blocks.h"
 
 namespace {
 
@@ -211,6 +214,68 @@ void bench_paths(int64_t m, int64_t k, int64_t n, int reps, int threads, const k
   std::fflush(stdout);
 }
 
+// bf16 x times a Q8_0 weight (GGUF's common type; every type expands its panels the same way) side by side:
+// kiln::linear on the path this host picks, forced onto fma32 and forced onto oneDNN, and the same product
+// with the dense bf16 weight (the dequantized values) on the path this host picks (prepacked) and on fma32;
+// % of the f32 FMA ceiling and of the fastest instruction's. The quantized products expand the weight into
+// bf16 panels on every call, which the dense ones do not.
+void bench_quantized(int64_t m, int64_t k, int64_t n, int reps, int threads,
+                     const kiln::bench::Bf16Ceiling& c) {
+  using kiln::cpu_kernels::Bf16Path;
+  using kiln::cpu_kernels::ScopedBf16Path;
+  const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+  const kiln::Tensor x = kiln::bench::uniform_tensor({m, k}, kiln::bfloat16, 1.0f, 1);
+  const kiln::quant::QuantizedTensor wq = kiln::bench::quantize_weight(
+      kiln::bench::uniform_tensor({n, k}, kiln::float32, 1.0f / std::sqrt(static_cast<float>(k)), 2),
+      kiln::quant::GgmlType::Q8_0);
+  const kiln::Tensor dense = wq.dequantize().to(kiln::bfloat16);
+  kiln::set_weight_prepacking(kiln::WeightPrepacking::Always);
+  const kiln::Tensor dense_fma = dense.clone();  // never packed: the fma32 path reads it in place
+  Stats s_default, s_fma, s_onednn, s_dense, s_dense_fma;
+  kiln::Tensor y_default, y_fma, y_onednn, y_dense, y_dense_fma;
+  const auto run_default = [&] { y_default = kiln::linear(x, wq); };
+  const auto run_fma = [&] {
+    const ScopedBf16Path path(Bf16Path::Fma32);
+    y_fma = kiln::linear(x, wq);
+    kiln::synchronize();
+  };
+  const auto run_onednn = [&] {
+    const ScopedBf16Path path(Bf16Path::Onednn);
+    y_onednn = kiln::linear(x, wq);
+    kiln::synchronize();
+  };
+  const auto run_dense = [&] { y_dense = kiln::linear(x, dense); };
+  const auto run_dense_fma = [&] {
+    const ScopedBf16Path path(Bf16Path::Fma32);
+    y_dense_fma = kiln::linear(x, dense_fma);
+    kiln::synchronize();
+  };
+  const std::function<void()> warm_ups[] = {run_default, run_fma, run_onednn, run_dense, run_dense_fma};
+  for (const auto& f : warm_ups) time_of(f);
+  for (int r = 0; r < reps; ++r) {
+    s_default.add(flop, time_of(run_default), threads);
+    s_fma.add(flop, time_of(run_fma), threads);
+    s_onednn.add(flop, time_of(run_onednn), threads);
+    s_dense.add(flop, time_of(run_dense), threads);
+    s_dense_fma.add(flop, time_of(run_dense_fma), threads);
+  }
+  const double fma_ceiling = c.rates.fma32, best = c.gflops;
+  std::printf(
+      "%5lld x %5lld x %5lld Q8_0 | default (%s) %4.0f med %4.0f | fma32 %4.0f med %4.0f = %3.0f%% of f32 "
+      "FMA "
+      "%.0f, %3.0f%% of best %.0f | onednn-bf16 %4.0f med %4.0f = %3.0f%% of best | dense bf16: default "
+      "%4.0f "
+      "med %4.0f, fma32 %4.0f med %4.0f | Q8_0 / dense on fma32 %.2f | fma32 vs onednn-bf16 max rel diff "
+      "%.1e\n",
+      static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),
+      kiln::cpu_kernels::bf16_path_name(kiln::cpu_kernels::bf16_path()), s_default.best(), s_default.median(),
+      s_fma.best(), s_fma.median(), 100 * s_fma.best() / fma_ceiling, fma_ceiling, 100 * s_fma.best() / best,
+      best, s_onednn.best(), s_onednn.median(), 100 * s_onednn.best() / best, s_dense.best(),
+      s_dense.median(), s_dense_fma.best(), s_dense_fma.median(), s_fma.best() / s_dense_fma.best(),
+      max_rel_diff(y_fma, y_onednn));
+  std::fflush(stdout);
+}
+
 // kiln::linear on an x whose rows start 424 bytes past a cache line (a view into a wider buffer, as an
 // input mapped from a file can be) against the same values 64-byte aligned, interleaved, bf16, prepacked.
 void bench_offset(int64_t m, int64_t k, int64_t n, int reps, int threads) {
@@ -269,6 +334,11 @@ int main(int argc, char** argv) {
   if (which == "offset") {
     const int64_t offset_shapes[][3] = {{4096, 3072, 3072}, {4096, 12288, 3072}, {666, 4096, 1536}};
     for (const auto& s : offset_shapes) bench_offset(s[0], s[1], s[2], reps, omp_get_max_threads());
+    return 0;
+  }
+  if (which == "quantized") {
+    const int64_t shapes[][3] = {{4096, 3072, 3072}, {4096, 3072, 12288}, {4096, 12288, 3072}};
+    for (const auto& s : shapes) bench_quantized(s[0], s[1], s[2], reps, omp_get_max_threads(), ceiling);
     return 0;
   }
   if (which == "paths") {

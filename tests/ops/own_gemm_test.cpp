@@ -299,7 +299,9 @@ TEST(GemmFma32, EveryEpilogueAfterSeveralDepthSlices) {
 // path in the portable kernel variant too.
 void rerun_with(const std::string& env) {
   const testing::ChildRun run = testing::run_this_binary(
-      env, "Linear*:Matmul*:FusedLinear*:LinearFused*:Attention*:GemmFma32*:GemmAmx*:Packed*:-Bf16Path*");
+      env,
+      "Linear*:Matmul*:FusedLinear*:LinearFused*:Attention*:GemmFma32*:GemmAmx*:Packed*:QuantizedLinear*:"
+      "-Bf16Path*");
   EXPECT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find("[  PASSED  ]"), std::string::npos) << run.output;
 }

@@ -1,12 +1,14 @@
 // linear with a block-quantized weight (GGUF): against a float64 product of the dequantized weight, across
-// several panels of output rows, with and without bias, in float32 and bfloat16; and nn::Linear loaded from a
-// GGUF file keeps its weight quantized and computes the same.
+// several panels of output rows, with and without bias, in float32 and bfloat16; bf16 products on the host's
+// bf16 path (own_gemm_test.cpp reruns these tests on every path the host can run); and nn::Linear loaded from
+// a GGUF file keeps its weight quantized and computes the same.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "backends/cpu/matmul_path.h"
 #include "kiln/core/half.h"
 #include "kiln/io/gguf.h"
 #include "kiln/nn/gguf_weights.h"
@@ -115,6 +117,27 @@ TEST(QuantizedLinear, MatchesAFloat64ProductOfTheDequantizedWeight) {
                              reference(xb.to(float32), wf.to(bfloat16).to(float32), bias.to(bfloat16))),
               8e-3);
   }
+}
+
+// A bf16 product with a quantized weight multiplies each expanded panel on the bf16 path this process takes
+// (matmul_path.h), as the dense bf16 weight would be: on Kiln's own GEMMs (fma32, amx), whose sums do not
+// depend on how the output columns are split, the bits equal the dense weight's product, so a panel that went
+// to oneDNN's vdpbf16ps instead would show; on oneDNN, within the product's bf16 rounding.
+TEST(QuantizedLinear, Bf16ProductRunsOnTheHostsBf16Path) {
+  // 64 rows: past kFma32MinRows and kAmxMinRows, so the automatic paths take it too; n = 2100 spans two
+  // panels (of 1536 rows on Kiln's own GEMMs, 2048 on oneDNN), the second partial.
+  const quant::QuantizedTensor w = random_blocks(GgmlType::Q8_0, 2100, 256, 11);
+  const Tensor xb = random_tensor({64, 256}, 12).to(bfloat16);
+  const Tensor bias = random_tensor({2100}, 13).to(bfloat16);
+  const Tensor dense_w = w.dequantize().to(bfloat16);
+  const Tensor got = linear(xb, w, bias).to(float32);
+  const Tensor want = linear(xb, dense_w, bias).to(float32);
+  const cpu_kernels::Bf16Path path = cpu_kernels::bf16_path();
+  SCOPED_TRACE(std::string("bf16 path ") + cpu_kernels::bf16_path_name(path));
+  if (path == cpu_kernels::Bf16Path::Onednn)
+    EXPECT_TRUE(testing::rel_max_error_within(got, want, 8e-3));
+  else
+    EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
 }
 
 TEST(QuantizedLinear, LeadingDimsAndErrors) {

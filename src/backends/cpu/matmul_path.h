@@ -2,7 +2,8 @@
 // on a CPU whose f32 FMA outruns vdpbf16ps (Intel Xeons without AMX) the same products are faster as
 // float32 FMAs on operands widened exactly from bf16 (a bf16 x bf16 product is exact in float32, so the
 // precision is the same); on a CPU with AMX, tiles (TDPBF16PS) outrun both. The choice covers "linear",
-// "linear_fused" with bf16 weights (gemm_fma32.h) and attention's two products (attention.cpp).
+// "linear_fused" with bf16 weights (gemm_fma32.h), "linear_quantized"'s expanded bf16 panels
+// (quantized_linear.cpp) and attention's two products (attention.cpp).
 #pragma once
 
 #include <cstdint>

@@ -9,11 +9,18 @@
 // weights no less. Reordering each panel into oneDNN's blocked layout (bf16 weights' 10-13% gain when packed
 // once) measured no faster: the reorder costs what it gains. Dequantization runs the per-ISA kernels
 // (AVX-512 or portable) through kiln::quant::dequantize_row.
+// A bf16 panel is multiplied on the host's bf16 path as a dense bf16 weight would be (matmul_path.h): Kiln's
+// f32-FMA GEMM where f32 FMAs outrun vdpbf16ps, its AMX GEMM on AMX hosts, oneDNN otherwise; the panel is
+// then a bf16 weight like any other, so the product's bits are the dense weight's on that path. Those GEMMs
+// get panels of kOwnGemmPanelRows: with a third of that (384 x 2 columns, one block per thread) the fma32
+// GEMM ran at 89-91% of the f32 FMA ceiling on Zen 5 (x re-read from memory for every panel, fewer work items
+// to share), with 1536 rows at 93-94%, as with the whole dense weight (bench_matmul quantized).
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "backends/cpu/isa_dispatch.h"
+#include "backends/cpu/linear_own_gemm.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/register_kernels.h"
 #include "kiln/quant/ggml_type.h"
@@ -34,6 +41,7 @@ constexpr int64_t kPanelBytes = 6 << 20;
 // (isa/quantized_matvec.cpp): 1 x 3072 x 18432 in Q8_0 took 5x bf16's time through the GEMM path, which
 // writes and re-reads the expanded weight.
 constexpr int64_t kMatvecMaxRows = 4;
+constexpr int64_t kOwnGemmPanelRows = 1536;
 
 // A dense float32 or bfloat16 tensor's values as float32.
 void widen_to_f32(const Tensor& t, float* dst) {
@@ -80,8 +88,13 @@ void linear_quantized_kernel(const runtime::OpCall& call) {
   const memory::data_type dt = onednn::data_type(ct, "linear_quantized");
   // A multiple of 64 rows between 256 and 2048.
   const int64_t rows = kPanelBytes / (k * static_cast<int64_t>(dtype_size(ct))) / 64 * 64;
-  const int64_t panel = std::min(n, std::clamp<int64_t>(rows, 256, 2048));
+  int64_t panel = std::min(n, std::clamp<int64_t>(rows, 256, 2048));
   Tensor scratch = Tensor::empty({panel, k}, ct);
+  const OwnGemm gemm = own_gemm_for(x, scratch);
+  if (gemm != OwnGemm::None && panel < std::min(n, kOwnGemmPanelRows)) {
+    panel = std::min(n, kOwnGemmPanelRows);
+    scratch = Tensor::empty({panel, k}, ct);
+  }
   const auto* blocks = static_cast<const uint8_t*>(w.raw_data());
 
   for (int64_t n0 = 0; n0 < n; n0 += panel) {
@@ -91,6 +104,14 @@ void linear_quantized_kernel(const runtime::OpCall& call) {
       dequantize_panel(type, src_rows, w.stride(0), np, k, static_cast<bf16_t*>(scratch.raw_data()));
     else
       dequantize_panel(type, src_rows, w.stride(0), np, k, static_cast<float*>(scratch.raw_data()));
+
+    if (gemm != OwnGemm::None) {
+      const Tensor panel_w = scratch.slice(0, 0, np);
+      const Tensor panel_bias = bias != nullptr ? bias->slice(0, n0, n0 + np) : Tensor();
+      linear_own_gemm(gemm, x, panel_w, bias != nullptr ? &panel_bias : nullptr, Activation::None, nullptr,
+                      nullptr, /*add_output=*/false, /*prepack=*/false, out.slice(1, n0, n0 + np));
+      continue;
+    }
 
     const Md src_md = onednn::dense_desc({m, k}, dt);
     const Md w_md = onednn::plain_desc({k, np}, {1, k}, ct, "linear_quantized");
