@@ -1,11 +1,12 @@
 // GGUF-quantized weights against bf16 on a FLUX.1-shaped transformer step (bench_util.h's flux_shaped_step:
 // real widths, 1 double + 1 single block, random weights, 512x512 with 512 text tokens). The same random bf16
 // weights are quantized to Q8_0 and Q4_K (quantize_blocks.h) and loaded through load_quantized, as a GGUF
-// file's would be, so they stay quantized. Prints per variant: step time (best wall, and its CPU time), the
-// bytes the parameters hold, the process's resident memory after the steps and its peak during them (bf16
-// weights here are owned copies, so bf16's prepacked copies add to them; from a file their pages are
-// dropped), and the output's relative max error against the bf16 model. Usage: bench_gguf_step
-// [repetitions=3] [size=512]
+// file's would be, so they stay quantized.
+// Prints per variant: step time (best wall, and its CPU time), the bytes the parameters hold, the process's
+// resident memory after the steps and its peak during them (bf16 weights here are owned copies, so bf16's
+// prepacked copies add to them; from a file their pages are dropped), and the output's relative max error
+// against the bf16 model.
+// Usage: bench_gguf_step [repetitions=3] [size=512]
 #include <cmath>
 #include <cstdio>
 #include <cstring>
