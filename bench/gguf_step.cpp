@@ -1,7 +1,7 @@
-// GGUF-quantized weights against bf16 on a FLUX.1-shaped transformer step (bench_util.h's flux_shaped_step:
-// real widths, 1 double + 1 single block, random weights, 512x512 with 512 text tokens). The same random bf16
-// weights are quantized to Q8_0 and Q4_K (quantize_blocks.h) and loaded through load_quantized, as a GGUF
-// file's would be, so they stay quantized.
+// GGUF-quantized and fp8 weights against bf16 on a FLUX.1-shaped transformer step (bench_util.h's
+// flux_shaped_step: real widths, 1 double + 1 single block, random weights, 512x512 with 512 text tokens).
+// The same random bf16 weights are quantized to Q8_0, Q4_K and F8_E4M3 (quantize_blocks.h) and loaded through
+// load_quantized, as a GGUF or fp8 safetensors file's would be, so they stay quantized.
 // Prints per variant: step time (best wall, and its CPU time), the bytes the parameters hold, the process's
 // resident memory after the steps and its peak during them (bf16 weights here are owned copies, so bf16's
 // prepacked copies add to them; from a file their pages are dropped), and the output's relative max error
@@ -15,14 +15,14 @@
 
 #include "backends/cpu/cpu_features.h"
 #include "bench_util.h"
-#include "kiln/quant/ggml_type.h"
+#include "kiln/quant/storage_type.h"
 #include "quantize_blocks.h"
 
 namespace {
 
 using kiln::Shape;
 using kiln::Tensor;
-using kiln::quant::GgmlType;
+using kiln::quant::StorageType;
 
 // VmRSS or VmHWM of this process in MiB.
 double proc_status_mib(const char* key) {
@@ -39,7 +39,8 @@ void reset_peak_rss() {
 // The bf16 random weights, with every 2-D weight whose rows are whole blocks offered quantized.
 class QuantizedRandomWeights : public kiln::nn::WeightSource {
  public:
-  QuantizedRandomWeights(const kiln::nn::WeightSource& inner, GgmlType type) : inner_(inner), type_(type) {}
+  QuantizedRandomWeights(const kiln::nn::WeightSource& inner, StorageType type)
+      : inner_(inner), type_(type) {}
   bool contains(const std::string& n) const override { return inner_.contains(n); }
   Shape shape(const std::string& n) const override { return inner_.shape(n); }
   Tensor load(const std::string& n) const override { return inner_.load(n); }
@@ -54,7 +55,7 @@ class QuantizedRandomWeights : public kiln::nn::WeightSource {
 
  private:
   const kiln::nn::WeightSource& inner_;
-  GgmlType type_;
+  StorageType type_;
 };
 
 double rel_max_error(const Tensor& a, const Tensor& b) {
@@ -75,16 +76,18 @@ int main(int argc, char** argv) {
   std::printf(
       "FLUX.1-shaped step (1 double + 1 single block, width 3072), %lldx%lld, 512 text tokens, %s kernels\n",
       static_cast<long long>(size), static_cast<long long>(size), kiln::cpu_kernels::cpu_isa_name());
-  std::printf("  %-5s %9s %9s %12s %12s %12s %10s\n", "type", "step ms", "cpu s", "params MiB", "RSS MiB",
+  std::printf("  %-7s %9s %9s %12s %12s %12s %10s\n", "type", "step ms", "cpu s", "params MiB", "RSS MiB",
               "peak RSS MiB", "err vs bf16");
   Tensor reference;
-  for (const char* variant : {"bf16", "Q8_0", "Q4_K"}) {
+  for (const char* variant : {"bf16", "Q8_0", "Q4_K", "F8_E4M3"}) {
     kiln::bench::FluxShapedStep flux = kiln::bench::flux_shaped_step(size);
     if (std::string(variant) != "bf16") {
       // Re-load the same random weights (RandomWeights is seeded), offered quantized.
       kiln::bench::RandomWeights plain(*flux.model, kiln::bfloat16);
-      const QuantizedRandomWeights quantized(
-          plain, std::string(variant) == "Q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_K);
+      const std::string v = variant;
+      const QuantizedRandomWeights quantized(plain, v == "Q8_0"   ? StorageType::Q8_0
+                                                    : v == "Q4_K" ? StorageType::Q4_K
+                                                                  : StorageType::F8_E4M3);
       flux.model->load_weights(quantized, {.dtype = kiln::bfloat16});
     }
     reset_peak_rss();  // the peak of the steps, not of building the weights
@@ -95,7 +98,7 @@ int main(int argc, char** argv) {
     const double step = kiln::bench::best_of(reps, [&] { out = flux.forward(); });
     const kiln::bench::Timing cpu = kiln::bench::time_of([&] { flux.forward(); });
     if (!reference.defined()) reference = out.to(kiln::float32);
-    std::printf("  %-5s %9.1f %9.2f %12.1f %12.1f %12.1f %10.4f\n", variant, step * 1e3, cpu.cpu,
+    std::printf("  %-7s %9.1f %9.2f %12.1f %12.1f %12.1f %10.4f\n", variant, step * 1e3, cpu.cpu,
                 static_cast<double>(params) / (1 << 20), proc_status_mib("VmRSS:"), proc_status_mib("VmHWM:"),
                 rel_max_error(out.to(kiln::float32), reference));
   }

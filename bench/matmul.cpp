@@ -9,9 +9,9 @@
 // kiln / oneDNN. Also prints every instruction's ceiling and the bf16 path in use.
 // `paths` compares the bf16 paths side by side instead (bench_paths, issue #30); `offset` times bf16 products
 // whose x starts 424 bytes past a cache line (as an input mapped from a safetensors file can) against the
-// same product on an aligned x (bench_offset); `quantized` times bf16 products with a GGUF-quantized weight
-// on each bf16 path (bench_quantized). Usage: bench_matmul [repetitions=5]
-// [bf16|f32|all|paths|offset|quantized]
+// same product on an aligned x (bench_offset); `quantized` times bf16 products with a GGUF-quantized or fp8
+// weight on each bf16 path (bench_quantized).
+// Usage: bench_matmul [repetitions=5] [bf16|f32|all|paths|offset|quantized]
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -214,20 +214,20 @@ void bench_paths(int64_t m, int64_t k, int64_t n, int reps, int threads, const k
   std::fflush(stdout);
 }
 
-// bf16 x times a Q8_0 weight (GGUF's common type; every type expands its panels the same way) side by side:
+// bf16 x times a Q8_0 weight (GGUF's common type; every block type expands its panels the same way) or an
+// F8_E4M3 one (an fp8 checkpoint's), side by side:
 // kiln::linear on the path this host picks, forced onto fma32 and forced onto oneDNN, and the same product
 // with the dense bf16 weight (the dequantized values) on the path this host picks (prepacked) and on fma32;
 // % of the f32 FMA ceiling and of the fastest instruction's. The quantized products expand the weight into
 // bf16 panels on every call, which the dense ones do not.
-void bench_quantized(int64_t m, int64_t k, int64_t n, int reps, int threads,
+void bench_quantized(kiln::quant::StorageType type, int64_t m, int64_t k, int64_t n, int reps, int threads,
                      const kiln::bench::Bf16Ceiling& c) {
   using kiln::cpu_kernels::Bf16Path;
   using kiln::cpu_kernels::ScopedBf16Path;
   const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
   const kiln::Tensor x = kiln::bench::uniform_tensor({m, k}, kiln::bfloat16, 1.0f, 1);
   const kiln::quant::QuantizedTensor wq = kiln::bench::quantize_weight(
-      kiln::bench::uniform_tensor({n, k}, kiln::float32, 1.0f / std::sqrt(static_cast<float>(k)), 2),
-      kiln::quant::GgmlType::Q8_0);
+      kiln::bench::uniform_tensor({n, k}, kiln::float32, 1.0f / std::sqrt(static_cast<float>(k)), 2), type);
   const kiln::Tensor dense = wq.dequantize().to(kiln::bfloat16);
   kiln::set_weight_prepacking(kiln::WeightPrepacking::Always);
   const kiln::Tensor dense_fma = dense.clone();  // never packed: the fma32 path reads it in place
@@ -261,13 +261,15 @@ void bench_quantized(int64_t m, int64_t k, int64_t n, int reps, int threads,
   }
   const double fma_ceiling = c.rates.fma32, best = c.gflops;
   std::printf(
-      "%5lld x %5lld x %5lld Q8_0 | default (%s) %4.0f med %4.0f | fma32 %4.0f med %4.0f = %3.0f%% of f32 "
+      "%5lld x %5lld x %5lld %-7s | default (%s) %4.0f med %4.0f | fma32 %4.0f med %4.0f = %3.0f%% of f32 "
       "FMA "
       "%.0f, %3.0f%% of best %.0f | onednn-bf16 %4.0f med %4.0f = %3.0f%% of best | dense bf16: default "
       "%4.0f "
-      "med %4.0f, fma32 %4.0f med %4.0f | Q8_0 / dense on fma32 %.2f | fma32 vs onednn-bf16 max rel diff "
+      "med %4.0f, fma32 %4.0f med %4.0f | quantized / dense on fma32 %.2f | fma32 vs onednn-bf16 max rel "
+      "diff "
       "%.1e\n",
       static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),
+      std::string(kiln::quant::type_name(type)).c_str(),
       kiln::cpu_kernels::bf16_path_name(kiln::cpu_kernels::bf16_path()), s_default.best(), s_default.median(),
       s_fma.best(), s_fma.median(), 100 * s_fma.best() / fma_ceiling, fma_ceiling, 100 * s_fma.best() / best,
       best, s_onednn.best(), s_onednn.median(), 100 * s_onednn.best() / best, s_dense.best(),
@@ -338,7 +340,9 @@ int main(int argc, char** argv) {
   }
   if (which == "quantized") {
     const int64_t shapes[][3] = {{4096, 3072, 3072}, {4096, 3072, 12288}, {4096, 12288, 3072}};
-    for (const auto& s : shapes) bench_quantized(s[0], s[1], s[2], reps, omp_get_max_threads(), ceiling);
+    for (const auto type : {kiln::quant::StorageType::Q8_0, kiln::quant::StorageType::F8_E4M3})
+      for (const auto& s : shapes)
+        bench_quantized(type, s[0], s[1], s[2], reps, omp_get_max_threads(), ceiling);
     return 0;
   }
   if (which == "paths") {

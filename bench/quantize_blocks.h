@@ -1,7 +1,8 @@
-// Block quantizers for the benchmarks: bf16 or float32 weights written as GGUF blocks, as a GGUF file would
-// hold them, so that a benchmark's weights stay quantized through load_quantized (gguf_step.cpp) or go to
-// linear as a QuantizedTensor (matmul.cpp). Q8_0 rounds as ggml's reference quantizer does; Q4_K is a plain
-// min/max quantizer per 32-element sub-block (the layout ggml reads, not ggml's search for the best scales).
+// Quantizers for the benchmarks: bf16 or float32 weights written as GGUF blocks or fp8, as a GGUF or an fp8
+// safetensors file would hold them, so that a benchmark's weights stay quantized through load_quantized
+// (gguf_step.cpp) or go to linear as a QuantizedTensor (matmul.cpp). Q8_0 rounds as ggml's reference
+// quantizer does; Q4_K is a plain min/max quantizer per 32-element sub-block (the layout ggml reads, not
+// ggml's search for the best scales); F8_E4M3 rounds to nearest (ties away from zero), saturating at 448.
 #pragma once
 
 #include <algorithm>
@@ -73,14 +74,29 @@ inline void quantize_q4_k(const float* x, uint8_t* out, int64_t k) {
   }
 }
 
-// A float32 [n, k] weight as Q8_0 or Q4_K blocks (k a multiple of the block size).
-inline quant::QuantizedTensor quantize_weight(const Tensor& w, quant::GgmlType type) {
+// float8_e4m3fn's byte for x: 3 mantissa bits, exponent bias 7, subnormals below 2^-6, largest 448.
+inline uint8_t to_fp8_e4m3(float x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const float a = std::min(std::fabs(x), 448.0f);
+  if (a < 0x1p-6f) return sign | static_cast<uint8_t>(std::lround(a * 0x1p9f));  // 8 rounds up to 2^-6
+  int e = 0;
+  const float f = std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
+  long m = std::lround((f * 2 - 1) * 8);
+  if (m == 8) m = 0, ++e;
+  return sign | static_cast<uint8_t>(std::min(((e - 1 + 7) << 3) | static_cast<int>(m), 0x7e));
+}
+
+// A float32 [n, k] weight as Q8_0 or Q4_K blocks (k a multiple of the block size) or as F8_E4M3 bytes.
+inline quant::QuantizedTensor quantize_weight(const Tensor& w, quant::StorageType type) {
   const int64_t n = w.size(0), k = w.size(1);
   const std::vector<float> v = w.to(float32).to_vector<float>();
   const int64_t rb = quant::row_bytes(type, k);
   std::vector<uint8_t> bytes(static_cast<size_t>(n * rb));
   for (int64_t r = 0; r < n; ++r) {
-    if (type == quant::GgmlType::Q8_0)
+    if (type == quant::StorageType::F8_E4M3)
+      for (int64_t i = 0; i < k; ++i)
+        bytes[static_cast<size_t>(r * rb + i)] = to_fp8_e4m3(v[static_cast<size_t>(r * k + i)]);
+    else if (type == quant::StorageType::Q8_0)
       quantize_q8_0(v.data() + r * k, bytes.data() + r * rb, k);
     else
       quantize_q4_k(v.data() + r * k, bytes.data() + r * rb, k);

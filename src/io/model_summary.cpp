@@ -25,7 +25,11 @@ WeightsSummary summarize_weights(const std::string& path) {
     const int64_t n = shape_numel(info.shape);
     w.parameters += n;
     w.parameters_by_dtype[info.stored_dtype] += n;
-    w.bytes_in_memory += static_cast<uint64_t>(n) * dtype_size(info.dtype);
+    // An fp8 matrix stays fp8 when it is a Linear weight (nn::CheckpointWeights::load_quantized), as nearly
+    // all of them are; every other tensor is held in the dtype the reader gives it.
+    const bool kept_fp8 =
+        info.shape.size() == 2 && (info.stored_dtype == "F8_E4M3" || info.stored_dtype == "F8_E5M2");
+    w.bytes_in_memory += static_cast<uint64_t>(n) * (kept_fp8 ? 1 : dtype_size(info.dtype));
     w.tensor_parameters.emplace_back(name, n);
   }
   return w;

@@ -334,6 +334,19 @@ Tensor SafetensorsFile::rows(const std::string& name, int64_t start, int64_t end
   return out;
 }
 
+Tensor SafetensorsFile::stored_bytes(const std::string& name) const {
+  const TensorInfo& i = info(name);
+  const StoredDType& stored = *find_stored_dtype(i.stored_dtype);
+  KILN_CHECK(stored.bits % 8 == 0, path_ << ": tensor '" << name << "' is stored as " << i.stored_dtype
+                                         << ", which packs several elements per byte");
+  const int64_t cols = i.shape.empty() ? 1 : i.shape.back();
+  const int64_t rows = i.shape.empty() ? 1 : shape_numel(Shape(i.shape.begin(), i.shape.end() - 1));
+  const Shape shape{rows, cols * static_cast<int64_t>(stored.bits / 8)};
+  auto storage =
+      Storage::borrow_file_pages(tensor_bytes(i), static_cast<size_t>(shape_numel(shape)), cpu, file_);
+  return Tensor(storage, shape, contiguous_strides(shape), 0, DType::UInt8);
+}
+
 Tensor SafetensorsFile::columns(const std::string& name, int64_t start, int64_t end) const {
   const TensorInfo& i = info(name);
   const std::string where = path_ + ": tensor '" + name + "'";

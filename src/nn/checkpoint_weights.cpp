@@ -53,6 +53,19 @@ std::vector<std::string> CheckpointWeights::names() const {
 std::string CheckpointWeights::description() const {
   return impl_->checkpoint.path();
 }
+quant::QuantizedTensor CheckpointWeights::load_quantized(const std::string& name) const {
+  const io::TensorInfo& info = impl_->checkpoint.info(name);
+  if (info.shape.size() != 2) return {};
+  quant::StorageType type;
+  if (info.stored_dtype == "F8_E4M3")
+    type = quant::StorageType::F8_E4M3;
+  else if (info.stored_dtype == "F8_E5M2")
+    type = quant::StorageType::F8_E5M2;
+  else
+    return {};
+  return {impl_->checkpoint.stored_bytes(name), type, info.shape};
+}
+
 DType CheckpointWeights::stored_dtype(const std::string& name) const {
   return impl_->checkpoint.info(name).dtype;
 }

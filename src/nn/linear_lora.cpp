@@ -161,7 +161,7 @@ void Linear::fuse_adapters(double lora_scale) {
   adapters_->original_weight = weight;
   adapters_->original_storage = weight_storage;
   weight = add(base, delta).to(compute).contiguous();
-  weight_storage = QuantizedStorage{quant::GgmlType::F32, compute};
+  weight_storage = QuantizedStorage{quant::StorageType::F32, compute};
   adapters_->fused = true;
   rebuild_adapters();
 }

@@ -135,7 +135,7 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
                                             << ": tensor '" << name << "' has shape " << shape_str(stored)
                                             << " but the model config expects " << shape_str(p->full_shape));
     if (p->quantized != nullptr) {
-      *p->quantized = QuantizedStorage{quant::GgmlType::F32, options.dtype};
+      *p->quantized = QuantizedStorage{quant::StorageType::F32, options.dtype};
       if (options.keep_quantized) {
         quant::QuantizedTensor q = source.load_quantized(name);
         if (q.defined() && quant::traits(q.type).is_quantized) {

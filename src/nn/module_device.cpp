@@ -5,13 +5,37 @@
 
 namespace kiln::nn {
 
+namespace {
+
+// fp8 weights hold bfloat16 values in a narrower format: where no kernel reads fp8 (off the CPU) they are
+// widened to the layer's compute dtype, the values a widening load would have given. Block-quantized GGUF
+// weights are not: expanding them would silently multiply the device memory they were chosen to save.
+bool widened_off_the_cpu(quant::StorageType type) {
+  return type == quant::StorageType::F8_E4M3 || type == quant::StorageType::F8_E5M2;
+}
+
+}  // namespace
+
+void Module::widen_fp8_weights_for(Device device) {
+  if (device.type == DeviceType::CPU) return;
+  std::vector<std::pair<std::string, const Parameter*>> all;
+  collect("", all);
+  for (const auto& [name, p] : all) {
+    if (p->quantized == nullptr || !widened_off_the_cpu(p->quantized->type) || !p->slot->defined()) continue;
+    *p->slot = quant::QuantizedTensor{*p->slot, p->quantized->type, p->shape}.dequantize().to(
+        p->quantized->compute_dtype);
+    p->quantized->type = quant::StorageType::F32;
+  }
+}
+
 void Module::check_movable_to(Device device) const {
   if (device.type == DeviceType::CPU) return;
   std::vector<std::pair<std::string, const Parameter*>> all;
   collect("", all);
   for (const auto& [name, p] : all)
     KILN_CHECK(
-        p->quantized == nullptr || !p->quantized->is_quantized() || !p->slot->defined(),
+        p->quantized == nullptr || !p->quantized->is_quantized() || widened_off_the_cpu(p->quantized->type) ||
+            !p->slot->defined(),
         type_name() << ".to(" << device.str() << "): parameter '" << name << "' is kept block-quantized ("
                     << quant::traits(p->quantized->type).name
                     << "), which only the cpu's kernels read; load the model dequantized (a float dtype, "
@@ -22,6 +46,7 @@ void Module::check_movable_to(Device device) const {
 void Module::to(Device device) {
   // Checked first, so that a refused call leaves the whole module where it was.
   check_movable_to(device);
+  widen_fp8_weights_for(device);
   std::vector<std::pair<std::string, const Parameter*>> all;
   collect("", all);
   for (const auto& [name, p] : all)
@@ -31,6 +56,7 @@ void Module::to(Device device) {
 
 void Module::offload_to(Device device) {
   check_movable_to(device);
+  widen_fp8_weights_for(device);
   WeightTier& tier = device_runtime(device).weight_tier();
   std::vector<std::pair<std::string, const Parameter*>> all;
   collect("", all);

@@ -13,7 +13,7 @@
 namespace kiln {
 namespace {
 
-using quant::GgmlType;
+using quant::StorageType;
 
 // Builds GGUF bytes field by field, so each test can break exactly one thing.
 class GgufBuilder {
@@ -105,7 +105,7 @@ TEST(Gguf, ReadsWhatTheGgufPackageWrote) {
   EXPECT_EQ(f.metadata_string("general.architecture"), "kiln-test");
   EXPECT_EQ(f.metadata_string("kiln.note"), "quantization references");
   const io::GgufTensorInfo& q = f.info("t8.Q8_0");
-  EXPECT_EQ(q.type, GgmlType::Q8_0);
+  EXPECT_EQ(q.type, StorageType::Q8_0);
   EXPECT_EQ(q.shape, (Shape{2, 3, 32}));  // torch order, as the gguf package reports it reversed
   EXPECT_EQ(q.bytes, 6u * 34u);
   const quant::QuantizedTensor blocks = f.blocks("t8.Q8_0");
@@ -131,7 +131,7 @@ TEST(Gguf, WeightSourceKeepsQuantizedBlocks) {
   const nn::GgufWeights source(write("valid.gguf", valid_builder().bytes()));
   EXPECT_EQ(source.shape("weight"), (Shape{2, 32}));
   EXPECT_TRUE(source.load_quantized("weight").defined());
-  EXPECT_EQ(source.load_quantized("weight").type, GgmlType::Q8_0);
+  EXPECT_EQ(source.load_quantized("weight").type, StorageType::Q8_0);
   EXPECT_FALSE(source.load_quantized("bias").defined());
   EXPECT_EQ(source.load("weight").dtype(), float32);
 }

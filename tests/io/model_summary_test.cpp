@@ -66,6 +66,12 @@ TEST(ModelSummary, ComponentFolderIndexAndFile) {
   EXPECT_EQ(file.total.parameters_by_dtype.at("F8_E4M3"), 256 + 0);
   EXPECT_EQ(file.total.parameters_by_dtype.at("F4"), 32);
   EXPECT_EQ(file.total.tensors, 26);
+
+  // fp8 matrices (Linear weights) stay fp8 in memory: one byte each; the bf16 vectors two.
+  const auto fp8 = io::summarize_model(data_path("gguf/flux-tiny-dev-bfl-fp8.safetensors"));
+  const auto& by = fp8.total.parameters_by_dtype;
+  EXPECT_EQ(fp8.total.bytes_in_memory,
+            static_cast<uint64_t>(2 * by.at("BF16") + by.at("F8_E4M3") + by.at("F8_E5M2")));
 }
 
 TEST(ModelSummary, FromACachedRepo) {

@@ -116,6 +116,25 @@ TEST(SafetensorsReader, NativeTensorsAreZeroCopyViewsOfTheMapping) {
   EXPECT_FALSE(fixture().tensor("f8_e4m3").storage()->is_borrowed());  // widened: a converted copy
 }
 
+// stored_bytes: the bytes as the file holds them, one row per index before the last dimension, zero-copy.
+TEST(SafetensorsReader, StoredBytesAreTheFilesBytesUnwidened) {
+  const Tensor f8 = fixture().stored_bytes("f8_e4m3");
+  EXPECT_EQ(f8.dtype(), uint8);
+  EXPECT_EQ(f8.shape(), (Shape{16, 16}));
+  EXPECT_TRUE(f8.storage()->is_file_pages());
+  const std::vector<uint8_t> bytes = f8.to_vector<uint8_t>();
+  for (size_t i = 0; i < bytes.size(); ++i) EXPECT_EQ(bytes[i], i) << i;  // the fixture's every-byte table
+
+  const Tensor bf16 = fixture().tensor("bf16");
+  const Tensor raw = fixture().stored_bytes("bf16");
+  EXPECT_EQ(raw.shape(), (Shape{bf16.size(0), 2 * bf16.size(1)}));
+  EXPECT_EQ(std::memcmp(raw.raw_data(), bf16.contiguous().raw_data(), bf16.nbytes()), 0);
+  EXPECT_EQ(fixture().stored_bytes("scalar_f32").shape(), (Shape{1, 4}));
+  EXPECT_EQ(fixture().stored_bytes("empty_f8").shape(), (Shape{0, 4}));
+  EXPECT_KILN_ERROR(fixture().stored_bytes("f4"), kDtypesFile, "tensor 'f4'", "F4",
+                    "packs several elements per byte");
+}
+
 TEST(SafetensorsReader, RowSlicesReadOnlyTheirRows) {
   for (const char* name : {"f64", "f32", "bf16", "f16_3d", "i16", "u16", "u32", "u64", "bool", "f8_e4m3",
                            "f8_e5m2", "f8_e8m0", "f4"}) {

@@ -1,7 +1,8 @@
 // FluxTransformer2DModel::from_single_file on FLUX transformers saved as people download them
-// (tools/gguf_refs/single_files.py): Black Forest Labs' layout as safetensors, GGUF Q8_0, and a mixed
-// Q4_K/Q8_0 GGUF, each against diffusers' from_single_file (with GGUFQuantizationConfig(compute_dtype=bf16))
-// on the same file; quantized weights stay quantized; a wrong or missing tensor is named.
+// (tools/gguf_refs/single_files.py, fp8_single_file.py): Black Forest Labs' layout as safetensors, with fp8
+// weights, GGUF Q8_0, and a mixed Q4_K/Q8_0 GGUF, each against diffusers' from_single_file (with
+// GGUFQuantizationConfig(compute_dtype=bf16) for GGUF) on the same file; quantized and fp8 weights stay so; a
+// wrong or missing tensor is named.
 #include <gtest/gtest.h>
 
 #include "io/io_test_util.h"
@@ -102,6 +103,44 @@ TEST(FluxSingleFile, GgufQ8_0MatchesDiffusers) {
   const Tensor budgeted = run(*model, inputs("tiny_"));
   set_resident_weight_budget(std::nullopt);
   EXPECT_EQ(budgeted.to_vector<float>(), out.to_vector<float>());
+}
+
+// Linear weights in float8_e4m3fn (and the single blocks' in float8_e5m2), as flux1-dev-fp8 files hold them:
+// kept in fp8 (one byte per weight, the file's pages), each product on their exact bf16 values, which is what
+// diffusers computes after widening them on load.
+TEST(FluxSingleFile, Fp8SafetensorsStaysFp8AndMatchesDiffusers) {
+  auto model =
+      FluxTransformer2DModel::from_single_file(testing::data_path("gguf/flux-tiny-dev-bfl-fp8.safetensors"),
+                                               {.config = kTinyConfig, .dtype = bfloat16});
+  // All of the file's 36 fp8 weights, fused qkv and linear1 split as for Q8_0 above.
+  EXPECT_EQ(quantized_count(*model).first, 36 + 4 * (3 - 1) + 2 * (4 - 1));
+  auto plain = models::load_flux_transformer(kTinyConfig, bfloat16);
+  size_t fp8_bytes = 0, plain_bytes = 0;
+  for (const auto& [name, t] : model->named_parameters())
+    if (t->defined() && t->dtype() == uint8) {
+      fp8_bytes += t->nbytes();
+      // The file's pages, but for the final norm's, whose (shift, scale) halves are swapped into a copy.
+      EXPECT_EQ(t->storage()->is_file_pages(), name != "norm_out.linear.weight") << name;
+    }
+  for (const auto& [name, t] : plain->named_parameters())
+    if (t->defined() && t->dim() == 2) plain_bytes += t->nbytes();
+  EXPECT_EQ(fp8_bytes * 2, plain_bytes);
+  EXPECT_EQ(plain->parameter_bytes(bfloat16) - model->parameter_bytes(bfloat16), plain_bytes - fp8_bytes);
+
+  const io::SafetensorsFile fp8_goldens(testing::data_path("gguf/fp8_single_file_goldens.safetensors"));
+  const Tensor out = run(*model, inputs("tiny_"));
+  EXPECT_EQ(out.dtype(), bfloat16);
+  EXPECT_TRUE(testing::rel_max_error_within(out, fp8_goldens.tensor("fp8_out"), 1e-2));
+  // In float32, against diffusers in float32 (the bound of FluxTransformer's float32 goldens, 1e-4).
+  auto f32 =
+      FluxTransformer2DModel::from_single_file(testing::data_path("gguf/flux-tiny-dev-bfl-fp8.safetensors"),
+                                               {.config = kTinyConfig, .dtype = float32});
+  EXPECT_EQ(quantized_count(*f32).first, 36 + 4 * (3 - 1) + 2 * (4 - 1));
+  Inputs in32 = inputs("tiny_");
+  for (Tensor* t : {&in32.hidden, &in32.encoder_hidden, &in32.pooled, &in32.timestep, &in32.guidance,
+                    &in32.txt_ids, &in32.img_ids})
+    *t = t->to(float32);
+  EXPECT_TRUE(testing::rel_max_error_within(run(*f32, in32), fp8_goldens.tensor("fp8_f32_out"), 1e-4));
 }
 
 TEST(FluxSingleFile, GgufQ4_KMatchesDiffusersWithTheConfigReadOffShapes) {

@@ -20,10 +20,10 @@
 namespace kiln {
 namespace {
 
-using quant::GgmlType;
+using quant::StorageType;
 
 // Random blocks of `type` for a [n, k] weight: random packed bits, float16 scales drawn around `scale`.
-quant::QuantizedTensor random_blocks(GgmlType type, int64_t n, int64_t k, uint32_t seed) {
+quant::QuantizedTensor random_blocks(StorageType type, int64_t n, int64_t k, uint32_t seed) {
   const int64_t rb = quant::row_bytes(type, k);
   std::mt19937 rng(seed);
   std::vector<uint8_t> bytes(static_cast<size_t>(n * rb));
@@ -32,15 +32,15 @@ quant::QuantizedTensor random_blocks(GgmlType type, int64_t n, int64_t k, uint32
   // Overwrite the float16 fields with finite scales (offsets as in the ggml block structs).
   std::vector<int> halves;
   switch (type) {
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_0:
+    case StorageType::Q8_0:
+    case StorageType::Q4_0:
       halves = {0};
       break;
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
+    case StorageType::Q4_K:
+    case StorageType::Q5_K:
       halves = {0, 2};
       break;
-    case GgmlType::Q6_K:
+    case StorageType::Q6_K:
       halves = {208};
       break;
     default:
@@ -67,10 +67,11 @@ Tensor random_tensor(const Shape& shape, uint32_t seed) {
 std::vector<double> reference(const Tensor& x, const Tensor& w, const Tensor& bias) {
   const auto xv = x.to_vector<float>(), wv = w.to_vector<float>();
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  const std::vector<float> b = bias.defined() ? bias.to(float32).to_vector<float>() : std::vector<float>();
   std::vector<double> y(static_cast<size_t>(m * n));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      double s = bias.defined() ? bias.to(float32).to_vector<float>()[static_cast<size_t>(j)] : 0.0;
+      double s = b.empty() ? 0.0 : b[static_cast<size_t>(j)];
       for (int64_t p = 0; p < k; ++p)
         s += static_cast<double>(xv[static_cast<size_t>(i * k + p)]) * wv[static_cast<size_t>(j * k + p)];
       y[static_cast<size_t>(i * n + j)] = s;
@@ -90,17 +91,17 @@ double relative_error(const Tensor& got, const std::vector<double>& want) {
 }
 
 struct Case {
-  GgmlType type;
+  StorageType type;
   int64_t m, n, k;
 };
 
 TEST(QuantizedLinear, MatchesAFloat64ProductOfTheDequantizedWeight) {
   // m <= 4 takes the matrix-vector kernel, larger m the GEMM on expanded panels; n = 4500 and 2100 span
   // several panels of output rows (at most 2048 each), the last one partial.
-  for (const Case c :
-       {Case{GgmlType::Q8_0, 5, 4500, 96}, Case{GgmlType::Q8_0, 1, 300, 96}, Case{GgmlType::Q4_0, 3, 40, 64},
-        Case{GgmlType::Q4_K, 7, 600, 512}, Case{GgmlType::Q6_K, 9, 2100, 256},
-        Case{GgmlType::Q6_K, 1, 530, 256}, Case{GgmlType::Q5_K, 2, 17, 256}}) {
+  for (const Case c : {Case{StorageType::Q8_0, 5, 4500, 96}, Case{StorageType::Q8_0, 1, 300, 96},
+                       Case{StorageType::Q4_0, 3, 40, 64}, Case{StorageType::Q4_K, 7, 600, 512},
+                       Case{StorageType::Q6_K, 9, 2100, 256}, Case{StorageType::Q6_K, 1, 530, 256},
+                       Case{StorageType::Q5_K, 2, 17, 256}}) {
     SCOPED_TRACE(std::string(quant::type_name(c.type)) + " n=" + std::to_string(c.n));
     const quant::QuantizedTensor w = random_blocks(c.type, c.n, c.k, 7);
     const Tensor wf = w.dequantize();
@@ -126,7 +127,7 @@ TEST(QuantizedLinear, MatchesAFloat64ProductOfTheDequantizedWeight) {
 TEST(QuantizedLinear, Bf16ProductRunsOnTheHostsBf16Path) {
   // 64 rows: past kFma32MinRows and kAmxMinRows, so the automatic paths take it too; n = 2100 spans two
   // panels (of 1536 rows on Kiln's own GEMMs, 2048 on oneDNN), the second partial.
-  const quant::QuantizedTensor w = random_blocks(GgmlType::Q8_0, 2100, 256, 11);
+  const quant::QuantizedTensor w = random_blocks(StorageType::Q8_0, 2100, 256, 11);
   const Tensor xb = random_tensor({64, 256}, 12).to(bfloat16);
   const Tensor bias = random_tensor({2100}, 13).to(bfloat16);
   const Tensor dense_w = w.dequantize().to(bfloat16);
@@ -140,8 +141,33 @@ TEST(QuantizedLinear, Bf16ProductRunsOnTheHostsBf16Path) {
     EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
 }
 
+// fp8 weights (safetensors' F8_E4M3 and F8_E5M2 kept as stored): the product of their exact values, on the
+// matrix-vector kernel (1 row) and the panel GEMM (70 rows, two panels of output columns), f32 and bf16.
+TEST(QuantizedLinear, Fp8WeightsMultiplyAsTheirExactValues) {
+  for (const StorageType type : {StorageType::F8_E4M3, StorageType::F8_E5M2}) {
+    SCOPED_TRACE(std::string(quant::type_name(type)));
+    const int64_t n = 2100, k = 80;
+    std::mt19937 rng(21);
+    std::vector<uint8_t> bytes(static_cast<size_t>(n * k));
+    // Exponent's top bit cleared: magnitudes up to 1.875, no NaN or infinity patterns.
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng()) & 0xbf;
+    const quant::QuantizedTensor w{Tensor::from_vector(bytes, {n, k}), type, {n, k}};
+    const Tensor wf = w.dequantize();
+    EXPECT_EQ(wf.to(bfloat16).to(float32).to_vector<float>(), wf.to_vector<float>());  // exactly bf16 values
+    const Tensor bias = random_tensor({n}, 22);
+    for (const int64_t m : {1, 70}) {
+      const Tensor x = random_tensor({m, k}, 23);
+      EXPECT_LT(relative_error(linear(x, w, bias), reference(x, wf, bias)), 2e-6) << m << " rows";
+      const Tensor xb = x.to(bfloat16);
+      const Tensor yb = linear(xb, w, bias.to(bfloat16));
+      EXPECT_LT(relative_error(yb.to(float32), reference(xb.to(float32), wf, bias.to(bfloat16))), 8e-3)
+          << m << " rows";
+    }
+  }
+}
+
 TEST(QuantizedLinear, LeadingDimsAndErrors) {
-  const quant::QuantizedTensor w = random_blocks(GgmlType::Q8_0, 6, 64, 1);
+  const quant::QuantizedTensor w = random_blocks(StorageType::Q8_0, 6, 64, 1);
   const Tensor x = random_tensor({2, 3, 64}, 2);
   const Tensor y = linear(x, w);
   EXPECT_EQ(y.shape(), (Shape{2, 3, 6}));

@@ -37,6 +37,7 @@ class Checkpoint {
   Tensor columns(const std::string& name, int64_t start, int64_t end) const {
     return file_of(name).columns(name, start, end);
   }
+  Tensor stored_bytes(const std::string& name) const { return file_of(name).stored_bytes(name); }
 
   // The index's "metadata" (e.g. total_size) as text, or the single file's __metadata__.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }

@@ -15,14 +15,14 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
-#include "kiln/quant/ggml_type.h"
 #include "kiln/quant/quantized_tensor.h"
+#include "kiln/quant/storage_type.h"
 
 namespace kiln::io {
 
 struct GgufTensorInfo {
   std::string name;
-  quant::GgmlType type;
+  quant::StorageType type;
   Shape shape;          // torch order (outermost first): ggml's ne[] reversed, as the gguf package reports it
   uint64_t offset = 0;  // from the start of the data section
   uint64_t bytes = 0;

@@ -20,7 +20,7 @@ struct WeightsSummary {
   int64_t parameters = 0;
   std::map<std::string, int64_t> parameters_by_dtype;  // by stored dtype: "BF16" -> count
   uint64_t bytes_on_disk = 0;
-  uint64_t bytes_in_memory = 0;
+  uint64_t bytes_in_memory = 0;  // as loaded: small float formats widened, but fp8 matrices kept in fp8
   std::vector<std::pair<std::string, int64_t>> tensor_parameters;  // (name, parameters), in file order
 };
 

@@ -48,6 +48,10 @@ class SafetensorsFile {
   Tensor rows(const std::string& name, int64_t start, int64_t end) const;
   // Columns [start, end) along the last dimension (a strided view; contiguous() copies only those bytes).
   Tensor columns(const std::string& name, int64_t start, int64_t end) const;
+  // The stored bytes of a tensor of whole-byte elements (not F4) as they lie in the file, without widening:
+  // a zero-copy uint8 view [rows, row bytes], one row per index of the dimensions before the last (a scalar
+  // is one row). How an fp8 weight stays fp8 (nn::CheckpointWeights::load_quantized).
+  Tensor stored_bytes(const std::string& name) const;
 
  private:
   const char* tensor_bytes(const TensorInfo& info) const;

@@ -24,6 +24,9 @@ class CheckpointWeights final : public WeightSource {
                      const std::vector<std::pair<int64_t, int64_t>>& ranges) const override;
   std::vector<std::string> names() const override;
   std::string description() const override;
+  // An fp8 (F8_E4M3 or F8_E5M2) 2-D tensor as its stored bytes, so that Linear weights stay fp8 in memory
+  // (nn::LoadOptions::keep_quantized); undefined for every other tensor.
+  quant::QuantizedTensor load_quantized(const std::string& name) const override;
   // The dtype the checkpoint stores `name` in.
   DType stored_dtype(const std::string& name) const;
 

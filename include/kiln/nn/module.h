@@ -52,15 +52,16 @@ class WeightSource {
                              const std::vector<std::pair<int64_t, int64_t>>& ranges) const;
   // Names the source in errors ("transformer/diffusion_pytorch_model.safetensors").
   virtual std::string description() const = 0;
-  // The tensor's block-quantized storage (GGUF Q8_0, Q4_K, ...) when it has one; an undefined result for
-  // tensors stored as plain floats, which is every tensor of a source without quantized storage.
+  // The tensor's quantized storage (GGUF Q8_0, Q4_K, ...; a safetensors fp8 matrix) when it has one; an
+  // undefined result for tensors stored as plain floats, which is every tensor of a source without
+  // quantized storage.
   virtual quant::QuantizedTensor load_quantized(const std::string& name) const { return {}; }
 };
 
-// How a quantizable parameter (a Linear weight) was loaded: kept in its block format, or plain.
+// How a quantizable parameter (a Linear weight) was loaded: kept in its block format (or fp8), or plain.
 struct QuantizedStorage {
-  quant::GgmlType type = quant::GgmlType::F32;  // F32: not quantized (the slot holds a plain tensor)
-  DType compute_dtype = float32;                // the dtype the layer computes in (LoadOptions::dtype)
+  quant::StorageType type = quant::StorageType::F32;  // F32: not quantized (the slot holds a plain tensor)
+  DType compute_dtype = float32;                      // the dtype the layer computes in (LoadOptions::dtype)
   bool is_quantized() const { return quant::traits(type).is_quantized; }
 };
 
@@ -69,9 +70,9 @@ struct LoadOptions {
   // Checkpoint tensors that no parameter uses are an error unless they match one of these name prefixes
   // (for tensors a pipeline deliberately ignores, such as an unused encoder).
   std::vector<std::string> ignore_prefixes;
-  // Quantizable parameters (Linear weights) stored block-quantized by the source stay in their block format
-  // in memory (the slot then holds the raw blocks, uint8 [rows, row_bytes]); false dequantizes them to
-  // `dtype` like any other tensor.
+  // Quantizable parameters (Linear weights) stored block-quantized (GGUF) or in fp8 (safetensors) by the
+  // source stay in that format in memory (the slot then holds the raw blocks or bytes, uint8 [rows,
+  // row_bytes]); false dequantizes them to `dtype` like any other tensor.
   bool keep_quantized = true;
   // Called with (name, bytes) after each parameter is loaded; used for progress reporting.
   std::function<void(const std::string&, size_t)> on_loaded;
@@ -116,7 +117,8 @@ class Module {
   // torch's module.to(device): every parameter and runtime input replaced by its copy on `device` (kept as
   // they are when already there), so that the forward runs where its weights are. Everything is checked
   // before anything moves: a weight kept block-quantized (GGUF) has no kernel off the CPU, so moving it is an
-  // error naming the parameter, and the module stays where it was.
+  // error naming the parameter, and the module stays where it was. A weight kept in fp8 is widened to the
+  // layer's compute dtype first (its exact values; it stays so when moved back).
   void to(Device device);
   // The check to() makes before moving anything (a pipeline checks every component before moving one).
   void check_movable_to(Device device) const;
@@ -196,6 +198,9 @@ class Module {
   void collect(const std::string& prefix, std::vector<std::pair<std::string, const Parameter*>>& out) const;
   void collect_runtime_inputs(std::vector<Tensor>& out) const;
   void move_runtime_inputs(Device device);
+  // to() and offload_to() onto a device other than the CPU: fp8-kept weights become plain tensors of their
+  // compute dtype (module_device.cpp).
+  void widen_fp8_weights_for(Device device);
   const Tensor* first_defined_parameter() const;
 
   std::vector<Parameter> parameters_;

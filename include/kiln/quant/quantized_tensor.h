@@ -4,13 +4,13 @@
 #pragma once
 
 #include "kiln/core/tensor.h"
-#include "kiln/quant/ggml_type.h"
+#include "kiln/quant/storage_type.h"
 
 namespace kiln::quant {
 
 struct QuantizedTensor {
   Tensor blocks;  // uint8 [rows, row_bytes]; undefined when the tensor is not stored quantized
-  GgmlType type = GgmlType::F32;
+  StorageType type = StorageType::F32;
   Shape shape;  // the logical shape ([out_features, in_features] for a weight)
 
   bool defined() const { return blocks.defined(); }

@@ -23,12 +23,12 @@
 #include "backends/cpu/linear_own_gemm.h"
 #include "backends/cpu/onednn_util.h"
 #include "backends/cpu/register_kernels.h"
-#include "kiln/quant/ggml_type.h"
+#include "kiln/quant/storage_type.h"
 
 namespace kiln::cpu_kernels {
 
 KILN_ISA_DECLARE(void, quantized_matvec,
-                 (quant::GgmlType, const uint8_t*, int64_t, int64_t, const float*, int64_t, int64_t, bool,
+                 (quant::StorageType, const uint8_t*, int64_t, int64_t, const float*, int64_t, int64_t, bool,
                   const float*, void*, bool));
 
 namespace {
@@ -54,7 +54,7 @@ void widen_to_f32(const Tensor& t, float* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
-void matvec(const runtime::OpCall& call, quant::GgmlType type) {
+void matvec(const runtime::OpCall& call, quant::StorageType type) {
   const Tensor& x = call.inputs[0];
   const Tensor& w = call.inputs[1];
   const Tensor& out = call.outputs[0];
@@ -70,8 +70,8 @@ void matvec(const runtime::OpCall& call, quant::GgmlType type) {
 }
 
 template <class T>
-void dequantize_panel(quant::GgmlType type, const uint8_t* blocks, int64_t row_bytes, int64_t rows, int64_t k,
-                      T* dst) {
+void dequantize_panel(quant::StorageType type, const uint8_t* blocks, int64_t row_bytes, int64_t rows,
+                      int64_t k, T* dst) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) quant::dequantize_row(type, blocks + r * row_bytes, dst + r * k, k);
 }
@@ -81,7 +81,7 @@ void linear_quantized_kernel(const runtime::OpCall& call) {
   const Tensor& w = call.inputs[1];
   const Tensor* bias = call.inputs.size() > 2 ? &call.inputs[2] : nullptr;
   const Tensor& out = call.outputs[0];
-  const auto type = static_cast<quant::GgmlType>(call.attrs.get_int("type"));
+  const auto type = static_cast<quant::StorageType>(call.attrs.get_int("type"));
   const int64_t m = x.size(0), k = x.size(1), n = out.size(1);
   if (m <= kMatvecMaxRows) return matvec(call, type);
   const DType ct = x.dtype();

@@ -1,6 +1,7 @@
-// Dequantization of ggml block formats (see kiln/quant/ggml_type.h), built once per ISA like every kernel in
-// this folder. Each block is expanded into float32 exactly as gguf-py's numpy code does it (same products
-// and sums in the same order; -ffp-contract=off keeps them unfused), so both builds give gguf's bits.
+// Dequantization of ggml block formats and widening of fp8 (see kiln/quant/storage_type.h), built once per
+// ISA like every kernel in this folder. Each block is expanded into float32 exactly as gguf-py's numpy code
+// does it (same products and sums in the same order; -ffp-contract=off keeps them unfused), so both builds
+// give gguf's bits.
 // The loops over a block's elements have fixed trip counts and no branches, which GCC vectorizes: 512-bit
 // in the avx512 build, SSE in the generic one.
 #include <algorithm>
@@ -8,13 +9,13 @@
 #include <type_traits>
 
 #include "backends/cpu/isa/vec.h"
-#include "kiln/quant/ggml_type.h"
+#include "kiln/quant/storage_type.h"
 
 namespace kiln::cpu_kernels::KILN_ISA {
 
 namespace {
 
-using quant::GgmlType;
+using quant::StorageType;
 
 constexpr int kQK = 32;    // elements per block of the legacy formats
 constexpr int kQKK = 256;  // elements per K-quant super-block
@@ -186,44 +187,103 @@ void q6_k(const uint8_t* b, float* y) {
 using BlockFn = void (*)(const uint8_t*, float*);
 
 // The type's block kernel; null for the plain types. Block sizes and bytes come from quant::traits.
-constexpr BlockFn block_fn(GgmlType type) {
+constexpr BlockFn block_fn(StorageType type) {
   switch (type) {
-    case GgmlType::Q4_0:
+    case StorageType::Q4_0:
       return q4_0;
-    case GgmlType::Q4_1:
+    case StorageType::Q4_1:
       return q4_1;
-    case GgmlType::Q5_0:
+    case StorageType::Q5_0:
       return q5_0;
-    case GgmlType::Q5_1:
+    case StorageType::Q5_1:
       return q5_1;
-    case GgmlType::Q8_0:
+    case StorageType::Q8_0:
       return q8_0;
-    case GgmlType::Q2_K:
+    case StorageType::Q2_K:
       return q2_k;
-    case GgmlType::Q3_K:
+    case StorageType::Q3_K:
       return q3_k;
-    case GgmlType::Q4_K:
+    case StorageType::Q4_K:
       return q4_k;
-    case GgmlType::Q5_K:
+    case StorageType::Q5_K:
       return q5_k;
-    case GgmlType::Q6_K:
+    case StorageType::Q6_K:
       return q6_k;
     default:
       return nullptr;
   }
 }
 
-// A type added to quant::kGgmlTypes needs a kernel here, and a kernel here a row in that table; the kernels
-// expand kQK or kQKK elements (and the bfloat16 path's chunk holds a whole number of either).
+constexpr bool is_fp8(StorageType type) {
+  return type == StorageType::F8_E4M3 || type == StorageType::F8_E5M2;
+}
+
+// A type added to quant::kStorageTypes needs a kernel here, and a kernel here a row in that table; the block
+// kernels expand kQK or kQKK elements (and the bfloat16 path's chunk holds a whole number of either), fp8
+// rows go element by element.
 constexpr bool kernels_match_the_type_table() {
-  for (const quant::GgmlTypeTraits& t : quant::kGgmlTypes) {
+  for (const quant::StorageTypeTraits& t : quant::kStorageTypes) {
+    if (is_fp8(t.type)) {
+      if (!t.is_quantized || t.block_size != 1 || t.type_size != 1) return false;
+      continue;
+    }
     if (t.is_quantized != (block_fn(t.type) != nullptr)) return false;
     if (t.is_quantized && t.block_size != kQK && t.block_size != kQKK) return false;
   }
   return true;
 }
 static_assert(kernels_match_the_type_table(),
-              "every block-quantized type of quant::kGgmlTypes needs a dequantize kernel of its block size");
+              "every quantized type of quant::kStorageTypes needs a dequantize kernel of its block size");
+
+// 16 fp8 values (one byte each, in the low bits of each lane) as the floats they are, exactly, as torch
+// converts them. With e exponent bits (bias 2^(e-1) - 1) and m mantissa bits, the magnitude's bits shifted
+// to float32's mantissa position and rebiased give every normal value; subnormals (exponent 0) are their
+// mantissa times 2^(1 - bias - m). e4m3fn has no infinity and one NaN pattern per sign (all ones); e5m2 has
+// IEEE's infinities and NaNs (exponent all ones).
+template <StorageType Type>
+f32x16 widen_fp8(u32x16 byte) {
+  constexpr int kMant = Type == StorageType::F8_E4M3 ? 3 : 2;
+  constexpr int kBias = Type == StorageType::F8_E4M3 ? 7 : 15;
+  const u32x16 mag = byte & 0x7fu;
+  const u32x16 normal = (mag << (23 - kMant)) + static_cast<uint32_t>((127 - kBias) << 23);
+  const f32x16 sub =
+      __builtin_convertvector(mag, f32x16) * (1.0f / static_cast<float>(1 << (kBias - 1 + kMant)));
+  u32x16 bits = (mag >> kMant) == 0 ? f32_to_bits(sub) : normal;
+  if constexpr (Type == StorageType::F8_E4M3) {
+    bits = mag == 0x7fu ? u32x16{} + 0x7fc00000u : bits;
+  } else {
+    const u32x16 special = (mag & 0x03u) == 0 ? u32x16{} + 0x7f800000u : u32x16{} + 0x7fc00000u;
+    bits = (mag >> kMant) == 0x1fu ? special : bits;
+  }
+  return bits_to_f32(bits | ((byte & 0x80u) << 24));
+}
+
+template <StorageType Type, class Out>
+void fp8_row_as(const uint8_t* src, Out* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    uint8_t bytes[kLanes];
+    std::memcpy(bytes, src + i, sizeof bytes);
+    u32x16 b;
+    for (int l = 0; l < kLanes; ++l) b[l] = bytes[l];
+    store(dst + i, widen_fp8<Type>(b));
+  }
+  if (i < n) {
+    u32x16 b{};
+    for (int64_t l = 0; l < n - i; ++l) b[l] = src[i + l];
+    store_partial(dst + i, widen_fp8<Type>(b), static_cast<int>(n - i));
+  }
+}
+
+// Every fp8 value is exactly a bfloat16 (and a normal float32: no subnormal reaches VCVTNEPS2BF16), so the
+// bfloat16 rows are the float32 ones rounded without loss.
+template <class Out>
+void fp8_row(StorageType type, const uint8_t* src, Out* dst, int64_t n) {
+  if (type == StorageType::F8_E4M3)
+    fp8_row_as<StorageType::F8_E4M3>(src, dst, n);
+  else
+    fp8_row_as<StorageType::F8_E5M2>(src, dst, n);
+}
 
 float to_float(float v) {
   return v;
@@ -255,11 +315,11 @@ void convert_row(const uint8_t* src, Out* dst, int64_t n) {
 }
 
 template <class Out>
-void plain_row(GgmlType type, const uint8_t* src, Out* dst, int64_t n) {
+void plain_row(StorageType type, const uint8_t* src, Out* dst, int64_t n) {
   switch (type) {
-    case GgmlType::F32:
+    case StorageType::F32:
       return convert_row<float>(src, dst, n);
-    case GgmlType::F16:
+    case StorageType::F16:
       return convert_row<f16_t>(src, dst, n);
     default:
       return convert_row<bf16_t>(src, dst, n);
@@ -284,18 +344,20 @@ void to_bf16(const float* src, bf16_t* dst, int64_t n) {
 }  // namespace
 
 // n is a multiple of the type's block size (checked by the caller, kiln::quant::dequantize_row).
-void dequantize_row_f32(GgmlType type, const void* src, float* dst, int64_t n) {
+void dequantize_row_f32(StorageType type, const void* src, float* dst, int64_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
-  const quant::GgmlTypeTraits& t = quant::traits(type);
+  const quant::StorageTypeTraits& t = quant::traits(type);
   if (!t.is_quantized) return plain_row(type, p, dst, n);
+  if (is_fp8(type)) return fp8_row(type, p, dst, n);
   const BlockFn fn = block_fn(type);
   for (int64_t i = 0; i < n; i += t.block_size, p += t.type_size) fn(p, dst + i);
 }
 
-void dequantize_row_bf16(GgmlType type, const void* src, bf16_t* dst, int64_t n) {
+void dequantize_row_bf16(StorageType type, const void* src, bf16_t* dst, int64_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
-  const quant::GgmlTypeTraits& t = quant::traits(type);
+  const quant::StorageTypeTraits& t = quant::traits(type);
   if (!t.is_quantized) return plain_row(type, p, dst, n);
+  if (is_fp8(type)) return fp8_row(type, p, dst, n);
   const BlockFn fn = block_fn(type);
   // Blocks are expanded into a float chunk and converted once the chunk is full: reading each block back
   // right after its (narrower) stores would stall on store forwarding (4x slower on Zen 4).

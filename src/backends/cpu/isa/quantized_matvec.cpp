@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "backends/cpu/isa/vec.h"
-#include "kiln/quant/ggml_type.h"
+#include "kiln/quant/storage_type.h"
 
 namespace kiln::cpu_kernels::KILN_ISA {
 
-void dequantize_row_f32(quant::GgmlType type, const void* src, float* dst, int64_t n);
-void dequantize_row_bf16(quant::GgmlType type, const void* src, bf16_t* dst, int64_t n);
+void dequantize_row_f32(quant::StorageType type, const void* src, float* dst, int64_t n);
+void dequantize_row_bf16(quant::StorageType type, const void* src, bf16_t* dst, int64_t n);
 
 namespace {
 
@@ -39,7 +39,7 @@ float dot(const float* a, const W* b, int64_t k) {
 }
 
 template <class W>
-void matvec_rows(quant::GgmlType type, const uint8_t* w, int64_t row_bytes, int64_t n, const float* x,
+void matvec_rows(quant::StorageType type, const uint8_t* w, int64_t row_bytes, int64_t n, const float* x,
                  int64_t m, int64_t k, const float* bias, void* out, bool out_bf16) {
 #pragma omp parallel
   {
@@ -68,7 +68,7 @@ void matvec_rows(quant::GgmlType type, const uint8_t* w, int64_t row_bytes, int6
 // rows of row_bytes; bias float32 or null. With round_weights the dequantized weights are first rounded to
 // bfloat16 (the values a bfloat16 GEMM multiplies). out is float32 or (out_bf16) bfloat16, [m, n] dense,
 // rounded once.
-void quantized_matvec(quant::GgmlType type, const uint8_t* w, int64_t row_bytes, int64_t n, const float* x,
+void quantized_matvec(quant::StorageType type, const uint8_t* w, int64_t row_bytes, int64_t n, const float* x,
                       int64_t m, int64_t k, bool round_weights, const float* bias, void* out, bool out_bf16) {
   if (round_weights)
     matvec_rows<bf16_t>(type, w, row_bytes, n, x, m, k, bias, out, out_bf16);
