@@ -54,6 +54,12 @@ void print_weights(const io::WeightsSummary& w, const char* indent) {
               format_bytes(w.bytes_in_memory).c_str());
 }
 
+// What a tensor of `component` that kiln generate reads takes in memory in bf16: 2 bytes per parameter, 1 for
+// an fp8 matrix (it stays fp8 as a Linear weight).
+int64_t bf16_bytes(const io::ComponentSummary& component, const std::string& name, int64_t parameters) {
+  return component.weights.fp8_matrices.count(name) != 0 ? parameters : 2 * parameters;
+}
+
 void print_summary(const std::string& ref, const io::ModelSummary& s) {
   std::printf("%s\n", ref.c_str());
   if (s.source.from_cache())
@@ -75,7 +81,7 @@ void print_summary(const std::string& ref, const io::ModelSummary& s) {
       break;
   }
   std::printf("  pipeline: %s\n  components:\n", s.class_name.c_str());
-  int64_t read = 0;  // the parameters kiln generate reads
+  int64_t read_bytes = 0;  // what the weights kiln generate reads take in memory, in bf16
   for (const auto& c : s.components) {
     std::string what = c.class_name.empty() ? "-" : c.class_name;
     if (!c.library.empty()) what += " (" + c.library + ")";
@@ -90,14 +96,15 @@ void print_summary(const std::string& ref, const io::ModelSummary& s) {
     if (!loaded.note.empty())
       std::printf("      %s: %s parameters, %s in bf16\n", loaded.note.c_str(),
                   with_commas(loaded.parameters).c_str(), format_bytes(2 * loaded.parameters).c_str());
-    read += loaded.parameters;
+    for (const auto& [name, parameters] : loaded.tensors) read_bytes += bf16_bytes(c, name, parameters);
   }
   std::printf("  total: %s parameters (%s); %s on disk, %s in memory\n",
               with_commas(s.total.parameters).c_str(), dtype_list(s.total.parameters_by_dtype, true).c_str(),
               format_bytes(s.total.bytes_on_disk).c_str(), format_bytes(s.total.bytes_in_memory).c_str());
-  // What `kiln generate` holds by default in bf16 (the weights it reads, at 2 bytes per parameter).
+  // What `kiln generate` holds by default in bf16 (the weights it reads, at 2 bytes per parameter, fp8
+  // Linear weights at 1).
   std::printf("  memory (kiln generate, bf16, default): %s\n",
-              plan_weight_packing(2 * read, std::nullopt).describe().c_str());
+              plan_weight_packing(read_bytes, std::nullopt).describe().c_str());
 }
 
 // Numbers inside names compare as numbers ("blocks.2" before "blocks.10"), so that blocks come in the order
@@ -133,8 +140,8 @@ void print_offload_plan(const io::ModelSummary& s, int64_t budget) {
     const std::map<std::string, nn::BlockPosition> blocks = component_block_positions(c);
     for (const auto& [name, parameters] : loaded_weights(s, c).tensors) {
       const auto block = blocks.find(name);
-      w.tensors.push_back(
-          {name, 2 * parameters, block == blocks.end() ? nn::BlockPosition{} : block->second});
+      w.tensors.push_back({name, bf16_bytes(c, name, parameters),
+                           block == blocks.end() ? nn::BlockPosition{} : block->second});
     }
     std::sort(w.tensors.begin(), w.tensors.end(),
               [](const auto& x, const auto& y) { return natural_less(x.name, y.name); });

@@ -1,6 +1,6 @@
 // safetensors files: the 8-byte header length, the JSON header (dtypes, shapes, offsets that must tile the
 // data section), then every tensor read whole, by rows and by columns (views of the mapping, copies and the
-// widened F8/F4/U16/U32/U64 conversions).
+// widened F8/F4/U16/U32/U64 conversions), and as its stored bytes (how fp8 weights stay fp8).
 #include <algorithm>
 
 #include "fuzz_support.h"
@@ -25,6 +25,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz::expect_clean([&] {
         const Tensor whole = f.tensor(name);
         fuzz::touch(whole.raw_data(), whole.nbytes());
+      });
+      fuzz::expect_clean([&] {
+        const Tensor bytes = f.stored_bytes(name);
+        fuzz::require(bytes.nbytes() == info.end - info.begin, "stored bytes are not the tensor's bytes");
+        fuzz::touch(bytes.raw_data(), bytes.nbytes());
       });
       const int64_t n0 = info.shape.empty() ? 1 : info.shape[0];
       fuzz::expect_clean([&] {

@@ -31,6 +31,7 @@ WeightsSummary summarize_weights(const std::string& path) {
         info.shape.size() == 2 && (info.stored_dtype == "F8_E4M3" || info.stored_dtype == "F8_E5M2");
     w.bytes_in_memory += static_cast<uint64_t>(n) * (kept_fp8 ? 1 : dtype_size(info.dtype));
     w.tensor_parameters.emplace_back(name, n);
+    if (kept_fp8) w.fp8_matrices.insert(name);
   }
   return w;
 }

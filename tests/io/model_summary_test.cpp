@@ -72,6 +72,12 @@ TEST(ModelSummary, ComponentFolderIndexAndFile) {
   const auto& by = fp8.total.parameters_by_dtype;
   EXPECT_EQ(fp8.total.bytes_in_memory,
             static_cast<uint64_t>(2 * by.at("BF16") + by.at("F8_E4M3") + by.at("F8_E5M2")));
+  ASSERT_EQ(fp8.components.size(), 1u);
+  const auto& matrices = fp8.components.front().weights.fp8_matrices;
+  EXPECT_EQ(matrices.size(),
+            36u);  // the file's Linear weights (kiln info's memory plan counts them at a byte)
+  EXPECT_EQ(matrices.count("single_blocks.0.linear1.weight"), 1u);
+  EXPECT_EQ(matrices.count("single_blocks.0.linear1.bias"), 0u);
 }
 
 TEST(ModelSummary, FromACachedRepo) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,8 @@ struct WeightsSummary {
   uint64_t bytes_on_disk = 0;
   uint64_t bytes_in_memory = 0;  // as loaded: small float formats widened, but fp8 matrices kept in fp8
   std::vector<std::pair<std::string, int64_t>> tensor_parameters;  // (name, parameters), in file order
+  std::set<std::string>
+      fp8_matrices;  // 2-D tensors stored in fp8, which stay so as Linear weights (1 byte each)
 };
 
 struct ComponentSummary {
