@@ -9,7 +9,7 @@ Tensor linear(const Tensor& x, const quant::QuantizedTensor& weight, const Tenso
   const char* op = "linear (quantized weight)";
   KILN_CHECK(x.defined() && weight.defined(), op << ": x and weight must be defined");
   KILN_CHECK(quant::traits(weight.type).is_quantized,
-             op << ": weight type " << quant::type_name(weight.type) << " is not block-quantized");
+             op << ": weight type " << quant::type_name(weight.type) << " is not a quantized storage type");
   KILN_CHECK(weight.shape.size() == 2,
              op << ": expected weight [out_features, in_features], got " << shape_str(weight.shape));
   const int64_t n = weight.shape[0], k = weight.shape[1];

@@ -7,6 +7,7 @@
 #include "kiln/nn/layers.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/linalg.h"
+#include "kiln/quant/quantized_tensor.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -63,6 +64,34 @@ TEST(LinearLora, OneAndTwoAdaptersAddTheirWeightedProducts) {
   EXPECT_TRUE(testing::all_close(l.linear(x), add(plain, by_hand(x, a2, b2, -0.15 * 2.0)), 1e-5, 1e-6));
   l.linear.clear_adapters();
   EXPECT_TRUE(testing::all_close(l.linear(x), plain, 0, 0));
+}
+
+// A weight kept in fp8 (an fp8 checkpoint's Linear weight) takes adapters as the dense layer of its exact
+// values does, unfused and fused (fusing widens it into an owned copy); unfusing gives the fp8 bytes back.
+TEST(LinearLora, AnFp8WeightTakesAdaptersAsItsExactValuesWould) {
+  std::vector<uint8_t> bytes(40 * 24);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>((i * 37 + 11) & 0xbf);  // no NaN
+  const quant::QuantizedTensor q{Tensor::from_vector(bytes, {40, 24}), quant::StorageType::F8_E4M3, {40, 24}};
+  Layer fp8, dense;
+  fp8.linear.weight = q.blocks;
+  fp8.linear.weight_storage = {quant::StorageType::F8_E4M3, float32};
+  dense.linear.weight = q.dequantize();
+  ASSERT_TRUE(fp8.linear.is_quantized());
+  const Tensor x = values({5, 24}, 3);
+  const Tensor a = values({4, 24}, 4), b = values({40, 4}, 5);
+  EXPECT_TRUE(testing::all_close(fp8.linear(x), dense.linear(x), 1e-5, 1e-6));
+  for (Layer* l : {&fp8, &dense}) {
+    l->linear.add_adapter("one", a, b, 0.5);
+    l->linear.set_active_adapters({{"one", 0.8}});
+  }
+  EXPECT_TRUE(testing::all_close(fp8.linear(x), dense.linear(x), 1e-5, 1e-6));
+  fp8.linear.fuse_adapters(1.0);
+  EXPECT_FALSE(fp8.linear.is_quantized());
+  EXPECT_EQ(fp8.linear.weight.dtype(), float32);
+  EXPECT_TRUE(testing::all_close(fp8.linear(x), dense.linear(x), 1e-5, 1e-6));
+  fp8.linear.unfuse_adapters();
+  EXPECT_TRUE(fp8.linear.is_quantized());
+  EXPECT_EQ(fp8.linear.weight.to_vector<uint8_t>(), bytes);
 }
 
 TEST(LinearLora, Bfloat16LayerComputesTheProductInBfloat16) {

@@ -14,7 +14,8 @@
 namespace kiln::nn {
 
 // torch.nn.Linear: weight [out, in], optional bias [out]. A weight that the checkpoint stores block-quantized
-// (GGUF) stays so: `weight` then holds its raw blocks (uint8 [out, row_bytes]) and `weight_storage` its type;
+// (GGUF) or in fp8 stays so: `weight` then holds its raw bytes (uint8 [out, row_bytes]) and `weight_storage`
+// its type;
 // forward computes on it (kiln/ops/quantized_linear.h).
 // With a LinearParallel, this rank holds its slice (kiln/nn/tensor_parallel.h) and forward returns what that
 // sharding defines: a local slice of the output (Column), the full output (ColumnGathered, Row).
@@ -57,7 +58,7 @@ class Linear : public Module {
   void set_active_adapters(const std::vector<std::pair<std::string, double>>& weights);
   // PEFT's scale_layer + merge: the active adapters' weights are multiplied by `lora_scale` (they keep it
   // after unfuse_adapters, as in diffusers) and their sum is added into the weight, computed in float32 and
-  // rounded once. The weight becomes an owned copy in the compute dtype (a GGUF-quantized one is
+  // rounded once. The weight becomes an owned copy in the compute dtype (a quantized one, GGUF or fp8, is
   // dequantized); the original is kept, untouched, for unfuse_adapters. No-op without active adapters.
   void fuse_adapters(double lora_scale);
   // The original weight (and its storage type) back, bit for bit; the adapters run unfused again.

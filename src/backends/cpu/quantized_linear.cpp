@@ -1,5 +1,6 @@
-// "linear_quantized": x [M, K] (float32 or bfloat16, contiguous) times a block-quantized weight [N, K]
-// (uint8 blocks [N, row_bytes], attr "type" = ggml type id), optional bias [N] -> out [M, N] dense.
+// "linear_quantized": x [M, K] (float32 or bfloat16, contiguous) times a quantized weight [N, K] (GGUF blocks
+// or fp8 bytes: uint8 [N, row_bytes], attr "type" = its quant::StorageType), optional bias [N] -> out [M, N]
+// dense.
 //
 // The weight is expanded one panel of output rows at a time into a scratch buffer in x's dtype and handed to
 // oneDNN's matmul as a transposed ("ba") operand, writing the panel's columns of the output in place. The
