@@ -1,6 +1,7 @@
 // FluxPipeline end to end against diffusers, stage by stage, on the tiny pipelines of tools/goldens/flux.py.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "kiln/core/log.h"
@@ -107,6 +108,39 @@ TEST(FluxPipelineBfloat16, MatchesDiffusersWithinBf16Rounding) {
   const PipelineOutput out = pipe(g.call());
   EXPECT_LE(testing::mean_level_difference(out.images[0].pixels, g.file.tensor("image_u8")), 2.0)
       << "mean absolute difference in 8-bit levels";
+}
+
+// A diffusers folder whose transformer holds its Linear weights in float8_e4m3fn (tools/gguf_refs/
+// fp8_single_file.py): Kiln keeps them fp8 and gives diffusers' image (which widens them to bf16 on load),
+// within the bf16 bound above.
+TEST(FluxPipelineBfloat16, Fp8TransformerFolderMatchesDiffusers) {
+  namespace fs = std::filesystem;
+  const fs::path folder = fs::path(testing::temp_dir("flux_fp8_folder")) / "flux-tiny-dev-fp8";
+  fs::remove_all(folder);
+  fs::copy(testing::data_path("models/flux-tiny-dev-bf16"), folder, fs::copy_options::recursive);
+  fs::remove_all(folder / "transformer");
+  fs::copy(testing::data_path("gguf/flux-tiny-dev-fp8-transformer"), folder / "transformer",
+           fs::copy_options::recursive);
+  PipelineLoadOptions options;
+  options.dtype = bfloat16;
+  auto pipe = FluxPipeline::from_pretrained(folder.string(), options);
+  int kept = 0;
+  for (const auto& [name, t] : pipe.transformer().named_parameters())
+    kept += t->defined() && t->dtype() == uint8;
+  EXPECT_EQ(kept, 50);  // every Linear weight of the tiny transformer (q, k, v apart, unlike the BFL file)
+  PipelineRequest call;
+  call.prompt = "cat";
+  call.height = call.width = 64;
+  call.num_inference_steps = 3;
+  call.guidance_scale = 3.5f;
+  call.generator = Generator(0);
+  call.max_sequence_length = 32;
+  const PipelineOutput out = pipe(call);
+  const io::SafetensorsFile goldens(testing::data_path("gguf/fp8_single_file_goldens.safetensors"));
+  const double mean =
+      testing::mean_level_difference(out.images[0].pixels, goldens.tensor("fp8_pipeline_image_u8"));
+  std::printf("[ levels   ] fp8 transformer folder: mean %.3f vs diffusers\n", mean);
+  EXPECT_LE(mean, 2.0) << "mean absolute difference in 8-bit levels";
 }
 
 // The README's example, word for word but for the model and the size.
