@@ -131,6 +131,13 @@ TEST(FluxSingleFile, Fp8SafetensorsStaysFp8AndMatchesDiffusers) {
   const Tensor out = run(*model, inputs("tiny_"));
   EXPECT_EQ(out.dtype(), bfloat16);
   EXPECT_TRUE(testing::rel_max_error_within(out, fp8_goldens.tensor("fp8_out"), 1e-2));
+  // The other execution modes read fp8 weights too (bound as for Q4_K below).
+  {
+    EagerModeGuard fuse(EagerMode::DeferAndFuse);
+    EXPECT_TRUE(testing::rel_max_error_within(run(*model, inputs("tiny_")), out, 2e-2));
+  }
+  model->compile_repeated_blocks();
+  EXPECT_TRUE(testing::rel_max_error_within(run(*model, inputs("tiny_")), out, 2e-2));
   // In float32, against diffusers in float32 (the bound of FluxTransformer's float32 goldens, 1e-4).
   auto f32 =
       FluxTransformer2DModel::from_single_file(testing::data_path("gguf/flux-tiny-dev-bfl-fp8.safetensors"),
