@@ -151,13 +151,20 @@ void bench(int64_t m, int64_t k, int64_t n, kiln::DType dtype, int reps, int thr
   std::fflush(stdout);
 }
 
+// Runs `f` with bf16 products forced onto `path`, its queued kernels finished before the path is restored.
+template <class F>
+void on_path(kiln::cpu_kernels::Bf16Path path, F&& f) {
+  const kiln::cpu_kernels::ScopedBf16Path forced(path);
+  f();
+  kiln::synchronize();
+}
+
 // bf16 on each path side by side (issue #30): kiln::linear on the path this host picks, forced onto fma32
 // (f32 FMA on widened bf16, the weight read in place) and forced onto oneDNN's bf16 kernels (weights
 // prepacked), against raw oneDNN f32 (prepacked) on the same values; % of the f32 FMA ceiling and of the
 // fastest instruction's, both measured at the start of the run.
 void bench_paths(int64_t m, int64_t k, int64_t n, int reps, int threads, const kiln::bench::Bf16Ceiling& c) {
   using kiln::cpu_kernels::Bf16Path;
-  using kiln::cpu_kernels::ScopedBf16Path;
   const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
   const kiln::Tensor x = kiln::bench::uniform_tensor({m, k}, kiln::bfloat16, 1.0f, 1);
   const kiln::Tensor w =
@@ -174,16 +181,8 @@ void bench_paths(int64_t m, int64_t k, int64_t n, int reps, int threads, const k
     y_default = kiln::linear(x, w);
     kiln::synchronize();
   };
-  const auto run_fma = [&] {
-    const ScopedBf16Path path(Bf16Path::Fma32);
-    y_fma = kiln::linear(x, w_fma);
-    kiln::synchronize();
-  };
-  const auto run_onednn = [&] {
-    const ScopedBf16Path path(Bf16Path::Onednn);
-    y_onednn = kiln::linear(x, w);
-    kiln::synchronize();
-  };
+  const auto run_fma = [&] { on_path(Bf16Path::Fma32, [&] { y_fma = kiln::linear(x, w_fma); }); };
+  const auto run_onednn = [&] { on_path(Bf16Path::Onednn, [&] { y_onednn = kiln::linear(x, w); }); };
   raw32.run();
   run_default();
   run_fma();
@@ -223,7 +222,6 @@ void bench_paths(int64_t m, int64_t k, int64_t n, int reps, int threads, const k
 void bench_quantized(kiln::quant::StorageType type, int64_t m, int64_t k, int64_t n, int reps, int threads,
                      const kiln::bench::Bf16Ceiling& c) {
   using kiln::cpu_kernels::Bf16Path;
-  using kiln::cpu_kernels::ScopedBf16Path;
   const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
   const kiln::Tensor x = kiln::bench::uniform_tensor({m, k}, kiln::bfloat16, 1.0f, 1);
   const kiln::quant::QuantizedTensor wq = kiln::bench::quantize_weight(
@@ -234,21 +232,11 @@ void bench_quantized(kiln::quant::StorageType type, int64_t m, int64_t k, int64_
   Stats s_default, s_fma, s_onednn, s_dense, s_dense_fma;
   kiln::Tensor y_default, y_fma, y_onednn, y_dense, y_dense_fma;
   const auto run_default = [&] { y_default = kiln::linear(x, wq); };
-  const auto run_fma = [&] {
-    const ScopedBf16Path path(Bf16Path::Fma32);
-    y_fma = kiln::linear(x, wq);
-    kiln::synchronize();
-  };
-  const auto run_onednn = [&] {
-    const ScopedBf16Path path(Bf16Path::Onednn);
-    y_onednn = kiln::linear(x, wq);
-    kiln::synchronize();
-  };
+  const auto run_fma = [&] { on_path(Bf16Path::Fma32, [&] { y_fma = kiln::linear(x, wq); }); };
+  const auto run_onednn = [&] { on_path(Bf16Path::Onednn, [&] { y_onednn = kiln::linear(x, wq); }); };
   const auto run_dense = [&] { y_dense = kiln::linear(x, dense); };
   const auto run_dense_fma = [&] {
-    const ScopedBf16Path path(Bf16Path::Fma32);
-    y_dense_fma = kiln::linear(x, dense_fma);
-    kiln::synchronize();
+    on_path(Bf16Path::Fma32, [&] { y_dense_fma = kiln::linear(x, dense_fma); });
   };
   const std::function<void()> warm_ups[] = {run_default, run_fma, run_onednn, run_dense, run_dense_fma};
   for (const auto& f : warm_ups) time_of(f);

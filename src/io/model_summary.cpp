@@ -6,6 +6,7 @@
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/component_config.h"
 #include "kiln/io/model_index.h"
+#include "kiln/quant/storage_type.h"
 
 namespace kiln::io {
 
@@ -27,8 +28,7 @@ WeightsSummary summarize_weights(const std::string& path) {
     w.parameters_by_dtype[info.stored_dtype] += n;
     // An fp8 matrix stays fp8 when it is a Linear weight (nn::CheckpointWeights::load_quantized), as nearly
     // all of them are; every other tensor is held in the dtype the reader gives it.
-    const bool kept_fp8 =
-        info.shape.size() == 2 && (info.stored_dtype == "F8_E4M3" || info.stored_dtype == "F8_E5M2");
+    const bool kept_fp8 = quant::kept_safetensors_type(info.stored_dtype, info.shape.size()).has_value();
     w.bytes_in_memory += static_cast<uint64_t>(n) * (kept_fp8 ? 1 : dtype_size(info.dtype));
     w.tensor_parameters.emplace_back(name, n);
     if (kept_fp8) w.fp8_matrices.insert(name);

@@ -11,6 +11,7 @@
 #include "io/mapped_file.h"
 #include "io/shape_bound.h"
 #include "kiln/core/device_runtime.h"
+#include "kiln/quant/storage_type.h"
 #include "kiln/runtime/execution_context.h"
 
 namespace kiln::io {
@@ -101,10 +102,6 @@ float minifloat(uint32_t sign, uint32_t exp, uint32_t man, int man_bits, int bia
 float decode_small_float(Widen kind, uint8_t b) {
   constexpr float nan = std::numeric_limits<float>::quiet_NaN();
   switch (kind) {
-    case Widen::F8E4M3:  // e4m3fn: no infinity, only S.1111.111 is NaN
-      return (b & 0x7f) == 0x7f ? nan : minifloat(b >> 7, (b >> 3) & 0xf, b & 0x7, 3, 7);
-    case Widen::F8E5M2:  // the top byte of an IEEE half
-      return f16_to_f32(f16_t{static_cast<uint16_t>(b << 8)});
     case Widen::F8E4M3Fnuz:  // "fnuz": no infinity, no negative zero; the negative-zero pattern is NaN
       return b == 0x80 ? nan : minifloat(b >> 7, (b >> 3) & 0xf, b & 0x7, 3, 8);
     case Widen::F8E5M2Fnuz:
@@ -162,6 +159,13 @@ void widen(const StoredDType& stored, const char* src, uint64_t first, int64_t c
       }
       return;
     }
+    case Widen::F8E4M3:
+    case Widen::F8E5M2:
+      // The conversion of the fp8 weights Linear layers keep as stored (kiln/quant/storage_type.h).
+      quant::dequantize_row(
+          stored.widen == Widen::F8E4M3 ? quant::StorageType::F8_E4M3 : quant::StorageType::F8_E5M2,
+          src + first, static_cast<bf16_t*>(dst), count);
+      return;
     case Widen::None:
       break;
     default: {

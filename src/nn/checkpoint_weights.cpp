@@ -55,15 +55,9 @@ std::string CheckpointWeights::description() const {
 }
 quant::QuantizedTensor CheckpointWeights::load_quantized(const std::string& name) const {
   const io::TensorInfo& info = impl_->checkpoint.info(name);
-  if (info.shape.size() != 2) return {};
-  quant::StorageType type;
-  if (info.stored_dtype == "F8_E4M3")
-    type = quant::StorageType::F8_E4M3;
-  else if (info.stored_dtype == "F8_E5M2")
-    type = quant::StorageType::F8_E5M2;
-  else
-    return {};
-  return {impl_->checkpoint.stored_bytes(name), type, info.shape};
+  const auto type = quant::kept_safetensors_type(info.stored_dtype, info.shape.size());
+  if (!type) return {};
+  return {impl_->checkpoint.stored_bytes(name), *type, info.shape};
 }
 
 DType CheckpointWeights::stored_dtype(const std::string& name) const {

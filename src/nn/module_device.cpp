@@ -2,26 +2,19 @@
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
 #include "kiln/nn/module.h"
+#include "kiln/quant/storage_type.h"
 
 namespace kiln::nn {
-
-namespace {
 
 // fp8 weights hold bfloat16 values in a narrower format: where no kernel reads fp8 (off the CPU) they are
 // widened to the layer's compute dtype, the values a widening load would have given. Block-quantized GGUF
 // weights are not: expanding them would silently multiply the device memory they were chosen to save.
-bool widened_off_the_cpu(quant::StorageType type) {
-  return type == quant::StorageType::F8_E4M3 || type == quant::StorageType::F8_E5M2;
-}
-
-}  // namespace
-
 void Module::widen_fp8_weights_for(Device device) {
   if (device.type == DeviceType::CPU) return;
   std::vector<std::pair<std::string, const Parameter*>> all;
   collect("", all);
   for (const auto& [name, p] : all) {
-    if (p->quantized == nullptr || !widened_off_the_cpu(p->quantized->type) || !p->slot->defined()) continue;
+    if (p->quantized == nullptr || !quant::is_fp8(p->quantized->type) || !p->slot->defined()) continue;
     *p->slot = quant::QuantizedTensor{*p->slot, p->quantized->type, p->shape}.dequantize().to(
         p->quantized->compute_dtype);
     p->quantized->type = quant::StorageType::F32;
@@ -34,7 +27,7 @@ void Module::check_movable_to(Device device) const {
   collect("", all);
   for (const auto& [name, p] : all)
     KILN_CHECK(
-        p->quantized == nullptr || !p->quantized->is_quantized() || widened_off_the_cpu(p->quantized->type) ||
+        p->quantized == nullptr || !p->quantized->is_quantized() || quant::is_fp8(p->quantized->type) ||
             !p->slot->defined(),
         type_name() << ".to(" << device.str() << "): parameter '" << name << "' is kept block-quantized ("
                     << quant::traits(p->quantized->type).name

@@ -30,6 +30,13 @@ std::optional<StorageTypeTraits> find_ggml_type(uint32_t id) {
   return std::nullopt;
 }
 
+std::optional<StorageType> kept_safetensors_type(std::string_view stored_dtype, size_t rank) {
+  if (rank != 2) return std::nullopt;
+  for (const auto& t : kStorageTypes)
+    if (is_fp8(t.type) && stored_dtype == t.name) return t.type;
+  return std::nullopt;
+}
+
 const StorageTypeTraits& traits(StorageType type) {
   for (const auto& t : kStorageTypes)
     if (t.type == type) return t;

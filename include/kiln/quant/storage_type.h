@@ -72,6 +72,16 @@ inline constexpr StorageTypeTraits kStorageTypes[] = {
     {StorageType::F8_E5M2, "F8_E5M2", 1, 1, true, false},
 };
 
+// Safetensors' 8-bit floats, the types not from GGUF.
+constexpr bool is_fp8(StorageType type) {
+  return type == StorageType::F8_E4M3 || type == StorageType::F8_E5M2;
+}
+
+// The storage type a safetensors tensor keeps in memory when a Linear layer loads it: an fp8 matrix (stored
+// dtype "F8_E4M3" or "F8_E5M2", `rank` 2) stays fp8; nullopt for every other tensor, which the reader gives
+// in its own dtype or widened.
+std::optional<StorageType> kept_safetensors_type(std::string_view stored_dtype, size_t rank);
+
 // The traits of a GGUF tensor type id read from a file; nullopt for ids Kiln does not support (Q8_1, IQ*,
 // TQ*, ...) and for the fp8 types' ids.
 std::optional<StorageTypeTraits> find_ggml_type(uint32_t id);

@@ -214,16 +214,12 @@ constexpr BlockFn block_fn(StorageType type) {
   }
 }
 
-constexpr bool is_fp8(StorageType type) {
-  return type == StorageType::F8_E4M3 || type == StorageType::F8_E5M2;
-}
-
 // A type added to quant::kStorageTypes needs a kernel here, and a kernel here a row in that table; the block
 // kernels expand kQK or kQKK elements (and the bfloat16 path's chunk holds a whole number of either), fp8
 // rows go element by element.
 constexpr bool kernels_match_the_type_table() {
   for (const quant::StorageTypeTraits& t : quant::kStorageTypes) {
-    if (is_fp8(t.type)) {
+    if (quant::is_fp8(t.type)) {
       if (!t.is_quantized || t.block_size != 1 || t.type_size != 1) return false;
       continue;
     }
@@ -348,7 +344,7 @@ void dequantize_row_f32(StorageType type, const void* src, float* dst, int64_t n
   const auto* p = static_cast<const uint8_t*>(src);
   const quant::StorageTypeTraits& t = quant::traits(type);
   if (!t.is_quantized) return plain_row(type, p, dst, n);
-  if (is_fp8(type)) return fp8_row(type, p, dst, n);
+  if (quant::is_fp8(type)) return fp8_row(type, p, dst, n);
   const BlockFn fn = block_fn(type);
   for (int64_t i = 0; i < n; i += t.block_size, p += t.type_size) fn(p, dst + i);
 }
@@ -357,7 +353,7 @@ void dequantize_row_bf16(StorageType type, const void* src, bf16_t* dst, int64_t
   const auto* p = static_cast<const uint8_t*>(src);
   const quant::StorageTypeTraits& t = quant::traits(type);
   if (!t.is_quantized) return plain_row(type, p, dst, n);
-  if (is_fp8(type)) return fp8_row(type, p, dst, n);
+  if (quant::is_fp8(type)) return fp8_row(type, p, dst, n);
   const BlockFn fn = block_fn(type);
   // Blocks are expanded into a float chunk and converted once the chunk is full: reading each block back
   // right after its (narrower) stores would stall on store forwarding (4x slower on Zen 4).
