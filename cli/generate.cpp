@@ -59,6 +59,7 @@ std::string flag_of(const std::string& field, bool editing) {
                                                            {"width", "--width"},
                                                            {"num_inference_steps", "--steps"},
                                                            {"guidance_scale", "--guidance"},
+                                                           {"true_cfg_scale", "--true-cfg-scale"},
                                                            {"max_sequence_length", "--max-sequence-length"},
                                                            {"mask_image", "--mask"},
                                                            {"strength", "--strength"},
@@ -80,6 +81,7 @@ PipelineRequest request_from(const GenerateArgs& args, const std::string& pipeli
   request.width = args.width;
   request.num_inference_steps = args.steps;
   request.guidance_scale = args.guidance;
+  request.true_cfg_scale = args.true_cfg_scale;
   request.max_sequence_length = args.max_sequence_length;
   request.strength = args.strength;
   request.padding_mask_crop = args.padding_mask_crop;
@@ -296,7 +298,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt-2", args->prompt_2, "a separate prompt for the T5 encoder (default: --prompt)");
   cmd->add_option("--negative-prompt", args->negative_prompt,
                   "what the image should not show (StableDiffusion3Pipeline, Flux2KleinPipeline: the "
-                  "classifier-free guidance's negative prompt; default: empty)");
+                  "classifier-free guidance's negative prompt, default empty; FLUX.1: with "
+                  "--true-cfg-scale above 1)");
   cmd->add_option("--image", args->images,
                   "a reference image (PNG) conditioning the generation, as diffusers' image= (Flux2Pipeline, "
                   "Flux2KleinPipeline); repeat for several. Without --height/--width the image takes the "
@@ -332,6 +335,10 @@ void add_generate_command(CLI::App& app) {
                   "guidance scale (default: 3.5 for FLUX.1-dev's guidance embedding, 7.0 for SD3's "
                   "classifier-free guidance, 4.0 for FLUX.2: FLUX.2-dev's embedding, klein's "
                   "classifier-free guidance, which step-distilled klein models ignore)");
+  cmd->add_option("--true-cfg-scale", args->true_cfg_scale,
+                  "FLUX.1 (text-to-image, --init-image, --mask, Kontext's --image): true classifier-free "
+                  "guidance with --negative-prompt, on above 1 (diffusers' true_cfg_scale, default 1: off); "
+                  "each step runs the transformer twice");
   cmd->add_option("--seed", args->seed,
                   "random seed (as torch.Generator(\"cpu\").manual_seed); random when absent");
   cmd->add_option("--max-sequence-length", args->max_sequence_length,

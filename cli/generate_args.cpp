@@ -24,6 +24,9 @@ void check_generate_args(const GenerateArgs& args) {
   if (args.guidance)
     KILN_CHECK(std::isfinite(*args.guidance) && *args.guidance >= 0,
                "--guidance: expected a finite value >= 0, got " << *args.guidance);
+  if (args.true_cfg_scale)
+    KILN_CHECK(std::isfinite(*args.true_cfg_scale) && *args.true_cfg_scale >= 0,
+               "--true-cfg-scale: expected a finite value >= 0, got " << *args.true_cfg_scale);
   if (args.max_sequence_length)
     limits::check_range("--max-sequence-length", *args.max_sequence_length, 1, limits::kMaxSequenceLength);
   check_execution_flags(args.execution);

@@ -26,6 +26,7 @@ struct GenerateArgs {
   std::optional<int64_t> height, width;
   std::optional<int> steps;
   std::optional<float> guidance;
+  std::optional<float> true_cfg_scale;  // FLUX.1: true classifier-free guidance with --negative-prompt
   std::optional<uint64_t> seed;
   std::optional<int64_t> max_sequence_length;
   std::string output = "output.png";

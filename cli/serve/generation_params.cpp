@@ -114,12 +114,12 @@ uint64_t seed_field(const json& v) {
   refuse("seed", std::string("expected an integer from 0 to 2^64-1, got ") + type_name(v));
 }
 
-float guidance_field(const json& v) {
-  if (!v.is_number()) refuse("guidance", std::string("expected a number >= 0, got ") + type_name(v));
+float guidance_field(const std::string& key, const json& v) {
+  if (!v.is_number()) refuse(key, std::string("expected a number >= 0, got ") + type_name(v));
   const double g = v.get<double>();
   // Within float's range: a larger value would become infinity in the pipeline.
   if (!std::isfinite(g) || g < 0 || g > std::numeric_limits<float>::max())
-    refuse("guidance", "expected a finite number >= 0, got " + v.dump());
+    refuse(key, "expected a finite number >= 0, got " + v.dump());
   return static_cast<float>(g);
 }
 
@@ -163,7 +163,9 @@ void read_field(const std::string& key, const json& v, GenerationParams& params)
   } else if (key == "steps") {
     params.steps = static_cast<int>(integer_field(key, v, 1, limits::kMaxInferenceSteps));
   } else if (key == "guidance") {
-    params.guidance = guidance_field(v);
+    params.guidance = guidance_field(key, v);
+  } else if (key == "true_cfg_scale") {
+    params.true_cfg_scale = guidance_field(key, v);
   } else if (key == "max_sequence_length") {
     params.max_sequence_length = integer_field(key, v, 1, limits::kMaxSequenceLength);
   } else if (key == "response_format") {
@@ -185,7 +187,7 @@ void read_field(const std::string& key, const json& v, GenerationParams& params)
   } else if (ignored_openai_fields().count(key) == 0) {
     refuse(key,
            "unknown field (expected model, prompt, n, size, response_format, seed, steps, guidance, "
-           "negative_prompt, prompt_2, max_sequence_length)");
+           "true_cfg_scale, negative_prompt, prompt_2, max_sequence_length)");
   }
 }
 
@@ -236,6 +238,7 @@ std::string to_json_text(const GenerationParams& params) {
   if (params.seed) j["seed"] = *params.seed;
   if (params.steps) j["steps"] = *params.steps;
   if (params.guidance) j["guidance"] = *params.guidance;
+  if (params.true_cfg_scale) j["true_cfg_scale"] = *params.true_cfg_scale;
   if (params.max_sequence_length) j["max_sequence_length"] = *params.max_sequence_length;
   j["response_format"] = params.response_format == ResponseFormat::Url ? "url" : "b64_json";
   return j.dump();
@@ -252,6 +255,7 @@ PipelineRequest to_pipeline_request(const GenerationParams& params, const std::s
   request.width = params.width;
   request.num_inference_steps = params.steps;
   request.guidance_scale = params.guidance;
+  request.true_cfg_scale = params.true_cfg_scale;
   request.max_sequence_length = params.max_sequence_length;
   request.num_images_per_prompt = params.n;
   request.generator = Generator(seed);

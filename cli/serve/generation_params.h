@@ -2,7 +2,7 @@
 // (POST /v1/images/generations) and Kiln's own POST /v1/generate take the same fields:
 //
 //   model, prompt, n, size ("WxH"), response_format ("b64_json" or "url"): OpenAI's;
-//   seed, steps, guidance, negative_prompt, prompt_2, max_sequence_length: Kiln's.
+//   seed, steps, guidance, true_cfg_scale, negative_prompt, prompt_2, max_sequence_length: Kiln's.
 //
 // Parsing is a pure function of the text (the fuzz target calls it). Bad input of any kind, from text that is
 // not JSON to a value out of its limit (the CLI's, kiln/core/limits.h), throws a RequestError whose field()
@@ -30,6 +30,7 @@ struct GenerationParams {
   std::optional<uint64_t> seed;          // unset: chosen at random when the job is queued
   std::optional<int> steps;
   std::optional<float> guidance;
+  std::optional<float> true_cfg_scale;  // FLUX.1's true classifier-free guidance, with negative_prompt
   std::optional<int64_t> max_sequence_length;
   ResponseFormat response_format = ResponseFormat::B64Json;
 };

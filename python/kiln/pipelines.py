@@ -207,8 +207,8 @@ class DiffusionPipeline:
     # ---- the call
     def __call__(self, prompt=None, prompt_2=None, prompt_3=None, negative_prompt=None, negative_prompt_2=None,
                  negative_prompt_3=None, height=None, width=None, num_inference_steps=None, guidance_scale=None,
-                 num_images_per_prompt=1, generator=None, max_sequence_length=None, image=None, mask_image=None,
-                 strength=None, padding_mask_crop=None, max_area=None, _auto_resize=None,
+                 true_cfg_scale=None, num_images_per_prompt=1, generator=None, max_sequence_length=None, image=None,
+                 mask_image=None, strength=None, padding_mask_crop=None, max_area=None, _auto_resize=None,
                  prompt_embeds=None, negative_prompt_embeds=None, output_type="pil", return_dict=True,
                  callback_on_step_end=None, callback_on_step_end_tensor_inputs=None, skip_guidance_layers=None,
                  **kwargs):
@@ -250,7 +250,9 @@ class DiffusionPipeline:
                 max_area=max_area,
                 auto_resize=_auto_resize, height=height, width=width,
                 num_inference_steps=num_inference_steps,
-                guidance_scale=guidance_scale, seed=_convert.seed_of(generator),
+                guidance_scale=guidance_scale,
+                true_cfg_scale=None if true_cfg_scale is None else float(true_cfg_scale),
+                seed=_convert.seed_of(generator),
                 max_sequence_length=max_sequence_length, num_images_per_prompt=num_images_per_prompt,
                 skip_guidance_layers=list(skip_guidance_layers or []),
                 output_type="np" if output_type == "pt" else output_type,

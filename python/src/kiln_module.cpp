@@ -229,10 +229,11 @@ class PyPipeline {
                     std::optional<int64_t> padding_mask_crop, std::optional<int64_t> max_area,
                     std::optional<bool> auto_resize, std::optional<int64_t> height,
                     std::optional<int64_t> width, std::optional<int> num_inference_steps,
-                    std::optional<float> guidance_scale, std::optional<uint64_t> seed,
-                    std::optional<int64_t> max_sequence_length, int num_images_per_prompt,
-                    std::vector<int64_t> skip_guidance_layers, const std::string& output_type,
-                    std::optional<nb::callable> on_step, bool widen_bfloat16) {
+                    std::optional<float> guidance_scale, std::optional<float> true_cfg_scale,
+                    std::optional<uint64_t> seed, std::optional<int64_t> max_sequence_length,
+                    int num_images_per_prompt, std::vector<int64_t> skip_guidance_layers,
+                    const std::string& output_type, std::optional<nb::callable> on_step,
+                    bool widen_bfloat16) {
     PipelineRequest r;
     r.prompt = prompt;
     r.prompt_2 = prompt_2;
@@ -253,6 +254,7 @@ class PyPipeline {
     r.width = width;
     r.num_inference_steps = num_inference_steps;
     r.guidance_scale = guidance_scale;
+    r.true_cfg_scale = true_cfg_scale;
     if (seed) r.generator = Generator(*seed);
     r.max_sequence_length = max_sequence_length;
     r.num_images_per_prompt = num_images_per_prompt;
@@ -412,8 +414,8 @@ NB_MODULE(_kiln, m) {
            nb::arg("max_area") = nb::none(), nb::arg("auto_resize") = nb::none(),
            nb::arg("height") = nb::none(), nb::arg("width") = nb::none(),
            nb::arg("num_inference_steps") = nb::none(), nb::arg("guidance_scale") = nb::none(),
-           nb::arg("seed") = nb::none(), nb::arg("max_sequence_length") = nb::none(),
-           nb::arg("num_images_per_prompt") = 1, nb::arg("skip_guidance_layers") = std::vector<int64_t>(),
-           nb::arg("output_type") = "pil", nb::arg("on_step") = nb::none(),
-           nb::arg("widen_bfloat16") = false);
+           nb::arg("true_cfg_scale") = nb::none(), nb::arg("seed") = nb::none(),
+           nb::arg("max_sequence_length") = nb::none(), nb::arg("num_images_per_prompt") = 1,
+           nb::arg("skip_guidance_layers") = std::vector<int64_t>(), nb::arg("output_type") = "pil",
+           nb::arg("on_step") = nb::none(), nb::arg("widen_bfloat16") = false);
 }

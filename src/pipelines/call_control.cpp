@@ -88,6 +88,10 @@ uint64_t request_key(const PipelineRequest& r) {
   h.optional(r.width);
   h.optional(r.num_inference_steps);
   h.optional(r.guidance_scale);
+  h.optional(r.true_cfg_scale);
+  h.optional(r.max_area);
+  h.optional(r.auto_resize);
+  h.value(static_cast<int>(r.output_type));
   h.value(r.generator.has_value());
   if (r.generator) {
     // The generator's state, not only its seed: the next draws are what the call will use.

@@ -198,6 +198,8 @@ void Flux2PipelineBase::check_common_fields(const char* pipeline, const Pipeline
          std::string(pipeline) + " has one text encoder and one negative prompt");
   refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
          std::string(pipeline) + " has no skip-layer guidance (StableDiffusion3Pipeline does)");
+  pipelines::refuse_kontext_sizes(pipeline, request);
+  pipelines::refuse_true_cfg(pipeline, request);
   pipelines::refuse_image_editing(pipeline, request,
                                   "the FLUX.1 and SD3 image-to-image and inpainting pipelines");
 }

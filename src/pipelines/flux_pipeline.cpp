@@ -153,7 +153,8 @@ FluxPipeline::PromptEmbeddings FluxPipeline::encode_prompt(const std::string& pr
   const Tensor clip_ids = Tensor::from_vector(out.clip_ids, {1, static_cast<int64_t>(out.clip_ids.size())});
   Tensor pooled = text_encoder_->forward(clip_ids).pooled;
 
-  const std::string& t5_prompt = prompt_2 ? *prompt_2 : prompt;
+  // diffusers: prompt_2 = prompt_2 or prompt (an empty prompt_2 falls back too).
+  const std::string& t5_prompt = prompt_2 && !prompt_2->empty() ? *prompt_2 : prompt;
   if (static_cast<int64_t>(tokenizer_2_->tokenize(t5_prompt).size()) + 1 > max_sequence_length)
     warn("the prompt is longer than max_sequence_length (" + std::to_string(max_sequence_length) +
          " tokens) and was truncated");
@@ -211,11 +212,11 @@ Tensor FluxPipeline::decode_latents(const Tensor& latents, int64_t height, int64
 
 void FluxPipeline::check_fields(const PipelineRequest& request) {
   using pipelines::refuse;
-  refuse(request.negative_prompt || request.negative_prompt_2 || request.negative_prompt_3 ||
-             request.negative_prompt_embeds.defined(),
-         "negative_prompt",
-         "FluxPipeline has no negative prompt (FLUX.1 is guidance-distilled; it runs without classifier-free "
-         "guidance)");
+  refuse(request.negative_prompt_3.has_value(), "negative_prompt_3",
+         "FluxPipeline has two text encoders: negative_prompt and negative_prompt_2");
+  refuse(request.negative_prompt_embeds.defined(), "negative_prompt_embeds",
+         "FluxPipeline encodes its prompts itself; give negative_prompt (and negative_prompt_2) instead of "
+         "negative_prompt_embeds");
   refuse(
       !request.image.empty(), "image",
       "FluxPipeline takes no reference images (Flux2Pipeline and Flux2KleinPipeline do; FluxImg2ImgPipeline, "
@@ -225,6 +226,7 @@ void FluxPipeline::check_fields(const PipelineRequest& request) {
          "FluxPipeline encodes its prompts itself; give prompt (and prompt_2) instead of prompt_embeds");
   refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
          "FluxPipeline has no skip-layer guidance (StableDiffusion3Pipeline does)");
+  pipelines::refuse_kontext_sizes("FluxPipeline", request);
   pipelines::refuse_image_editing("FluxPipeline", request,
                                   "FluxImg2ImgPipeline, FluxInpaintPipeline and FluxFillPipeline");
 }
@@ -267,6 +269,14 @@ void FluxInpaintPipeline::check_fields(const PipelineRequest& request) {
 }
 void FluxFillPipeline::check_fields(const PipelineRequest& request) {
   check_editing_fields("FluxFillPipeline", request, true, true, false);
+  // diffusers' FluxFillPipeline has no true classifier-free guidance.
+  pipelines::refuse(request.negative_prompt || request.negative_prompt_2, "negative_prompt",
+                    "FluxFillPipeline has no negative prompt (FluxPipeline, FluxImg2ImgPipeline, "
+                    "FluxInpaintPipeline and FluxKontextPipeline take one for true_cfg_scale)");
+  pipelines::refuse(
+      request.true_cfg_scale.has_value(), "true_cfg_scale",
+      "FluxFillPipeline has no true classifier-free guidance (FluxPipeline, FluxImg2ImgPipeline, "
+      "FluxInpaintPipeline and FluxKontextPipeline do)");
 }
 void FluxKontextPipeline::check_fields(const PipelineRequest& request) {
   PipelineRequest shared = request;
@@ -378,6 +388,12 @@ void FluxPipeline::check_loaded_request(const PipelineRequest& request) const {
   pipelines::check_max_sequence_length(name, r.max_sequence_length);
   pipelines::check_images_per_prompt(name, request.num_images_per_prompt);
   pipelines::check_guidance_scale(name, r.guidance_scale);
+  if (request.negative_prompt)
+    pipelines::check_prompt_size(name, "negative_prompt", *request.negative_prompt);
+  if (request.negative_prompt_2)
+    pipelines::check_prompt_size(name, "negative_prompt_2", *request.negative_prompt_2);
+  if (request.true_cfg_scale)
+    pipelines::check_guidance_scale(name, *request.true_cfg_scale, "true_cfg_scale");
   if (task_ == Task::Inpaint) pipelines::check_mask_crop(name, request, r.height, r.width);
   if (task_ != Task::TextToImage && task_ != Task::Kontext)
     pipelines::check_strength(name, r.strength, r.num_inference_steps);
@@ -389,6 +405,22 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
     std::tie(call.height, call.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
   const PromptEmbeddings prompt = encode_prompt(request.prompt, request.prompt_2,
                                                 request.num_images_per_prompt, call.max_sequence_length);
+  // True classifier-free guidance (diffusers' do_true_cfg): only with a negative prompt and a scale above 1.
+  const float true_cfg_scale = request.true_cfg_scale.value_or(1.0f);
+  const bool true_cfg = true_cfg_scale > 1.0f && request.negative_prompt.has_value();
+  if (!true_cfg && request.negative_prompt)
+    warn(std::string(class_name()) + ": negative_prompt is ignored unless true_cfg_scale > 1 (got " +
+         std::to_string(true_cfg_scale) + "), as in diffusers");
+  else if (!true_cfg && request.negative_prompt_2)
+    warn(std::string(class_name()) +
+         ": negative_prompt_2 is ignored without negative_prompt, as in diffusers");
+  else if (!true_cfg && true_cfg_scale > 1.0f)
+    warn(std::string(class_name()) +
+         ": true_cfg_scale has no effect without negative_prompt, as in diffusers");
+  std::optional<PromptEmbeddings> negative;
+  if (true_cfg)
+    negative = encode_prompt(*request.negative_prompt, request.negative_prompt_2,
+                             request.num_images_per_prompt, call.max_sequence_length);
   release_after_use({{"text_encoder", text_encoder_.get()}, {"text_encoder_2", text_encoder_2_.get()}});
   Generator generator = request.generator ? *request.generator : Generator();
   const uint64_t seed = generator.initial_seed();
@@ -489,10 +521,17 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
                       const Tensor input = condition.defined() ? concat({x, condition.to(x.device())}, 2)
                                            : context.defined() ? concat({x, context.to(x.device())}, 1)
                                                                : x;
-                      const Tensor out =
-                          transformer_->forward(input, prompt.prompt_embeds, prompt.pooled_prompt_embeds, t,
-                                                guidance, prompt.text_ids, image_ids);
-                      return context.defined() ? out.narrow(1, 0, x.size(1)) : out;
+                      const auto predict = [&](const PromptEmbeddings& p) {
+                        const Tensor out =
+                            transformer_->forward(input, p.prompt_embeds, p.pooled_prompt_embeds, t, guidance,
+                                                  p.text_ids, image_ids);
+                        return context.defined() ? out.narrow(1, 0, x.size(1)) : out;
+                      };
+                      const Tensor positive = predict(prompt);
+                      if (!negative) return positive;
+                      // diffusers: neg + true_cfg_scale * (pos - neg), two calls of batch B (not one of 2B).
+                      const Tensor uncond = predict(*negative);
+                      return add(uncond, mul(static_cast<double>(true_cfg_scale), sub(positive, uncond)));
                     },
                 .blend = blend,
                 .on_step_end = request.callback_on_step_end,
@@ -508,6 +547,11 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   metadata["prompt"] = request.prompt;
   metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
   if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
+  if (true_cfg) {
+    metadata["true_cfg_scale"] = std::to_string(true_cfg_scale);
+    metadata["negative_prompt"] = *request.negative_prompt;
+    if (request.negative_prompt_2) metadata["negative_prompt_2"] = *request.negative_prompt_2;
+  }
   if (task_ != Task::TextToImage && task_ != Task::Kontext)
     metadata["strength"] = std::to_string(call.strength);
   return pipelines::make_output(request, images, std::move(metadata), crop);

@@ -74,6 +74,20 @@ void refuse_image_editing(const char* pipeline, const PipelineRequest& request, 
          std::string(pipeline) + " takes no padding_mask_crop (the inpainting pipelines do)");
 }
 
+void refuse_kontext_sizes(const char* pipeline, const PipelineRequest& request) {
+  refuse(request.max_area.has_value(), "max_area",
+         std::string(pipeline) + " takes no max_area (FluxKontextPipeline does)");
+  refuse(request.auto_resize.has_value(), "auto_resize",
+         std::string(pipeline) + " takes no auto_resize (FluxKontextPipeline's _auto_resize)");
+}
+
+void refuse_true_cfg(const char* pipeline, const PipelineRequest& request) {
+  refuse(request.true_cfg_scale.has_value(), "true_cfg_scale",
+         std::string(pipeline) +
+             " takes no true_cfg_scale (the FLUX.1 pipelines do; here guidance_scale > 1 with "
+             "negative_prompt is classifier-free guidance)");
+}
+
 namespace {
 
 // Runs `check`, turning its kiln::Error into a RequestError naming `field`.
@@ -132,11 +146,11 @@ void check_images_per_prompt(const char* pipeline, int num_images_per_prompt) {
                                                     std::to_string(num_images_per_prompt));
 }
 
-void check_guidance_scale(const char* pipeline, float guidance_scale) {
+void check_guidance_scale(const char* pipeline, float guidance_scale, const char* field) {
   if (!std::isfinite(guidance_scale) || guidance_scale < 0) {
     std::ostringstream message;
-    message << pipeline << ": guidance_scale must be a finite value >= 0, got " << guidance_scale;
-    throw RequestError("guidance_scale", message.str());
+    message << pipeline << ": " << field << " must be a finite value >= 0, got " << guidance_scale;
+    throw RequestError(field, message.str());
   }
 }
 

@@ -62,6 +62,11 @@ void refuse(bool given, const char* field, const std::string& message);
 // A text-to-image pipeline's refusal of mask_image and strength, naming the pipelines that take them
 // (`editing`: "FluxImg2ImgPipeline and FluxInpaintPipeline").
 void refuse_image_editing(const char* pipeline, const PipelineRequest& request, const char* editing);
+// Refuses FluxKontextPipeline's max_area and auto_resize (a pipeline that does not resize an input image).
+void refuse_kontext_sizes(const char* pipeline, const PipelineRequest& request);
+// Refuses true_cfg_scale, which only the FLUX.1 pipelines take (SD3's and klein's guidance_scale already is
+// classifier-free guidance).
+void refuse_true_cfg(const char* pipeline, const PipelineRequest& request);
 
 // The checks every pipeline call makes, each a RequestError naming the pipeline, the field and what it
 // accepts.
@@ -71,7 +76,7 @@ void check_steps(const char* pipeline, int num_inference_steps);
 void check_prompt_size(const char* pipeline, const char* field, const std::string& prompt);
 void check_max_sequence_length(const char* pipeline, int64_t max_sequence_length);
 void check_images_per_prompt(const char* pipeline, int num_images_per_prompt);
-void check_guidance_scale(const char* pipeline, float guidance_scale);
+void check_guidance_scale(const char* pipeline, float guidance_scale, const char* field = "guidance_scale");
 // strength in [0, 1], and a schedule of `num_inference_steps` it leaves at least one step of.
 void check_strength(const char* pipeline, double strength, int num_inference_steps);
 // The one image an editing pipeline starts from (request.image), and the mask when `with_mask`.

@@ -292,6 +292,8 @@ void StableDiffusion3Pipeline::check_fields(const PipelineRequest& request) {
       request.prompt_embeds.defined() || request.negative_prompt_embeds.defined(), "prompt_embeds",
       "StableDiffusion3Pipeline encodes its prompts itself; give prompt (and prompt_2, prompt_3) instead of "
       "prompt_embeds");
+  pipelines::refuse_kontext_sizes(kName, request);
+  pipelines::refuse_true_cfg(kName, request);
   pipelines::refuse_image_editing(kName, request,
                                   "StableDiffusion3Img2ImgPipeline and StableDiffusion3InpaintPipeline");
 }

@@ -93,8 +93,11 @@ TEST(PipelineRequest, RefusedFieldsAreNamed) {
     }
   };
   PipelineRequest r = request(1);
-  r.negative_prompt = "blurry";
-  expect_field([&] { pipeline_class("FluxPipeline", "").check_fields(r); }, "negative_prompt");
+  r.negative_prompt_3 = "blurry";
+  expect_field([&] { pipeline_class("FluxPipeline", "").check_fields(r); }, "negative_prompt_3");
+  r = request(1);
+  r.true_cfg_scale = 2.0f;
+  expect_field([&] { pipeline_class("StableDiffusion3Pipeline", "").check_fields(r); }, "true_cfg_scale");
   r = request(1);
   r.image.resize(1);
   expect_field([&] { pipeline_class("StableDiffusion3Pipeline", "").check_fields(r); }, "image");

@@ -70,9 +70,9 @@ def test_callback_sees_and_changes_the_latents_and_can_interrupt(tiny_flux):
 
 
 def test_errors_keep_the_cpp_messages(tiny_flux):
-    with pytest.raises(kiln.RequestError, match="FluxPipeline has no negative prompt") as e:
-        tiny_flux(**small_call(), negative_prompt="blurry")
-    assert e.value.field == "negative_prompt"
+    with pytest.raises(kiln.RequestError, match="FluxPipeline has two text encoders") as e:
+        tiny_flux(**small_call(), negative_prompt_3="blurry")
+    assert e.value.field == "negative_prompt_3"
     assert isinstance(e.value, ValueError)
     with pytest.raises(kiln.RequestError, match="height and width must be positive multiples of 16") as e:
         tiny_flux(**small_call(height=40))

@@ -85,3 +85,28 @@ def test_editing_pipelines_match_diffusers(case):
     image = pipe(m["prompt"], **kwargs).images[0]
     # (With padding_mask_crop the result is pasted back into the image, whose size it has: the shapes are compared.)
     assert max_level_difference(image, tensors["image_u8"]) <= 1
+
+
+@pytest.mark.parametrize("case", ["flux_dev_64x64_s21", "flux_schnell_prompt2_48x80_s22", "flux_inpaint_64x64_s25",
+                                  "kontext_s26"])
+def test_flux_true_cfg_matches_diffusers(case):
+    """FLUX.1's true classifier-free guidance: true_cfg_scale with negative_prompt (and negative_prompt_2)."""
+    tensors, m = golden("true_cfg", case + ".safetensors")
+    pipe = getattr(kiln, m["pipeline"]).from_pretrained(data_path("models", m["model"]))
+    kwargs = dict(negative_prompt=m["negative_prompt"], true_cfg_scale=float(m["true_cfg_scale"]),
+                  height=int(m["height"]), width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]),
+                  guidance_scale=float(m["guidance_scale"]), max_sequence_length=int(m["max_sequence_length"]),
+                  generator=int(m["seed"]))
+    for key in ("prompt_2", "negative_prompt_2"):
+        if key in m:
+            kwargs[key] = m[key]
+    if "image" in m:
+        kwargs["image"] = Image.open(data_path("goldens", "flux2", m["image"] + ".png"))
+    if "mask_image" in m:
+        kwargs["mask_image"] = Image.open(data_path("goldens", "edit", m["mask_image"] + ".png"))
+    if "strength" in m:
+        kwargs["strength"] = float(m["strength"])
+    if "max_area" in m:
+        kwargs["max_area"] = int(m["max_area"])
+    image = pipe(m["prompt"], **kwargs).images[0]
+    assert max_level_difference(image, tensors["image_u8"]) <= 1

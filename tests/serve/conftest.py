@@ -121,7 +121,7 @@ def tiny_server():
 
 
 def kiln_generate(tmp_path, model, prompt, seed, size="32x32", steps=2, guidance=None, negative_prompt=None,
-                  max_sequence_length=16, name="reference.png"):
+                  true_cfg_scale=None, max_sequence_length=16, name="reference.png"):
     """The PNG `kiln generate` writes for these parameters, as bytes."""
     width, height = size.split("x")
     out = tmp_path / name
@@ -133,6 +133,8 @@ def kiln_generate(tmp_path, model, prompt, seed, size="32x32", steps=2, guidance
         args += ["--guidance", str(guidance)]
     if negative_prompt is not None:
         args += ["--negative-prompt", negative_prompt]
+    if true_cfg_scale is not None:
+        args += ["--true-cfg-scale", str(true_cfg_scale)]
     subprocess.run(args, check=True, capture_output=True, timeout=120)
     return out.read_bytes()
 

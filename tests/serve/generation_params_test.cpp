@@ -130,7 +130,7 @@ TEST(GenerationParams, WritesBackWhatItReads) {
   for (const char* body :
        {R"({"prompt": "caf\u00e9 \ud83d\udc08", "size": "48x32", "seed": 7, "guidance": 0.1, "n": 2})",
         R"({"prompt": "x", "model": "m", "prompt_2": "y", "negative_prompt": "z", "steps": 3,
-            "max_sequence_length": 77, "response_format": "url"})",
+            "max_sequence_length": 77, "response_format": "url", "true_cfg_scale": 3.7})",
         R"({"prompt": "x", "seed": 18446744073709551615})"}) {
     const GenerationParams p = parse_generation_params(body);
     const GenerationParams q = parse_generation_params(to_json_text(p));
@@ -143,6 +143,7 @@ TEST(GenerationParams, WritesBackWhatItReads) {
     EXPECT_EQ(q.seed, p.seed);
     EXPECT_EQ(q.steps, p.steps);
     EXPECT_EQ(q.guidance, p.guidance);  // a float, exactly
+    EXPECT_EQ(q.true_cfg_scale, p.true_cfg_scale);
     EXPECT_EQ(q.n, p.n);
     EXPECT_EQ(q.max_sequence_length, p.max_sequence_length);
     EXPECT_EQ(q.response_format, p.response_format);
@@ -151,7 +152,8 @@ TEST(GenerationParams, WritesBackWhatItReads) {
 
 TEST(GenerationParams, BecomeThePipelineRequestOfTheirClass) {
   const GenerationParams p = parse_generation_params(
-      R"({"prompt": "x", "prompt_2": "t5", "size": "48x32", "steps": 3, "guidance": 2, "n": 2, "negative_prompt": "n"})");
+      R"({"prompt": "x", "prompt_2": "t5", "size": "48x32", "steps": 3, "guidance": 2, "n": 2, "negative_prompt": "n",
+          "true_cfg_scale": 4})");
   const PipelineRequest flux = to_pipeline_request(p, "FluxPipeline", 9);
   EXPECT_EQ(flux.prompt_2, "t5");  // FLUX.1: T5's prompt is prompt_2
   EXPECT_FALSE(flux.prompt_3);
@@ -161,6 +163,7 @@ TEST(GenerationParams, BecomeThePipelineRequestOfTheirClass) {
   EXPECT_EQ(flux.guidance_scale, 2.0f);
   EXPECT_EQ(flux.num_images_per_prompt, 2);
   EXPECT_EQ(flux.negative_prompt, "n");
+  EXPECT_EQ(flux.true_cfg_scale, 4.0f);
   ASSERT_TRUE(flux.generator);
   EXPECT_EQ(flux.generator->initial_seed(), 9u);
   const PipelineRequest sd3 = to_pipeline_request(p, "StableDiffusion3Pipeline", 9);

@@ -34,7 +34,8 @@ from conftest import FLUX, LONG, SD3, TINY, Server, decode_png, kiln_binary
     ({"prompt": "x", "max_sequence_length": 513}, 400, "max_sequence_length", "exceeds the maximum 512"),
     ({"prompt": "x", "sead": 1}, 400, "sead", "unknown field"),
     ({"prompt": "x", "size": "40x32"}, 400, "size", "multiples of 16"),  # the pipeline's own check
-    ({"prompt": "x", "negative_prompt": "y"}, 400, "negative_prompt", "FluxPipeline has no negative prompt"),
+    ({"prompt": "x", "true_cfg_scale": -1}, 400, "true_cfg_scale", "expected a finite number >= 0"),
+    ({"prompt": "x", "true_cfg_scale": "4"}, 400, "true_cfg_scale", "expected a number >= 0"),
     ({"prompt": "x", "model": "sdxl"}, 404, "model", "not served here"),
 ])
 def test_bad_requests_get_a_4xx_naming_the_field(tiny_server, body, status, param, words):

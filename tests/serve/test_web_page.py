@@ -96,7 +96,9 @@ def test_generate_shows_progress_and_the_image(server, browser, tmp_path):
     open_page(browser, server)
     assert browser.title == "Kiln"
     assert "kiln-shapes-64 (FluxPipeline)" in browser.find_element(By.ID, "model").text
-    assert not browser.find_element(By.ID, "negative-prompt-row").is_displayed()  # FLUX.1 takes none
+    # FLUX.1 takes a negative prompt with its true CFG scale (the call below leaves both empty: off).
+    assert browser.find_element(By.ID, "negative-prompt-row").is_displayed()
+    assert browser.find_element(By.ID, "true-cfg-row").is_displayed()
     assert not browser.find_element(By.ID, "api-key-row").is_displayed()  # the server asks for no key
     fill(browser, "prompt", PROMPT)
     fill(browser, "width", 64)
@@ -137,6 +139,38 @@ def test_generate_shows_progress_and_the_image(server, browser, tmp_path):
     assert (value("prompt"), value("steps"), value("seed"), value("width"), value("guidance"),
             value("max-sequence-length")) == (PROMPT, "8", "0", "64", "0", "40")
     assert not browser.find_element(By.ID, "random-seed").is_selected()
+
+
+def test_true_cfg_from_the_page(server, browser, tmp_path):
+    """FLUX.1's negative prompt and true CFG scale travel from the form: the image is kiln generate's with
+    --negative-prompt and --true-cfg-scale, the caption names the scale, and a click puts both back."""
+    open_page(browser, server)
+    fill(browser, "prompt", PROMPT)
+    fill(browser, "negative-prompt", "a red circle")
+    fill(browser, "true-cfg", 3.5)
+    fill(browser, "width", 64)
+    fill(browser, "height", 64)
+    fill(browser, "steps", 2)
+    fill(browser, "max-sequence-length", 40)
+    browser.find_element(By.ID, "random-seed").click()
+    fill(browser, "seed", 3)
+    browser.find_element(By.ID, "generate").click()
+    WebDriverWait(browser, 120).until(
+        lambda d: d.execute_script("const i = document.querySelector('#gallery .card img');"
+                                   "return i !== null && i.complete && i.naturalWidth > 0"))
+    width, height, rgb = browser.execute_script(READ_PIXELS)
+    shown = np.array(rgb, dtype=np.uint8).reshape(height, width, 3)
+    reference, text = decode_png(kiln_generate(tmp_path, SHAPES, PROMPT, 3, size="64x64", steps=2,
+                                               negative_prompt="a red circle", true_cfg_scale=3.5,
+                                               max_sequence_length=40))
+    assert text["true_cfg_scale"].startswith("3.5")
+    np.testing.assert_array_equal(shown, reference)
+    assert "true CFG 3.5" in browser.find_element(By.CSS_SELECTOR, "#gallery .card figcaption").text
+    fill(browser, "negative-prompt", "x")
+    fill(browser, "true-cfg", 1)
+    browser.find_element(By.CSS_SELECTOR, "#gallery .card").click()
+    value = lambda field: browser.find_element(By.ID, field).get_attribute("value")  # noqa: E731
+    assert (value("negative-prompt"), value("true-cfg")) == ("a red circle", "3.5")
 
 
 def test_cancel_stops_the_job(server, browser):

@@ -6,8 +6,10 @@
 
 const $ = (id) => document.getElementById(id);
 const page = { models: [], job: null, stream: null };
-// Pipelines with a classifier-free guidance, which take a negative prompt.
-const takesNegativePrompt = new Set(["StableDiffusion3Pipeline", "Flux2KleinPipeline"]);
+// Pipelines with a classifier-free guidance, which take a negative prompt (FLUX.1's true classifier-free
+// guidance runs with one and a true CFG scale above 1).
+const takesNegativePrompt = new Set(["StableDiffusion3Pipeline", "Flux2KleinPipeline", "FluxPipeline"]);
+const takesTrueCfg = new Set(["FluxPipeline"]);
 
 function authHeaders(extra = {}) {
   const key = $("api-key").value.trim();
@@ -62,6 +64,7 @@ function showModelDefaults() {
   $("guidance").placeholder = defaults.guidance ?? "default";
   $("max-sequence-length").placeholder = defaults.max_sequence_length ?? "default";
   $("negative-prompt-row").hidden = !(model && takesNegativePrompt.has(model.kiln.pipeline));
+  $("true-cfg-row").hidden = !(model && takesTrueCfg.has(model.kiln.pipeline));
 }
 
 async function loadModels() {
@@ -87,6 +90,7 @@ function formParams() {
   }
   if (number("steps") !== undefined) params.steps = number("steps");
   if (number("guidance") !== undefined) params.guidance = number("guidance");
+  if (!$("true-cfg-row").hidden && number("true-cfg") !== undefined) params.true_cfg_scale = number("true-cfg");
   if (number("max-sequence-length") !== undefined) params.max_sequence_length = number("max-sequence-length");
   if (!$("random-seed").checked && number("seed") !== undefined) params.seed = number("seed");
   return params;
@@ -102,6 +106,7 @@ function fillForm(params) {
   $("height").value = h;
   $("steps").value = params.steps ?? "";
   $("guidance").value = params.guidance ?? "";
+  $("true-cfg").value = params.true_cfg_scale ?? "";
   $("max-sequence-length").value = params.max_sequence_length ?? "";
   $("random-seed").checked = false;
   $("seed").disabled = false;
@@ -205,7 +210,8 @@ async function addToGallery(id, urls) {
     const b = document.createElement("b");
     b.textContent = params.prompt;
     const details = [params.model, params.size, params.steps && `${params.steps} steps`,
-      params.guidance !== undefined && `guidance ${params.guidance}`, `seed ${params.seed}`];
+      params.guidance !== undefined && `guidance ${params.guidance}`,
+      params.true_cfg_scale !== undefined && `true CFG ${params.true_cfg_scale}`, `seed ${params.seed}`];
     caption.append(b, document.createElement("br"), details.filter(Boolean).join(" · "));
     card.dataset.params = JSON.stringify(params);
     const reuse = () => fillForm(params);

@@ -1,7 +1,7 @@
 // What a caller asks a pipeline for: one request type for every pipeline, with diffusers' argument names
 // (the keyword arguments of a pipeline's __call__). A pipeline refuses, by name, a field it does not take
-// (RequestError: FluxPipeline has no negative prompt, only FLUX.2 takes reference images); fields left unset
-// take that pipeline's diffusers defaults (DiffusionPipeline::defaults()).
+// (RequestError: FluxFillPipeline has no negative prompt, only FLUX.2 takes reference images); fields left
+// unset take that pipeline's diffusers defaults (DiffusionPipeline::defaults()).
 //
 //   kiln::PipelineRequest request{.prompt = "a cat", .height = 512, .width = 512, .num_inference_steps = 4,
 //                                 .guidance_scale = 0.0f, .generator = kiln::Generator(0)};
@@ -89,9 +89,12 @@ struct PipelineRequest {
   std::optional<std::string> prompt_2, prompt_3;
   // FLUX.2 [klein]: the negative embeddings of its classifier-free guidance.
   Tensor negative_prompt_embeds;
-  // Classifier-free guidance's negative prompt (SD3, FLUX.2 [klein]); "" when absent.
+  // Classifier-free guidance's negative prompt (SD3, FLUX.2 [klein]: "" when absent; FLUX.1: true CFG runs
+  // only with one, see true_cfg_scale).
   std::optional<std::string> negative_prompt;
-  std::optional<std::string> negative_prompt_2, negative_prompt_3;  // SD3; negative_prompt when absent
+  // The second and third text encoders' negative prompts (SD3: both; FLUX.1: negative_prompt_2, T5's);
+  // negative_prompt when absent or empty.
+  std::optional<std::string> negative_prompt_2, negative_prompt_3;
   // diffusers' `image=` (RGB; gray and RGBA are converted as PIL's convert("RGB") does): FLUX.2's reference
   // images, conditioning the generation; the image that image-to-image, inpainting and Fill start from (one).
   // The text-to-image pipelines refuse it.
@@ -113,6 +116,11 @@ struct PipelineRequest {
   std::optional<int> num_inference_steps;
   // FLUX.1-dev, FLUX.2-dev: the embedded guidance; SD3, klein: classifier-free guidance (on when > 1).
   std::optional<float> guidance_scale;
+  // FLUX.1 (FluxPipeline and its image-to-image, inpainting and Kontext siblings): diffusers' true
+  // classifier-free guidance, on when > 1 and a negative_prompt is given (default 1: off). Each step then
+  // runs the transformer twice, on the prompt and on the negative prompt, and takes neg + scale * (pos -
+  // neg), beside the embedded guidance_scale of FLUX.1-dev.
+  std::optional<float> true_cfg_scale;
   std::optional<Generator> generator;          // torch's default seed when absent
   std::optional<int64_t> max_sequence_length;  // tokens of the T5 / FLUX.2 text encoder
   int num_images_per_prompt = 1;
