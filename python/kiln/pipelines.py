@@ -215,7 +215,8 @@ class DiffusionPipeline:
         unknown = sorted(k for k in kwargs if kwargs[k] is not None)
         if unknown:
             raise TypeError(f"{type(self).__name__}: unsupported argument(s) {', '.join(unknown)}")
-        prompt = self._one("prompt", prompt)
+        prompt, prompts = self._text_or_list(prompt)
+        negative_prompt, negative_prompts = self._text_or_list(negative_prompt)
         want_torch = output_type == "pt" or (output_type == "latent" and _convert.torch_module() is not None)
         if output_type not in ("pil", "np", "pt", "latent"):
             raise ValueError(f'output_type must be "pil", "np", "pt" or "latent", got {output_type!r}')
@@ -239,8 +240,9 @@ class DiffusionPipeline:
 
         try:
             out = self._native.generate(
-                prompt=prompt or "", prompt_2=self._one("prompt_2", prompt_2), prompt_3=self._one("prompt_3", prompt_3),
-                negative_prompt=self._one("negative_prompt", negative_prompt),
+                prompt=prompt or "", prompts=prompts, prompt_2=self._one("prompt_2", prompt_2),
+                prompt_3=self._one("prompt_3", prompt_3), negative_prompt=negative_prompt,
+                negative_prompts=negative_prompts,
                 negative_prompt_2=self._one("negative_prompt_2", negative_prompt_2),
                 negative_prompt_3=self._one("negative_prompt_3", negative_prompt_3),
                 prompt_embeds=None if prompt_embeds is None else _convert.to_kiln(prompt_embeds),
@@ -269,10 +271,19 @@ class DiffusionPipeline:
     def _one(name, value):
         if isinstance(value, (list, tuple)):
             if len(value) != 1:
-                raise ValueError(f"{name}: Kiln takes one prompt per call (num_images_per_prompt makes several "
-                                 f"images of it), got a list of {len(value)}")
+                raise ValueError(f"{name}: Kiln takes one {name} per call (a list goes in prompt and "
+                                 f"negative_prompt), got a list of {len(value)}")
             return value[0]
         return value
+
+    @staticmethod
+    def _text_or_list(value):
+        """diffusers' `str | list[str]`: (the text, []) or, for a list of several, (None, the list)."""
+        if isinstance(value, (list, tuple)):
+            if len(value) == 1:
+                return value[0], []
+            return None, [str(v) for v in value]
+        return value, []
 
     def _progress_bar(self, total):
         if self._progress_config.get("disable", False):

@@ -220,22 +220,24 @@ class PyPipeline {
 
   // One call; see python/kiln/pipelines.py for the arguments' meaning. `on_step(step, num_steps, timestep,
   // latents)` may return new latents (an array) or True to stop, or None.
-  nb::dict generate(const std::string& prompt, std::optional<std::string> prompt_2,
-                    std::optional<std::string> prompt_3, std::optional<std::string> negative_prompt,
-                    std::optional<std::string> negative_prompt_2,
-                    std::optional<std::string> negative_prompt_3, std::optional<AnyArray> prompt_embeds,
-                    std::optional<AnyArray> negative_prompt_embeds, std::vector<AnyArray> images,
-                    std::optional<AnyArray> mask_image, std::optional<double> strength,
-                    std::optional<int64_t> padding_mask_crop, std::optional<int64_t> max_area,
-                    std::optional<bool> auto_resize, std::optional<int64_t> height,
-                    std::optional<int64_t> width, std::optional<int> num_inference_steps,
-                    std::optional<float> guidance_scale, std::optional<float> true_cfg_scale,
-                    std::optional<uint64_t> seed, std::optional<int64_t> max_sequence_length,
-                    int num_images_per_prompt, std::vector<int64_t> skip_guidance_layers,
-                    const std::string& output_type, std::optional<nb::callable> on_step,
-                    bool widen_bfloat16) {
+  nb::dict generate(const std::string& prompt, std::vector<std::string> prompts,
+                    std::optional<std::string> prompt_2, std::optional<std::string> prompt_3,
+                    std::optional<std::string> negative_prompt, std::optional<std::string> negative_prompt_2,
+                    std::optional<std::string> negative_prompt_3, std::vector<std::string> negative_prompts,
+                    std::optional<AnyArray> prompt_embeds, std::optional<AnyArray> negative_prompt_embeds,
+                    std::vector<AnyArray> images, std::optional<AnyArray> mask_image,
+                    std::optional<double> strength, std::optional<int64_t> padding_mask_crop,
+                    std::optional<int64_t> max_area, std::optional<bool> auto_resize,
+                    std::optional<int64_t> height, std::optional<int64_t> width,
+                    std::optional<int> num_inference_steps, std::optional<float> guidance_scale,
+                    std::optional<float> true_cfg_scale, std::optional<uint64_t> seed,
+                    std::optional<int64_t> max_sequence_length, int num_images_per_prompt,
+                    std::vector<int64_t> skip_guidance_layers, const std::string& output_type,
+                    std::optional<nb::callable> on_step, bool widen_bfloat16) {
     PipelineRequest r;
     r.prompt = prompt;
+    r.prompts = std::move(prompts);
+    r.negative_prompts = std::move(negative_prompts);
     r.prompt_2 = prompt_2;
     r.prompt_3 = prompt_3;
     r.negative_prompt = negative_prompt;
@@ -405,14 +407,15 @@ NB_MODULE(_kiln, m) {
       .def("delete_adapters", &PyPipeline::delete_adapters, nb::arg("names"))
       .def("get_active_adapters", &PyPipeline::get_active_adapters)
       .def("get_list_adapters", &PyPipeline::get_list_adapters)
-      .def("generate", &PyPipeline::generate, nb::arg("prompt") = "", nb::arg("prompt_2") = nb::none(),
+      .def("generate", &PyPipeline::generate, nb::arg("prompt") = "",
+           nb::arg("prompts") = std::vector<std::string>(), nb::arg("prompt_2") = nb::none(),
            nb::arg("prompt_3") = nb::none(), nb::arg("negative_prompt") = nb::none(),
            nb::arg("negative_prompt_2") = nb::none(), nb::arg("negative_prompt_3") = nb::none(),
-           nb::arg("prompt_embeds") = nb::none(), nb::arg("negative_prompt_embeds") = nb::none(),
-           nb::arg("images") = std::vector<AnyArray>(), nb::arg("mask_image") = nb::none(),
-           nb::arg("strength") = nb::none(), nb::arg("padding_mask_crop") = nb::none(),
-           nb::arg("max_area") = nb::none(), nb::arg("auto_resize") = nb::none(),
-           nb::arg("height") = nb::none(), nb::arg("width") = nb::none(),
+           nb::arg("negative_prompts") = std::vector<std::string>(), nb::arg("prompt_embeds") = nb::none(),
+           nb::arg("negative_prompt_embeds") = nb::none(), nb::arg("images") = std::vector<AnyArray>(),
+           nb::arg("mask_image") = nb::none(), nb::arg("strength") = nb::none(),
+           nb::arg("padding_mask_crop") = nb::none(), nb::arg("max_area") = nb::none(),
+           nb::arg("auto_resize") = nb::none(), nb::arg("height") = nb::none(), nb::arg("width") = nb::none(),
            nb::arg("num_inference_steps") = nb::none(), nb::arg("guidance_scale") = nb::none(),
            nb::arg("true_cfg_scale") = nb::none(), nb::arg("seed") = nb::none(),
            nb::arg("max_sequence_length") = nb::none(), nb::arg("num_images_per_prompt") = 1,

@@ -74,6 +74,10 @@ uint64_t request_key(const PipelineRequest& r) {
   h.text(r.prompt);
   h.text(r.prompt_2);
   h.text(r.prompt_3);
+  h.value(r.prompts.size());
+  for (const std::string& p : r.prompts) h.text(p);
+  h.value(r.negative_prompts.size());
+  for (const std::string& p : r.negative_prompts) h.text(p);
   h.tensor(r.negative_prompt_embeds);
   h.text(r.negative_prompt);
   h.text(r.negative_prompt_2);

@@ -113,16 +113,23 @@ std::pair<Tensor, Tensor> Flux2PipelineBase::encode_prompt(const std::string& pr
                                                            const Tensor& prompt_embeds,
                                                            int num_images_per_prompt,
                                                            int64_t max_sequence_length) const {
+  return encode_prompts({prompt}, prompt_embeds, num_images_per_prompt, max_sequence_length);
+}
+
+std::pair<Tensor, Tensor> Flux2PipelineBase::encode_prompts(const std::vector<std::string>& prompts,
+                                                            const Tensor& prompt_embeds,
+                                                            int num_images_per_prompt,
+                                                            int64_t max_sequence_length) const {
   Tensor embeds = prompt_embeds;
   if (!embeds.defined()) {
     if (custom_prompt_encoder_) {
-      embeds = custom_prompt_encoder_({prompt}, max_sequence_length);
+      embeds = custom_prompt_encoder_(prompts, max_sequence_length);
     } else {
       KILN_CHECK(text_side_, name() << ": " << path_
                                     << " has no text encoder (model_index.json lists text_encoder and "
                                        "tokenizer as null); pass prompt_embeds (and, for classifier-free "
                                        "guidance, negative_prompt_embeds) or install a prompt encoder");
-      embeds = text_side_->encode({prompt}, max_sequence_length).prompt_embeds;
+      embeds = text_side_->encode(prompts, max_sequence_length).prompt_embeds;
     }
   }
   const int64_t joint = transformer_->config().joint_attention_dim;
@@ -199,6 +206,7 @@ void Flux2PipelineBase::check_common_fields(const char* pipeline, const Pipeline
   refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
          std::string(pipeline) + " has no skip-layer guidance (StableDiffusion3Pipeline does)");
   pipelines::refuse_kontext_sizes(pipeline, request);
+  pipelines::check_prompt_list(pipeline, request, true);
   pipelines::refuse_true_cfg(pipeline, request);
   pipelines::refuse_image_editing(pipeline, request,
                                   "the FLUX.1 and SD3 image-to-image and inpainting pipelines");
@@ -267,18 +275,22 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
   const pipelines::ResolvedRequest call = resolved(request, references);
   const int n = request.num_images_per_prompt;
   const std::string negative_prompt = request.negative_prompt.value_or("");
+  const std::vector<std::string> prompts = pipelines::prompt_list(request);
   // Named tensors, not structured bindings: the step lambda captures them (clang 14 cannot capture bindings).
   Tensor embeds, text_ids;
-  std::tie(embeds, text_ids) =
-      encode_prompt(request.prompt, request.prompt_embeds, n, call.max_sequence_length);
+  std::tie(embeds, text_ids) = encode_prompts(prompts, request.prompt_embeds, n, call.max_sequence_length);
   const bool cfg = classifier_free_guidance(call.guidance_scale);
   if (variant_ == Variant::Klein && is_distilled_ && call.guidance_scale > 1.0f)
     warn(std::string(name()) + ": guidance scale " + std::to_string(call.guidance_scale) +
          " is ignored for step-wise distilled models");
   Tensor negative, negative_ids;
   if (cfg) {
+    // One negative prompt per prompt (diffusers' klein: "" for each prompt of a list).
+    std::vector<std::string> negatives;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      negatives.push_back(pipelines::negative_prompt_of(request, i).value_or(""));
     std::tie(negative, negative_ids) =
-        encode_prompt(negative_prompt, request.negative_prompt_embeds, n, call.max_sequence_length);
+        encode_prompts(negatives, request.negative_prompt_embeds, n, call.max_sequence_length);
     KILN_CHECK(negative.size(0) == embeds.size(0), name() << ": negative_prompt_embeds has batch "
                                                           << negative.size(0) / n << ", prompt_embeds "
                                                           << embeds.size(0) / n);
@@ -341,7 +353,9 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
   }
   if (cfg && !request.negative_prompt_embeds.defined()) metadata["negative_prompt"] = negative_prompt;
   if (!references.empty()) metadata["reference_images"] = std::to_string(references.size());
-  return pipelines::make_output(request.output_type, images, metadata);
+  PipelineOutput output = pipelines::make_output(request.output_type, images, metadata);
+  pipelines::label_prompts(output, request, cfg && !request.negative_prompt_embeds.defined());
+  return output;
 }
 
 std::vector<std::pair<std::string, nn::Module*>> Flux2PipelineBase::components() const {
@@ -382,7 +396,7 @@ ActivationEstimate Flux2PipelineBase::estimate_activations(const PipelineRequest
   }
   // Classifier-free guidance runs the negative prompt as a second forward, not a larger batch.
   e.transformer = block_stack_activation_bytes(
-      {.batch = request.num_images_per_prompt,
+      {.batch = pipelines::batch_size(request),
        .tokens = tokens,
        .width = tc.inner_dim(),
        .mlp_width = tc.mlp_hidden_dim(),
@@ -391,7 +405,7 @@ ActivationEstimate Flux2PipelineBase::estimate_activations(const PipelineRequest
        .attention_key_block = attention_key_block(device, dtype(), tc.attention_head_dim)},
       dtype());
   e.vae =
-      vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype(), device);
+      vae_activation_bytes(*vae_, pipelines::batch_size(request), call.height, call.width, dtype(), device);
   return e;
 }
 

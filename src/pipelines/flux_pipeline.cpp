@@ -174,6 +174,25 @@ FluxPipeline::PromptEmbeddings FluxPipeline::encode_prompt(const std::string& pr
   return out;
 }
 
+FluxPipeline::PromptEmbeddings FluxPipeline::encode_prompts(const std::vector<std::string>& prompts,
+                                                            const std::optional<std::string>& prompt_2,
+                                                            int num_images_per_prompt,
+                                                            int64_t max_sequence_length) const {
+  PromptEmbeddings out = encode_prompt(prompts.front(), prompt_2, num_images_per_prompt, max_sequence_length);
+  if (prompts.size() == 1) return out;
+  // diffusers encodes the list as one batch; each prompt's rows are its own encoding, repeated n times.
+  std::vector<Tensor> embeds{out.prompt_embeds}, pooled{out.pooled_prompt_embeds};
+  for (size_t i = 1; i < prompts.size(); ++i) {
+    const PromptEmbeddings p =
+        encode_prompt(prompts[i], prompt_2, num_images_per_prompt, max_sequence_length);
+    embeds.push_back(p.prompt_embeds);
+    pooled.push_back(p.pooled_prompt_embeds);
+  }
+  out.prompt_embeds = concat(embeds, 0);
+  out.pooled_prompt_embeds = concat(pooled, 0);
+  return out;
+}
+
 std::pair<Tensor, Tensor> FluxPipeline::prepare_latents(int64_t batch, int64_t height, int64_t width,
                                                         DType dtype, Generator& generator) const {
   const int64_t f = vae_->config().scale_factor();
@@ -227,6 +246,7 @@ void FluxPipeline::check_fields(const PipelineRequest& request) {
   refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
          "FluxPipeline has no skip-layer guidance (StableDiffusion3Pipeline does)");
   pipelines::refuse_kontext_sizes("FluxPipeline", request);
+  pipelines::check_prompt_list("FluxPipeline", request, true);
   pipelines::refuse_image_editing("FluxPipeline", request,
                                   "FluxImg2ImgPipeline, FluxInpaintPipeline and FluxFillPipeline");
 }
@@ -236,6 +256,7 @@ namespace {
 // FluxPipeline's checks of the fields the editing pipelines share with it, and theirs.
 void check_editing_fields(const char* pipeline, const PipelineRequest& request, bool mask, bool strength,
                           bool crop) {
+  pipelines::check_prompt_list(pipeline, request, false);
   PipelineRequest shared = request;
   shared.image.clear();
   shared.mask_image.reset();
@@ -279,6 +300,7 @@ void FluxFillPipeline::check_fields(const PipelineRequest& request) {
       "FluxInpaintPipeline and FluxKontextPipeline do)");
 }
 void FluxKontextPipeline::check_fields(const PipelineRequest& request) {
+  pipelines::check_prompt_list("FluxKontextPipeline", request, false);
   PipelineRequest shared = request;
   shared.image.clear();
   shared.max_area.reset();
@@ -403,12 +425,13 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
   if (task_ == Task::Kontext)
     std::tie(call.height, call.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
-  const PromptEmbeddings prompt = encode_prompt(request.prompt, request.prompt_2,
-                                                request.num_images_per_prompt, call.max_sequence_length);
+  const std::vector<std::string> prompts = pipelines::prompt_list(request);
+  const PromptEmbeddings prompt =
+      encode_prompts(prompts, request.prompt_2, request.num_images_per_prompt, call.max_sequence_length);
   // True classifier-free guidance (diffusers' do_true_cfg): only with a negative prompt and a scale above 1.
   const float true_cfg_scale = request.true_cfg_scale.value_or(1.0f);
-  const bool true_cfg = true_cfg_scale > 1.0f && request.negative_prompt.has_value();
-  if (!true_cfg && request.negative_prompt)
+  const bool true_cfg = true_cfg_scale > 1.0f && pipelines::has_negative_prompt(request);
+  if (!true_cfg && pipelines::has_negative_prompt(request))
     warn(std::string(class_name()) + ": negative_prompt is ignored unless true_cfg_scale > 1 (got " +
          std::to_string(true_cfg_scale) + "), as in diffusers");
   else if (!true_cfg && request.negative_prompt_2)
@@ -418,13 +441,17 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
     warn(std::string(class_name()) +
          ": true_cfg_scale has no effect without negative_prompt, as in diffusers");
   std::optional<PromptEmbeddings> negative;
-  if (true_cfg)
-    negative = encode_prompt(*request.negative_prompt, request.negative_prompt_2,
-                             request.num_images_per_prompt, call.max_sequence_length);
+  if (true_cfg) {
+    std::vector<std::string> negatives;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      negatives.push_back(*pipelines::negative_prompt_of(request, i));
+    negative = encode_prompts(negatives, request.negative_prompt_2, request.num_images_per_prompt,
+                              call.max_sequence_length);
+  }
   release_after_use({{"text_encoder", text_encoder_.get()}, {"text_encoder_2", text_encoder_2_.get()}});
   Generator generator = request.generator ? *request.generator : Generator();
   const uint64_t seed = generator.initial_seed();
-  const int64_t batch = request.num_images_per_prompt;
+  const int64_t batch = pipelines::batch_size(request);
   const DType dtype = prompt.prompt_embeds.dtype();
   const int64_t f = vae_->config().scale_factor();
   const int64_t h = 2 * (call.height / (f * 2)), w = 2 * (call.width / (f * 2));
@@ -549,12 +576,14 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
   if (true_cfg) {
     metadata["true_cfg_scale"] = std::to_string(true_cfg_scale);
-    metadata["negative_prompt"] = *request.negative_prompt;
+    metadata["negative_prompt"] = pipelines::negative_prompt_of(request, 0).value_or("");
     if (request.negative_prompt_2) metadata["negative_prompt_2"] = *request.negative_prompt_2;
   }
   if (task_ != Task::TextToImage && task_ != Task::Kontext)
     metadata["strength"] = std::to_string(call.strength);
-  return pipelines::make_output(request, images, std::move(metadata), crop);
+  PipelineOutput output = pipelines::make_output(request, images, std::move(metadata), crop);
+  pipelines::label_prompts(output, request, true_cfg);
+  return output;
 }
 
 std::vector<std::pair<std::string, nn::Module*>> FluxPipeline::components() const {
@@ -586,10 +615,10 @@ ActivationEstimate FluxPipeline::estimate_activations(const PipelineRequest& req
       std::max(pipelines::clip_activation_bytes(text_encoder_->config(), dtype(), device),
                pipelines::t5_activation_bytes(text_encoder_2_->config(), call.max_sequence_length, dtype()));
   e.transformer = pipelines::dit_step_activation_bytes(
-      request.num_images_per_prompt, image_tokens + call.max_sequence_length, tc.num_attention_heads,
+      pipelines::batch_size(request), image_tokens + call.max_sequence_length, tc.num_attention_heads,
       tc.attention_head_dim, dtype(), device);
   e.vae =
-      vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype(), device);
+      vae_activation_bytes(*vae_, pipelines::batch_size(request), call.height, call.width, dtype(), device);
   return e;
 }
 

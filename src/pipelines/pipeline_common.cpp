@@ -74,6 +74,71 @@ void refuse_image_editing(const char* pipeline, const PipelineRequest& request, 
          std::string(pipeline) + " takes no padding_mask_crop (the inpainting pipelines do)");
 }
 
+std::vector<std::string> prompt_list(const PipelineRequest& request) {
+  return request.prompts.empty() ? std::vector<std::string>{request.prompt} : request.prompts;
+}
+
+std::optional<std::string> negative_prompt_of(const PipelineRequest& request, size_t i) {
+  if (i < request.negative_prompts.size()) return request.negative_prompts[i];
+  return request.negative_prompt;
+}
+
+bool has_negative_prompt(const PipelineRequest& request) {
+  return request.negative_prompt.has_value() || !request.negative_prompts.empty();
+}
+
+int64_t batch_size(const PipelineRequest& request) {
+  return static_cast<int64_t>(std::max<size_t>(request.prompts.size(), 1)) * request.num_images_per_prompt;
+}
+
+void check_prompt_list(const char* pipeline, const PipelineRequest& request, bool takes_lists) {
+  const std::string name = pipeline;
+  if (request.prompts.empty()) {
+    refuse(
+        !request.negative_prompts.empty(), "negative_prompts",
+        name + ": negative_prompts go with a list of prompts (prompts); give negative_prompt for one prompt");
+    return;
+  }
+  refuse(!takes_lists, "prompts",
+         name +
+             " takes one prompt per call (num_images_per_prompt makes several images of it; the "
+             "text-to-image pipelines take a list)");
+  refuse(!request.prompt.empty(), "prompt", name + ": give either prompt or a list of prompts, not both");
+  refuse(request.prompt_embeds.defined(), "prompt_embeds",
+         name + ": give either prompt_embeds or a list of prompts, not both");
+  refuse(
+      request.prompt_2.has_value() || request.prompt_3.has_value(), "prompt_2",
+      name +
+          ": with a list of prompts every text encoder reads them (prompt_2 and prompt_3 take one prompt)");
+  refuse(request.negative_prompt_2.has_value() || request.negative_prompt_3.has_value(), "negative_prompt_2",
+         name +
+             ": with a list of prompts every text encoder reads the negative prompts (negative_prompt_2 and "
+             "negative_prompt_3 take one)");
+  refuse(request.negative_prompt.has_value() && !request.negative_prompts.empty(), "negative_prompts",
+         name + ": give either negative_prompt (for every prompt) or negative_prompts, not both");
+  refuse(!request.negative_prompts.empty() && request.negative_prompts.size() != request.prompts.size(),
+         "negative_prompts",
+         name + ": " + std::to_string(request.negative_prompts.size()) + " negative prompts for " +
+             std::to_string(request.prompts.size()) + " prompts (one each, or negative_prompt for all)");
+  const int64_t images = static_cast<int64_t>(request.prompts.size()) * request.num_images_per_prompt;
+  refuse(images > limits::kMaxImagesPerPrompt, "prompts",
+         name + ": " + std::to_string(request.prompts.size()) + " prompts x " +
+             std::to_string(request.num_images_per_prompt) + " images each make " + std::to_string(images) +
+             " images, more than the maximum " + std::to_string(limits::kMaxImagesPerPrompt) + " per call");
+  for (const std::string& p : request.prompts) check_prompt_size(pipeline, "prompts", p);
+  for (const std::string& p : request.negative_prompts) check_prompt_size(pipeline, "negative_prompts", p);
+}
+
+void label_prompts(PipelineOutput& output, const PipelineRequest& request, bool negative) {
+  if (request.prompts.empty()) return;
+  const size_t n = static_cast<size_t>(request.num_images_per_prompt);
+  for (size_t i = 0; i < output.images.size(); ++i) {
+    output.images[i].metadata["prompt"] = request.prompts[i / n];
+    if (negative)
+      output.images[i].metadata["negative_prompt"] = negative_prompt_of(request, i / n).value_or("");
+  }
+}
+
 void refuse_kontext_sizes(const char* pipeline, const PipelineRequest& request) {
   refuse(request.max_area.has_value(), "max_area",
          std::string(pipeline) + " takes no max_area (FluxKontextPipeline does)");

@@ -62,6 +62,20 @@ void refuse(bool given, const char* field, const std::string& message);
 // A text-to-image pipeline's refusal of mask_image and strength, naming the pipelines that take them
 // (`editing`: "FluxImg2ImgPipeline and FluxInpaintPipeline").
 void refuse_image_editing(const char* pipeline, const PipelineRequest& request, const char* editing);
+// The call's prompts: `prompts` when given, else {prompt}.
+std::vector<std::string> prompt_list(const PipelineRequest& request);
+// Prompt i's negative prompt: negative_prompts[i] when given, else negative_prompt (unset when neither is).
+std::optional<std::string> negative_prompt_of(const PipelineRequest& request, size_t i);
+// Whether the call gives a negative prompt (negative_prompt or negative_prompts).
+bool has_negative_prompt(const PipelineRequest& request);
+// The images a call makes: its prompts times num_images_per_prompt.
+int64_t batch_size(const PipelineRequest& request);
+// The checks of `prompts` and `negative_prompts` (a pipeline that takes one prompt refuses them by name) and
+// of every prompt's size.
+void check_prompt_list(const char* pipeline, const PipelineRequest& request, bool takes_lists);
+// With `prompts`: each image's "prompt" (and "negative_prompt" when `negative`) metadata is its own prompt's.
+void label_prompts(PipelineOutput& output, const PipelineRequest& request, bool negative);
+
 // Refuses FluxKontextPipeline's max_area and auto_resize (a pipeline that does not resize an input image).
 void refuse_kontext_sizes(const char* pipeline, const PipelineRequest& request);
 // Refuses true_cfg_scale, which only the FLUX.1 pipelines take (SD3's and klein's guidance_scale already is

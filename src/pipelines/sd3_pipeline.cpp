@@ -217,19 +217,51 @@ StableDiffusion3Pipeline::TextEmbeddings StableDiffusion3Pipeline::encode_text(
   return out;
 }
 
+namespace {
+
+// Several prompts' embeddings as one batch, in order (diffusers encodes a prompt list as one batch; each
+// prompt's rows are its own encoding). The token ids stay the first prompt's.
+StableDiffusion3Pipeline::TextEmbeddings concat_batch(
+    std::vector<StableDiffusion3Pipeline::TextEmbeddings> all) {
+  StableDiffusion3Pipeline::TextEmbeddings out = all.front();
+  if (all.size() == 1) return out;
+  const auto join = [&](Tensor StableDiffusion3Pipeline::TextEmbeddings::*field) {
+    std::vector<Tensor> parts;
+    for (const auto& e : all) parts.push_back(e.*field);
+    out.*field = concat(parts, 0);
+  };
+  for (auto field : {&StableDiffusion3Pipeline::TextEmbeddings::prompt_embeds,
+                     &StableDiffusion3Pipeline::TextEmbeddings::pooled_prompt_embeds,
+                     &StableDiffusion3Pipeline::TextEmbeddings::clip_l_hidden,
+                     &StableDiffusion3Pipeline::TextEmbeddings::clip_l_pooled,
+                     &StableDiffusion3Pipeline::TextEmbeddings::clip_g_hidden,
+                     &StableDiffusion3Pipeline::TextEmbeddings::clip_g_pooled,
+                     &StableDiffusion3Pipeline::TextEmbeddings::t5_hidden})
+    join(field);
+  return out;
+}
+
+}  // namespace
+
 StableDiffusion3Pipeline::PromptEmbeddings StableDiffusion3Pipeline::encode_prompt(
     const PipelineRequest& call) const {
   const pipelines::ResolvedRequest r = pipelines::resolve(call, defaults());
-  PromptEmbeddings out;
-  out.positive =
-      encode_text(call.prompt, or_else(call.prompt_2, call.prompt), or_else(call.prompt_3, call.prompt),
-                  call.num_images_per_prompt, r.max_sequence_length);
-  if (r.guidance_scale > 1.0f) {
-    const std::string negative = call.negative_prompt.value_or("");
-    out.negative = encode_text(negative, or_else(call.negative_prompt_2, negative),
-                               or_else(call.negative_prompt_3, negative), call.num_images_per_prompt,
-                               r.max_sequence_length);
+  const std::vector<std::string> prompts = pipelines::prompt_list(call);
+  std::vector<TextEmbeddings> positive, negative;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string& prompt = prompts[i];
+    positive.push_back(encode_text(prompt, or_else(call.prompt_2, prompt), or_else(call.prompt_3, prompt),
+                                   call.num_images_per_prompt, r.max_sequence_length));
+    if (r.guidance_scale > 1.0f) {
+      const std::string n = pipelines::negative_prompt_of(call, i).value_or("");
+      negative.push_back(encode_text(n, or_else(call.negative_prompt_2, n),
+                                     or_else(call.negative_prompt_3, n), call.num_images_per_prompt,
+                                     r.max_sequence_length));
+    }
   }
+  PromptEmbeddings out;
+  out.positive = concat_batch(std::move(positive));
+  if (!negative.empty()) out.negative = concat_batch(std::move(negative));
   return out;
 }
 
@@ -293,6 +325,7 @@ void StableDiffusion3Pipeline::check_fields(const PipelineRequest& request) {
       "StableDiffusion3Pipeline encodes its prompts itself; give prompt (and prompt_2, prompt_3) instead of "
       "prompt_embeds");
   pipelines::refuse_kontext_sizes(kName, request);
+  pipelines::check_prompt_list(kName, request, true);
   pipelines::refuse_true_cfg(kName, request);
   pipelines::refuse_image_editing(kName, request,
                                   "StableDiffusion3Img2ImgPipeline and StableDiffusion3InpaintPipeline");
@@ -302,6 +335,7 @@ namespace {
 
 // StableDiffusion3Pipeline's checks of the fields the editing pipelines share with it, and theirs.
 void check_editing_fields(const char* pipeline, const PipelineRequest& request, bool mask) {
+  pipelines::check_prompt_list(pipeline, request, false);
   PipelineRequest shared = request;
   shared.image.clear();
   shared.mask_image.reset();
@@ -398,7 +432,7 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
                      {"text_encoder_3", text_encoder_3_.get()}});
   Generator generator = request.generator ? *request.generator : Generator();
   const uint64_t seed = generator.initial_seed();
-  const int64_t batch = request.num_images_per_prompt;
+  const int64_t batch = pipelines::batch_size(request);
   const DType dtype = prompt.positive.prompt_embeds.dtype();
   const auto& vc = vae_->config();
   const int64_t f = vc.scale_factor(), h = call.height / f, w = call.width / f;
@@ -483,7 +517,9 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
       layers += (layers.empty() ? "" : ",") + std::to_string(l);
     metadata["skip_guidance_layers"] = layers;
   }
-  return pipelines::make_output(request, images, std::move(metadata), crop);
+  PipelineOutput output = pipelines::make_output(request, images, std::move(metadata), crop);
+  pipelines::label_prompts(output, request, call.guidance_scale > 1.0f);
+  return output;
 }
 
 std::vector<std::pair<std::string, nn::Module*>> StableDiffusion3Pipeline::components() const {
@@ -516,12 +552,12 @@ ActivationEstimate StableDiffusion3Pipeline::estimate_activations(const Pipeline
         e.text_encoders,
         pipelines::t5_activation_bytes(text_encoder_3_->config(), call.max_sequence_length, dtype()));
   // Classifier-free guidance runs the prompt and the negative prompt as one batch.
-  const int64_t batch = request.num_images_per_prompt * (call.guidance_scale > 1.0f ? 2 : 1);
+  const int64_t batch = pipelines::batch_size(request) * (call.guidance_scale > 1.0f ? 2 : 1);
   e.transformer = pipelines::dit_step_activation_bytes(
       batch, (call.height / f) * (call.width / f) + clip_tokens + call.max_sequence_length,
       tc.num_attention_heads, tc.attention_head_dim, dtype(), device);
   e.vae =
-      vae_activation_bytes(*vae_, request.num_images_per_prompt, call.height, call.width, dtype(), device);
+      vae_activation_bytes(*vae_, pipelines::batch_size(request), call.height, call.width, dtype(), device);
   return e;
 }
 

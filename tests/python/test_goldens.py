@@ -110,3 +110,23 @@ def test_flux_true_cfg_matches_diffusers(case):
         kwargs["max_area"] = int(m["max_area"])
     image = pipe(m["prompt"], **kwargs).images[0]
     assert max_level_difference(image, tensors["image_u8"]) <= 1
+
+
+@pytest.mark.parametrize("case", ["flux_dev_2x2_s31", "flux_dev_true_cfg_s32", "sd3_cfg_2x2_s33", "klein_cfg_3x1_s34"])
+def test_prompt_lists_match_diffusers(case):
+    """diffusers' prompt=[...] (and negative_prompt=[...]): each prompt's images, prompt after prompt."""
+    import json
+
+    tensors, m = golden("prompt_lists", case + ".safetensors")
+    pipe = getattr(kiln, m["pipeline"]).from_pretrained(data_path("models", m["model"]))
+    kwargs = dict(height=int(m["height"]), width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]),
+                  guidance_scale=float(m["guidance_scale"]), max_sequence_length=int(m["max_sequence_length"]),
+                  num_images_per_prompt=int(m.get("num_images_per_prompt", 1)), generator=int(m["seed"]))
+    if "negative_prompt" in m:
+        kwargs["negative_prompt"] = json.loads(m["negative_prompt"])
+    if "true_cfg_scale" in m:
+        kwargs["true_cfg_scale"] = float(m["true_cfg_scale"])
+    images = pipe(json.loads(m["prompt"]), **kwargs).images
+    assert len(images) == len(tensors["image_u8"])
+    for image, want in zip(images, tensors["image_u8"]):
+        assert max_level_difference(image, want) <= 1

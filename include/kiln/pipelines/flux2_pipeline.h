@@ -71,6 +71,10 @@ class Flux2PipelineBase : public DiffusionPipeline {
   // ---- the stages, as diffusers names them (public so each can be checked against diffusers)
   // encode_prompt: `prompt_embeds`, or the prompt's embeddings when undefined, repeated num_images_per_prompt
   // times, and their text ids [L, 4].
+  // encode_prompts: several prompts as one batch (diffusers' prompt list), each repeated n times in order.
+  std::pair<Tensor, Tensor> encode_prompts(const std::vector<std::string>& prompts,
+                                           const Tensor& prompt_embeds, int num_images_per_prompt,
+                                           int64_t max_sequence_length) const;
   std::pair<Tensor, Tensor> encode_prompt(const std::string& prompt, const Tensor& prompt_embeds,
                                           int num_images_per_prompt, int64_t max_sequence_length) const;
   // Packed noise [B, N, in_channels] and its ids [N, 4], drawn as diffusers' prepare_latents does (in the

@@ -61,6 +61,10 @@ class FluxPipeline : public DiffusionPipeline {
   };
   PromptEmbeddings encode_prompt(const std::string& prompt, const std::optional<std::string>& prompt_2,
                                  int num_images_per_prompt, int64_t max_sequence_length) const;
+  // Several prompts as one batch (diffusers' prompt list): each prompt's embeddings n times, in order.
+  PromptEmbeddings encode_prompts(const std::vector<std::string>& prompts,
+                                  const std::optional<std::string>& prompt_2, int num_images_per_prompt,
+                                  int64_t max_sequence_length) const;
   // Packed noise [B, N, in_channels] and its image ids [N, 3], drawn as diffusers' prepare_latents does.
   std::pair<Tensor, Tensor> prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
                                             Generator& generator) const;

@@ -87,6 +87,10 @@ struct PipelineRequest {
   // The second and third text encoders' prompts (FLUX.1: prompt_2 is T5's; SD3: prompt_2 CLIP-G's, prompt_3
   // T5's); `prompt` when absent or empty, as diffusers.
   std::optional<std::string> prompt_2, prompt_3;
+  // diffusers' `prompt` as a list, in the text-to-image pipelines: one call makes num_images_per_prompt
+  // images of each prompt, in order, their noise drawn as one batch (the images diffusers makes for the same
+  // list). `prompt` is then empty, and prompt_2 / prompt_3 unset (every text encoder reads these prompts).
+  std::vector<std::string> prompts;
   // FLUX.2 [klein]: the negative embeddings of its classifier-free guidance.
   Tensor negative_prompt_embeds;
   // Classifier-free guidance's negative prompt (SD3, FLUX.2 [klein]: "" when absent; FLUX.1: true CFG runs
@@ -95,6 +99,9 @@ struct PipelineRequest {
   // The second and third text encoders' negative prompts (SD3: both; FLUX.1: negative_prompt_2, T5's);
   // negative_prompt when absent or empty.
   std::optional<std::string> negative_prompt_2, negative_prompt_3;
+  // With `prompts`: one negative prompt per prompt (diffusers' negative_prompt as a list); or negative_prompt
+  // for them all.
+  std::vector<std::string> negative_prompts;
   // diffusers' `image=` (RGB; gray and RGBA are converted as PIL's convert("RGB") does): FLUX.2's reference
   // images, conditioning the generation; the image that image-to-image, inpainting and Fill start from (one).
   // The text-to-image pipelines refuse it.
@@ -123,8 +130,8 @@ struct PipelineRequest {
   std::optional<float> true_cfg_scale;
   std::optional<Generator> generator;          // torch's default seed when absent
   std::optional<int64_t> max_sequence_length;  // tokens of the T5 / FLUX.2 text encoder
-  int num_images_per_prompt = 1;
-  SkipLayerGuidance skip_layer_guidance;  // SD3 only
+  int num_images_per_prompt = 1;               // for each prompt; a call makes at most 64 images in all
+  SkipLayerGuidance skip_layer_guidance;       // SD3 only
   OutputType output_type = OutputType::Image;
   // Called after each denoising step (see StepState).
   std::function<void(StepState&)> callback_on_step_end;

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""References for prompt lists (diffusers' `prompt=[...]`, one batch of images from several prompts), made by
+diffusers' own FluxPipeline, StableDiffusion3Pipeline, Flux2Pipeline and Flux2KleinPipeline on the tiny test
+models (tests/data/models, made by tools/goldens/flux.py, sd3.py and flux2_e2e.py), in float32.
+
+Outputs (committed; CI never runs this script):
+  tests/data/goldens/prompt_lists/<case>.safetensors   the call's arguments in the metadata (lists as JSON);
+      the final latents and every image (8-bit), in diffusers' order: each prompt's num_images_per_prompt
+      images, prompt after prompt
+
+Usage: python tools/goldens/prompt_lists.py [CASE...]  (torch, diffusers, transformers, safetensors from pip)
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MODELS = os.path.join(ROOT, "tests", "data", "models")
+OUT = os.path.join(ROOT, "tests", "data", "goldens", "prompt_lists")
+
+CASES = [
+    # name, pipeline class, model, call arguments
+    ("flux_dev_2x2_s31", "FluxPipeline", "flux-tiny-dev",
+     dict(prompt=["a photo of a cat", "a red fox in the snow"], num_images_per_prompt=2, height=48, width=64,
+          num_inference_steps=2, guidance_scale=3.5, max_sequence_length=32, seed=31)),
+    # True CFG with one negative prompt per prompt.
+    ("flux_dev_true_cfg_s32", "FluxPipeline", "flux-tiny-dev",
+     dict(prompt=["a photo of a cat", "a blue square"], negative_prompt=["blurry", "a green triangle"],
+          true_cfg_scale=3.0, height=64, width=64, num_inference_steps=2, guidance_scale=3.5,
+          max_sequence_length=32, seed=32)),
+    ("sd3_cfg_2x2_s33", "StableDiffusion3Pipeline", "sd3-tiny-medium",
+     dict(prompt=["a photo of a cat", "a red fox"], negative_prompt=["blurry", "dark"], num_images_per_prompt=2,
+          height=64, width=48, num_inference_steps=2, guidance_scale=4.5, max_sequence_length=32, seed=33)),
+    ("klein_cfg_3x1_s34", "Flux2KleinPipeline", "flux2-tiny-klein-full",
+     dict(prompt=["a photo of a cat", "a red fox", "a green triangle on a white background"], height=48,
+          width=48, num_inference_steps=2, guidance_scale=3.5, max_sequence_length=32, seed=34)),
+    ("flux2_dev_2x1_s35", "Flux2Pipeline", "flux2-tiny-dev-full",
+     dict(prompt=["a golden retriever surfing a wave", "a red circle"], height=48, width=48,
+          num_inference_steps=2, guidance_scale=4.0, max_sequence_length=32, seed=35)),
+]
+
+
+def run_case(name, cls_name, model, args):
+    import diffusers
+
+    pipe = getattr(diffusers, cls_name).from_pretrained(os.path.join(MODELS, model), torch_dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    args = dict(args)
+    seed = args.pop("seed")
+    steps = []
+
+    def on_step(p, i, t, kwargs):
+        steps.append(kwargs["latents"].clone())
+        return kwargs
+
+    with torch.no_grad():
+        result = pipe(**args, generator=torch.Generator().manual_seed(seed), output_type="np",
+                      callback_on_step_end=on_step)
+    images = result.images
+    out = {"latents_final": steps[-1],
+           "image_u8": torch.from_numpy(np.round(images * 255).astype(np.uint8))}
+    meta = {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in args.items()}
+    meta.update(seed=str(seed), pipeline=cls_name, model=model)
+    os.makedirs(OUT, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(OUT, name + ".safetensors"), meta)
+    print(f"{name}: images {tuple(out['image_u8'].shape)}")
+
+
+def main(names):
+    torch.set_num_threads(2)
+    for case in CASES:
+        if not names or case[0] in names:
+            run_case(*case)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
