@@ -27,16 +27,9 @@ def dtype_name(dtype):
     return _DTYPES[name]
 
 
-def seed_of(generator):
-    """An int seed from `generator`: None (torch's default seed), an int, a fresh torch.Generator (or a list
-    of one). A torch.Generator that has already drawn numbers cannot be continued by Kiln, and is refused."""
-    if generator is None:
-        return None
-    if isinstance(generator, (list, tuple)):
-        if len(generator) != 1:
-            raise ValueError(f"generator: Kiln takes one generator per call, got a list of {len(generator)}")
-        generator = generator[0]
-    if isinstance(generator, (int, np.integer)):
+def _one_generator(generator):
+    """An int seed, or a CPU torch.Generator's get_state() bytes (Kiln continues its stream where it is)."""
+    if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
         if generator < 0:
             raise ValueError(f"generator: a seed must be >= 0, got {generator}")
         return int(generator)
@@ -44,13 +37,39 @@ def seed_of(generator):
     if torch is not None and isinstance(generator, torch.Generator):
         if generator.device.type != "cpu":
             raise ValueError(f"generator: Kiln draws torch's CPU noise; got a generator on {generator.device}")
-        seed = generator.initial_seed()
-        fresh = torch.Generator().manual_seed(seed)
-        if not torch.equal(generator.get_state(), fresh.get_state()):
-            raise ValueError("generator: this torch.Generator has already drawn numbers; pass a fresh one "
-                             "(torch.Generator().manual_seed(seed)) or an int seed")
-        return seed
+        return generator.get_state().numpy().tobytes()
     raise TypeError(f"generator: expected an int seed or a torch.Generator, got {type(generator).__name__}")
+
+
+def generator_args(generator):
+    """The native call's generator arguments for diffusers' `generator`: None (torch's default seed), an int,
+    a CPU torch.Generator (fresh or part-way through its stream), or a list of those, one per image."""
+    if generator is None:
+        return {}
+    if isinstance(generator, (list, tuple)):
+        if len(generator) == 1:
+            return generator_args(generator[0])
+        return {"generators": [_one_generator(g) for g in generator]}
+    one = _one_generator(generator)
+    return {"generator_state": one} if isinstance(one, bytes) else {"seed": one}
+
+
+def hand_back(generator, result):
+    """Leaves the caller's torch.Generator objects where diffusers' call would have: after the call's draws."""
+    torch = torch_module()
+    if torch is None or generator is None:
+        return
+    pairs = []
+    if isinstance(generator, (list, tuple)):
+        if len(generator) == 1 and result.get("generator_state") is not None:
+            pairs = [(generator[0], result["generator_state"])]
+        else:
+            pairs = list(zip(generator, result.get("generator_states", [])))
+    elif result.get("generator_state") is not None:
+        pairs = [(generator, result["generator_state"])]
+    for g, state in pairs:
+        if isinstance(g, torch.Generator):
+            g.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
 
 
 def image_array(image):

@@ -254,7 +254,7 @@ class DiffusionPipeline:
                 num_inference_steps=num_inference_steps,
                 guidance_scale=guidance_scale,
                 true_cfg_scale=None if true_cfg_scale is None else float(true_cfg_scale),
-                seed=_convert.seed_of(generator),
+                **_convert.generator_args(generator),
                 max_sequence_length=max_sequence_length, num_images_per_prompt=num_images_per_prompt,
                 skip_guidance_layers=list(skip_guidance_layers or []),
                 output_type="np" if output_type == "pt" else output_type,
@@ -263,6 +263,7 @@ class DiffusionPipeline:
         finally:
             if bar is not None:
                 bar.close()
+        _convert.hand_back(generator, out)
         result = self._images(out, output_type, want_torch)
         return PipelineOutput(result) if return_dict else (result,)
 

@@ -231,6 +231,7 @@ class PyPipeline {
                     std::optional<int64_t> height, std::optional<int64_t> width,
                     std::optional<int> num_inference_steps, std::optional<float> guidance_scale,
                     std::optional<float> true_cfg_scale, std::optional<uint64_t> seed,
+                    std::optional<nb::bytes> generator_state, std::vector<nb::object> generators,
                     std::optional<int64_t> max_sequence_length, int num_images_per_prompt,
                     std::vector<int64_t> skip_guidance_layers, const std::string& output_type,
                     std::optional<nb::callable> on_step, bool widen_bfloat16) {
@@ -257,7 +258,16 @@ class PyPipeline {
     r.num_inference_steps = num_inference_steps;
     r.guidance_scale = guidance_scale;
     r.true_cfg_scale = true_cfg_scale;
+    // A seed, or a torch.Generator's get_state() bytes (one that may have drawn numbers already); a list of
+    // either, one per image.
+    const auto from_state = [](const nb::bytes& state) {
+      return Generator::from_torch_state(reinterpret_cast<const uint8_t*>(state.c_str()), state.size());
+    };
     if (seed) r.generator = Generator(*seed);
+    if (generator_state) r.generator = from_state(*generator_state);
+    for (const nb::object& g : generators)
+      r.generators.push_back(nb::isinstance<nb::bytes>(g) ? from_state(nb::cast<nb::bytes>(g))
+                                                          : Generator(nb::cast<uint64_t>(g)));
     r.max_sequence_length = max_sequence_length;
     r.num_images_per_prompt = num_images_per_prompt;
     r.skip_layer_guidance.layers = skip_guidance_layers;
@@ -291,6 +301,15 @@ class PyPipeline {
           nb::make_tuple(nb::ndarray<nb::numpy, uint8_t>(pixels->data(), 3, shape, owner), image.metadata));
     }
     result["images"] = images_out;
+    // Where the generators are after the call, for the caller's torch.Generator objects to continue from.
+    const auto state_bytes = [](const Generator& g) {
+      const std::vector<uint8_t> s = g.torch_state();
+      return nb::bytes(reinterpret_cast<const char*>(s.data()), s.size());
+    };
+    if (out.generator) result["generator_state"] = state_bytes(*out.generator);
+    nb::list states;
+    for (const Generator& g : out.generators) states.append(state_bytes(g));
+    result["generator_states"] = states;
     return result;
   }
 
@@ -418,6 +437,7 @@ NB_MODULE(_kiln, m) {
            nb::arg("auto_resize") = nb::none(), nb::arg("height") = nb::none(), nb::arg("width") = nb::none(),
            nb::arg("num_inference_steps") = nb::none(), nb::arg("guidance_scale") = nb::none(),
            nb::arg("true_cfg_scale") = nb::none(), nb::arg("seed") = nb::none(),
+           nb::arg("generator_state") = nb::none(), nb::arg("generators") = std::vector<nb::object>(),
            nb::arg("max_sequence_length") = nb::none(), nb::arg("num_images_per_prompt") = 1,
            nb::arg("skip_guidance_layers") = std::vector<int64_t>(), nb::arg("output_type") = "pil",
            nb::arg("on_step") = nb::none(), nb::arg("widen_bfloat16") = false);

@@ -12,6 +12,7 @@
 #include "kiln/schedulers/flow_match_euler.h"
 #include "kiln/schedulers/timestep_shift.h"
 #include "pipelines/call_control.h"
+#include "pipelines/call_generators.h"
 #include "pipelines/denoise.h"
 #include "pipelines/flux2_reference_image.h"
 #include "pipelines/pipeline_common.h"
@@ -144,10 +145,16 @@ std::pair<Tensor, Tensor> Flux2PipelineBase::encode_prompts(const std::vector<st
 
 std::pair<Tensor, Tensor> Flux2PipelineBase::prepare_latents(int64_t batch, int64_t height, int64_t width,
                                                              DType dtype, Generator& generator) const {
+  return prepare_latents(batch, height, width, dtype, std::vector<Generator*>{&generator});
+}
+
+std::pair<Tensor, Tensor> Flux2PipelineBase::prepare_latents(
+    int64_t batch, int64_t height, int64_t width, DType dtype,
+    const std::vector<Generator*>& generators) const {
   const int64_t f = vae_->config().scale_factor() * 2;
   const int64_t h = height / f, w = width / f, c = transformer_->config().in_channels;
   // Drawn in the patchified shape, so the stream lands on the channels as in diffusers.
-  const Tensor noise = randn_tensor({batch, c, h, w}, generator, dtype);
+  const Tensor noise = randn_tensor({batch, c, h, w}, generators, dtype);
   // _pack_latents: [B, C, h, w] -> [B, C, h * w] -> [B, h * w, C]
   const Tensor packed = noise.reshape({batch, c, h * w}).transpose(1, 2).contiguous();
   return {packed, models::flux2_latent_ids(h, w)};
@@ -207,6 +214,7 @@ void Flux2PipelineBase::check_common_fields(const char* pipeline, const Pipeline
          std::string(pipeline) + " has no skip-layer guidance (StableDiffusion3Pipeline does)");
   pipelines::refuse_kontext_sizes(pipeline, request);
   pipelines::check_prompt_list(pipeline, request, true);
+  pipelines::check_generators(pipeline, request, true);
   pipelines::refuse_true_cfg(pipeline, request);
   pipelines::refuse_image_editing(pipeline, request,
                                   "the FLUX.1 and SD3 image-to-image and inpainting pipelines");
@@ -298,11 +306,12 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
   // Model offload: the text encoder's memory goes to the transformer.
   if (text_side_) release_after_use({{"text_encoder", &text_side_->text_encoder()}});
 
-  Generator generator = request.generator ? *request.generator : Generator();
-  const uint64_t seed = generator.initial_seed();
+  pipelines::CallGenerators generators(request);
+  const uint64_t seed = generators.seed_of(0);
   const int64_t batch = embeds.size(0);
   Tensor latents, latent_ids;
-  std::tie(latents, latent_ids) = prepare_latents(batch, call.height, call.width, embeds.dtype(), generator);
+  std::tie(latents, latent_ids) =
+      prepare_latents(batch, call.height, call.width, embeds.dtype(), generators.noise());
   const int64_t image_tokens = latents.size(1);
   Tensor image_latents, ids = latent_ids;
   if (!references.empty()) {
@@ -341,7 +350,11 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
        .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
 
   release_after_use({{"transformer", transformer_.get()}});
-  if (request.output_type == OutputType::Latent) return {.latents = latents};
+  if (request.output_type == OutputType::Latent) {
+    PipelineOutput output{.latents = latents};
+    generators.hand_back(output);
+    return output;
+  }
   control.checkpoint("before decoding");
   const Tensor images = decode_latents(latents, call.height, call.width);
   release_after_use({{"vae", vae_.get()}});
@@ -355,6 +368,7 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
   if (!references.empty()) metadata["reference_images"] = std::to_string(references.size());
   PipelineOutput output = pipelines::make_output(request.output_type, images, metadata);
   pipelines::label_prompts(output, request, cfg && !request.negative_prompt_embeds.defined());
+  generators.hand_back(output);
   return output;
 }
 

@@ -16,6 +16,7 @@
 #include "kiln/tokenizers/clip_tokenizer.h"
 #include "kiln/tokenizers/t5_tokenizer.h"
 #include "pipelines/call_control.h"
+#include "pipelines/call_generators.h"
 #include "pipelines/denoise.h"
 #include "pipelines/encoder_activations.h"
 #include "pipelines/image_processor.h"
@@ -195,10 +196,16 @@ FluxPipeline::PromptEmbeddings FluxPipeline::encode_prompts(const std::vector<st
 
 std::pair<Tensor, Tensor> FluxPipeline::prepare_latents(int64_t batch, int64_t height, int64_t width,
                                                         DType dtype, Generator& generator) const {
+  return prepare_latents(batch, height, width, dtype, std::vector<Generator*>{&generator});
+}
+
+std::pair<Tensor, Tensor> FluxPipeline::prepare_latents(int64_t batch, int64_t height, int64_t width,
+                                                        DType dtype,
+                                                        const std::vector<Generator*>& generators) const {
   const int64_t f = vae_->config().scale_factor();
   const int64_t h = 2 * (height / (f * 2)), w = 2 * (width / (f * 2));
   const int64_t c = transformer_->config().in_channels / 4;
-  const Tensor noise = randn_tensor({batch, c, h, w}, generator, dtype);
+  const Tensor noise = randn_tensor({batch, c, h, w}, generators, dtype);
   return {pack(noise), models::flux_latent_image_ids(h / 2, w / 2, dtype)};
 }
 
@@ -247,6 +254,7 @@ void FluxPipeline::check_fields(const PipelineRequest& request) {
          "FluxPipeline has no skip-layer guidance (StableDiffusion3Pipeline does)");
   pipelines::refuse_kontext_sizes("FluxPipeline", request);
   pipelines::check_prompt_list("FluxPipeline", request, true);
+  pipelines::check_generators("FluxPipeline", request, true);
   pipelines::refuse_image_editing("FluxPipeline", request,
                                   "FluxImg2ImgPipeline, FluxInpaintPipeline and FluxFillPipeline");
 }
@@ -257,6 +265,7 @@ namespace {
 void check_editing_fields(const char* pipeline, const PipelineRequest& request, bool mask, bool strength,
                           bool crop) {
   pipelines::check_prompt_list(pipeline, request, false);
+  pipelines::check_generators(pipeline, request, false);
   PipelineRequest shared = request;
   shared.image.clear();
   shared.mask_image.reset();
@@ -449,8 +458,9 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
                               call.max_sequence_length);
   }
   release_after_use({{"text_encoder", text_encoder_.get()}, {"text_encoder_2", text_encoder_2_.get()}});
-  Generator generator = request.generator ? *request.generator : Generator();
-  const uint64_t seed = generator.initial_seed();
+  pipelines::CallGenerators generators(request);
+  Generator& generator = generators.single();
+  const uint64_t seed = generators.seed_of(0);
   const int64_t batch = pipelines::batch_size(request);
   const DType dtype = prompt.prompt_embeds.dtype();
   const int64_t f = vae_->config().scale_factor();
@@ -484,7 +494,8 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
       image_ids = add(models::flux_latent_image_ids(encoded.size(2) / 2, encoded.size(3) / 2, dtype), first);
     }
     Tensor latent_ids;
-    std::tie(latents, latent_ids) = prepare_latents(batch, call.height, call.width, dtype, generator);
+    std::tie(latents, latent_ids) =
+        prepare_latents(batch, call.height, call.width, dtype, generators.noise());
     image_ids = image_ids.defined() ? concat({latent_ids, image_ids}, 0) : latent_ids;
   } else {
     // prepare_latents: the image encoded (its posterior sampled: the generator's first draw), then the noise,
@@ -565,7 +576,11 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
                 .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
 
   release_after_use({{"transformer", transformer_.get()}});
-  if (request.output_type == OutputType::Latent) return {.latents = latents};
+  if (request.output_type == OutputType::Latent) {
+    PipelineOutput output{.latents = latents};
+    generators.hand_back(output);
+    return output;
+  }
   control.checkpoint("before decoding");
   const Tensor images = decode_latents(latents, call.height, call.width);
   release_after_use({{"vae", vae_.get()}});
@@ -583,6 +598,7 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
     metadata["strength"] = std::to_string(call.strength);
   PipelineOutput output = pipelines::make_output(request, images, std::move(metadata), crop);
   pipelines::label_prompts(output, request, true_cfg);
+  generators.hand_back(output);
   return output;
 }
 

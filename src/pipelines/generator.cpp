@@ -184,6 +184,73 @@ void Generator::manual_seed(uint64_t seed) {
   next_double_normal_.reset();
 }
 
+// torch's CPUGeneratorImplState, byte offsets (x86-64 layout of CPUGeneratorImplStateLegacy and the float
+// cache after it): the_initial_seed int64 0, left int32 8, seeded int32 12, next uint64 16, state uint64[624]
+// 24, normal_x / normal_y / normal_rho double 5016 / 5024 / 5032, normal_is_valid int32 5040, then
+// next_float_normal_sample float 5048 and is_next_float_normal_sample_valid bool 5052.
+namespace {
+constexpr size_t kSeedAt = 0, kLeftAt = 8, kSeededAt = 12, kNextAt = 16, kStateAt = 24, kNormalYAt = 5024,
+                 kNormalValidAt = 5040, kFloatNormalValidAt = 5052;
+
+template <class T>
+T read_at(const uint8_t* bytes, size_t at) {
+  T v;
+  std::memcpy(&v, bytes + at, sizeof v);
+  return v;
+}
+template <class T>
+void write_at(std::vector<uint8_t>& bytes, size_t at, T v) {
+  std::memcpy(bytes.data() + at, &v, sizeof v);
+}
+}  // namespace
+
+Generator Generator::from_torch_state(const uint8_t* bytes, size_t size) {
+  KILN_CHECK(size == kTorchStateBytes, "generator state: expected the "
+                                           << kTorchStateBytes
+                                           << " bytes of torch.Generator(\"cpu\")"
+                                              ".get_state(), got "
+                                           << size);
+  Generator g;
+  g.seed_ = read_at<uint64_t>(bytes, kSeedAt);
+  const int32_t left = read_at<int32_t>(bytes, kLeftAt);
+  const uint64_t next = read_at<uint64_t>(bytes, kNextAt);
+  KILN_CHECK(read_at<int32_t>(bytes, kSeededAt) == 1, "generator state: the generator was never seeded");
+  KILN_CHECK(left >= 1 && left <= kStateSize && next <= static_cast<uint64_t>(kStateSize) &&
+                 next + static_cast<uint64_t>(left) <= static_cast<uint64_t>(kStateSize) + 1,
+             "generator state: position left=" << left << ", next=" << next << " is not one MT19937 reaches");
+  for (int i = 0; i < kStateSize; ++i) {
+    const uint64_t word = read_at<uint64_t>(bytes, kStateAt + 8 * static_cast<size_t>(i));
+    KILN_CHECK(word <= 0xffffffffu, "generator state: word " << i << " (" << word << ") exceeds 32 bits");
+    g.state_[static_cast<size_t>(i)] = static_cast<uint32_t>(word);
+  }
+  g.left_ = left;
+  g.next_ = static_cast<uint32_t>(next);
+  const int32_t normal_valid = read_at<int32_t>(bytes, kNormalValidAt);
+  KILN_CHECK(normal_valid == 0 || normal_valid == 1,
+             "generator state: normal_is_valid is " << normal_valid << ", expected 0 or 1");
+  if (normal_valid == 1) g.next_double_normal_ = read_at<double>(bytes, kNormalYAt);
+  KILN_CHECK(
+      bytes[kFloatNormalValidAt] == 0,
+      "generator state: it holds a cached float32 normal sample, which Kiln's draws cannot continue from "
+      "(torch's own float normal draws left it); pass a fresh generator or an int seed");
+  return g;
+}
+
+std::vector<uint8_t> Generator::torch_state() const {
+  std::vector<uint8_t> bytes(kTorchStateBytes, 0);
+  write_at<uint64_t>(bytes, kSeedAt, seed_);
+  write_at<int32_t>(bytes, kLeftAt, left_);
+  write_at<int32_t>(bytes, kSeededAt, 1);
+  write_at<uint64_t>(bytes, kNextAt, next_);
+  for (int i = 0; i < kStateSize; ++i)
+    write_at<uint64_t>(bytes, kStateAt + 8 * static_cast<size_t>(i), state_[static_cast<size_t>(i)]);
+  if (next_double_normal_) {
+    write_at<double>(bytes, kNormalYAt, *next_double_normal_);
+    write_at<int32_t>(bytes, kNormalValidAt, 1);
+  }
+  return bytes;
+}
+
 void Generator::twist() {
   auto mix = [](uint32_t u, uint32_t v) {
     const uint32_t y = (u & kUpperMask) | (v & kLowerMask);

@@ -14,6 +14,7 @@
 #include "kiln/tokenizers/clip_tokenizer.h"
 #include "kiln/tokenizers/t5_tokenizer.h"
 #include "pipelines/call_control.h"
+#include "pipelines/call_generators.h"
 #include "pipelines/denoise.h"
 #include "pipelines/encoder_activations.h"
 #include "pipelines/image_processor.h"
@@ -267,8 +268,13 @@ StableDiffusion3Pipeline::PromptEmbeddings StableDiffusion3Pipeline::encode_prom
 
 Tensor StableDiffusion3Pipeline::prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
                                                  Generator& generator) const {
+  return prepare_latents(batch, height, width, dtype, std::vector<Generator*>{&generator});
+}
+
+Tensor StableDiffusion3Pipeline::prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
+                                                 const std::vector<Generator*>& generators) const {
   const int64_t f = vae_->config().scale_factor();
-  return randn_tensor({batch, transformer_->config().in_channels, height / f, width / f}, generator, dtype);
+  return randn_tensor({batch, transformer_->config().in_channels, height / f, width / f}, generators, dtype);
 }
 
 Tensor StableDiffusion3Pipeline::predict_velocity(const Tensor& latents, float timestep, int step,
@@ -326,6 +332,7 @@ void StableDiffusion3Pipeline::check_fields(const PipelineRequest& request) {
       "prompt_embeds");
   pipelines::refuse_kontext_sizes(kName, request);
   pipelines::check_prompt_list(kName, request, true);
+  pipelines::check_generators(kName, request, true);
   pipelines::refuse_true_cfg(kName, request);
   pipelines::refuse_image_editing(kName, request,
                                   "StableDiffusion3Img2ImgPipeline and StableDiffusion3InpaintPipeline");
@@ -336,6 +343,7 @@ namespace {
 // StableDiffusion3Pipeline's checks of the fields the editing pipelines share with it, and theirs.
 void check_editing_fields(const char* pipeline, const PipelineRequest& request, bool mask) {
   pipelines::check_prompt_list(pipeline, request, false);
+  pipelines::check_generators(pipeline, request, false);
   PipelineRequest shared = request;
   shared.image.clear();
   shared.mask_image.reset();
@@ -430,8 +438,9 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
   release_after_use({{"text_encoder", text_encoder_.get()},
                      {"text_encoder_2", text_encoder_2_.get()},
                      {"text_encoder_3", text_encoder_3_.get()}});
-  Generator generator = request.generator ? *request.generator : Generator();
-  const uint64_t seed = generator.initial_seed();
+  pipelines::CallGenerators generators(request);
+  Generator& generator = generators.single();
+  const uint64_t seed = generators.seed_of(0);
   const int64_t batch = pipelines::batch_size(request);
   const DType dtype = prompt.positive.prompt_embeds.dtype();
   const auto& vc = vae_->config();
@@ -454,7 +463,7 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
   std::optional<pipelines::CropRegion> crop;
   Image cropped_image;
   if (task_ == Task::TextToImage) {
-    latents = prepare_latents(batch, call.height, call.width, dtype, generator);
+    latents = prepare_latents(batch, call.height, call.width, dtype, generators.noise());
   } else {
     // prepare_latents: the image encoded (its posterior sampled: the generator's first draw), then the noise,
     // the image noised to the first step the strength runs (inpainting at strength 1: the noise itself).
@@ -494,7 +503,11 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
                                 .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
 
   release_after_use({{"transformer", transformer_.get()}});
-  if (request.output_type == OutputType::Latent) return {.latents = latents};
+  if (request.output_type == OutputType::Latent) {
+    PipelineOutput output{.latents = latents};
+    generators.hand_back(output);
+    return output;
+  }
   control.checkpoint("before decoding");
   // diffusers' StableDiffusion3InpaintPipeline decodes latents / scaling_factor without adding the shift the
   // other SD3 pipelines add back; its images are matched, so is that.
@@ -519,6 +532,7 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
   }
   PipelineOutput output = pipelines::make_output(request, images, std::move(metadata), crop);
   pipelines::label_prompts(output, request, call.guidance_scale > 1.0f);
+  generators.hand_back(output);
   return output;
 }
 

@@ -138,6 +138,51 @@ TEST(GeneratorRefs, RandnTensorGeneratorList) {
   EXPECT_TRUE(bits_equal(randn(one, bfloat16, g0), first.narrow(0, 0, 1)));
 }
 
+// torch.Generator's get_state() bytes part-way through a stream (tools/refs/generator_states.py): Kiln picks
+// up where torch stopped (the draws that follow are torch's, bit for bit), and hands back torch's bytes.
+TEST(GeneratorRefs, ContinuesFromTorchsStateAndHandsItBack) {
+  const io::SafetensorsFile file(testing::data_path("refs/generator_states.safetensors"));
+  for (const char* name : {"fresh", "cached_normal", "mid_stream", "after_twists"}) {
+    SCOPED_TRACE(name);
+    const std::vector<uint8_t> state = file.tensor(std::string("state_") + name).to_vector<uint8_t>();
+    Generator g = Generator::from_torch_state(state.data(), state.size());
+    EXPECT_EQ(g.torch_state(), state);
+    for (int i = 0;; ++i) {
+      const std::string key = std::string("draws_") + name + "_" + std::to_string(i);
+      if (!file.contains(key)) break;
+      const Tensor want = file.tensor(key);
+      EXPECT_TRUE(bits_equal(randn(want.shape(), want.dtype(), g), want)) << key;
+    }
+    EXPECT_EQ(g.torch_state(), file.tensor(std::string("state_after_") + name).to_vector<uint8_t>());
+  }
+}
+
+TEST(Generator, TorchStatesOutOfRangeAreNamed) {
+  const std::vector<uint8_t> fresh = Generator(3).torch_state();
+  ASSERT_EQ(fresh.size(), Generator::kTorchStateBytes);
+  const auto expect_error = [](std::vector<uint8_t> bytes, const std::string& words) {
+    try {
+      Generator::from_torch_state(bytes.data(), bytes.size());
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  expect_error(std::vector<uint8_t>(fresh.begin(), fresh.end() - 1), "expected the 5056 bytes");
+  std::vector<uint8_t> bad = fresh;
+  bad[8] = 0;  // left = 0
+  expect_error(bad, "is not one MT19937 reaches");
+  bad = fresh;
+  bad[24 + 4] = 1;  // the first word's high half
+  expect_error(bad, "exceeds 32 bits");
+  bad = fresh;
+  bad[5052] = 1;
+  expect_error(bad, "cached float32 normal");
+  bad = fresh;
+  bad[12] = 0;
+  expect_error(bad, "never seeded");
+}
+
 TEST(Generator, MatchesStdMt19937AndTorchSeeding) {
   // at::mt19937 is the reference MT19937 seeded with the low 32 bits of the seed.
   for (uint64_t seed : {uint64_t{0}, uint64_t{42}, (uint64_t{1} << 32) + 5, ~uint64_t{0}}) {

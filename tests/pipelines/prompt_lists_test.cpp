@@ -1,7 +1,9 @@
 // Prompt lists (diffusers' prompt=[...]): one call makes num_images_per_prompt images of each prompt, their
-// noise drawn as one batch, against diffusers' FluxPipeline (with true CFG), StableDiffusion3Pipeline (with
-// CFG), Flux2KleinPipeline (CFG) and Flux2Pipeline (tools/goldens/prompt_lists.py): every image within one
-// 8-bit level (float32) and the final latents. Also the checks of the lists and each image's metadata.
+// noise drawn as one batch; generator lists (generator=[...]): image i's noise from generator i; and a
+// generator that has already drawn numbers, continued and handed back where torch's would be. Against
+// diffusers' FluxPipeline (with true CFG), StableDiffusion3Pipeline (with CFG), Flux2KleinPipeline (CFG) and
+// Flux2Pipeline (tools/goldens/prompt_lists.py): every image within one 8-bit level (float32) and the final
+// latents. Also the checks of the lists and each image's metadata.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -30,7 +32,10 @@ struct ListCase {
 
   PipelineRequest request() const {
     PipelineRequest r;
-    r.prompts = list("prompt");
+    if (meta("prompt").front() == '[')
+      r.prompts = list("prompt");
+    else
+      r.prompt = meta("prompt");
     if (has("negative_prompt")) r.negative_prompts = list("negative_prompt");
     if (has("true_cfg_scale")) r.true_cfg_scale = std::stof(meta("true_cfg_scale"));
     if (has("num_images_per_prompt")) r.num_images_per_prompt = std::stoi(meta("num_images_per_prompt"));
@@ -39,7 +44,15 @@ struct ListCase {
     r.num_inference_steps = std::stoi(meta("num_inference_steps"));
     r.guidance_scale = std::stof(meta("guidance_scale"));
     r.max_sequence_length = std::stoll(meta("max_sequence_length"));
-    r.generator = Generator(std::stoull(meta("seed")));
+    if (has("seeds")) {
+      for (uint64_t seed : nlohmann::json::parse(meta("seeds")).get<std::vector<uint64_t>>())
+        r.generators.emplace_back(seed);
+    } else if (file.contains("generator_state")) {
+      const std::vector<uint8_t> state = file.tensor("generator_state").to_vector<uint8_t>();
+      r.generator = Generator::from_torch_state(state.data(), state.size());
+    } else {
+      r.generator = Generator(std::stoull(meta("seed")));
+    }
     return r;
   }
   std::unique_ptr<DiffusionPipeline> load() const {
@@ -69,20 +82,72 @@ TEST_P(PromptLists, EveryImageMatchesDiffusers) {
       worst = std::max(worst,
                        std::abs(static_cast<int>(out.images[i].pixels[k]) - static_cast<int>(expected[k])));
     EXPECT_LE(worst, 1) << "image " << i;
-    // Each image names its own prompt (and negative prompt).
-    EXPECT_EQ(out.images[i].metadata.at("prompt"), request.prompts[i / n]) << "image " << i;
+    // Each image names its own prompt (and negative prompt) and seed.
+    EXPECT_EQ(out.images[i].metadata.at("prompt"),
+              request.prompts.empty() ? request.prompt : request.prompts[i / n])
+        << "image " << i;
+    if (!request.generators.empty()) {
+      EXPECT_EQ(out.images[i].metadata.at("seed"), std::to_string(request.generators[i].initial_seed()));
+    }
     if (!request.negative_prompts.empty()) {
       EXPECT_EQ(out.images[i].metadata.at("negative_prompt"), request.negative_prompts[i / n])
           << "image " << i;
     }
   }
-  // The images differ from prompt to prompt (the list is not one prompt repeated).
+  // The images differ from prompt to prompt, or generator to generator.
   EXPECT_NE(out.images.front().pixels, out.images.back().pixels);
+  // The generators come back where torch's are after the same call.
+  if (g.file.contains("generator_state_after")) {
+    ASSERT_TRUE(out.generator.has_value());
+    EXPECT_EQ(out.generator->torch_state(), g.file.tensor("generator_state_after").to_vector<uint8_t>());
+  }
+  EXPECT_EQ(out.generators.size(), request.generators.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, PromptLists,
                          ::testing::Values("flux_dev_2x2_s31", "flux_dev_true_cfg_s32", "sd3_cfg_2x2_s33",
-                                           "klein_cfg_3x1_s34", "flux2_dev_2x1_s35"));
+                                           "klein_cfg_3x1_s34", "flux2_dev_2x1_s35",
+                                           "flux_dev_generators_1x3", "sd3_generators_2x1",
+                                           "flux2_dev_generators_1x2", "flux_dev_drawn_generator"));
+
+// With a generator per image, image i is the image its generator makes alone; a call continued with the
+// generator it handed back makes the next images of the stream, as two diffusers calls with one
+// torch.Generator do.
+TEST(GeneratorLists, EachImageIsItsGeneratorsOwnAndGeneratorsContinue) {
+  auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
+  PipelineRequest r;
+  r.prompt = "a photo of a cat";
+  r.height = 32;
+  r.width = 32;
+  r.num_inference_steps = 2;
+  r.max_sequence_length = 16;
+  PipelineRequest listed = r;
+  listed.num_images_per_prompt = 2;
+  listed.generators = {Generator(7), Generator(8)};
+  const PipelineOutput both = pipe(listed);
+  ASSERT_EQ(both.images.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    PipelineRequest alone = r;
+    alone.generator = Generator(7 + i);
+    EXPECT_EQ(pipe(alone).images[0].pixels, both.images[i].pixels) << "image " << i;
+  }
+  // Two calls of one image each, the second from the generator the first handed back, make the batch of two
+  // that one call with that seed makes (the noise is one stream).
+  PipelineRequest first = r;
+  first.output_type = OutputType::Latent;
+  first.generator = Generator(5);
+  const PipelineOutput one = pipe(first);
+  ASSERT_TRUE(one.generator.has_value());
+  PipelineRequest second = first;
+  second.generator = *one.generator;
+  const PipelineOutput two = pipe(second);
+  PipelineRequest batch = first;
+  batch.num_images_per_prompt = 2;
+  const Tensor both_latents = pipe(batch).latents;
+  EXPECT_TRUE(testing::rel_max_error_within(one.latents, both_latents.narrow(0, 0, 1), 1e-5));
+  EXPECT_TRUE(testing::rel_max_error_within(two.latents, both_latents.narrow(0, 1, 1), 1e-5));
+  EXPECT_FALSE(pipe(r).generator.has_value());  // no generator given, none handed back
+}
 
 // A list of one prompt is that prompt: the same image, bit for bit; and a negative_prompt string applies to
 // every prompt of a list, as negative_prompts of copies of it.
@@ -156,6 +221,19 @@ TEST(PromptListRules, BadListsAreRefusedByName) {
   expect_refused("StableDiffusion3InpaintPipeline", r, "prompts", "takes one prompt per call");
   r = two;
   expect_refused("FluxKontextPipeline", r, "prompts", "FluxKontextPipeline takes one prompt per call");
+  // Generator lists: one per image, not beside generator, not in the editing pipelines.
+  r = two;
+  r.generators = {Generator(1), Generator(2), Generator(3)};
+  expect_refused("FluxPipeline", r, "generators", "3 generators for 2 images");
+  r.generators = {Generator(1), Generator(2)};
+  r.generator = Generator(4);
+  expect_refused("StableDiffusion3Pipeline", r, "generators", "either generator or a list of generators");
+  PipelineRequest edit;
+  edit.generators = {Generator(1), Generator(2)};
+  edit.num_images_per_prompt = 2;
+  edit.image = {Image()};
+  expect_refused("FluxImg2ImgPipeline", edit, "generators",
+                 "FluxImg2ImgPipeline takes one generator per call");
   // Tensor-parallel ranks tell two lists apart.
   PipelineRequest other = two;
   other.prompts = {"a", "c"};

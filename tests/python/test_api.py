@@ -15,10 +15,31 @@ def test_torch_generator_and_int_seed_give_the_same_image(tiny_flux):
     other = tiny_flux(**small_call(generator=8)).images[0]
     assert np.array_equal(np.asarray(by_torch), np.asarray(by_int))
     assert not np.array_equal(np.asarray(by_int), np.asarray(other))
+
+
+
+def test_a_torch_generator_continues_as_in_diffusers(tiny_flux):
+    """One torch.Generator over two calls: the second continues the stream where the first left it (Kiln hands
+    the state back), so two 1-image calls are the two images of one 2-image call; one that has drawn numbers
+    before the call continues from there, as diffusers' call would."""
+    g = torch.Generator().manual_seed(7)
+    first = tiny_flux(**small_call(generator=g), output_type="latent").images
+    second = tiny_flux(**small_call(generator=g), output_type="latent").images
+    both = tiny_flux(**small_call(generator=7, num_images_per_prompt=2), output_type="latent").images
+    torch.testing.assert_close(torch.cat([first, second]), both, rtol=1e-5, atol=1e-6)
+    # Where torch itself would be: the noise of two 1-image calls is 2 x 16 x 4 x 4 normals.
+    reference = torch.Generator().manual_seed(7)
+    torch.randn(2, 16, 4, 4, generator=reference)
+    assert torch.equal(g.get_state(), reference.get_state())
+    # A generator part-way through its stream, and a list of generators (one per image).
     used = torch.Generator().manual_seed(7)
     torch.randn(3, generator=used)
-    with pytest.raises(ValueError, match="already drawn numbers"):
-        tiny_flux(**small_call(generator=used))
+    other = tiny_flux(**small_call(generator=used)).images[0]
+    assert not np.array_equal(np.asarray(other), np.asarray(tiny_flux(**small_call(generator=7)).images[0]))
+    listed = tiny_flux(**small_call(generator=[torch.Generator().manual_seed(3), 4], num_images_per_prompt=2)).images
+    assert np.array_equal(np.asarray(listed[1]), np.asarray(tiny_flux(**small_call(generator=4)).images[0]))
+    with pytest.raises(kiln.RequestError, match="3 generators for 2 images"):
+        tiny_flux(**small_call(generator=[1, 2, 3], num_images_per_prompt=2))
 
 
 def test_dtypes_from_torch_or_strings():

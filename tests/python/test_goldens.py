@@ -3,6 +3,7 @@
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 import kiln
@@ -130,3 +131,28 @@ def test_prompt_lists_match_diffusers(case):
     assert len(images) == len(tensors["image_u8"])
     for image, want in zip(images, tensors["image_u8"]):
         assert max_level_difference(image, want) <= 1
+
+
+@pytest.mark.parametrize("case", ["flux_dev_generators_1x3", "sd3_generators_2x1", "flux_dev_drawn_generator"])
+def test_generator_lists_and_drawn_generators_match_diffusers(case):
+    """diffusers' generator=[...] (one per image) and a torch.Generator that has drawn numbers before the call,
+    which the call leaves where diffusers' does."""
+    import json
+
+    tensors, m = golden("prompt_lists", case + ".safetensors")
+    pipe = getattr(kiln, m["pipeline"]).from_pretrained(data_path("models", m["model"]))
+    if "seeds" in m:
+        generator = [torch.Generator().manual_seed(s) for s in json.loads(m["seeds"])]
+    else:
+        generator = torch.Generator()
+        generator.set_state(torch.from_numpy(tensors["generator_state"].copy()))
+    prompt = json.loads(m["prompt"]) if m["prompt"].startswith("[") else m["prompt"]
+    images = pipe(prompt, height=int(m["height"]), width=int(m["width"]),
+                  num_inference_steps=int(m["num_inference_steps"]), guidance_scale=float(m["guidance_scale"]),
+                  max_sequence_length=int(m["max_sequence_length"]),
+                  num_images_per_prompt=int(m.get("num_images_per_prompt", 1)), generator=generator).images
+    assert len(images) == len(tensors["image_u8"])
+    for image, want in zip(images, tensors["image_u8"]):
+        assert max_level_difference(image, want) <= 1
+    if "generator_state_after" in tensors:
+        assert np.array_equal(generator.get_state().numpy(), tensors["generator_state_after"])

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""References for prompt lists (diffusers' `prompt=[...]`, one batch of images from several prompts), made by
+"""References for prompt lists (diffusers' `prompt=[...]`, one batch of images from several prompts) and generator
+lists (`generator=[...]`, one per image) and generators that have already drawn numbers, made by
 diffusers' own FluxPipeline, StableDiffusion3Pipeline, Flux2Pipeline and Flux2KleinPipeline on the tiny test
 models (tests/data/models, made by tools/goldens/flux.py, sd3.py and flux2_e2e.py), in float32.
 
@@ -41,6 +42,21 @@ CASES = [
     ("flux2_dev_2x1_s35", "Flux2Pipeline", "flux2-tiny-dev-full",
      dict(prompt=["a golden retriever surfing a wave", "a red circle"], height=48, width=48,
           num_inference_steps=2, guidance_scale=4.0, max_sequence_length=32, seed=35)),
+    # Generator lists: image i's noise from generator i (`seeds` instead of `seed`).
+    ("flux_dev_generators_1x3", "FluxPipeline", "flux-tiny-dev",
+     dict(prompt="a photo of a cat", num_images_per_prompt=3, height=32, width=48, num_inference_steps=2,
+          guidance_scale=3.5, max_sequence_length=32, seeds=[36, 37, 38])),
+    ("sd3_generators_2x1", "StableDiffusion3Pipeline", "sd3-tiny-medium",
+     dict(prompt=["a photo of a cat", "a red fox"], height=32, width=32, num_inference_steps=2,
+          guidance_scale=4.5, max_sequence_length=32, seeds=[40, 41])),
+    ("flux2_dev_generators_1x2", "Flux2Pipeline", "flux2-tiny-dev-full",
+     dict(prompt="a red circle", num_images_per_prompt=2, height=32, width=32, num_inference_steps=2,
+          guidance_scale=4.0, max_sequence_length=32, seeds=[42, 43])),
+    # A generator that has already drawn 7 numbers (`drawn`): the call continues its stream, and leaves it
+    # where torch's generator is after the call (generator_state, generator_state_after).
+    ("flux_dev_drawn_generator", "FluxPipeline", "flux-tiny-dev",
+     dict(prompt="a photo of a cat", num_images_per_prompt=2, height=32, width=32, num_inference_steps=2,
+          guidance_scale=3.5, max_sequence_length=32, seed=39, drawn=7)),
 ]
 
 
@@ -50,7 +66,13 @@ def run_case(name, cls_name, model, args):
     pipe = getattr(diffusers, cls_name).from_pretrained(os.path.join(MODELS, model), torch_dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     args = dict(args)
-    seed = args.pop("seed")
+    seed, seeds, drawn = args.pop("seed", None), args.pop("seeds", None), args.pop("drawn", 0)
+    if seeds is not None:
+        generator = [torch.Generator().manual_seed(s) for s in seeds]
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        torch.randn(drawn, generator=generator)
+    state = None if seeds is not None else generator.get_state().clone()
     steps = []
 
     def on_step(p, i, t, kwargs):
@@ -58,13 +80,19 @@ def run_case(name, cls_name, model, args):
         return kwargs
 
     with torch.no_grad():
-        result = pipe(**args, generator=torch.Generator().manual_seed(seed), output_type="np",
-                      callback_on_step_end=on_step)
+        result = pipe(**args, generator=generator, output_type="np", callback_on_step_end=on_step)
     images = result.images
     out = {"latents_final": steps[-1],
            "image_u8": torch.from_numpy(np.round(images * 255).astype(np.uint8))}
+    if drawn:
+        out["generator_state"] = state
+        out["generator_state_after"] = generator.get_state().clone()
     meta = {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in args.items()}
-    meta.update(seed=str(seed), pipeline=cls_name, model=model)
+    meta.update(pipeline=cls_name, model=model)
+    if seeds is not None:
+        meta["seeds"] = json.dumps(seeds)
+    else:
+        meta["seed"] = str(seed)
     os.makedirs(OUT, exist_ok=True)
     save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(OUT, name + ".safetensors"), meta)
     print(f"{name}: images {tuple(out['image_u8'].shape)}")

@@ -83,6 +83,10 @@ struct PipelineOutput {
   std::vector<Image> images;  // OutputType::Image: 8-bit RGB, with the parameters in their metadata
   Tensor array;               // OutputType::Array: float32 [B, H, W, 3] in [0, 1] (diffusers' "np")
   Tensor latents;             // OutputType::Latent: as the denoising loop ends (FLUX: packed [B, N, C])
+  // The request's generator (or generators) after the call's draws: a caller's generator continues from
+  // here, as a torch.Generator passed to diffusers would. Unset when the request gave none.
+  std::optional<Generator> generator;
+  std::vector<Generator> generators;
 };
 
 // How a pipeline's ops run (kiln/runtime/eager_mode.h, kiln/nn/compile.h).

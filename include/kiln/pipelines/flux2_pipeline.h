@@ -81,6 +81,9 @@ class Flux2PipelineBase : public DiffusionPipeline {
   // patchified shape [B, in_channels, H / 16, W / 16], then packed).
   std::pair<Tensor, Tensor> prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
                                             Generator& generator) const;
+  // With diffusers' generator list: image i's noise from generators[i] (one generator: the whole batch).
+  std::pair<Tensor, Tensor> prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
+                                            const std::vector<Generator*>& generators) const;
   // A reference image as the pipeline preprocesses it: [1, 3, h, w] float32 in [-1, 1] (resized when its area
   // exceeds 1024^2, centre-cropped to multiples of 16).
   Tensor preprocess_image(const Image& image) const;

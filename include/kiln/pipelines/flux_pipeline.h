@@ -68,6 +68,9 @@ class FluxPipeline : public DiffusionPipeline {
   // Packed noise [B, N, in_channels] and its image ids [N, 3], drawn as diffusers' prepare_latents does.
   std::pair<Tensor, Tensor> prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
                                             Generator& generator) const;
+  // With diffusers' generator list: image i's noise from generators[i] (one generator: the whole batch).
+  std::pair<Tensor, Tensor> prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
+                                            const std::vector<Generator*>& generators) const;
   // Packed latents -> float image [B, H, W, 3] in [0, 1] (diffusers' output_type="np").
   Tensor decode_latents(const Tensor& latents, int64_t height, int64_t width) const;
   // _encode_vae_image: a preprocessed image [1, 3, H, W] (float32 in [-1, 1]) through the VAE, its posterior

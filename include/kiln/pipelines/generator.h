@@ -32,6 +32,14 @@ class Generator {
   // The seed last given (all 64 bits, like `Generator.initial_seed()`).
   uint64_t initial_seed() const { return seed_; }
 
+  // torch.Generator("cpu").get_state() / set_state(): the 5056 bytes of torch's CPUGeneratorImplState (the
+  // MT19937 words, its position, the cached normal). A generator that has drawn numbers continues where
+  // torch's would. Bytes of another size or out of range, or with a cached float32 normal (which Kiln's draws
+  // never use), are an error naming what is wrong.
+  static constexpr size_t kTorchStateBytes = 5056;
+  static Generator from_torch_state(const uint8_t* bytes, size_t size);
+  std::vector<uint8_t> torch_state() const;
+
   // One tempered 32-bit MT19937 output (torch's `random()`).
   uint32_t random();
   // Two outputs, the first in the high word (torch's `random64()`).

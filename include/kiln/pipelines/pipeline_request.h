@@ -128,7 +128,11 @@ struct PipelineRequest {
   // runs the transformer twice, on the prompt and on the negative prompt, and takes neg + scale * (pos -
   // neg), beside the embedded guidance_scale of FLUX.1-dev.
   std::optional<float> true_cfg_scale;
-  std::optional<Generator> generator;          // torch's default seed when absent
+  std::optional<Generator> generator;  // torch's default seed when absent
+  // diffusers' generator list, in the text-to-image pipelines: image i's noise drawn from generators[i] (so
+  // each image is the one its generator makes alone); one per image (prompts x num_images_per_prompt), or
+  // one.
+  std::vector<Generator> generators;
   std::optional<int64_t> max_sequence_length;  // tokens of the T5 / FLUX.2 text encoder
   int num_images_per_prompt = 1;               // for each prompt; a call makes at most 64 images in all
   SkipLayerGuidance skip_layer_guidance;       // SD3 only

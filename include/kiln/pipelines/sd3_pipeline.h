@@ -74,6 +74,8 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
   // Noise [batch, in_channels, height / 8, width / 8], drawn as diffusers' prepare_latents does.
   Tensor prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
                          Generator& generator) const;
+  Tensor prepare_latents(int64_t batch, int64_t height, int64_t width, DType dtype,
+                         const std::vector<Generator*>& generators) const;  // one per image, or one
   // The velocity the scheduler steps with at denoising step `step` (timestep t): one transformer pass,
   // batched [negative; positive] and combined with the guidance scale when guidance is on, plus skip-layer
   // guidance when the call asks for it at this step.
