@@ -209,7 +209,8 @@ class DiffusionPipeline:
                  negative_prompt_3=None, height=None, width=None, num_inference_steps=None, guidance_scale=None,
                  true_cfg_scale=None, num_images_per_prompt=1, generator=None, max_sequence_length=None, image=None,
                  mask_image=None, strength=None, padding_mask_crop=None, max_area=None, _auto_resize=None,
-                 prompt_embeds=None, negative_prompt_embeds=None, output_type="pil", return_dict=True,
+                 prompt_embeds=None, negative_prompt_embeds=None, pooled_prompt_embeds=None,
+                 negative_pooled_prompt_embeds=None, output_type="pil", return_dict=True,
                  callback_on_step_end=None, callback_on_step_end_tensor_inputs=None, skip_guidance_layers=None,
                  **kwargs):
         unknown = sorted(k for k in kwargs if kwargs[k] is not None)
@@ -247,6 +248,9 @@ class DiffusionPipeline:
                 negative_prompt_3=self._one("negative_prompt_3", negative_prompt_3),
                 prompt_embeds=None if prompt_embeds is None else _convert.to_kiln(prompt_embeds),
                 negative_prompt_embeds=None if negative_prompt_embeds is None else _convert.to_kiln(negative_prompt_embeds),
+                pooled_prompt_embeds=None if pooled_prompt_embeds is None else _convert.to_kiln(pooled_prompt_embeds),
+                negative_pooled_prompt_embeds=(None if negative_pooled_prompt_embeds is None
+                                               else _convert.to_kiln(negative_pooled_prompt_embeds)),
                 images=images, mask_image=None if mask_image is None else _convert.image_array(mask_image),
                 strength=None if strength is None else float(strength), padding_mask_crop=padding_mask_crop,
                 max_area=max_area,

@@ -225,16 +225,18 @@ class PyPipeline {
                     std::optional<std::string> negative_prompt, std::optional<std::string> negative_prompt_2,
                     std::optional<std::string> negative_prompt_3, std::vector<std::string> negative_prompts,
                     std::optional<AnyArray> prompt_embeds, std::optional<AnyArray> negative_prompt_embeds,
-                    std::vector<AnyArray> images, std::optional<AnyArray> mask_image,
-                    std::optional<double> strength, std::optional<int64_t> padding_mask_crop,
-                    std::optional<int64_t> max_area, std::optional<bool> auto_resize,
-                    std::optional<int64_t> height, std::optional<int64_t> width,
-                    std::optional<int> num_inference_steps, std::optional<float> guidance_scale,
-                    std::optional<float> true_cfg_scale, std::optional<uint64_t> seed,
-                    std::optional<nb::bytes> generator_state, std::vector<nb::object> generators,
-                    std::optional<int64_t> max_sequence_length, int num_images_per_prompt,
-                    std::vector<int64_t> skip_guidance_layers, const std::string& output_type,
-                    std::optional<nb::callable> on_step, bool widen_bfloat16) {
+                    std::optional<AnyArray> pooled_prompt_embeds,
+                    std::optional<AnyArray> negative_pooled_prompt_embeds, std::vector<AnyArray> images,
+                    std::optional<AnyArray> mask_image, std::optional<double> strength,
+                    std::optional<int64_t> padding_mask_crop, std::optional<int64_t> max_area,
+                    std::optional<bool> auto_resize, std::optional<int64_t> height,
+                    std::optional<int64_t> width, std::optional<int> num_inference_steps,
+                    std::optional<float> guidance_scale, std::optional<float> true_cfg_scale,
+                    std::optional<uint64_t> seed, std::optional<nb::bytes> generator_state,
+                    std::vector<nb::object> generators, std::optional<int64_t> max_sequence_length,
+                    int num_images_per_prompt, std::vector<int64_t> skip_guidance_layers,
+                    const std::string& output_type, std::optional<nb::callable> on_step,
+                    bool widen_bfloat16) {
     PipelineRequest r;
     r.prompt = prompt;
     r.prompts = std::move(prompts);
@@ -247,6 +249,11 @@ class PyPipeline {
     if (prompt_embeds) r.prompt_embeds = from_array(*prompt_embeds, "prompt_embeds");
     if (negative_prompt_embeds)
       r.negative_prompt_embeds = from_array(*negative_prompt_embeds, "negative_prompt_embeds");
+    if (pooled_prompt_embeds)
+      r.pooled_prompt_embeds = from_array(*pooled_prompt_embeds, "pooled_prompt_embeds");
+    if (negative_pooled_prompt_embeds)
+      r.negative_pooled_prompt_embeds =
+          from_array(*negative_pooled_prompt_embeds, "negative_pooled_prompt_embeds");
     for (const AnyArray& image : images) r.image.push_back(to_image(image));
     if (mask_image) r.mask_image = to_image(*mask_image);
     r.strength = strength;
@@ -431,7 +438,8 @@ NB_MODULE(_kiln, m) {
            nb::arg("prompt_3") = nb::none(), nb::arg("negative_prompt") = nb::none(),
            nb::arg("negative_prompt_2") = nb::none(), nb::arg("negative_prompt_3") = nb::none(),
            nb::arg("negative_prompts") = std::vector<std::string>(), nb::arg("prompt_embeds") = nb::none(),
-           nb::arg("negative_prompt_embeds") = nb::none(), nb::arg("images") = std::vector<AnyArray>(),
+           nb::arg("negative_prompt_embeds") = nb::none(), nb::arg("pooled_prompt_embeds") = nb::none(),
+           nb::arg("negative_pooled_prompt_embeds") = nb::none(), nb::arg("images") = std::vector<AnyArray>(),
            nb::arg("mask_image") = nb::none(), nb::arg("strength") = nb::none(),
            nb::arg("padding_mask_crop") = nb::none(), nb::arg("max_area") = nb::none(),
            nb::arg("auto_resize") = nb::none(), nb::arg("height") = nb::none(), nb::arg("width") = nb::none(),

@@ -71,6 +71,8 @@ class Hasher {
 uint64_t request_key(const PipelineRequest& r) {
   Hasher h;
   h.tensor(r.prompt_embeds);
+  h.tensor(r.pooled_prompt_embeds);
+  h.tensor(r.negative_pooled_prompt_embeds);
   h.text(r.prompt);
   h.text(r.prompt_2);
   h.text(r.prompt_3);

@@ -24,14 +24,6 @@ namespace {
 // Flux2Pipeline.default_sample_size: 128 latents of the VAE's scale factor 8, 1024 pixels.
 constexpr int64_t kDefaultSampleSize = 128;
 
-// x.repeat(1, n, 1).view(B * n, L, D): each prompt's row n times in a row.
-Tensor repeat_per_prompt(const Tensor& x, int n) {
-  if (n == 1) return x;
-  return x.unsqueeze(1)
-      .expand({x.size(0), n, x.size(1), x.size(2)})
-      .reshape({x.size(0) * n, x.size(1), x.size(2)});
-}
-
 }  // namespace
 
 Flux2PipelineBase::Flux2PipelineBase(Variant variant) : variant_(variant) {}
@@ -139,7 +131,7 @@ std::pair<Tensor, Tensor> Flux2PipelineBase::encode_prompts(const std::vector<st
              name() << ": expected prompt embeddings [B, L, " << joint << "] " << dtype_name(dtype_)
                     << " (the transformer's joint_attention_dim, the pipeline's dtype), got "
                     << embeds.str());
-  embeds = repeat_per_prompt(embeds, num_images_per_prompt);
+  embeds = pipelines::repeat_per_prompt(embeds, num_images_per_prompt);
   return {embeds, models::flux2_text_ids(embeds.size(1))};
 }
 
@@ -213,6 +205,10 @@ void Flux2PipelineBase::check_common_fields(const char* pipeline, const Pipeline
   refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
          std::string(pipeline) + " has no skip-layer guidance (StableDiffusion3Pipeline does)");
   pipelines::refuse_kontext_sizes(pipeline, request);
+  refuse(request.pooled_prompt_embeds.defined(), "pooled_prompt_embeds",
+         std::string(pipeline) + " has no pooled prompt embeddings (FLUX.1 and SD3 do)");
+  refuse(request.negative_pooled_prompt_embeds.defined(), "negative_pooled_prompt_embeds",
+         std::string(pipeline) + " has no pooled prompt embeddings (FLUX.1 and SD3 do)");
   pipelines::check_prompt_list(pipeline, request, true);
   pipelines::check_generators(pipeline, request, true);
   pipelines::refuse_true_cfg(pipeline, request);

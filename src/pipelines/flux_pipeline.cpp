@@ -240,16 +240,12 @@ void FluxPipeline::check_fields(const PipelineRequest& request) {
   using pipelines::refuse;
   refuse(request.negative_prompt_3.has_value(), "negative_prompt_3",
          "FluxPipeline has two text encoders: negative_prompt and negative_prompt_2");
-  refuse(request.negative_prompt_embeds.defined(), "negative_prompt_embeds",
-         "FluxPipeline encodes its prompts itself; give negative_prompt (and negative_prompt_2) instead of "
-         "negative_prompt_embeds");
   refuse(
       !request.image.empty(), "image",
       "FluxPipeline takes no reference images (Flux2Pipeline and Flux2KleinPipeline do; FluxImg2ImgPipeline, "
       "FluxInpaintPipeline and FluxFillPipeline start from an image)");
   refuse(request.prompt_3.has_value(), "prompt_3", "FluxPipeline has two text encoders: prompt and prompt_2");
-  refuse(request.prompt_embeds.defined(), "prompt_embeds",
-         "FluxPipeline encodes its prompts itself; give prompt (and prompt_2) instead of prompt_embeds");
+  pipelines::check_embedding_fields("FluxPipeline", request, true);
   refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
          "FluxPipeline has no skip-layer guidance (StableDiffusion3Pipeline does)");
   pipelines::refuse_kontext_sizes("FluxPipeline", request);
@@ -425,6 +421,22 @@ void FluxPipeline::check_loaded_request(const PipelineRequest& request) const {
     pipelines::check_prompt_size(name, "negative_prompt_2", *request.negative_prompt_2);
   if (request.true_cfg_scale)
     pipelines::check_guidance_scale(name, *request.true_cfg_scale, "true_cfg_scale");
+  const auto& tc = transformer_->config();
+  if (request.prompt_embeds.defined())
+    pipelines::check_given_embeddings(name, "prompt_embeds", request.prompt_embeds, tc.joint_attention_dim,
+                                      limits::kMaxSequenceLength, "pooled_prompt_embeds",
+                                      request.pooled_prompt_embeds, tc.pooled_projection_dim);
+  if (request.negative_prompt_embeds.defined()) {
+    pipelines::check_given_embeddings(name, "negative_prompt_embeds", request.negative_prompt_embeds,
+                                      tc.joint_attention_dim, limits::kMaxSequenceLength,
+                                      "negative_pooled_prompt_embeds", request.negative_pooled_prompt_embeds,
+                                      tc.pooled_projection_dim);
+    const int64_t prompts = pipelines::batch_size(request) / request.num_images_per_prompt;
+    pipelines::refuse(request.negative_prompt_embeds.size(0) != prompts, "negative_prompt_embeds",
+                      std::string(name) + ": negative_prompt_embeds has " +
+                          std::to_string(request.negative_prompt_embeds.size(0)) + " rows for " +
+                          std::to_string(prompts) + " prompts");
+  }
   if (task_ == Task::Inpaint) pipelines::check_mask_crop(name, request, r.height, r.width);
   if (task_ != Task::TextToImage && task_ != Task::Kontext)
     pipelines::check_strength(name, r.strength, r.num_inference_steps);
@@ -435,8 +447,19 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   if (task_ == Task::Kontext)
     std::tie(call.height, call.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
   const std::vector<std::string> prompts = pipelines::prompt_list(request);
+  const int n = request.num_images_per_prompt;
+  // Given embeddings (diffusers' prompt_embeds with pooled_prompt_embeds) in the pipeline's dtype, each row
+  // n times, or the prompts encoded.
+  const auto given = [&](const Tensor& embeds, const Tensor& pooled) {
+    const Tensor e = pipelines::repeat_per_prompt(embeds.to(dtype_), n);
+    return PromptEmbeddings{.prompt_embeds = e,
+                            .pooled_prompt_embeds = pipelines::repeat_per_prompt(pooled.to(dtype_), n),
+                            .text_ids = models::flux_text_ids(e.size(1), dtype_)};
+  };
   const PromptEmbeddings prompt =
-      encode_prompts(prompts, request.prompt_2, request.num_images_per_prompt, call.max_sequence_length);
+      request.prompt_embeds.defined()
+          ? given(request.prompt_embeds, request.pooled_prompt_embeds)
+          : encode_prompts(prompts, request.prompt_2, n, call.max_sequence_length);
   // True classifier-free guidance (diffusers' do_true_cfg): only with a negative prompt and a scale above 1.
   const float true_cfg_scale = request.true_cfg_scale.value_or(1.0f);
   const bool true_cfg = true_cfg_scale > 1.0f && pipelines::has_negative_prompt(request);
@@ -450,12 +473,14 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
     warn(std::string(class_name()) +
          ": true_cfg_scale has no effect without negative_prompt, as in diffusers");
   std::optional<PromptEmbeddings> negative;
-  if (true_cfg) {
+  if (true_cfg && request.negative_prompt_embeds.defined()) {
+    negative = given(request.negative_prompt_embeds, request.negative_pooled_prompt_embeds);
+  } else if (true_cfg) {
+    // One negative prompt per prompt (or per given embedding row).
     std::vector<std::string> negatives;
-    for (size_t i = 0; i < prompts.size(); ++i)
-      negatives.push_back(*pipelines::negative_prompt_of(request, i));
-    negative = encode_prompts(negatives, request.negative_prompt_2, request.num_images_per_prompt,
-                              call.max_sequence_length);
+    for (int64_t i = 0; i < prompt.prompt_embeds.size(0) / n; ++i)
+      negatives.push_back(*pipelines::negative_prompt_of(request, static_cast<size_t>(i)));
+    negative = encode_prompts(negatives, request.negative_prompt_2, n, call.max_sequence_length);
   }
   release_after_use({{"text_encoder", text_encoder_.get()}, {"text_encoder_2", text_encoder_2_.get()}});
   pipelines::CallGenerators generators(request);
@@ -586,12 +611,15 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   release_after_use({{"vae", vae_.get()}});
   auto metadata = pipelines::common_metadata(name_, class_name(), seed, call.num_inference_steps,
                                              call.guidance_scale, call.height, call.width, dtype_);
-  metadata["prompt"] = request.prompt;
-  metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
+  if (!request.prompt_embeds.defined()) {
+    metadata["prompt"] = request.prompt;
+    metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
+  }
   if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
   if (true_cfg) {
     metadata["true_cfg_scale"] = std::to_string(true_cfg_scale);
-    metadata["negative_prompt"] = pipelines::negative_prompt_of(request, 0).value_or("");
+    if (!request.negative_prompt_embeds.defined())
+      metadata["negative_prompt"] = pipelines::negative_prompt_of(request, 0).value_or("");
     if (request.negative_prompt_2) metadata["negative_prompt_2"] = *request.negative_prompt_2;
   }
   if (task_ != Task::TextToImage && task_ != Task::Kontext)

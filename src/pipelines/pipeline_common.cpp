@@ -74,6 +74,40 @@ void refuse_image_editing(const char* pipeline, const PipelineRequest& request, 
          std::string(pipeline) + " takes no padding_mask_crop (the inpainting pipelines do)");
 }
 
+Tensor repeat_per_prompt(const Tensor& x, int n) {
+  if (n == 1) return x;
+  Shape expanded = x.shape(), merged = x.shape();
+  expanded.insert(expanded.begin() + 1, n);
+  merged[0] *= n;
+  return x.unsqueeze(1).expand(expanded).reshape(merged);
+}
+
+void check_given_embeddings(const char* pipeline, const char* field, const Tensor& embeds, int64_t width,
+                            int64_t max_tokens, const char* pooled_field, const Tensor& pooled,
+                            int64_t pooled_width) {
+  const std::string name = pipeline;
+  const auto fail = [&](const char* f, const std::string& expected, const Tensor& got) {
+    throw RequestError(f, name + ": " + f + " must be " + expected + ", got " + got.str());
+  };
+  const bool floating = embeds.dtype() == float32 || embeds.dtype() == bfloat16 || embeds.dtype() == float16;
+  if (embeds.dim() != 3 || embeds.size(0) < 1 || embeds.size(1) < 1 || embeds.size(1) > max_tokens ||
+      embeds.size(2) != width || !floating)
+    fail(field,
+         "floating point [B, L, " + std::to_string(width) + "] with 1 <= L <= " + std::to_string(max_tokens),
+         embeds);
+  if (pooled_width == 0) return;
+  refuse(!pooled.defined(), pooled_field,
+         name + ": " + field + " needs " + pooled_field + " (the CLIP pooled output), as in diffusers");
+  const bool pooled_floating =
+      pooled.dtype() == float32 || pooled.dtype() == bfloat16 || pooled.dtype() == float16;
+  if (pooled.dim() != 2 || pooled.size(0) != embeds.size(0) || pooled.size(1) != pooled_width ||
+      !pooled_floating)
+    fail(pooled_field,
+         "floating point [" + std::to_string(embeds.size(0)) + ", " + std::to_string(pooled_width) +
+             "] (one row per " + field + " row)",
+         pooled);
+}
+
 std::vector<std::string> prompt_list(const PipelineRequest& request) {
   return request.prompts.empty() ? std::vector<std::string>{request.prompt} : request.prompts;
 }
@@ -84,11 +118,39 @@ std::optional<std::string> negative_prompt_of(const PipelineRequest& request, si
 }
 
 bool has_negative_prompt(const PipelineRequest& request) {
-  return request.negative_prompt.has_value() || !request.negative_prompts.empty();
+  return request.negative_prompt.has_value() || !request.negative_prompts.empty() ||
+         request.negative_prompt_embeds.defined();
+}
+
+void check_embedding_fields(const char* pipeline, const PipelineRequest& request, bool pooled) {
+  const std::string name = pipeline;
+  const bool given = request.prompt_embeds.defined(), negative = request.negative_prompt_embeds.defined();
+  refuse(given && !request.prompt.empty(), "prompt_embeds",
+         name + ": give either prompt or prompt_embeds, not both");
+  refuse(given && (request.prompt_2.has_value() || request.prompt_3.has_value()), "prompt_2",
+         name + ": prompt_2 and prompt_3 are prompts to encode; with prompt_embeds there are none");
+  refuse(negative && (request.negative_prompt.has_value() || !request.negative_prompts.empty() ||
+                      request.negative_prompt_2.has_value() || request.negative_prompt_3.has_value()),
+         "negative_prompt_embeds",
+         name + ": give either negative_prompt or negative_prompt_embeds, not both");
+  if (!pooled) {
+    refuse(request.pooled_prompt_embeds.defined(), "pooled_prompt_embeds",
+           name + " has no pooled prompt embeddings (FLUX.1 and SD3 do)");
+    refuse(request.negative_pooled_prompt_embeds.defined(), "negative_pooled_prompt_embeds",
+           name + " has no pooled prompt embeddings (FLUX.1 and SD3 do)");
+    return;
+  }
+  refuse(request.pooled_prompt_embeds.defined() && !given, "pooled_prompt_embeds",
+         name + ": pooled_prompt_embeds go with prompt_embeds");
+  refuse(request.negative_pooled_prompt_embeds.defined() && !negative, "negative_pooled_prompt_embeds",
+         name + ": negative_pooled_prompt_embeds go with negative_prompt_embeds");
 }
 
 int64_t batch_size(const PipelineRequest& request) {
-  return static_cast<int64_t>(std::max<size_t>(request.prompts.size(), 1)) * request.num_images_per_prompt;
+  const int64_t prompts = request.prompt_embeds.defined() && request.prompt_embeds.dim() >= 1
+                              ? request.prompt_embeds.size(0)
+                              : static_cast<int64_t>(std::max<size_t>(request.prompts.size(), 1));
+  return prompts * request.num_images_per_prompt;
 }
 
 void check_prompt_list(const char* pipeline, const PipelineRequest& request, bool takes_lists) {

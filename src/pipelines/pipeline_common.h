@@ -62,12 +62,24 @@ void refuse(bool given, const char* field, const std::string& message);
 // A text-to-image pipeline's refusal of mask_image and strength, naming the pipelines that take them
 // (`editing`: "FluxImg2ImgPipeline and FluxInpaintPipeline").
 void refuse_image_editing(const char* pipeline, const PipelineRequest& request, const char* editing);
+// x.repeat(1, n, ...).view(B * n, ...): each of the B rows n times in a row (num_images_per_prompt).
+Tensor repeat_per_prompt(const Tensor& x, int n);
+// Caller-given prompt embeddings (diffusers' prompt_embeds with pooled_prompt_embeds): `embeds` [B, L, width]
+// with 1 <= L <= max_tokens and, where the pipeline has them (pooled_width > 0), `pooled` [B, pooled_width];
+// floating point; each error a RequestError naming the field and the shape expected.
+void check_given_embeddings(const char* pipeline, const char* field, const Tensor& embeds, int64_t width,
+                            int64_t max_tokens, const char* pooled_field, const Tensor& pooled,
+                            int64_t pooled_width);
+
 // The call's prompts: `prompts` when given, else {prompt}.
 std::vector<std::string> prompt_list(const PipelineRequest& request);
 // Prompt i's negative prompt: negative_prompts[i] when given, else negative_prompt (unset when neither is).
 std::optional<std::string> negative_prompt_of(const PipelineRequest& request, size_t i);
-// Whether the call gives a negative prompt (negative_prompt or negative_prompts).
+// Whether the call gives a negative prompt (negative_prompt, negative_prompts or negative_prompt_embeds).
 bool has_negative_prompt(const PipelineRequest& request);
+// The field checks of prompt_embeds and negative_prompt_embeds (and, where the pipeline has them, `pooled`,
+// their pooled companions): not beside the prompts they replace; a pooled one only with its embeddings.
+void check_embedding_fields(const char* pipeline, const PipelineRequest& request, bool pooled);
 // The images a call makes: its prompts times num_images_per_prompt.
 int64_t batch_size(const PipelineRequest& request);
 // The checks of `prompts` and `negative_prompts` (a pipeline that takes one prompt refuses them by name) and

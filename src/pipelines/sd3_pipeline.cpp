@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "kiln/core/limits.h"
 #include "kiln/core/log.h"
 #include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/clip_text_model.h"
@@ -31,14 +32,6 @@ constexpr const char* kName = "StableDiffusion3Pipeline";
 // Python's `a or b` for optional strings: an absent or empty string falls back.
 std::string or_else(const std::optional<std::string>& value, const std::string& fallback) {
   return value && !value->empty() ? *value : fallback;
-}
-
-// x.repeat(1, n, ...).view(n * B, ...) for B = 1: n copies along the batch.
-Tensor repeat_batch(const Tensor& x, int n) {
-  if (n == 1) return x;
-  Shape shape = x.shape();
-  shape[0] = n;
-  return x.expand(shape).contiguous();
 }
 
 }  // namespace
@@ -214,7 +207,7 @@ StableDiffusion3Pipeline::TextEmbeddings StableDiffusion3Pipeline::encode_text(
   const int n = num_images_per_prompt;
   for (Tensor* t : {&out.prompt_embeds, &out.pooled_prompt_embeds, &out.clip_l_hidden, &out.clip_l_pooled,
                     &out.clip_g_hidden, &out.clip_g_pooled, &out.t5_hidden})
-    *t = repeat_batch(*t, n);
+    *t = pipelines::repeat_per_prompt(*t, n);
   return out;
 }
 
@@ -247,22 +240,47 @@ StableDiffusion3Pipeline::TextEmbeddings concat_batch(
 StableDiffusion3Pipeline::PromptEmbeddings StableDiffusion3Pipeline::encode_prompt(
     const PipelineRequest& call) const {
   const pipelines::ResolvedRequest r = pipelines::resolve(call, defaults());
+  const int n = call.num_images_per_prompt;
+  // Given embeddings (diffusers' prompt_embeds with pooled_prompt_embeds): each row n times.
+  const auto given = [&](const Tensor& embeds, const Tensor& pooled) {
+    TextEmbeddings e;
+    e.prompt_embeds = pipelines::repeat_per_prompt(embeds.to(dtype_), n);
+    e.pooled_prompt_embeds = pipelines::repeat_per_prompt(pooled.to(dtype_), n);
+    return e;
+  };
+  const bool cfg = r.guidance_scale > 1.0f;
+  if (call.prompt_embeds.defined()) {
+    PromptEmbeddings out;
+    out.positive = given(call.prompt_embeds, call.pooled_prompt_embeds);
+    if (cfg && call.negative_prompt_embeds.defined()) {
+      out.negative = given(call.negative_prompt_embeds, call.negative_pooled_prompt_embeds);
+    } else if (cfg) {
+      std::vector<TextEmbeddings> negative;
+      for (int64_t i = 0; i < call.prompt_embeds.size(0); ++i) {
+        const std::string text = pipelines::negative_prompt_of(call, static_cast<size_t>(i)).value_or("");
+        negative.push_back(encode_text(text, text, text, n, r.max_sequence_length));
+      }
+      out.negative = concat_batch(std::move(negative));
+    }
+    return out;
+  }
   const std::vector<std::string> prompts = pipelines::prompt_list(call);
   std::vector<TextEmbeddings> positive, negative;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string& prompt = prompts[i];
     positive.push_back(encode_text(prompt, or_else(call.prompt_2, prompt), or_else(call.prompt_3, prompt),
                                    call.num_images_per_prompt, r.max_sequence_length));
-    if (r.guidance_scale > 1.0f) {
-      const std::string n = pipelines::negative_prompt_of(call, i).value_or("");
-      negative.push_back(encode_text(n, or_else(call.negative_prompt_2, n),
-                                     or_else(call.negative_prompt_3, n), call.num_images_per_prompt,
-                                     r.max_sequence_length));
+    if (cfg && !call.negative_prompt_embeds.defined()) {
+      const std::string text = pipelines::negative_prompt_of(call, i).value_or("");
+      negative.push_back(encode_text(text, or_else(call.negative_prompt_2, text),
+                                     or_else(call.negative_prompt_3, text), n, r.max_sequence_length));
     }
   }
   PromptEmbeddings out;
   out.positive = concat_batch(std::move(positive));
   if (!negative.empty()) out.negative = concat_batch(std::move(negative));
+  if (cfg && call.negative_prompt_embeds.defined())
+    out.negative = given(call.negative_prompt_embeds, call.negative_pooled_prompt_embeds);
   return out;
 }
 
@@ -326,10 +344,7 @@ void StableDiffusion3Pipeline::check_fields(const PipelineRequest& request) {
   using pipelines::refuse;
   refuse(!request.image.empty(), "image",
          "StableDiffusion3Pipeline takes no reference images (Flux2Pipeline and Flux2KleinPipeline do)");
-  refuse(
-      request.prompt_embeds.defined() || request.negative_prompt_embeds.defined(), "prompt_embeds",
-      "StableDiffusion3Pipeline encodes its prompts itself; give prompt (and prompt_2, prompt_3) instead of "
-      "prompt_embeds");
+  pipelines::check_embedding_fields(kName, request, true);
   pipelines::refuse_kontext_sizes(kName, request);
   pipelines::check_prompt_list(kName, request, true);
   pipelines::check_generators(kName, request, true);
@@ -417,6 +432,23 @@ void StableDiffusion3Pipeline::check_loaded_request(const PipelineRequest& reque
   pipelines::check_max_sequence_length(kName, c.max_sequence_length);
   pipelines::check_images_per_prompt(kName, request.num_images_per_prompt);
   pipelines::check_guidance_scale(kName, c.guidance_scale);
+  const auto& tc = transformer_->config();
+  // CLIP's 77 tokens, then T5's.
+  const int64_t max_tokens = 77 + limits::kMaxSequenceLength;
+  if (request.prompt_embeds.defined())
+    pipelines::check_given_embeddings(kName, "prompt_embeds", request.prompt_embeds, tc.joint_attention_dim,
+                                      max_tokens, "pooled_prompt_embeds", request.pooled_prompt_embeds,
+                                      tc.pooled_projection_dim);
+  if (request.negative_prompt_embeds.defined()) {
+    pipelines::check_given_embeddings(kName, "negative_prompt_embeds", request.negative_prompt_embeds,
+                                      tc.joint_attention_dim, max_tokens, "negative_pooled_prompt_embeds",
+                                      request.negative_pooled_prompt_embeds, tc.pooled_projection_dim);
+    const int64_t prompts = pipelines::batch_size(request) / request.num_images_per_prompt;
+    pipelines::refuse(request.negative_prompt_embeds.size(0) != prompts, "negative_prompt_embeds",
+                      std::string(kName) + ": negative_prompt_embeds has " +
+                          std::to_string(request.negative_prompt_embeds.size(0)) + " rows for " +
+                          std::to_string(prompts) + " prompts");
+  }
   const SkipLayerGuidance& skip = request.skip_layer_guidance;
   if (!std::isfinite(skip.scale) || !std::isfinite(skip.start) || !std::isfinite(skip.stop))
     throw RequestError("skip_layer_guidance",
@@ -519,9 +551,12 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
   auto metadata = pipelines::common_metadata(name_, class_name(), seed, call.num_inference_steps,
                                              call.guidance_scale, call.height, call.width, dtype_);
   if (task_ != Task::TextToImage) metadata["strength"] = std::to_string(call.strength);
-  metadata["prompt"] = request.prompt;
-  metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
-  if (call.guidance_scale > 1.0f) metadata["negative_prompt"] = request.negative_prompt.value_or("");
+  if (!request.prompt_embeds.defined()) {
+    metadata["prompt"] = request.prompt;
+    metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
+  }
+  if (call.guidance_scale > 1.0f && !request.negative_prompt_embeds.defined())
+    metadata["negative_prompt"] = request.negative_prompt.value_or("");
   if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
   if (request.prompt_3) metadata["prompt_3"] = *request.prompt_3;
   if (!request.skip_layer_guidance.layers.empty()) {

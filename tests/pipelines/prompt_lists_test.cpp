@@ -32,11 +32,21 @@ struct ListCase {
 
   PipelineRequest request() const {
     PipelineRequest r;
-    if (meta("prompt").front() == '[')
+    if (has("prompt") && meta("prompt").front() == '[')
       r.prompts = list("prompt");
-    else
+    else if (has("prompt"))
       r.prompt = meta("prompt");
-    if (has("negative_prompt")) r.negative_prompts = list("negative_prompt");
+    if (has("negative_prompt") && meta("negative_prompt").front() == '[')
+      r.negative_prompts = list("negative_prompt");
+    else if (has("negative_prompt"))
+      r.negative_prompt = meta("negative_prompt");
+    // Embeddings given instead of prompts.
+    for (auto [key, field] :
+         {std::pair{"prompt_embeds", &PipelineRequest::prompt_embeds},
+          {"pooled_prompt_embeds", &PipelineRequest::pooled_prompt_embeds},
+          {"negative_prompt_embeds", &PipelineRequest::negative_prompt_embeds},
+          {"negative_pooled_prompt_embeds", &PipelineRequest::negative_pooled_prompt_embeds}})
+      if (file.contains(key)) r.*field = file.tensor(key);
     if (has("true_cfg_scale")) r.true_cfg_scale = std::stof(meta("true_cfg_scale"));
     if (has("num_images_per_prompt")) r.num_images_per_prompt = std::stoi(meta("num_images_per_prompt"));
     r.height = std::stoll(meta("height"));
@@ -59,6 +69,9 @@ struct ListCase {
     return pipeline_class(meta("pipeline"), name).load(testing::data_path("models/" + meta("model")), {});
   }
 };
+
+void expect_refused(const std::string& pipeline, PipelineRequest r, const std::string& field,
+                    const std::string& words);
 
 class PromptLists : public ::testing::TestWithParam<const char*> {};
 
@@ -83,9 +96,11 @@ TEST_P(PromptLists, EveryImageMatchesDiffusers) {
                        std::abs(static_cast<int>(out.images[i].pixels[k]) - static_cast<int>(expected[k])));
     EXPECT_LE(worst, 1) << "image " << i;
     // Each image names its own prompt (and negative prompt) and seed.
-    EXPECT_EQ(out.images[i].metadata.at("prompt"),
-              request.prompts.empty() ? request.prompt : request.prompts[i / n])
-        << "image " << i;
+    if (!request.prompt_embeds.defined()) {
+      EXPECT_EQ(out.images[i].metadata.at("prompt"),
+                request.prompts.empty() ? request.prompt : request.prompts[i / n])
+          << "image " << i;
+    }
     if (!request.generators.empty()) {
       EXPECT_EQ(out.images[i].metadata.at("seed"), std::to_string(request.generators[i].initial_seed()));
     }
@@ -95,7 +110,9 @@ TEST_P(PromptLists, EveryImageMatchesDiffusers) {
     }
   }
   // The images differ from prompt to prompt, or generator to generator.
-  EXPECT_NE(out.images.front().pixels, out.images.back().pixels);
+  if (out.images.size() > 1) {
+    EXPECT_NE(out.images.front().pixels, out.images.back().pixels);
+  }
   // The generators come back where torch's are after the same call.
   if (g.file.contains("generator_state_after")) {
     ASSERT_TRUE(out.generator.has_value());
@@ -108,7 +125,65 @@ INSTANTIATE_TEST_SUITE_P(Goldens, PromptLists,
                          ::testing::Values("flux_dev_2x2_s31", "flux_dev_true_cfg_s32", "sd3_cfg_2x2_s33",
                                            "klein_cfg_3x1_s34", "flux2_dev_2x1_s35",
                                            "flux_dev_generators_1x3", "sd3_generators_2x1",
-                                           "flux2_dev_generators_1x2", "flux_dev_drawn_generator"));
+                                           "flux2_dev_generators_1x2", "flux_dev_drawn_generator",
+                                           "flux_dev_embeds_s44", "sd3_embeds_s45"));
+
+// Embeddings given instead of a prompt: encode_prompt's own output gives the prompt's image, bit for bit;
+// each row makes num_images_per_prompt images; shapes and companions are checked by name.
+TEST(PromptEmbeddings, EncodePromptsOutputGivesThePromptsImage) {
+  auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
+  PipelineRequest r;
+  r.prompt = "a photo of a cat";
+  r.height = 32;
+  r.width = 32;
+  r.num_inference_steps = 2;
+  r.max_sequence_length = 16;
+  r.num_images_per_prompt = 2;
+  r.generator = Generator(6);
+  const PipelineOutput by_prompt = pipe(r);
+  const auto e = pipe.encode_prompt(r.prompt, std::nullopt, 1, 16);
+  PipelineRequest by_embeds = r;
+  by_embeds.prompt.clear();
+  by_embeds.prompt_embeds = e.prompt_embeds;
+  by_embeds.pooled_prompt_embeds = e.pooled_prompt_embeds;
+  const PipelineOutput out = pipe(by_embeds);
+  ASSERT_EQ(out.images.size(), 2u);
+  EXPECT_EQ(out.images[0].pixels, by_prompt.images[0].pixels);
+  EXPECT_EQ(out.images[1].pixels, by_prompt.images[1].pixels);
+  EXPECT_EQ(out.images[0].metadata.count("prompt"), 0u);
+
+  const auto expect_error = [&](PipelineRequest bad, const std::string& field, const std::string& words) {
+    try {
+      pipe(bad);
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const RequestError& err) {
+      EXPECT_EQ(err.field(), field) << err.what();
+      EXPECT_NE(std::string(err.what()).find(words), std::string::npos) << err.what();
+    }
+  };
+  PipelineRequest bad = by_embeds;
+  bad.pooled_prompt_embeds = Tensor();
+  expect_error(bad, "pooled_prompt_embeds", "prompt_embeds needs pooled_prompt_embeds");
+  bad = by_embeds;
+  bad.prompt_embeds = Tensor::zeros({1, 16, 7});
+  expect_error(bad, "prompt_embeds", "must be floating point [B, L, 32]");
+  bad = by_embeds;
+  bad.pooled_prompt_embeds = Tensor::zeros({2, 32});
+  expect_error(bad, "pooled_prompt_embeds", "must be floating point [1, 32]");
+  bad = by_embeds;
+  bad.prompt = "a cat";
+  expect_error(bad, "prompt_embeds", "either prompt or prompt_embeds");
+  bad = by_embeds;
+  bad.negative_prompt_embeds = Tensor::zeros({2, 16, 32});
+  bad.negative_pooled_prompt_embeds = Tensor::zeros({2, 32});
+  expect_error(bad, "negative_prompt_embeds", "has 2 rows for 1 prompts");
+  PipelineRequest pooled_alone = r;
+  pooled_alone.pooled_prompt_embeds = e.pooled_prompt_embeds;
+  expect_error(pooled_alone, "pooled_prompt_embeds", "go with prompt_embeds");
+  PipelineRequest flux2;
+  flux2.pooled_prompt_embeds = e.pooled_prompt_embeds;
+  expect_refused("Flux2Pipeline", flux2, "pooled_prompt_embeds", "has no pooled prompt embeddings");
+}
 
 // With a generator per image, image i is the image its generator makes alone; a call continued with the
 // generator it handed back makes the next images of the stream, as two diffusers calls with one

@@ -156,3 +156,25 @@ def test_generator_lists_and_drawn_generators_match_diffusers(case):
         assert max_level_difference(image, want) <= 1
     if "generator_state_after" in tensors:
         assert np.array_equal(generator.get_state().numpy(), tensors["generator_state_after"])
+
+
+@pytest.mark.parametrize("case", ["flux_dev_embeds_s44", "sd3_embeds_s45"])
+def test_given_prompt_embeddings_match_diffusers(case):
+    """prompt_embeds with pooled_prompt_embeds (and the negative ones) instead of prompts, as prompt-weighting
+    tools pass them."""
+    tensors, m = golden("prompt_lists", case + ".safetensors")
+    pipe = getattr(kiln, m["pipeline"]).from_pretrained(data_path("models", m["model"]))
+    given = {k: torch.from_numpy(tensors[k].copy()) for k in ("prompt_embeds", "pooled_prompt_embeds",
+                                                             "negative_prompt_embeds", "negative_pooled_prompt_embeds")
+             if k in tensors}
+    kwargs = dict(height=int(m["height"]), width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]),
+                  guidance_scale=float(m["guidance_scale"]), max_sequence_length=int(m["max_sequence_length"]),
+                  generator=int(m["seed"]))
+    if "true_cfg_scale" in m:
+        kwargs["true_cfg_scale"] = float(m["true_cfg_scale"])
+    if "negative_prompt" in m:
+        kwargs["negative_prompt"] = m["negative_prompt"]
+    images = pipe(**given, **kwargs).images
+    assert len(images) == len(tensors["image_u8"])
+    for image, want in zip(images, tensors["image_u8"]):
+        assert max_level_difference(image, want) <= 1

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """References for prompt lists (diffusers' `prompt=[...]`, one batch of images from several prompts) and generator
-lists (`generator=[...]`, one per image) and generators that have already drawn numbers, made by
+lists (`generator=[...]`, one per image), generators that have already drawn numbers, and prompt embeddings given
+instead of prompts (`prompt_embeds=`, `pooled_prompt_embeds=`, weighted as prompt-weighting tools do), made by
 diffusers' own FluxPipeline, StableDiffusion3Pipeline, Flux2Pipeline and Flux2KleinPipeline on the tiny test
 models (tests/data/models, made by tools/goldens/flux.py, sd3.py and flux2_e2e.py), in float32.
 
@@ -57,7 +58,30 @@ CASES = [
     ("flux_dev_drawn_generator", "FluxPipeline", "flux-tiny-dev",
      dict(prompt="a photo of a cat", num_images_per_prompt=2, height=32, width=32, num_inference_steps=2,
           guidance_scale=3.5, max_sequence_length=32, seed=39, drawn=7)),
+    # Embeddings given instead of prompts (`embed`: the prompts whose encode_prompt outputs are passed, the
+    # first scaled by 1.3; `embed_negative`: the same for the negative embeddings).
+    ("flux_dev_embeds_s44", "FluxPipeline", "flux-tiny-dev",
+     dict(embed=["a photo of a cat", "a red fox"], embed_negative=["blurry", "dark"], true_cfg_scale=2.0,
+          height=32, width=32, num_inference_steps=2, guidance_scale=3.5, max_sequence_length=32, seed=44)),
+    ("sd3_embeds_s45", "StableDiffusion3Pipeline", "sd3-tiny-medium",
+     dict(embed=["a photo of a cat"], negative_prompt="blurry", height=32, width=32, num_inference_steps=2,
+          guidance_scale=4.5, max_sequence_length=32, seed=45)),
 ]
+
+
+def given_embeddings(pipe, texts, max_len):
+    """encode_prompt's embeddings of each text, stacked, the first one's scaled by 1.3: (embeds, pooled)."""
+    embeds, pooled = [], []
+    for i, text in enumerate(texts):
+        if type(pipe).__name__ == "StableDiffusion3Pipeline":
+            e, _, p, _ = pipe.encode_prompt(prompt=text, prompt_2=None, prompt_3=None, device="cpu",
+                                            do_classifier_free_guidance=False, max_sequence_length=max_len)
+        else:
+            e, p, _ = pipe.encode_prompt(prompt=text, prompt_2=None, device="cpu", max_sequence_length=max_len)
+        scale = 1.3 if i == 0 else 1.0
+        embeds.append(e * scale)
+        pooled.append(p * scale)
+    return torch.cat(embeds), torch.cat(pooled)
 
 
 def run_case(name, cls_name, model, args):
@@ -67,6 +91,14 @@ def run_case(name, cls_name, model, args):
     pipe.set_progress_bar_config(disable=True)
     args = dict(args)
     seed, seeds, drawn = args.pop("seed", None), args.pop("seeds", None), args.pop("drawn", 0)
+    embed, embed_negative = args.pop("embed", None), args.pop("embed_negative", None)
+    given = {}
+    with torch.no_grad():
+        if embed is not None:
+            given["prompt_embeds"], given["pooled_prompt_embeds"] = given_embeddings(pipe, embed, args["max_sequence_length"])
+        if embed_negative is not None:
+            given["negative_prompt_embeds"], given["negative_pooled_prompt_embeds"] = given_embeddings(
+                pipe, embed_negative, args["max_sequence_length"])
     if seeds is not None:
         generator = [torch.Generator().manual_seed(s) for s in seeds]
     else:
@@ -80,10 +112,11 @@ def run_case(name, cls_name, model, args):
         return kwargs
 
     with torch.no_grad():
-        result = pipe(**args, generator=generator, output_type="np", callback_on_step_end=on_step)
+        result = pipe(**args, **given, generator=generator, output_type="np", callback_on_step_end=on_step)
     images = result.images
     out = {"latents_final": steps[-1],
            "image_u8": torch.from_numpy(np.round(images * 255).astype(np.uint8))}
+    out.update(given)
     if drawn:
         out["generator_state"] = state
         out["generator_state_after"] = generator.get_state().clone()

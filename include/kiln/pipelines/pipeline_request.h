@@ -80,9 +80,11 @@ struct SkipLayerGuidance {
 enum class OutputType { Image, Array, Latent };
 
 struct PipelineRequest {
-  // FLUX.2: prompt embeddings [B, L, joint_attention_dim] in the pipeline's dtype (encode_prompt's output),
-  // instead of a prompt encoded by the folder's text encoder.
-  Tensor prompt_embeds;
+  // Prompt embeddings instead of a prompt (encode_prompt's outputs, e.g. cached or weighted): FLUX.2
+  // [B, L, joint_attention_dim]; FLUX.1 T5's [B, L, joint_attention_dim] with CLIP's pooled_prompt_embeds
+  // [B, pooled_projection_dim]; SD3 [B, 77 + L, joint_attention_dim] with pooled_prompt_embeds [B, 2048].
+  // Each of the B rows makes num_images_per_prompt images.
+  Tensor prompt_embeds, pooled_prompt_embeds;
   std::string prompt;
   // The second and third text encoders' prompts (FLUX.1: prompt_2 is T5's; SD3: prompt_2 CLIP-G's, prompt_3
   // T5's); `prompt` when absent or empty, as diffusers.
@@ -91,8 +93,9 @@ struct PipelineRequest {
   // images of each prompt, in order, their noise drawn as one batch (the images diffusers makes for the same
   // list). `prompt` is then empty, and prompt_2 / prompt_3 unset (every text encoder reads these prompts).
   std::vector<std::string> prompts;
-  // FLUX.2 [klein]: the negative embeddings of its classifier-free guidance.
-  Tensor negative_prompt_embeds;
+  // The negative embeddings of classifier-free guidance (FLUX.2 [klein], SD3 with its pooled ones; FLUX.1's
+  // true CFG with negative_pooled_prompt_embeds), instead of a negative prompt.
+  Tensor negative_prompt_embeds, negative_pooled_prompt_embeds;
   // Classifier-free guidance's negative prompt (SD3, FLUX.2 [klein]: "" when absent; FLUX.1: true CFG runs
   // only with one, see true_cfg_scale).
   std::optional<std::string> negative_prompt;
