@@ -15,20 +15,14 @@
 #include "kiln/pipelines/sd3_pipeline.h"
 #include "pipelines/image_processor.h"
 #include "pipelines/mask_crop.h"
+#include "support/pipeline_comparison.h"
 #include "support/test_data.h"
 
 namespace kiln {
 namespace {
 
-struct EditCase {
-  io::SafetensorsFile file;
-  std::string name;
-
-  explicit EditCase(const std::string& case_name)
-      : file(testing::data_path("goldens/edit/" + case_name + ".safetensors")), name(case_name) {}
-  const std::string& meta(const std::string& key) const { return file.metadata().at(key); }
-  bool has(const std::string& key) const { return file.metadata().count(key) > 0; }
-  Tensor operator[](const std::string& key) const { return file.tensor(key); }
+struct EditCase : testing::GoldenFile {
+  explicit EditCase(const std::string& case_name) : GoldenFile("edit", case_name) {}
   Image input(const std::string& key, const std::string& folder) const {
     return Image::load(testing::data_path(folder + meta(key) + ".png"));
   }
@@ -58,15 +52,6 @@ struct EditCase {
         .load(testing::data_path("models/" + meta("model")), {.dtype = dtype});
   }
 };
-
-int max_level_difference(const Image& image, const Tensor& expected_u8) {
-  const std::vector<uint8_t> want = expected_u8.to_vector<uint8_t>();
-  EXPECT_EQ(image.pixels.size(), want.size());
-  int worst = 0;
-  for (size_t i = 0; i < want.size() && i < image.pixels.size(); ++i)
-    worst = std::max(worst, std::abs(static_cast<int>(image.pixels[i]) - static_cast<int>(want[i])));
-  return worst;
-}
 
 class EditPipelines : public ::testing::TestWithParam<const char*> {};
 
@@ -118,7 +103,7 @@ TEST_P(EditPipelines, EveryStageAndTheImageMatchDiffusers) {
   if (bf16)
     EXPECT_LE(testing::mean_level_difference(out.images[0].pixels, g["image_u8"]), 2.0);
   else
-    EXPECT_LE(max_level_difference(out.images[0], g["image_u8"]), 1);
+    EXPECT_LE(testing::max_level_difference(out.images[0], g["image_u8"]), 1);
   EXPECT_EQ(out.images[0].metadata.at("pipeline"), g.meta("pipeline"));
   EXPECT_EQ(out.images[0].metadata.count("strength"), g.kontext() ? 0u : 1u);
 }

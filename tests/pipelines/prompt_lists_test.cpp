@@ -13,19 +13,14 @@
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "pipelines/call_control.h"
+#include "support/pipeline_comparison.h"
 #include "support/test_data.h"
 
 namespace kiln {
 namespace {
 
-struct ListCase {
-  io::SafetensorsFile file;
-  std::string name;
-
-  explicit ListCase(const std::string& case_name)
-      : file(testing::data_path("goldens/prompt_lists/" + case_name + ".safetensors")), name(case_name) {}
-  const std::string& meta(const std::string& key) const { return file.metadata().at(key); }
-  bool has(const std::string& key) const { return file.metadata().count(key) > 0; }
+struct ListCase : testing::GoldenFile {
+  explicit ListCase(const std::string& case_name) : GoldenFile("prompt_lists", case_name) {}
   std::vector<std::string> list(const std::string& key) const {
     return nlohmann::json::parse(meta(key)).get<std::vector<std::string>>();
   }
@@ -70,8 +65,16 @@ struct ListCase {
   }
 };
 
-void expect_refused(const std::string& pipeline, PipelineRequest r, const std::string& field,
-                    const std::string& words);
+// A 32 x 32, 2-step call of the tiny FLUX.1 pipelines.
+PipelineRequest small_request() {
+  PipelineRequest r;
+  r.prompt = "a photo of a cat";
+  r.height = 32;
+  r.width = 32;
+  r.num_inference_steps = 2;
+  r.max_sequence_length = 16;
+  return r;
+}
 
 class PromptLists : public ::testing::TestWithParam<const char*> {};
 
@@ -88,13 +91,8 @@ TEST_P(PromptLists, EveryImageMatchesDiffusers) {
   ASSERT_EQ(static_cast<int64_t>(out.images.size()), want.size(0));
   const size_t n = static_cast<size_t>(request.num_images_per_prompt);
   for (size_t i = 0; i < out.images.size(); ++i) {
-    const std::vector<uint8_t> expected = want.select(0, static_cast<int64_t>(i)).to_vector<uint8_t>();
-    ASSERT_EQ(out.images[i].pixels.size(), expected.size());
-    int worst = 0;
-    for (size_t k = 0; k < expected.size(); ++k)
-      worst = std::max(worst,
-                       std::abs(static_cast<int>(out.images[i].pixels[k]) - static_cast<int>(expected[k])));
-    EXPECT_LE(worst, 1) << "image " << i;
+    EXPECT_LE(testing::max_level_difference(out.images[i], want.select(0, static_cast<int64_t>(i))), 1)
+        << "image " << i;
     // Each image names its own prompt (and negative prompt) and seed.
     if (!request.prompt_embeds.defined()) {
       EXPECT_EQ(out.images[i].metadata.at("prompt"),
@@ -132,12 +130,7 @@ INSTANTIATE_TEST_SUITE_P(Goldens, PromptLists,
 // each row makes num_images_per_prompt images; shapes and companions are checked by name.
 TEST(PromptEmbeddings, EncodePromptsOutputGivesThePromptsImage) {
   auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
-  PipelineRequest r;
-  r.prompt = "a photo of a cat";
-  r.height = 32;
-  r.width = 32;
-  r.num_inference_steps = 2;
-  r.max_sequence_length = 16;
+  PipelineRequest r = small_request();
   r.num_images_per_prompt = 2;
   r.generator = Generator(6);
   const PipelineOutput by_prompt = pipe(r);
@@ -182,7 +175,7 @@ TEST(PromptEmbeddings, EncodePromptsOutputGivesThePromptsImage) {
   expect_error(pooled_alone, "pooled_prompt_embeds", "go with prompt_embeds");
   PipelineRequest flux2;
   flux2.pooled_prompt_embeds = e.pooled_prompt_embeds;
-  expect_refused("Flux2Pipeline", flux2, "pooled_prompt_embeds", "has no pooled prompt embeddings");
+  testing::expect_refused("Flux2Pipeline", flux2, "pooled_prompt_embeds", "has no pooled prompt embeddings");
 }
 
 // With a generator per image, image i is the image its generator makes alone; a call continued with the
@@ -190,12 +183,7 @@ TEST(PromptEmbeddings, EncodePromptsOutputGivesThePromptsImage) {
 // torch.Generator do.
 TEST(GeneratorLists, EachImageIsItsGeneratorsOwnAndGeneratorsContinue) {
   auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
-  PipelineRequest r;
-  r.prompt = "a photo of a cat";
-  r.height = 32;
-  r.width = 32;
-  r.num_inference_steps = 2;
-  r.max_sequence_length = 16;
+  const PipelineRequest r = small_request();
   PipelineRequest listed = r;
   listed.num_images_per_prompt = 2;
   listed.generators = {Generator(7), Generator(8)};
@@ -228,12 +216,7 @@ TEST(GeneratorLists, EachImageIsItsGeneratorsOwnAndGeneratorsContinue) {
 // every prompt of a list, as negative_prompts of copies of it.
 TEST(PromptListRules, OnePromptListIsThePromptAndOneNegativeIsEveryPromptsOwn) {
   auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
-  PipelineRequest single;
-  single.prompt = "a photo of a cat";
-  single.height = 32;
-  single.width = 32;
-  single.num_inference_steps = 2;
-  single.max_sequence_length = 16;
+  PipelineRequest single = small_request();
   single.generator = Generator(9);
   PipelineRequest listed = single;
   listed.prompt.clear();
@@ -253,62 +236,55 @@ TEST(PromptListRules, OnePromptListIsThePromptAndOneNegativeIsEveryPromptsOwn) {
   EXPECT_EQ(a.images[1].metadata.at("negative_prompt"), "blurry");
 }
 
-void expect_refused(const std::string& pipeline, PipelineRequest r, const std::string& field,
-                    const std::string& words) {
-  try {
-    pipeline_class(pipeline, "").check_fields(r);
-    ADD_FAILURE() << pipeline << " took the request";
-  } catch (const RequestError& e) {
-    EXPECT_EQ(e.field(), field) << e.what();
-    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-  }
-}
-
 TEST(PromptListRules, BadListsAreRefusedByName) {
   PipelineRequest two;
   two.prompts = {"a", "b"};
   PipelineRequest r = two;
   r.prompt = "c";
-  expect_refused("FluxPipeline", r, "prompt", "either prompt or a list of prompts");
+  testing::expect_refused("FluxPipeline", r, "prompt", "either prompt or a list of prompts");
   r = two;
   r.negative_prompts = {"x"};
-  expect_refused("StableDiffusion3Pipeline", r, "negative_prompts", "1 negative prompts for 2 prompts");
+  testing::expect_refused("StableDiffusion3Pipeline", r, "negative_prompts",
+                          "1 negative prompts for 2 prompts");
   r = two;
   r.negative_prompts = {"x", "y"};
   r.negative_prompt = "z";
-  expect_refused("Flux2KleinPipeline", r, "negative_prompts", "either negative_prompt");
+  testing::expect_refused("Flux2KleinPipeline", r, "negative_prompts", "either negative_prompt");
   r = two;
   r.prompt_2 = "t5";
-  expect_refused("FluxPipeline", r, "prompt_2", "every text encoder reads them");
+  testing::expect_refused("FluxPipeline", r, "prompt_2", "every text encoder reads them");
   r = two;
   r.num_images_per_prompt = 33;
-  expect_refused("FluxPipeline", r, "prompts",
-                 "2 prompts x 33 images each make 66 images, more than the maximum 64");
+  testing::expect_refused("FluxPipeline", r, "prompts",
+                          "2 prompts x 33 images each make 66 images, more than the maximum 64");
   PipelineRequest alone;
   alone.prompt = "a";
   alone.negative_prompts = {"x"};
-  expect_refused("FluxPipeline", alone, "negative_prompts", "go with a list of prompts");
+  testing::expect_refused("FluxPipeline", alone, "negative_prompts", "go with a list of prompts");
   // The editing pipelines take one prompt.
   r = two;
   r.image = {Image()};
-  expect_refused("FluxImg2ImgPipeline", r, "prompts", "FluxImg2ImgPipeline takes one prompt per call");
+  testing::expect_refused("FluxImg2ImgPipeline", r, "prompts",
+                          "FluxImg2ImgPipeline takes one prompt per call");
   r.mask_image = Image();
-  expect_refused("StableDiffusion3InpaintPipeline", r, "prompts", "takes one prompt per call");
+  testing::expect_refused("StableDiffusion3InpaintPipeline", r, "prompts", "takes one prompt per call");
   r = two;
-  expect_refused("FluxKontextPipeline", r, "prompts", "FluxKontextPipeline takes one prompt per call");
+  testing::expect_refused("FluxKontextPipeline", r, "prompts",
+                          "FluxKontextPipeline takes one prompt per call");
   // Generator lists: one per image, not beside generator, not in the editing pipelines.
   r = two;
   r.generators = {Generator(1), Generator(2), Generator(3)};
-  expect_refused("FluxPipeline", r, "generators", "3 generators for 2 images");
+  testing::expect_refused("FluxPipeline", r, "generators", "3 generators for 2 images");
   r.generators = {Generator(1), Generator(2)};
   r.generator = Generator(4);
-  expect_refused("StableDiffusion3Pipeline", r, "generators", "either generator or a list of generators");
+  testing::expect_refused("StableDiffusion3Pipeline", r, "generators",
+                          "either generator or a list of generators");
   PipelineRequest edit;
   edit.generators = {Generator(1), Generator(2)};
   edit.num_images_per_prompt = 2;
   edit.image = {Image()};
-  expect_refused("FluxImg2ImgPipeline", edit, "generators",
-                 "FluxImg2ImgPipeline takes one generator per call");
+  testing::expect_refused("FluxImg2ImgPipeline", edit, "generators",
+                          "FluxImg2ImgPipeline takes one generator per call");
   // Tensor-parallel ranks tell two lists apart.
   PipelineRequest other = two;
   other.prompts = {"a", "c"};

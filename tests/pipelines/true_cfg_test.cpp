@@ -14,20 +14,14 @@
 #include "kiln/pipelines/flux_pipeline.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "pipelines/call_control.h"
+#include "support/pipeline_comparison.h"
 #include "support/test_data.h"
 
 namespace kiln {
 namespace {
 
-struct TrueCfgCase {
-  io::SafetensorsFile file;
-  std::string name;
-
-  explicit TrueCfgCase(const std::string& case_name)
-      : file(testing::data_path("goldens/true_cfg/" + case_name + ".safetensors")), name(case_name) {}
-  const std::string& meta(const std::string& key) const { return file.metadata().at(key); }
-  bool has(const std::string& key) const { return file.metadata().count(key) > 0; }
-  Tensor operator[](const std::string& key) const { return file.tensor(key); }
+struct TrueCfgCase : testing::GoldenFile {
+  explicit TrueCfgCase(const std::string& case_name) : GoldenFile("true_cfg", case_name) {}
   bool bf16() const { return meta("dtype") == "bfloat16"; }
 
   PipelineRequest request() const {
@@ -55,15 +49,6 @@ struct TrueCfgCase {
         .load(testing::data_path("models/" + meta("model")), {.dtype = bf16() ? bfloat16 : float32});
   }
 };
-
-int max_level_difference(const Image& image, const Tensor& expected_u8) {
-  const std::vector<uint8_t> want = expected_u8.to_vector<uint8_t>();
-  EXPECT_EQ(image.pixels.size(), want.size());
-  int worst = 0;
-  for (size_t i = 0; i < want.size() && i < image.pixels.size(); ++i)
-    worst = std::max(worst, std::abs(static_cast<int>(image.pixels[i]) - static_cast<int>(want[i])));
-  return worst;
-}
 
 class TrueCfg : public ::testing::TestWithParam<const char*> {};
 
@@ -95,7 +80,7 @@ TEST_P(TrueCfg, EveryStageAndTheImageMatchDiffusers) {
   if (g.bf16())
     EXPECT_LE(testing::mean_level_difference(out.images[0].pixels, g["image_u8"]), 2.0);
   else
-    EXPECT_LE(max_level_difference(out.images[0], g["image_u8"]), 1);
+    EXPECT_LE(testing::max_level_difference(out.images[0], g["image_u8"]), 1);
   EXPECT_EQ(out.images[0].metadata.at("negative_prompt"), g.meta("negative_prompt"));
   EXPECT_EQ(std::stof(out.images[0].metadata.at("true_cfg_scale")), std::stof(g.meta("true_cfg_scale")));
 
@@ -104,7 +89,7 @@ TEST_P(TrueCfg, EveryStageAndTheImageMatchDiffusers) {
   plain.true_cfg_scale.reset();
   plain.negative_prompt.reset();
   plain.negative_prompt_2.reset();
-  EXPECT_GT(max_level_difference((*pipe)(plain).images[0], g["image_u8"]), 8);
+  EXPECT_GT(testing::max_level_difference((*pipe)(plain).images[0], g["image_u8"]), 8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, TrueCfg,
@@ -171,13 +156,7 @@ PipelineRequest with_inputs(const std::string& pipeline, PipelineRequest r) {
 
 void expect_refused(const std::string& pipeline, const PipelineRequest& r, const std::string& field,
                     const std::string& words) {
-  try {
-    pipeline_class(pipeline, "").check_fields(with_inputs(pipeline, r));
-    ADD_FAILURE() << pipeline << " took " << field;
-  } catch (const RequestError& e) {
-    EXPECT_EQ(e.field(), field) << e.what();
-    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-  }
+  testing::expect_refused(pipeline, with_inputs(pipeline, r), field, words);
 }
 
 TEST(TrueCfgRules, OtherPipelinesRefuseItByName) {
