@@ -223,6 +223,10 @@ void DiffusionPipeline::to(const Device& device) {
   model_cpu_offload_ = false;
   for (const auto& [name, module] : all)
     if (module != nullptr) module->to(device);
+  // The copies run on the context's stream: wait for them, so that pipe.to returns with the weights on the
+  // device (its memory counted, a failure such as the device's out of memory raised here, not at a later
+  // call).
+  context_->synchronize_all();
   if (log_enabled("offload")) log("offload", "every component resident on " + device.str());
 }
 
@@ -238,6 +242,7 @@ void DiffusionPipeline::component_to(const std::string& component, const Device&
                               << "): the pipeline offloads its weights on the cpu; call pipe.to(\""
                               << device.str() << "\") instead, which turns offloading off");
       module->to(device);
+      context_->synchronize_all();  // as pipe.to: the weights are there when this returns
       return;
     }
     names += (names.empty() ? "" : ", ") + name;

@@ -243,12 +243,17 @@ TEST(PipelinesOnDevice, OneComponentMovesAlone) {
   const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
   auto pipe = load(g.metadata().at("pipeline"));
   const PipelineOutput on_cpu = (*pipe)(testing::request_from_golden(g));
+  const int64_t before = memory_stats(xla0).current_bytes;
   pipe->component_to("vae", xla0);
   EXPECT_EQ(pipe->device(), cpu) << "the transformer stays";
+  // component_to and to return once the weights are on the device (the copies are not left in flight).
+  const int64_t with_vae = memory_stats(xla0).current_bytes;
+  EXPECT_GT(with_vae, before);
   const PipelineOutput split = (*pipe)(testing::request_from_golden(g));
   EXPECT_LE(max_level_difference(split.images[0].pixels, on_cpu.images[0].pixels), 1);
   // The whole pipeline there and back: the cpu backend's image again, exactly.
   pipe->to(xla0);
+  EXPECT_GT(memory_stats(xla0).current_bytes, with_vae);
   pipe->to(cpu);
   EXPECT_EQ(pipe->device(), cpu);
   EXPECT_EQ((*pipe)(testing::request_from_golden(g)).images[0].pixels, on_cpu.images[0].pixels);
