@@ -63,7 +63,8 @@ std::string flag_of(const std::string& field, bool editing) {
                                                            {"max_sequence_length", "--max-sequence-length"},
                                                            {"mask_image", "--mask"},
                                                            {"strength", "--strength"},
-                                                           {"padding_mask_crop", "--padding-mask-crop"}};
+                                                           {"padding_mask_crop", "--padding-mask-crop"},
+                                                           {"num_images_per_prompt", "--num-images"}};
   const auto it = flags.find(field);
   return it == flags.end() ? field : it->second;
 }
@@ -82,6 +83,7 @@ PipelineRequest request_from(const GenerateArgs& args, const std::string& pipeli
   request.num_inference_steps = args.steps;
   request.guidance_scale = args.guidance;
   request.true_cfg_scale = args.true_cfg_scale;
+  request.num_images_per_prompt = args.num_images;
   request.max_sequence_length = args.max_sequence_length;
   request.strength = args.strength;
   request.padding_mask_crop = args.padding_mask_crop;
@@ -241,10 +243,15 @@ void generate_on_rank(const GenerateArgs& args, const Device& first_device) {
   with_flag_names(editing, [&] { out = (*pipe)(request); });
   if (!reporting) return;
   if (denoising) denoising->finish();
-  if (!lora_metadata.empty()) out.images.front().metadata["lora"] = lora_metadata;
-  out.images.front().save(args.output);
-  std::fprintf(stderr, "kiln: wrote %s (%dx%d, seed %llu)\n", args.output.c_str(), out.images.front().width,
-               out.images.front().height, static_cast<unsigned long long>(seed));
+  for (size_t i = 0; i < out.images.size(); ++i) {
+    Image& image = out.images[i];
+    if (!lora_metadata.empty()) image.metadata["lora"] = lora_metadata;
+    const std::string path =
+        output_path(args.output, static_cast<int>(i), static_cast<int>(out.images.size()));
+    image.save(path);
+    std::fprintf(stderr, "kiln: wrote %s (%dx%d, seed %llu)\n", path.c_str(), image.width, image.height,
+                 static_cast<unsigned long long>(seed));
+  }
 }
 
 // "kiln: cross-compiled 64 programs for tpu:v5e (TPU v5 lite) in 59.7 s; the largest needs 1.2 MiB there
@@ -345,6 +352,10 @@ void add_generate_command(CLI::App& app) {
                   "text encoder tokens (T5's, FLUX.2's), at most 512 (default: 512 for FLUX.1 and FLUX.2, "
                   "256 for SD3)");
   cmd->add_option("--output", args->output, "PNG file to write")->capture_default_str();
+  cmd->add_option("--num-images", args->num_images,
+                  "images from one call (diffusers' num_images_per_prompt, one noise batch; at most 64), "
+                  "written as OUTPUT-0.png, OUTPUT-1.png, ... when more than one")
+      ->capture_default_str();
   cmd->add_option(
          "--lora", args->loras,
          "a LoRA file (.safetensors: diffusers/PEFT, kohya, Black Forest Labs or XLabs layout) and its "

@@ -63,11 +63,22 @@ void check_generate_args(const GenerateArgs& args) {
   KILN_CHECK(!args.fuse_lora || !args.loras.empty(), "--fuse-lora fuses the adapters of --lora; give one");
   KILN_CHECK(!args.lora_skip_mismatches || !args.loras.empty(),
              "--lora-skip-mismatches applies to the files of --lora; give one");
-  try {
-    io::check_output_writable(args.output);
-  } catch (const Error& e) {
-    KILN_FAIL("--output " << e.what());
+  limits::check_range("--num-images", args.num_images, 1, limits::kMaxImagesPerPrompt);
+  for (int i = 0; i < args.num_images; ++i) {
+    const std::string path = output_path(args.output, i, args.num_images);
+    try {
+      io::check_output_writable(path);
+    } catch (const Error& e) {
+      KILN_FAIL("--output " << e.what());
+    }
   }
+}
+
+std::string output_path(const std::string& output, int image, int num_images) {
+  if (num_images == 1) return output;
+  const std::filesystem::path p(output);
+  const std::string stem = p.stem().string() + "-" + std::to_string(image) + p.extension().string();
+  return (p.parent_path() / stem).string();
 }
 
 LoraFlag parse_lora_flag(const std::string& value) {

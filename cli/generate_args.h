@@ -11,6 +11,10 @@
 
 namespace kiln::cli {
 
+// Where image i of n goes: `output` itself for one image, else its stem with "-i" before the extension
+// ("out.png" -> "out-0.png", "out-1.png", ...).
+std::string output_path(const std::string& output, int image, int num_images);
+
 struct GenerateArgs {
   std::string model;
   // A single-file transformer (original layout as .safetensors, or .gguf) replacing the model's.
@@ -30,6 +34,7 @@ struct GenerateArgs {
   std::optional<uint64_t> seed;
   std::optional<int64_t> max_sequence_length;
   std::string output = "output.png";
+  int num_images = 1;  // --num-images: num_images_per_prompt, written as OUTPUT-0.png, OUTPUT-1.png, ...
   ExecutionFlags execution;        // dtype, mode, offload, memory, VAE tiling, --tp (shared with kiln serve)
   std::vector<std::string> loras;  // --lora FILE[:SCALE], in order
   bool fuse_lora = false;          // --fuse-lora
