@@ -36,7 +36,9 @@ void check_generators(const char* pipeline, const PipelineRequest& request, bool
   if (request.generators.empty()) return;
   const std::string name = pipeline;
   refuse(!takes_lists, "generators",
-         name + " takes one generator per call (the text-to-image pipelines take one per image)");
+         name +
+             " takes one generator per call (the FLUX.1 and FLUX.2 pipelines and StableDiffusion3Pipeline "
+             "take one per image)");
   refuse(request.generator.has_value(), "generators",
          name + ": give either generator or a list of generators, not both");
   const int64_t images = batch_size(request);

@@ -32,8 +32,8 @@ class CallGenerators {
   bool from_request_ = false;
 };
 
-// The checks of `generators`: a pipeline that draws per image only where each image is its own batch entry
-// takes a list (`takes_lists`); the list has one generator per image, and `generator` is then unset.
+// The checks of `generators`: refused where the pipeline's diffusers counterpart cannot take a list
+// (`takes_lists` false); one generator per image (or one), and `generator` then unset.
 void check_generators(const char* pipeline, const PipelineRequest& request, bool takes_lists);
 
 }  // namespace kiln::pipelines

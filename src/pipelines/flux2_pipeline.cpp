@@ -209,7 +209,7 @@ void Flux2PipelineBase::check_common_fields(const char* pipeline, const Pipeline
          std::string(pipeline) + " has no pooled prompt embeddings (FLUX.1 and SD3 do)");
   refuse(request.negative_pooled_prompt_embeds.defined(), "negative_pooled_prompt_embeds",
          std::string(pipeline) + " has no pooled prompt embeddings (FLUX.1 and SD3 do)");
-  pipelines::check_prompt_list(pipeline, request, true);
+  pipelines::check_prompt_list(pipeline, request);
   pipelines::check_generators(pipeline, request, true);
   pipelines::refuse_true_cfg(pipeline, request);
   pipelines::refuse_image_editing(pipeline, request,

@@ -249,7 +249,7 @@ void FluxPipeline::check_fields(const PipelineRequest& request) {
   refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
          "FluxPipeline has no skip-layer guidance (StableDiffusion3Pipeline does)");
   pipelines::refuse_kontext_sizes("FluxPipeline", request);
-  pipelines::check_prompt_list("FluxPipeline", request, true);
+  pipelines::check_prompt_list("FluxPipeline", request);
   pipelines::check_generators("FluxPipeline", request, true);
   pipelines::refuse_image_editing("FluxPipeline", request,
                                   "FluxImg2ImgPipeline, FluxInpaintPipeline and FluxFillPipeline");
@@ -260,8 +260,6 @@ namespace {
 // FluxPipeline's checks of the fields the editing pipelines share with it, and theirs.
 void check_editing_fields(const char* pipeline, const PipelineRequest& request, bool mask, bool strength,
                           bool crop) {
-  pipelines::check_prompt_list(pipeline, request, false);
-  pipelines::check_generators(pipeline, request, false);
   PipelineRequest shared = request;
   shared.image.clear();
   shared.mask_image.reset();
@@ -305,7 +303,6 @@ void FluxFillPipeline::check_fields(const PipelineRequest& request) {
       "FluxInpaintPipeline and FluxKontextPipeline do)");
 }
 void FluxKontextPipeline::check_fields(const PipelineRequest& request) {
-  pipelines::check_prompt_list("FluxKontextPipeline", request, false);
   PipelineRequest shared = request;
   shared.image.clear();
   shared.max_area.reset();
@@ -535,7 +532,7 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
     const int64_t c = vae_->config().latent_channels;
     const Tensor encoded = encode_image(init, dtype, generator);
     image_latents = batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
-    noise = randn_tensor({batch, c, h, w}, generator, dtype).to(image_latents.device());
+    noise = randn_tensor({batch, c, h, w}, generators.noise(), dtype).to(image_latents.device());
     latents = pack(schedule.scale_noise(image_latents, start, noise));
     image_ids = models::flux_latent_image_ids(h / 2, w / 2, dtype);
     const Tensor mask_condition =
@@ -547,7 +544,9 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
                   call.height, call.width);
     if (task_ == Task::Inpaint) {
       // prepare_mask_latents: the mask at the latents' size, one value per channel, packed. (diffusers also
-      // encodes the masked image here, which a 64-channel transformer never reads.)
+      // encodes the masked image here, which a 64-channel transformer never reads; its posterior sample is
+      // drawn all the same, so that the generator ends where diffusers' does.)
+      (void)randn_tensor({1, c, h, w}, generator, dtype);
       const Tensor small = pipelines::resize_nearest(mask_condition, h, w).to(dtype);
       mask = pack(small.expand({batch, c, h, w}).contiguous());
       image_latents = pack(image_latents);

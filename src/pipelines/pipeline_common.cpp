@@ -153,7 +153,7 @@ int64_t batch_size(const PipelineRequest& request) {
   return prompts * request.num_images_per_prompt;
 }
 
-void check_prompt_list(const char* pipeline, const PipelineRequest& request, bool takes_lists) {
+void check_prompt_list(const char* pipeline, const PipelineRequest& request) {
   const std::string name = pipeline;
   if (request.prompts.empty()) {
     refuse(
@@ -161,10 +161,6 @@ void check_prompt_list(const char* pipeline, const PipelineRequest& request, boo
         name + ": negative_prompts go with a list of prompts (prompts); give negative_prompt for one prompt");
     return;
   }
-  refuse(!takes_lists, "prompts",
-         name +
-             " takes one prompt per call (num_images_per_prompt makes several images of it; the "
-             "text-to-image pipelines take a list)");
   refuse(!request.prompt.empty(), "prompt", name + ": give either prompt or a list of prompts, not both");
   refuse(request.prompt_embeds.defined(), "prompt_embeds",
          name + ": give either prompt_embeds or a list of prompts, not both");

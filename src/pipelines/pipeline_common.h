@@ -82,9 +82,9 @@ bool has_negative_prompt(const PipelineRequest& request);
 void check_embedding_fields(const char* pipeline, const PipelineRequest& request, bool pooled);
 // The images a call makes: its prompts times num_images_per_prompt.
 int64_t batch_size(const PipelineRequest& request);
-// The checks of `prompts` and `negative_prompts` (a pipeline that takes one prompt refuses them by name) and
-// of every prompt's size.
-void check_prompt_list(const char* pipeline, const PipelineRequest& request, bool takes_lists);
+// The checks of `prompts` and `negative_prompts` (not beside prompt, prompt_2, prompt_embeds; one negative
+// prompt each) and of every prompt's size.
+void check_prompt_list(const char* pipeline, const PipelineRequest& request);
 // With `prompts`: each image's "prompt" (and "negative_prompt" when `negative`) metadata is its own prompt's.
 void label_prompts(PipelineOutput& output, const PipelineRequest& request, bool negative);
 

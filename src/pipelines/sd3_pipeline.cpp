@@ -346,7 +346,7 @@ void StableDiffusion3Pipeline::check_fields(const PipelineRequest& request) {
          "StableDiffusion3Pipeline takes no reference images (Flux2Pipeline and Flux2KleinPipeline do)");
   pipelines::check_embedding_fields(kName, request, true);
   pipelines::refuse_kontext_sizes(kName, request);
-  pipelines::check_prompt_list(kName, request, true);
+  pipelines::check_prompt_list(kName, request);
   pipelines::check_generators(kName, request, true);
   pipelines::refuse_true_cfg(kName, request);
   pipelines::refuse_image_editing(kName, request,
@@ -357,7 +357,8 @@ namespace {
 
 // StableDiffusion3Pipeline's checks of the fields the editing pipelines share with it, and theirs.
 void check_editing_fields(const char* pipeline, const PipelineRequest& request, bool mask) {
-  pipelines::check_prompt_list(pipeline, request, false);
+  // diffusers' SD3 editing pipelines encode image[i] with generator[i] for every image of the batch, which
+  // their one input image does not have: a generator list is refused; prompt lists take the one generator.
   pipelines::check_generators(pipeline, request, false);
   PipelineRequest shared = request;
   shared.image.clear();
@@ -508,12 +509,15 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
     const Tensor sampled = pipelines::sample_latents(vae_->encode(init.to(dtype)), generator);
     const Tensor encoded = mul(sub(sampled, vc.shift_factor), vc.scaling_factor);
     image_latents = batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
-    noise = randn_tensor({batch, vc.latent_channels, h, w}, generator, dtype).to(image_latents.device());
+    noise =
+        randn_tensor({batch, vc.latent_channels, h, w}, generators.noise(), dtype).to(image_latents.device());
     const bool from_noise = task_ == Task::Inpaint && call.strength == 1.0;
     latents = from_noise ? noise : schedule.scale_noise(image_latents, start, noise);
     if (task_ == Task::Inpaint) {
       // prepare_mask_latents: the mask at the latents' size. (diffusers also encodes the masked image here,
-      // which a 16-channel transformer never reads.)
+      // which a 16-channel transformer never reads; its posterior sample is drawn all the same, so that the
+      // generator ends where diffusers' does.)
+      (void)randn_tensor({1, vc.latent_channels, h, w}, generator, dtype);
       const Tensor mask_condition = pipelines::preprocess_mask(
           crop ? pipelines::crop_and_fill(*request.mask_image, *crop, call.width, call.height)
                : *request.mask_image,

@@ -20,6 +20,9 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+sys.path.insert(0, os.path.dirname(__file__))
+import edit  # noqa: E402  (the images and masks of the editing goldens)
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MODELS = os.path.join(ROOT, "tests", "data", "models")
 OUT = os.path.join(ROOT, "tests", "data", "goldens", "prompt_lists")
@@ -66,6 +69,24 @@ CASES = [
     ("sd3_embeds_s45", "StableDiffusion3Pipeline", "sd3-tiny-medium",
      dict(embed=["a photo of a cat"], negative_prompt="blurry", height=32, width=32, num_inference_steps=2,
           guidance_scale=4.5, max_sequence_length=32, seed=45)),
+    # The editing pipelines (images and masks of tools/goldens/edit.py): prompt lists and generator lists, and
+    # where the one generator stands after the call (`state`: generator_state_after), the masked image's
+    # posterior sample of inpainting included.
+    ("flux_img2img_lists", "FluxImg2ImgPipeline", "flux-tiny-dev",
+     dict(prompt=["a photo of a cat", "a red fox"], image="ref_a", strength=0.7, height=32, width=32,
+          num_inference_steps=3, guidance_scale=3.5, max_sequence_length=32, seeds=[50, 51])),
+    ("flux_inpaint_lists", "FluxInpaintPipeline", "flux-tiny-dev",
+     dict(prompt=["a red circle", "a blue square"], image="ref_b", mask_image="mask_box", strength=0.8,
+          height=32, width=32, num_inference_steps=3, guidance_scale=3.5, max_sequence_length=32, seed=52,
+          state=True)),
+    ("kontext_lists", "FluxKontextPipeline", "flux-tiny-dev",
+     dict(prompt=["make it a watercolour", "at night"], image="ref_a", _auto_resize=False, max_area=1024,
+          height=32, width=32, num_inference_steps=2, guidance_scale=2.5, max_sequence_length=32, seed=53,
+          state=True)),
+    ("sd3_inpaint_lists", "StableDiffusion3InpaintPipeline", "sd3-tiny-medium",
+     dict(prompt=["a photo of a cat", "a red fox"], negative_prompt=["blurry", "dark"], image="ref_a",
+          mask_image="mask_box", strength=0.85, height=32, width=32, num_inference_steps=3, guidance_scale=4.5,
+          max_sequence_length=32, seed=54, state=True)),
 ]
 
 
@@ -91,6 +112,12 @@ def run_case(name, cls_name, model, args):
     pipe.set_progress_bar_config(disable=True)
     args = dict(args)
     seed, seeds, drawn = args.pop("seed", None), args.pop("seeds", None), args.pop("drawn", 0)
+    keep_state = args.pop("state", False) or drawn > 0
+    call_images = {}
+    if "image" in args:
+        call_images["image"] = edit.image(args["image"])
+    if "mask_image" in args:
+        call_images["mask_image"] = edit.mask(args["mask_image"])
     embed, embed_negative = args.pop("embed", None), args.pop("embed_negative", None)
     given = {}
     with torch.no_grad():
@@ -112,13 +139,15 @@ def run_case(name, cls_name, model, args):
         return kwargs
 
     with torch.no_grad():
-        result = pipe(**args, **given, generator=generator, output_type="np", callback_on_step_end=on_step)
+        result = pipe(**dict(args, **call_images), **given, generator=generator, output_type="np",
+                      callback_on_step_end=on_step)
     images = result.images
     out = {"latents_final": steps[-1],
            "image_u8": torch.from_numpy(np.round(images * 255).astype(np.uint8))}
     out.update(given)
     if drawn:
         out["generator_state"] = state
+    if keep_state:
         out["generator_state_after"] = generator.get_state().clone()
     meta = {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in args.items()}
     meta.update(pipeline=cls_name, model=model)
