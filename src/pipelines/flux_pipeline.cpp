@@ -419,30 +419,15 @@ void FluxPipeline::check_loaded_request(const PipelineRequest& request) const {
   if (request.true_cfg_scale)
     pipelines::check_guidance_scale(name, *request.true_cfg_scale, "true_cfg_scale");
   const auto& tc = transformer_->config();
-  if (request.prompt_embeds.defined())
-    pipelines::check_given_embeddings(name, "prompt_embeds", request.prompt_embeds, tc.joint_attention_dim,
-                                      limits::kMaxSequenceLength, "pooled_prompt_embeds",
-                                      request.pooled_prompt_embeds, tc.pooled_projection_dim);
-  if (request.negative_prompt_embeds.defined()) {
-    pipelines::check_given_embeddings(name, "negative_prompt_embeds", request.negative_prompt_embeds,
-                                      tc.joint_attention_dim, limits::kMaxSequenceLength,
-                                      "negative_pooled_prompt_embeds", request.negative_pooled_prompt_embeds,
-                                      tc.pooled_projection_dim);
-    const int64_t prompts = pipelines::batch_size(request) / request.num_images_per_prompt;
-    pipelines::refuse(request.negative_prompt_embeds.size(0) != prompts, "negative_prompt_embeds",
-                      std::string(name) + ": negative_prompt_embeds has " +
-                          std::to_string(request.negative_prompt_embeds.size(0)) + " rows for " +
-                          std::to_string(prompts) + " prompts");
-  }
+  pipelines::check_given_embeddings(name, request, tc.joint_attention_dim, limits::kMaxSequenceLength,
+                                    tc.pooled_projection_dim);
   if (task_ == Task::Inpaint) pipelines::check_mask_crop(name, request, r.height, r.width);
   if (task_ != Task::TextToImage && task_ != Task::Kontext)
     pipelines::check_strength(name, r.strength, r.num_inference_steps);
 }
 
-PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines::CallControl& control) {
-  pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
-  if (task_ == Task::Kontext)
-    std::tie(call.height, call.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
+FluxPipeline::CallPrompts FluxPipeline::call_prompts(const PipelineRequest& request,
+                                                     int64_t max_sequence_length) const {
   const std::vector<std::string> prompts = pipelines::prompt_list(request);
   const int n = request.num_images_per_prompt;
   // Given embeddings (diffusers' prompt_embeds with pooled_prompt_embeds) in the pipeline's dtype, each row
@@ -453,10 +438,9 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
                             .pooled_prompt_embeds = pipelines::repeat_per_prompt(pooled.to(dtype_), n),
                             .text_ids = models::flux_text_ids(e.size(1), dtype_)};
   };
-  const PromptEmbeddings prompt =
-      request.prompt_embeds.defined()
-          ? given(request.prompt_embeds, request.pooled_prompt_embeds)
-          : encode_prompts(prompts, request.prompt_2, n, call.max_sequence_length);
+  const PromptEmbeddings prompt = request.prompt_embeds.defined()
+                                      ? given(request.prompt_embeds, request.pooled_prompt_embeds)
+                                      : encode_prompts(prompts, request.prompt_2, n, max_sequence_length);
   // True classifier-free guidance (diffusers' do_true_cfg): only with a negative prompt and a scale above 1.
   const float true_cfg_scale = request.true_cfg_scale.value_or(1.0f);
   const bool true_cfg = true_cfg_scale > 1.0f && pipelines::has_negative_prompt(request);
@@ -477,8 +461,20 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
     std::vector<std::string> negatives;
     for (int64_t i = 0; i < prompt.prompt_embeds.size(0) / n; ++i)
       negatives.push_back(*pipelines::negative_prompt_of(request, static_cast<size_t>(i)));
-    negative = encode_prompts(negatives, request.negative_prompt_2, n, call.max_sequence_length);
+    negative = encode_prompts(negatives, request.negative_prompt_2, n, max_sequence_length);
   }
+  return {.positive = prompt, .negative = negative, .true_cfg_scale = true_cfg_scale};
+}
+
+PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines::CallControl& control) {
+  pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
+  if (task_ == Task::Kontext)
+    std::tie(call.height, call.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
+  const CallPrompts prompts = call_prompts(request, call.max_sequence_length);
+  const PromptEmbeddings& prompt = prompts.positive;
+  const std::optional<PromptEmbeddings>& negative = prompts.negative;
+  const float true_cfg_scale = prompts.true_cfg_scale;
+  const bool true_cfg = negative.has_value();
   release_after_use({{"text_encoder", text_encoder_.get()}, {"text_encoder_2", text_encoder_2_.get()}});
   pipelines::CallGenerators generators(request);
   Generator& generator = generators.single();

@@ -82,9 +82,11 @@ Tensor repeat_per_prompt(const Tensor& x, int n) {
   return x.unsqueeze(1).expand(expanded).reshape(merged);
 }
 
-void check_given_embeddings(const char* pipeline, const char* field, const Tensor& embeds, int64_t width,
-                            int64_t max_tokens, const char* pooled_field, const Tensor& pooled,
-                            int64_t pooled_width) {
+namespace {
+
+void check_embedding_pair(const char* pipeline, const char* field, const Tensor& embeds, int64_t width,
+                          int64_t max_tokens, const char* pooled_field, const Tensor& pooled,
+                          int64_t pooled_width) {
   const std::string name = pipeline;
   const auto fail = [&](const char* f, const std::string& expected, const Tensor& got) {
     throw RequestError(f, name + ": " + f + " must be " + expected + ", got " + got.str());
@@ -106,6 +108,23 @@ void check_given_embeddings(const char* pipeline, const char* field, const Tenso
          "floating point [" + std::to_string(embeds.size(0)) + ", " + std::to_string(pooled_width) +
              "] (one row per " + field + " row)",
          pooled);
+}
+
+}  // namespace
+
+void check_given_embeddings(const char* pipeline, const PipelineRequest& request, int64_t width,
+                            int64_t max_tokens, int64_t pooled_width) {
+  if (request.prompt_embeds.defined())
+    check_embedding_pair(pipeline, "prompt_embeds", request.prompt_embeds, width, max_tokens,
+                         "pooled_prompt_embeds", request.pooled_prompt_embeds, pooled_width);
+  if (!request.negative_prompt_embeds.defined()) return;
+  check_embedding_pair(pipeline, "negative_prompt_embeds", request.negative_prompt_embeds, width, max_tokens,
+                       "negative_pooled_prompt_embeds", request.negative_pooled_prompt_embeds, pooled_width);
+  const int64_t prompts = batch_size(request) / request.num_images_per_prompt;
+  refuse(request.negative_prompt_embeds.size(0) != prompts, "negative_prompt_embeds",
+         std::string(pipeline) + ": negative_prompt_embeds has " +
+             std::to_string(request.negative_prompt_embeds.size(0)) + " rows for " + std::to_string(prompts) +
+             " prompts");
 }
 
 std::vector<std::string> prompt_list(const PipelineRequest& request) {

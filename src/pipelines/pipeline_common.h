@@ -64,12 +64,11 @@ void refuse(bool given, const char* field, const std::string& message);
 void refuse_image_editing(const char* pipeline, const PipelineRequest& request, const char* editing);
 // x.repeat(1, n, ...).view(B * n, ...): each of the B rows n times in a row (num_images_per_prompt).
 Tensor repeat_per_prompt(const Tensor& x, int n);
-// Caller-given prompt embeddings (diffusers' prompt_embeds with pooled_prompt_embeds): `embeds` [B, L, width]
-// with 1 <= L <= max_tokens and, where the pipeline has them (pooled_width > 0), `pooled` [B, pooled_width];
-// floating point; each error a RequestError naming the field and the shape expected.
-void check_given_embeddings(const char* pipeline, const char* field, const Tensor& embeds, int64_t width,
-                            int64_t max_tokens, const char* pooled_field, const Tensor& pooled,
-                            int64_t pooled_width);
+// The request's given embeddings, where it has them (FLUX.1, SD3): prompt_embeds [B, L, width] with
+// 1 <= L <= max_tokens and pooled_prompt_embeds [B, pooled_width], floating point; the negative ones alike,
+// one row per prompt; each error a RequestError naming the field and the shape expected.
+void check_given_embeddings(const char* pipeline, const PipelineRequest& request, int64_t width,
+                            int64_t max_tokens, int64_t pooled_width);
 
 // The call's prompts: `prompts` when given, else {prompt}.
 std::vector<std::string> prompt_list(const PipelineRequest& request);

@@ -248,39 +248,29 @@ StableDiffusion3Pipeline::PromptEmbeddings StableDiffusion3Pipeline::encode_prom
     e.pooled_prompt_embeds = pipelines::repeat_per_prompt(pooled.to(dtype_), n);
     return e;
   };
-  const bool cfg = r.guidance_scale > 1.0f;
+  PromptEmbeddings out;
   if (call.prompt_embeds.defined()) {
-    PromptEmbeddings out;
     out.positive = given(call.prompt_embeds, call.pooled_prompt_embeds);
-    if (cfg && call.negative_prompt_embeds.defined()) {
-      out.negative = given(call.negative_prompt_embeds, call.negative_pooled_prompt_embeds);
-    } else if (cfg) {
-      std::vector<TextEmbeddings> negative;
-      for (int64_t i = 0; i < call.prompt_embeds.size(0); ++i) {
-        const std::string text = pipelines::negative_prompt_of(call, static_cast<size_t>(i)).value_or("");
-        negative.push_back(encode_text(text, text, text, n, r.max_sequence_length));
-      }
-      out.negative = concat_batch(std::move(negative));
-    }
+  } else {
+    std::vector<TextEmbeddings> positive;
+    for (const std::string& prompt : pipelines::prompt_list(call))
+      positive.push_back(encode_text(prompt, or_else(call.prompt_2, prompt), or_else(call.prompt_3, prompt),
+                                     n, r.max_sequence_length));
+    out.positive = concat_batch(std::move(positive));
+  }
+  if (r.guidance_scale <= 1.0f) return out;
+  if (call.negative_prompt_embeds.defined()) {
+    out.negative = given(call.negative_prompt_embeds, call.negative_pooled_prompt_embeds);
     return out;
   }
-  const std::vector<std::string> prompts = pipelines::prompt_list(call);
-  std::vector<TextEmbeddings> positive, negative;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::string& prompt = prompts[i];
-    positive.push_back(encode_text(prompt, or_else(call.prompt_2, prompt), or_else(call.prompt_3, prompt),
-                                   call.num_images_per_prompt, r.max_sequence_length));
-    if (cfg && !call.negative_prompt_embeds.defined()) {
-      const std::string text = pipelines::negative_prompt_of(call, i).value_or("");
-      negative.push_back(encode_text(text, or_else(call.negative_prompt_2, text),
-                                     or_else(call.negative_prompt_3, text), n, r.max_sequence_length));
-    }
+  // One negative prompt per prompt (or per given embedding row); "" when none is given.
+  std::vector<TextEmbeddings> negative;
+  for (int64_t i = 0; i < out.positive.prompt_embeds.size(0) / n; ++i) {
+    const std::string text = pipelines::negative_prompt_of(call, static_cast<size_t>(i)).value_or("");
+    negative.push_back(encode_text(text, or_else(call.negative_prompt_2, text),
+                                   or_else(call.negative_prompt_3, text), n, r.max_sequence_length));
   }
-  PromptEmbeddings out;
-  out.positive = concat_batch(std::move(positive));
-  if (!negative.empty()) out.negative = concat_batch(std::move(negative));
-  if (cfg && call.negative_prompt_embeds.defined())
-    out.negative = given(call.negative_prompt_embeds, call.negative_pooled_prompt_embeds);
+  out.negative = concat_batch(std::move(negative));
   return out;
 }
 
@@ -436,20 +426,8 @@ void StableDiffusion3Pipeline::check_loaded_request(const PipelineRequest& reque
   const auto& tc = transformer_->config();
   // CLIP's 77 tokens, then T5's.
   const int64_t max_tokens = 77 + limits::kMaxSequenceLength;
-  if (request.prompt_embeds.defined())
-    pipelines::check_given_embeddings(kName, "prompt_embeds", request.prompt_embeds, tc.joint_attention_dim,
-                                      max_tokens, "pooled_prompt_embeds", request.pooled_prompt_embeds,
-                                      tc.pooled_projection_dim);
-  if (request.negative_prompt_embeds.defined()) {
-    pipelines::check_given_embeddings(kName, "negative_prompt_embeds", request.negative_prompt_embeds,
-                                      tc.joint_attention_dim, max_tokens, "negative_pooled_prompt_embeds",
-                                      request.negative_pooled_prompt_embeds, tc.pooled_projection_dim);
-    const int64_t prompts = pipelines::batch_size(request) / request.num_images_per_prompt;
-    pipelines::refuse(request.negative_prompt_embeds.size(0) != prompts, "negative_prompt_embeds",
-                      std::string(kName) + ": negative_prompt_embeds has " +
-                          std::to_string(request.negative_prompt_embeds.size(0)) + " rows for " +
-                          std::to_string(prompts) + " prompts");
-  }
+  pipelines::check_given_embeddings(kName, request, tc.joint_attention_dim, max_tokens,
+                                    tc.pooled_projection_dim);
   const SkipLayerGuidance& skip = request.skip_layer_guidance;
   if (!std::isfinite(skip.scale) || !std::isfinite(skip.start) || !std::isfinite(skip.stop))
     throw RequestError("skip_layer_guidance",

@@ -99,6 +99,14 @@ class FluxPipeline : public DiffusionPipeline {
   FluxPipeline() : FluxPipeline(Task::TextToImage) {}
   models::AutoencoderKL& vae_model() const override;
   PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
+  // The call's prompt embeddings (its prompts encoded, or the embeddings it gives) and, with true
+  // classifier-free guidance (true_cfg_scale > 1 and a negative prompt), the negative prompt's.
+  struct CallPrompts {
+    PromptEmbeddings positive;
+    std::optional<PromptEmbeddings> negative;
+    float true_cfg_scale = 1.0f;
+  };
+  CallPrompts call_prompts(const PipelineRequest& request, int64_t max_sequence_length) const;
   // [B, C, h, w] -> [B, (h/2)(w/2), 4C] (diffusers' _pack_latents).
   static Tensor pack(const Tensor& latents);
 
