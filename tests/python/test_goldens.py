@@ -113,68 +113,50 @@ def test_flux_true_cfg_matches_diffusers(case):
     assert max_level_difference(image, tensors["image_u8"]) <= 1
 
 
-@pytest.mark.parametrize("case", ["flux_dev_2x2_s31", "flux_dev_true_cfg_s32", "sd3_cfg_2x2_s33", "klein_cfg_3x1_s34"])
-def test_prompt_lists_match_diffusers(case):
-    """diffusers' prompt=[...] (and negative_prompt=[...]): each prompt's images, prompt after prompt."""
+@pytest.mark.parametrize("case", [
+    "flux_dev_2x2_s31", "flux_dev_true_cfg_s32", "sd3_cfg_2x2_s33", "klein_cfg_3x1_s34", "flux2_dev_2x1_s35",
+    "flux_dev_generators_1x3", "sd3_generators_2x1", "flux2_dev_generators_1x2", "flux_dev_drawn_generator",
+    "flux_dev_embeds_s44", "sd3_embeds_s45", "flux_img2img_lists", "flux_inpaint_lists", "kontext_lists",
+    "sd3_inpaint_lists"])
+def test_lists_generators_and_embeddings_match_diffusers(case):
+    """diffusers' prompt=[...] and negative_prompt=[...], generator=[...] (one per image), a torch.Generator that
+    has drawn numbers before the call (left where diffusers' call leaves it), and prompt_embeds with
+    pooled_prompt_embeds instead of prompts, in the text-to-image and editing pipelines."""
     import json
 
     tensors, m = golden("prompt_lists", case + ".safetensors")
     pipe = getattr(kiln, m["pipeline"]).from_pretrained(data_path("models", m["model"]))
+    pipe.set_progress_bar_config(disable=True)
+    as_list = lambda v: json.loads(v) if v.startswith("[") else v  # noqa: E731
     kwargs = dict(height=int(m["height"]), width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]),
                   guidance_scale=float(m["guidance_scale"]), max_sequence_length=int(m["max_sequence_length"]),
-                  num_images_per_prompt=int(m.get("num_images_per_prompt", 1)), generator=int(m["seed"]))
-    if "negative_prompt" in m:
-        kwargs["negative_prompt"] = json.loads(m["negative_prompt"])
-    if "true_cfg_scale" in m:
-        kwargs["true_cfg_scale"] = float(m["true_cfg_scale"])
-    images = pipe(json.loads(m["prompt"]), **kwargs).images
-    assert len(images) == len(tensors["image_u8"])
-    for image, want in zip(images, tensors["image_u8"]):
-        assert max_level_difference(image, want) <= 1
-
-
-@pytest.mark.parametrize("case", ["flux_dev_generators_1x3", "sd3_generators_2x1", "flux_dev_drawn_generator"])
-def test_generator_lists_and_drawn_generators_match_diffusers(case):
-    """diffusers' generator=[...] (one per image) and a torch.Generator that has drawn numbers before the call,
-    which the call leaves where diffusers' does."""
-    import json
-
-    tensors, m = golden("prompt_lists", case + ".safetensors")
-    pipe = getattr(kiln, m["pipeline"]).from_pretrained(data_path("models", m["model"]))
+                  num_images_per_prompt=int(m.get("num_images_per_prompt", 1)))
     if "seeds" in m:
-        generator = [torch.Generator().manual_seed(s) for s in json.loads(m["seeds"])]
+        kwargs["generator"] = [torch.Generator().manual_seed(s) for s in json.loads(m["seeds"])]
     else:
-        generator = torch.Generator()
-        generator.set_state(torch.from_numpy(tensors["generator_state"].copy()))
-    prompt = json.loads(m["prompt"]) if m["prompt"].startswith("[") else m["prompt"]
-    images = pipe(prompt, height=int(m["height"]), width=int(m["width"]),
-                  num_inference_steps=int(m["num_inference_steps"]), guidance_scale=float(m["guidance_scale"]),
-                  max_sequence_length=int(m["max_sequence_length"]),
-                  num_images_per_prompt=int(m.get("num_images_per_prompt", 1)), generator=generator).images
+        kwargs["generator"] = torch.Generator().manual_seed(int(m["seed"]))
+        if "generator_state" in tensors:
+            kwargs["generator"].set_state(torch.from_numpy(tensors["generator_state"].copy()))
+    for key in ("prompt", "negative_prompt"):
+        if key in m:
+            kwargs[key] = as_list(m[key])
+    for key in ("true_cfg_scale", "strength"):
+        if key in m:
+            kwargs[key] = float(m[key])
+    if "max_area" in m:
+        kwargs["max_area"] = int(m["max_area"])
+    if "_auto_resize" in m:
+        kwargs["_auto_resize"] = m["_auto_resize"] == "True"
+    if "image" in m:
+        kwargs["image"] = Image.open(data_path("goldens", "flux2", m["image"] + ".png"))
+    if "mask_image" in m:
+        kwargs["mask_image"] = Image.open(data_path("goldens", "edit", m["mask_image"] + ".png"))
+    for key in ("prompt_embeds", "pooled_prompt_embeds", "negative_prompt_embeds", "negative_pooled_prompt_embeds"):
+        if key in tensors:
+            kwargs[key] = torch.from_numpy(tensors[key].copy())
+    images = pipe(**kwargs).images
     assert len(images) == len(tensors["image_u8"])
     for image, want in zip(images, tensors["image_u8"]):
         assert max_level_difference(image, want) <= 1
     if "generator_state_after" in tensors:
-        assert np.array_equal(generator.get_state().numpy(), tensors["generator_state_after"])
-
-
-@pytest.mark.parametrize("case", ["flux_dev_embeds_s44", "sd3_embeds_s45"])
-def test_given_prompt_embeddings_match_diffusers(case):
-    """prompt_embeds with pooled_prompt_embeds (and the negative ones) instead of prompts, as prompt-weighting
-    tools pass them."""
-    tensors, m = golden("prompt_lists", case + ".safetensors")
-    pipe = getattr(kiln, m["pipeline"]).from_pretrained(data_path("models", m["model"]))
-    given = {k: torch.from_numpy(tensors[k].copy()) for k in ("prompt_embeds", "pooled_prompt_embeds",
-                                                             "negative_prompt_embeds", "negative_pooled_prompt_embeds")
-             if k in tensors}
-    kwargs = dict(height=int(m["height"]), width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]),
-                  guidance_scale=float(m["guidance_scale"]), max_sequence_length=int(m["max_sequence_length"]),
-                  generator=int(m["seed"]))
-    if "true_cfg_scale" in m:
-        kwargs["true_cfg_scale"] = float(m["true_cfg_scale"])
-    if "negative_prompt" in m:
-        kwargs["negative_prompt"] = m["negative_prompt"]
-    images = pipe(**given, **kwargs).images
-    assert len(images) == len(tensors["image_u8"])
-    for image, want in zip(images, tensors["image_u8"]):
-        assert max_level_difference(image, want) <= 1
+        assert np.array_equal(kwargs["generator"].get_state().numpy(), tensors["generator_state_after"])
