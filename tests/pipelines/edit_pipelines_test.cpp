@@ -23,34 +23,7 @@ namespace {
 
 struct EditCase : testing::GoldenFile {
   explicit EditCase(const std::string& case_name) : GoldenFile("edit", case_name) {}
-  Image input(const std::string& key, const std::string& folder) const {
-    return Image::load(testing::data_path(folder + meta(key) + ".png"));
-  }
-
-  PipelineRequest request() const {
-    PipelineRequest r;
-    r.prompt = meta("prompt");
-    if (has("negative_prompt")) r.negative_prompt = meta("negative_prompt");
-    r.image = {input("image", "goldens/flux2/")};
-    if (has("mask_image")) r.mask_image = input("mask_image", "goldens/edit/");
-    r.height = std::stoll(meta("height"));
-    r.width = std::stoll(meta("width"));
-    if (has("strength")) r.strength = std::stod(meta("strength"));
-    r.num_inference_steps = std::stoi(meta("num_inference_steps"));
-    if (has("guidance_scale")) r.guidance_scale = std::stof(meta("guidance_scale"));
-    r.max_sequence_length = std::stoll(meta("max_sequence_length"));
-    r.generator = Generator(std::stoull(meta("seed")));
-    if (has("max_area")) r.max_area = std::stoll(meta("max_area"));
-    if (has("_auto_resize")) r.auto_resize = meta("_auto_resize") == "True";
-    if (has("padding_mask_crop")) r.padding_mask_crop = std::stoll(meta("padding_mask_crop"));
-    return r;
-  }
   bool kontext() const { return meta("pipeline") == "FluxKontextPipeline"; }
-  std::unique_ptr<DiffusionPipeline> load() const {
-    const DType dtype = meta("dtype") == "bfloat16" ? bfloat16 : float32;
-    return pipeline_class(meta("pipeline"), name)
-        .load(testing::data_path("models/" + meta("model")), {.dtype = dtype});
-  }
 };
 
 class EditPipelines : public ::testing::TestWithParam<const char*> {};

@@ -19,74 +19,10 @@
 namespace kiln {
 namespace {
 
-struct ListCase : testing::GoldenFile {
-  explicit ListCase(const std::string& case_name) : GoldenFile("prompt_lists", case_name) {}
-  std::vector<std::string> list(const std::string& key) const {
-    return nlohmann::json::parse(meta(key)).get<std::vector<std::string>>();
-  }
-
-  PipelineRequest request() const {
-    PipelineRequest r;
-    if (has("prompt") && meta("prompt").front() == '[')
-      r.prompts = list("prompt");
-    else if (has("prompt"))
-      r.prompt = meta("prompt");
-    if (has("negative_prompt") && meta("negative_prompt").front() == '[')
-      r.negative_prompts = list("negative_prompt");
-    else if (has("negative_prompt"))
-      r.negative_prompt = meta("negative_prompt");
-    // Embeddings given instead of prompts.
-    for (auto [key, field] :
-         {std::pair{"prompt_embeds", &PipelineRequest::prompt_embeds},
-          {"pooled_prompt_embeds", &PipelineRequest::pooled_prompt_embeds},
-          {"negative_prompt_embeds", &PipelineRequest::negative_prompt_embeds},
-          {"negative_pooled_prompt_embeds", &PipelineRequest::negative_pooled_prompt_embeds}})
-      if (file.contains(key)) r.*field = file.tensor(key);
-    if (has("true_cfg_scale")) r.true_cfg_scale = std::stof(meta("true_cfg_scale"));
-    if (has("num_images_per_prompt")) r.num_images_per_prompt = std::stoi(meta("num_images_per_prompt"));
-    // The editing pipelines' inputs (tools/goldens/edit.py's images and masks).
-    if (has("image")) r.image = {Image::load(testing::data_path("goldens/flux2/" + meta("image") + ".png"))};
-    if (has("mask_image"))
-      r.mask_image = Image::load(testing::data_path("goldens/edit/" + meta("mask_image") + ".png"));
-    if (has("strength")) r.strength = std::stod(meta("strength"));
-    if (has("max_area")) r.max_area = std::stoll(meta("max_area"));
-    if (has("_auto_resize")) r.auto_resize = meta("_auto_resize") == "True";
-    r.height = std::stoll(meta("height"));
-    r.width = std::stoll(meta("width"));
-    r.num_inference_steps = std::stoi(meta("num_inference_steps"));
-    r.guidance_scale = std::stof(meta("guidance_scale"));
-    r.max_sequence_length = std::stoll(meta("max_sequence_length"));
-    if (has("seeds")) {
-      for (uint64_t seed : nlohmann::json::parse(meta("seeds")).get<std::vector<uint64_t>>())
-        r.generators.emplace_back(seed);
-    } else if (file.contains("generator_state")) {
-      const std::vector<uint8_t> state = file.tensor("generator_state").to_vector<uint8_t>();
-      r.generator = Generator::from_torch_state(state.data(), state.size());
-    } else {
-      r.generator = Generator(std::stoull(meta("seed")));
-    }
-    return r;
-  }
-  std::unique_ptr<DiffusionPipeline> load() const {
-    return pipeline_class(meta("pipeline"), name).load(testing::data_path("models/" + meta("model")), {});
-  }
-};
-
-// A 32 x 32, 2-step call of the tiny FLUX.1 pipelines.
-PipelineRequest small_request() {
-  PipelineRequest r;
-  r.prompt = "a photo of a cat";
-  r.height = 32;
-  r.width = 32;
-  r.num_inference_steps = 2;
-  r.max_sequence_length = 16;
-  return r;
-}
-
 class PromptLists : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(PromptLists, EveryImageMatchesDiffusers) {
-  const ListCase g(GetParam());
+  const testing::GoldenFile g("prompt_lists", GetParam());
   const auto pipe = g.load();
   const PipelineRequest request = g.request();
   Tensor final_latents;
@@ -138,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Goldens, PromptLists,
 // each row makes num_images_per_prompt images; shapes and companions are checked by name.
 TEST(PromptEmbeddings, EncodePromptsOutputGivesThePromptsImage) {
   auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
-  PipelineRequest r = small_request();
+  PipelineRequest r = testing::small_request();
   r.num_images_per_prompt = 2;
   r.generator = Generator(6);
   const PipelineOutput by_prompt = pipe(r);
@@ -191,7 +127,7 @@ TEST(PromptEmbeddings, EncodePromptsOutputGivesThePromptsImage) {
 // torch.Generator do.
 TEST(GeneratorLists, EachImageIsItsGeneratorsOwnAndGeneratorsContinue) {
   auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
-  const PipelineRequest r = small_request();
+  const PipelineRequest r = testing::small_request();
   PipelineRequest listed = r;
   listed.num_images_per_prompt = 2;
   listed.generators = {Generator(7), Generator(8)};
@@ -224,7 +160,7 @@ TEST(GeneratorLists, EachImageIsItsGeneratorsOwnAndGeneratorsContinue) {
 // every prompt of a list, as negative_prompts of copies of it.
 TEST(PromptListRules, OnePromptListIsThePromptAndOneNegativeIsEveryPromptsOwn) {
   auto pipe = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
-  PipelineRequest single = small_request();
+  PipelineRequest single = testing::small_request();
   single.generator = Generator(9);
   PipelineRequest listed = single;
   listed.prompt.clear();

@@ -23,31 +23,6 @@ namespace {
 struct TrueCfgCase : testing::GoldenFile {
   explicit TrueCfgCase(const std::string& case_name) : GoldenFile("true_cfg", case_name) {}
   bool bf16() const { return meta("dtype") == "bfloat16"; }
-
-  PipelineRequest request() const {
-    PipelineRequest r;
-    r.prompt = meta("prompt");
-    if (has("prompt_2")) r.prompt_2 = meta("prompt_2");
-    r.negative_prompt = meta("negative_prompt");
-    if (has("negative_prompt_2")) r.negative_prompt_2 = meta("negative_prompt_2");
-    r.true_cfg_scale = std::stof(meta("true_cfg_scale"));
-    if (has("image")) r.image = {Image::load(testing::data_path("goldens/flux2/" + meta("image") + ".png"))};
-    if (has("mask_image"))
-      r.mask_image = Image::load(testing::data_path("goldens/edit/" + meta("mask_image") + ".png"));
-    if (has("strength")) r.strength = std::stod(meta("strength"));
-    if (has("max_area")) r.max_area = std::stoll(meta("max_area"));
-    r.height = std::stoll(meta("height"));
-    r.width = std::stoll(meta("width"));
-    r.num_inference_steps = std::stoi(meta("num_inference_steps"));
-    r.guidance_scale = std::stof(meta("guidance_scale"));
-    r.max_sequence_length = std::stoll(meta("max_sequence_length"));
-    r.generator = Generator(std::stoull(meta("seed")));
-    return r;
-  }
-  std::unique_ptr<DiffusionPipeline> load() const {
-    return pipeline_class(meta("pipeline"), name)
-        .load(testing::data_path("models/" + meta("model")), {.dtype = bf16() ? bfloat16 : float32});
-  }
 };
 
 class TrueCfg : public ::testing::TestWithParam<const char*> {};
@@ -97,13 +72,9 @@ INSTANTIATE_TEST_SUITE_P(Goldens, TrueCfg,
                                            "flux_dev_bf16_64x64_s23", "flux_img2img_64x64_s24",
                                            "flux_inpaint_64x64_s25", "kontext_s26"));
 
+// The small call with a seed.
 PipelineRequest small_call() {
-  PipelineRequest r;
-  r.prompt = "a photo of a cat";
-  r.height = 32;
-  r.width = 32;
-  r.num_inference_steps = 2;
-  r.max_sequence_length = 16;
+  PipelineRequest r = testing::small_request();
   r.generator = Generator(4);
   return r;
 }

@@ -9,6 +9,10 @@
 #include <cstdlib>
 #include <string>
 
+#include <nlohmann/json.hpp>
+#include <tuple>
+#include <vector>
+
 #include "kiln/io/safetensors.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/pipelines/pipeline_registry.h"
@@ -17,7 +21,8 @@
 namespace kiln::testing {
 
 // One golden file of a pipeline case (tests/data/goldens/<folder>/<case>.safetensors): its tensors, and the
-// call's arguments in its metadata.
+// call's arguments in its metadata, under diffusers' argument names (tools/goldens/edit.py, true_cfg.py,
+// prompt_lists.py write them so).
 struct GoldenFile {
   io::SafetensorsFile file;
   std::string name;
@@ -27,6 +32,64 @@ struct GoldenFile {
   const std::string& meta(const std::string& key) const { return file.metadata().at(key); }
   bool has(const std::string& key) const { return file.metadata().count(key) > 0; }
   Tensor operator[](const std::string& key) const { return file.tensor(key); }
+
+  // The recorded call: every argument the metadata holds (a prompt recorded as a JSON list is a prompt list;
+  // images by name from goldens/flux2/, masks from goldens/edit/); embeddings from the tensors where no
+  // prompt text was recorded; the generators from `seeds` (one per image), a recorded torch state, or `seed`.
+  PipelineRequest request() const {
+    PipelineRequest r;
+    // A text argument recorded as one string, or as a JSON list (diffusers' list of prompts).
+    const auto text = [&](const char* key, auto& one, std::vector<std::string>& many) {
+      if (!has(key)) return;
+      if (meta(key).front() == '[')
+        many = nlohmann::json::parse(meta(key)).get<std::vector<std::string>>();
+      else
+        one = meta(key);
+    };
+    text("prompt", r.prompt, r.prompts);
+    text("negative_prompt", r.negative_prompt, r.negative_prompts);
+    for (auto [key, field] : {std::pair{"prompt_2", &PipelineRequest::prompt_2},
+                              {"negative_prompt_2", &PipelineRequest::negative_prompt_2}})
+      if (has(key)) r.*field = meta(key);
+    // Embeddings recorded where no text was are the call's (elsewhere they are what the text encodes to).
+    for (auto [key, text_key, field] :
+         {std::tuple{"prompt_embeds", "prompt", &PipelineRequest::prompt_embeds},
+          {"pooled_prompt_embeds", "prompt", &PipelineRequest::pooled_prompt_embeds},
+          {"negative_prompt_embeds", "negative_prompt", &PipelineRequest::negative_prompt_embeds},
+          {"negative_pooled_prompt_embeds", "negative_prompt",
+           &PipelineRequest::negative_pooled_prompt_embeds}})
+      if (file.contains(key) && !has(text_key)) r.*field = file.tensor(key);
+    if (has("image")) r.image = {Image::load(data_path("goldens/flux2/" + meta("image") + ".png"))};
+    if (has("mask_image"))
+      r.mask_image = Image::load(data_path("goldens/edit/" + meta("mask_image") + ".png"));
+    if (has("strength")) r.strength = std::stod(meta("strength"));
+    if (has("padding_mask_crop")) r.padding_mask_crop = std::stoll(meta("padding_mask_crop"));
+    if (has("max_area")) r.max_area = std::stoll(meta("max_area"));
+    if (has("_auto_resize")) r.auto_resize = meta("_auto_resize") == "True";
+    if (has("true_cfg_scale")) r.true_cfg_scale = std::stof(meta("true_cfg_scale"));
+    if (has("guidance_scale")) r.guidance_scale = std::stof(meta("guidance_scale"));
+    if (has("num_images_per_prompt")) r.num_images_per_prompt = std::stoi(meta("num_images_per_prompt"));
+    r.height = std::stoll(meta("height"));
+    r.width = std::stoll(meta("width"));
+    r.num_inference_steps = std::stoi(meta("num_inference_steps"));
+    r.max_sequence_length = std::stoll(meta("max_sequence_length"));
+    if (has("seeds")) {
+      for (uint64_t seed : nlohmann::json::parse(meta("seeds")).get<std::vector<uint64_t>>())
+        r.generators.emplace_back(seed);
+    } else if (file.contains("generator_state")) {
+      const std::vector<uint8_t> state = file.tensor("generator_state").to_vector<uint8_t>();
+      r.generator = Generator::from_torch_state(state.data(), state.size());
+    } else {
+      r.generator = Generator(std::stoull(meta("seed")));
+    }
+    return r;
+  }
+  // The recorded pipeline class on the recorded model folder, in the recorded dtype (float32 when none).
+  std::unique_ptr<DiffusionPipeline> load() const {
+    const DType dtype = has("dtype") && meta("dtype") == "bfloat16" ? bfloat16 : float32;
+    return pipeline_class(meta("pipeline"), name)
+        .load(data_path("models/" + meta("model")), {.dtype = dtype});
+  }
 };
 
 // prompt, negative_prompt (when recorded), height, width, steps, guidance, seed, max_sequence_length.
@@ -42,6 +105,17 @@ inline PipelineRequest request_from_golden(const io::SafetensorsFile& g) {
   c.generator = Generator(std::stoull(m.at("seed")));
   c.max_sequence_length = std::stoll(m.at("max_sequence_length"));
   return c;
+}
+
+// A 32 x 32, 2-step call of "a photo of a cat" with 16 text tokens, for the tiny pipelines.
+inline PipelineRequest small_request() {
+  PipelineRequest r;
+  r.prompt = "a photo of a cat";
+  r.height = 32;
+  r.width = 32;
+  r.num_inference_steps = 2;
+  r.max_sequence_length = 16;
+  return r;
 }
 
 // The largest per-channel difference; a size mismatch fails the test.

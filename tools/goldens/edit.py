@@ -132,19 +132,46 @@ def flat(metadata):
     return {k: str(v) for k, v in metadata.items()}
 
 
-def run_case(name, cls_name, model, dtype, args):
+# What the golden scripts of the editing, true-CFG and list cases share (true_cfg.py and prompt_lists.py
+# import them).
+def load_pipeline(cls_name, model, dtype):
+    """diffusers' `cls_name` from tests/data/models/`model` in `dtype`, its progress bar off."""
     import diffusers
 
-    cls = getattr(diffusers, cls_name)
-    pipe = cls.from_pretrained(os.path.join(MODELS, model), torch_dtype=dtype)
+    pipe = getattr(diffusers, cls_name).from_pretrained(os.path.join(MODELS, model), torch_dtype=dtype)
     pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def input_images(args):
+    """The call's `image` and `mask_image`, named in `args`, as PIL images."""
+    out = {}
+    if "image" in args:
+        out["image"] = image(args["image"])
+    if "mask_image" in args:
+        out["mask_image"] = mask(args["mask_image"])
+    return out
+
+
+def call_tracking_latents(pipe, call):
+    """pipe(**call) without gradients, and the latents after each step (diffusers' callback_on_step_end)."""
+    steps = []
+
+    def on_step(p, i, t, kwargs):
+        steps.append(kwargs["latents"].clone())
+        return kwargs
+
+    with torch.no_grad():
+        result = pipe(**call, callback_on_step_end=on_step)
+    return result, steps
+
+
+def run_case(name, cls_name, model, dtype, args):
+    pipe = load_pipeline(cls_name, model, dtype)
     args = dict(args)
     seed = args.pop("seed")
     meta = dict(args, seed=seed, pipeline=cls_name, model=model, dtype=str(dtype).split(".")[-1])
-    call = dict(args)
-    call["image"] = image(args["image"])
-    if "mask_image" in args:
-        call["mask_image"] = mask(args["mask_image"])
+    call = dict(args, **input_images(args))
     out = {}
     height, width = args["height"], args["width"]
     crops = None
@@ -166,17 +193,10 @@ def run_case(name, cls_name, model, dtype, args):
         out["image_latents_sample"] = posterior.sample(g)
         out["image_latents_mean"] = posterior.mean
 
-    steps = []
-
-    def on_step(p, i, t, kwargs):
-        steps.append(kwargs["latents"].clone())
-        return kwargs
-
     # diffusers pastes a cropped inpainting back onto the original only for PIL output.
     output_type = "pil" if crops is not None else "np"
-    with torch.no_grad():
-        result = pipe(**call, generator=torch.Generator().manual_seed(seed), output_type=output_type,
-                      callback_on_step_end=on_step)
+    result, steps = call_tracking_latents(
+        pipe, dict(call, generator=torch.Generator().manual_seed(seed), output_type=output_type))
     out["timesteps"] = pipe.scheduler.timesteps.clone()
     out["latents_step0"] = steps[0]
     out["latents_final"] = steps[-1]

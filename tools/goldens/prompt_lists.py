@@ -24,7 +24,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 import edit  # noqa: E402  (the images and masks of the editing goldens)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-MODELS = os.path.join(ROOT, "tests", "data", "models")
 OUT = os.path.join(ROOT, "tests", "data", "goldens", "prompt_lists")
 
 CASES = [
@@ -106,18 +105,11 @@ def given_embeddings(pipe, texts, max_len):
 
 
 def run_case(name, cls_name, model, args):
-    import diffusers
-
-    pipe = getattr(diffusers, cls_name).from_pretrained(os.path.join(MODELS, model), torch_dtype=torch.float32)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = edit.load_pipeline(cls_name, model, torch.float32)
     args = dict(args)
     seed, seeds, drawn = args.pop("seed", None), args.pop("seeds", None), args.pop("drawn", 0)
     keep_state = args.pop("state", False) or drawn > 0
-    call_images = {}
-    if "image" in args:
-        call_images["image"] = edit.image(args["image"])
-    if "mask_image" in args:
-        call_images["mask_image"] = edit.mask(args["mask_image"])
+    call_images = edit.input_images(args)
     embed, embed_negative = args.pop("embed", None), args.pop("embed_negative", None)
     given = {}
     with torch.no_grad():
@@ -132,15 +124,8 @@ def run_case(name, cls_name, model, args):
         generator = torch.Generator().manual_seed(seed)
         torch.randn(drawn, generator=generator)
     state = None if seeds is not None else generator.get_state().clone()
-    steps = []
-
-    def on_step(p, i, t, kwargs):
-        steps.append(kwargs["latents"].clone())
-        return kwargs
-
-    with torch.no_grad():
-        result = pipe(**dict(args, **call_images), **given, generator=generator, output_type="np",
-                      callback_on_step_end=on_step)
+    result, steps = edit.call_tracking_latents(
+        pipe, dict(args, **call_images, **given, generator=generator, output_type="np"))
     images = result.images
     out = {"latents_final": steps[-1],
            "image_u8": torch.from_numpy(np.round(images * 255).astype(np.uint8))}

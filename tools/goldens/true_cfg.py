@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
-from edit import MODELS, image, mask  # noqa: E402
+from edit import call_tracking_latents, input_images, load_pipeline  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OUT = os.path.join(ROOT, "tests", "data", "goldens", "true_cfg")
@@ -53,19 +53,11 @@ CASES = [
 
 
 def run_case(name, cls_name, model, dtype, args):
-    import diffusers
-
-    cls = getattr(diffusers, cls_name)
-    pipe = cls.from_pretrained(os.path.join(MODELS, model), torch_dtype=dtype)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = load_pipeline(cls_name, model, dtype)
     args = dict(args)
     seed = args.pop("seed")
     meta = dict(args, seed=seed, pipeline=cls_name, model=model, dtype=str(dtype).split(".")[-1])
-    call = dict(args)
-    if "image" in args:
-        call["image"] = image(args["image"])
-    if "mask_image" in args:
-        call["mask_image"] = mask(args["mask_image"])
+    call = dict(args, **input_images(args))
     out = {}
     with torch.no_grad():
         negative, negative_pooled, _ = pipe.encode_prompt(
@@ -74,15 +66,8 @@ def run_case(name, cls_name, model, dtype, args):
     out["negative_prompt_embeds"] = negative
     out["negative_pooled_prompt_embeds"] = negative_pooled
 
-    steps = []
-
-    def on_step(p, i, t, kwargs):
-        steps.append(kwargs["latents"].clone())
-        return kwargs
-
-    with torch.no_grad():
-        result = pipe(**call, generator=torch.Generator().manual_seed(seed), output_type="np",
-                      callback_on_step_end=on_step)
+    result, steps = call_tracking_latents(
+        pipe, dict(call, generator=torch.Generator().manual_seed(seed), output_type="np"))
     out["latents_step0"] = steps[0]
     out["latents_final"] = steps[-1]
     out["image"] = torch.from_numpy(result.images[0])
