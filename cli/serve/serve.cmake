@@ -6,7 +6,7 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 add_library(kiln_serve_params STATIC ${PROJECT_SOURCE_DIR}/cli/serve/generation_params.cpp)
-target_compile_options(kiln_serve_params PRIVATE ${KILN_WARNINGS})
+kiln_warnings(kiln_serve_params ${KILN_COLD_CODE_OPTIONS})
 target_include_directories(kiln_serve_params PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(kiln_serve_params PUBLIC kiln PRIVATE nlohmann_json::nlohmann_json)
 
@@ -22,7 +22,7 @@ add_custom_command(OUTPUT ${KILN_SERVE_WEB_INC}
 file(GLOB KILN_SERVE_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/cli/serve/*.cpp)
 list(REMOVE_ITEM KILN_SERVE_SOURCES ${PROJECT_SOURCE_DIR}/cli/serve/generation_params.cpp)
 add_library(kiln_serve STATIC ${KILN_SERVE_SOURCES} ${KILN_SERVE_WEB_INC})
-target_compile_options(kiln_serve PRIVATE ${KILN_WARNINGS})
+kiln_warnings(kiln_serve ${KILN_COLD_CODE_OPTIONS})
 target_include_directories(kiln_serve PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/serve_web)
 target_link_libraries(kiln_serve PUBLIC kiln_serve_params kiln_cli_commands PkgConfig::HTTPLIB
                                         nlohmann_json::nlohmann_json)

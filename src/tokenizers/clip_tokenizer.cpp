@@ -63,20 +63,13 @@ std::vector<std::string_view> clip_pre_tokenize(std::string_view s) {
     } else if (const size_t c = contraction_at(s, pos)) {
       end = pos + c;
     } else {
-      switch (classify(s, pos, next)) {
-        case CharClass::Letter:
-          end = run_end(s, pos, CharClass::Letter);
-          break;
-        case CharClass::Number:
-          end = next;
-          break;
-        case CharClass::Other:
-          end = run_end(s, pos, CharClass::Other);
-          break;
-        case CharClass::Space:
-          pos = next;
-          continue;
+      const CharClass kind = classify(s, pos, next);
+      if (kind == CharClass::Space) {
+        pos = next;
+        continue;
       }
+      // A number is one character; letters and other symbols run on.
+      end = kind == CharClass::Number ? next : run_end(s, pos, kind);
     }
     pieces.push_back(s.substr(pos, end - pos));
     pos = end;

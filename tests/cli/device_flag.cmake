@@ -12,7 +12,7 @@ set_tests_properties(cli.cross_compile_on_the_cpu_says_it_compiled_nothing PROPE
                      ENVIRONMENT "KILN_PJRT_CROSS_COMPILE=tpu:v5e"
                      PASS_REGULAR_EXPRESSION "wrote [^\n]*cli_cross_compile_on_cpu.png[^\n]*\nkiln: KILN_PJRT_CROSS_COMPILE=tpu:v5e compiled nothing: it compiles the programs a PJRT device runs"
                      LABELS "cli")
-if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
+if(KILN_BUILT_WITH_PJRT)
   add_test(NAME cli.generate_tiny_flux_on_xla_cpu
            COMMAND kiln_cli generate --model ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-schnell --device xla-cpu
                    --prompt "a red circle" --height 32 --width 32 --steps 2 --seed 1 --dtype f32

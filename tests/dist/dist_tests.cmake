@@ -8,7 +8,7 @@ file(GLOB KILN_DIST_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/d
 add_executable(kiln_test_dist ${KILN_DIST_TEST_SOURCES} support/test_data.cpp)
 target_include_directories(kiln_test_dist PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(kiln_test_dist PRIVATE KILN_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
-target_compile_options(kiln_test_dist PRIVATE ${KILN_WARNINGS} -Wno-psabi)
+kiln_warnings(kiln_test_dist -Wno-psabi)
 target_link_libraries(kiln_test_dist PRIVATE kiln GTest::gtest)
 
 # One ctest test for the whole executable: every rank must run the same tests in the same order.
@@ -34,7 +34,7 @@ set_tests_properties(dist.generate_flux_tp2_on_xla_cpu PROPERTIES PASS_REGULAR_E
                      FIXTURES_SETUP flux_tp2_mpi_xla)
 # Without mpirun, --tp on PJRT devices runs the ranks as threads of one process, the collectives inside executables
 # across the devices (kiln/dist/local_ranks.h): the same PNG, byte for byte, as the MPI ranks'.
-if(EXISTS "${KILN_PJRT_INCLUDE_DIR}/xla/pjrt/c/pjrt_c_api.h")
+if(KILN_BUILT_WITH_PJRT)
   add_test(NAME dist.generate_flux_tp2_in_process_on_xla_cpu
            COMMAND $<TARGET_FILE:kiln_cli> generate --tp 2 --device xla-cpu --model ${KILN_TINY_FLUX}
                    ${KILN_TINY_GENERATE} --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp2_xla_in_process.png)

@@ -10,6 +10,7 @@
 // "lo"/"hi" (double, optional) for clamp; "exponent" (double) for pow_scalar.
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 #include <utility>
 
@@ -70,9 +71,11 @@ EwCall decode(EwOp op, const runtime::OpCall& call) {
   return c;
 }
 
-// Calls fn(ptrs, n, strides) for the runs of [out, inputs...].
-template <class F>
-void for_each_operand_run(const Tensor& out, const std::vector<Tensor>& ins, F&& fn) {
+// Calls fn(ptrs, n, strides) for the runs of [out, inputs...]. Not a template on fn: each op's loop below
+// only fills a run, so the walk (and its OpenMP region) is compiled three times in all rather than once per op
+// and dtype.
+using OperandRunFn = std::function<void(std::array<char*, 4>, int64_t, std::array<int64_t, 4>)>;
+void for_each_operand_run(const Tensor& out, const std::vector<Tensor>& ins, const OperandRunFn& fn) {
   auto go = [&]<size_t N>(std::integral_constant<size_t, N>) {
     std::array<char*, N> base;
     std::array<Strides, N> strides;

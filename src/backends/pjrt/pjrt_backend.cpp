@@ -110,6 +110,7 @@ class PjrtBackend final : public runtime::Backend {
     auto it = clients_.find(type);
     if (it != clients_.end()) return it->second;
     // A failure is not remembered: installing the plugin and asking again works in the same process.
+    require_pjrt_support();
     const std::string plugin = find_plugin(plugin_kind(type));
     if (type == DeviceType::TPU) require_tpu_chips(plugin);
     std::shared_ptr<Client> c = Client::create(plugin, client_options(type));

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backends/pjrt/client_options.h"
@@ -28,29 +29,41 @@ struct TargetProgram {
   double seconds = 0;           // compile time
 };
 
+// What a topology says of itself once described.
+struct TopologyDescription {
+  std::string name;           // as given ("v5e:2x2")
+  std::string platform_name;  // "tpu", "cuda"
+  int device_count = 0;
+  std::string device_kind;  // the first device's kind ("TPU v5 lite", "NVIDIA H200")
+};
+
+// As Client (pjrt_client.h): what Kiln knows here, the plugin's work virtual and implemented in plugin/.
 class Topology {
  public:
   // Loads the plugin at `plugin_path` (once per process, as Client::create does) and describes `name` with
-  // `options`. Errors name the plugin and carry its message.
+  // `options`. Errors name the plugin and carry its message; in a build without PJRT support, says how to get
+  // it.
   static std::shared_ptr<Topology> create(const std::string& plugin_path, const std::string& name,
                                           const std::vector<ClientOption>& options = {});
-  ~Topology();
+  virtual ~Topology() = default;
   Topology(const Topology&) = delete;
   Topology& operator=(const Topology&) = delete;
 
-  const std::string& platform_name() const;  // "tpu", "cuda"
-  int device_count() const;
-  const std::string& device_kind() const;  // the first device's kind ("TPU v5 lite", "NVIDIA H200")
+  const std::string& platform_name() const { return description_.platform_name; }
+  int device_count() const { return description_.device_count; }
+  const std::string& device_kind() const { return description_.device_kind; }
 
   // Compiles StableHLO text for `num_replicas` x `num_partitions` of the topology's devices (the module is
   // checked as Client::compile checks it). Throws a kiln::Error carrying the compiler's message.
-  TargetProgram compile(std::string_view mlir_text, int num_replicas = 1, int num_partitions = 1) const;
+  virtual TargetProgram compile(std::string_view mlir_text, int num_replicas = 1,
+                                int num_partitions = 1) const = 0;
 
-  struct State;
+ protected:
+  explicit Topology(TopologyDescription description) : description_(std::move(description)) {}
+  const TopologyDescription& description() const { return description_; }
 
  private:
-  Topology() = default;
-  std::unique_ptr<State> state_;
+  TopologyDescription description_;
 };
 
 }  // namespace kiln::pjrt

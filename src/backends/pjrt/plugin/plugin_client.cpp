@@ -1,21 +1,16 @@
 // Client, devices, buffers and execution over pjrt_c_api.h (compiling and executables: pjrt_executable.cpp;
 // loading: pjrt_load.cpp). Every argument is checked before it reaches the plugin, which may abort on bad
 // input.
-#ifdef KILN_HAVE_PJRT
 #include "backends/pjrt/pjrt_client.h"
 
 #include <algorithm>
 
-#include "backends/pjrt/pjrt_dtypes.h"
-#include "backends/pjrt/pjrt_errors.h"
-#include "backends/pjrt/pjrt_internal.h"
+#include "backends/pjrt/plugin/pjrt_dtypes.h"
+#include "backends/pjrt/plugin/pjrt_errors.h"
+#include "backends/pjrt/plugin/plugin.h"
 #include "kiln/core/error.h"
 
 namespace kiln::pjrt {
-
-bool built_with_pjrt() {
-  return true;
-}
 
 namespace {
 
@@ -44,57 +39,41 @@ std::string description_kind(const PJRT_Api* api, PJRT_DeviceDescription* descri
   return std::string(kind.device_kind, kind.device_kind_size);
 }
 
-std::shared_ptr<Client> Client::create(const std::string& plugin_path,
-                                       const std::vector<ClientOption>& options) {
-  std::shared_ptr<Client> client(new Client());
-  client->state_ = std::make_unique<State>();
-  State& s = *client->state_;
-  s.plugin = load_plugin(plugin_path, options);
-  const PJRT_Api* api = s.plugin->api;
-  s.api_version = std::to_string(api->pjrt_api_version.major_version) + "." +
+std::shared_ptr<Client> create_plugin_client(const std::string& plugin_path,
+                                             const std::vector<ClientOption>& options) {
+  std::shared_ptr<Plugin> plugin = load_plugin(plugin_path, options);
+  const PJRT_Api* api = plugin->api;
+  ClientDescription d;
+  d.plugin_path = plugin->path;
+  d.api_version = std::to_string(api->pjrt_api_version.major_version) + "." +
                   std::to_string(api->pjrt_api_version.minor_version);
   KILN_PJRT_ARGS(PJRT_Client_PlatformName_Args, name);
-  name.client = s.plugin->client;
+  name.client = plugin->client;
   check(api, api->PJRT_Client_PlatformName(&name), "PJRT_Client_PlatformName");
-  s.platform_name.assign(name.platform_name, name.platform_name_size);
+  d.platform_name.assign(name.platform_name, name.platform_name_size);
   KILN_PJRT_ARGS(PJRT_Client_PlatformVersion_Args, version);
-  version.client = s.plugin->client;
+  version.client = plugin->client;
   check(api, api->PJRT_Client_PlatformVersion(&version), "PJRT_Client_PlatformVersion");
-  s.platform_version.assign(version.platform_version, version.platform_version_size);
-  for (size_t i = 0; i < s.plugin->devices.size(); ++i) {
+  d.platform_version.assign(version.platform_version, version.platform_version_size);
+  for (size_t i = 0; i < plugin->devices.size(); ++i) {
     DeviceInfo info;
     info.local_index = int(i);
-    describe(api, s.plugin->devices[i], info);
-    s.devices.push_back(std::move(info));
+    describe(api, plugin->devices[i], info);
+    d.devices.push_back(std::move(info));
   }
-  KILN_CHECK(!s.devices.empty(), "PJRT plugin " << plugin_path << ": the client has no addressable devices");
-  return client;
+  KILN_CHECK(!d.devices.empty(), "PJRT plugin " << plugin_path << ": the client has no addressable devices");
+  return std::make_shared<PluginClient>(std::move(plugin), std::move(d));
 }
 
-Client::~Client() = default;
+PluginClient::PluginClient(std::shared_ptr<Plugin> plugin, ClientDescription description)
+    : Client(std::move(description)), plugin_(std::move(plugin)) {}
 
-const std::string& Client::plugin_path() const {
-  return state_->plugin->path;
-}
-std::string Client::api_version() const {
-  return state_->api_version;
-}
-std::string Client::platform_name() const {
-  return state_->platform_name;
-}
-std::string Client::platform_version() const {
-  return state_->platform_version;
-}
-const std::vector<DeviceInfo>& Client::devices() const {
-  return state_->devices;
-}
-
-std::optional<DriverMemoryReport> Client::memory_report(int device_index) const {
+std::optional<DriverMemoryReport> PluginClient::memory_report(int device_index) const {
   check_device_index(device_index, "PJRT memory_report");
-  const PJRT_Api* api = state_->plugin->api;
+  const PJRT_Api* api = plugin_->api;
   if (api->PJRT_Device_MemoryStats == nullptr) return std::nullopt;
   KILN_PJRT_ARGS(PJRT_Device_MemoryStats_Args, stats);
-  stats.device = state_->plugin->devices[size_t(device_index)];
+  stats.device = plugin_->devices[size_t(device_index)];
   if (PJRT_Error* error = api->PJRT_Device_MemoryStats(&stats)) {
     discard(api, error);
     return std::nullopt;
@@ -103,15 +82,15 @@ std::optional<DriverMemoryReport> Client::memory_report(int device_index) const 
   return DriverMemoryReport{stats.bytes_limit, std::max<int64_t>(stats.bytes_in_use, 0)};
 }
 
-void Client::check_device_index(int device_index, const char* what) const {
-  KILN_CHECK(device_index >= 0 && device_index < int(state_->devices.size()),
-             what << ": device index " << device_index << " is out of range: the " << state_->platform_name
-                  << " client has " << state_->devices.size() << " devices (0.." << state_->devices.size() - 1
-                  << ")");
+void PluginClient::check_device_index(int device_index, const char* what) const {
+  const size_t count = devices().size();
+  KILN_CHECK(device_index >= 0 && device_index < int(count),
+             what << ": device index " << device_index << " is out of range: the " << platform_name()
+                  << " client has " << count << " devices (0.." << count - 1 << ")");
 }
 
-std::shared_ptr<Buffer> Client::buffer_from_host(const void* data, size_t bytes, DType dtype,
-                                                 const Shape& dims, int device_index) {
+std::shared_ptr<Buffer> PluginClient::buffer_from_host(const void* data, size_t bytes, DType dtype,
+                                                       const Shape& dims, int device_index) {
   constexpr const char* kWhat = "PJRT buffer_from_host";
   check_device_index(device_index, kWhat);
   int64_t numel = 1;
@@ -123,9 +102,9 @@ std::shared_ptr<Buffer> Client::buffer_from_host(const void* data, size_t bytes,
              kWhat << ": " << bytes << " bytes given for " << dtype_name(dtype) << shape_str(dims)
                    << ", which needs " << size_t(numel) * dtype_size(dtype));
   KILN_CHECK(data || bytes == 0, kWhat << ": no host data for " << bytes << " bytes");
-  const PJRT_Api* api = state_->plugin->api;
+  const PJRT_Api* api = plugin_->api;
   KILN_PJRT_ARGS(PJRT_Client_BufferFromHostBuffer_Args, args);
-  args.client = state_->plugin->client;
+  args.client = plugin_->client;
   args.data = data;
   args.type = to_pjrt(dtype);
   args.dims = dims.data();
@@ -133,10 +112,9 @@ std::shared_ptr<Buffer> Client::buffer_from_host(const void* data, size_t bytes,
   // Copied during the call (or before done_with_host_buffer fires): the caller may reuse its memory on
   // return.
   args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
-  args.device = state_->plugin->devices[device_index];
+  args.device = plugin_->devices[device_index];
   check(api, api->PJRT_Client_BufferFromHostBuffer(&args), "PJRT_Client_BufferFromHostBuffer");
-  auto buffer =
-      std::make_shared<Buffer>(state_->plugin, new Buffer::Raw{args.buffer}, dtype, dims, device_index);
+  auto buffer = std::make_shared<PluginBuffer>(plugin_, args.buffer, dtype, dims, device_index);
   await_event(api, args.done_with_host_buffer,
               "PJRT_Client_BufferFromHostBuffer (done with the host buffer)");
   return buffer;
@@ -144,48 +122,38 @@ std::shared_ptr<Buffer> Client::buffer_from_host(const void* data, size_t bytes,
 
 // ---- Buffer
 
-Buffer::Buffer(std::shared_ptr<const Plugin> plugin, Raw* raw, DType dtype, Shape dims, int device_index)
-    : plugin_(std::move(plugin)),
-      raw_(raw),
-      dtype_(dtype),
-      dims_(std::move(dims)),
-      device_index_(device_index) {}
+PluginBuffer::PluginBuffer(std::shared_ptr<const Plugin> plugin, PJRT_Buffer* buffer, DType dtype, Shape dims,
+                           int device_index)
+    : Buffer(dtype, std::move(dims), device_index), plugin_(std::move(plugin)), buffer_(buffer) {}
 
-Buffer::~Buffer() {
-  if (raw_ && raw_->buffer) {
-    KILN_PJRT_ARGS(PJRT_Buffer_Destroy_Args, args);
-    args.buffer = raw_->buffer;
-    discard(plugin_->api, plugin_->api->PJRT_Buffer_Destroy(&args));
-  }
-  delete raw_;
+PluginBuffer::~PluginBuffer() {
+  if (!buffer_) return;
+  KILN_PJRT_ARGS(PJRT_Buffer_Destroy_Args, args);
+  args.buffer = buffer_;
+  discard(plugin_->api, plugin_->api->PJRT_Buffer_Destroy(&args));
 }
 
-size_t Buffer::bytes() const {
-  return size_t(shape_numel(dims_)) * dtype_size(dtype_);
-}
-
-void Buffer::to_host(void* dst, size_t dst_bytes) const {
+void PluginBuffer::to_host(void* dst, size_t dst_bytes) const {
   KILN_CHECK(dst_bytes == bytes(), "PJRT Buffer::to_host: " << dst_bytes << " bytes of host memory given for "
-                                                            << dtype_name(dtype_) << shape_str(dims_)
+                                                            << dtype_name(dtype()) << shape_str(dims())
                                                             << ", which has " << bytes());
   KILN_CHECK(dst || dst_bytes == 0, "PJRT Buffer::to_host: no host memory given");
   if (dst_bytes == 0) return;
   const PJRT_Api* api = plugin_->api;
   KILN_PJRT_ARGS(PJRT_Buffer_ToHostBuffer_Args, args);
-  args.src = raw_->buffer;
+  args.src = buffer_;
   args.dst = dst;
   args.dst_size = dst_bytes;
   check(api, api->PJRT_Buffer_ToHostBuffer(&args), "PJRT_Buffer_ToHostBuffer");
   await_event(api, args.event, "PJRT_Buffer_ToHostBuffer");
 }
 
-void Buffer::await_ready() const {
+void PluginBuffer::await_ready() const {
   const PJRT_Api* api = plugin_->api;
   KILN_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args, args);
-  args.buffer = raw_->buffer;
+  args.buffer = buffer_;
   check(api, api->PJRT_Buffer_ReadyEvent(&args), "PJRT_Buffer_ReadyEvent");
   await_event(api, args.event, "PJRT_Buffer_ReadyEvent");
 }
 
 }  // namespace kiln::pjrt
-#endif  // KILN_HAVE_PJRT

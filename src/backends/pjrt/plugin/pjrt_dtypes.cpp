@@ -1,5 +1,4 @@
-#ifdef KILN_HAVE_PJRT
-#include "backends/pjrt/pjrt_dtypes.h"
+#include "backends/pjrt/plugin/pjrt_dtypes.h"
 
 #include <utility>
 
@@ -33,4 +32,3 @@ DType from_pjrt(PJRT_Buffer_Type type, const char* what) {
 }
 
 }  // namespace kiln::pjrt
-#endif  // KILN_HAVE_PJRT

@@ -1,33 +1,21 @@
 // Topology descriptions and compiling without a device, over pjrt_c_api.h.
-#ifdef KILN_HAVE_PJRT
-#include "backends/pjrt/pjrt_topology.h"
-
 #include <chrono>
+#include <memory>
+#include <utility>
 
 #include "backends/pjrt/compile_options.h"
 #include "backends/pjrt/mlir_signature.h"
-#include "backends/pjrt/pjrt_errors.h"
-#include "backends/pjrt/pjrt_internal.h"
+#include "backends/pjrt/plugin/pjrt_errors.h"
+#include "backends/pjrt/plugin/plugin.h"
 #include "kiln/core/error.h"
 
 namespace kiln::pjrt {
 
-struct Topology::State {
-  const PJRT_Api* api = nullptr;
-  PJRT_TopologyDescription* topology = nullptr;
-  std::string plugin_path, name, platform_name, device_kind;
-  int device_count = 0;
-};
-
-std::shared_ptr<Topology> Topology::create(const std::string& plugin_path, const std::string& name,
-                                           const std::vector<ClientOption>& options) {
-  std::shared_ptr<Topology> t(new Topology());
-  t->state_ = std::make_unique<State>();
-  State& s = *t->state_;
-  s.plugin_path = plugin_path;
-  s.name = name;
-  s.api = load_api(plugin_path);
-  const PJRT_Api* api = s.api;
+std::shared_ptr<Topology> create_plugin_topology(const std::string& plugin_path, const std::string& name,
+                                                 const std::vector<ClientOption>& options) {
+  TopologyDescription d;
+  d.name = name;
+  const PJRT_Api* api = load_api(plugin_path);
   KILN_CHECK(api->PJRT_TopologyDescription_Create && api->PJRT_Compile,
              "PJRT plugin " << plugin_path << " cannot compile without a device (it has no "
                             << "PJRT_TopologyDescription_Create or PJRT_Compile)");
@@ -39,41 +27,41 @@ std::shared_ptr<Topology> Topology::create(const std::string& plugin_path, const
   create.num_options = named.size();
   check(api, api->PJRT_TopologyDescription_Create(&create),
         ("PJRT_TopologyDescription_Create of '" + name + "' by " + plugin_path).c_str());
-  s.topology = create.topology;
+  // Destroyed here if describing it fails, else by the PluginTopology that takes it.
+  const auto destroy = [api](PJRT_TopologyDescription* topology) {
+    KILN_PJRT_ARGS(PJRT_TopologyDescription_Destroy_Args, args);
+    args.topology = topology;
+    discard(api, api->PJRT_TopologyDescription_Destroy(&args));
+  };
+  std::unique_ptr<PJRT_TopologyDescription, decltype(destroy)> owned(create.topology, destroy);
 
   KILN_PJRT_ARGS(PJRT_TopologyDescription_PlatformName_Args, platform);
-  platform.topology = s.topology;
+  platform.topology = create.topology;
   check(api, api->PJRT_TopologyDescription_PlatformName(&platform), "PJRT_TopologyDescription_PlatformName");
-  s.platform_name.assign(platform.platform_name, platform.platform_name_size);
+  d.platform_name.assign(platform.platform_name, platform.platform_name_size);
   KILN_PJRT_ARGS(PJRT_TopologyDescription_GetDeviceDescriptions_Args, devices);
-  devices.topology = s.topology;
+  devices.topology = create.topology;
   check(api, api->PJRT_TopologyDescription_GetDeviceDescriptions(&devices),
         "PJRT_TopologyDescription_GetDeviceDescriptions");
-  s.device_count = int(devices.num_descriptions);
-  KILN_CHECK(s.device_count > 0, "PJRT topology '" << name << "' of " << plugin_path << " has no devices");
-  s.device_kind = description_kind(api, devices.descriptions[0]);
-  return t;
+  d.device_count = int(devices.num_descriptions);
+  KILN_CHECK(d.device_count > 0, "PJRT topology '" << name << "' of " << plugin_path << " has no devices");
+  d.device_kind = description_kind(api, devices.descriptions[0]);
+  return std::make_shared<PluginTopology>(api, owned.release(), std::move(d));
 }
 
-Topology::~Topology() {
-  if (!state_ || !state_->topology) return;
+PluginTopology::PluginTopology(const PJRT_Api* api, PJRT_TopologyDescription* topology,
+                               TopologyDescription description)
+    : Topology(std::move(description)), api_(api), topology_(topology) {}
+
+PluginTopology::~PluginTopology() {
+  if (!topology_) return;
   KILN_PJRT_ARGS(PJRT_TopologyDescription_Destroy_Args, args);
-  args.topology = state_->topology;
-  discard(state_->api, state_->api->PJRT_TopologyDescription_Destroy(&args));
+  args.topology = topology_;
+  discard(api_, api_->PJRT_TopologyDescription_Destroy(&args));
 }
 
-const std::string& Topology::platform_name() const {
-  return state_->platform_name;
-}
-int Topology::device_count() const {
-  return state_->device_count;
-}
-const std::string& Topology::device_kind() const {
-  return state_->device_kind;
-}
-
-TargetProgram Topology::compile(std::string_view mlir_text, int num_replicas, int num_partitions) const {
-  const State& s = *state_;
+TargetProgram PluginTopology::compile(std::string_view mlir_text, int num_replicas, int num_partitions) const {
+  const TopologyDescription& s = description();
   KILN_CHECK(!mlir_text.empty(), "PJRT compile for " << s.name << ": the module text is empty");
   const size_t need = size_t(num_replicas) * size_t(num_partitions);
   KILN_CHECK(num_replicas >= 1 && num_partitions >= 1 && need <= size_t(s.device_count),
@@ -84,9 +72,9 @@ TargetProgram Topology::compile(std::string_view mlir_text, int num_replicas, in
   const std::string options = compile_options_proto(num_replicas, num_partitions, need == 1);
   std::string code(mlir_text);
   const PJRT_Program program = mlir_program(code);
-  const PJRT_Api* api = s.api;
+  const PJRT_Api* api = api_;
   KILN_PJRT_ARGS(PJRT_Compile_Args, args);
-  args.topology = s.topology;
+  args.topology = topology_;
   args.program = &program;
   args.compile_options = options.data();
   args.compile_options_size = options.size();
@@ -113,4 +101,3 @@ TargetProgram Topology::compile(std::string_view mlir_text, int num_replicas, in
 }
 
 }  // namespace kiln::pjrt
-#endif  // KILN_HAVE_PJRT

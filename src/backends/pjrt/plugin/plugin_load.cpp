@@ -1,5 +1,4 @@
 // Loading a plugin: dlopen, GetPjrtApi, the API version check, PJRT_Plugin_Initialize, PJRT_Client_Create.
-#ifdef KILN_HAVE_PJRT
 #include <dlfcn.h>
 #include <sys/stat.h>
 
@@ -9,8 +8,8 @@
 #include <variant>
 #include <vector>
 
-#include "backends/pjrt/pjrt_errors.h"
-#include "backends/pjrt/pjrt_internal.h"
+#include "backends/pjrt/plugin/pjrt_errors.h"
+#include "backends/pjrt/plugin/plugin.h"
 #include "kiln/core/error.h"
 
 namespace kiln::pjrt {
@@ -129,4 +128,3 @@ std::shared_ptr<Plugin> load_plugin(const std::string& path, const std::vector<C
 }
 
 }  // namespace kiln::pjrt
-#endif  // KILN_HAVE_PJRT

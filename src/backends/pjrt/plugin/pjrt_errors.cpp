@@ -1,9 +1,8 @@
-#ifdef KILN_HAVE_PJRT
-#include "backends/pjrt/pjrt_errors.h"
+#include "backends/pjrt/plugin/pjrt_errors.h"
 
 #include <string>
 
-#include "backends/pjrt/pjrt_internal.h"
+#include "backends/pjrt/plugin/plugin.h"
 #include "kiln/core/error.h"
 
 namespace kiln::pjrt {
@@ -56,4 +55,3 @@ void await_event(const PJRT_Api* api, PJRT_Event* event, const char* call) {
 }
 
 }  // namespace kiln::pjrt
-#endif  // KILN_HAVE_PJRT

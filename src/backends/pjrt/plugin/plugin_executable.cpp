@@ -1,13 +1,11 @@
 // Compiling, (de)serializing and running executables over pjrt_c_api.h.
-#ifdef KILN_HAVE_PJRT
 #include <sstream>
 
 #include "backends/pjrt/compile_options.h"
 #include "backends/pjrt/mlir_signature.h"
-#include "backends/pjrt/pjrt_client.h"
-#include "backends/pjrt/pjrt_dtypes.h"
-#include "backends/pjrt/pjrt_errors.h"
-#include "backends/pjrt/pjrt_internal.h"
+#include "backends/pjrt/plugin/pjrt_dtypes.h"
+#include "backends/pjrt/plugin/pjrt_errors.h"
+#include "backends/pjrt/plugin/plugin.h"
 #include "kiln/core/error.h"
 
 namespace kiln::pjrt {
@@ -35,20 +33,22 @@ std::optional<int64_t> scratch_bytes_of(const PJRT_Api* api, PJRT_Executable* ex
   return stats->temp_size_in_bytes;
 }
 
-// Fills what the plugin knows about a freshly loaded executable: replica/partition counts, outputs, devices,
-// scratch.
-void describe(const Plugin& plugin, Executable::Raw& raw) {
+// What the plugin knows about a freshly loaded executable: replica/partition counts, outputs, devices,
+// scratch; beside the parameters Kiln read from its module.
+ExecutableLayout describe(const Plugin& plugin, PJRT_LoadedExecutable* loaded, std::vector<ArraySpec> parameters) {
   const PJRT_Api* api = plugin.api;
-  Unloaded exe(api, raw.loaded);
+  ExecutableLayout layout;
+  layout.parameters = std::move(parameters);
+  Unloaded exe(api, loaded);
   KILN_PJRT_ARGS(PJRT_Executable_NumReplicas_Args, replicas);
   replicas.executable = exe.get();
   check(api, api->PJRT_Executable_NumReplicas(&replicas), "PJRT_Executable_NumReplicas");
-  raw.num_replicas = int(replicas.num_replicas);
+  layout.num_replicas = int(replicas.num_replicas);
   KILN_PJRT_ARGS(PJRT_Executable_NumPartitions_Args, partitions);
   partitions.executable = exe.get();
   check(api, api->PJRT_Executable_NumPartitions(&partitions), "PJRT_Executable_NumPartitions");
-  raw.num_partitions = int(partitions.num_partitions);
-  raw.scratch_bytes = scratch_bytes_of(api, exe.get());
+  layout.num_partitions = int(partitions.num_partitions);
+  layout.scratch_bytes = scratch_bytes_of(api, exe.get());
 
   KILN_PJRT_ARGS(PJRT_Executable_NumOutputs_Args, count);
   count.executable = exe.get();
@@ -63,31 +63,30 @@ void describe(const Plugin& plugin, Executable::Raw& raw) {
              "PJRT executable: the plugin reports " << count.num_outputs << " outputs, but "
                                                     << types.num_output_types << " types and "
                                                     << dims.num_outputs << " shapes");
-  raw.outputs.clear();
   const int64_t* d = dims.dims;
   for (size_t i = 0; i < count.num_outputs; ++i) {
     ArraySpec spec;
     spec.dtype = from_pjrt(types.output_types[i], "PJRT executable output");
     spec.dims.assign(d, d + dims.dim_sizes[i]);
     d += dims.dim_sizes[i];
-    raw.outputs.push_back(std::move(spec));
+    layout.outputs.push_back(std::move(spec));
   }
 
   KILN_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, devices);
-  devices.executable = raw.loaded;
+  devices.executable = loaded;
   check(api, api->PJRT_LoadedExecutable_AddressableDevices(&devices),
         "PJRT_LoadedExecutable_AddressableDevices");
-  raw.device_indices.clear();
   // A portable executable (1 x 1, no device assignment) has no devices of its own: it runs where it is sent.
-  const bool portable = raw.num_replicas == 1 && raw.num_partitions == 1;
+  const bool portable = layout.num_replicas == 1 && layout.num_partitions == 1;
   if (!portable) {
     for (size_t i = 0; i < devices.num_addressable_devices; ++i) {
       const int index = plugin.index_of(devices.addressable_devices[i]);
       KILN_CHECK(index >= 0,
                  "PJRT executable: runs on a device that is not one of the client's addressable devices");
-      raw.device_indices.push_back(index);
+      layout.device_indices.push_back(index);
     }
   }
+  return layout;
 }
 
 }  // namespace
@@ -121,48 +120,24 @@ std::optional<PJRT_Executable_GetCompiledMemoryStats_Args> compiled_memory_stats
 
 // ---- Executable
 
-Executable::Executable(std::shared_ptr<const Plugin> plugin, Raw* raw)
-    : plugin_(std::move(plugin)), raw_(raw) {}
+PluginExecutable::PluginExecutable(std::shared_ptr<const Plugin> plugin, PJRT_LoadedExecutable* loaded,
+                                   std::vector<ArraySpec> parameters)
+    : Executable(describe(*plugin, loaded, std::move(parameters))), plugin_(std::move(plugin)), loaded_(loaded) {}
 
-Executable::~Executable() {
-  if (raw_ && raw_->loaded) {
-    KILN_PJRT_ARGS(PJRT_LoadedExecutable_Destroy_Args, args);
-    args.executable = raw_->loaded;
-    discard(plugin_->api, plugin_->api->PJRT_LoadedExecutable_Destroy(&args));
-  }
-  delete raw_;
+PluginExecutable::~PluginExecutable() {
+  KILN_PJRT_ARGS(PJRT_LoadedExecutable_Destroy_Args, args);
+  args.executable = loaded_;
+  discard(plugin_->api, plugin_->api->PJRT_LoadedExecutable_Destroy(&args));
 }
 
-int Executable::num_outputs() const {
-  return int(raw_->outputs.size());
-}
-const std::vector<ArraySpec>& Executable::parameters() const {
-  return raw_->parameters;
-}
-const std::vector<ArraySpec>& Executable::outputs() const {
-  return raw_->outputs;
-}
-int Executable::num_replicas() const {
-  return raw_->num_replicas;
-}
-int Executable::num_partitions() const {
-  return raw_->num_partitions;
-}
-const std::vector<int>& Executable::devices() const {
-  return raw_->device_indices;
-}
-std::optional<int64_t> Executable::scratch_bytes() const {
-  return raw_->scratch_bytes;
-}
-
-std::string Executable::serialize() const {
+std::string PluginExecutable::serialize() const {
   const PJRT_Api* api = plugin_->api;
-  Unloaded exe(api, raw_->loaded);
+  Unloaded exe(api, loaded_);
   KILN_PJRT_ARGS(PJRT_Executable_Serialize_Args, args);
   args.executable = exe.get();
   check(api, api->PJRT_Executable_Serialize(&args), "PJRT_Executable_Serialize");
   std::string out(kMagic);
-  for (const ArraySpec& p : raw_->parameters) out += " " + tensor_type(p);
+  for (const ArraySpec& p : parameters()) out += " " + tensor_type(p);
   out += "\n";
   out.append(args.serialized_bytes, args.serialized_bytes_size);
   if (args.serialized_executable_deleter) args.serialized_executable_deleter(args.serialized_executable);
@@ -181,77 +156,72 @@ PJRT_Program mlir_program(std::string& code) {
   return program;
 }
 
-std::shared_ptr<Executable> Client::compile(std::string_view mlir_text, int num_replicas, int num_partitions,
-                                            const std::vector<int>& replica_devices) {
+std::shared_ptr<Executable> PluginClient::compile(std::string_view mlir_text, int num_replicas,
+                                                  int num_partitions, const std::vector<int>& replica_devices) {
   KILN_CHECK(!mlir_text.empty(), "PJRT compile: the module text is empty");
   const size_t need = size_t(num_replicas) * size_t(num_partitions);
-  KILN_CHECK(num_replicas >= 1 && num_partitions >= 1 && need <= state_->devices.size(),
+  KILN_CHECK(num_replicas >= 1 && num_partitions >= 1 && need <= devices().size(),
              "PJRT compile: " << num_replicas << " replicas x " << num_partitions
-                              << " partitions do not fit the " << state_->devices.size() << " devices of the "
-                              << state_->platform_name << " client");
-  auto raw = std::make_unique<Executable::Raw>();
-  raw->parameters = main_parameters(mlir_text);
+                              << " partitions do not fit the " << devices().size() << " devices of the "
+                              << platform_name() << " client");
+  std::vector<ArraySpec> parameters = main_parameters(mlir_text);
   std::vector<int64_t> replica_device_ids;
   for (const int index : replica_devices) {
     check_device_index(index, "PJRT compile");
     for (const int64_t id : replica_device_ids)
-      KILN_CHECK(id != state_->devices[size_t(index)].id,
+      KILN_CHECK(id != devices()[size_t(index)].id,
                  "PJRT compile: device " << index << " is named twice among the replicas' devices");
-    replica_device_ids.push_back(state_->devices[size_t(index)].id);
+    replica_device_ids.push_back(devices()[size_t(index)].id);
   }
   const std::string options =
       compile_options_proto(num_replicas, num_partitions, need == 1, replica_device_ids);
   std::string code(mlir_text);
   const PJRT_Program program = mlir_program(code);
-  const PJRT_Api* api = state_->plugin->api;
+  const PJRT_Api* api = plugin_->api;
   KILN_PJRT_ARGS(PJRT_Client_Compile_Args, args);
-  args.client = state_->plugin->client;
+  args.client = plugin_->client;
   args.program = &program;
   args.compile_options = options.data();
   args.compile_options_size = options.size();
   check(api, api->PJRT_Client_Compile(&args), "PJRT_Client_Compile");
-  auto executable = std::make_shared<Executable>(state_->plugin, raw.release());
-  executable->raw()->loaded = args.executable;
-  describe(*state_->plugin, *executable->raw());
+  auto executable = std::make_shared<PluginExecutable>(plugin_, args.executable, std::move(parameters));
   KILN_CHECK(replica_devices.empty() || executable->devices() == replica_devices,
              "PJRT compile: the plugin placed the replicas on other devices than the assignment asked for");
   return executable;
 }
 
-std::shared_ptr<Executable> Client::deserialize(std::string_view bytes) {
+std::shared_ptr<Executable> PluginClient::deserialize(std::string_view bytes) {
   const size_t eol = bytes.find('\n');
   KILN_CHECK(bytes.starts_with(kMagic) && eol != std::string_view::npos,
              "PJRT deserialize: the bytes are not an executable from Executable::serialize (no '"
                  << kMagic << "' header)");
-  auto raw = std::make_unique<Executable::Raw>();
+  std::vector<ArraySpec> parameters;
   std::istringstream header(std::string(bytes.substr(kMagic.size(), eol - kMagic.size())));
-  for (std::string type; header >> type;) raw->parameters.push_back(parse_tensor_type(type));
+  for (std::string type; header >> type;) parameters.push_back(parse_tensor_type(type));
   const std::string_view payload = bytes.substr(eol + 1);
   KILN_CHECK(!payload.empty(), "PJRT deserialize: the executable's bytes are missing after its header");
-  const PJRT_Api* api = state_->plugin->api;
+  const PJRT_Api* api = plugin_->api;
   KILN_PJRT_ARGS(PJRT_Executable_DeserializeAndLoad_Args, args);
-  args.client = state_->plugin->client;
+  args.client = plugin_->client;
   args.serialized_executable = payload.data();
   args.serialized_executable_size = payload.size();
   check(api, api->PJRT_Executable_DeserializeAndLoad(&args), "PJRT_Executable_DeserializeAndLoad");
-  auto executable = std::make_shared<Executable>(state_->plugin, raw.release());
-  executable->raw()->loaded = args.loaded_executable;
-  describe(*state_->plugin, *executable->raw());
-  return executable;
+  return std::make_shared<PluginExecutable>(plugin_, args.loaded_executable, std::move(parameters));
 }
 
 // ---- running
 
-void Client::check_arguments(const Executable& executable,
-                             const std::vector<std::shared_ptr<Buffer>>& arguments, int device_index,
-                             const char* what) const {
+void PluginClient::check_arguments(const Executable& executable,
+                                   const std::vector<std::shared_ptr<Buffer>>& arguments, int device_index,
+                                   const char* what) const {
   const auto& params = executable.parameters();
   KILN_CHECK(arguments.size() == params.size(),
              what << ": " << arguments.size() << " arguments given, the executable takes " << params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     const Buffer* b = arguments[i].get();
     KILN_CHECK(b, what << ": argument " << i << " is null");
-    KILN_CHECK(b->plugin_.get() == state_->plugin.get(),
+    const auto* own = dynamic_cast<const PluginBuffer*>(b);
+    KILN_CHECK(own && own->plugin() == plugin_.get(),
                what << ": argument " << i << " is a buffer of another PJRT client");
     KILN_CHECK(b->dtype() == params[i].dtype && b->dims() == params[i].dims,
                what << ": argument " << i << " is " << dtype_name(b->dtype()) << shape_str(b->dims())
@@ -263,10 +233,10 @@ void Client::check_arguments(const Executable& executable,
   }
 }
 
-std::vector<std::vector<std::shared_ptr<Buffer>>> Client::run(
+std::vector<std::vector<std::shared_ptr<Buffer>>> PluginClient::run(
     const Executable& executable, const std::vector<std::vector<std::shared_ptr<Buffer>>>& arguments,
     const std::vector<int>& device_indices, bool portable) {
-  const PJRT_Api* api = state_->plugin->api;
+  const PJRT_Api* api = plugin_->api;
   const size_t num_devices = arguments.size(), num_args = executable.parameters().size();
   const size_t num_outputs = executable.outputs().size();
   std::vector<std::vector<PJRT_Buffer*>> in(num_devices),
@@ -274,36 +244,36 @@ std::vector<std::vector<std::shared_ptr<Buffer>>> Client::run(
   std::vector<PJRT_Buffer* const*> in_lists(num_devices);
   std::vector<PJRT_Buffer**> out_lists(num_devices);
   for (size_t d = 0; d < num_devices; ++d) {
-    for (const auto& b : arguments[d]) in[d].push_back(b->raw()->buffer);
+    for (const auto& b : arguments[d]) in[d].push_back(static_cast<const PluginBuffer&>(*b).get());
     in_lists[d] = in[d].data();
     out_lists[d] = out[d].data();
   }
   KILN_PJRT_ARGS(PJRT_ExecuteOptions, options);
   KILN_PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args, args);
-  args.executable = executable.raw()->loaded;
+  args.executable = static_cast<const PluginExecutable&>(executable).get();
   args.options = &options;
   args.argument_lists = in_lists.data();
   args.num_devices = num_devices;
   args.num_args = num_args;
   args.output_lists = out_lists.data();
-  if (portable) args.execute_device = state_->plugin->devices[device_indices[0]];
+  if (portable) args.execute_device = plugin_->devices[device_indices[0]];
   check(api, api->PJRT_LoadedExecutable_Execute(&args), "PJRT_LoadedExecutable_Execute");
   // The outputs are futures: their ready events carry the computation's errors (Buffer::await_ready).
   std::vector<std::vector<std::shared_ptr<Buffer>>> result(num_devices);
   for (size_t d = 0; d < num_devices; ++d) {
     for (size_t o = 0; o < num_outputs; ++o) {
       const ArraySpec& spec = executable.outputs()[o];
-      result[d].push_back(std::make_shared<Buffer>(state_->plugin, new Buffer::Raw{out[d][o]}, spec.dtype,
-                                                   spec.dims, device_indices[d]));
+      result[d].push_back(
+          std::make_shared<PluginBuffer>(plugin_, out[d][o], spec.dtype, spec.dims, device_indices[d]));
     }
   }
   return result;
 }
 
-std::vector<std::vector<std::shared_ptr<Buffer>>> Client::execute(
+std::vector<std::vector<std::shared_ptr<Buffer>>> PluginClient::execute(
     const Executable& executable, const std::vector<std::vector<std::shared_ptr<Buffer>>>& arguments) {
   constexpr const char* kWhat = "PJRT execute";
-  const std::vector<int>& devices = executable.raw()->device_indices;
+  const std::vector<int>& devices = executable.devices();
   if (devices.empty()) {  // portable (1 x 1): run where the arguments are, device 0 without arguments
     KILN_CHECK(arguments.size() == 1,
                kWhat << ": " << arguments.size() << " argument lists given for a 1-device executable");
@@ -317,11 +287,11 @@ std::vector<std::vector<std::shared_ptr<Buffer>>> Client::execute(
   return run(executable, arguments, devices, false);
 }
 
-std::vector<std::shared_ptr<Buffer>> Client::execute_on(const Executable& executable,
-                                                        const std::vector<std::shared_ptr<Buffer>>& arguments,
-                                                        int device_index) {
+std::vector<std::shared_ptr<Buffer>> PluginClient::execute_on(const Executable& executable,
+                                                              const std::vector<std::shared_ptr<Buffer>>& arguments,
+                                                              int device_index) {
   constexpr const char* kWhat = "PJRT execute_on";
-  KILN_CHECK(executable.raw()->device_indices.empty(),
+  KILN_CHECK(executable.devices().empty(),
              kWhat << ": the executable was compiled for " << executable.num_replicas() << " replicas x "
                    << executable.num_partitions()
                    << " partitions; only a 1 x 1 executable runs on a chosen device");
@@ -331,4 +301,3 @@ std::vector<std::shared_ptr<Buffer>> Client::execute_on(const Executable& execut
 }
 
 }  // namespace kiln::pjrt
-#endif  // KILN_HAVE_PJRT
