@@ -1,5 +1,7 @@
 #include "cli/execution_flags.h"
 
+#include <CLI/CLI.hpp>
+
 #include "cli/device_flag.h"
 #include "kiln/core/error.h"
 #include "kiln/core/limits.h"

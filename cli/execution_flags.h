@@ -3,7 +3,6 @@
 // parallelism. One definition, so that both commands take the same spellings, defaults and checks.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -11,6 +10,10 @@
 #include <vector>
 
 #include "kiln/pipelines/diffusion_pipeline.h"
+
+namespace CLI {
+class App;  // <CLI/CLI.hpp>, included only where flags are defined
+}  // namespace CLI
 
 namespace kiln::cli {
 

@@ -17,6 +17,7 @@
 #include "cli/execution_flags.h"
 #include "cli/generate_args.h"
 #include "cli/progress.h"
+#include "cli/request_flags.h"
 #include "cli/weight_traffic.h"
 #include "kiln/core/bytes.h"
 #include "kiln/dist/local_ranks.h"
@@ -45,51 +46,17 @@ std::string format_seconds(double s) {
   return buf;
 }
 
-// The flag that sets a request field, for errors (RequestError::field). `editing`: the image is --init-image.
-std::string flag_of(const std::string& field, bool editing) {
+// The flag that sets a request field, for errors (RequestError::field): an editing class's image is
+// --init-image's.
+std::string flag_for(const std::string& field, bool editing) {
   if (field == "image" && editing) return "--init-image";
-  static const std::map<std::string, std::string> flags = {{"prompt", "--prompt"},
-                                                           {"prompt_2", "--prompt-2"},
-                                                           {"prompt_3", "--prompt-2"},
-                                                           {"negative_prompt", "--negative-prompt"},
-                                                           {"negative_prompt_2", "--negative-prompt"},
-                                                           {"negative_prompt_3", "--negative-prompt"},
-                                                           {"image", "--image"},
-                                                           {"height", "--height"},
-                                                           {"width", "--width"},
-                                                           {"num_inference_steps", "--steps"},
-                                                           {"guidance_scale", "--guidance"},
-                                                           {"true_cfg_scale", "--true-cfg-scale"},
-                                                           {"max_sequence_length", "--max-sequence-length"},
-                                                           {"mask_image", "--mask"},
-                                                           {"strength", "--strength"},
-                                                           {"padding_mask_crop", "--padding-mask-crop"},
-                                                           {"num_images_per_prompt", "--num-images"}};
-  const auto it = flags.find(field);
-  return it == flags.end() ? field : it->second;
+  return flag_of(field);
 }
 
-// The request the flags describe (reference images are read later, once the request's fields are known to
-// be ones the pipeline takes).
-PipelineRequest request_from(const GenerateArgs& args, const std::string& pipeline_class) {
-  PipelineRequest request;
-  request.prompt = args.prompt;
-  // --prompt-2 is the T5 prompt in FLUX.1 (prompt_2) and SD3 (prompt_3).
-  if (!args.prompt_2.empty())
-    (pipeline_class == "StableDiffusion3Pipeline" ? request.prompt_3 : request.prompt_2) = args.prompt_2;
-  request.negative_prompt = args.negative_prompt;
-  request.height = args.height;
-  request.width = args.width;
-  request.num_inference_steps = args.steps;
-  request.guidance_scale = args.guidance;
-  request.true_cfg_scale = args.true_cfg_scale;
-  request.num_images_per_prompt = args.num_images;
-  request.max_sequence_length = args.max_sequence_length;
-  request.strength = args.strength;
-  request.padding_mask_crop = args.padding_mask_crop;
-  // Placeholders for the images, so that a pipeline that does not take them refuses them before any is read.
-  request.image.resize(args.images.size() + (args.init_image ? 1 : 0));
-  if (args.mask) request.mask_image = Image();
+// The request the flags describe, with placeholders for --init-image's image, so that a pipeline that does not
+// take it refuses it before any file is read.
+PipelineRequest request_from(const GenerateArgs& args, PipelineRequest request) {
+  if (args.init_image) request.image.insert(request.image.begin(), Image());
   return request;
 }
 
@@ -99,7 +66,7 @@ void with_flag_names(bool editing, Check check) {
   try {
     check();
   } catch (const RequestError& e) {
-    KILN_FAIL(flag_of(e.field(), editing) << ": " << e.what());
+    KILN_FAIL(flag_for(e.field(), editing) << ": " << e.what());
   }
 }
 
@@ -108,13 +75,22 @@ void with_flag_names(bool editing, Check check) {
 // --mask (a FluxPipeline folder runs FluxInpaintPipeline with --mask).
 const PipelineClass& class_for(const GenerateArgs& args, const io::ModelIndex& index) {
   const PipelineClass& folder = pipeline_class(index.class_name, index.path);
-  if (!args.init_image || folder.edits_an_image) return folder;
-  const std::string& sibling = args.mask ? folder.inpainting : folder.image_to_image;
-  KILN_CHECK(!sibling.empty(),
-             (args.mask ? "--mask: " : "--init-image: ")
-                 << index.class_name << " has no " << (args.mask ? "inpainting" : "image-to-image")
-                 << " pipeline (FLUX.1 and SD3 folders have; FLUX.2 takes reference images with "
-                    "--image)");
+  if (!args.init_image || folder.edits_an_image()) return folder;
+  const bool mask = args.request.given("mask_image");
+  const std::string& sibling = mask ? folder.inpainting : folder.image_to_image;
+  if (sibling.empty()) {
+    std::string with;  // the families whose folders do
+    for (const Family& family : families())
+      for (const PipelineClass& c : family.classes)
+        if (c.task == (mask ? Task::Inpainting : Task::ImageToImage)) {
+          with += (with.empty() ? "" : ", ") + family.name;
+          break;
+        }
+    KILN_FAIL((mask ? "--mask: " : "--init-image: ")
+              << index.class_name << " has no " << task_name(mask ? Task::Inpainting : Task::ImageToImage)
+              << " pipeline (" << with << " folders have; --image gives the images a pipeline takes as "
+              << "references or edits)");
+  }
   return pipeline_class(sibling, index.path);
 }
 
@@ -128,30 +104,32 @@ Image read_image(const char* flag, const std::string& path, const char* what) {
 
 // The whole command on one rank (the only one without --tp): rank r works on the device r places after
 // `first_device`; rank 0 alone reports and writes the image.
-void generate_on_rank(const GenerateArgs& args, const Device& first_device) {
+void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, const Device& first_device) {
   const Device device = device_of_rank(first_device, dist::rank());
   require_device(device);
   const io::ResolvedModel resolved = io::resolve_model(args.model);
   const io::ModelIndex index = io::load_model_index(resolved.path);
   const PipelineClass& pipeline_class = class_for(args, index);
-  const bool editing = pipeline_class.edits_an_image;
-  PipelineRequest request = request_from(args, index.class_name);
+  const bool editing = pipeline_class.edits_an_image();
+  PipelineRequest request = request_from(args, flags);
   with_flag_names(editing, [&] { pipeline_class.check_fields(request); });
   // Read before loading, so that a bad file fails at once.
   request.image.clear();
   if (args.init_image)
     request.image.push_back(read_image("--init-image", *args.init_image, "the initial image"));
-  for (const std::string& path : args.images)
+  for (const std::string& path : image_paths(args.request, "image"))
     request.image.push_back(read_image("--image", path, "a reference image"));
-  if (args.mask) request.mask_image = read_image("--mask", *args.mask, "a mask");
+  for (const std::string& path : image_paths(args.request, "mask_image"))
+    request.mask_image = read_image("--mask", path, "a mask");
 
   // The LoRA files' names against the pipeline's family, before loading: a file of another layout or model
   // fails at once (its shapes are checked once the pipeline is loaded).
   for (const std::string& value : args.loras) {
     const LoraFlag lora = parse_lora_flag(value);
     try {
-      const lora::LoraKeys keys = lora::plan_lora_keys(io::SafetensorsFile(lora.path).names(),
-                                                       lora::lora_spec_for(index.class_name).family);
+      const Family& family = *pipeline_class.family;
+      KILN_CHECK(family.lora, pipeline_class.name << " does not take LoRA adapters");
+      const lora::LoraKeys keys = lora::plan_lora_keys(io::SafetensorsFile(lora.path).names(), *family.lora);
       KILN_CHECK(keys.unknown.empty() || args.lora_skip_mismatches,
                  lora.path << ": tensor '" << keys.unknown.front().first
                            << "': " << keys.unknown.front().second
@@ -222,7 +200,8 @@ void generate_on_rank(const GenerateArgs& args, const Device& first_device) {
 
   // Like diffusers without a generator the noise is random, but the seed is reported and stored, so any
   // image can be made again.
-  uint64_t seed = args.seed ? *args.seed : (uint64_t{std::random_device{}()} << 16) ^ std::random_device{}();
+  uint64_t seed = request.generator ? request.generator->initial_seed()
+                                    : (uint64_t{std::random_device{}()} << 16) ^ std::random_device{}();
   dist::broadcast_from_rank0(&seed, sizeof seed);  // one noise for all ranks
   request.generator = Generator(seed);
   std::optional<ProgressBar> denoising;
@@ -283,9 +262,9 @@ void print_cross_compile_summary() {
 }
 
 void run_generate(const GenerateArgs& args) {
-  check_generate_args(args);
+  const PipelineRequest request = check_generate_args(args);
   run_on_tensor_parallel_ranks(args.execution, "generate",
-                               [&](const Device& device) { generate_on_rank(args, device); });
+                               [&](const Device& device) { generate_on_rank(args, request, device); });
   print_cross_compile_summary();
 }
 
@@ -301,60 +280,14 @@ void add_generate_command(CLI::App& app) {
       "the transformer from one file instead of the model's transformer/: the original layout as "
       ".safetensors (flux1-dev.safetensors, sd3.5_medium.safetensors) or a GGUF quantization (.gguf, kept "
       "quantized)");
-  cmd->add_option("--prompt", args->prompt, "the prompt")->required();
-  cmd->add_option("--prompt-2", args->prompt_2, "a separate prompt for the T5 encoder (default: --prompt)");
-  cmd->add_option("--negative-prompt", args->negative_prompt,
-                  "what the image should not show (StableDiffusion3Pipeline, Flux2KleinPipeline: the "
-                  "classifier-free guidance's negative prompt, default empty; FLUX.1: with "
-                  "--true-cfg-scale above 1)");
-  cmd->add_option("--image", args->images,
-                  "a reference image (PNG) conditioning the generation, as diffusers' image= (Flux2Pipeline, "
-                  "Flux2KleinPipeline); repeat for several. Without --height/--width the image takes the "
-                  "first one's size (cropped to multiples of 16)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_request_flags(*cmd, args->request);
+  cmd->get_option("--prompt")->required();
   cmd->add_option(
       "--init-image", args->init_image,
-      "image-to-image: the image (PNG) to start from, resized to --height x --width (default "
-      "1024 x 1024); with --mask, inpainting (FluxImg2ImgPipeline, FluxInpaintPipeline, FluxFillPipeline "
-      "and the SD3 ones, picked from the model's folder)");
-  cmd->add_option(
-      "--mask", args->mask,
-      "inpainting: a PNG, white where --init-image is repainted, black where it is kept (gray binarised "
-      "at half)");
-  cmd->add_option(
-      "--strength", args->strength,
-      "how much of --init-image is redrawn, from 0 to 1: the denoising starts at step int(steps - "
-      "steps * strength) (default 0.6; FluxFillPipeline 1)");
-  cmd->add_option(
-      "--padding-mask-crop", args->padding_mask_crop,
-      "inpainting: repaint only the region around --mask, N pixels wider on each side and grown to "
-      "--width/--height's aspect ratio, at --width x --height, then paste it back into --init-image (the "
-      "output has its size; the mask must too)");
-  cmd->add_option("--height", args->height,
-                  "image height in pixels, a multiple of 16 (default: the model's, 1024)");
-  cmd->add_option("--width", args->width,
-                  "image width in pixels, a multiple of 16 (default: the model's, 1024)");
-  cmd->add_option(
-      "--steps", args->steps,
-      "number of denoising steps (default: the pipeline's, 28 for FLUX.1 and SD3, 50 for FLUX.2)");
-  cmd->add_option("--guidance", args->guidance,
-                  "guidance scale (default: 3.5 for FLUX.1-dev's guidance embedding, 7.0 for SD3's "
-                  "classifier-free guidance, 4.0 for FLUX.2: FLUX.2-dev's embedding, klein's "
-                  "classifier-free guidance, which step-distilled klein models ignore)");
-  cmd->add_option("--true-cfg-scale", args->true_cfg_scale,
-                  "FLUX.1 (text-to-image, --init-image, --mask, Kontext's --image): true classifier-free "
-                  "guidance with --negative-prompt, on above 1 (diffusers' true_cfg_scale, default 1: off); "
-                  "each step runs the transformer twice");
-  cmd->add_option("--seed", args->seed,
-                  "random seed (as torch.Generator(\"cpu\").manual_seed); random when absent");
-  cmd->add_option("--max-sequence-length", args->max_sequence_length,
-                  "text encoder tokens (T5's, FLUX.2's), at most 512 (default: 512 for FLUX.1 and FLUX.2, "
-                  "256 for SD3)");
-  cmd->add_option("--output", args->output, "PNG file to write")->capture_default_str();
-  cmd->add_option("--num-images", args->num_images,
-                  "images from one call (diffusers' num_images_per_prompt, one noise batch; at most 64), "
-                  "written as OUTPUT-0.png, OUTPUT-1.png, ... when more than one")
+      "image-to-image: the image (PNG) to start from, resized to --height x --width; with --mask, inpainting "
+      "(the folder's image-to-image or inpainting pipeline runs, as diffusers' siblings load its folder)");
+  cmd->add_option("--output", args->output,
+                  "PNG file to write; with --num-images N, OUTPUT-0.png ... OUTPUT-(N-1).png")
       ->capture_default_str();
   cmd->add_option(
          "--lora", args->loras,

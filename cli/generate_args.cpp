@@ -8,27 +8,13 @@
 #include <fstream>
 
 #include "kiln/core/error.h"
-#include "kiln/core/limits.h"
 #include "kiln/core/signals.h"
 #include "kiln/io/output_file.h"
 
 namespace kiln::cli {
 
-void check_generate_args(const GenerateArgs& args) {
-  limits::check_prompt_size("--prompt", args.prompt);
-  limits::check_prompt_size("--prompt-2", args.prompt_2);
-  if (args.negative_prompt) limits::check_prompt_size("--negative-prompt", *args.negative_prompt);
-  if (args.height) limits::check_range("--height", *args.height, 1, limits::kMaxImageSide);
-  if (args.width) limits::check_range("--width", *args.width, 1, limits::kMaxImageSide);
-  if (args.steps) limits::check_range("--steps", *args.steps, 1, limits::kMaxInferenceSteps);
-  if (args.guidance)
-    KILN_CHECK(std::isfinite(*args.guidance) && *args.guidance >= 0,
-               "--guidance: expected a finite value >= 0, got " << *args.guidance);
-  if (args.true_cfg_scale)
-    KILN_CHECK(std::isfinite(*args.true_cfg_scale) && *args.true_cfg_scale >= 0,
-               "--true-cfg-scale: expected a finite value >= 0, got " << *args.true_cfg_scale);
-  if (args.max_sequence_length)
-    limits::check_range("--max-sequence-length", *args.max_sequence_length, 1, limits::kMaxSequenceLength);
+PipelineRequest check_generate_args(const GenerateArgs& args) {
+  const PipelineRequest request = request_from_flags(args.request);
   check_execution_flags(args.execution);
   // Images are decoded once the pipeline is known; a path that cannot be read fails here, before anything is
   // loaded.
@@ -39,16 +25,15 @@ void check_generate_args(const GenerateArgs& args) {
     KILN_CHECK(std::filesystem::is_regular_file(path, ec),
                flag << " " << path << ": cannot be read as " << what << ": not a file");
   };
-  for (const std::string& path : args.images) readable("--image", path, "a reference image");
+  for (const std::string& path : image_paths(args.request, "image")) readable("--image", path, "a reference image");
   if (args.init_image) readable("--init-image", *args.init_image, "the initial image");
-  if (args.mask) readable("--mask", *args.mask, "a mask");
-  KILN_CHECK(!args.mask || args.init_image,
-             "--mask marks what to repaint in --init-image; give --init-image too");
-  KILN_CHECK(!args.strength || (*args.strength >= 0 && *args.strength <= 1),
-             "--strength " << *args.strength << " is outside [0, 1]");
-  KILN_CHECK(!args.strength || args.init_image,
+  for (const std::string& path : image_paths(args.request, "mask_image")) readable("--mask", path, "a mask");
+  // --init-image picks the folder's image-to-image or inpainting class; the flags of that task need it.
+  const bool mask = args.request.given("mask_image");
+  KILN_CHECK(!mask || args.init_image, "--mask marks what to repaint in --init-image; give --init-image too");
+  KILN_CHECK(!args.request.given("strength") || args.init_image,
              "--strength says how much of --init-image is redrawn; give --init-image too");
-  KILN_CHECK(!args.padding_mask_crop || args.mask,
+  KILN_CHECK(!args.request.given("padding_mask_crop") || mask,
              "--padding-mask-crop crops around --mask; give --init-image and --mask too");
   // LoRA files: readable, each weight a finite number; the LoRA-only flags need one.
   for (const std::string& value : args.loras) {
@@ -63,15 +48,16 @@ void check_generate_args(const GenerateArgs& args) {
   KILN_CHECK(!args.fuse_lora || !args.loras.empty(), "--fuse-lora fuses the adapters of --lora; give one");
   KILN_CHECK(!args.lora_skip_mismatches || !args.loras.empty(),
              "--lora-skip-mismatches applies to the files of --lora; give one");
-  limits::check_range("--num-images", args.num_images, 1, limits::kMaxImagesPerPrompt);
-  for (int i = 0; i < args.num_images; ++i) {
-    const std::string path = output_path(args.output, i, args.num_images);
+  const int images = request.num_images_per_prompt;
+  for (int i = 0; i < images; ++i) {
+    const std::string path = output_path(args.output, i, images);
     try {
       io::check_output_writable(path);
     } catch (const Error& e) {
       KILN_FAIL("--output " << e.what());
     }
   }
+  return request;
 }
 
 std::string output_path(const std::string& output, int image, int num_images) {

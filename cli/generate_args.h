@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/execution_flags.h"
+#include "cli/request_flags.h"
 
 namespace kiln::cli {
 
@@ -19,22 +20,9 @@ struct GenerateArgs {
   std::string model;
   // A single-file transformer (original layout as .safetensors, or .gguf) replacing the model's.
   std::string transformer;
-  std::string prompt;
-  std::string prompt_2;
-  std::optional<std::string> negative_prompt;
-  std::vector<std::string> images;        // reference images (FLUX.2)
+  RequestFlags request;                   // the request's fields (cli/request_flags.h): --prompt, --steps, ...
   std::optional<std::string> init_image;  // image-to-image, inpainting, Fill: the image to start from
-  std::optional<std::string> mask;        // inpainting, Fill
-  std::optional<double> strength;
-  std::optional<int64_t> padding_mask_crop;  // inpainting: repaint only around the mask
-  std::optional<int64_t> height, width;
-  std::optional<int> steps;
-  std::optional<float> guidance;
-  std::optional<float> true_cfg_scale;  // FLUX.1: true classifier-free guidance with --negative-prompt
-  std::optional<uint64_t> seed;
-  std::optional<int64_t> max_sequence_length;
-  std::string output = "output.png";
-  int num_images = 1;  // --num-images: num_images_per_prompt, written as OUTPUT-0.png, OUTPUT-1.png, ...
+  std::string output = "output.png";      // OUTPUT-0.png, OUTPUT-1.png, ... for several images
   ExecutionFlags execution;        // dtype, mode, offload, memory, VAE tiling, --tp (shared with kiln serve)
   std::vector<std::string> loras;  // --lora FILE[:SCALE], in order
   bool fuse_lora = false;          // --fuse-lora
@@ -52,8 +40,8 @@ LoraFlag parse_lora_flag(const std::string& value);
 
 // Throws kiln::Error naming the flag and its limit ("--height 1000000 exceeds the maximum 16384"), a --image
 // that is not a readable file, or why the output cannot be written; the pipelines check the rest (multiples
-// of the VAE's scale, ...) once loaded.
-void check_generate_args(const GenerateArgs& args);
+// of the VAE's scale, ...) once loaded. Returns the request the flags describe (request_from_flags).
+PipelineRequest check_generate_args(const GenerateArgs& args);
 
 // Between components while loading and between denoising steps: throws when SIGINT/SIGTERM asked for a stop
 // or a mapped checkpoint changed on disk (kiln/core/signals.h); `where` says how far the run got.

@@ -11,6 +11,7 @@
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/lora/lora_keys.h"
+#include "kiln/pipelines/pipeline_registry.h"
 
 namespace kiln::cli {
 
@@ -38,16 +39,12 @@ std::string over_blocks(const std::string& module) {
   }
 }
 
-const char* pipelines_of(lora::ModelFamily family) {
-  switch (family) {
-    case lora::ModelFamily::Flux1:
-      return "FluxPipeline";
-    case lora::ModelFamily::SD3:
-      return "StableDiffusion3Pipeline";
-    case lora::ModelFamily::Flux2:
-      return "Flux2Pipeline, Flux2KleinPipeline";
-  }
-  return "?";
+// The family's text-to-image classes, for the reader: "Flux2Pipeline, Flux2KleinPipeline".
+std::string pipelines_of(const Family& family) {
+  std::string s;
+  for (const PipelineClass& c : family.classes)
+    if (c.task == Task::TextToImage) s += (s.empty() ? "" : ", ") + c.name;
+  return s;
 }
 
 std::string counted(const std::map<std::string, int>& counts) {
@@ -105,13 +102,14 @@ bool print_lora_info(const std::string& path) {
   // What each family makes of the names; the layers are then listed for the family the whole file fits with
   // the most layers.
   std::optional<lora::LoraKeys> best;
-  for (lora::ModelFamily family :
-       {lora::ModelFamily::Flux1, lora::ModelFamily::SD3, lora::ModelFamily::Flux2}) {
+  for (const Family& family : families()) {
+    if (!family.lora) continue;
+    const std::string pipelines = pipelines_of(family);
     lora::LoraKeys keys;
     try {
-      keys = lora::plan_lora_keys(file.names(), family);
+      keys = lora::plan_lora_keys(file.names(), *family.lora);
     } catch (const Error& e) {
-      std::printf("  %s (%s): not loadable: %s\n", lora::family_name(family), pipelines_of(family), e.what());
+      std::printf("  %s (%s): not loadable: %s\n", family.name.c_str(), pipelines.c_str(), e.what());
       continue;
     }
     std::map<std::string, int> per_component;
@@ -125,7 +123,7 @@ bool print_lora_info(const std::string& path) {
     if (!keys.unknown.empty())
       misfit = "; " + std::to_string(keys.unknown.size()) + " tensor(s) fit no layer, the first '" +
                keys.unknown.front().first + "': " + keys.unknown.front().second;
-    std::printf("  %s (%s): %s%s\n", lora::family_name(family), pipelines_of(family),
+    std::printf("  %s (%s): %s%s\n", family.name.c_str(), pipelines.c_str(),
                 reach.empty() ? "no layers" : reach.c_str(), misfit.c_str());
     if (keys.unknown.empty() && layers_of(keys) > (best ? layers_of(*best) : 0)) best = std::move(keys);
   }

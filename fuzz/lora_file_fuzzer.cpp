@@ -1,5 +1,6 @@
-// A whole LoRA file (.safetensors) read for the tiny FLUX.1, SD3 and FLUX.2 [klein] pipelines of tests/data
-// (their transformers and CLIP encoders built from the committed configs, weights not loaded): the layout's
+// A whole LoRA file (.safetensors) read for a tiny pipeline of every registered family that takes LoRA (the
+// first folder of tests/data/models of the family, its LoRA components built from the committed configs by the
+// family, weights not loaded): the layout's
 // names, alphas, lora_adapter_metadata, shapes checked against the layers, fused layers split, downs padded.
 // Whatever reads must fit its layer exactly, and is then added to it as an adapter and activated (the
 // combined pair's slicing and scaling), once with ignore_mismatches and once without.
@@ -8,19 +9,20 @@
 #include <vector>
 
 #include "fuzz_support.h"
+#include <algorithm>
+#include <filesystem>
+
+#include "kiln/io/model_index.h"
 #include "kiln/lora/lora_file.h"
-#include "kiln/models/clip_text_model.h"
-#include "kiln/models/flux2_transformer.h"
-#include "kiln/models/flux_transformer.h"
-#include "kiln/models/sd3_transformer.h"
 #include "kiln/nn/layers.h"
+#include "kiln/pipelines/pipeline_registry.h"
 
 using namespace kiln;
 
 namespace {
 
 struct Pipeline {
-  lora::ModelFamily family;
+  const lora::LoraFamily* family = nullptr;
   std::map<std::string, std::unique_ptr<nn::Module>> components;
   std::map<std::string, std::map<std::string, nn::Linear*>> layers;
 
@@ -38,31 +40,38 @@ struct Pipeline {
   }
 };
 
-std::unique_ptr<nn::Module> clip(const std::string& folder) {
-  return std::make_unique<models::ClipTextModel>(
-      models::ClipTextConfig::from_file(fuzz::source_path("tests/data/models/" + folder + "/config.json")));
+// The first folder of tests/data/models (by name) of `family` that has every component it loads LoRA into.
+std::optional<Pipeline> tiny_pipeline(const Family& family) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> folders;
+  for (const auto& entry : fs::directory_iterator(fuzz::source_path("tests/data/models")))
+    if (fs::is_regular_file(entry.path() / "model_index.json")) folders.push_back(entry.path());
+  std::sort(folders.begin(), folders.end());
+  for (const fs::path& folder : folders) {
+    const io::ModelIndex index = io::load_model_index((folder / "model_index.json").string());
+    const PipelineClass* c = find_pipeline_class(index.class_name);
+    if (c == nullptr || c->family != &family) continue;
+    Pipeline pipe;
+    pipe.family = &*family.lora;
+    for (const std::string& name : family.lora->components) {
+      const io::PipelineComponent* component = index.find(name);
+      if (component == nullptr || !component->present()) break;
+      auto model = family.unloaded_component(component->class_name, (folder / name).string());
+      if (model) pipe.components[name] = std::move(model);
+    }
+    if (pipe.components.size() != family.lora->components.size()) continue;
+    pipe.index();
+    return pipe;
+  }
+  return std::nullopt;
 }
 
-std::vector<Pipeline>& pipelines() {
+std::vector<Pipeline>& tiny_pipelines() {
   static std::vector<Pipeline> all = [] {
-    std::vector<Pipeline> p(3);
-    const std::string data = "tests/data/models/";
-    p[0].family = lora::ModelFamily::Flux1;
-    p[0].components["transformer"] =
-        std::make_unique<models::FluxTransformer2DModel>(models::FluxTransformerConfig::from_file(
-            fuzz::source_path(data + "flux-tiny-dev/transformer/config.json")));
-    p[0].components["text_encoder"] = clip("flux-tiny-dev/text_encoder");
-    p[1].family = lora::ModelFamily::SD3;
-    p[1].components["transformer"] =
-        std::make_unique<models::SD3Transformer2DModel>(models::SD3TransformerConfig::from_file(
-            fuzz::source_path(data + "sd3-tiny-medium/transformer/config.json")));
-    p[1].components["text_encoder"] = clip("sd3-tiny-medium/text_encoder");
-    p[1].components["text_encoder_2"] = clip("sd3-tiny-medium/text_encoder_2");
-    p[2].family = lora::ModelFamily::Flux2;
-    p[2].components["transformer"] =
-        std::make_unique<models::Flux2Transformer2DModel>(models::Flux2TransformerConfig::from_file(
-            fuzz::source_path(data + "flux2-tiny-klein-full/transformer/config.json")));
-    for (Pipeline& pipe : p) pipe.index();
+    std::vector<Pipeline> p;
+    for (const Family& family : families())
+      if (family.lora && family.unloaded_component)
+        if (std::optional<Pipeline> pipe = tiny_pipeline(family)) p.push_back(std::move(*pipe));
     return p;
   }();
   return all;
@@ -72,18 +81,18 @@ std::vector<Pipeline>& pipelines() {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   fuzz::make_runtime_deterministic();
-  pipelines();
+  tiny_pipelines();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static fuzz::MemoryFile file("lora.safetensors");
   file.assign({reinterpret_cast<const char*>(data), size});
-  for (Pipeline& pipe : pipelines()) {
+  for (Pipeline& pipe : tiny_pipelines()) {
     const auto find = [&](const std::string& c, const std::string& m) { return pipe.find(c, m); };
     for (bool ignore : {false, true}) {
       fuzz::expect_clean([&] {
-        const lora::LoraContents contents = lora::read_lora_file(file.path(), pipe.family, find, ignore);
+        const lora::LoraContents contents = lora::read_lora_file(file.path(), *pipe.family, find, ignore);
         for (const lora::LayerAdapter& l : contents.layers) {
           fuzz::require(l.layer != nullptr && l.down.dim() == 2 && l.up.dim() == 2,
                         "a layer adapter without its pair");

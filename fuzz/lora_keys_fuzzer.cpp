@@ -1,5 +1,5 @@
-// The LoRA key converters (kiln/lora/lora_keys.h): the input's first byte picks the model family (FLUX.1,
-// SD3, FLUX.2), the rest is a list of tensor names, one per line, as a LoRA file's header would list them.
+// The LoRA key converters (kiln/lora/lora_keys.h): the input's first byte picks the model family (among the
+// registered families that take LoRA, in registration order), the rest is a list of tensor names, one per line, as a LoRA file's header would list them.
 // The layout is detected and the names converted; every pair found must name two of the input's tensors and
 // at least one layer, and everything unknown or skipped must be an input name.
 #include <set>
@@ -8,6 +8,7 @@
 
 #include "fuzz_support.h"
 #include "kiln/lora/lora_keys.h"
+#include "kiln/pipelines/pipeline_registry.h"
 
 using namespace kiln;
 
@@ -18,14 +19,18 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const lora::ModelFamily families[] = {lora::ModelFamily::Flux1, lora::ModelFamily::SD3,
-                                        lora::ModelFamily::Flux2};
-  const lora::ModelFamily family = families[data[0] % 3];
+  static const std::vector<const lora::LoraFamily*> taking_lora = [] {
+    std::vector<const lora::LoraFamily*> out;
+    for (const Family& f : families())
+      if (f.lora) out.push_back(&*f.lora);
+    return out;
+  }();
+  const lora::LoraFamily& family = *taking_lora[data[0] % taking_lora.size()];
   std::vector<std::string> names;
   for (std::string_view n : fuzz::split({reinterpret_cast<const char*>(data) + 1, size - 1}, "\n", 4096))
     names.emplace_back(n);
   const std::set<std::string> given(names.begin(), names.end());
-  lora::detect_lora_format(names);
+  lora::detect_lora_format(names, &family);
   fuzz::expect_clean([&] {
     const lora::LoraKeys keys = lora::plan_lora_keys(names, family);
     for (const lora::LoraPairKeys& pair : keys.pairs) {

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "kiln/core/limits.h"
+#include "kiln/pipelines/request_fields.h"
 
 namespace kiln::serve {
 
@@ -108,19 +108,90 @@ int64_t integer_field(const std::string& field, const json& v, int64_t min, int6
   return value;
 }
 
-uint64_t seed_field(const json& v) {
+uint64_t seed_field(const std::string& field, const json& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer()) refuse("seed", "expected an integer from 0 to 2^64-1, got " + v.dump());
-  refuse("seed", std::string("expected an integer from 0 to 2^64-1, got ") + type_name(v));
+  if (v.is_number_integer()) refuse(field, "expected an integer from 0 to 2^64-1, got " + v.dump());
+  refuse(field, std::string("expected an integer from 0 to 2^64-1, got ") + type_name(v));
 }
 
-float guidance_field(const std::string& key, const json& v) {
-  if (!v.is_number()) refuse(key, std::string("expected a number >= 0, got ") + type_name(v));
-  const double g = v.get<double>();
-  // Within float's range: a larger value would become infinity in the pipeline.
-  if (!std::isfinite(g) || g < 0 || g > std::numeric_limits<float>::max())
-    refuse(key, "expected a finite number >= 0, got " + v.dump());
-  return static_cast<float>(g);
+double number_field(const RequestField& f, const json& v) {
+  const std::string& field = f.json;
+  // The field's range ("a finite value >= 0", "in [0, 1]") said of a JSON number.
+  const std::string range = f.range(), finite = "a finite value";
+  const std::string bounds = range.rfind(finite, 0) == 0 ? range.substr(finite.size()) : " " + range;
+  if (!v.is_number()) refuse(field, "expected a number" + bounds + ", got " + std::string(type_name(v)));
+  const double x = v.get<double>();
+  const bool in_range = std::isfinite(x) && (!f.min || x >= *f.min) && (!f.max || x <= *f.max);
+  if (!in_range) refuse(field, "expected a finite number" + bounds + ", got " + v.dump());
+  return x;
+}
+
+// A request field's value from its JSON, by the field's kind, checked against its range.
+FieldValue field_value(const RequestField& f, const json& v) {
+  const std::string& field = f.json;
+  const auto bound = [](const std::optional<double>& b, int64_t otherwise) {
+    return b ? static_cast<int64_t>(*b) : otherwise;
+  };
+  switch (f.kind) {
+    case FieldKind::Text:
+      return string_field(field, v);
+    case FieldKind::Integer:
+      return integer_field(field, v, bound(f.min, std::numeric_limits<int64_t>::min()),
+                           bound(f.max, std::numeric_limits<int64_t>::max()));
+    case FieldKind::IntegerList: {
+      if (!v.is_array()) refuse(field, "expected a list of integers, got " + std::string(type_name(v)));
+      std::vector<int64_t> values;
+      for (const json& e : v)
+        values.push_back(integer_field(field, e, bound(f.min, std::numeric_limits<int64_t>::min()),
+                                       bound(f.max, std::numeric_limits<int64_t>::max())));
+      return values;
+    }
+    case FieldKind::Number:
+      return number_field(f, v);
+    case FieldKind::Boolean:
+      if (!v.is_boolean()) refuse(field, std::string("expected true or false, got ") + type_name(v));
+      return v.get<bool>();
+    case FieldKind::Choice: {
+      const std::string s = v.is_string() ? v.get<std::string>() : "";
+      if (std::find(f.choices.begin(), f.choices.end(), s) == f.choices.end())
+        refuse(field, "expected " + f.accepted() + ", got " + shown(v));
+      return s;
+    }
+    case FieldKind::Generator:
+      return Generator(seed_field(field, v));
+    default:
+      refuse(field, std::string("a ") + field_kind_name(f.kind) + " is not read from JSON");
+  }
+}
+
+// The JSON of a field's value (what field_value reads back to the same value).
+json field_json(const RequestField& f, const FieldValue& value) {
+  if (f.kind == FieldKind::Generator) return std::get<Generator>(value).initial_seed();
+  return std::visit(
+      [](const auto& v) -> json {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, std::string> || std::is_same_v<V, int64_t> || std::is_same_v<V, double> ||
+                      std::is_same_v<V, bool> || std::is_same_v<V, std::vector<int64_t>>)
+          return v;
+        else
+          return nullptr;
+      },
+      value);
+}
+
+// The request field a body's key names, if it names one the server reads.
+const RequestField* served_field(const std::string& key) {
+  for (const RequestField& f : request_fields())
+    if (!f.json.empty() && f.json == key) return &f;
+  return nullptr;
+}
+
+// The served fields' names, for the message of an unknown one.
+std::string served_names() {
+  std::string names = "model, prompt, n, size, response_format";
+  for (const RequestField& f : request_fields())
+    if (!f.json.empty() && f.json != "prompt" && f.json != "n") names += ", " + f.json;
+  return names;
 }
 
 // "WxH", each side 1 to kMaxImageSide pixels; "auto" is the pipeline's default size.
@@ -141,33 +212,15 @@ void read_size(const json& v, GenerationParams& params) {
     limits::check_range("size: width", width, 1, limits::kMaxImageSide);
     limits::check_range("size: height", height, 1, limits::kMaxImageSide);
   });
-  params.width = width;
-  params.height = height;
+  params.request.width = width;
+  params.request.height = height;
 }
 
 void read_field(const std::string& key, const json& v, GenerationParams& params) {
   if (key == "model") {
     params.model = string_field(key, v);
-  } else if (key == "prompt") {
-    params.prompt = string_field(key, v);
-  } else if (key == "prompt_2") {
-    params.prompt_2 = string_field(key, v);
-  } else if (key == "negative_prompt") {
-    params.negative_prompt = string_field(key, v);
   } else if (key == "size") {
     read_size(v, params);
-  } else if (key == "n") {
-    params.n = static_cast<int>(integer_field(key, v, 1, limits::kMaxImagesPerPrompt));
-  } else if (key == "seed") {
-    params.seed = seed_field(v);
-  } else if (key == "steps") {
-    params.steps = static_cast<int>(integer_field(key, v, 1, limits::kMaxInferenceSteps));
-  } else if (key == "guidance") {
-    params.guidance = guidance_field(key, v);
-  } else if (key == "true_cfg_scale") {
-    params.true_cfg_scale = guidance_field(key, v);
-  } else if (key == "max_sequence_length") {
-    params.max_sequence_length = integer_field(key, v, 1, limits::kMaxSequenceLength);
   } else if (key == "response_format") {
     const std::string f = v.is_string() ? v.get<std::string>() : "";
     if (f == "b64_json")
@@ -184,10 +237,15 @@ void read_field(const std::string& key, const json& v, GenerationParams& params)
       refuse(key,
              "streamed partial images are not supported (follow a job's progress with POST /v1/generate "
              "and GET /v1/jobs/{id}/events)");
+  } else if (const RequestField* f = served_field(key)) {
+    const FieldValue value = field_value(*f, v);
+    try {
+      f->set(params.request, value);
+    } catch (const RequestError& e) {
+      refuse(key, e.what());
+    }
   } else if (ignored_openai_fields().count(key) == 0) {
-    refuse(key,
-           "unknown field (expected model, prompt, n, size, response_format, seed, steps, guidance, "
-           "true_cfg_scale, negative_prompt, prompt_2, max_sequence_length)");
+    refuse(key, "unknown field (expected " + served_names() + ")");
   }
 }
 
@@ -211,6 +269,11 @@ json parse_body(std::string_view body) {
 
 }  // namespace
 
+std::optional<uint64_t> GenerationParams::seed() const {
+  if (!request.generator) return std::nullopt;
+  return request.generator->initial_seed();
+}
+
 GenerationParams parse_generation_params(std::string_view body) {
   const json j = parse_body(body);
   if (!j.is_object()) refuse("", std::string("expected a JSON object, got ") + type_name(j));
@@ -230,50 +293,32 @@ GenerationParams parse_generation_params(std::string_view body) {
 }
 
 std::string to_json_text(const GenerationParams& params) {
-  json j = {{"prompt", params.prompt}, {"n", params.n}};
+  const PipelineRequest& r = params.request;
+  json j = json::object();
   if (!params.model.empty()) j["model"] = params.model;
-  if (params.prompt_2) j["prompt_2"] = *params.prompt_2;
-  if (params.negative_prompt) j["negative_prompt"] = *params.negative_prompt;
-  if (params.width) j["size"] = std::to_string(*params.width) + "x" + std::to_string(*params.height);
-  if (params.seed) j["seed"] = *params.seed;
-  if (params.steps) j["steps"] = *params.steps;
-  if (params.guidance) j["guidance"] = *params.guidance;
-  if (params.true_cfg_scale) j["true_cfg_scale"] = *params.true_cfg_scale;
-  if (params.max_sequence_length) j["max_sequence_length"] = *params.max_sequence_length;
+  // OpenAI's fields as OpenAI's clients send them: the size as "WxH", n always.
+  const bool size = r.height.has_value() && r.width.has_value();
+  if (size) j["size"] = std::to_string(*r.width) + "x" + std::to_string(*r.height);
+  j["n"] = r.num_images_per_prompt;
+  for (const RequestField& f : request_fields()) {
+    if (f.json.empty() || (size && (f.name == "height" || f.name == "width"))) continue;
+    if (f.is_set(r) || f.name == "prompt") j[f.json] = field_json(f, f.get(r));
+  }
   j["response_format"] = params.response_format == ResponseFormat::Url ? "url" : "b64_json";
   return j.dump();
 }
 
-PipelineRequest to_pipeline_request(const GenerationParams& params, const std::string& pipeline_class,
-                                    uint64_t seed) {
-  PipelineRequest request;
-  request.prompt = params.prompt;
-  if (params.prompt_2)
-    (pipeline_class == "StableDiffusion3Pipeline" ? request.prompt_3 : request.prompt_2) = *params.prompt_2;
-  request.negative_prompt = params.negative_prompt;
-  request.height = params.height;
-  request.width = params.width;
-  request.num_inference_steps = params.steps;
-  request.guidance_scale = params.guidance;
-  request.true_cfg_scale = params.true_cfg_scale;
-  request.max_sequence_length = params.max_sequence_length;
-  request.num_images_per_prompt = params.n;
+PipelineRequest to_pipeline_request(const GenerationParams& params, uint64_t seed) {
+  PipelineRequest request = params.request;
   request.generator = Generator(seed);
   return request;
 }
 
 std::string json_field_of(const std::string& request_field) {
-  static const std::map<std::string, std::string> fields = {{"prompt_3", "prompt_2"},
-                                                            {"negative_prompt_2", "negative_prompt"},
-                                                            {"negative_prompt_3", "negative_prompt"},
-                                                            {"height", "size"},
-                                                            {"width", "size"},
-                                                            {"num_inference_steps", "steps"},
-                                                            {"guidance_scale", "guidance"},
-                                                            {"num_images_per_prompt", "n"},
-                                                            {"generator", "seed"}};
-  const auto it = fields.find(request_field);
-  return it == fields.end() ? request_field : it->second;
+  // The size comes as OpenAI's "size" ("WxH"), which clients send rather than height and width.
+  if (request_field == "height" || request_field == "width") return "size";
+  const RequestField* f = find_request_field(request_field);
+  return f != nullptr && !f->json.empty() ? f->json : request_field;
 }
 
 }  // namespace kiln::serve

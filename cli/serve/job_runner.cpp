@@ -11,7 +11,7 @@ void run_job(Job& job, ModelPool& pool, Metrics& metrics, const std::function<vo
       throw Cancelled("cancelled before it started");
     }
     const std::shared_ptr<DiffusionPipeline> pipe = pool.acquire(job.model());
-    PipelineRequest request = to_pipeline_request(job.params(), pipe->class_name(), job.seed());
+    PipelineRequest request = to_pipeline_request(job.params(), job.seed());
     request.cancel = job.cancel_token();
     request.callback_on_step_end = [&](StepState& step) {
       job.stepped(step.step + 1, step.num_steps, step.seconds);

@@ -4,12 +4,17 @@
 // The answer waits for the images; a client that closes its connection meanwhile cancels its job.
 #include <chrono>
 #include <ctime>
+#include <limits>
+#include <optional>
+#include <variant>
 
 #include "cli/serve/base64.h"
 #include "cli/serve/connection_watch.h"
 #include "cli/serve/http_util.h"
 #include "cli/serve/routes.h"
 #include "cli/serve/submit.h"
+#include "kiln/pipelines/pipeline_registry.h"
+#include "kiln/pipelines/request_fields.h"
 
 namespace kiln::serve {
 
@@ -49,9 +54,37 @@ void generate_images(const httplib::Request& req, httplib::Response& res, Server
                  {"seed", job->seed()},
                  {"queue_seconds", end.queue_seconds},
                  {"run_seconds", end.run_seconds}}}};
-  if (job->params().width)
-    body["size"] = std::to_string(*job->params().width) + "x" + std::to_string(*job->params().height);
+  const PipelineRequest& asked = job->params().request;
+  if (asked.width && asked.height) body["size"] = std::to_string(*asked.width) + "x" + std::to_string(*asked.height);
   send_json(res, 200, body);
+}
+
+// The request fields a model's class takes and the server reads (those with a JSON name), as the page builds
+// its form from them: the JSON name, the label, the kind, the range, the choices, the default (once the model
+// is loaded: its pipeline's) and the help.
+json fields_json(const PipelineClass& c, const std::optional<PipelineDefaults>& defaults) {
+  json fields = json::array();
+  for (const RequestField& f : request_fields()) {
+    if (f.json.empty() || !c.takes(f.name)) continue;
+    json field = {{"name", f.name}, {"json", f.json},         {"label", f.label},
+                  {"kind", field_kind_name(f.kind)}, {"help", f.help}};
+    const bool numeric = f.kind == FieldKind::Integer || f.kind == FieldKind::Number ||
+                         f.kind == FieldKind::IntegerList;
+    const double largest = std::numeric_limits<float>::max();
+    if (numeric && f.min && *f.min != -largest) field["min"] = *f.min;
+    if (numeric && f.max && *f.max != largest) field["max"] = *f.max;
+    if (!f.choices.empty()) field["choices"] = f.choices;
+    if (defaults)
+      if (const std::optional<FieldValue> d = default_of(*defaults, f.name))
+        std::visit(
+            [&](const auto& v) {
+              using V = std::decay_t<decltype(v)>;
+              if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, double>) field["default"] = v;
+            },
+            *d);
+    fields.push_back(field);
+  }
+  return fields;
 }
 
 json models_json(const ModelPool& pool) {
@@ -62,8 +95,11 @@ json models_json(const ModelPool& pool) {
                   {"created", 0},
                   {"owned_by", "kiln"},
                   {"kiln", {{"model", m.ref}, {"pipeline", m.pipeline_class->name}}}};
-    if (const auto pipe = pool.loaded(m.id)) {
-      const PipelineDefaults d = pipe->defaults();
+    std::optional<PipelineDefaults> defaults;
+    if (const auto pipe = pool.loaded(m.id)) defaults = pipe->defaults();
+    model["kiln"]["fields"] = fields_json(*m.pipeline_class, defaults);
+    if (defaults) {
+      const PipelineDefaults& d = *defaults;
       model["kiln"]["loaded"] = true;
       model["kiln"]["defaults"] = {{"size", std::to_string(d.width) + "x" + std::to_string(d.height)},
                                    {"steps", d.num_inference_steps},

@@ -78,8 +78,9 @@ std::unique_ptr<DiffusionPipeline> load_pipeline(const std::string& ref, const E
 void log_job_end(const serve::Job& job) {
   const serve::Job::Snapshot s = job.snapshot();
   const serve::GenerationParams& p = job.params();
-  const std::string size =
-      p.width ? std::to_string(*p.width) + "x" + std::to_string(*p.height) : "default size";
+  const std::string size = p.request.width && p.request.height ? std::to_string(*p.request.width) + "x" +
+                                                                      std::to_string(*p.request.height)
+                                                                : "default size";
   std::fprintf(stderr, "kiln: %s %s %s, seed %llu: %s after %d step(s) in %.2fs (queued %.2fs)%s%s\n",
                job.id().c_str(), job.model().c_str(), size.c_str(),
                static_cast<unsigned long long>(job.seed()), serve::status_name(s.status), s.step,

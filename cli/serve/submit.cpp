@@ -32,11 +32,11 @@ std::shared_ptr<Job> submit_job(std::string_view body, ServerState& state) {
         "model: '" + params.model + "' is not served here (GET /v1/models lists them: " + names + ")",
         "model_not_found");
   }
-  const uint64_t seed = params.seed ? *params.seed : random_seed();
+  const uint64_t seed = params.seed() ? *params.seed() : random_seed();
   // Refused now rather than after the wait: a field the pipeline class does not take, and, once the
   // pipeline is loaded, a size or a step count it cannot run.
   try {
-    const PipelineRequest request = to_pipeline_request(params, model->pipeline_class->name, seed);
+    const PipelineRequest request = to_pipeline_request(params, seed);
     model->pipeline_class->check_fields(request);
     if (const auto pipe = state.pool.loaded(model->id)) pipe->check_request(request);
   } catch (const RequestError& e) {

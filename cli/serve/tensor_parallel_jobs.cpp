@@ -42,7 +42,7 @@ void follow_rank0(ModelPool& pool) {
     const GenerationParams params = parse_generation_params(m.at("params").get<std::string>());
     try {
       const std::shared_ptr<DiffusionPipeline> pipe = pool.acquire(model);
-      (*pipe)(to_pipeline_request(params, pipe->class_name(), m.at("seed").get<uint64_t>()));
+      (*pipe)(to_pipeline_request(params, m.at("seed").get<uint64_t>()));
     } catch (const Error&) {
       // Rank 0 reports it: the same job fails or is cancelled there.
     }

@@ -23,41 +23,20 @@ from ._kiln import (
     pipeline_classes,
     reset_peak_memory_stats,
 )
-from .pipelines import (
-    DiffusionPipeline,
-    Flux2KleinPipeline,
-    Flux2Pipeline,
-    FluxFillPipeline,
-    FluxImg2ImgPipeline,
-    FluxInpaintPipeline,
-    FluxKontextPipeline,
-    FluxPipeline,
-    PipelineOutput,
-    StableDiffusion3Img2ImgPipeline,
-    StableDiffusion3InpaintPipeline,
-    StableDiffusion3Pipeline,
-)
+from . import pipelines as _pipelines
+from .pipelines import *  # noqa: F401,F403  DiffusionPipeline, PipelineOutput and one class per pipeline class
+from ._kiln import pipeline_class_info
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Cancelled",
-    "DiffusionPipeline",
-    "Flux2KleinPipeline",
-    "Flux2Pipeline",
-    "FluxFillPipeline",
-    "FluxImg2ImgPipeline",
-    "FluxInpaintPipeline",
-    "FluxKontextPipeline",
-    "FluxPipeline",
     "KilnError",
-    "PipelineOutput",
     "RequestError",
-    "StableDiffusion3Img2ImgPipeline",
-    "StableDiffusion3InpaintPipeline",
-    "StableDiffusion3Pipeline",
     "devices",
     "memory_stats",
+    "pipeline_class_info",
     "pipeline_classes",
     "reset_peak_memory_stats",
+    *_pipelines.__all__,
 ]

@@ -27,7 +27,7 @@ def dtype_name(dtype):
     return _DTYPES[name]
 
 
-def _one_generator(generator):
+def generator_value(generator):
     """An int seed, or a CPU torch.Generator's get_state() bytes (Kiln continues its stream where it is)."""
     if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
         if generator < 0:
@@ -39,19 +39,6 @@ def _one_generator(generator):
             raise ValueError(f"generator: Kiln draws torch's CPU noise; got a generator on {generator.device}")
         return generator.get_state().numpy().tobytes()
     raise TypeError(f"generator: expected an int seed or a torch.Generator, got {type(generator).__name__}")
-
-
-def generator_args(generator):
-    """The native call's generator arguments for diffusers' `generator`: None (torch's default seed), an int,
-    a CPU torch.Generator (fresh or part-way through its stream), or a list of those, one per image."""
-    if generator is None:
-        return {}
-    if isinstance(generator, (list, tuple)):
-        if len(generator) == 1:
-            return generator_args(generator[0])
-        return {"generators": [_one_generator(g) for g in generator]}
-    one = _one_generator(generator)
-    return {"generator_state": one} if isinstance(one, bytes) else {"seed": one}
 
 
 def hand_back(generator, result):

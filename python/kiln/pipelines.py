@@ -9,7 +9,7 @@ mode (`pipe.vae.to(...)` moves one component); a device without its plugin insta
 
 import os
 
-from . import _convert
+from . import _convert, _kiln, _request
 from ._kiln import Pipeline as _Pipeline
 
 
@@ -205,25 +205,18 @@ class DiffusionPipeline:
         return self._native.defaults()
 
     # ---- the call
-    def __call__(self, prompt=None, prompt_2=None, prompt_3=None, negative_prompt=None, negative_prompt_2=None,
-                 negative_prompt_3=None, height=None, width=None, num_inference_steps=None, guidance_scale=None,
-                 true_cfg_scale=None, num_images_per_prompt=1, generator=None, max_sequence_length=None, image=None,
-                 mask_image=None, strength=None, padding_mask_crop=None, max_area=None, _auto_resize=None,
-                 prompt_embeds=None, negative_prompt_embeds=None, pooled_prompt_embeds=None,
-                 negative_pooled_prompt_embeds=None, output_type="pil", return_dict=True,
-                 callback_on_step_end=None, callback_on_step_end_tensor_inputs=None, skip_guidance_layers=None,
-                 **kwargs):
-        unknown = sorted(k for k in kwargs if kwargs[k] is not None)
-        if unknown:
-            raise TypeError(f"{type(self).__name__}: unsupported argument(s) {', '.join(unknown)}")
-        prompt, prompts = self._text_or_list(prompt)
-        negative_prompt, negative_prompts = self._text_or_list(negative_prompt)
-        want_torch = output_type == "pt" or (output_type == "latent" and _convert.torch_module() is not None)
+    def __call__(self, prompt=None, *, output_type="pil", return_dict=True, callback_on_step_end=None,
+                 callback_on_step_end_tensor_inputs=None, **kwargs):
+        """diffusers' __call__: the keyword arguments are the request fields the pipeline class takes (see
+        kiln.pipeline_class_info()); one it does not take is refused naming it (kiln.RequestError)."""
         if output_type not in ("pil", "np", "pt", "latent"):
             raise ValueError(f'output_type must be "pil", "np", "pt" or "latent", got {output_type!r}')
-        images = [] if image is None else [_convert.image_array(i) for i in (image if isinstance(image, list) else [image])]
+        fields = _request.native_fields({"prompt": prompt, **kwargs})
+        # torch's "pt" is the float array, handed over as a tensor.
+        fields["output_type"] = "np" if output_type == "pt" else output_type
+        want_torch = output_type == "pt" or (output_type == "latent" and _convert.torch_module() is not None)
         self._interrupt = False
-        steps = num_inference_steps or int(self._native.defaults()["num_inference_steps"])
+        steps = kwargs.get("num_inference_steps") or int(self._native.defaults()["num_inference_steps"])
         bar = self._progress_bar(steps)
         torch_latents = _convert.torch_module() is not None
 
@@ -241,55 +234,16 @@ class DiffusionPipeline:
 
         try:
             out = self._native.generate(
-                prompt=prompt or "", prompts=prompts, prompt_2=self._one("prompt_2", prompt_2),
-                prompt_3=self._one("prompt_3", prompt_3), negative_prompt=negative_prompt,
-                negative_prompts=negative_prompts,
-                negative_prompt_2=self._one("negative_prompt_2", negative_prompt_2),
-                negative_prompt_3=self._one("negative_prompt_3", negative_prompt_3),
-                prompt_embeds=None if prompt_embeds is None else _convert.to_kiln(prompt_embeds),
-                negative_prompt_embeds=None if negative_prompt_embeds is None else _convert.to_kiln(negative_prompt_embeds),
-                pooled_prompt_embeds=None if pooled_prompt_embeds is None else _convert.to_kiln(pooled_prompt_embeds),
-                negative_pooled_prompt_embeds=(None if negative_pooled_prompt_embeds is None
-                                               else _convert.to_kiln(negative_pooled_prompt_embeds)),
-                images=images, mask_image=None if mask_image is None else _convert.image_array(mask_image),
-                strength=None if strength is None else float(strength), padding_mask_crop=padding_mask_crop,
-                max_area=max_area,
-                auto_resize=_auto_resize, height=height, width=width,
-                num_inference_steps=num_inference_steps,
-                guidance_scale=guidance_scale,
-                true_cfg_scale=None if true_cfg_scale is None else float(true_cfg_scale),
-                **_convert.generator_args(generator),
-                max_sequence_length=max_sequence_length, num_images_per_prompt=num_images_per_prompt,
-                skip_guidance_layers=list(skip_guidance_layers or []),
-                output_type="np" if output_type == "pt" else output_type,
-                on_step=on_step if (bar is not None or callback_on_step_end is not None) else None,
+                fields, on_step=on_step if (bar is not None or callback_on_step_end is not None) else None,
                 widen_bfloat16=_convert.torch_module() is None)
         finally:
             if bar is not None:
                 bar.close()
-        _convert.hand_back(generator, out)
+        _convert.hand_back(kwargs.get("generator"), out)
         result = self._images(out, output_type, want_torch)
         return PipelineOutput(result) if return_dict else (result,)
 
     # ---- helpers
-    @staticmethod
-    def _one(name, value):
-        if isinstance(value, (list, tuple)):
-            if len(value) != 1:
-                raise ValueError(f"{name}: Kiln takes one {name} per call (a list goes in prompt and "
-                                 f"negative_prompt), got a list of {len(value)}")
-            return value[0]
-        return value
-
-    @staticmethod
-    def _text_or_list(value):
-        """diffusers' `str | list[str]`: (the text, []) or, for a list of several, (None, the list)."""
-        if isinstance(value, (list, tuple)):
-            if len(value) == 1:
-                return value[0], []
-            return None, [str(v) for v in value]
-        return value, []
-
     def _progress_bar(self, total):
         if self._progress_config.get("disable", False):
             return None
@@ -317,42 +271,16 @@ class DiffusionPipeline:
         return images
 
 
-class FluxPipeline(DiffusionPipeline):
-    """FLUX.1-schnell / FLUX.1-dev (diffusers' FluxPipeline)."""
+def _pipeline_classes():
+    """One class per pipeline class of the registry (kiln/pipelines/pipeline_registry.h), named as diffusers
+    names it: `from kiln import FluxPipeline` is diffusers' import."""
+    made = {}
+    for info in _kiln.pipeline_class_info():
+        doc = (f"{info['name']}: the {info['family']} family's {info['task']} pipeline, as diffusers' "
+               f"{info['name']}; its call takes {', '.join(sorted(info['fields']))}.")
+        made[info["name"]] = type(info["name"], (DiffusionPipeline,), {"__doc__": doc, "__module__": __name__})
+    return made
 
 
-class StableDiffusion3Pipeline(DiffusionPipeline):
-    """Stable Diffusion 3 / 3.5 (diffusers' StableDiffusion3Pipeline)."""
-
-
-class FluxImg2ImgPipeline(DiffusionPipeline):
-    """FLUX.1 image-to-image (diffusers' FluxImg2ImgPipeline): image=, strength=."""
-
-
-class FluxInpaintPipeline(DiffusionPipeline):
-    """FLUX.1 inpainting (diffusers' FluxInpaintPipeline): image=, mask_image=, strength=, padding_mask_crop=."""
-
-
-class FluxFillPipeline(DiffusionPipeline):
-    """FLUX.1 Fill [dev] (diffusers' FluxFillPipeline): image=, mask_image=."""
-
-
-class FluxKontextPipeline(DiffusionPipeline):
-    """FLUX.1 Kontext [dev] (diffusers' FluxKontextPipeline): image= to edit, max_area=, _auto_resize=."""
-
-
-class StableDiffusion3Img2ImgPipeline(DiffusionPipeline):
-    """SD3 / SD3.5 image-to-image (diffusers' StableDiffusion3Img2ImgPipeline)."""
-
-
-class StableDiffusion3InpaintPipeline(DiffusionPipeline):
-    """SD3 / SD3.5 inpainting (diffusers' StableDiffusion3InpaintPipeline): image=, mask_image=, strength=,
-    padding_mask_crop=."""
-
-
-class Flux2Pipeline(DiffusionPipeline):
-    """FLUX.2-dev (diffusers' Flux2Pipeline)."""
-
-
-class Flux2KleinPipeline(DiffusionPipeline):
-    """FLUX.2 [klein] (diffusers' Flux2KleinPipeline)."""
+globals().update(_pipeline_classes())
+__all__ = ["DiffusionPipeline", "PipelineOutput", *sorted(_CLASSES)]

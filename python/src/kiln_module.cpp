@@ -18,6 +18,7 @@
 #include "kiln/core/error.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/pipelines/pipeline_registry.h"
+#include "kiln/pipelines/request_fields.h"
 #include "kiln/runtime/devices.h"
 #include "tensors.h"
 
@@ -26,14 +27,6 @@ namespace nb = nanobind;
 namespace kiln::python {
 
 namespace {
-
-OutputType parse_output_type(const std::string& name) {
-  if (name == "pil" || name == "image") return OutputType::Image;
-  if (name == "np" || name == "pt" || name == "array") return OutputType::Array;
-  if (name == "latent") return OutputType::Latent;
-  throw RequestError("output_type",
-                     "output_type must be \"pil\", \"np\", \"pt\" or \"latent\", got \"" + name + "\"");
-}
 
 // A device named from Python ("xla-cpu", "cuda:1"), absent when None.
 std::optional<Device> optional_device(const std::optional<std::string>& name) {
@@ -60,6 +53,59 @@ Image to_image(const AnyArray& array) {
   const uint8_t* p = t.data<uint8_t>();
   image.pixels.assign(p, p + t.numel());
   return image;
+}
+
+// A generator from Python: an int seed, or a torch.Generator's get_state() bytes (one that may have drawn
+// numbers already: its stream continues).
+Generator generator_of(nb::handle value) {
+  if (nb::isinstance<nb::bytes>(value)) {
+    const nb::bytes state = nb::borrow<nb::bytes>(value);
+    return Generator::from_torch_state(reinterpret_cast<const uint8_t*>(state.c_str()), state.size());
+  }
+  return Generator(nb::cast<uint64_t>(value));
+}
+
+// A Python value as the value of `field`, by its kind (python/kiln/_request.py has made images arrays, tensors
+// DLPack-able arrays and generators seeds or torch states). A value of another type is a RequestError naming
+// the field.
+FieldValue field_value(const RequestField& field, nb::handle value) {
+  try {
+    switch (field.kind) {
+      case FieldKind::Text:
+      case FieldKind::Choice:
+        return nb::cast<std::string>(value);
+      case FieldKind::TextList:
+        return nb::cast<std::vector<std::string>>(value);
+      case FieldKind::Integer:
+        return nb::cast<int64_t>(value);
+      case FieldKind::IntegerList:
+        return nb::cast<std::vector<int64_t>>(value);
+      case FieldKind::Number:
+        return nb::cast<double>(value);
+      case FieldKind::Boolean:
+        return nb::cast<bool>(value);
+      case FieldKind::Image:
+        return to_image(nb::cast<AnyArray>(value));
+      case FieldKind::ImageList: {
+        std::vector<Image> images;
+        for (nb::handle item : value) images.push_back(to_image(nb::cast<AnyArray>(item)));
+        return images;
+      }
+      case FieldKind::Tensor:
+        return from_array(nb::cast<AnyArray>(value), field.name.c_str());
+      case FieldKind::Generator:
+        return generator_of(value);
+      case FieldKind::GeneratorList: {
+        std::vector<Generator> generators;
+        for (nb::handle item : value) generators.push_back(generator_of(item));
+        return generators;
+      }
+    }
+  } catch (const nb::cast_error&) {
+  } catch (const nb::python_error&) {
+  }
+  const std::string type = nb::cast<std::string>(nb::str(value.type().attr("__name__")));
+  throw RequestError(field.name, field.python_name() + " must be " + field.accepted() + ", got " + type);
 }
 
 // Runs `call` on a thread of its own with the GIL released; the calling thread checks for signals every 50 ms
@@ -218,67 +264,17 @@ class PyPipeline {
     return pipe_->get_list_adapters();
   }
 
-  // One call; see python/kiln/pipelines.py for the arguments' meaning. `on_step(step, num_steps, timestep,
-  // latents)` may return new latents (an array) or True to stop, or None.
-  nb::dict generate(const std::string& prompt, std::vector<std::string> prompts,
-                    std::optional<std::string> prompt_2, std::optional<std::string> prompt_3,
-                    std::optional<std::string> negative_prompt, std::optional<std::string> negative_prompt_2,
-                    std::optional<std::string> negative_prompt_3, std::vector<std::string> negative_prompts,
-                    std::optional<AnyArray> prompt_embeds, std::optional<AnyArray> negative_prompt_embeds,
-                    std::optional<AnyArray> pooled_prompt_embeds,
-                    std::optional<AnyArray> negative_pooled_prompt_embeds, std::vector<AnyArray> images,
-                    std::optional<AnyArray> mask_image, std::optional<double> strength,
-                    std::optional<int64_t> padding_mask_crop, std::optional<int64_t> max_area,
-                    std::optional<bool> auto_resize, std::optional<int64_t> height,
-                    std::optional<int64_t> width, std::optional<int> num_inference_steps,
-                    std::optional<float> guidance_scale, std::optional<float> true_cfg_scale,
-                    std::optional<uint64_t> seed, std::optional<nb::bytes> generator_state,
-                    std::vector<nb::object> generators, std::optional<int64_t> max_sequence_length,
-                    int num_images_per_prompt, std::vector<int64_t> skip_guidance_layers,
-                    const std::string& output_type, std::optional<nb::callable> on_step,
-                    bool widen_bfloat16) {
+  // One call: `fields` maps request fields (by name) to values of their kinds (python/kiln/_request.py
+  // converts diffusers' keyword arguments). `on_step(step, num_steps, timestep, latents)` may return new
+  // latents (an array) or True to stop, or None.
+  nb::dict generate(const nb::dict& fields, std::optional<nb::callable> on_step, bool widen_bfloat16) {
     PipelineRequest r;
-    r.prompt = prompt;
-    r.prompts = std::move(prompts);
-    r.negative_prompts = std::move(negative_prompts);
-    r.prompt_2 = prompt_2;
-    r.prompt_3 = prompt_3;
-    r.negative_prompt = negative_prompt;
-    r.negative_prompt_2 = negative_prompt_2;
-    r.negative_prompt_3 = negative_prompt_3;
-    if (prompt_embeds) r.prompt_embeds = from_array(*prompt_embeds, "prompt_embeds");
-    if (negative_prompt_embeds)
-      r.negative_prompt_embeds = from_array(*negative_prompt_embeds, "negative_prompt_embeds");
-    if (pooled_prompt_embeds)
-      r.pooled_prompt_embeds = from_array(*pooled_prompt_embeds, "pooled_prompt_embeds");
-    if (negative_pooled_prompt_embeds)
-      r.negative_pooled_prompt_embeds =
-          from_array(*negative_pooled_prompt_embeds, "negative_pooled_prompt_embeds");
-    for (const AnyArray& image : images) r.image.push_back(to_image(image));
-    if (mask_image) r.mask_image = to_image(*mask_image);
-    r.strength = strength;
-    r.padding_mask_crop = padding_mask_crop;
-    r.max_area = max_area;
-    r.auto_resize = auto_resize;
-    r.height = height;
-    r.width = width;
-    r.num_inference_steps = num_inference_steps;
-    r.guidance_scale = guidance_scale;
-    r.true_cfg_scale = true_cfg_scale;
-    // A seed, or a torch.Generator's get_state() bytes (one that may have drawn numbers already); a list of
-    // either, one per image.
-    const auto from_state = [](const nb::bytes& state) {
-      return Generator::from_torch_state(reinterpret_cast<const uint8_t*>(state.c_str()), state.size());
-    };
-    if (seed) r.generator = Generator(*seed);
-    if (generator_state) r.generator = from_state(*generator_state);
-    for (const nb::object& g : generators)
-      r.generators.push_back(nb::isinstance<nb::bytes>(g) ? from_state(nb::cast<nb::bytes>(g))
-                                                          : Generator(nb::cast<uint64_t>(g)));
-    r.max_sequence_length = max_sequence_length;
-    r.num_images_per_prompt = num_images_per_prompt;
-    r.skip_layer_guidance.layers = skip_guidance_layers;
-    r.output_type = parse_output_type(output_type);
+    for (const auto& [key, value] : fields) {
+      const std::string name = nb::cast<std::string>(key);
+      const RequestField* field = find_request_field(name);
+      if (field == nullptr) throw RequestError(name, "no request field " + name);
+      field->set(r, field_value(*field, value));
+    }
     if (on_step) {
       nb::callable callback = *on_step;
       r.callback_on_step_end = [callback, widen_bfloat16](StepState& s) {
@@ -358,8 +354,37 @@ NB_MODULE(_kiln, m) {
 
   m.def("pipeline_classes", [] {
     std::vector<std::string> names;
-    for (const PipelineClass& c : pipeline_classes()) names.push_back(c.name);
+    for (const PipelineClass* c : pipeline_classes()) names.push_back(c->name);
     return names;
+  });
+  // The registry (kiln/pipelines/pipeline_registry.h), for the package to make its classes: each class's
+  // name, family, task and the request fields it takes.
+  m.def("pipeline_class_info", [] {
+    nb::list out;
+    for (const PipelineClass* c : pipeline_classes()) {
+      nb::dict info;
+      info["name"] = c->name;
+      info["family"] = c->family->name;
+      info["task"] = task_name(c->task);
+      info["fields"] = c->fields;
+      out.append(info);
+    }
+    return out;
+  });
+  // The request's fields (kiln/pipelines/request_fields.h): the package reads diffusers' keyword arguments
+  // by them.
+  m.def("request_fields", [] {
+    nb::list out;
+    for (const RequestField& f : request_fields()) {
+      nb::dict info;
+      info["name"] = f.name;
+      info["keyword"] = f.python_name();
+      info["kind"] = field_kind_name(f.kind);
+      info["list_form"] = f.list_form;
+      info["help"] = f.help;
+      out.append(info);
+    }
+    return out;
   });
 
   // torch.cuda.memory_stats / max_memory_allocated / reset_peak_memory_stats for any device: the bytes Kiln
@@ -433,20 +458,6 @@ NB_MODULE(_kiln, m) {
       .def("delete_adapters", &PyPipeline::delete_adapters, nb::arg("names"))
       .def("get_active_adapters", &PyPipeline::get_active_adapters)
       .def("get_list_adapters", &PyPipeline::get_list_adapters)
-      .def("generate", &PyPipeline::generate, nb::arg("prompt") = "",
-           nb::arg("prompts") = std::vector<std::string>(), nb::arg("prompt_2") = nb::none(),
-           nb::arg("prompt_3") = nb::none(), nb::arg("negative_prompt") = nb::none(),
-           nb::arg("negative_prompt_2") = nb::none(), nb::arg("negative_prompt_3") = nb::none(),
-           nb::arg("negative_prompts") = std::vector<std::string>(), nb::arg("prompt_embeds") = nb::none(),
-           nb::arg("negative_prompt_embeds") = nb::none(), nb::arg("pooled_prompt_embeds") = nb::none(),
-           nb::arg("negative_pooled_prompt_embeds") = nb::none(), nb::arg("images") = std::vector<AnyArray>(),
-           nb::arg("mask_image") = nb::none(), nb::arg("strength") = nb::none(),
-           nb::arg("padding_mask_crop") = nb::none(), nb::arg("max_area") = nb::none(),
-           nb::arg("auto_resize") = nb::none(), nb::arg("height") = nb::none(), nb::arg("width") = nb::none(),
-           nb::arg("num_inference_steps") = nb::none(), nb::arg("guidance_scale") = nb::none(),
-           nb::arg("true_cfg_scale") = nb::none(), nb::arg("seed") = nb::none(),
-           nb::arg("generator_state") = nb::none(), nb::arg("generators") = std::vector<nb::object>(),
-           nb::arg("max_sequence_length") = nb::none(), nb::arg("num_images_per_prompt") = 1,
-           nb::arg("skip_guidance_layers") = std::vector<int64_t>(), nb::arg("output_type") = "pil",
-           nb::arg("on_step") = nb::none(), nb::arg("widen_bfloat16") = false);
+      .def("generate", &PyPipeline::generate, nb::arg("fields"), nb::arg("on_step") = nb::none(),
+           nb::arg("widen_bfloat16") = false);
 }

@@ -24,18 +24,6 @@ std::string joined(const std::vector<std::string>& names) {
 
 }  // namespace
 
-LoraPipelineSpec lora_spec_for(const std::string& pipeline_class) {
-  if (starts_with(pipeline_class, "Flux2")) return {ModelFamily::Flux2, {"transformer"}, {"transformer"}};
-  if (starts_with(pipeline_class, "Flux"))
-    return {ModelFamily::Flux1, {"transformer", "text_encoder"}, {"transformer"}};
-  if (starts_with(pipeline_class, "StableDiffusion3"))
-    return {ModelFamily::SD3,
-            {"transformer", "text_encoder", "text_encoder_2"},
-            {"transformer", "text_encoder", "text_encoder_2"}};
-  KILN_FAIL(pipeline_class
-            << " does not take LoRA adapters (Kiln loads them into FLUX.1, SD3 and FLUX.2 pipelines)");
-}
-
 std::string LoraLoadReport::describe() const {
   std::string s = "adapter '" + adapter_name + "': " + format_name(format);
   for (const auto& [component, n] : layers)
@@ -45,12 +33,12 @@ std::string LoraLoadReport::describe() const {
   return s;
 }
 
-LoraAdapters::LoraAdapters(const std::string& pipeline_class,
+LoraAdapters::LoraAdapters(const LoraFamily& family, const std::string& pipeline_class,
                            const std::vector<std::pair<std::string, nn::Module*>>& components)
-    : pipeline_class_(pipeline_class), spec_(lora_spec_for(pipeline_class)) {
+    : family_(family), pipeline_class_(pipeline_class) {
   for (const auto& [name, module] : components)
     if (module != nullptr &&
-        std::find(spec_.components.begin(), spec_.components.end(), name) != spec_.components.end())
+        std::find(family_.components.begin(), family_.components.end(), name) != family_.components.end())
       components_.emplace_back(name, module);
 }
 
@@ -100,7 +88,7 @@ LoraLoadReport LoraAdapters::load(const std::string& path, const LoraLoadOptions
     }
     return nullptr;
   };
-  const LoraContents contents = read_lora_file(path, spec_.family, find, options.ignore_mismatches);
+  const LoraContents contents = read_lora_file(path, family_, find, options.ignore_mismatches);
   report.format = contents.format;
   report.skipped = contents.skipped;
   if (contents.layers.empty()) {
@@ -148,11 +136,11 @@ void LoraAdapters::set_adapters(const std::vector<std::string>& names, const std
 void LoraAdapters::fuse(const FuseLoraOptions& options) {
   refuse_while_fused("fuse_lora");
   const std::vector<std::string> components =
-      options.components.empty() ? spec_.fuse_components : options.components;
+      options.components.empty() ? family_.fuse_components : options.components;
   for (const std::string& c : components)
-    KILN_CHECK(std::find(spec_.components.begin(), spec_.components.end(), c) != spec_.components.end(),
+    KILN_CHECK(std::find(family_.components.begin(), family_.components.end(), c) != family_.components.end(),
                pipeline_class_ << ".fuse_lora: '" << c << "' is not a component it loads LoRA into ("
-                               << joined(spec_.components) << ")");
+                               << joined(family_.components) << ")");
   const auto layers = adapted_layers();
   for (const std::string& c : components) {
     const auto it = layers.find(c);

@@ -95,7 +95,7 @@ Tensor padded(const Tensor& down, int64_t width) {
 
 }  // namespace
 
-LoraContents read_lora_file(const std::string& path, ModelFamily family, const LayerLookup& find,
+LoraContents read_lora_file(const std::string& path, const LoraFamily& family, const LayerLookup& find,
                             bool ignore_mismatches) {
   const io::SafetensorsFile file(path);
   LoraKeys keys;
@@ -107,8 +107,7 @@ LoraContents read_lora_file(const std::string& path, ModelFamily family, const L
   LoraContents out;
   out.format = keys.format;
   out.skipped = keys.skipped;
-  const std::string hint = " (a " + std::string(format_name(keys.format)) + " LoRA file for " +
-                           family_name(family) +
+  const std::string hint = " (a " + std::string(format_name(keys.format)) + " LoRA file for " + family.name +
                            "; load it with ignore_mismatches to skip what does not fit)";
   if (!keys.unknown.empty() && !ignore_mismatches)
     KILN_FAIL(path << ": tensor '" << keys.unknown.front().first << "': " << keys.unknown.front().second
@@ -141,7 +140,7 @@ LoraContents read_lora_file(const std::string& path, ModelFamily family, const L
         why = "layer " + t.component + "." + t.module + " is also reached by '" + seen->second + "'";
       } else {
         const bool pad =
-            family == ModelFamily::Flux1 && t.component == "transformer" && ds[1] < layer->in_features();
+            family.pads_narrow_down && t.component == "transformer" && ds[1] < layer->in_features();
         if (ds[1] != layer->in_features() && !pad)
           why = "down " + shape_str(ds) + " does not fit layer " + t.component + "." + t.module + " of " +
                 std::to_string(layer->in_features()) + " input features";

@@ -4,7 +4,7 @@
 #include <map>
 
 #include "kiln/core/error.h"
-#include "lora/flux_lora_modules.h"
+#include "lora/original_layout.h"
 
 namespace kiln::lora {
 
@@ -22,16 +22,8 @@ const char* format_name(LoraFormat format) {
   return "?";
 }
 
-const char* family_name(ModelFamily family) {
-  switch (family) {
-    case ModelFamily::Flux1:
-      return "FLUX.1";
-    case ModelFamily::SD3:
-      return "SD3";
-    case ModelFamily::Flux2:
-      return "FLUX.2";
-  }
-  return "?";
+bool LoraFamily::takes(LoraFormat format) const {
+  return format == LoraFormat::Diffusers || std::find(formats.begin(), formats.end(), format) != formats.end();
 }
 
 namespace {
@@ -82,8 +74,8 @@ bool is_xlabs_key(const std::string& key) {
   return key.find(".processor.") != std::string::npos && key.find("_lora") != std::string::npos;
 }
 
-bool is_bfl_key(const std::string& key) {
-  return is_flux_top_level_name(first_segment(unwrapped(key))) || starts_with(key, "text_encoders.");
+bool is_bfl_key(const std::string& key, const LoraFamily* family) {
+  return is_original_top_level_name(first_segment(unwrapped(key)), family) || starts_with(key, "text_encoders.");
 }
 
 bool looks_like_lora_tensor(const std::string& key) {
@@ -111,17 +103,17 @@ Mapping skipped(std::string why) {
   return m;
 }
 
-Mapping transformer_targets(const std::string& dotted, ModelFamily family) {
-  const auto t = flux_module_targets(dotted, family);
-  if (!t) return unknown(std::string("not a module of the ") + family_name(family) + " transformer");
+Mapping transformer_targets(const std::string& dotted, const LoraFamily& family) {
+  const auto t = original_module_targets(family.original, dotted);
+  if (!t) return unknown("not a module of the " + family.name + " transformer");
   Mapping m;
   for (const std::string& module : t->modules) m.targets.push_back({"transformer", module});
   m.swap_up_halves = t->swap_up_halves;
   return m;
 }
 
-Mapping clip_targets(const std::string& flat, ModelFamily family) {
-  if (family != ModelFamily::Flux1) return skipped("diffusers loads no text-encoder LoRA into FLUX.2");
+Mapping clip_targets(const std::string& flat, const LoraFamily& family) {
+  if (!family.clip_text_encoder) return skipped("diffusers loads no text-encoder LoRA into " + family.name);
   if (const auto dotted = clip_dotted_name(flat)) return Mapping{{{"text_encoder", *dotted}}, false, "", ""};
   if (flat.find("text_projection") != std::string::npos ||
       flat.find("position_embedding") != std::string::npos)
@@ -129,7 +121,7 @@ Mapping clip_targets(const std::string& flat, ModelFamily family) {
   return unknown("not an attention or MLP layer of CLIP's encoder");
 }
 
-Mapping diffusers_mapping(const std::string& module, ModelFamily family) {
+Mapping diffusers_mapping(const std::string& module, const LoraFamily& family) {
   std::string component, rest;
   if (starts_with(module, "diffusion_model.") || starts_with(module, "base_model.model.")) {
     component = "transformer";
@@ -141,23 +133,21 @@ Mapping diffusers_mapping(const std::string& module, ModelFamily family) {
     rest = module.substr(dot + 1);
   }
   if (rest.empty()) return unknown("no module after the component");
-  std::vector<std::string> takes = {"transformer"};
-  if (family == ModelFamily::Flux1) takes.push_back("text_encoder");
-  if (family == ModelFamily::SD3) takes = {"transformer", "text_encoder", "text_encoder_2"};
+  const std::vector<std::string>& takes = family.components;
   if (std::find(takes.begin(), takes.end(), component) != takes.end())
     return Mapping{{{component, rest}}, false, "", ""};
   if (starts_with(component, "text_encoder"))
-    return skipped(std::string("diffusers loads no LoRA into ") + family_name(family) + "'s " + component);
+    return skipped("diffusers loads no LoRA into " + family.name + "'s " + component);
   std::string list;
   for (const std::string& c : takes) list += (list.empty() ? "" : ", ") + c;
-  return unknown("component '" + component + "' is not one " + family_name(family) +
-                 " pipelines load LoRA into (" + list + ")");
+  return unknown("component '" + component + "' is not one " + family.name + " pipelines load LoRA into (" +
+                 list + ")");
 }
 
-Mapping kohya_mapping(const std::string& module, ModelFamily family) {
+Mapping kohya_mapping(const std::string& module, const LoraFamily& family) {
   if (starts_with(module, "lora_unet_")) {
-    const auto dotted = flux_dotted_name(module.substr(10), family);
-    if (!dotted) return unknown(std::string("not a module of the ") + family_name(family) + " transformer");
+    const auto dotted = original_dotted_name(family.original, module.substr(10));
+    if (!dotted) return unknown("not a module of the " + family.name + " transformer");
     return transformer_targets(*dotted, family);
   }
   for (const char* prefix : {"lora_te1_", "lora_te_"})
@@ -167,7 +157,7 @@ Mapping kohya_mapping(const std::string& module, ModelFamily family) {
   return unknown("not a kohya name (lora_unet_*, lora_te1_* or lora_te_*)");
 }
 
-Mapping bfl_mapping(const std::string& module, ModelFamily family) {
+Mapping bfl_mapping(const std::string& module, const LoraFamily& family) {
   const std::string clip_prefix = "text_encoders.clip_l.transformer.";
   if (starts_with(module, clip_prefix)) {
     std::string flat = module.substr(clip_prefix.size());
@@ -205,7 +195,7 @@ Mapping xlabs_mapping(const std::string& module) {
   return m;
 }
 
-Mapping mapping_of(const std::string& module, LoraFormat format, ModelFamily family) {
+Mapping mapping_of(const std::string& module, LoraFormat format, const LoraFamily& family) {
   switch (format) {
     case LoraFormat::Diffusers:
       return diffusers_mapping(module, family);
@@ -235,28 +225,29 @@ std::string other_kind(const std::string& key) {
 
 }  // namespace
 
-std::optional<LoraFormat> detect_lora_format(const std::vector<std::string>& names) {
+std::optional<LoraFormat> detect_lora_format(const std::vector<std::string>& names, const LoraFamily* family) {
   if (std::none_of(names.begin(), names.end(), looks_like_lora_tensor)) return std::nullopt;
   if (std::any_of(names.begin(), names.end(), is_kohya_key)) return LoraFormat::Kohya;
   if (std::any_of(names.begin(), names.end(), is_xlabs_key)) return LoraFormat::XLabs;
-  if (std::any_of(names.begin(), names.end(), is_bfl_key)) return LoraFormat::BlackForestLabs;
+  if (std::any_of(names.begin(), names.end(), [&](const std::string& key) { return is_bfl_key(key, family); }))
+    return LoraFormat::BlackForestLabs;
   return LoraFormat::Diffusers;
 }
 
-LoraKeys plan_lora_keys(const std::vector<std::string>& names, ModelFamily family) {
-  const auto format = detect_lora_format(names);
+LoraKeys plan_lora_keys(const std::vector<std::string>& names, const LoraFamily& family) {
+  const auto format = detect_lora_format(names, &family);
   KILN_CHECK(format, "not a LoRA file: none of its "
                          << names.size()
                          << " tensors is named like a LoRA's (.lora_A.weight / "
                             ".lora_B.weight, .lora_down.weight / .lora_up.weight)"
                          << (names.empty() ? "" : "; the first is '" + names.front() + "'"));
-  KILN_CHECK(family != ModelFamily::SD3 || *format == LoraFormat::Diffusers,
-             "LoRA files in the "
-                 << format_name(*format)
-                 << " layout are not for SD3: its pipelines take diffusers (PEFT) ones (transformer.*, "
-                    "text_encoder.*, text_encoder_2.*), as diffusers does");
-  KILN_CHECK(family != ModelFamily::Flux2 || *format != LoraFormat::XLabs,
-             "LoRA files in the XLabs layout are not for FLUX.2: XLabs made them for FLUX.1");
+  if (!family.takes(*format)) {
+    std::string taken;
+    for (LoraFormat f : {LoraFormat::Diffusers, LoraFormat::Kohya, LoraFormat::BlackForestLabs, LoraFormat::XLabs})
+      if (family.takes(f)) taken += std::string(taken.empty() ? "" : ", ") + format_name(f);
+    KILN_FAIL("LoRA files in the " << format_name(*format) << " layout are not for " << family.name
+                                   << ": its pipelines take " << taken << " ones, as diffusers does");
+  }
   LoraKeys keys;
   keys.format = *format;
   std::vector<std::pair<size_t, std::pair<std::string, std::string>>> unknown_at, skipped_at;

@@ -1,6 +1,9 @@
 #include "pipelines/call_control.h"
 
 #include <cstring>
+#include <variant>
+
+#include "kiln/pipelines/request_fields.h"
 
 namespace kiln::pipelines {
 
@@ -37,10 +40,6 @@ class Hasher {
     value(s.size());
     bytes(s.data(), s.size());
   }
-  void text(const std::optional<std::string>& s) {
-    value(s.has_value());
-    if (s) text(*s);
-  }
   void tensor(const Tensor& t) {
     value(t.defined());
     if (!t.defined()) return;
@@ -49,16 +48,40 @@ class Hasher {
     const Tensor c = t.contiguous();
     bytes(c.host_data(), c.nbytes());
   }
-  template <class T>
-  void optional(const std::optional<T>& v) {
-    value(v.has_value());
-    if (v) value(*v);
-  }
   void image(const Image& image) {
     value(image.width);
     value(image.height);
     value(image.channels);
     bytes(image.pixels.data(), image.pixels.size());
+  }
+  // A field's value, by its kind.
+  void field(const std::string& s) { text(s); }
+  void field(const std::vector<std::string>& list) {
+    value(list.size());
+    for (const std::string& s : list) text(s);
+  }
+  void field(int64_t v) { value(v); }
+  void field(const std::vector<int64_t>& list) {
+    value(list.size());
+    for (int64_t v : list) value(v);
+  }
+  void field(double v) { value(v); }
+  void field(bool v) { value(v); }
+  void field(const Image& i) { image(i); }
+  void field(const std::vector<Image>& list) {
+    value(list.size());
+    for (const Image& i : list) image(i);
+  }
+  void field(const Tensor& t) { tensor(t); }
+  void field(const Generator& generator) {
+    // The generator's state, not only its seed: the next draws are what the call will use.
+    Generator g = generator;
+    value(g.initial_seed());
+    value(g.random64());
+  }
+  void field(const std::vector<Generator>& list) {
+    value(list.size());
+    for (const Generator& g : list) field(g);
   }
   uint64_t digest() const { return h_; }
 
@@ -69,48 +92,13 @@ class Hasher {
 }  // namespace
 
 uint64_t request_key(const PipelineRequest& r) {
+  // Every field of the table (kiln/pipelines/request_fields.h), so that none can be left out.
   Hasher h;
-  h.tensor(r.prompt_embeds);
-  h.tensor(r.pooled_prompt_embeds);
-  h.tensor(r.negative_pooled_prompt_embeds);
-  h.text(r.prompt);
-  h.text(r.prompt_2);
-  h.text(r.prompt_3);
-  h.value(r.prompts.size());
-  for (const std::string& p : r.prompts) h.text(p);
-  h.value(r.negative_prompts.size());
-  for (const std::string& p : r.negative_prompts) h.text(p);
-  h.tensor(r.negative_prompt_embeds);
-  h.text(r.negative_prompt);
-  h.text(r.negative_prompt_2);
-  h.text(r.negative_prompt_3);
-  h.value(r.image.size());
-  for (const Image& image : r.image) h.image(image);
-  h.value(r.mask_image.has_value());
-  if (r.mask_image) h.image(*r.mask_image);
-  h.optional(r.padding_mask_crop);
-  h.optional(r.strength);
-  h.optional(r.height);
-  h.optional(r.width);
-  h.optional(r.num_inference_steps);
-  h.optional(r.guidance_scale);
-  h.optional(r.true_cfg_scale);
-  h.optional(r.max_area);
-  h.optional(r.auto_resize);
-  h.value(static_cast<int>(r.output_type));
-  h.value(r.generator.has_value());
-  if (r.generator) {
-    // The generator's state, not only its seed: the next draws are what the call will use.
-    Generator g = *r.generator;
-    h.value(g.initial_seed());
-    h.value(g.random64());
+  for (const RequestField& field : request_fields()) {
+    const bool set = field.is_set(r);
+    h.value(set);
+    if (set) std::visit([&](const auto& value) { h.field(value); }, field.get(r));
   }
-  h.optional(r.max_sequence_length);
-  h.value(r.num_images_per_prompt);
-  for (int64_t layer : r.skip_layer_guidance.layers) h.value(layer);
-  h.value(r.skip_layer_guidance.scale);
-  h.value(r.skip_layer_guidance.start);
-  h.value(r.skip_layer_guidance.stop);
   return h.digest();
 }
 

@@ -49,8 +49,8 @@ class CallControl {
   std::function<void(const std::string&)> checkpoint_;
 };
 
-// A hash of everything in `request` that decides its result (prompts, embeddings, images, sizes, steps,
-// guidance, the generator's state, ...): the key under which tensor-parallel ranks agree on the order of
+// A hash of every field of `request` (kiln/pipelines/request_fields.h: prompts, embeddings, images, sizes,
+// steps, guidance, the generators' state, ...): the key under which tensor-parallel ranks agree on the order of
 // calls (kiln/dist/call_sequencer.h).
 uint64_t request_key(const PipelineRequest& request);
 

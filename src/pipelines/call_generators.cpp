@@ -32,13 +32,9 @@ void CallGenerators::hand_back(PipelineOutput& output) const {
     output.images[i].metadata["seed"] = std::to_string(seed_of(i));
 }
 
-void check_generators(const char* pipeline, const PipelineRequest& request, bool takes_lists) {
+void check_generators(const char* pipeline, const PipelineRequest& request) {
   if (request.generators.empty()) return;
   const std::string name = pipeline;
-  refuse(!takes_lists, "generators",
-         name +
-             " takes one generator per call (the FLUX.1 and FLUX.2 pipelines and StableDiffusion3Pipeline "
-             "take one per image)");
   refuse(request.generator.has_value(), "generators",
          name + ": give either generator or a list of generators, not both");
   const int64_t images = batch_size(request);

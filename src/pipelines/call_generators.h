@@ -32,8 +32,8 @@ class CallGenerators {
   bool from_request_ = false;
 };
 
-// The checks of `generators`: refused where the pipeline's diffusers counterpart cannot take a list
-// (`takes_lists` false); one generator per image (or one), and `generator` then unset.
-void check_generators(const char* pipeline, const PipelineRequest& request, bool takes_lists);
+// The checks of `generators` (where the class takes them): one generator per image (or one), and `generator`
+// then unset.
+void check_generators(const char* pipeline, const PipelineRequest& request);
 
 }  // namespace kiln::pipelines

@@ -37,6 +37,7 @@ void DiffusionPipeline::make_context(const PipelineLoadOptions& options, const s
 }
 
 void DiffusionPipeline::check_request(const PipelineRequest& request) const {
+  pipeline_class(class_name(), "").check_fields(request);
   check_loaded_request(request);
 }
 

@@ -9,6 +9,7 @@
 #include "kiln/models/flux2_prompt_encoder.h"
 #include "kiln/models/flux2_transformer.h"
 #include "kiln/ops.h"
+#include "kiln/pipelines/pipeline_registry.h"
 #include "kiln/schedulers/flow_match_euler.h"
 #include "kiln/schedulers/timestep_shift.h"
 #include "pipelines/call_control.h"
@@ -51,7 +52,7 @@ void Flux2PipelineBase::load(const std::string& model, const PipelineLoadOptions
       std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
           folder.need("scheduler", {"FlowMatchEulerDiscreteScheduler"})));
   folder.loaded("scheduler");
-  const std::vector<std::string> splittable = splittable_components();
+  const std::vector<std::string>& splittable = find_pipeline_class(pipeline_class)->splittable_components;
   if (text) {
     // The slow and fast tokenizer classes read the same tokenizer.json.
     const std::string tokenizer = dev ? folder.need("tokenizer", {"PixtralProcessor"})
@@ -196,40 +197,6 @@ PipelineDefaults Flux2PipelineBase::defaults() const {
           .max_sequence_length = 512};
 }
 
-void Flux2PipelineBase::check_common_fields(const char* pipeline, const PipelineRequest& request) {
-  using pipelines::refuse;
-  refuse(request.prompt_2.has_value() || request.prompt_3.has_value(), "prompt_2",
-         std::string(pipeline) + " has one text encoder and one prompt");
-  refuse(request.negative_prompt_2.has_value() || request.negative_prompt_3.has_value(), "negative_prompt_2",
-         std::string(pipeline) + " has one text encoder and one negative prompt");
-  refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
-         std::string(pipeline) + " has no skip-layer guidance (StableDiffusion3Pipeline does)");
-  pipelines::refuse_kontext_sizes(pipeline, request);
-  refuse(request.pooled_prompt_embeds.defined(), "pooled_prompt_embeds",
-         std::string(pipeline) + " has no pooled prompt embeddings (FLUX.1 and SD3 do)");
-  refuse(request.negative_pooled_prompt_embeds.defined(), "negative_pooled_prompt_embeds",
-         std::string(pipeline) + " has no pooled prompt embeddings (FLUX.1 and SD3 do)");
-  pipelines::check_prompt_list(pipeline, request);
-  pipelines::check_generators(pipeline, request, true);
-  pipelines::refuse_true_cfg(pipeline, request);
-  pipelines::refuse_image_editing(pipeline, request,
-                                  "the FLUX.1 and SD3 image-to-image and inpainting pipelines");
-}
-
-void Flux2Pipeline::check_fields(const PipelineRequest& request) {
-  check_common_fields("Flux2Pipeline", request);
-  pipelines::refuse(
-      (request.negative_prompt && !request.negative_prompt->empty()) ||
-          request.negative_prompt_embeds.defined(),
-      "negative_prompt",
-      "Flux2Pipeline has no negative prompt (FLUX.2-dev is guidance-distilled: guidance_scale is "
-      "embedded, without classifier-free guidance)");
-}
-
-void Flux2KleinPipeline::check_fields(const PipelineRequest& request) {
-  check_common_fields("Flux2KleinPipeline", request);
-}
-
 pipelines::ResolvedRequest Flux2PipelineBase::resolved(const PipelineRequest& request,
                                                        const std::vector<Tensor>& references) const {
   PipelineDefaults d = defaults();
@@ -244,28 +211,10 @@ pipelines::ResolvedRequest Flux2PipelineBase::resolved(const PipelineRequest& re
 }
 
 void Flux2PipelineBase::check_loaded_request(const PipelineRequest& request) const {
-  if (variant_ == Variant::Dev)
-    Flux2Pipeline::check_fields(request);
-  else
-    Flux2KleinPipeline::check_fields(request);
   // A size given explicitly is checked against its limit here already; one taken from a reference image is
   // checked by resolved().
   const pipelines::ResolvedRequest c = pipelines::resolve(request, defaults());
   if (request.height || request.width) pipelines::check_image_size(name(), c.height, c.width, 1);
-  pipelines::check_steps(name(), c.num_inference_steps);
-  pipelines::check_prompt_size(name(), "prompt", request.prompt);
-  if (request.negative_prompt)
-    pipelines::check_prompt_size(name(), "negative_prompt", *request.negative_prompt);
-  pipelines::check_max_sequence_length(name(), c.max_sequence_length);
-  pipelines::check_images_per_prompt(name(), request.num_images_per_prompt);
-  pipelines::check_guidance_scale(name(), c.guidance_scale);
-  pipelines::refuse(request.prompt_embeds.defined() && !request.prompt.empty(), "prompt_embeds",
-                    std::string(name()) + ": pass either prompt or prompt_embeds, not both");
-  pipelines::refuse(
-      request.negative_prompt_embeds.defined() && request.negative_prompt &&
-          !request.negative_prompt->empty(),
-      "negative_prompt_embeds",
-      std::string(name()) + ": pass either negative_prompt or negative_prompt_embeds, not both");
   pipelines::refuse(
       !request.prompt_embeds.defined() && !has_prompt_encoder(), "prompt",
       std::string(name()) + ": this " + name() +

@@ -11,6 +11,7 @@
 #include "kiln/models/flux_transformer.h"
 #include "kiln/models/t5_encoder.h"
 #include "kiln/ops.h"
+#include "kiln/pipelines/pipeline_registry.h"
 #include "kiln/schedulers/flow_match_euler.h"
 #include "kiln/schedulers/timestep_shift.h"
 #include "kiln/tokenizers/clip_tokenizer.h"
@@ -95,7 +96,7 @@ void FluxPipeline::load(FluxPipeline& pipe, const std::string& model, const Pipe
   done("tokenizer_2");
   pipe.text_encoder_ = models::load_clip_text_model(need("text_encoder", "CLIPTextModel"), options.dtype);
   done("text_encoder");
-  const std::vector<std::string> splittable = splittable_components();
+  const std::vector<std::string>& splittable = find_pipeline_class(pipeline_class)->splittable_components;
   pipe.text_encoder_2_ = models::load_t5_encoder(need("text_encoder_2", "T5EncoderModel"), options.dtype,
                                                  options.tensor_parallel_for("text_encoder_2", splittable));
   done("text_encoder_2");
@@ -236,93 +237,6 @@ Tensor FluxPipeline::decode_latents(const Tensor& latents, int64_t height, int64
   return pipelines::postprocess(vae_->decode(z));
 }
 
-void FluxPipeline::check_fields(const PipelineRequest& request) {
-  using pipelines::refuse;
-  refuse(request.negative_prompt_3.has_value(), "negative_prompt_3",
-         "FluxPipeline has two text encoders: negative_prompt and negative_prompt_2");
-  refuse(
-      !request.image.empty(), "image",
-      "FluxPipeline takes no reference images (Flux2Pipeline and Flux2KleinPipeline do; FluxImg2ImgPipeline, "
-      "FluxInpaintPipeline and FluxFillPipeline start from an image)");
-  refuse(request.prompt_3.has_value(), "prompt_3", "FluxPipeline has two text encoders: prompt and prompt_2");
-  pipelines::check_embedding_fields("FluxPipeline", request, true);
-  refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
-         "FluxPipeline has no skip-layer guidance (StableDiffusion3Pipeline does)");
-  pipelines::refuse_kontext_sizes("FluxPipeline", request);
-  pipelines::check_prompt_list("FluxPipeline", request);
-  pipelines::check_generators("FluxPipeline", request, true);
-  pipelines::refuse_image_editing("FluxPipeline", request,
-                                  "FluxImg2ImgPipeline, FluxInpaintPipeline and FluxFillPipeline");
-}
-
-namespace {
-
-// FluxPipeline's checks of the fields the editing pipelines share with it, and theirs.
-void check_editing_fields(const char* pipeline, const PipelineRequest& request, bool mask, bool strength,
-                          bool crop) {
-  PipelineRequest shared = request;
-  shared.image.clear();
-  shared.mask_image.reset();
-  shared.strength.reset();
-  shared.padding_mask_crop.reset();
-  try {
-    FluxPipeline::check_fields(shared);
-  } catch (const RequestError& e) {
-    std::string message = e.what();
-    if (message.rfind("FluxPipeline", 0) == 0) message = pipeline + message.substr(12);
-    throw RequestError(e.field(), message);
-  }
-  pipelines::check_edit_inputs(pipeline, request, mask);
-  pipelines::refuse(
-      !mask && request.mask_image.has_value(), "mask_image",
-      std::string(pipeline) + " takes no mask_image (FluxInpaintPipeline and FluxFillPipeline do)");
-  pipelines::refuse(
-      !strength && request.strength.has_value(), "strength",
-      std::string(pipeline) + " takes no strength (FluxImg2ImgPipeline and FluxInpaintPipeline do)");
-  pipelines::refuse(!crop && request.padding_mask_crop.has_value(), "padding_mask_crop",
-                    std::string(pipeline) + " takes no padding_mask_crop (FluxInpaintPipeline does)");
-}
-
-}  // namespace
-
-void FluxImg2ImgPipeline::check_fields(const PipelineRequest& request) {
-  check_editing_fields("FluxImg2ImgPipeline", request, false, true, false);
-}
-void FluxInpaintPipeline::check_fields(const PipelineRequest& request) {
-  check_editing_fields("FluxInpaintPipeline", request, true, true, true);
-}
-void FluxFillPipeline::check_fields(const PipelineRequest& request) {
-  check_editing_fields("FluxFillPipeline", request, true, true, false);
-  // diffusers' FluxFillPipeline has no true classifier-free guidance.
-  pipelines::refuse(request.negative_prompt || request.negative_prompt_2, "negative_prompt",
-                    "FluxFillPipeline has no negative prompt (FluxPipeline, FluxImg2ImgPipeline, "
-                    "FluxInpaintPipeline and FluxKontextPipeline take one for true_cfg_scale)");
-  pipelines::refuse(
-      request.true_cfg_scale.has_value(), "true_cfg_scale",
-      "FluxFillPipeline has no true classifier-free guidance (FluxPipeline, FluxImg2ImgPipeline, "
-      "FluxInpaintPipeline and FluxKontextPipeline do)");
-}
-void FluxKontextPipeline::check_fields(const PipelineRequest& request) {
-  PipelineRequest shared = request;
-  shared.image.clear();
-  shared.max_area.reset();
-  shared.auto_resize.reset();
-  try {
-    FluxPipeline::check_fields(shared);
-  } catch (const RequestError& e) {
-    std::string message = e.what();
-    if (message.rfind("FluxPipeline", 0) == 0) message = "FluxKontextPipeline" + message.substr(12);
-    throw RequestError(e.field(), message);
-  }
-  pipelines::refuse(request.image.size() > 1, "image",
-                    "FluxKontextPipeline edits one image, got " + std::to_string(request.image.size()));
-  if (request.max_area &&
-      (*request.max_area < 16 * 16 || *request.max_area > limits::kMaxImageSide * limits::kMaxImageSide))
-    throw RequestError("max_area", "FluxKontextPipeline: max_area must be between 256 and " +
-                                       std::to_string(limits::kMaxImageSide * limits::kMaxImageSide) +
-                                       " pixels, got " + std::to_string(*request.max_area));
-}
-
 namespace {
 
 // diffusers' PREFERRED_KONTEXT_RESOLUTIONS: (width, height) Kontext was trained at.
@@ -378,23 +292,6 @@ PipelineDefaults FluxFillPipeline::defaults() const {
 
 void FluxPipeline::check_loaded_request(const PipelineRequest& request) const {
   const char* name = class_name();
-  switch (task_) {
-    case Task::TextToImage:
-      check_fields(request);
-      break;
-    case Task::ImageToImage:
-      FluxImg2ImgPipeline::check_fields(request);
-      break;
-    case Task::Inpaint:
-      FluxInpaintPipeline::check_fields(request);
-      break;
-    case Task::Fill:
-      FluxFillPipeline::check_fields(request);
-      break;
-    case Task::Kontext:
-      FluxKontextPipeline::check_fields(request);
-      break;
-  }
   pipelines::ResolvedRequest r = pipelines::resolve(request, defaults());
   if (task_ == Task::Kontext) {
     if (request.height) pipelines::check_image_size(name, *request.height, 16, 16);
@@ -406,18 +303,6 @@ void FluxPipeline::check_loaded_request(const PipelineRequest& request) const {
                             std::to_string(image.height) + " pixels; both sides must be at least 16");
   }
   pipelines::check_image_size(name, r.height, r.width, vae_->config().scale_factor() * 2);
-  pipelines::check_steps(name, r.num_inference_steps);
-  pipelines::check_prompt_size(name, "prompt", request.prompt);
-  if (request.prompt_2) pipelines::check_prompt_size(name, "prompt_2", *request.prompt_2);
-  pipelines::check_max_sequence_length(name, r.max_sequence_length);
-  pipelines::check_images_per_prompt(name, request.num_images_per_prompt);
-  pipelines::check_guidance_scale(name, r.guidance_scale);
-  if (request.negative_prompt)
-    pipelines::check_prompt_size(name, "negative_prompt", *request.negative_prompt);
-  if (request.negative_prompt_2)
-    pipelines::check_prompt_size(name, "negative_prompt_2", *request.negative_prompt_2);
-  if (request.true_cfg_scale)
-    pipelines::check_guidance_scale(name, *request.true_cfg_scale, "true_cfg_scale");
   const auto& tc = transformer_->config();
   pipelines::check_given_embeddings(name, request, tc.joint_attention_dim, limits::kMaxSequenceLength,
                                     tc.pooled_projection_dim);

@@ -65,15 +65,6 @@ void refuse(bool given, const char* field, const std::string& message) {
   if (given) throw RequestError(field, message);
 }
 
-void refuse_image_editing(const char* pipeline, const PipelineRequest& request, const char* editing) {
-  refuse(request.mask_image.has_value(), "mask_image",
-         std::string(pipeline) + " takes no mask_image (" + editing + " do)");
-  refuse(request.strength.has_value(), "strength",
-         std::string(pipeline) + " takes no strength (" + editing + " do)");
-  refuse(request.padding_mask_crop.has_value(), "padding_mask_crop",
-         std::string(pipeline) + " takes no padding_mask_crop (the inpainting pipelines do)");
-}
-
 Tensor repeat_per_prompt(const Tensor& x, int n) {
   if (n == 1) return x;
   Shape expanded = x.shape(), merged = x.shape();
@@ -141,24 +132,19 @@ bool has_negative_prompt(const PipelineRequest& request) {
          request.negative_prompt_embeds.defined();
 }
 
-void check_embedding_fields(const char* pipeline, const PipelineRequest& request, bool pooled) {
+void check_embedding_fields(const char* pipeline, const PipelineRequest& request) {
   const std::string name = pipeline;
   const bool given = request.prompt_embeds.defined(), negative = request.negative_prompt_embeds.defined();
   refuse(given && !request.prompt.empty(), "prompt_embeds",
          name + ": give either prompt or prompt_embeds, not both");
   refuse(given && (request.prompt_2.has_value() || request.prompt_3.has_value()), "prompt_2",
          name + ": prompt_2 and prompt_3 are prompts to encode; with prompt_embeds there are none");
-  refuse(negative && (request.negative_prompt.has_value() || !request.negative_prompts.empty() ||
-                      request.negative_prompt_2.has_value() || request.negative_prompt_3.has_value()),
+  // A negative prompt left blank ("") is none: the embeddings stand for it.
+  const auto given_text = [](const std::optional<std::string>& s) { return s.has_value() && !s->empty(); };
+  refuse(negative && (given_text(request.negative_prompt) || !request.negative_prompts.empty() ||
+                      given_text(request.negative_prompt_2) || given_text(request.negative_prompt_3)),
          "negative_prompt_embeds",
          name + ": give either negative_prompt or negative_prompt_embeds, not both");
-  if (!pooled) {
-    refuse(request.pooled_prompt_embeds.defined(), "pooled_prompt_embeds",
-           name + " has no pooled prompt embeddings (FLUX.1 and SD3 do)");
-    refuse(request.negative_pooled_prompt_embeds.defined(), "negative_pooled_prompt_embeds",
-           name + " has no pooled prompt embeddings (FLUX.1 and SD3 do)");
-    return;
-  }
   refuse(request.pooled_prompt_embeds.defined() && !given, "pooled_prompt_embeds",
          name + ": pooled_prompt_embeds go with prompt_embeds");
   refuse(request.negative_pooled_prompt_embeds.defined() && !negative, "negative_pooled_prompt_embeds",
@@ -214,20 +200,6 @@ void label_prompts(PipelineOutput& output, const PipelineRequest& request, bool 
     if (negative)
       output.images[i].metadata["negative_prompt"] = negative_prompt_of(request, i / n).value_or("");
   }
-}
-
-void refuse_kontext_sizes(const char* pipeline, const PipelineRequest& request) {
-  refuse(request.max_area.has_value(), "max_area",
-         std::string(pipeline) + " takes no max_area (FluxKontextPipeline does)");
-  refuse(request.auto_resize.has_value(), "auto_resize",
-         std::string(pipeline) + " takes no auto_resize (FluxKontextPipeline's _auto_resize)");
-}
-
-void refuse_true_cfg(const char* pipeline, const PipelineRequest& request) {
-  refuse(request.true_cfg_scale.has_value(), "true_cfg_scale",
-         std::string(pipeline) +
-             " takes no true_cfg_scale (the FLUX.1 pipelines do; here guidance_scale > 1 with "
-             "negative_prompt is classifier-free guidance)");
 }
 
 namespace {

@@ -59,9 +59,6 @@ ResolvedRequest resolve(const PipelineRequest& request, const PipelineDefaults& 
 // Field refusals: a pipeline that does not take `field` throws RequestError(field, "<pipeline> <why>") when
 // the request sets it.
 void refuse(bool given, const char* field, const std::string& message);
-// A text-to-image pipeline's refusal of mask_image and strength, naming the pipelines that take them
-// (`editing`: "FluxImg2ImgPipeline and FluxInpaintPipeline").
-void refuse_image_editing(const char* pipeline, const PipelineRequest& request, const char* editing);
 // x.repeat(1, n, ...).view(B * n, ...): each of the B rows n times in a row (num_images_per_prompt).
 Tensor repeat_per_prompt(const Tensor& x, int n);
 // The request's given embeddings, where it has them (FLUX.1, SD3): prompt_embeds [B, L, width] with
@@ -76,9 +73,9 @@ std::vector<std::string> prompt_list(const PipelineRequest& request);
 std::optional<std::string> negative_prompt_of(const PipelineRequest& request, size_t i);
 // Whether the call gives a negative prompt (negative_prompt, negative_prompts or negative_prompt_embeds).
 bool has_negative_prompt(const PipelineRequest& request);
-// The field checks of prompt_embeds and negative_prompt_embeds (and, where the pipeline has them, `pooled`,
-// their pooled companions): not beside the prompts they replace; a pooled one only with its embeddings.
-void check_embedding_fields(const char* pipeline, const PipelineRequest& request, bool pooled);
+// The field checks of prompt_embeds and negative_prompt_embeds and their pooled companions: not beside the
+// prompts they replace; a pooled one only with its embeddings.
+void check_embedding_fields(const char* pipeline, const PipelineRequest& request);
 // The images a call makes: its prompts times num_images_per_prompt.
 int64_t batch_size(const PipelineRequest& request);
 // The checks of `prompts` and `negative_prompts` (not beside prompt, prompt_2, prompt_embeds; one negative
@@ -87,11 +84,6 @@ void check_prompt_list(const char* pipeline, const PipelineRequest& request);
 // With `prompts`: each image's "prompt" (and "negative_prompt" when `negative`) metadata is its own prompt's.
 void label_prompts(PipelineOutput& output, const PipelineRequest& request, bool negative);
 
-// Refuses FluxKontextPipeline's max_area and auto_resize (a pipeline that does not resize an input image).
-void refuse_kontext_sizes(const char* pipeline, const PipelineRequest& request);
-// Refuses true_cfg_scale, which only the FLUX.1 pipelines take (SD3's and klein's guidance_scale already is
-// classifier-free guidance).
-void refuse_true_cfg(const char* pipeline, const PipelineRequest& request);
 
 // The checks every pipeline call makes, each a RequestError naming the pipeline, the field and what it
 // accepts.

@@ -1,12 +1,18 @@
 // DiffusionPipeline's LoRA calls (kiln/pipelines/diffusion_pipeline.h): each takes its turn among the
 // pipeline's calls and runs in the pipeline's execution context, where the adapters' tensors are made.
 #include "kiln/pipelines/diffusion_pipeline.h"
+#include "kiln/pipelines/pipeline_registry.h"
 #include "pipelines/call_control.h"
 
 namespace kiln {
 
 lora::LoraAdapters& DiffusionPipeline::lora_adapters() {
-  if (!lora_) lora_ = std::make_unique<lora::LoraAdapters>(class_name(), components());
+  if (!lora_) {
+    const Family& family = *pipeline_class(class_name(), "").family;
+    KILN_CHECK(family.lora, class_name() << " does not take LoRA adapters (the " << family.name
+                                         << " pipelines take none)");
+    lora_ = std::make_unique<lora::LoraAdapters>(*family.lora, class_name(), components());
+  }
   return *lora_;
 }
 

@@ -10,6 +10,7 @@
 #include "kiln/models/sd3_transformer.h"
 #include "kiln/models/t5_encoder.h"
 #include "kiln/ops.h"
+#include "kiln/pipelines/pipeline_registry.h"
 #include "kiln/schedulers/flow_match_euler.h"
 #include "kiln/schedulers/timestep_shift.h"
 #include "kiln/tokenizers/clip_tokenizer.h"
@@ -82,7 +83,7 @@ void StableDiffusion3Pipeline::load(StableDiffusion3Pipeline& pipe, const std::s
   pipe.make_context(options, model);
   ExecutionScope loading_in(pipe.context());
   folder.set_component_count(with_t5 ? 9 : 7);
-  const std::vector<std::string> splittable = splittable_components();
+  const std::vector<std::string>& splittable = find_pipeline_class(pipeline_class)->splittable_components;
   auto done = [&](const char* name) { folder.loaded(name); };
   pipe.scheduler_ =
       std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
@@ -330,47 +331,7 @@ PipelineDefaults StableDiffusion3Pipeline::defaults() const {
           .max_sequence_length = 256};
 }
 
-void StableDiffusion3Pipeline::check_fields(const PipelineRequest& request) {
-  using pipelines::refuse;
-  refuse(!request.image.empty(), "image",
-         "StableDiffusion3Pipeline takes no reference images (Flux2Pipeline and Flux2KleinPipeline do)");
-  pipelines::check_embedding_fields(kName, request, true);
-  pipelines::refuse_kontext_sizes(kName, request);
-  pipelines::check_prompt_list(kName, request);
-  pipelines::check_generators(kName, request, true);
-  pipelines::refuse_true_cfg(kName, request);
-  pipelines::refuse_image_editing(kName, request,
-                                  "StableDiffusion3Img2ImgPipeline and StableDiffusion3InpaintPipeline");
-}
-
 namespace {
-
-// StableDiffusion3Pipeline's checks of the fields the editing pipelines share with it, and theirs.
-void check_editing_fields(const char* pipeline, const PipelineRequest& request, bool mask) {
-  // diffusers' SD3 editing pipelines encode image[i] with generator[i] for every image of the batch, which
-  // their one input image does not have: a generator list is refused; prompt lists take the one generator.
-  pipelines::check_generators(pipeline, request, false);
-  PipelineRequest shared = request;
-  shared.image.clear();
-  shared.mask_image.reset();
-  shared.strength.reset();
-  shared.padding_mask_crop.reset();
-  try {
-    StableDiffusion3Pipeline::check_fields(shared);
-  } catch (const RequestError& e) {
-    std::string message = e.what();
-    if (message.rfind(kName, 0) == 0) message = pipeline + message.substr(std::string(kName).size());
-    throw RequestError(e.field(), message);
-  }
-  pipelines::check_edit_inputs(pipeline, request, mask);
-  pipelines::refuse(!mask && request.mask_image.has_value(), "mask_image",
-                    std::string(pipeline) + " takes no mask_image (StableDiffusion3InpaintPipeline does)");
-  pipelines::refuse(
-      !mask && request.padding_mask_crop.has_value(), "padding_mask_crop",
-      std::string(pipeline) + " takes no padding_mask_crop (StableDiffusion3InpaintPipeline does)");
-  pipelines::refuse(!request.skip_layer_guidance.layers.empty(), "skip_layer_guidance",
-                    std::string(pipeline) + " has no skip-layer guidance (StableDiffusion3Pipeline does)");
-}
 
 // diffusers' image-to-image and inpainting defaults beside the text-to-image ones.
 PipelineDefaults editing_defaults(PipelineDefaults d) {
@@ -381,13 +342,6 @@ PipelineDefaults editing_defaults(PipelineDefaults d) {
 
 }  // namespace
 
-void StableDiffusion3Img2ImgPipeline::check_fields(const PipelineRequest& request) {
-  check_editing_fields("StableDiffusion3Img2ImgPipeline", request, false);
-}
-void StableDiffusion3InpaintPipeline::check_fields(const PipelineRequest& request) {
-  check_editing_fields("StableDiffusion3InpaintPipeline", request, true);
-}
-
 PipelineDefaults StableDiffusion3Img2ImgPipeline::defaults() const {
   return editing_defaults(StableDiffusion3Pipeline::defaults());
 }
@@ -397,20 +351,7 @@ PipelineDefaults StableDiffusion3InpaintPipeline::defaults() const {
 
 void StableDiffusion3Pipeline::check_loaded_request(const PipelineRequest& request) const {
   const char* kName = class_name();  // the errors name the class the caller has
-  if (task_ == Task::ImageToImage)
-    StableDiffusion3Img2ImgPipeline::check_fields(request);
-  else if (task_ == Task::Inpaint)
-    StableDiffusion3InpaintPipeline::check_fields(request);
-  else
-    check_fields(request);
   const pipelines::ResolvedRequest c = pipelines::resolve(request, defaults());
-  pipelines::check_prompt_size(kName, "prompt", request.prompt);
-  for (const auto& [name, text] : {std::pair{"prompt_2", &request.prompt_2},
-                                   {"prompt_3", &request.prompt_3},
-                                   {"negative_prompt", &request.negative_prompt},
-                                   {"negative_prompt_2", &request.negative_prompt_2},
-                                   {"negative_prompt_3", &request.negative_prompt_3}})
-    if (*text) pipelines::check_prompt_size(kName, name, **text);
   const int64_t multiple = vae_->config().scale_factor() * transformer_->config().patch_size;
   pipelines::check_image_size(kName, c.height, c.width, multiple);
   const int64_t max_side = transformer_->config().pos_embed_max_size * multiple;
@@ -419,22 +360,14 @@ void StableDiffusion3Pipeline::check_loaded_request(const PipelineRequest& reque
                        std::string(kName) + ": " + std::to_string(c.height) + "x" + std::to_string(c.width) +
                            " is larger than this transformer's position table allows (" +
                            std::to_string(max_side) + " pixels per side)");
-  pipelines::check_steps(kName, c.num_inference_steps);
-  pipelines::check_max_sequence_length(kName, c.max_sequence_length);
-  pipelines::check_images_per_prompt(kName, request.num_images_per_prompt);
-  pipelines::check_guidance_scale(kName, c.guidance_scale);
   const auto& tc = transformer_->config();
   // CLIP's 77 tokens, then T5's.
   const int64_t max_tokens = 77 + limits::kMaxSequenceLength;
   pipelines::check_given_embeddings(kName, request, tc.joint_attention_dim, max_tokens,
                                     tc.pooled_projection_dim);
-  const SkipLayerGuidance& skip = request.skip_layer_guidance;
-  if (!std::isfinite(skip.scale) || !std::isfinite(skip.start) || !std::isfinite(skip.stop))
-    throw RequestError("skip_layer_guidance",
-                       std::string(kName) + ": the skip-layer guidance scale, start and stop must be finite");
-  for (int64_t layer : skip.layers)
-    if (layer < 0 || layer >= transformer_->config().num_layers)
-      throw RequestError("skip_layer_guidance", std::string(kName) + ": skip_guidance_layers holds " +
+  for (int64_t layer : request.skip_layer_guidance.layers)
+    if (layer >= transformer_->config().num_layers)
+      throw RequestError("skip_guidance_layers", std::string(kName) + ": skip_guidance_layers holds " +
                                                     std::to_string(layer) +
                                                     ", but the transformer has blocks 0.." +
                                                     std::to_string(transformer_->config().num_layers - 1));

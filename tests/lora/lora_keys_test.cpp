@@ -4,9 +4,17 @@
 
 #include "kiln/core/error.h"
 #include "kiln/lora/lora_keys.h"
+#include "kiln/pipelines/pipeline_registry.h"
 
 namespace kiln::lora {
 namespace {
+
+// The registered family's LoRA descriptor.
+const LoraFamily& lora_family(const std::string& name) {
+  for (const Family& f : families())
+    if (f.name == name && f.lora) return *f.lora;
+  throw Error("no family " + name + " that takes LoRA");
+}
 
 std::vector<std::string> pair_of(const std::string& module, const char* down = ".lora_A.weight",
                                  const char* up = ".lora_B.weight") {
@@ -43,7 +51,7 @@ TEST(LoraKeys, DetectsEachLayout) {
   // A model checkpoint is no LoRA file.
   EXPECT_EQ(detect_lora_format({"x_embedder.weight", "x_embedder.bias"}), std::nullopt);
   EXPECT_NE(
-      error_of([] { plan_lora_keys({"x_embedder.weight"}, ModelFamily::Flux1); }).find("not a LoRA file"),
+      error_of([] { plan_lora_keys({"x_embedder.weight"}, lora_family("FLUX.1")); }).find("not a LoRA file"),
       std::string::npos);
 }
 
@@ -56,7 +64,7 @@ TEST(LoraKeys, KohyaFusedLayersSplitAsDiffusersDoes) {
     for (const std::string& n : pair_of(m, ".lora_down.weight", ".lora_up.weight")) names.push_back(n);
     names.push_back(std::string(m) + ".alpha");
   }
-  const LoraKeys flux1 = plan_lora_keys(names, ModelFamily::Flux1);
+  const LoraKeys flux1 = plan_lora_keys(names, lora_family("FLUX.1"));
   ASSERT_EQ(flux1.pairs.size(), 5u);
   EXPECT_TRUE(flux1.unknown.empty() && flux1.skipped.empty());
   EXPECT_EQ(targets_of(flux1.pairs[0]),
@@ -77,7 +85,7 @@ TEST(LoraKeys, KohyaFusedLayersSplitAsDiffusersDoes) {
             std::vector<std::string>{"text_encoder:text_model.encoder.layers.0.mlp.fc2"});
 
   // FLUX.2 keeps linear1 fused and loads no text-encoder LoRA (diffusers' FLUX.2 loader skips it).
-  const LoraKeys flux2 = plan_lora_keys(names, ModelFamily::Flux2);
+  const LoraKeys flux2 = plan_lora_keys(names, lora_family("FLUX.2"));
   ASSERT_EQ(flux2.pairs.size(), 3u);
   EXPECT_EQ(targets_of(flux2.pairs[1]),
             std::vector<std::string>{"transformer:single_transformer_blocks.3.attn.to_qkv_mlp_proj"});
@@ -91,7 +99,7 @@ TEST(LoraKeys, BlackForestLabsAndXLabsNames) {
         "base_model.model.single_blocks.0.modulation.lin", "diffusion_model.img_in",
         "diffusion_model.time_in.out_layer"})
     for (const std::string& n : pair_of(m)) names.push_back(n);
-  const LoraKeys bfl = plan_lora_keys(names, ModelFamily::Flux1);
+  const LoraKeys bfl = plan_lora_keys(names, lora_family("FLUX.1"));
   EXPECT_EQ(bfl.format, LoraFormat::BlackForestLabs);
   ASSERT_EQ(bfl.pairs.size(), 5u);
   EXPECT_EQ(targets_of(bfl.pairs[0]).back(), "transformer:transformer_blocks.0.attn.add_v_proj");
@@ -101,7 +109,7 @@ TEST(LoraKeys, BlackForestLabsAndXLabsNames) {
   EXPECT_EQ(targets_of(bfl.pairs[3]), std::vector<std::string>{"transformer:x_embedder"});
   EXPECT_EQ(targets_of(bfl.pairs[4]),
             std::vector<std::string>{"transformer:time_text_embed.timestep_embedder.linear_2"});
-  const LoraKeys bfl2 = plan_lora_keys(names, ModelFamily::Flux2);
+  const LoraKeys bfl2 = plan_lora_keys(names, lora_family("FLUX.2"));
   ASSERT_EQ(bfl2.pairs.size(), 4u);
   EXPECT_EQ(targets_of(bfl2.pairs[1]),
             std::vector<std::string>{"transformer:transformer_blocks.1.ff.linear_out"});
@@ -114,7 +122,7 @@ TEST(LoraKeys, BlackForestLabsAndXLabsNames) {
   const LoraKeys xlabs = plan_lora_keys(
       {"double_blocks.2.processor.qkv_lora2.down.weight", "double_blocks.2.processor.qkv_lora2.up.weight",
        "single_blocks.5.processor.proj_lora.down.weight", "single_blocks.5.processor.proj_lora.up.weight"},
-      ModelFamily::Flux1);
+      lora_family("FLUX.1"));
   EXPECT_EQ(xlabs.format, LoraFormat::XLabs);
   ASSERT_EQ(xlabs.pairs.size(), 2u);
   EXPECT_EQ(targets_of(xlabs.pairs[0]),
@@ -132,19 +140,19 @@ TEST(LoraKeys, DiffusersComponentsPerFamily) {
         "text_encoder_2.text_model.encoder.layers.1.self_attn.k_proj"})
     for (const std::string& n : pair_of(m)) names.push_back(n);
   names.push_back("transformer.transformer_blocks.0.attn.to_q.alpha");
-  const LoraKeys sd3 = plan_lora_keys(names, ModelFamily::SD3);
+  const LoraKeys sd3 = plan_lora_keys(names, lora_family("SD3"));
   ASSERT_EQ(sd3.pairs.size(), 3u);
   EXPECT_EQ(sd3.pairs[0].alpha, "transformer.transformer_blocks.0.attn.to_q.alpha");
   EXPECT_EQ(targets_of(sd3.pairs[2]),
             std::vector<std::string>{"text_encoder_2:text_model.encoder.layers.1.self_attn.k_proj"});
   // FluxPipeline loads no LoRA into T5, FLUX.2 none into its text encoder: skipped, as diffusers skips them.
-  const LoraKeys flux1 = plan_lora_keys(names, ModelFamily::Flux1);
+  const LoraKeys flux1 = plan_lora_keys(names, lora_family("FLUX.1"));
   EXPECT_EQ(flux1.pairs.size(), 2u);
   EXPECT_EQ(flux1.skipped.size(), 2u);
-  const LoraKeys flux2 = plan_lora_keys(names, ModelFamily::Flux2);
+  const LoraKeys flux2 = plan_lora_keys(names, lora_family("FLUX.2"));
   EXPECT_EQ(flux2.pairs.size(), 1u);
   // Another component is unknown, named.
-  const LoraKeys unet = plan_lora_keys(pair_of("unet.down_blocks.0.proj"), ModelFamily::SD3);
+  const LoraKeys unet = plan_lora_keys(pair_of("unet.down_blocks.0.proj"), lora_family("SD3"));
   ASSERT_EQ(unet.unknown.size(), 1u);
   EXPECT_NE(unet.unknown[0].second.find("component 'unet'"), std::string::npos) << unet.unknown[0].second;
 }
@@ -156,7 +164,7 @@ TEST(LoraKeys, WhatDoesNotFitIsNamedInFileOrder) {
        "lora_unet_mystery.lora_up.weight", "lora_unet_single_blocks_1_linear2.lora_down.weight",
        "lora_unet_double_blocks_0_img_attn_qkv.dora_scale", "lora_te2_encoder_block_0_q.lora_down.weight",
        "lora_te2_encoder_block_0_q.lora_up.weight", "lora_unet_img_in.weight"},
-      ModelFamily::Flux1);
+      lora_family("FLUX.1"));
   ASSERT_EQ(keys.pairs.size(), 1u);
   ASSERT_EQ(keys.unknown.size(), 3u);
   EXPECT_EQ(keys.unknown[0].first, "lora_unet_mystery.lora_down.weight");
@@ -171,17 +179,17 @@ TEST(LoraKeys, WhatDoesNotFitIsNamedInFileOrder) {
 TEST(LoraKeys, LayoutsAFamilyDoesNotTakeAndTensorsKilnDoesNotRunAreRefused) {
   const auto kohya = pair_of("lora_unet_img_in", ".lora_down.weight", ".lora_up.weight");
   EXPECT_NE(error_of([&] {
-              plan_lora_keys(kohya, ModelFamily::SD3);
+              plan_lora_keys(kohya, lora_family("SD3"));
             }).find("kohya (sd-scripts) layout are not for SD3"),
             std::string::npos);
   const auto xlabs = pair_of("double_blocks.0.processor.proj_lora1", ".down.weight", ".up.weight");
-  EXPECT_NE(error_of([&] { plan_lora_keys(xlabs, ModelFamily::Flux2); }).find("XLabs"), std::string::npos);
+  EXPECT_NE(error_of([&] { plan_lora_keys(xlabs, lora_family("FLUX.2")); }).find("XLabs"), std::string::npos);
   auto dora = pair_of("transformer.proj_out");
   dora.push_back("transformer.proj_out.lora_magnitude_vector");
-  EXPECT_NE(error_of([&] { plan_lora_keys(dora, ModelFamily::Flux1); }).find("DoRA"), std::string::npos);
+  EXPECT_NE(error_of([&] { plan_lora_keys(dora, lora_family("FLUX.1")); }).find("DoRA"), std::string::npos);
   auto bias = pair_of("transformer.proj_out");
   bias.push_back("transformer.proj_out.lora_B.bias");
-  EXPECT_NE(error_of([&] { plan_lora_keys(bias, ModelFamily::Flux1); }).find("biases"), std::string::npos);
+  EXPECT_NE(error_of([&] { plan_lora_keys(bias, lora_family("FLUX.1")); }).find("biases"), std::string::npos);
 }
 
 }  // namespace

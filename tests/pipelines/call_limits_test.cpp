@@ -36,7 +36,7 @@ TEST(CallLimits, FluxPipelineRefusesAbsurdSizesBeforeAllocating) {
             }),
             0);
   EXPECT_KILN_ERROR(pipe({.prompt = "x", .height = 32, .width = 32, .num_inference_steps = 0}),
-                    "num_inference_steps must be between 1 and 1000, got 0");
+                    "num_inference_steps 0 is below the minimum 1");
 }
 
 TEST(CallLimits, SD3PipelineRefusesAbsurdSizesBeforeAllocating) {
@@ -78,7 +78,7 @@ TEST(CallLimits, Flux2PipelinesRefuseAbsurdSizesBeforeAllocating) {
             }),
             0);
   EXPECT_KILN_ERROR(pipe({.prompt = "x", .height = 64, .width = 64, .num_inference_steps = 0}),
-                    "num_inference_steps must be between 1 and 1000, got 0");
+                    "num_inference_steps 0 is below the minimum 1");
 }
 
 }  // namespace

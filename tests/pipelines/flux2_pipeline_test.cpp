@@ -302,7 +302,7 @@ TEST(Flux2Pipeline, BadInputGivesClearErrors) {
   expect_error(c, "float32");
   c = base;
   c.negative_prompt_embeds = base.prompt_embeds;
-  expect_error(c, "no negative prompt");
+  expect_error(c, "takes no negative_prompt_embeds");
   Image tiny;
   tiny.width = 63;
   tiny.height = 80;

@@ -119,7 +119,7 @@ TEST(PromptEmbeddings, EncodePromptsOutputGivesThePromptsImage) {
   expect_error(pooled_alone, "pooled_prompt_embeds", "go with prompt_embeds");
   PipelineRequest flux2;
   flux2.pooled_prompt_embeds = e.pooled_prompt_embeds;
-  testing::expect_refused("Flux2Pipeline", flux2, "pooled_prompt_embeds", "has no pooled prompt embeddings");
+  testing::expect_refused("Flux2Pipeline", flux2, "pooled_prompt_embeds", "takes no pooled_prompt_embeds");
 }
 
 // With a generator per image, image i is the image its generator makes alone; a call continued with the
@@ -226,7 +226,7 @@ TEST(PromptListRules, BadListsAreRefusedByName) {
   edit.image = {Image()};
   EXPECT_NO_THROW(pipeline_class("FluxImg2ImgPipeline", "").check_fields(edit));
   testing::expect_refused("StableDiffusion3Img2ImgPipeline", edit, "generators",
-                          "StableDiffusion3Img2ImgPipeline takes one generator per call");
+                          "StableDiffusion3Img2ImgPipeline takes no generators");
   // Tensor-parallel ranks tell two lists apart.
   PipelineRequest other = two;
   other.prompts = {"a", "c"};

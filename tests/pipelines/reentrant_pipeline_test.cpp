@@ -69,7 +69,7 @@ TEST(PipelineRegistry, FromPretrainedPicksTheClassOfModelIndex) {
     EXPECT_NE(dynamic_cast<DiffusionPipeline*>(pipe.get()), nullptr);
   }
   std::vector<std::string> names;
-  for (const PipelineClass& c : pipeline_classes()) names.push_back(c.name);
+  for (const PipelineClass* c : pipeline_classes()) names.push_back(c->name);
   EXPECT_EQ(names,
             (std::vector<std::string>{"Flux2KleinPipeline", "Flux2Pipeline", "FluxFillPipeline",
                                       "FluxImg2ImgPipeline", "FluxInpaintPipeline", "FluxKontextPipeline",

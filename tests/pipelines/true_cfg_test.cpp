@@ -136,15 +136,15 @@ TEST(TrueCfgRules, OtherPipelinesRefuseItByName) {
   for (const char* pipeline :
        {"StableDiffusion3Pipeline", "StableDiffusion3Img2ImgPipeline", "Flux2Pipeline", "Flux2KleinPipeline"})
     expect_refused(pipeline, scale, "true_cfg_scale", "the FLUX.1 pipelines do");
-  expect_refused("FluxFillPipeline", scale, "true_cfg_scale", "FluxFillPipeline has no true classifier-free");
+  expect_refused("FluxFillPipeline", scale, "true_cfg_scale", "FluxFillPipeline takes no true_cfg_scale");
   PipelineRequest negative;
   negative.negative_prompt = "blurry";
-  expect_refused("FluxFillPipeline", negative, "negative_prompt", "FluxFillPipeline has no negative prompt");
+  expect_refused("FluxFillPipeline", negative, "negative_prompt", "FluxFillPipeline takes no negative_prompt");
   PipelineRequest third;
   third.negative_prompt_3 = "blurry";
-  expect_refused("FluxPipeline", third, "negative_prompt_3", "two text encoders");
+  expect_refused("FluxPipeline", third, "negative_prompt_3", "the third text encoder's");
   expect_refused("FluxKontextPipeline", third, "negative_prompt_3",
-                 "FluxKontextPipeline has two text encoders");
+                 "FluxKontextPipeline takes no negative_prompt_3");
   // Kontext's sizes, which no other pipeline reads, are refused rather than ignored.
   PipelineRequest area;
   area.max_area = 4096;
@@ -153,7 +153,7 @@ TEST(TrueCfgRules, OtherPipelinesRefuseItByName) {
     expect_refused(pipeline, area, "max_area", "FluxKontextPipeline does");
   PipelineRequest resize;
   resize.auto_resize = false;
-  expect_refused("FluxPipeline", resize, "auto_resize", "_auto_resize");
+  expect_refused("FluxPipeline", resize, "auto_resize", "takes no auto_resize");
   // The FLUX.1 pipelines that take it accept it.
   PipelineRequest both = scale;
   both.negative_prompt = "blurry";

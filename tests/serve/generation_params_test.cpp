@@ -6,6 +6,7 @@
 
 #include "io/io_test_util.h"
 #include "kiln/core/limits.h"
+#include "kiln/pipelines/request_fields.h"
 
 namespace kiln::serve {
 namespace {
@@ -21,6 +22,28 @@ std::pair<std::string, std::string> refusal(const std::string& body) {
   return {};
 }
 
+// A served field's value as text (the served kinds: texts, numbers, booleans, integer lists).
+std::string plain(const FieldValue& value) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, std::string>) return v;
+        else if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, bool>) return std::to_string(v);
+        else if constexpr (std::is_same_v<V, double>) {
+          char buf[40];
+          std::snprintf(buf, sizeof buf, "%.17g", v);
+          return buf;
+        } else if constexpr (std::is_same_v<V, std::vector<int64_t>>) {
+          std::string s;
+          for (int64_t x : v) s += std::to_string(x) + ",";
+          return s;
+        } else {
+          return "(not served)";
+        }
+      },
+      value);
+}
+
 #define EXPECT_REFUSED(body, field, ...)                                   \
   do {                                                                     \
     const auto [f, message] = refusal(body);                               \
@@ -33,17 +56,18 @@ TEST(GenerationParams, ReadsEveryField) {
       "model": "flux-tiny-schnell", "prompt": "a red circle", "prompt_2": "for T5", "negative_prompt": "blurry",
       "n": 3, "size": "48x32", "seed": 18446744073709551615, "steps": 7, "guidance": 4.5,
       "max_sequence_length": 16, "response_format": "url"})");
+  const PipelineRequest& r = p.request;
   EXPECT_EQ(p.model, "flux-tiny-schnell");
-  EXPECT_EQ(p.prompt, "a red circle");
-  EXPECT_EQ(p.prompt_2, "for T5");
-  EXPECT_EQ(p.negative_prompt, "blurry");
-  EXPECT_EQ(p.n, 3);
-  EXPECT_EQ(p.width, 48);
-  EXPECT_EQ(p.height, 32);
-  EXPECT_EQ(p.seed, 18446744073709551615ull);
-  EXPECT_EQ(p.steps, 7);
-  EXPECT_EQ(p.guidance, 4.5f);
-  EXPECT_EQ(p.max_sequence_length, 16);
+  EXPECT_EQ(r.prompt, "a red circle");
+  EXPECT_EQ(r.prompt_2, "for T5");
+  EXPECT_EQ(r.negative_prompt, "blurry");
+  EXPECT_EQ(r.num_images_per_prompt, 3);
+  EXPECT_EQ(r.width, 48);
+  EXPECT_EQ(r.height, 32);
+  EXPECT_EQ(p.seed(), 18446744073709551615ull);
+  EXPECT_EQ(r.num_inference_steps, 7);
+  EXPECT_EQ(r.guidance_scale, 4.5f);
+  EXPECT_EQ(r.max_sequence_length, 16);
   EXPECT_EQ(p.response_format, ResponseFormat::Url);
 }
 
@@ -52,10 +76,12 @@ TEST(GenerationParams, UnsetFieldsTakeDefaults) {
   const GenerationParams p =
       parse_generation_params(R"({"prompt": "", "n": null, "seed": null, "size": "auto", "quality": "hd",
                                   "style": "vivid", "user": "u1", "output_format": "png", "stream": false})");
-  EXPECT_EQ(p.prompt, "");
+  const PipelineRequest& r = p.request;
+  EXPECT_EQ(r.prompt, "");
   EXPECT_TRUE(p.model.empty());
-  EXPECT_EQ(p.n, 1);
-  EXPECT_FALSE(p.seed || p.width || p.height || p.steps || p.guidance || p.max_sequence_length);
+  EXPECT_EQ(r.num_images_per_prompt, 1);
+  EXPECT_FALSE(p.seed() || r.width || r.height || r.num_inference_steps || r.guidance_scale ||
+               r.max_sequence_length);
   EXPECT_EQ(p.response_format, ResponseFormat::B64Json);
 }
 
@@ -122,8 +148,8 @@ TEST(GenerationParams, AppliesTheLimitsOfTheCommandLine) {
   // At the limits: accepted.
   const GenerationParams p = parse_generation_params("{\"prompt\": \"" + long_prompt.substr(1) +
                                                      R"(", "size": "16384x1", "steps": 1000, "n": 64})");
-  EXPECT_EQ(p.width, 16384);
-  EXPECT_EQ(p.steps, 1000);
+  EXPECT_EQ(p.request.width, 16384);
+  EXPECT_EQ(p.request.num_inference_steps, 1000);
 }
 
 TEST(GenerationParams, WritesBackWhatItReads) {
@@ -134,41 +160,55 @@ TEST(GenerationParams, WritesBackWhatItReads) {
         R"({"prompt": "x", "seed": 18446744073709551615})"}) {
     const GenerationParams p = parse_generation_params(body);
     const GenerationParams q = parse_generation_params(to_json_text(p));
-    EXPECT_EQ(q.prompt, p.prompt);
     EXPECT_EQ(q.model, p.model);
-    EXPECT_EQ(q.prompt_2, p.prompt_2);
-    EXPECT_EQ(q.negative_prompt, p.negative_prompt);
-    EXPECT_EQ(q.width, p.width);
-    EXPECT_EQ(q.height, p.height);
-    EXPECT_EQ(q.seed, p.seed);
-    EXPECT_EQ(q.steps, p.steps);
-    EXPECT_EQ(q.guidance, p.guidance);  // a float, exactly
-    EXPECT_EQ(q.true_cfg_scale, p.true_cfg_scale);
-    EXPECT_EQ(q.n, p.n);
-    EXPECT_EQ(q.max_sequence_length, p.max_sequence_length);
+    EXPECT_EQ(q.seed(), p.seed());
     EXPECT_EQ(q.response_format, p.response_format);
+    // Every field of the request the body set, by the one declaration (floats exactly).
+    for (const RequestField& f : request_fields()) {
+      EXPECT_EQ(f.is_set(q.request), f.is_set(p.request)) << f.name << " in " << body;
+      if (!f.is_set(p.request) || f.kind == FieldKind::Generator) continue;
+      EXPECT_EQ(plain(f.get(q.request)), plain(f.get(p.request))) << f.name << " in " << body;
+    }
   }
 }
 
-TEST(GenerationParams, BecomeThePipelineRequestOfTheirClass) {
+TEST(GenerationParams, BecomeThePipelineRequest) {
+  // diffusers' names mean what they mean in diffusers: prompt_2 is FLUX.1's T5 prompt and SD3's CLIP-G one,
+  // prompt_3 SD3's T5 prompt; which a class takes is its own declaration (PipelineClass::fields).
   const GenerationParams p = parse_generation_params(
-      R"({"prompt": "x", "prompt_2": "t5", "size": "48x32", "steps": 3, "guidance": 2, "n": 2, "negative_prompt": "n",
-          "true_cfg_scale": 4})");
-  const PipelineRequest flux = to_pipeline_request(p, "FluxPipeline", 9);
-  EXPECT_EQ(flux.prompt_2, "t5");  // FLUX.1: T5's prompt is prompt_2
-  EXPECT_FALSE(flux.prompt_3);
-  EXPECT_EQ(flux.width, 48);
-  EXPECT_EQ(flux.height, 32);
-  EXPECT_EQ(flux.num_inference_steps, 3);
-  EXPECT_EQ(flux.guidance_scale, 2.0f);
-  EXPECT_EQ(flux.num_images_per_prompt, 2);
-  EXPECT_EQ(flux.negative_prompt, "n");
-  EXPECT_EQ(flux.true_cfg_scale, 4.0f);
-  ASSERT_TRUE(flux.generator);
-  EXPECT_EQ(flux.generator->initial_seed(), 9u);
-  const PipelineRequest sd3 = to_pipeline_request(p, "StableDiffusion3Pipeline", 9);
-  EXPECT_EQ(sd3.prompt_3, "t5");  // SD3: T5's prompt is prompt_3, as kiln generate --prompt-2
-  EXPECT_FALSE(sd3.prompt_2);
+      R"({"prompt": "x", "prompt_2": "t5", "prompt_3": "t5 too", "size": "48x32", "steps": 3, "guidance": 2,
+          "n": 2, "negative_prompt": "n", "true_cfg_scale": 4, "strength": 0.5, "skip_guidance_layers": [7, 8]})");
+  const PipelineRequest r = to_pipeline_request(p, 9);
+  EXPECT_EQ(r.prompt_2, "t5");
+  EXPECT_EQ(r.prompt_3, "t5 too");
+  EXPECT_EQ(r.width, 48);
+  EXPECT_EQ(r.height, 32);
+  EXPECT_EQ(r.num_inference_steps, 3);
+  EXPECT_EQ(r.guidance_scale, 2.0f);
+  EXPECT_EQ(r.num_images_per_prompt, 2);
+  EXPECT_EQ(r.negative_prompt, "n");
+  EXPECT_EQ(r.true_cfg_scale, 4.0f);
+  EXPECT_EQ(r.strength, 0.5);
+  EXPECT_EQ(r.skip_layer_guidance.layers, (std::vector<int64_t>{7, 8}));
+  ASSERT_TRUE(r.generator);
+  EXPECT_EQ(r.generator->initial_seed(), 9u);
+}
+
+TEST(GenerationParams, ReadEveryServedFieldByItsKind) {
+  EXPECT_REFUSED(R"({"prompt": "x", "strength": 1.5})", "strength", "in [0, 1], got 1.5");
+  EXPECT_REFUSED(R"({"prompt": "x", "skip_guidance_layers": 7})", "skip_guidance_layers", "a list of integers");
+  EXPECT_REFUSED(R"({"prompt": "x", "skip_guidance_layers": [7, -1]})", "skip_guidance_layers",
+                 "below the minimum 0");
+  EXPECT_REFUSED(R"({"prompt": "x", "auto_resize": "yes"})", "auto_resize", "expected true or false");
+  EXPECT_EQ(parse_generation_params(R"({"prompt": "x", "auto_resize": false})").request.auto_resize, false);
+  // Every field with a JSON name is read, and no other.
+  for (const RequestField& f : request_fields()) {
+    if (f.json.empty() || f.json == "prompt") continue;
+    const auto [field, message] = refusal(R"({"prompt": "x", ")" + f.json + R"(": {}})");
+    EXPECT_EQ(field, f.json) << message;
+    EXPECT_EQ(message.find("unknown field"), std::string::npos) << message;
+  }
+  EXPECT_REFUSED(R"({"prompt": "x", "prompt_embeds": [1]})", "prompt_embeds", "unknown field");
 }
 
 TEST(GenerationParams, NameTheJsonFieldOfAPipelineField) {
@@ -177,8 +217,8 @@ TEST(GenerationParams, NameTheJsonFieldOfAPipelineField) {
   EXPECT_EQ(json_field_of("num_inference_steps"), "steps");
   EXPECT_EQ(json_field_of("guidance_scale"), "guidance");
   EXPECT_EQ(json_field_of("num_images_per_prompt"), "n");
-  EXPECT_EQ(json_field_of("prompt_3"), "prompt_2");
-  EXPECT_EQ(json_field_of("negative_prompt_3"), "negative_prompt");
+  EXPECT_EQ(json_field_of("prompt_3"), "prompt_3");
+  EXPECT_EQ(json_field_of("generator"), "seed");
   EXPECT_EQ(json_field_of("negative_prompt"), "negative_prompt");
   EXPECT_EQ(json_field_of("max_sequence_length"), "max_sequence_length");
 }

@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 
 GenerationParams params(const std::string& prompt) {
   GenerationParams p;
-  p.prompt = prompt;
+  p.request.prompt = prompt;
   return p;
 }
 
@@ -30,17 +30,17 @@ class FakePipeline {
  public:
   void run(Job& job) {
     std::unique_lock lock(mutex_);
-    started_.push_back(job.params().prompt);
+    started_.push_back(job.params().request.prompt);
     changed_.notify_all();
     // A cancellation comes through the job's token, as it does to a pipeline: looked at every few ms (a
     // step).
-    while (!released_.count(job.params().prompt) && !job.cancel_token().cancelled())
+    while (!released_.count(job.params().request.prompt) && !job.cancel_token().cancelled())
       changed_.wait_for(lock, 5ms);
     lock.unlock();
     if (job.cancel_token().cancelled())
       job.cancelled();
     else
-      job.succeeded({"png of " + job.params().prompt});
+      job.succeeded({"png of " + job.params().request.prompt});
   }
   void release(const std::string& prompt) {
     std::lock_guard lock(mutex_);

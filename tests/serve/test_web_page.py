@@ -96,16 +96,17 @@ def test_generate_shows_progress_and_the_image(server, browser, tmp_path):
     open_page(browser, server)
     assert browser.title == "Kiln"
     assert "kiln-shapes-64 (FluxPipeline)" in browser.find_element(By.ID, "model").text
-    # FLUX.1 takes a negative prompt with its true CFG scale (the call below leaves both empty: off).
-    assert browser.find_element(By.ID, "negative-prompt-row").is_displayed()
-    assert browser.find_element(By.ID, "true-cfg-row").is_displayed()
+    # FLUX.1 takes a negative prompt with its true CFG scale (the call below leaves both empty: off): rows the
+    # page made from the model's fields (GET /v1/models), as it makes every row but the prompt, size and seed.
+    assert browser.find_element(By.ID, "row-negative_prompt").is_displayed()
+    assert browser.find_element(By.ID, "row-true_cfg_scale").is_displayed()
     assert not browser.find_element(By.ID, "api-key-row").is_displayed()  # the server asks for no key
     fill(browser, "prompt", PROMPT)
     fill(browser, "width", 64)
     fill(browser, "height", 64)
-    fill(browser, "steps", 8)
-    fill(browser, "guidance", 0)
-    fill(browser, "max-sequence-length", 40)  # what kiln-shapes-64 was trained with
+    fill(browser, "field-steps", 8)
+    fill(browser, "field-guidance", 0)
+    fill(browser, "field-max_sequence_length", 40)  # what kiln-shapes-64 was trained with
     browser.find_element(By.ID, "random-seed").click()
     fill(browser, "seed", 0)
     browser.execute_script(WATCH_PROGRESS)
@@ -133,11 +134,11 @@ def test_generate_shows_progress_and_the_image(server, browser, tmp_path):
 
     # A click on the card puts its parameters back.
     fill(browser, "prompt", "something else")
-    fill(browser, "steps", 3)
+    fill(browser, "field-steps", 3)
     browser.find_element(By.CSS_SELECTOR, "#gallery .card").click()
     value = lambda field: browser.find_element(By.ID, field).get_attribute("value")  # noqa: E731
-    assert (value("prompt"), value("steps"), value("seed"), value("width"), value("guidance"),
-            value("max-sequence-length")) == (PROMPT, "8", "0", "64", "0", "40")
+    assert (value("prompt"), value("field-steps"), value("seed"), value("width"), value("field-guidance"),
+            value("field-max_sequence_length")) == (PROMPT, "8", "0", "64", "0", "40")
     assert not browser.find_element(By.ID, "random-seed").is_selected()
 
 
@@ -146,12 +147,12 @@ def test_true_cfg_from_the_page(server, browser, tmp_path):
     --negative-prompt and --true-cfg-scale, the caption names the scale, and a click puts both back."""
     open_page(browser, server)
     fill(browser, "prompt", PROMPT)
-    fill(browser, "negative-prompt", "a red circle")
-    fill(browser, "true-cfg", 3.5)
+    fill(browser, "field-negative_prompt", "a red circle")
+    fill(browser, "field-true_cfg_scale", 3.5)
     fill(browser, "width", 64)
     fill(browser, "height", 64)
-    fill(browser, "steps", 2)
-    fill(browser, "max-sequence-length", 40)
+    fill(browser, "field-steps", 2)
+    fill(browser, "field-max_sequence_length", 40)
     browser.find_element(By.ID, "random-seed").click()
     fill(browser, "seed", 3)
     browser.find_element(By.ID, "generate").click()
@@ -165,12 +166,12 @@ def test_true_cfg_from_the_page(server, browser, tmp_path):
                                                max_sequence_length=40))
     assert text["true_cfg_scale"].startswith("3.5")
     np.testing.assert_array_equal(shown, reference)
-    assert "true CFG 3.5" in browser.find_element(By.CSS_SELECTOR, "#gallery .card figcaption").text
-    fill(browser, "negative-prompt", "x")
-    fill(browser, "true-cfg", 1)
+    assert "True CFG scale 3.5" in browser.find_element(By.CSS_SELECTOR, "#gallery .card figcaption").text
+    fill(browser, "field-negative_prompt", "x")
+    fill(browser, "field-true_cfg_scale", 1)
     browser.find_element(By.CSS_SELECTOR, "#gallery .card").click()
     value = lambda field: browser.find_element(By.ID, field).get_attribute("value")  # noqa: E731
-    assert (value("negative-prompt"), value("true-cfg")) == ("a red circle", "3.5")
+    assert (value("field-negative_prompt"), value("field-true_cfg_scale")) == ("a red circle", "3.5")
 
 
 def test_cancel_stops_the_job(server, browser):
@@ -178,7 +179,7 @@ def test_cancel_stops_the_job(server, browser):
     fill(browser, "prompt", PROMPT)
     fill(browser, "width", 64)
     fill(browser, "height", 64)
-    fill(browser, "steps", 1000)
+    fill(browser, "field-steps", 1000)
     browser.find_element(By.ID, "generate").click()
     WebDriverWait(browser, 60).until(lambda d: d.find_element(By.ID, "status").text.startswith("step "))
     browser.find_element(By.ID, "cancel").click()

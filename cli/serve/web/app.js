@@ -2,14 +2,15 @@
 // (GET /v1/jobs/{id}/events), read with fetch rather than EventSource so that an API key can travel in the
 // Authorization header; the progress bar follows the steps, and each image joins the gallery with its
 // parameters (a click puts them back in the form). Cancel, and leaving the page, cancel the job.
+// The form's rows besides the prompt, the size and the seed are the selected model's fields, made from the
+// schema GET /v1/models serves (each field's JSON name, label, kind, range, default and help): nothing here
+// names a model family or a field it takes.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const page = { models: [], job: null, stream: null };
-// Pipelines with a classifier-free guidance, which take a negative prompt (FLUX.1's true classifier-free
-// guidance runs with one and a true CFG scale above 1).
-const takesNegativePrompt = new Set(["StableDiffusion3Pipeline", "Flux2KleinPipeline", "FluxPipeline"]);
-const takesTrueCfg = new Set(["FluxPipeline"]);
+// Fields with rows of their own above.
+const ownRows = new Set(["prompt", "height", "width", "seed"]);
 
 function authHeaders(extra = {}) {
   const key = $("api-key").value.trim();
@@ -54,17 +55,76 @@ function selectedModel() {
   return page.models.find((m) => m.id === $("model").value);
 }
 
-function showModelDefaults() {
+// The selected model's fields that get a generated row.
+function modelFields() {
+  const model = selectedModel();
+  return ((model && model.kiln.fields) || []).filter((f) => !ownRows.has(f.json));
+}
+
+function fieldInput(field) {
+  if (field.kind === "text") {
+    const input = document.createElement("textarea");
+    input.rows = 2;
+    return input;
+  }
+  if (field.kind === "choice" || field.kind === "boolean") {
+    const input = document.createElement("select");
+    const choices = field.kind === "boolean" ? ["true", "false"] : field.choices;
+    input.append(new Option("default", ""), ...choices.map((c) => new Option(c, c)));
+    return input;
+  }
+  const input = document.createElement("input");
+  if (field.kind === "integer" || field.kind === "number") {
+    input.type = "number";
+    if (field.min !== undefined) input.min = field.min;
+    if (field.max !== undefined) input.max = field.max;
+    input.step = field.kind === "integer" ? "1" : "any";
+    input.inputMode = field.kind === "integer" ? "numeric" : "decimal";
+  } else {
+    input.placeholder = "1,2,3";  // an integer list
+  }
+  return input;
+}
+
+// The rows of the model's fields, with its defaults as placeholders.
+function showModelFields() {
   const model = selectedModel();
   const defaults = (model && model.kiln.defaults) || {};
   const [w, h] = (defaults.size || "x").split("x");
   $("width").placeholder = w || "default";
   $("height").placeholder = h || "default";
-  $("steps").placeholder = defaults.steps ?? "default";
-  $("guidance").placeholder = defaults.guidance ?? "default";
-  $("max-sequence-length").placeholder = defaults.max_sequence_length ?? "default";
-  $("negative-prompt-row").hidden = !(model && takesNegativePrompt.has(model.kiln.pipeline));
-  $("true-cfg-row").hidden = !(model && takesTrueCfg.has(model.kiln.pipeline));
+  const values = formFieldValues();  // what was typed survives a change of model where the field remains
+  const rows = modelFields().map((field) => {
+    const label = document.createElement("label");
+    label.id = `row-${field.json}`;
+    label.title = `${field.name}: ${field.help}`;
+    label.className = field.kind === "text" ? "text" : "";
+    const input = fieldInput(field);
+    input.id = `field-${field.json}`;
+    if (field.default !== undefined && "placeholder" in input) input.placeholder = field.default;
+    else if (input.placeholder === "") input.placeholder = "default";
+    if (values[field.json] !== undefined) input.value = values[field.json];
+    label.append(field.label, " ", input);
+    return label;
+  });
+  $("fields").replaceChildren(...rows);
+}
+
+// The generated rows' raw values, by JSON field.
+function formFieldValues() {
+  const values = {};
+  for (const input of $("fields").querySelectorAll("[id^=field-]")) {
+    if (input.value !== "") values[input.id.slice(6)] = input.value;
+  }
+  return values;
+}
+
+// A row's value as its field's JSON.
+function fieldValue(field, text) {
+  if (field.kind === "integer" || field.kind === "number") return Number(text);
+  if (field.kind === "boolean") return text === "true";
+  if (field.kind === "integer list") return text.split(",").map((v) => Number(v.trim()));
+  return text;
 }
 
 async function loadModels() {
@@ -73,7 +133,7 @@ async function loadModels() {
   $("model").replaceChildren(
     ...data.map((m) => new Option(`${m.id} (${m.kiln.pipeline})`, m.id)),
   );
-  showModelDefaults();
+  showModelFields();
   $("server-status").textContent = `${data.length} model${data.length === 1 ? "" : "s"}`;
 }
 
@@ -82,36 +142,48 @@ async function loadModels() {
 function formParams() {
   const params = { model: $("model").value, prompt: $("prompt").value };
   const number = (id) => ($(id).value === "" ? undefined : Number($(id).value));
-  if (!$("negative-prompt-row").hidden && $("negative-prompt").value) params.negative_prompt = $("negative-prompt").value;
   const width = number("width");
   const height = number("height");
   if (width !== undefined || height !== undefined) {
     params.size = `${width ?? $("width").placeholder}x${height ?? $("height").placeholder}`;
   }
-  if (number("steps") !== undefined) params.steps = number("steps");
-  if (number("guidance") !== undefined) params.guidance = number("guidance");
-  if (!$("true-cfg-row").hidden && number("true-cfg") !== undefined) params.true_cfg_scale = number("true-cfg");
-  if (number("max-sequence-length") !== undefined) params.max_sequence_length = number("max-sequence-length");
+  const values = formFieldValues();
+  for (const field of modelFields()) {
+    if (values[field.json] !== undefined) params[field.json] = fieldValue(field, values[field.json]);
+  }
   if (!$("random-seed").checked && number("seed") !== undefined) params.seed = number("seed");
   return params;
 }
 
 function fillForm(params) {
   if (page.models.some((m) => m.id === params.model)) $("model").value = params.model;
-  showModelDefaults();
+  $("fields").replaceChildren();
+  showModelFields();
   $("prompt").value = params.prompt ?? "";
-  $("negative-prompt").value = params.negative_prompt ?? "";
   const [w, h] = (params.size || "x").split("x");
   $("width").value = w;
   $("height").value = h;
-  $("steps").value = params.steps ?? "";
-  $("guidance").value = params.guidance ?? "";
-  $("true-cfg").value = params.true_cfg_scale ?? "";
-  $("max-sequence-length").value = params.max_sequence_length ?? "";
+  for (const field of modelFields()) {
+    const value = params[field.json];
+    $(`field-${field.json}`).value = value === undefined ? "" : Array.isArray(value) ? value.join(",") : value;
+  }
   $("random-seed").checked = false;
   $("seed").disabled = false;
   $("seed").value = params.seed;
   window.scrollTo({ top: 0, behavior: "smooth" });
+}
+
+// "Steps 8 · Guidance 0": the card's parameters by their fields' labels.
+function describe(params) {
+  const model = page.models.find((m) => m.id === params.model);
+  const fields = (model && model.kiln.fields) || [];
+  const parts = [params.model, params.size];
+  for (const field of fields) {
+    if (!ownRows.has(field.json) && params[field.json] !== undefined && field.kind !== "text")
+      parts.push(`${field.label} ${params[field.json]}`);
+  }
+  parts.push(`seed ${params.seed}`);
+  return parts.filter(Boolean).join(" · ");
 }
 
 // ---- a job and its events
@@ -209,10 +281,7 @@ async function addToGallery(id, urls) {
     const caption = card.querySelector("figcaption");
     const b = document.createElement("b");
     b.textContent = params.prompt;
-    const details = [params.model, params.size, params.steps && `${params.steps} steps`,
-      params.guidance !== undefined && `guidance ${params.guidance}`,
-      params.true_cfg_scale !== undefined && `true CFG ${params.true_cfg_scale}`, `seed ${params.seed}`];
-    caption.append(b, document.createElement("br"), details.filter(Boolean).join(" · "));
+    caption.append(b, document.createElement("br"), describe(params));
     card.dataset.params = JSON.stringify(params);
     const reuse = () => fillForm(params);
     card.addEventListener("click", reuse);
@@ -229,7 +298,7 @@ async function start() {
     localStorage.setItem("kiln-api-key", $("api-key").value.trim());
     loadModels().then(() => showError(""), (e) => showError(e.message));
   });
-  $("model").addEventListener("change", showModelDefaults);
+  $("model").addEventListener("change", showModelFields);
   $("random-seed").addEventListener("change", () => {
     $("seed").disabled = $("random-seed").checked;
   });

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/lora/lora_family.h"
 #include "kiln/lora/lora_keys.h"
 
 namespace kiln::nn {
@@ -52,19 +53,12 @@ struct FuseLoraOptions {
   std::vector<std::string> components;
 };
 
-// What LoRA means for a pipeline class: its model family, the components it loads LoRA into, and those
-// fuse_lora fuses by default (diffusers' _lora_loadable_modules and fuse_lora defaults). Flux2* classes are
-// FLUX.2, other Flux* classes FLUX.1, StableDiffusion3* classes SD3; others throw naming the class.
-struct LoraPipelineSpec {
-  ModelFamily family;
-  std::vector<std::string> components, fuse_components;
-};
-LoraPipelineSpec lora_spec_for(const std::string& pipeline_class);
-
 class LoraAdapters {
  public:
-  // `components`: the pipeline's (name, module); those the class loads LoRA into take adapters.
-  LoraAdapters(const std::string& pipeline_class,
+  // `family`: what LoRA means for the pipeline (its family's descriptor); `components`: the pipeline's (name,
+  // module), of which those the family loads LoRA into take adapters. `pipeline_class` names the pipeline in
+  // messages.
+  LoraAdapters(const LoraFamily& family, const std::string& pipeline_class,
                const std::vector<std::pair<std::string, nn::Module*>>& components);
 
   LoraLoadReport load(const std::string& path, const LoraLoadOptions& options);
@@ -89,8 +83,8 @@ class LoraAdapters {
   void apply_active();
   void refuse_while_fused(const char* what) const;
 
+  LoraFamily family_;
   std::string pipeline_class_;
-  LoraPipelineSpec spec_;
   std::vector<std::pair<std::string, nn::Module*>> components_;
   std::vector<Adapter> adapters_;
   std::vector<std::pair<std::string, double>> active_;

@@ -8,8 +8,8 @@
 //     without one takes the component's "most common" alpha, which is the first in the file (diffusers counts
 //     the alpha tensors by identity, so each is counted once); without any, the file's lora_adapter_metadata
 //     (lora_alpha, alpha_pattern, use_rslora: alpha / sqrt(rank)) and otherwise alpha = rank.
-// The transformer of FLUX.1 takes a down narrower than its layer padded with zeros (diffusers'
-// _maybe_expand_lora_state_dict: XLabs' single-block proj_lora reads the attention part of proj_out's input).
+// A family may take a transformer down narrower than its layer, padded with zeros
+// (LoraFamily::pads_narrow_down).
 #pragma once
 
 #include <functional>
@@ -48,7 +48,7 @@ using LayerLookup = std::function<nn::Linear*(const std::string& component, cons
 // layout rule accounts for, a layer the model lacks, a shape or rank that does not match) is an error naming
 // the file, the first such tensor in file order and what was expected, unless `ignore_mismatches`: it is then
 // skipped and reported in `skipped`. Tensors diffusers ignores too (DoRA scales, T5 LoRA) are always skipped.
-LoraContents read_lora_file(const std::string& path, ModelFamily family, const LayerLookup& find,
+LoraContents read_lora_file(const std::string& path, const LoraFamily& family, const LayerLookup& find,
                             bool ignore_mismatches = false);
 
 }  // namespace kiln::lora

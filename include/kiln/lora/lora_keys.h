@@ -7,8 +7,8 @@
 //   kohya (sd-scripts) lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight / .lora_up.weight / .alpha:
 //                      Black Forest Labs' modules with '_' for '.' (FLUX.1, FLUX.2), lora_te1_* /
 //                      lora_te_* for CLIP
-//   SD3's pipelines take the diffusers layout alone; the others are refused by name. Text encoders' pairs
-//   are read only where the family loads LoRA into them.
+//   Each family says which layouts it takes (LoraFamily::formats); the others are refused by name. Text
+//   encoders' pairs are read only where the family loads LoRA into them.
 //   Black Forest Labs  [diffusion_model. | base_model.model.]double_blocks.0.img_attn.qkv.lora_A.weight (or
 //                      lora_down / lora_up, ComfyUI's), single_blocks.*, img_in, txt_in, final_layer, ...
 //   XLabs              double_blocks.0.processor.qkv_lora1.down.weight / .up.weight, proj_lora1, qkv_lora2,
@@ -23,19 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/lora/lora_family.h"
+
 namespace kiln::lora {
-
-enum class LoraFormat { Diffusers, Kohya, BlackForestLabs, XLabs };
-// "diffusers (PEFT)", "kohya (sd-scripts)", "Black Forest Labs", "XLabs".
-const char* format_name(LoraFormat format);
-
-// The model family whose layers a file's names are converted to.
-enum class ModelFamily {
-  Flux1,  // FluxPipeline: transformer, text_encoder (CLIP)
-  SD3,    // StableDiffusion3Pipeline: transformer, text_encoder (CLIP-L), text_encoder_2 (CLIP-G)
-  Flux2,  // Flux2Pipeline, Flux2KleinPipeline: transformer
-};
-const char* family_name(ModelFamily family);  // "FLUX.1", "SD3", "FLUX.2"
 
 // A layer of a pipeline: its component ("transformer", "text_encoder", "text_encoder_2") and its diffusers
 // module name in that component ("transformer_blocks.0.attn.to_q").
@@ -69,12 +59,14 @@ struct LoraKeys {
 };
 
 // The layout of `names` (a file's tensor names, in file order), or nullopt when they are not a LoRA file's.
-std::optional<LoraFormat> detect_lora_format(const std::vector<std::string>& names);
+// Black Forest Labs' layout is told by its top-level modules: those of the FLUX lineage, and `family`'s own
+// when given.
+std::optional<LoraFormat> detect_lora_format(const std::vector<std::string>& names,
+                                             const LoraFamily* family = nullptr);
 
 // Converts a file's tensor names for `family`. Throws kiln::Error naming the file's layout and the family
-// when the layout is not one the family takes (kohya or XLabs for SD3, XLabs for FLUX.2), when the names are
-// not a LoRA file's, or when a tensor is of a kind Kiln does not run (DoRA magnitudes, lora_B biases), naming
-// it.
-LoraKeys plan_lora_keys(const std::vector<std::string>& names, ModelFamily family);
+// when the layout is not one the family takes (LoraFamily::formats), when the names are not a LoRA file's, or
+// when a tensor is of a kind Kiln does not run (DoRA magnitudes, lora_B biases), naming it.
+LoraKeys plan_lora_keys(const std::vector<std::string>& names, const LoraFamily& family);
 
 }  // namespace kiln::lora

@@ -11,8 +11,8 @@
 
 namespace kiln {
 
-// By parameter name, for the component classes Kiln runs (the FLUX.1, FLUX.2 and SD3 pipelines' components);
-// empty for other classes and for components without a folder. Throws kiln::Error for a config the model
+// By parameter name, for the component classes a registered family knows (Family::unloaded_component); empty
+// for other classes and for components without a folder. Throws kiln::Error for a config the model
 // refuses, as loading it would.
 std::map<std::string, nn::BlockPosition> component_block_positions(const io::ComponentSummary& component);
 

@@ -249,7 +249,7 @@ class DiffusionPipeline {
   // stop (CallControl::checkpoint between stages; the denoising loop checks before every step).
   virtual PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) = 0;
   // The request checks that need the loaded pipeline (sizes against its VAE and transformer, ...), after the
-  // field checks of its class.
+  // field checks of its class (PipelineClass::check_fields).
   virtual void check_loaded_request(const PipelineRequest& request) const = 0;
   virtual models::AutoencoderKL& vae_model() const = 0;
 

@@ -54,7 +54,6 @@ class Flux2PipelineBase : public DiffusionPipeline {
   ~Flux2PipelineBase() override;
 
   PipelineDefaults defaults() const override;
-  static std::vector<std::string> splittable_components() { return {"transformer", "text_encoder"}; }
 
   // The text side, when the folder has one: the tokenizer and the text encoder's layers the pipeline reads
   // (null for a folder saved without them).
@@ -111,8 +110,6 @@ class Flux2PipelineBase : public DiffusionPipeline {
   void load(const std::string& model, const PipelineLoadOptions& options, const char* pipeline_class);
   models::AutoencoderKL& vae_model() const override;
   const char* name() const { return class_name(); }
-  // The fields both variants refuse.
-  static void check_common_fields(const char* pipeline, const PipelineRequest& request);
 
   Variant variant_;
   bool is_distilled_ = false;  // klein: model_index.json's is_distilled (no classifier-free guidance)
@@ -139,7 +136,6 @@ class Flux2Pipeline : public Flux2PipelineBase {
   // `model` is a diffusers folder or a repo id ("black-forest-labs/FLUX.2-dev") in the local HF cache.
   static Flux2Pipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "Flux2Pipeline"; }
-  static void check_fields(const PipelineRequest& request);
 
  private:
   Flux2Pipeline() : Flux2PipelineBase(Variant::Dev) {}
@@ -154,7 +150,6 @@ class Flux2KleinPipeline : public Flux2PipelineBase {
   static Flux2KleinPipeline from_pretrained(const std::string& model,
                                             const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "Flux2KleinPipeline"; }
-  static void check_fields(const PipelineRequest& request);
   bool is_distilled() const { return is_distilled_; }
 
  private:

@@ -49,8 +49,6 @@ class FluxPipeline : public DiffusionPipeline {
 
   const char* class_name() const override { return "FluxPipeline"; }
   PipelineDefaults defaults() const override { return {}; }
-  static void check_fields(const PipelineRequest& request);
-  static std::vector<std::string> splittable_components() { return {"transformer", "text_encoder_2"}; }
 
   // ---- the stages, as diffusers names them (public so each can be checked against diffusers)
   struct PromptEmbeddings {
@@ -130,7 +128,6 @@ class FluxImg2ImgPipeline : public FluxPipeline {
                                              const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "FluxImg2ImgPipeline"; }
   PipelineDefaults defaults() const override;
-  static void check_fields(const PipelineRequest& request);
 
  private:
   FluxImg2ImgPipeline() : FluxPipeline(Task::ImageToImage) {}
@@ -146,7 +143,6 @@ class FluxInpaintPipeline : public FluxPipeline {
                                              const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "FluxInpaintPipeline"; }
   PipelineDefaults defaults() const override;
-  static void check_fields(const PipelineRequest& request);
 
  private:
   FluxInpaintPipeline() : FluxPipeline(Task::Inpaint) {}
@@ -159,7 +155,6 @@ class FluxFillPipeline : public FluxPipeline {
   static FluxFillPipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "FluxFillPipeline"; }
   PipelineDefaults defaults() const override;
-  static void check_fields(const PipelineRequest& request);
 
  private:
   FluxFillPipeline() : FluxPipeline(Task::Fill) {}
@@ -175,7 +170,6 @@ class FluxKontextPipeline : public FluxPipeline {
   static FluxKontextPipeline from_pretrained(const std::string& model,
                                              const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "FluxKontextPipeline"; }
-  static void check_fields(const PipelineRequest& request);
   // The call's output size: height x width (or the default) rescaled to max_area pixels, in multiples of 16.
   std::pair<int64_t, int64_t> output_size(const PipelineRequest& request) const;
   // The image's size after the auto-resize (the trained resolution nearest its aspect ratio), multiples

@@ -1,8 +1,7 @@
 // What `kiln generate` reads of a pipeline folder's weights, known from its files without loading them (for
-// `kiln info`'s memory figures and offload plans). Most components read every tensor of their checkpoint;
-// FLUX.2's text encoders read only what the pipelines' default text_encoder_out_layers need: the embedding
-// and the layers up to the deepest one asked (FLUX.2-dev: 30 of Mistral Small 3.x's 40 layers, without its
-// vision tower and lm_head; klein: 27 of Qwen3's 36, without lm_head).
+// `kiln info`'s memory figures and offload plans). Most components read every tensor of their checkpoint; a
+// family may read less of one (Family::partial_weights: FLUX.2's text encoders read only the layers their
+// hidden states need).
 #pragma once
 
 #include <cstdint>

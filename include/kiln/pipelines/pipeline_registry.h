@@ -1,35 +1,92 @@
-// The pipeline classes Kiln runs, by the class name diffusers writes in model_index.json ("_class_name"), as
-// diffusers' DiffusionPipeline.from_pretrained finds them. Anything that runs pipelines by name (kiln
-// generate, a server, bindings) goes through here rather than naming the classes itself.
+// The model families Kiln runs and their pipeline classes, by the class name diffusers writes in
+// model_index.json ("_class_name"), as diffusers' DiffusionPipeline.from_pretrained finds them. A family is one
+// registered unit (src/families/<family>/, listed once in src/families/registry.cpp): its pipeline classes, the
+// request fields each takes, its LoRA layouts and the models of its components. Everything that runs pipelines by
+// name (kiln generate, kiln info, kiln serve, the Python package) asks here rather than naming a class or a family.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "kiln/io/model_summary.h"
+#include "kiln/lora/lora_family.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
+#include "kiln/pipelines/loaded_weights.h"
 
 namespace kiln {
 
+namespace nn {
+class Module;
+}
+
+// What a pipeline class does with the request's image: the shared stage it composes.
+enum class Task {
+  TextToImage,   // from noise (where the class takes `image`, the images condition it: FLUX.2's references)
+  ImageToImage,  // from `image`, encoded and noised to `strength`
+  Inpainting,    // image-to-image, the region outside `mask_image` put back after every step
+  Fill,          // the masked image and the mask beside the latents, as the denoiser's extra channels
+  ImageEditing,  // the image's latents beside the noise, as context the denoiser reads (Kontext)
+};
+// "text-to-image", "image-to-image", "inpainting", "fill", "image editing".
+const char* task_name(Task task);
+
+struct Family;
+
 struct PipelineClass {
-  std::string name;  // "FluxPipeline"
+  std::string name;  // "FluxPipeline", as model_index.json names it
+  Task task = Task::TextToImage;
+  // The request fields it takes (kiln/pipelines/request_fields.h); any other field a request sets is refused.
+  std::vector<std::string> fields;
   // The components tensor parallelism can split (PipelineLoadOptions::parallel_config, tensor_parallel).
   std::vector<std::string> splittable_components;
-  std::unique_ptr<DiffusionPipeline> (*load)(const std::string& model, const PipelineLoadOptions& options);
-  // The request checks that need no loaded pipeline: the fields this class does not take (RequestError
-  // naming the field), so that a caller can refuse a request before loading anything.
-  void (*check_fields)(const PipelineRequest& request);
-  // The classes that edit an image with this class's components (they load its folders): image-to-image
-  // (image, strength) and inpainting (image, mask_image, strength); empty when there is none.
+  // The classes whose folders it loads besides its own, as diffusers lets them (FluxImg2ImgPipeline loads a
+  // FluxPipeline folder).
+  std::vector<std::string> loads_folders_of;
+  std::function<std::unique_ptr<DiffusionPipeline>(const std::string& model, const PipelineLoadOptions& options)>
+      load;
+
+  // Filled in by the registry: the family, and its classes that edit this class's folders' images (empty when
+  // there is none, or when this class edits an image itself).
+  const Family* family = nullptr;
   std::string image_to_image, inpainting;
-  // Whether the class starts from request.image (an editing pipeline) rather than taking references.
-  bool edits_an_image = false;
+
+  bool takes(std::string_view field) const;
+  // Whether it starts from request.image (image-to-image, inpainting, Fill) rather than from noise.
+  bool edits_an_image() const;
+  // The request checks that need no loaded pipeline, so that a caller can refuse a request before loading
+  // anything: a field it does not take (one rule, naming the class, the field and the classes that take it),
+  // each field's range, and the rules between fields (prompts or prompt lists or embeddings, the generators'
+  // count, the images its task needs). RequestError naming the field.
+  void check_fields(const PipelineRequest& request) const;
 };
 
-// Every class, sorted by name.
-const std::vector<PipelineClass>& pipeline_classes();
+// The model of a component, built from its folder without loading weights (kiln info's block positions); null
+// for a class the family does not know.
+using UnloadedComponent =
+    std::function<std::unique_ptr<nn::Module>(const std::string& class_name, const std::string& folder)>;
+
+struct Family {
+  std::string name;  // "FLUX.1", in messages
+  std::vector<PipelineClass> classes;
+  // Where LoRA files go and how their names convert; absent when the family takes none.
+  std::optional<lora::LoraFamily> lora;
+  UnloadedComponent unloaded_component;
+  // What the pipelines read of a component when it is less than its checkpoint holds (FLUX.2's text encoder:
+  // the layers its hidden states need); unset or nullopt: every tensor.
+  std::function<std::optional<LoadedWeights>(const io::ComponentSummary& component)> partial_weights;
+};
+
+// Every family, in registration order.
+const std::vector<Family>& families();
+// Every class of every family, sorted by name.
+const std::vector<const PipelineClass*>& pipeline_classes();
 // The class named `name`; throws kiln::Error naming `where` (the model_index.json) and the classes Kiln runs
 // when it is none of them.
 const PipelineClass& pipeline_class(const std::string& name, const std::string& where);
+// The class named `name`, or null.
+const PipelineClass* find_pipeline_class(std::string_view name);
 
 }  // namespace kiln

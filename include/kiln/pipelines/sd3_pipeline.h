@@ -48,8 +48,6 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
 
   const char* class_name() const override { return "StableDiffusion3Pipeline"; }
   PipelineDefaults defaults() const override;
-  static void check_fields(const PipelineRequest& request);
-  static std::vector<std::string> splittable_components() { return {"transformer", "text_encoder_3"}; }
 
   // ---- the stages, as diffusers names them (public so each can be checked against diffusers)
   // One prompt through the three encoders (encode_prompt without the negative branch). Each tensor is
@@ -127,7 +125,6 @@ class StableDiffusion3Img2ImgPipeline : public StableDiffusion3Pipeline {
                                                          const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "StableDiffusion3Img2ImgPipeline"; }
   PipelineDefaults defaults() const override;
-  static void check_fields(const PipelineRequest& request);
 
  private:
   StableDiffusion3Img2ImgPipeline() : StableDiffusion3Pipeline(Task::ImageToImage) {}
@@ -142,7 +139,6 @@ class StableDiffusion3InpaintPipeline : public StableDiffusion3Pipeline {
                                                          const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "StableDiffusion3InpaintPipeline"; }
   PipelineDefaults defaults() const override;
-  static void check_fields(const PipelineRequest& request);
 
  private:
   StableDiffusion3InpaintPipeline() : StableDiffusion3Pipeline(Task::Inpaint) {}

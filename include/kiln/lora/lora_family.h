@@ -1,0 +1,55 @@
+// What LoRA means for a model family, as its family descriptor declares it (kiln/pipelines/pipeline_registry.h):
+// the components adapters load into, the layouts of LoRA files it takes, and its transformer's modules under
+// their original names (Black Forest Labs' checkpoint layout, which kohya, ComfyUI, ai-toolkit and XLabs files
+// follow) with the diffusers layers each one is. lora_keys.h converts a file's names with it; nothing in lora/
+// names a family.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kiln::lora {
+
+enum class LoraFormat { Diffusers, Kohya, BlackForestLabs, XLabs };
+// "diffusers (PEFT)", "kohya (sd-scripts)", "Black Forest Labs", "XLabs".
+const char* format_name(LoraFormat format);
+
+// One module of the original layout and the diffusers layers it is: a fused layer the model keeps apart
+// (Black Forest Labs' qkv, FLUX.1's linear1) names several, in the order the adapter's up rows feed them.
+struct OriginalModule {
+  std::string name;  // relative to its block for block modules ("img_attn.qkv"), else the whole name
+  std::vector<std::string> modules;
+  // Black Forest Labs' final adaLN projection is (shift, scale), diffusers' norm_out.linear (scale, shift): the
+  // adapter's up halves are swapped.
+  bool swap_up_halves = false;
+};
+
+// A transformer's modules under their original names: those of its double-stream blocks
+// (double_blocks.N.* -> transformer_blocks.N.*), its single-stream blocks (single_blocks.N.* ->
+// single_transformer_blocks.N.*) and the rest.
+struct OriginalLayout {
+  std::vector<OriginalModule> double_block, single_block, top_level;
+  bool empty() const { return double_block.empty() && single_block.empty() && top_level.empty(); }
+};
+
+struct LoraFamily {
+  std::string name;  // "FLUX.1", in messages
+  // The components adapters load into (diffusers' _lora_loadable_modules, the prefixes of its layout) and those
+  // fuse_lora fuses by default.
+  std::vector<std::string> components, fuse_components;
+  // The layouts it takes; the diffusers (PEFT) one always.
+  std::vector<LoraFormat> formats = {LoraFormat::Diffusers};
+  // Its transformer's modules under their original names (kohya, Black Forest Labs and XLabs files).
+  OriginalLayout original;
+  // Whether kohya's lora_te1_ / lora_te_ and Black Forest Labs' text_encoders.clip_l pairs load into
+  // text_encoder (a CLIP text model), as FLUX.1's do.
+  bool clip_text_encoder = false;
+  // Whether a transformer pair whose down is narrower than its layer's input is padded with zeros, as
+  // diffusers' FLUX loader does (_maybe_expand_lora_state_dict: XLabs' single-block proj_lora reads the
+  // attention part of proj_out's input).
+  bool pads_narrow_down = false;
+
+  bool takes(LoraFormat format) const;
+};
+
+}  // namespace kiln::lora

@@ -1,0 +1,37 @@
+// What the family descriptors (src/families/<name>/family.cpp) share: the request fields every pipeline class
+// takes, a class's load function from its type, and field lists put together.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/pipelines/pipeline_registry.h"
+
+namespace kiln {
+
+// The fields of every class: the size, the schedule, guidance, the generator, the text encoder's tokens, how
+// many images and what the call returns.
+inline const std::vector<std::string>& common_request_fields() {
+  static const std::vector<std::string> fields = {"height",        "width",
+                                                  "num_inference_steps", "guidance_scale",
+                                                  "generator",     "max_sequence_length",
+                                                  "num_images_per_prompt", "output_type"};
+  return fields;
+}
+
+// The concatenation of field lists.
+inline std::vector<std::string> joined_fields(std::initializer_list<std::vector<std::string>> parts) {
+  std::vector<std::string> out;
+  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
+// `Pipeline::from_pretrained` as a PipelineClass's load function.
+template <class Pipeline>
+std::unique_ptr<DiffusionPipeline> load_pipeline(const std::string& model, const PipelineLoadOptions& options) {
+  return std::make_unique<Pipeline>(Pipeline::from_pretrained(model, options));
+}
+
+}  // namespace kiln
