@@ -19,7 +19,7 @@
 #include "kiln/kiln.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/ops/attention.h"
-#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 // of 16.
 #include "fuzz_support.h"
 #include "kiln/pipelines/image.h"
-#include "pipelines/flux2_reference_image.h"
+#include "families/flux2/flux2_reference_image.h"
 
 using namespace kiln;
 

@@ -18,7 +18,7 @@
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
-#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 #include "lora/lora_goldens.h"
 #include "support/pipeline_comparison.h"
 #include "support/pjrt_devices.h"

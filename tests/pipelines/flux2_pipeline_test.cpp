@@ -13,7 +13,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/models/flux2_transformer.h"
 #include "kiln/ops.h"
-#include "kiln/pipelines/flux2_pipeline.h"
+#include "kiln/families/flux2/flux2_pipeline.h"
 #include "support/test_data.h"
 
 namespace kiln {

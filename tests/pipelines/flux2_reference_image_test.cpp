@@ -6,7 +6,7 @@
 
 #include "kiln/io/safetensors.h"
 #include "kiln/ops.h"
-#include "pipelines/flux2_reference_image.h"
+#include "families/flux2/flux2_reference_image.h"
 #include "pipelines/pil_resize.h"
 #include "support/test_data.h"
 

@@ -8,7 +8,7 @@
 #include "kiln/io/png.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/flux_transformer.h"
-#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 #include "support/test_data.h"
 
 namespace kiln {

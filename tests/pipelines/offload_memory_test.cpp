@@ -22,7 +22,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/ops/linalg.h"
-#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/pipelines/offload.h"
 #include "kiln/pipelines/weight_packing.h"
 #include "kiln/runtime/eager_mode.h"

@@ -10,7 +10,7 @@
 #include "kiln/io/png.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/sd3_transformer.h"
-#include "kiln/pipelines/sd3_pipeline.h"
+#include "kiln/families/sd3/sd3_pipeline.h"
 #include "support/pipeline_comparison.h"
 #include "support/test_data.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kiln/io/safetensors.h"
-#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 #include "support/test_data.h"
 
 namespace kiln {

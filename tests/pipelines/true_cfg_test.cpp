@@ -11,7 +11,7 @@
 
 #include "kiln/core/log.h"
 #include "kiln/io/safetensors.h"
-#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "pipelines/call_control.h"
 #include "support/pipeline_comparison.h"

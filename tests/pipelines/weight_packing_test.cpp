@@ -12,7 +12,7 @@
 #include "kiln/core/error.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/ops/linalg.h"
-#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/runtime/eager_mode.h"
 #include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"

@@ -5,7 +5,7 @@
 #include "kiln/models/clip_text_model.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/models/t5_encoder.h"
-#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 
 namespace kiln::flux1 {
 

@@ -8,7 +8,7 @@
 #include "kiln/models/decoder_text_encoder.h"
 #include "kiln/models/flux2_prompt_encoder.h"
 #include "kiln/models/flux2_transformer.h"
-#include "kiln/pipelines/flux2_pipeline.h"
+#include "kiln/families/flux2/flux2_pipeline.h"
 
 namespace kiln::flux2 {
 

@@ -5,7 +5,7 @@
 #include "kiln/models/clip_text_model.h"
 #include "kiln/models/sd3_transformer.h"
 #include "kiln/models/t5_encoder.h"
-#include "kiln/pipelines/sd3_pipeline.h"
+#include "kiln/families/sd3/sd3_pipeline.h"
 
 namespace kiln::sd3 {
 

@@ -1,4 +1,4 @@
-#include "kiln/pipelines/flux2_pipeline.h"
+#include "kiln/families/flux2/flux2_pipeline.h"
 
 #include <cmath>
 #include <tuple>
@@ -15,7 +15,7 @@
 #include "pipelines/call_control.h"
 #include "pipelines/call_generators.h"
 #include "pipelines/denoise.h"
-#include "pipelines/flux2_reference_image.h"
+#include "families/flux2/flux2_reference_image.h"
 #include "pipelines/pipeline_common.h"
 
 namespace kiln {

@@ -1,4 +1,4 @@
-#include "kiln/pipelines/sd3_pipeline.h"
+#include "kiln/families/sd3/sd3_pipeline.h"
 
 #include <cmath>
 #include <filesystem>

@@ -1,4 +1,4 @@
-#include "pipelines/flux2_reference_image.h"
+#include "families/flux2/flux2_reference_image.h"
 
 #include <algorithm>
 #include <cmath>

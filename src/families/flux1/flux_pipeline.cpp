@@ -1,4 +1,4 @@
-#include "kiln/pipelines/flux_pipeline.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 
 #include <cmath>
 #include <filesystem>
