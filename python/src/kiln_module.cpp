@@ -196,14 +196,14 @@ class PyPipeline {
   }
   void compile_transformer(bool fullgraph, bool dynamic) {
     nb::gil_scoped_release released;
-    pipe_->transformer_module().compile({.fullgraph = fullgraph, .dynamic = dynamic});
+    pipe_->denoiser().compile({.fullgraph = fullgraph, .dynamic = dynamic});
   }
   void compile_repeated_blocks() {
     nb::gil_scoped_release released;
-    pipe_->transformer_module().compile_repeated_blocks();
+    pipe_->denoiser().compile_repeated_blocks();
   }
-  void reset_compiled() { pipe_->transformer_module().reset_compiled(); }
-  bool is_compiled() const { return pipe_->transformer_module().is_compiled(); }
+  void reset_compiled() { pipe_->denoiser().reset_compiled(); }
+  bool is_compiled() const { return pipe_->denoiser().is_compiled(); }
 
   void enable_model_cpu_offload(std::optional<std::string> device) {
     pipe_->enable_model_cpu_offload(optional_device(device));

@@ -290,6 +290,26 @@ void AutoencoderKL::set_conv_band_bytes(int64_t bytes) {
   conv_band_bytes_ = bytes;
 }
 
+Shape AutoencoderKL::latent_shape(int64_t batch, int64_t height, int64_t width) const {
+  const int64_t f = config_.scale_factor();
+  return {batch, config_.latent_channels, height / f, width / f};
+}
+
+Tensor AutoencoderKL::to_latents(const Tensor& vae_latents) const {
+  return mul(sub(vae_latents, config_.shift_factor), config_.scaling_factor);
+}
+
+Tensor AutoencoderKL::from_latents(const Tensor& latents) const {
+  return add(div(latents, config_.scaling_factor), config_.shift_factor);
+}
+
+void AutoencoderKL::set_tiling(std::optional<int64_t> tile_size) {
+  if (tile_size)
+    enable_tiling({.tile_sample_min_size = *tile_size});
+  else
+    disable_tiling();
+}
+
 void AutoencoderKL::enable_tiling(const AutoencoderKLTiling& options) {
   AutoencoderKLTiling t = options;
   if (t.tile_sample_min_size == 0) t.tile_sample_min_size = config_.sample_size;

@@ -40,6 +40,19 @@ std::pair<Tensor, Tensor> AutoencoderKLFlux2::statistics(DType dtype) const {
   return {running_mean.view({1, channels, 1, 1}).to(dtype), std.view({1, channels, 1, 1}).to(dtype)};
 }
 
+Shape AutoencoderKLFlux2::latent_shape(int64_t batch, int64_t height, int64_t width) const {
+  const int64_t f = pixels_per_latent();
+  return {batch, patchified_channels(), height / f, width / f};
+}
+
+Tensor AutoencoderKLFlux2::to_latents(const Tensor& vae_latents) const {
+  return normalize(patchify(vae_latents));
+}
+
+Tensor AutoencoderKLFlux2::from_latents(const Tensor& latents) const {
+  return unpatchify(denormalize(latents));
+}
+
 Tensor AutoencoderKLFlux2::normalize(const Tensor& patchified) const {
   KILN_CHECK(patchified.dim() == 4 && patchified.size(1) == patchified_channels(),
              "AutoencoderKLFlux2.normalize: expected [B, " << patchified_channels() << ", h, w], got "

@@ -11,7 +11,7 @@
 #include "kiln/dist/process_group.h"
 #include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
-#include "kiln/models/autoencoder_kl.h"
+#include "kiln/models/latent_codec.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "pipelines/call_control.h"
 #include "pipelines/model_offload.h"
@@ -36,8 +36,12 @@ void DiffusionPipeline::make_context(const PipelineLoadOptions& options, const s
       options.context ? options.context : ExecutionContext::create(std::string(class_name()) + " " + model);
 }
 
+const PipelineClass& DiffusionPipeline::registered_class() const {
+  return pipeline_class(class_name(), path_);
+}
+
 void DiffusionPipeline::check_request(const PipelineRequest& request) const {
-  pipeline_class(class_name(), "").check_fields(request);
+  registered_class().check_fields(request);
   check_loaded_request(request);
 }
 
@@ -142,7 +146,7 @@ std::vector<std::string> DiffusionPipeline::configure(const ExecutionOptions& op
   }
   if (!options.mode) return said;
   // The encoders and the VAE run once per image and stay eager in the compiled modes.
-  nn::Module& transformer = transformer_module();
+  nn::Module& transformer = denoiser();
   switch (*options.mode) {
     case ExecutionMode::Eager:
     case ExecutionMode::Fuse: {
@@ -252,7 +256,7 @@ void DiffusionPipeline::component_to(const std::string& component, const Device&
 }
 
 Device DiffusionPipeline::device() {
-  return transformer_module().device();
+  return denoiser().device();
 }
 
 void DiffusionPipeline::require_cpu(const char* what) {
@@ -361,11 +365,11 @@ OffloadPlan DiffusionPipeline::set_memory_budget(int64_t bytes, std::optional<De
 }
 
 void DiffusionPipeline::enable_vae_tiling(int64_t tile_size) {
-  vae_model().enable_tiling({.tile_sample_min_size = tile_size});
+  latent_codec().set_tiling(tile_size);
 }
 
 void DiffusionPipeline::disable_vae_tiling() {
-  vae_model().disable_tiling();
+  latent_codec().set_tiling(std::nullopt);
 }
 
 void DiffusionPipeline::release_after_use(

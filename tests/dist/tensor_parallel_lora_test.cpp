@@ -48,7 +48,7 @@ TEST(TensorParallelLora, EachRankHoldsItsSlice) {
   auto pipe = g.load(options);
   g.replay(*pipe);
   std::map<std::string, nn::Linear*> layers;
-  for (const auto& [name, module] : pipe->transformer_module().named_modules())
+  for (const auto& [name, module] : pipe->denoiser().named_modules())
     if (auto* l = dynamic_cast<nn::Linear*>(module)) layers[name] = l;
   const nn::Linear& to_q = *layers.at("transformer_blocks.0.attn.to_q");
   // 32 rows over two ranks; style's rank 4 and detail's (kohya's fused qkv) 4, stacked.

@@ -169,7 +169,7 @@ TEST(ReentrantPipeline, TwoPipelinesWithTheirOwnModesAndBudgetsRunSideBySide) {
   });
   EXPECT_EQ(flux_together, flux_alone);
   EXPECT_EQ(sd3_together, sd3_alone);
-  EXPECT_GT(compiled->transformer_module().compiled_program_count(), 0u);
+  EXPECT_GT(compiled->denoiser().compiled_program_count(), 0u);
 }
 
 // A call cancelled during its denoising loop stops at the next step boundary with Cancelled and no image,

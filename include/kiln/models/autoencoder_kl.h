@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/models/latent_codec.h"
 #include "kiln/nn/layers.h"
 
 namespace kiln::models {
@@ -53,18 +54,26 @@ struct AutoencoderKLTiling {
   double tile_overlap_factor = 0.25;
 };
 
-class AutoencoderKL : public nn::Module {
+// As a LatentCodec: its latents normalised as (z - shift_factor) * scaling_factor (the FLUX.1 and SD3
+// pipelines'), [B, latent_channels, H / 8, W / 8].
+class AutoencoderKL : public nn::Module, public LatentCodec {
  public:
   explicit AutoencoderKL(const AutoencoderKLConfig& config);
   // z [B, latent_channels, h, w] (already unscaled: z / scaling_factor + shift_factor) -> image [B, out, 8h,
   // 8w] in [-1, 1] (not clamped), in z's dtype.
-  Tensor decode(const Tensor& z) const;
+  Tensor decode(const Tensor& z) const override;
   // image [B, in, H, W] in [-1, 1] -> the latent distribution's mean and log-variance [B, latent, H/8, W/8].
-  struct LatentDistribution {
-    Tensor mean, logvar;
-  };
-  LatentDistribution encode(const Tensor& image) const;
+  using LatentDistribution = models::LatentDistribution;
+  LatentDistribution encode(const Tensor& image) const override;
   const AutoencoderKLConfig& config() const { return config_; }
+
+  // ---- LatentCodec
+  int64_t pixels_per_latent() const override { return config_.scale_factor(); }
+  Shape latent_shape(int64_t batch, int64_t height, int64_t width) const override;
+  // (z - shift_factor) * scaling_factor in z's dtype, and z / scaling_factor + shift_factor (diffusers').
+  Tensor to_latents(const Tensor& vae_latents) const override;
+  Tensor from_latents(const Tensor& latents) const override;
+  void set_tiling(std::optional<int64_t> tile_size) override;
 
   // Tiling (diffusers' enable_tiling): from now on decode() runs tiled_decode() when the latent is larger
   // than a tile in either dimension, and encode() runs tiled_encode() when the image is larger than a tile.

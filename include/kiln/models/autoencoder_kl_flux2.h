@@ -1,7 +1,7 @@
 // diffusers' AutoencoderKLFlux2 (the FLUX.2 VAE): AutoencoderKL's encoder and decoder (with quant_conv and
 // post_quant_conv, and optionally its own decoder widths) plus the BatchNorm2d running statistics of the
 // 2x2-patchified latents, which the FLUX.2 pipelines use to normalise what the transformer sees. The
-// pipelines do the patchify and the (de)normalisation themselves; the helpers here are theirs
+// pipelines' latents are these patchified and normalised (its LatentCodec side); the helpers are diffusers'
 // (Flux2Pipeline._patchify_latents, _unpatchify_latents, _encode_vae_image and the decode path), with the
 // same dtype path.
 #pragma once
@@ -30,6 +30,13 @@ class AutoencoderKLFlux2 : public AutoencoderKL {
   Tensor normalize(const Tensor& patchified) const;
   // z * sqrt(running_var + batch_norm_eps) + running_mean: the denoised latents before unpatchify and decode.
   Tensor denormalize(const Tensor& patchified) const;
+
+  // ---- LatentCodec: the pipelines' latents are the VAE's patchified and normalised,
+  // [B, 4 * latent_channels, H / 16, W / 16].
+  int64_t pixels_per_latent() const override { return 2 * config().scale_factor(); }
+  Shape latent_shape(int64_t batch, int64_t height, int64_t width) const override;
+  Tensor to_latents(const Tensor& vae_latents) const override;  // normalize(patchify(z))
+  Tensor from_latents(const Tensor& latents) const override;    // unpatchify(denormalize(z))
 
   // bn.running_mean / bn.running_var [4 * latent_channels]; bn.num_batches_tracked (a training counter,
   // unused) may be present in the file.

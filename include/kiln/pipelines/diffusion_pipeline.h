@@ -39,8 +39,9 @@
 namespace kiln {
 
 namespace models {
-class AutoencoderKL;
+class LatentCodec;
 }  // namespace models
+struct PipelineClass;
 namespace pipelines {
 class CallQueue;
 class CallControl;
@@ -155,8 +156,10 @@ class DiffusionPipeline {
   // (kiln/pipelines/activation_estimate.h): what a memory budget on a device keeps free beside the weights.
   virtual ActivationEstimate estimate_activations(const PipelineRequest& request,
                                                   const Device& device) const = 0;
-  // The denoising transformer, which the compiled modes compile.
-  virtual nn::Module& transformer_module() = 0;
+  // The denoiser (a transformer, or a UNet), which the compiled modes compile.
+  virtual nn::Module& denoiser() = 0;
+  // The class as the registry declares it (kiln/pipelines/pipeline_registry.h): its family, task and fields.
+  const PipelineClass& registered_class() const;
 
   // Applies the execution mode and the offload (as `kiln generate --mode/--offload/--max-memory` do) and
   // returns what was chosen, one line per setting that needs saying ("model offload: ...").
@@ -251,7 +254,8 @@ class DiffusionPipeline {
   // The request checks that need the loaded pipeline (sizes against its VAE and transformer, ...), after the
   // field checks of its class (PipelineClass::check_fields).
   virtual void check_loaded_request(const PipelineRequest& request) const = 0;
-  virtual models::AutoencoderKL& vae_model() const = 0;
+  // The VAE, as the latents' codec (kiln/models/latent_codec.h).
+  virtual models::LatentCodec& latent_codec() const = 0;
 
   // Sets the pipeline's execution context: options.context, else a new one named after the pipeline and the
   // model. Loading then happens inside it.

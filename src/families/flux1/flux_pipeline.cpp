@@ -22,12 +22,13 @@
 #include "pipelines/encoder_activations.h"
 #include "pipelines/image_processor.h"
 #include "pipelines/pipeline_common.h"
+#include "pipelines/task_stages.h"
 
 namespace kiln {
 
 namespace fs = std::filesystem;
 
-FluxPipeline::FluxPipeline(Task task) : task_(task) {}
+FluxPipeline::FluxPipeline() = default;
 FluxPipeline::FluxPipeline(FluxPipeline&&) noexcept = default;
 FluxPipeline& FluxPipeline::operator=(FluxPipeline&&) noexcept = default;
 FluxPipeline::~FluxPipeline() = default;
@@ -131,7 +132,8 @@ void FluxPipeline::load(FluxPipeline& pipe, const std::string& model, const Pipe
   // latents and the mask's 8 x 8 pixels per latent, packed alike.
   const int64_t packed = 4 * pipe.vae_->config().latent_channels;
   const int64_t mask_values = 4 * pipe.vae_->config().scale_factor() * pipe.vae_->config().scale_factor();
-  const int64_t expected = pipe.task_ == Task::Fill ? 2 * packed + mask_values : packed;
+  const bool fill = find_pipeline_class(pipeline_class)->task == Task::Fill;
+  const int64_t expected = fill ? 2 * packed + mask_values : packed;
   KILN_CHECK(tc.in_channels == expected && tc.out_channels == packed,
              pipe.path_ << ": transformer in_channels " << tc.in_channels << " and out_channels "
                         << tc.out_channels << " do not fit " << pipeline_class << " (expected " << expected
@@ -219,10 +221,8 @@ Tensor FluxPipeline::pack(const Tensor& latents) {
 }
 
 Tensor FluxPipeline::encode_image(const Tensor& image, DType dtype, Generator& generator) const {
-  const auto& vc = vae_->config();
-  const Tensor latents = pipelines::sample_latents(vae_->encode(image.to(dtype)), generator);
   // diffusers: (latents - shift_factor) * scaling_factor, in the latents' dtype.
-  return mul(sub(latents, vc.shift_factor), vc.scaling_factor);
+  return pipelines::encode_image(*vae_, image, dtype, &generator);
 }
 
 Tensor FluxPipeline::decode_latents(const Tensor& latents, int64_t height, int64_t width) const {
@@ -231,10 +231,8 @@ Tensor FluxPipeline::decode_latents(const Tensor& latents, int64_t height, int64
   const int64_t h = 2 * (height / (f * 2)), w = 2 * (width / (f * 2));
   const Tensor unpacked =
       latents.view({B, h / 2, w / 2, C / 4, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({B, C / 4, h, w});
-  const auto& vc = vae_->config();
   // diffusers: latents / scaling_factor + shift_factor, in the latents' dtype.
-  const Tensor z = add(div(unpacked, vc.scaling_factor), vc.shift_factor);
-  return pipelines::postprocess(vae_->decode(z));
+  return pipelines::postprocess(vae_->decode(vae_->from_latents(unpacked)));
 }
 
 namespace {
@@ -293,22 +291,63 @@ PipelineDefaults FluxFillPipeline::defaults() const {
 void FluxPipeline::check_loaded_request(const PipelineRequest& request) const {
   const char* name = class_name();
   pipelines::ResolvedRequest r = pipelines::resolve(request, defaults());
-  if (task_ == Task::Kontext) {
-    if (request.height) pipelines::check_image_size(name, *request.height, 16, 16);
-    if (request.width) pipelines::check_image_size(name, 16, *request.width, 16);
-    std::tie(r.height, r.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
-    for (const Image& image : request.image)
-      pipelines::refuse(image.width < 16 || image.height < 16, "image",
-                        std::string(name) + ": the image is " + std::to_string(image.width) + "x" +
-                            std::to_string(image.height) + " pixels; both sides must be at least 16");
-  }
+  resize_call(request, r);
   pipelines::check_image_size(name, r.height, r.width, vae_->config().scale_factor() * 2);
   const auto& tc = transformer_->config();
   pipelines::check_given_embeddings(name, request, tc.joint_attention_dim, limits::kMaxSequenceLength,
                                     tc.pooled_projection_dim);
-  if (task_ == Task::Inpaint) pipelines::check_mask_crop(name, request, r.height, r.width);
-  if (task_ != Task::TextToImage && task_ != Task::Kontext)
-    pipelines::check_strength(name, r.strength, r.num_inference_steps);
+  pipelines::check_task_inputs(registered_class().task, name, request, r);
+}
+
+void FluxKontextPipeline::check_loaded_request(const PipelineRequest& request) const {
+  const char* name = class_name();
+  if (request.height) pipelines::check_image_size(name, *request.height, 16, 16);
+  if (request.width) pipelines::check_image_size(name, 16, *request.width, 16);
+  for (const Image& image : request.image)
+    pipelines::refuse(image.width < 16 || image.height < 16, "image",
+                      std::string(name) + ": the image is " + std::to_string(image.width) + "x" +
+                          std::to_string(image.height) + " pixels; both sides must be at least 16");
+  FluxPipeline::check_loaded_request(request);
+}
+
+void FluxPipeline::resize_call(const PipelineRequest&, pipelines::ResolvedRequest&) const {}
+
+void FluxKontextPipeline::resize_call(const PipelineRequest& request, pipelines::ResolvedRequest& call) const {
+  std::tie(call.height, call.width) = output_size(request);
+}
+
+FluxPipeline::DenoiserInputs FluxPipeline::denoiser_inputs(const pipelines::TaskCall&,
+                                                           const pipelines::TaskStart&) const {
+  return {};
+}
+
+FluxPipeline::DenoiserInputs FluxFillPipeline::denoiser_inputs(const pipelines::TaskCall& c,
+                                                               const pipelines::TaskStart& start) const {
+  const int64_t f = vae().config().scale_factor();
+  const int64_t h = c.call.height / f, w = c.call.width / f;
+  // The masked image (black where the mask repaints) encoded: the generator's third draw.
+  const Tensor masked = mul(start.image, sub(1.0, start.mask));
+  const Tensor masked_latents = pipelines::encode_image(vae(), masked, c.dtype, &c.generators.single());
+  const Tensor repeated =
+      c.batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(c.batch), masked_latents), 0) : masked_latents;
+  // The mask's 8 x 8 pixels per latent as channels: [B, H, W] -> [B, 64, h, w], packed to [B, N, 256].
+  const Tensor pixels = start.mask.select(1, 0).expand({c.batch, h * f, w * f}).contiguous();
+  const Tensor per_latent =
+      pixels.view({c.batch, h, f, w, f}).permute({0, 2, 4, 1, 3}).reshape({c.batch, f * f, h, w}).to(c.dtype);
+  return {.condition = concat({pack(repeated), pack(per_latent).to(repeated.device())}, 2)};
+}
+
+FluxPipeline::DenoiserInputs FluxKontextPipeline::denoiser_inputs(const pipelines::TaskCall& c,
+                                                                  const pipelines::TaskStart&) const {
+  if (c.request.image.empty()) return {};
+  const auto [ih, iw] = image_size(c.request.image.front(), c.request.auto_resize.value_or(true));
+  const Tensor init = pipelines::preprocess_image(c.request.image.front(), ih, iw);
+  const Tensor encoded = pipelines::encode_image(vae(), init, c.dtype, nullptr);
+  const Tensor repeated =
+      c.batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(c.batch), encoded), 0) : encoded;
+  const Tensor first = Tensor::from_vector(std::vector<float>{1, 0, 0}, {1, 3}).to(c.dtype);
+  return {.context = pack(repeated),
+          .context_ids = add(models::flux_latent_image_ids(encoded.size(2) / 2, encoded.size(3) / 2, c.dtype), first)};
 }
 
 FluxPipeline::CallPrompts FluxPipeline::call_prompts(const PipelineRequest& request,
@@ -353,161 +392,97 @@ FluxPipeline::CallPrompts FluxPipeline::call_prompts(const PipelineRequest& requ
 
 PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines::CallControl& control) {
   pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
-  if (task_ == Task::Kontext)
-    std::tie(call.height, call.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
+  resize_call(request, call);
+  // encode: the prompts (and true CFG's negative ones); the text encoders' memory then goes to the transformer.
   const CallPrompts prompts = call_prompts(request, call.max_sequence_length);
   const PromptEmbeddings& prompt = prompts.positive;
   const std::optional<PromptEmbeddings>& negative = prompts.negative;
   const float true_cfg_scale = prompts.true_cfg_scale;
-  const bool true_cfg = negative.has_value();
   release_after_use({{"text_encoder", text_encoder_.get()}, {"text_encoder_2", text_encoder_2_.get()}});
   pipelines::CallGenerators generators(request);
-  Generator& generator = generators.single();
-  const uint64_t seed = generators.seed_of(0);
   const int64_t batch = pipelines::batch_size(request);
   const DType dtype = prompt.prompt_embeds.dtype();
   const int64_t f = vae_->config().scale_factor();
   const int64_t h = 2 * (call.height / (f * 2)), w = 2 * (call.width / (f * 2));
 
-  // The call's own schedule: the pipeline's scheduler is never changed by a call.
+  // The call's own schedule (the pipeline's scheduler is never changed by a call), shifted by the image's
+  // token count.
   FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
   const auto& sc = schedule.config();
   const double mu = calculate_shift((h / 2) * (w / 2), sc.base_image_seq_len, sc.max_image_seq_len,
                                     sc.base_shift.value_or(0.5), sc.max_shift.value_or(1.15));
   schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps), mu);
 
-  // Named tensors, not structured bindings: the step lambdas capture them (clang 14 cannot capture bindings).
-  Tensor latents, image_ids, image_latents, noise, mask, condition, context;
-  int start = 0;
-  std::optional<pipelines::CropRegion> crop;
-  Image cropped_image;
-  if (task_ == Task::TextToImage || task_ == Task::Kontext) {
-    if (task_ == Task::Kontext && !request.image.empty()) {
-      // The image at the trained resolution nearest its aspect ratio, encoded (its latent mean: no draw),
-      // packed, its ids those of its own grid with the first coordinate 1.
-      const auto [ih, iw] =
-          FluxKontextPipeline::image_size(request.image.front(), request.auto_resize.value_or(true));
-      const Tensor init = pipelines::preprocess_image(request.image.front(), ih, iw);
-      const auto& vc = vae_->config();
-      const Tensor encoded = mul(sub(vae_->encode(init.to(dtype)).mean, vc.shift_factor), vc.scaling_factor);
-      const Tensor repeated =
-          batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
-      context = pack(repeated);
-      const Tensor first = Tensor::from_vector(std::vector<float>{1, 0, 0}, {1, 3}).to(dtype);
-      image_ids = add(models::flux_latent_image_ids(encoded.size(2) / 2, encoded.size(3) / 2, dtype), first);
-    }
-    Tensor latent_ids;
-    std::tie(latents, latent_ids) =
-        prepare_latents(batch, call.height, call.width, dtype, generators.noise());
-    image_ids = image_ids.defined() ? concat({latent_ids, image_ids}, 0) : latent_ids;
-  } else {
-    // prepare_latents: the image encoded (its posterior sampled: the generator's first draw), then the noise,
-    // the image noised to the first step the strength runs.
-    start = pipelines::first_step(call.num_inference_steps, call.strength);
-    // padding_mask_crop: the image and the mask cropped around the mask and fitted to the call's size.
-    if (task_ == Task::Inpaint)
-      crop = pipelines::check_mask_crop(class_name(), request, call.height, call.width);
-    if (crop) cropped_image = pipelines::crop_and_fill(request.image.front(), *crop, call.width, call.height);
-    const Image& image = crop ? cropped_image : request.image.front();
-    const Tensor init = pipelines::preprocess_image(image, call.height, call.width);
-    const int64_t c = vae_->config().latent_channels;
-    const Tensor encoded = encode_image(init, dtype, generator);
-    image_latents = batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
-    noise = randn_tensor({batch, c, h, w}, generators.noise(), dtype).to(image_latents.device());
-    latents = pack(schedule.scale_noise(image_latents, start, noise));
-    image_ids = models::flux_latent_image_ids(h / 2, w / 2, dtype);
-    const Tensor mask_condition =
-        task_ == Task::TextToImage || task_ == Task::ImageToImage
-            ? Tensor()
-            : pipelines::preprocess_mask(
-                  crop ? pipelines::crop_and_fill(*request.mask_image, *crop, call.width, call.height)
-                       : *request.mask_image,
-                  call.height, call.width);
-    if (task_ == Task::Inpaint) {
-      // prepare_mask_latents: the mask at the latents' size, one value per channel, packed. (diffusers also
-      // encodes the masked image here, which a 64-channel transformer never reads; its posterior sample is
-      // drawn all the same, so that the generator ends where diffusers' does.)
-      (void)randn_tensor({1, c, h, w}, generator, dtype);
-      const Tensor small = pipelines::resize_nearest(mask_condition, h, w).to(dtype);
-      mask = pack(small.expand({batch, c, h, w}).contiguous());
-      image_latents = pack(image_latents);
-      noise = pack(noise);
-    } else if (task_ == Task::Fill) {
-      // The masked image (black where the mask repaints) encoded: the generator's third draw.
-      const Tensor masked = mul(init, sub(1.0, mask_condition));
-      const Tensor masked_latents = encode_image(masked, dtype, generator);
-      const Tensor repeated = batch > 1
-                                  ? concat(std::vector<Tensor>(static_cast<size_t>(batch), masked_latents), 0)
-                                  : masked_latents;
-      // The mask's 8 x 8 pixels per latent as channels: [B, H, W] -> [B, 64, h, w], packed to [B, N, 256].
-      const Tensor pixels = mask_condition.select(1, 0).expand({batch, h * f, w * f}).contiguous();
-      const Tensor per_latent =
-          pixels.view({batch, h, f, w, f}).permute({0, 2, 4, 1, 3}).reshape({batch, f * f, h, w}).to(dtype);
-      condition = concat({pack(repeated), pack(per_latent).to(repeated.device())}, 2);
-    }
-  }
+  // prepare: where the task starts (pipelines/task_stages.h), and what this class's transformer reads beside it.
+  const pipelines::TaskCall task{.task = registered_class().task,
+                                 .pipeline = class_name(),
+                                 .request = request,
+                                 .call = call,
+                                 .batch = batch,
+                                 .dtype = dtype,
+                                 .generators = generators,
+                                 .schedule = schedule,
+                                 .codec = *vae_,
+                                 .pack = pack};
+  const pipelines::TaskStart start = pipelines::start_latents(task);
+  // Named tensors, not structured bindings: the step lambda captures them (clang 14 cannot capture bindings).
+  const DenoiserInputs inputs = denoiser_inputs(task, start);
+  const Tensor condition = inputs.condition, context = inputs.context;
+  const Tensor latent_ids = models::flux_latent_image_ids(h / 2, w / 2, dtype);
+  const Tensor image_ids = context.defined() ? concat({latent_ids, inputs.context_ids}, 0) : latent_ids;
   Tensor guidance;
   if (transformer_->config().guidance_embeds)
     guidance = Tensor::full({batch}, static_cast<double>(call.guidance_scale), float32);
 
-  std::function<Tensor(const Tensor&, int)> blend;
-  if (task_ == Task::Inpaint) blend = pipelines::inpaint_blend(schedule, image_latents, noise, mask);
-  latents = pipelines::denoise(
-      latents, {.scheduler = &schedule,
-                .start_step = start,
-                .model_output =
-                    [&](const Tensor& x, int, float timestep) {
-                      // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
-                      const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
-                      // Fill: the condition beside each token's channels; Kontext: the image's tokens after
-                      // the latents', their prediction dropped.
-                      const Tensor input = condition.defined() ? concat({x, condition.to(x.device())}, 2)
-                                           : context.defined() ? concat({x, context.to(x.device())}, 1)
-                                                               : x;
-                      const auto predict = [&](const PromptEmbeddings& p) {
-                        const Tensor out =
-                            transformer_->forward(input, p.prompt_embeds, p.pooled_prompt_embeds, t, guidance,
-                                                  p.text_ids, image_ids);
-                        return context.defined() ? out.narrow(1, 0, x.size(1)) : out;
-                      };
-                      const Tensor positive = predict(prompt);
-                      if (!negative) return positive;
-                      // diffusers: neg + true_cfg_scale * (pos - neg), two calls of batch B (not one of 2B).
-                      const Tensor uncond = predict(*negative);
-                      return add(uncond, mul(static_cast<double>(true_cfg_scale), sub(positive, uncond)));
-                    },
-                .blend = blend,
-                .on_step_end = request.callback_on_step_end,
-                .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
-
+  // denoise
+  const Tensor latents = pipelines::denoise(
+      start.latents,
+      {.scheduler = &schedule,
+       .start_step = start.start_step,
+       .model_output =
+           [&](const Tensor& x, int, float timestep) {
+             // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
+             const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
+             // Fill: the condition beside each token's channels; Kontext: the image's tokens after the
+             // latents', their prediction dropped.
+             const Tensor input = condition.defined() ? concat({x, condition.to(x.device())}, 2)
+                                  : context.defined() ? concat({x, context.to(x.device())}, 1)
+                                                      : x;
+             const auto predict = [&](const PromptEmbeddings& p) {
+               const Tensor out = transformer_->forward(input, p.prompt_embeds, p.pooled_prompt_embeds, t,
+                                                        guidance, p.text_ids, image_ids);
+               return context.defined() ? out.narrow(1, 0, x.size(1)) : out;
+             };
+             const Tensor positive = predict(prompt);
+             if (!negative) return positive;
+             // diffusers: neg + true_cfg_scale * (pos - neg), two calls of batch B (not one of 2B).
+             const Tensor uncond = predict(*negative);
+             return add(uncond, mul(static_cast<double>(true_cfg_scale), sub(positive, uncond)));
+           },
+       .blend = start.blend,
+       .on_step_end = request.callback_on_step_end,
+       .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
   release_after_use({{"transformer", transformer_.get()}});
-  if (request.output_type == OutputType::Latent) {
-    PipelineOutput output{.latents = latents};
-    generators.hand_back(output);
-    return output;
-  }
+  if (request.output_type == OutputType::Latent) return pipelines::latent_output(task, latents);
+
+  // decode
   control.checkpoint("before decoding");
   const Tensor images = decode_latents(latents, call.height, call.width);
   release_after_use({{"vae", vae_.get()}});
-  auto metadata = pipelines::common_metadata(name_, class_name(), seed, call.num_inference_steps,
+  auto metadata = pipelines::common_metadata(name_, class_name(), generators.seed_of(0), call.num_inference_steps,
                                              call.guidance_scale, call.height, call.width, dtype_);
   if (!request.prompt_embeds.defined()) {
     metadata["prompt"] = request.prompt;
     metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
   }
   if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
-  if (true_cfg) {
+  if (negative) {
     metadata["true_cfg_scale"] = std::to_string(true_cfg_scale);
     if (!request.negative_prompt_embeds.defined())
       metadata["negative_prompt"] = pipelines::negative_prompt_of(request, 0).value_or("");
     if (request.negative_prompt_2) metadata["negative_prompt_2"] = *request.negative_prompt_2;
   }
-  if (task_ != Task::TextToImage && task_ != Task::Kontext)
-    metadata["strength"] = std::to_string(call.strength);
-  PipelineOutput output = pipelines::make_output(request, images, std::move(metadata), crop);
-  pipelines::label_prompts(output, request, true_cfg);
-  generators.hand_back(output);
-  return output;
+  return pipelines::task_output(task, start, images, std::move(metadata), negative.has_value());
 }
 
 std::vector<std::pair<std::string, nn::Module*>> FluxPipeline::components() const {
@@ -517,23 +492,23 @@ std::vector<std::pair<std::string, nn::Module*>> FluxPipeline::components() cons
           {"vae", vae_.get()}};
 }
 
-models::AutoencoderKL& FluxPipeline::vae_model() const {
+models::LatentCodec& FluxPipeline::latent_codec() const {
   return *vae_;
 }
 
-nn::Module& FluxPipeline::transformer_module() {
+nn::Module& FluxPipeline::denoiser() {
   return *transformer_;
 }
 
 ActivationEstimate FluxPipeline::estimate_activations(const PipelineRequest& request,
                                                       const Device& device) const {
   pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
-  if (task_ == Task::Kontext && !request.image.empty())
-    std::tie(call.height, call.width) = static_cast<const FluxKontextPipeline*>(this)->output_size(request);
+  resize_call(request, call);
   const models::FluxTransformerConfig& tc = transformer_->config();
   const int64_t f = vae_->config().scale_factor() * 2;  // pixels per token: the latents are packed 2x2
   int64_t image_tokens = (call.height / f) * (call.width / f);
-  if (task_ == Task::Kontext && !request.image.empty()) image_tokens *= 2;  // the image's tokens beside them
+  // An image to edit (Kontext) adds its tokens beside them, about as many.
+  if (registered_class().task == Task::ImageEditing && !request.image.empty()) image_tokens *= 2;
   ActivationEstimate e{.height = call.height, .width = call.width};
   e.text_encoders =
       std::max(pipelines::clip_activation_bytes(text_encoder_->config(), dtype(), device),

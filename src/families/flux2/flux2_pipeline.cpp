@@ -17,6 +17,7 @@
 #include "pipelines/denoise.h"
 #include "families/flux2/flux2_reference_image.h"
 #include "pipelines/pipeline_common.h"
+#include "pipelines/task_stages.h"
 
 namespace kiln {
 
@@ -144,13 +145,15 @@ std::pair<Tensor, Tensor> Flux2PipelineBase::prepare_latents(int64_t batch, int6
 std::pair<Tensor, Tensor> Flux2PipelineBase::prepare_latents(
     int64_t batch, int64_t height, int64_t width, DType dtype,
     const std::vector<Generator*>& generators) const {
-  const int64_t f = vae_->config().scale_factor() * 2;
-  const int64_t h = height / f, w = width / f, c = transformer_->config().in_channels;
   // Drawn in the patchified shape, so the stream lands on the channels as in diffusers.
-  const Tensor noise = randn_tensor({batch, c, h, w}, generators, dtype);
+  const Shape shape = vae_->latent_shape(batch, height, width);
+  return {tokens(randn_tensor(shape, generators, dtype)), models::flux2_latent_ids(shape[2], shape[3])};
+}
+
+Tensor Flux2PipelineBase::tokens(const Tensor& latents) {
   // _pack_latents: [B, C, h, w] -> [B, C, h * w] -> [B, h * w, C]
-  const Tensor packed = noise.reshape({batch, c, h * w}).transpose(1, 2).contiguous();
-  return {packed, models::flux2_latent_ids(h, w)};
+  const int64_t b = latents.size(0), c = latents.size(1), hw = latents.size(2) * latents.size(3);
+  return latents.reshape({b, c, hw}).transpose(1, 2).contiguous();
 }
 
 Tensor Flux2PipelineBase::preprocess_image(const Image& image) const {
@@ -163,8 +166,7 @@ std::pair<Tensor, Tensor> Flux2PipelineBase::prepare_image_latents(const std::ve
   std::vector<std::pair<int64_t, int64_t>> grids;
   for (const Tensor& image : images) {
     // _encode_vae_image: the latent distribution's mode (its mean), patchified, normalised.
-    const Tensor mean = vae_->encode(image.to(dtype_)).mean;
-    const Tensor z = vae_->normalize(models::AutoencoderKLFlux2::patchify(mean));
+    const Tensor z = pipelines::encode_image(*vae_, image, dtype_, nullptr);
     grids.emplace_back(z.size(2), z.size(3));
     tokens.push_back(z.reshape({z.size(1), z.size(2) * z.size(3)}).transpose(0, 1));
   }
@@ -252,12 +254,11 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
   if (text_side_) release_after_use({{"text_encoder", &text_side_->text_encoder()}});
 
   pipelines::CallGenerators generators(request);
-  const uint64_t seed = generators.seed_of(0);
   const int64_t batch = embeds.size(0);
-  Tensor latents, latent_ids;
-  std::tie(latents, latent_ids) =
-      prepare_latents(batch, call.height, call.width, embeds.dtype(), generators.noise());
-  const int64_t image_tokens = latents.size(1);
+  const int64_t f = vae_->pixels_per_latent();
+  const int64_t h = call.height / f, w = call.width / f;
+  const Tensor latent_ids = models::flux2_latent_ids(h, w);
+  const int64_t image_tokens = h * w;
   Tensor image_latents, ids = latent_ids;
   if (!references.empty()) {
     Tensor image_ids;
@@ -271,13 +272,26 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
   FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
   schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps),
                          compute_empirical_mu(image_tokens, call.num_inference_steps));
+  // prepare: the noise (pipelines/task_stages.h), drawn in the patchified shape so the stream lands on the
+  // channels as in diffusers, as tokens.
+  const pipelines::TaskCall task{.task = registered_class().task,
+                                 .pipeline = class_name(),
+                                 .request = request,
+                                 .call = call,
+                                 .batch = batch,
+                                 .dtype = embeds.dtype(),
+                                 .generators = generators,
+                                 .schedule = schedule,
+                                 .codec = *vae_,
+                                 .pack = tokens};
+  const pipelines::TaskStart start = pipelines::start_latents(task);
   // Flux2Pipeline passes the guidance scale (float32) to every call; Flux2KleinPipeline passes none.
   const Tensor guidance = variant_ == Variant::Dev
                               ? Tensor::full({batch}, static_cast<double>(call.guidance_scale), float32)
                               : Tensor();
   const double scale = call.guidance_scale;
-  latents = pipelines::denoise(
-      latents,
+  const Tensor latents = pipelines::denoise(
+      start.latents,
       {.scheduler = &schedule,
        .model_output =
            [&](const Tensor& x, int, float timestep) {
@@ -293,17 +307,13 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
            },
        .on_step_end = request.callback_on_step_end,
        .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
-
   release_after_use({{"transformer", transformer_.get()}});
-  if (request.output_type == OutputType::Latent) {
-    PipelineOutput output{.latents = latents};
-    generators.hand_back(output);
-    return output;
-  }
+  if (request.output_type == OutputType::Latent) return pipelines::latent_output(task, latents);
+
   control.checkpoint("before decoding");
   const Tensor images = decode_latents(latents, call.height, call.width);
   release_after_use({{"vae", vae_.get()}});
-  auto metadata = pipelines::common_metadata(name_, name(), seed, call.num_inference_steps,
+  auto metadata = pipelines::common_metadata(name_, name(), generators.seed_of(0), call.num_inference_steps,
                                              call.guidance_scale, call.height, call.width, dtype_);
   if (!request.prompt_embeds.defined()) {
     metadata["prompt"] = request.prompt;
@@ -311,10 +321,8 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
   }
   if (cfg && !request.negative_prompt_embeds.defined()) metadata["negative_prompt"] = negative_prompt;
   if (!references.empty()) metadata["reference_images"] = std::to_string(references.size());
-  PipelineOutput output = pipelines::make_output(request.output_type, images, metadata);
-  pipelines::label_prompts(output, request, cfg && !request.negative_prompt_embeds.defined());
-  generators.hand_back(output);
-  return output;
+  return pipelines::task_output(task, start, images, std::move(metadata),
+                                cfg && !request.negative_prompt_embeds.defined());
 }
 
 std::vector<std::pair<std::string, nn::Module*>> Flux2PipelineBase::components() const {
@@ -322,11 +330,11 @@ std::vector<std::pair<std::string, nn::Module*>> Flux2PipelineBase::components()
   return {{"text_encoder", text_encoder}, {"transformer", transformer_.get()}, {"vae", vae_.get()}};
 }
 
-models::AutoencoderKL& Flux2PipelineBase::vae_model() const {
+models::LatentCodec& Flux2PipelineBase::latent_codec() const {
   return *vae_;
 }
 
-nn::Module& Flux2PipelineBase::transformer_module() {
+nn::Module& Flux2PipelineBase::denoiser() {
   return *transformer_;
 }
 

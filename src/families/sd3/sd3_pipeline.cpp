@@ -21,6 +21,7 @@
 #include "pipelines/encoder_activations.h"
 #include "pipelines/image_processor.h"
 #include "pipelines/pipeline_common.h"
+#include "pipelines/task_stages.h"
 
 namespace kiln {
 
@@ -37,7 +38,7 @@ std::string or_else(const std::optional<std::string>& value, const std::string& 
 
 }  // namespace
 
-StableDiffusion3Pipeline::StableDiffusion3Pipeline(Task task) : task_(task) {}
+StableDiffusion3Pipeline::StableDiffusion3Pipeline() = default;
 StableDiffusion3Pipeline::StableDiffusion3Pipeline(StableDiffusion3Pipeline&&) noexcept = default;
 StableDiffusion3Pipeline& StableDiffusion3Pipeline::operator=(StableDiffusion3Pipeline&&) noexcept = default;
 StableDiffusion3Pipeline::~StableDiffusion3Pipeline() = default;
@@ -316,10 +317,9 @@ Tensor StableDiffusion3Pipeline::predict_velocity(const Tensor& latents, float t
 }
 
 Tensor StableDiffusion3Pipeline::decode_latents(const Tensor& latents) const {
-  const auto& vc = vae_->config();
   // diffusers: latents / scaling_factor + shift_factor, in the latents' dtype (the VAE runs in its load
   // dtype; this pipeline does not upcast it).
-  const Tensor image = vae_->decode(add(div(latents, vc.scaling_factor), vc.shift_factor));
+  const Tensor image = vae_->decode(vae_->from_latents(latents));
   return pipelines::postprocess(image);
 }
 
@@ -371,8 +371,7 @@ void StableDiffusion3Pipeline::check_loaded_request(const PipelineRequest& reque
                                                     std::to_string(layer) +
                                                     ", but the transformer has blocks 0.." +
                                                     std::to_string(transformer_->config().num_layers - 1));
-  if (task_ != Task::TextToImage) pipelines::check_strength(kName, c.strength, c.num_inference_steps);
-  if (task_ == Task::Inpaint) pipelines::check_mask_crop(kName, request, c.height, c.width);
+  pipelines::check_task_inputs(registered_class().task, kName, request, c);
 }
 
 PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
@@ -383,12 +382,9 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
                      {"text_encoder_2", text_encoder_2_.get()},
                      {"text_encoder_3", text_encoder_3_.get()}});
   pipelines::CallGenerators generators(request);
-  Generator& generator = generators.single();
-  const uint64_t seed = generators.seed_of(0);
   const int64_t batch = pipelines::batch_size(request);
   const DType dtype = prompt.positive.prompt_embeds.dtype();
-  const auto& vc = vae_->config();
-  const int64_t f = vc.scale_factor(), h = call.height / f, w = call.width / f;
+  const int64_t f = vae_->config().scale_factor(), h = call.height / f, w = call.width / f;
 
   // The call's own schedule: the pipeline's scheduler is never changed by a call.
   FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
@@ -401,71 +397,37 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
   }
   schedule.set_timesteps(call.num_inference_steps, std::nullopt, mu);
 
-  // Named tensors, not structured bindings: the step lambdas capture them (clang 14 cannot capture bindings).
-  Tensor latents, image_latents, noise, mask;
-  int start = 0;
-  std::optional<pipelines::CropRegion> crop;
-  Image cropped_image;
-  if (task_ == Task::TextToImage) {
-    latents = prepare_latents(batch, call.height, call.width, dtype, generators.noise());
-  } else {
-    // prepare_latents: the image encoded (its posterior sampled: the generator's first draw), then the noise,
-    // the image noised to the first step the strength runs (inpainting at strength 1: the noise itself).
-    start = pipelines::first_step(call.num_inference_steps, call.strength);
-    // padding_mask_crop: the image and the mask cropped around the mask and fitted to the call's size.
-    if (task_ == Task::Inpaint) crop = pipelines::check_mask_crop(kName, request, call.height, call.width);
-    if (crop) cropped_image = pipelines::crop_and_fill(request.image.front(), *crop, call.width, call.height);
-    const Image& image = crop ? cropped_image : request.image.front();
-    const Tensor init = pipelines::preprocess_image(image, call.height, call.width);
-    const Tensor sampled = pipelines::sample_latents(vae_->encode(init.to(dtype)), generator);
-    const Tensor encoded = mul(sub(sampled, vc.shift_factor), vc.scaling_factor);
-    image_latents = batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), encoded), 0) : encoded;
-    noise =
-        randn_tensor({batch, vc.latent_channels, h, w}, generators.noise(), dtype).to(image_latents.device());
-    const bool from_noise = task_ == Task::Inpaint && call.strength == 1.0;
-    latents = from_noise ? noise : schedule.scale_noise(image_latents, start, noise);
-    if (task_ == Task::Inpaint) {
-      // prepare_mask_latents: the mask at the latents' size. (diffusers also encodes the masked image here,
-      // which a 16-channel transformer never reads; its posterior sample is drawn all the same, so that the
-      // generator ends where diffusers' does.)
-      (void)randn_tensor({1, vc.latent_channels, h, w}, generator, dtype);
-      const Tensor mask_condition = pipelines::preprocess_mask(
-          crop ? pipelines::crop_and_fill(*request.mask_image, *crop, call.width, call.height)
-               : *request.mask_image,
-          call.height, call.width);
-      mask = pipelines::resize_nearest(mask_condition, h, w).to(dtype);
-    }
-  }
-  std::function<Tensor(const Tensor&, int)> blend;
-  if (task_ == Task::Inpaint) blend = pipelines::inpaint_blend(schedule, image_latents, noise, mask);
-  latents = pipelines::denoise(latents,
-                               {.scheduler = &schedule,
-                                .start_step = start,
-                                .model_output =
-                                    [&](const Tensor& x, int step, float timestep) {
-                                      return predict_velocity(x, timestep, step - start, prompt, request);
-                                    },
-                                .blend = blend,
-                                .on_step_end = request.callback_on_step_end,
-                                .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
-
+  // prepare: where the task starts (pipelines/task_stages.h); the transformer takes the latents as they are.
+  const pipelines::TaskCall task{.task = registered_class().task,
+                                 .pipeline = class_name(),
+                                 .request = request,
+                                 .call = call,
+                                 .batch = batch,
+                                 .dtype = dtype,
+                                 .generators = generators,
+                                 .schedule = schedule,
+                                 .codec = *vae_,
+                                 .noise_at_full_strength = true};
+  const pipelines::TaskStart start = pipelines::start_latents(task);
+  const int first = start.start_step;
+  const Tensor latents = pipelines::denoise(
+      start.latents, {.scheduler = &schedule,
+                      .start_step = first,
+                      .model_output =
+                          [&](const Tensor& x, int step, float timestep) {
+                            return predict_velocity(x, timestep, step - first, prompt, request);
+                          },
+                      .blend = start.blend,
+                      .on_step_end = request.callback_on_step_end,
+                      .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
   release_after_use({{"transformer", transformer_.get()}});
-  if (request.output_type == OutputType::Latent) {
-    PipelineOutput output{.latents = latents};
-    generators.hand_back(output);
-    return output;
-  }
+  if (request.output_type == OutputType::Latent) return pipelines::latent_output(task, latents);
+
   control.checkpoint("before decoding");
-  // diffusers' StableDiffusion3InpaintPipeline decodes latents / scaling_factor without adding the shift the
-  // other SD3 pipelines add back; its images are matched, so is that.
-  const Tensor images =
-      task_ == Task::Inpaint
-          ? pipelines::postprocess(vae_->decode(div(latents, vae_->config().scaling_factor)))
-          : decode_latents(latents);
+  const Tensor images = decode_call(latents);
   release_after_use({{"vae", vae_.get()}});
-  auto metadata = pipelines::common_metadata(name_, class_name(), seed, call.num_inference_steps,
+  auto metadata = pipelines::common_metadata(name_, class_name(), generators.seed_of(0), call.num_inference_steps,
                                              call.guidance_scale, call.height, call.width, dtype_);
-  if (task_ != Task::TextToImage) metadata["strength"] = std::to_string(call.strength);
   if (!request.prompt_embeds.defined()) {
     metadata["prompt"] = request.prompt;
     metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
@@ -480,10 +442,15 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
       layers += (layers.empty() ? "" : ",") + std::to_string(l);
     metadata["skip_guidance_layers"] = layers;
   }
-  PipelineOutput output = pipelines::make_output(request, images, std::move(metadata), crop);
-  pipelines::label_prompts(output, request, call.guidance_scale > 1.0f);
-  generators.hand_back(output);
-  return output;
+  return pipelines::task_output(task, start, images, std::move(metadata), call.guidance_scale > 1.0f);
+}
+
+Tensor StableDiffusion3Pipeline::decode_call(const Tensor& latents) const {
+  return decode_latents(latents);
+}
+
+Tensor StableDiffusion3InpaintPipeline::decode_call(const Tensor& latents) const {
+  return pipelines::postprocess(vae().decode(div(latents, vae().config().scaling_factor)));
 }
 
 std::vector<std::pair<std::string, nn::Module*>> StableDiffusion3Pipeline::components() const {
@@ -494,11 +461,11 @@ std::vector<std::pair<std::string, nn::Module*>> StableDiffusion3Pipeline::compo
           {"vae", vae_.get()}};
 }
 
-models::AutoencoderKL& StableDiffusion3Pipeline::vae_model() const {
+models::LatentCodec& StableDiffusion3Pipeline::latent_codec() const {
   return *vae_;
 }
 
-nn::Module& StableDiffusion3Pipeline::transformer_module() {
+nn::Module& StableDiffusion3Pipeline::denoiser() {
   return *transformer_;
 }
 

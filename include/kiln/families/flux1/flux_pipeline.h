@@ -38,6 +38,11 @@ class ClipTokenizer;
 class T5Tokenizer;
 }  // namespace tokenizers
 class FlowMatchEulerDiscreteScheduler;
+namespace pipelines {
+struct ResolvedRequest;
+struct TaskCall;
+struct TaskStart;
+}  // namespace pipelines
 
 class FluxPipeline : public DiffusionPipeline {
  public:
@@ -79,23 +84,33 @@ class FluxPipeline : public DiffusionPipeline {
   // For compiled mode: pipe.transformer().compile({...}) or .compile_repeated_blocks().
   models::FluxTransformer2DModel& transformer() { return *transformer_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
-  nn::Module& transformer_module() override;
+  nn::Module& denoiser() override;
   ActivationEstimate estimate_activations(const PipelineRequest& request,
                                           const Device& device) const override;
 
  protected:
-  // What a call does with the request's image; the editing pipelines below are FluxPipelines with another
-  // task.
-  enum class Task { TextToImage, ImageToImage, Inpaint, Fill, Kontext };
-  explicit FluxPipeline(Task task);
+  FluxPipeline();
   // Loads `model` (whose model_index.json names `pipeline_class` or one of `compatible`) into `pipe`.
   static void load(FluxPipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
                    const char* pipeline_class, std::initializer_list<const char*> compatible);
   void check_loaded_request(const PipelineRequest& request) const override;
 
+  // ---- what the editing classes add to the shared stages (pipelines/task_stages.h)
+  // The call's size: the request's (or the defaults); Kontext's keeps its aspect ratio at max_area.
+  virtual void resize_call(const PipelineRequest& request, pipelines::ResolvedRequest& call) const;
+  // What the transformer reads beside the latents: Fill's channels beside each token (the masked image's
+  // latents and the mask), Kontext's tokens after the latents' (the image's) with their position ids.
+  struct DenoiserInputs {
+    Tensor condition;             // [B, N, C'] concatenated to each token's channels
+    Tensor context, context_ids;  // [B, M, 4C] after the latents' tokens, [M, 3]
+  };
+  virtual DenoiserInputs denoiser_inputs(const pipelines::TaskCall& call, const pipelines::TaskStart& start) const;
+  // [B, C, h, w] -> [B, (h/2)(w/2), 4C] (diffusers' _pack_latents).
+  static Tensor pack(const Tensor& latents);
+  const models::AutoencoderKL& vae() const { return *vae_; }
+
  private:
-  FluxPipeline() : FluxPipeline(Task::TextToImage) {}
-  models::AutoencoderKL& vae_model() const override;
+  models::LatentCodec& latent_codec() const override;
   PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
   // The call's prompt embeddings (its prompts encoded, or the embeddings it gives) and, with true
   // classifier-free guidance (true_cfg_scale > 1 and a negative prompt), the negative prompt's.
@@ -105,10 +120,7 @@ class FluxPipeline : public DiffusionPipeline {
     float true_cfg_scale = 1.0f;
   };
   CallPrompts call_prompts(const PipelineRequest& request, int64_t max_sequence_length) const;
-  // [B, C, h, w] -> [B, (h/2)(w/2), 4C] (diffusers' _pack_latents).
-  static Tensor pack(const Tensor& latents);
 
-  Task task_;
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_2_;
   std::unique_ptr<models::ClipTextModel> text_encoder_;
@@ -130,7 +142,7 @@ class FluxImg2ImgPipeline : public FluxPipeline {
   PipelineDefaults defaults() const override;
 
  private:
-  FluxImg2ImgPipeline() : FluxPipeline(Task::ImageToImage) {}
+  FluxImg2ImgPipeline() = default;
 };
 
 // FluxInpaintPipeline: FLUX.1 inpainting. As image-to-image, and after every step the region outside
@@ -145,7 +157,7 @@ class FluxInpaintPipeline : public FluxPipeline {
   PipelineDefaults defaults() const override;
 
  private:
-  FluxInpaintPipeline() : FluxPipeline(Task::Inpaint) {}
+  FluxInpaintPipeline() = default;
 };
 
 // FluxFillPipeline: FLUX.1 Fill [dev], whose transformer takes the masked image's latents and the mask (8 x 8
@@ -157,7 +169,10 @@ class FluxFillPipeline : public FluxPipeline {
   PipelineDefaults defaults() const override;
 
  private:
-  FluxFillPipeline() : FluxPipeline(Task::Fill) {}
+  FluxFillPipeline() = default;
+  // The masked image (black where the mask repaints) encoded (the generator's third draw), and the mask's 8 x 8
+  // pixels per latent as channels, each packed, beside each token.
+  DenoiserInputs denoiser_inputs(const pipelines::TaskCall& call, const pipelines::TaskStart& start) const override;
 };
 
 // FluxKontextPipeline: FLUX.1 Kontext [dev], editing by instruction. The image (optional) is encoded (its
@@ -177,7 +192,12 @@ class FluxKontextPipeline : public FluxPipeline {
   static std::pair<int64_t, int64_t> image_size(const Image& image, bool auto_resize);
 
  private:
-  FluxKontextPipeline() : FluxPipeline(Task::Kontext) {}
+  FluxKontextPipeline() = default;
+  void check_loaded_request(const PipelineRequest& request) const override;
+  void resize_call(const PipelineRequest& request, pipelines::ResolvedRequest& call) const override;
+  // The image at the trained resolution nearest its aspect ratio, encoded (its latent mean: no draw), packed,
+  // its ids those of its own grid with the first coordinate 1.
+  DenoiserInputs denoiser_inputs(const pipelines::TaskCall& call, const pipelines::TaskStart& start) const override;
 };
 
 }  // namespace kiln

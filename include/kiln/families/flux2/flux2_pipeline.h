@@ -98,7 +98,7 @@ class Flux2PipelineBase : public DiffusionPipeline {
   models::Flux2Transformer2DModel& transformer() { return *transformer_; }
   const models::AutoencoderKLFlux2& vae() const { return *vae_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
-  nn::Module& transformer_module() override;
+  nn::Module& denoiser() override;
   ActivationEstimate estimate_activations(const PipelineRequest& request,
                                           const Device& device) const override;
 
@@ -108,7 +108,9 @@ class Flux2PipelineBase : public DiffusionPipeline {
   // Loads the scheduler, tokenizer, text encoder, transformer and VAE of `model` (model_index class
   // `pipeline_class`); the text encoder and tokenizer are both listed or both [null, null].
   void load(const std::string& model, const PipelineLoadOptions& options, const char* pipeline_class);
-  models::AutoencoderKL& vae_model() const override;
+  models::LatentCodec& latent_codec() const override;
+  // The latents [B, C, h, w] as the transformer's tokens [B, h * w, C] (diffusers' _pack_latents).
+  static Tensor tokens(const Tensor& latents);
   const char* name() const { return class_name(); }
 
   Variant variant_;

@@ -86,27 +86,26 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
   // For compiled mode: pipe.transformer().compile({...}) or .compile_repeated_blocks().
   models::SD3Transformer2DModel& transformer() { return *transformer_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
-  nn::Module& transformer_module() override;
+  nn::Module& denoiser() override;
   ActivationEstimate estimate_activations(const PipelineRequest& request,
                                           const Device& device) const override;
   // The image size a request without height and width gets.
   int64_t default_image_size() const;
 
  protected:
-  // What a call does with the request's image; the editing pipelines below are StableDiffusion3Pipelines with
-  // another task.
-  enum class Task { TextToImage, ImageToImage, Inpaint };
-  explicit StableDiffusion3Pipeline(Task task);
+  StableDiffusion3Pipeline();
   static void load(StableDiffusion3Pipeline& pipe, const std::string& model,
                    const PipelineLoadOptions& options, const char* pipeline_class);
   void check_loaded_request(const PipelineRequest& request) const override;
+  // The call's latents -> its images: decode_latents (StableDiffusion3InpaintPipeline's differs, as
+  // diffusers').
+  virtual Tensor decode_call(const Tensor& latents) const;
+  const models::AutoencoderKL& vae() const { return *vae_; }
 
  private:
-  StableDiffusion3Pipeline() : StableDiffusion3Pipeline(Task::TextToImage) {}
-  models::AutoencoderKL& vae_model() const override;
+  models::LatentCodec& latent_codec() const override;
   PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
 
-  Task task_;
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_, tokenizer_2_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_3_;  // null when the pipeline has no T5
   std::unique_ptr<models::ClipTextModel> text_encoder_, text_encoder_2_;
@@ -127,7 +126,7 @@ class StableDiffusion3Img2ImgPipeline : public StableDiffusion3Pipeline {
   PipelineDefaults defaults() const override;
 
  private:
-  StableDiffusion3Img2ImgPipeline() : StableDiffusion3Pipeline(Task::ImageToImage) {}
+  StableDiffusion3Img2ImgPipeline() = default;
 };
 
 // StableDiffusion3InpaintPipeline: SD3 / SD3.5 inpainting (`image`, `mask_image`, `strength`; a strength of 1
@@ -141,7 +140,10 @@ class StableDiffusion3InpaintPipeline : public StableDiffusion3Pipeline {
   PipelineDefaults defaults() const override;
 
  private:
-  StableDiffusion3InpaintPipeline() : StableDiffusion3Pipeline(Task::Inpaint) {}
+  StableDiffusion3InpaintPipeline() = default;
+  // diffusers' StableDiffusion3InpaintPipeline decodes latents / scaling_factor without adding the shift the
+  // other SD3 pipelines add back; its images are matched, so is that.
+  Tensor decode_call(const Tensor& latents) const override;
 };
 
 }  // namespace kiln

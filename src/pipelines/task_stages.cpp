@@ -1,0 +1,106 @@
+#include "pipelines/task_stages.h"
+
+#include <vector>
+
+#include "kiln/ops.h"
+#include "pipelines/denoise.h"
+#include "pipelines/image_processor.h"
+
+namespace kiln::pipelines {
+
+namespace {
+
+Tensor packed(const TaskCall& c, const Tensor& latents) {
+  return c.pack ? c.pack(latents) : latents;
+}
+
+// `x` [1, ...] repeated `batch` times along the first dimension.
+Tensor repeated(const Tensor& x, int64_t batch) {
+  return batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(batch), x), 0) : x;
+}
+
+TaskStart from_noise(const TaskCall& c) {
+  TaskStart start;
+  const Shape shape = c.codec.latent_shape(c.batch, c.call.height, c.call.width);
+  start.latents = packed(c, randn_tensor(shape, c.generators.noise(), c.dtype));
+  return start;
+}
+
+TaskStart from_image(const TaskCall& c) {
+  const PipelineRequest& r = c.request;
+  TaskStart start;
+  start.start_step = first_step(c.call.num_inference_steps, c.call.strength);
+  // padding_mask_crop: the image and the mask cropped around the mask and fitted to the call's size.
+  if (c.task == Task::Inpainting) start.crop = check_mask_crop(c.pipeline, r, c.call.height, c.call.width);
+  const Image& image =
+      start.crop ? crop_and_fill(r.image.front(), *start.crop, c.call.width, c.call.height) : r.image.front();
+  start.image = preprocess_image(image, c.call.height, c.call.width);
+  if (c.task != Task::ImageToImage) {
+    const Image& mask = start.crop ? crop_and_fill(*r.mask_image, *start.crop, c.call.width, c.call.height)
+                                   : *r.mask_image;
+    start.mask = preprocess_mask(mask, c.call.height, c.call.width);
+  }
+  // prepare_latents: the image encoded (its posterior sampled: the generator's first draw), then the noise,
+  // the image noised to the first step the strength runs.
+  const Tensor encoded = encode_image(c.codec, start.image, c.dtype, &c.generators.single());
+  const Tensor image_latents = repeated(encoded, c.batch);
+  const Shape shape = c.codec.latent_shape(c.batch, c.call.height, c.call.width);
+  const Tensor noise = randn_tensor(shape, c.generators.noise(), c.dtype).to(image_latents.device());
+  const bool noise_itself = c.task == Task::Inpainting && c.noise_at_full_strength && c.call.strength == 1.0;
+  start.latents = packed(c, noise_itself ? noise : c.schedule.scale_noise(image_latents, start.start_step, noise));
+  if (c.task != Task::Inpainting) return start;
+  // prepare_mask_latents: the mask at the latents' size, one value per channel. (diffusers also encodes the
+  // masked image here, which a transformer of the latents' own channels never reads; its posterior sample is
+  // drawn all the same, so that the generator ends where diffusers' does.)
+  const Shape one = c.codec.latent_shape(1, c.call.height, c.call.width);
+  (void)randn_tensor(one, c.generators.single(), c.dtype);
+  const Tensor small = resize_nearest(start.mask, shape[2], shape[3]).to(c.dtype);
+  const Tensor mask = packed(c, small.expand(shape).contiguous());
+  start.blend = inpaint_blend(c.schedule, packed(c, image_latents), packed(c, noise), mask);
+  return start;
+}
+
+}  // namespace
+
+Tensor encode_image(const models::LatentCodec& codec, const Tensor& image, DType dtype, Generator* generator) {
+  const models::LatentDistribution posterior = codec.encode(image.to(dtype));
+  return codec.to_latents(generator ? sample_latents(posterior, *generator) : posterior.mean);
+}
+
+TaskStart start_latents(const TaskCall& c) {
+  switch (c.task) {
+    case Task::TextToImage:
+    case Task::ImageEditing:
+      return from_noise(c);
+    case Task::ImageToImage:
+    case Task::Inpainting:
+    case Task::Fill:
+      return from_image(c);
+  }
+  KILN_FAIL("internal: task " << task_name(c.task));
+}
+
+void check_task_inputs(Task task, const char* pipeline, const PipelineRequest& request,
+                       const ResolvedRequest& call) {
+  if (task == Task::Inpainting) check_mask_crop(pipeline, request, call.height, call.width);
+  if (task == Task::ImageToImage || task == Task::Inpainting || task == Task::Fill)
+    check_strength(pipeline, call.strength, call.num_inference_steps);
+}
+
+PipelineOutput task_output(const TaskCall& c, const TaskStart& start, const Tensor& images,
+                           std::map<std::string, std::string> metadata, bool negative) {
+  if (c.task == Task::ImageToImage || c.task == Task::Inpainting || c.task == Task::Fill)
+    metadata["strength"] = std::to_string(c.call.strength);
+  PipelineOutput output = make_output(c.request, images, std::move(metadata), start.crop);
+  label_prompts(output, c.request, negative);
+  c.generators.hand_back(output);
+  return output;
+}
+
+PipelineOutput latent_output(const TaskCall& c, const Tensor& latents) {
+  PipelineOutput output{.latents = latents};
+  c.generators.hand_back(output);
+  return output;
+}
+
+}  // namespace kiln::pipelines

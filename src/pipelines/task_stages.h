@@ -1,0 +1,74 @@
+// The tasks' shared stages (kiln/pipelines/pipeline_registry.h's Task), prepared once for every family: where
+// a call's latents start (noise; or the image encoded and noised to the step `strength` runs from), what
+// inpainting blends back after each step, the task's checks that need the call's size, and the output (the
+// crop pasted back, the task's metadata). A family says how its denoiser lays latents out (`pack`), which VAE
+// encodes (its LatentCodec), and adds what is its own on top (FLUX.1 Fill's channels, Kontext's tokens).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "kiln/models/latent_codec.h"
+#include "kiln/pipelines/pipeline_registry.h"
+#include "kiln/schedulers/scheduler.h"
+#include "pipelines/call_generators.h"
+#include "pipelines/mask_crop.h"
+#include "pipelines/pipeline_common.h"
+
+namespace kiln::pipelines {
+
+// One call, as the stages see it.
+struct TaskCall {
+  Task task = Task::TextToImage;
+  const char* pipeline = "";  // the class, in messages
+  const PipelineRequest& request;
+  const ResolvedRequest& call;  // its size, steps and strength
+  int64_t batch = 1;            // the images it makes
+  DType dtype = float32;        // the latents'
+  CallGenerators& generators;
+  const Scheduler& schedule;  // set for the call: the image is noised to its first step
+  const models::LatentCodec& codec;
+  // The denoiser's layout of latents [B, C, h, w] (FLUX: 2x2 patches as tokens); unset: as they are.
+  std::function<Tensor(const Tensor&)> pack;
+  // diffusers' SD3 inpainting starts from the noise itself at strength 1 rather than from the image noised to
+  // the first step (the same values where that step's sigma is exactly 1).
+  bool noise_at_full_strength = false;
+};
+
+struct TaskStart {
+  Tensor latents;  // in the denoiser's layout
+  int start_step = 0;
+  // Inpainting: after each step, the region outside the mask put back from the image noised to the next step.
+  std::function<Tensor(const Tensor&, int)> blend;
+  std::optional<CropRegion> crop;  // inpainting's padding_mask_crop
+  // The editing tasks' preprocessed (and cropped) image [1, 3, H, W] in [-1, 1] and mask [1, 1, H, W] of 0 and
+  // 1, for what a family adds of its own (Fill's masked image).
+  Tensor image, mask;
+};
+
+// Where the call starts, by its task. Text-to-image and image editing: noise (drawn from the request's
+// generators). Image-to-image, inpainting and Fill: the image (cropped with padding_mask_crop) encoded, its
+// posterior sampled (the generator's first draw), then noise, the image noised to the first step the strength
+// runs; inpainting also draws the masked image's posterior sample diffusers draws (so the generator ends where
+// diffusers' does) and blends the kept region back after each step.
+TaskStart start_latents(const TaskCall& c);
+
+// A preprocessed image [1, 3, H, W] encoded as the denoiser's latents [1, C, h, w] (not packed): its posterior
+// sampled with `generator`, its mean without one.
+Tensor encode_image(const models::LatentCodec& codec, const Tensor& image, DType dtype, Generator* generator);
+
+// The checks of a task's inputs that need the call's size: strength leaves a step; the crop fits.
+void check_task_inputs(Task task, const char* pipeline, const PipelineRequest& request,
+                       const ResolvedRequest& call);
+
+// The call's output from its decoded images [B, H, W, 3]: 8-bit images with `metadata` and the task's (its
+// strength), or the array; inpainting's crop pasted back into the image. The generators' states handed back,
+// and with prompt lists each image labelled with its prompt (and negative prompt when `negative`).
+PipelineOutput task_output(const TaskCall& c, const TaskStart& start, const Tensor& images,
+                           std::map<std::string, std::string> metadata, bool negative);
+// The same for output_type "latent": the latents as the loop ends.
+PipelineOutput latent_output(const TaskCall& c, const Tensor& latents);
+
+}  // namespace kiln::pipelines
