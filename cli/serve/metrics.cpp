@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "kiln/core/allocator.h"
+#include "kiln/runtime/device_ledger.h"
 
 namespace kiln::serve {
 
@@ -52,7 +53,7 @@ void device_gauge(std::ostringstream& out, const std::vector<DeviceMemorySnapsho
 void render_device_memory(std::ostringstream& out, const std::vector<Device>& devices) {
   std::vector<DeviceMemorySnapshot> snapshots;
   for (const Device& d : devices)
-    snapshots.push_back({d, memory_stats(d), memory_limit(d), driver_memory_report(d)});
+    snapshots.push_back({d, memory_stats(d), total_memory_limit(d), driver_memory_report(d)});
   using Snapshot = const DeviceMemorySnapshot&;
   device_gauge(out, snapshots, "kiln_device_allocated_bytes",
                "Bytes Kiln holds on the device (arrays, weights brought in, a running program's scratch).",
@@ -61,7 +62,7 @@ void render_device_memory(std::ostringstream& out, const std::vector<Device>& de
                "Peak of kiln_device_allocated_bytes since the start.",
                [](Snapshot d) { return d.held.peak_bytes; });
   device_gauge(out, snapshots, "kiln_device_memory_limit_bytes",
-               "The most Kiln may hold on the device (a memory budget's limit).",
+               "The most Kiln may hold on the device: the sum of its pipelines' memory budgets there.",
                [](Snapshot d) { return d.limit; });
   device_gauge(out, snapshots, "kiln_device_memory_total_bytes",
                "The device's memory, as its plugin reports it.", [](Snapshot d) -> std::optional<int64_t> {

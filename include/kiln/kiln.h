@@ -22,6 +22,7 @@
 #include "kiln/pipelines/pipeline_request.h"
 #include "kiln/pipelines/request_fields.h"
 #include "kiln/runtime/counters.h"
+#include "kiln/runtime/device_ledger.h"
 #include "kiln/runtime/eager_mode.h"
 #include "kiln/runtime/execution_context.h"
 #include "kiln/schedulers/flow_match_euler.h"

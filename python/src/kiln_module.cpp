@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "kiln/core/allocator.h"
+#include "kiln/runtime/device_ledger.h"
 #include "kiln/core/error.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/pipelines/pipeline_registry.h"
@@ -403,7 +404,7 @@ NB_MODULE(_kiln, m) {
             {"allocations", s.allocations},
             {"reserved_bytes", s.reserved_bytes},
             {"system_allocations", s.system_allocations},
-            {"limit_bytes", memory_limit(d)},
+            {"limit_bytes", total_memory_limit(d)},
             {"device_total_bytes", report ? std::optional<int64_t>(report->limit_bytes) : std::nullopt},
             {"device_in_use_bytes", report ? std::optional<int64_t>(report->in_use_bytes) : std::nullopt}};
       },

@@ -25,27 +25,8 @@ void Allocator::record_deallocate(size_t bytes) {
   current_.fetch_sub(static_cast<int64_t>(bytes));
 }
 
-void Allocator::set_limit(std::optional<int64_t> bytes) {
-  if (!bytes) return;
-  KILN_FAIL("a memory limit of " << *bytes
-                                 << " bytes: this device's memory is the host's, which Kiln does "
-                                    "not limit (on the cpu, --max-memory picks the offload instead)");
-}
-
-void set_memory_limit(Device device, std::optional<int64_t> bytes) {
-  try {
-    device_runtime(device).allocator().set_limit(bytes);
-  } catch (const Error& e) {
-    KILN_FAIL(device.str() << ": " << e.what());
-  }
-}
-
 std::optional<DriverMemoryReport> driver_memory_report(Device device) {
   return device_runtime(device).allocator().driver_report();
-}
-
-std::optional<int64_t> memory_limit(Device device) {
-  return device_runtime(device).allocator().limit();
 }
 
 void empty_cache(Device device) {

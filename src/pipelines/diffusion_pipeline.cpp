@@ -12,6 +12,7 @@
 #include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
 #include "kiln/models/latent_codec.h"
+#include "kiln/runtime/device_ledger.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "pipelines/call_control.h"
 #include "pipelines/model_offload.h"
@@ -291,7 +292,10 @@ void DiffusionPipeline::prepare_offload(Device device, const char* what) {
 }
 
 void DiffusionPipeline::lift_memory_limit() {
-  if (device_budget_) set_memory_limit(device_budget_->device, std::nullopt);
+  if (device_budget_) {
+    ExecutionScope in(*context_);  // the limit is this pipeline's context's (kiln/runtime/device_ledger.h)
+    set_memory_limit(device_budget_->device, std::nullopt);
+  }
   device_budget_.reset();
 }
 

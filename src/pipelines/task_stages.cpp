@@ -22,7 +22,11 @@ Tensor repeated(const Tensor& x, int64_t batch) {
 TaskStart from_noise(const TaskCall& c) {
   TaskStart start;
   const Shape shape = c.codec.latent_shape(c.batch, c.call.height, c.call.width);
-  start.latents = packed(c, randn_tensor(shape, c.generators.noise(), c.dtype));
+  Tensor noise = randn_tensor(shape, c.generators.noise(), c.dtype);
+  // diffusers' prepare_latents: latents * init_noise_sigma (1 for flow matching: left as drawn).
+  const double sigma = c.schedule.init_noise_sigma();
+  if (sigma != 1.0) noise = mul(noise, sigma);
+  start.latents = packed(c, noise);
   return start;
 }
 
@@ -61,6 +65,10 @@ TaskStart from_image(const TaskCall& c) {
 }
 
 }  // namespace
+
+NoiseDraw noise_draw(CallGenerators& generators) {
+  return [&generators](const Shape& shape, DType dtype) { return randn_tensor(shape, generators.noise(), dtype); };
+}
 
 Tensor encode_image(const models::LatentCodec& codec, const Tensor& image, DType dtype, Generator* generator) {
   const models::LatentDistribution posterior = codec.encode(image.to(dtype));

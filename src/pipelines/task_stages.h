@@ -55,6 +55,9 @@ struct TaskStart {
 // diffusers' does) and blends the kept region back after each step.
 TaskStart start_latents(const TaskCall& c);
 
+// The call's noise for a scheduler's step (DenoiseLoop::noise): drawn from its generators, image by image.
+NoiseDraw noise_draw(CallGenerators& generators);
+
 // A preprocessed image [1, 3, H, W] encoded as the denoiser's latents [1, C, h, w] (not packed): its posterior
 // sampled with `generator`, its mean without one.
 Tensor encode_image(const models::LatentCodec& codec, const Tensor& image, DType dtype, Generator* generator);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -78,10 +79,25 @@ struct MemoryPolicy::State {
   std::atomic<int64_t> resident_budget{kUnlimited};
   runtime::ResidentWeights resident;
   runtime::WeightGroupTracker groups;
+  std::mutex ledgers_mutex;
+  std::vector<std::pair<Device, std::shared_ptr<DeviceLedger>>> ledgers;
 };
 
 MemoryPolicy::MemoryPolicy() : state_(std::make_unique<State>()) {}
-MemoryPolicy::~MemoryPolicy() = default;
+
+MemoryPolicy::~MemoryPolicy() {
+  // Arrays of this context may outlive it and still hold their ledgers; its limits end with it.
+  for (auto& [device, ledger] : state_->ledgers) ledger->set_limit(std::nullopt);
+}
+
+std::shared_ptr<DeviceLedger> MemoryPolicy::device_ledger(Device device, const std::string& owner, bool& made) {
+  std::lock_guard<std::mutex> lock(state_->ledgers_mutex);
+  made = false;
+  for (const auto& [on, ledger] : state_->ledgers)
+    if (on == device) return ledger;
+  made = true;
+  return state_->ledgers.emplace_back(device, std::make_shared<DeviceLedger>(device, owner)).second;
+}
 
 void MemoryPolicy::set_packed_weight_budget(std::optional<int64_t> bytes) {
   state_->packed->budget.store(bytes ? std::max<int64_t>(*bytes, 0) : kUnlimited);

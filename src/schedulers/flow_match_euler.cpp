@@ -246,8 +246,12 @@ void FlowMatchEulerDiscreteScheduler::set_timesteps(int num_inference_steps,
   sigmas_.push_back(config_.invert_sigmas ? 1.0f : 0.0f);
 }
 
-Tensor FlowMatchEulerDiscreteScheduler::step(const Tensor& model_output, int step_index,
-                                             const Tensor& sample) const {
+std::unique_ptr<Scheduler> FlowMatchEulerDiscreteScheduler::clone() const {
+  return std::make_unique<FlowMatchEulerDiscreteScheduler>(*this);
+}
+
+Tensor FlowMatchEulerDiscreteScheduler::step(const Tensor& model_output, int step_index, const Tensor& sample,
+                                             const NoiseDraw&) {
   KILN_CHECK(!timesteps_.empty(), kClassName << "::step: call set_timesteps before step");
   KILN_CHECK(step_index >= 0 && step_index < num_inference_steps(),
              kClassName << "::step: expected a step index in [0, " << num_inference_steps() << "), got "

@@ -16,12 +16,15 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/error.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
+#include "kiln/runtime/device_ledger.h"
+#include "kiln/runtime/execution_context.h"
 #include "kiln/runtime/memory_policy.h"
 #include "support/pipeline_comparison.h"
 #include "support/pjrt_devices.h"
@@ -76,6 +79,12 @@ struct BudgetSetup {
   std::unique_ptr<DiffusionPipeline> pipe;
   OffloadPlan sizes;
 };
+
+// The memory limit of `pipe`'s execution context on the device (a budget limits its own context's arrays).
+std::optional<int64_t> limit_of(const DiffusionPipeline& pipe) {
+  ExecutionScope in(pipe.context());
+  return memory_limit(xla0);
+}
 
 BudgetSetup flux_budget_setup() {
   const io::SafetensorsFile g(testing::data_path("goldens/flux/schnell_cat_64x64_s0.safetensors"));
@@ -208,7 +217,8 @@ TEST(OffloadOnDevice, AMemoryBudgetPicksTheOffloadAndIsRefusedBelowWhatItNeeds) 
   // Room for every weight and the activations: nothing offloaded, the limit never reached.
   const int64_t roomy_budget = sizes.weight_bytes + activations;
   pipe->set_memory_budget(roomy_budget, xla0);
-  EXPECT_EQ(memory_limit(xla0), roomy_budget);
+  EXPECT_EQ(limit_of(*pipe), roomy_budget);
+  EXPECT_EQ(memory_limit(xla0), std::nullopt) << "the budget limits the pipeline's context alone";
   EXPECT_EQ(run(*pipe, request).pixels, resident.pixels);
   const OffloadPlan roomy = pipe->device_memory_plan().value();
   EXPECT_EQ(roomy.mode, OffloadMode::None) << roomy.describe();
@@ -242,7 +252,7 @@ TEST(OffloadOnDevice, AMemoryBudgetPicksTheOffloadAndIsRefusedBelowWhatItNeeds) 
 
   // pipe.to lifts the limit.
   pipe->to(xla0);
-  EXPECT_EQ(memory_limit(xla0), std::nullopt);
+  EXPECT_EQ(limit_of(*pipe), std::nullopt);
 }
 
 // The activations' estimate covers what a call holds on the device beside the weights (every component
@@ -393,9 +403,15 @@ TEST(OffloadOnDevice, RunningOutOfDeviceMemoryIsAnErrorNamingTheDevice) {
   const PipelineRequest request = testing::request_from_golden(g);
   auto pipe = load(g.metadata().at("pipeline"));
   pipe->enable_model_cpu_offload(xla0);
-  set_memory_limit(xla0, memory_stats(xla0).current_bytes + 4096);
+  {
+    ExecutionScope in(pipe->context());
+    set_memory_limit(xla0, current_device_ledger(xla0)->held() + 4096);
+  }
   const std::string message = testing::error_message([&] { (*pipe)(request); });
-  set_memory_limit(xla0, std::nullopt);
+  {
+    ExecutionScope in(pipe->context());
+    set_memory_limit(xla0, std::nullopt);
+  }
   EXPECT_NE(message.find(xla0.str() + " is out of memory: "), std::string::npos) << message;
   EXPECT_NE(message.find(" needs "), std::string::npos) << message;
   EXPECT_NE(message.find("limit (--max-memory, kiln::set_memory_limit) already held"), std::string::npos)
@@ -405,6 +421,73 @@ TEST(OffloadOnDevice, RunningOutOfDeviceMemoryIsAnErrorNamingTheDevice) {
 
   EXPECT_NE(testing::error_message([&] { set_memory_limit(cpu, 1 << 20); }).find("cpu: a memory limit"),
             std::string::npos);
+}
+
+// Memory limits are each execution context's: contexts with different limits on one device keep their own, an
+// array gives its bytes back to the context that made it, and two pipelines with different budgets there run
+// side by side, each within its own.
+TEST(OffloadOnDevice, EachContextKeepsItsOwnMemoryLimit) {
+  KILN_SKIP_WITHOUT_PJRT();
+  const auto a = ExecutionContext::create("context a"), b = ExecutionContext::create("context b");
+  {
+    ExecutionScope in(*a);
+    set_memory_limit(xla0, 64 << 10);
+  }
+  {
+    ExecutionScope in(*b);
+    set_memory_limit(xla0, 1 << 20);
+  }
+  EXPECT_EQ(total_memory_limit(xla0), (64 << 10) + (1 << 20));
+  // 256 KiB on xla0, allocated now (an empty tensor's bytes are otherwise allocated on first use).
+  const auto allocated = [] {
+    Tensor t = Tensor::empty({64 << 10}, float32, xla0);
+    t.storage()->data();
+    return t;
+  };
+  Tensor held_by_b;
+  {
+    // Past a's limit (naming it), within b's.
+    ExecutionScope in(*a);
+    const std::string refused = testing::error_message(allocated);
+    EXPECT_NE(refused.find("64.0 KiB limit (--max-memory, kiln::set_memory_limit) already held in context a"),
+              std::string::npos)
+        << refused;
+  }
+  {
+    ExecutionScope in(*b);
+    held_by_b = allocated();
+    EXPECT_EQ(current_device_ledger(xla0)->held(), 256 << 10);
+  }
+  {
+    // Freed elsewhere, the bytes go back to b.
+    ExecutionScope in(*a);
+    held_by_b = Tensor();
+    set_memory_limit(xla0, std::nullopt);  // a's lifted: b's stays
+    EXPECT_NO_THROW(allocated());
+  }
+  {
+    ExecutionScope in(*b);
+    EXPECT_EQ(current_device_ledger(xla0)->held(), 0);
+    EXPECT_EQ(memory_limit(xla0), 1 << 20);
+  }
+  EXPECT_EQ(total_memory_limit(xla0), 1 << 20);
+
+  // Two pipelines, a roomy budget and a tight one on the same device, called at once: each keeps its plan and
+  // its limit, and both give the resident image.
+  BudgetSetup roomy = flux_budget_setup(), tight = flux_budget_setup();
+  const int64_t activations = roomy.pipe->estimate_activations(roomy.request, xla0).peak();
+  roomy.pipe->set_memory_budget(roomy.sizes.weight_bytes + activations, xla0);
+  tight.pipe->set_memory_budget(tight.sizes.weight_bytes - 1 + activations, xla0);
+  DeviceRun from_roomy, from_tight;
+  std::thread other([&] { from_tight = run(*tight.pipe, tight.request); });
+  from_roomy = run(*roomy.pipe, roomy.request);
+  other.join();
+  EXPECT_EQ(from_roomy.pixels, roomy.resident.pixels);
+  EXPECT_EQ(from_tight.pixels, roomy.resident.pixels);
+  EXPECT_EQ(roomy.pipe->device_memory_plan().value().mode, OffloadMode::None);
+  EXPECT_NE(tight.pipe->device_memory_plan().value().mode, OffloadMode::None);
+  EXPECT_EQ(limit_of(*roomy.pipe), roomy.sizes.weight_bytes + activations);
+  EXPECT_EQ(limit_of(*tight.pipe), tight.sizes.weight_bytes - 1 + activations);
 }
 
 // The plugin's own allocator out of memory (an array far larger than this machine): its RESOURCE_EXHAUSTED

@@ -12,6 +12,7 @@
 
 #include "backends/pjrt/executable_cache.h"
 #include "kiln/core/allocator.h"
+#include "kiln/runtime/device_ledger.h"
 #include "kiln/core/tensor.h"
 #include "kiln/nn/module.h"
 #include "kiln/ops.h"
@@ -157,7 +158,7 @@ TEST(PjrtModes, ARegionsScratchIsCountedWhileItRuns) {
   y = Tensor();
 
   // Room for the result but not for the scratch beside it: refused naming the scratch, nothing left held.
-  set_memory_limit(xla0, held + result_bytes + 4096);
+  set_memory_limit(xla0, current_device_ledger(xla0)->held() + result_bytes + 4096);
   const std::string message = testing::error_message([&] {
     const Tensor z = chained();
     synchronize(xla0);

@@ -115,7 +115,7 @@ TEST(FlowMatchEulerRefs, StepMatchesDiffusersBitForBit) {
   for (const std::string& key : cases.keys()) {
     SCOPED_TRACE(key);
     const io::JsonConfig c = cases.object(key);
-    const FlowMatchEulerDiscreteScheduler s = scheduler_for(c.get<std::string>("schedule"));
+    FlowMatchEulerDiscreteScheduler s = scheduler_for(c.get<std::string>("schedule"));
     const Tensor model_output = t.tensor(key + ".model_output");
     const Tensor sample = t.tensor(key + ".sample");
     const Tensor expected = t.tensor(key + ".expected");
@@ -138,7 +138,7 @@ TEST(FlowMatchEulerRefs, ScaleNoiseMatchesDiffusersBitForBit) {
   for (const std::string& key : cases.keys()) {
     SCOPED_TRACE(key);
     const io::JsonConfig c = cases.object(key);
-    const FlowMatchEulerDiscreteScheduler s = scheduler_for(c.get<std::string>("schedule"));
+    FlowMatchEulerDiscreteScheduler s = scheduler_for(c.get<std::string>("schedule"));
     const Tensor sample = t.tensor(key + ".sample");
     const Tensor noise = t.tensor(key + ".noise");
     const Tensor expected = t.tensor(key + ".expected");

@@ -55,10 +55,9 @@ class Allocator {
 
   MemoryStats stats() const;
   void reset_peak();
-  // The most bytes live allocations may hold (set_memory_limit); only allocators of devices with memory of
-  // their own enforce one, the others refuse it.
-  virtual void set_limit(std::optional<int64_t> bytes);
-  virtual std::optional<int64_t> limit() const { return std::nullopt; }
+  // Whether the device's memory is its own, so that a context may limit what it holds there
+  // (kiln/runtime/device_ledger.h): a PJRT device's is, the cpu's (the host's) is not.
+  virtual bool limits_memory() const { return false; }
   // What the device's driver says of its memory; absent where it says nothing (the cpu, the CPU plugin).
   virtual std::optional<DriverMemoryReport> driver_report() const { return std::nullopt; }
 
@@ -102,14 +101,8 @@ void mark_cache_idle(Device device = cpu);
 // `device`'s allocator counters (torch.cuda.memory_stats), and a reset of its peak.
 MemoryStats memory_stats(Device device = cpu);
 void reset_peak_memory(Device device = cpu);
-// The most bytes Kiln may hold on `device` (weights brought in plus activations; none when absent): an
-// allocation or a weight brought in beyond it throws kiln::Error naming the device, the bytes asked and what
-// to do. For devices with memory of their own (PJRT); `kiln generate --device D --max-memory` sets it. The
-// cpu has none: its budget is the offload plan's (DiffusionPipeline::set_memory_budget).
-void set_memory_limit(Device device, std::optional<int64_t> bytes);
 // What `device`'s driver reports of its memory (its size and what is in use there); absent when it reports
 // nothing: the cpu and the CPU plugin do not, the CUDA and TPU plugins do.
 std::optional<DriverMemoryReport> driver_memory_report(Device device);
-std::optional<int64_t> memory_limit(Device device);
 
 }  // namespace kiln

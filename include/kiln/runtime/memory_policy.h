@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
+#include "kiln/runtime/device_ledger.h"
 #include "kiln/runtime/weight_groups.h"
 
 namespace kiln {
@@ -87,6 +88,9 @@ class MemoryPolicy {
   // A backend about to keep a packed copy of `bytes`: a charge, held as long as the copy, when they fit in
   // what the packed budget has left; an empty charge when they do not.
   runtime::PackedWeightCharge reserve_packed(int64_t bytes);
+  // The ledger of what this policy's context holds on `device` (kiln/runtime/device_ledger.h), made on first
+  // use (`made` then set) with `owner` as its name. Use current_device_ledger().
+  std::shared_ptr<DeviceLedger> device_ledger(Device device, const std::string& owner, bool& made);
 
  private:
   struct State;

@@ -83,7 +83,9 @@ class FlowMatchEulerDiscreteScheduler final : public Scheduler {
   // model_output, with torch's dtype path: the difference is a float32 scalar rounded to model_output's
   // dtype, the product is rounded to that dtype, the sum is float32, and the result has model_output's dtype.
   // model_output and sample must have the same shape and a float32, bfloat16 or float16 dtype.
-  Tensor step(const Tensor& model_output, int step_index, const Tensor& sample) const override;
+  Tensor step(const Tensor& model_output, int step_index, const Tensor& sample,
+              const NoiseDraw& noise = {}) override;
+  std::unique_ptr<Scheduler> clone() const override;
   // diffusers' scale_noise with the schedule's begin index at `step_index` (as its image-to-image pipelines
   // set it): sigma * noise + (1 - sigma) * sample, with sigma = sigmas[step_index] in the sample's dtype and
   // every product and the sum rounded to it, as torch computes it. `sample` and `noise` must have the same

@@ -8,7 +8,7 @@
 namespace kiln::pjrt {
 
 DeviceArray::~DeviceArray() {
-  if (host_.defined() && buffer_ != nullptr) device_memory(device_).release(host_.nbytes());
+  if (host_.defined() && buffer_ != nullptr && brought_in_) device_memory(device_).release(host_.nbytes(), *brought_in_);
 }
 
 void DeviceArray::set(std::shared_ptr<Buffer> buffer) {
@@ -44,19 +44,21 @@ void DeviceArray::send_out() const {
   if (!host_.defined()) return;
   std::shared_ptr<Buffer>
       dropped;  // freed outside the lock; an executable reading it holds its own reference
+  std::shared_ptr<DeviceLedger> ledger;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (buffer_ == nullptr) return;
     dropped.swap(buffer_);
+    ledger.swap(brought_in_);
   }
-  device_memory(device_).release(host_.nbytes());
+  if (ledger) device_memory(device_).release(host_.nbytes(), *ledger);
 }
 
 void DeviceArray::bring_in_locked() const {
   const size_t bytes = host_.nbytes();
   const std::string what = "an offloaded weight (kept as " + host_.str() + ")";
   DeviceMemory& memory = device_memory(device_);
-  memory.charge(bytes, what);
+  std::shared_ptr<DeviceLedger> ledger = memory.charge(bytes, what);
   try {
     const DeviceHandle handle = device_handle(device_);
     buffer_ = explain_out_of_memory(device_, bytes, what, [&] {
@@ -64,9 +66,10 @@ void DeviceArray::bring_in_locked() const {
                                              hlo::device_array_dims(host_.shape()), handle.local_index);
     });
   } catch (...) {
-    memory.release(bytes);
+    memory.release(bytes, *ledger);
     throw;
   }
+  brought_in_ = std::move(ledger);
 }
 
 }  // namespace kiln::pjrt

@@ -11,6 +11,8 @@
 
 #include <memory>
 #include <mutex>
+
+#include "kiln/runtime/device_ledger.h"
 #include <optional>
 
 #include "backends/pjrt/pjrt_client.h"
@@ -45,12 +47,18 @@ class DeviceArray {
   size_t bring_in() const;
   // For a host-backed array: frees the device's copy (a read brings it back).
   void send_out() const;
+  // The ledger the array's allocation was charged to (DeviceMemory::allocate), given back its bytes when freed.
+  void set_ledger(std::shared_ptr<DeviceLedger> ledger) { ledger_ = std::move(ledger); }
+  const std::shared_ptr<DeviceLedger>& ledger() const { return ledger_; }
 
  private:
   void bring_in_locked() const;
 
   mutable std::mutex mutex_;
   mutable std::shared_ptr<Buffer> buffer_;
+  std::shared_ptr<DeviceLedger> ledger_;
+  // A host-backed array's copy on the device: the ledger its bytes were charged to while it is there.
+  mutable std::shared_ptr<DeviceLedger> brought_in_;
   Tensor host_;
   Device device_ = cpu;
 };

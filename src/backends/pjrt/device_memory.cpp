@@ -10,40 +10,36 @@
 namespace kiln::pjrt {
 
 void* DeviceMemory::allocate(size_t bytes) {
-  charge(bytes, "an array of " + format_bytes(static_cast<int64_t>(bytes)));
-  return new DeviceArray;
+  auto* array = new DeviceArray;
+  try {
+    array->set_ledger(charge(bytes, "an array of " + format_bytes(static_cast<int64_t>(bytes))));
+  } catch (...) {
+    delete array;
+    throw;
+  }
+  return array;
 }
 
 void DeviceMemory::deallocate(void* ptr, size_t bytes) {
-  delete static_cast<DeviceArray*>(ptr);
-  release(bytes);
+  auto* array = static_cast<DeviceArray*>(ptr);
+  const std::shared_ptr<DeviceLedger> ledger = array->ledger();
+  delete array;
+  if (ledger) release(bytes, *ledger);
 }
 
-void DeviceMemory::charge(size_t bytes, const std::string& what, bool allocation) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (limit_) {
-    const int64_t held = stats().current_bytes;
-    if (held + static_cast<int64_t>(bytes) > *limit_)
-      fail_out_of_memory(device_, bytes, what,
-                         format_bytes(held) + " of its " + format_bytes(*limit_) +
-                             " limit (--max-memory, kiln::set_memory_limit) already held");
-  }
+std::shared_ptr<DeviceLedger> DeviceMemory::charge(size_t bytes, const std::string& what, bool allocation) {
+  std::shared_ptr<DeviceLedger> ledger = current_device_ledger(device_);
+  if (!ledger->charge(static_cast<int64_t>(bytes)))
+    fail_out_of_memory(device_, bytes, what,
+                       format_bytes(ledger->held()) + " of the " + format_bytes(*ledger->limit()) +
+                           " limit (--max-memory, kiln::set_memory_limit) already held in " + ledger->owner());
   record_allocate(bytes, allocation);
+  return ledger;
 }
 
-void DeviceMemory::release(size_t bytes) {
+void DeviceMemory::release(size_t bytes, DeviceLedger& ledger) {
+  ledger.release(static_cast<int64_t>(bytes));
   record_deallocate(bytes);
-}
-
-void DeviceMemory::set_limit(std::optional<int64_t> bytes) {
-  KILN_CHECK(!bytes || *bytes > 0, "a memory limit must be positive, got " << *bytes << " bytes");
-  std::lock_guard<std::mutex> lock(mutex_);
-  limit_ = bytes;
-}
-
-std::optional<int64_t> DeviceMemory::limit() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return limit_;
 }
 
 std::optional<DriverMemoryReport> DeviceMemory::driver_report() const {

@@ -1,18 +1,20 @@
 // A PJRT device's memory as Kiln counts it: every array Kiln holds there (a storage an op wrote, an offloaded
-// weight brought in), under an optional limit (kiln::set_memory_limit, `--max-memory` on a device). Running
-// out, by that limit or by the plugin's own allocator, is one kiln::Error naming the device, the bytes asked,
-// what Kiln held there and what to do.
+// weight brought in, a running program's scratch), each charged to the ledger of the execution context it was
+// made in, under that context's own limit (kiln/runtime/device_ledger.h: a pipeline's budget on the device,
+// `--max-memory` with `--device`). Running out, by that limit or by the plugin's own allocator, is one
+// kiln::Error naming the device, the bytes asked, what was held there and what to do.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/device.h"
 #include "kiln/core/error.h"
+#include "kiln/runtime/device_ledger.h"
 
 namespace kiln::pjrt {
 
@@ -22,18 +24,16 @@ class DeviceMemory final : public Allocator {
   // A storage's DeviceArray (backends/pjrt/device_array.h), its bytes counted as the storage's size.
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) override;
-  // Counts `bytes` more held on the device (`what` is brought in); throws the out-of-memory error instead
-  // when that would pass the limit. `allocation` false: scratch, not counted in memory_stats' allocations.
-  void charge(size_t bytes, const std::string& what, bool allocation = true);
-  void release(size_t bytes);
-  void set_limit(std::optional<int64_t> bytes) override;
-  std::optional<int64_t> limit() const override;
+  // Counts `bytes` more held on the device (`what` is brought in) against the current context's ledger, which
+  // it returns for release(); throws the out-of-memory error instead when that would pass its limit.
+  // `allocation` false: scratch, not counted in memory_stats' allocations.
+  std::shared_ptr<DeviceLedger> charge(size_t bytes, const std::string& what, bool allocation = true);
+  void release(size_t bytes, DeviceLedger& ledger);
+  bool limits_memory() const override { return true; }
   std::optional<DriverMemoryReport> driver_report() const override;
 
  private:
   Device device_;
-  mutable std::mutex mutex_;  // a check against the limit and its charge are one step
-  std::optional<int64_t> limit_;
 };
 
 // The memory of the PJRT device `device`.
@@ -45,10 +45,10 @@ class TransientCharge {
  public:
   TransientCharge(DeviceMemory& memory, size_t bytes, const std::string& what)
       : memory_(memory), bytes_(bytes) {
-    if (bytes_ > 0) memory_.charge(bytes_, what, /*allocation=*/false);
+    if (bytes_ > 0) ledger_ = memory_.charge(bytes_, what, /*allocation=*/false);
   }
   ~TransientCharge() {
-    if (bytes_ > 0) memory_.release(bytes_);
+    if (ledger_) memory_.release(bytes_, *ledger_);
   }
   TransientCharge(const TransientCharge&) = delete;
   TransientCharge& operator=(const TransientCharge&) = delete;
@@ -56,6 +56,7 @@ class TransientCharge {
  private:
   DeviceMemory& memory_;
   size_t bytes_;
+  std::shared_ptr<DeviceLedger> ledger_;
 };
 
 // Throws: `device` is out of memory; `what` needed `bytes`; `cause` is the limit's or the plugin's words.

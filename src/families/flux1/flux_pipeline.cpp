@@ -459,6 +459,7 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
              const Tensor uncond = predict(*negative);
              return add(uncond, mul(static_cast<double>(true_cfg_scale), sub(positive, uncond)));
            },
+       .noise = pipelines::noise_draw(generators),
        .blend = start.blend,
        .on_step_end = request.callback_on_step_end,
        .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});

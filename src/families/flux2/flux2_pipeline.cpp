@@ -305,6 +305,7 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
                                        .narrow(1, 0, image_tokens);
              return add(uncond, mul(sub(v, uncond), scale));
            },
+       .noise = pipelines::noise_draw(generators),
        .on_step_end = request.callback_on_step_end,
        .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
   release_after_use({{"transformer", transformer_.get()}});

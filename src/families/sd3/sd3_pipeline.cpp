@@ -417,6 +417,7 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
                           [&](const Tensor& x, int step, float timestep) {
                             return predict_velocity(x, timestep, step - first, prompt, request);
                           },
+                      .noise = pipelines::noise_draw(generators),
                       .blend = start.blend,
                       .on_step_end = request.callback_on_step_end,
                       .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
