@@ -6,7 +6,8 @@
 #define KILN_FAMILIES(X) \
   X(flux1)               \
   X(sd3)                 \
-  X(flux2)
+  X(flux2)               \
+  X(chroma)
 
 namespace kiln {
 

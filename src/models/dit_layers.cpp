@@ -30,13 +30,13 @@ Tensor clip_if_float16(const Tensor& x) {
   return x.dtype() == float16 ? clamp(x, -kFloat16Max, kFloat16Max) : x;
 }
 
-Tensor rope_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
-                      const Tensor& sin) {
+Tensor rope_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos, const Tensor& sin,
+                      const Tensor& bias) {
   const int64_t batch = q.size(0), seq = q.size(1), features = q.size(2) * q.size(3);
   // apply_rope and attention work on [B, H, S, D]; the transposes are views of the [B, S, H, D] projections.
   const Tensor qr = apply_rope(q.transpose(1, 2), cos, sin, RopeStyle::Interleaved);
   const Tensor kr = apply_rope(k.transpose(1, 2), cos, sin, RopeStyle::Interleaved);
-  const Tensor out = scaled_dot_product_attention(qr, kr, v.transpose(1, 2));
+  const Tensor out = scaled_dot_product_attention(qr, kr, v.transpose(1, 2), {.bias = bias});
   // Head-major features (head * D + d), as hidden_states.flatten(2, 3) gives.
   return out.transpose(1, 2).reshape({batch, seq, features});
 }

@@ -30,9 +30,10 @@ Tensor gated_residual(const Tensor& x, const Tensor& gate, const Tensor& y);
 // diffusers clips float16 streams to +-65504 so that an overflow saturates; other dtypes pass through.
 Tensor clip_if_float16(const Tensor& x);
 // The core of the FLUX attention processors: interleaved-pair RoPE on q and k [B, S, H, D] (cos/sin
-// [S, D] float32), scaled dot-product attention, heads merged back -> [B, S, H * D] (head-major features).
-Tensor rope_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos,
-                      const Tensor& sin);
+// [S, D] float32), scaled dot-product attention (`bias`, optional, added to the scores), heads merged back
+// -> [B, S, H * D] (head-major features).
+Tensor rope_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cos, const Tensor& sin,
+                      const Tensor& bias = {});
 
 // The modulation projection of AdaLayerNormZero / AdaLayerNormZeroSingle / Flux2Modulation:
 // linear(silu(temb)) [B, chunks * dim], split into `chunks` views [B, dim] in diffusers' order.

@@ -52,21 +52,54 @@ Tensor FluxAttention::heads_normed(const nn::Linear& proj, const nn::RMSNorm& no
 }
 
 std::pair<Tensor, Tensor> FluxAttention::forward_joint(const Tensor& x, const Tensor& c,
-                                                       const FluxRopeTables& rope) const {
+                                                       const FluxRopeTables& rope, const Tensor& bias) const {
   // Text first along the sequence, for q, k, v and the rotary tables alike.
   const Tensor q =
       concat({heads_normed(*add_q_proj_, *norm_added_q_, c), heads_normed(to_q_, norm_q_, x)}, 1);
   const Tensor k =
       concat({heads_normed(*add_k_proj_, *norm_added_k_, c), heads_normed(to_k_, norm_k_, x)}, 1);
   const Tensor v = concat({heads(*add_v_proj_, c), heads(to_v_, x)}, 1);
-  const Tensor out = rope_attention(q, k, v, rope.cos, rope.sin);
+  const Tensor out = rope_attention(q, k, v, rope.cos, rope.sin, bias);
   const int64_t text = c.size(1), image = x.size(1);
   return {(*to_out0_)(out.narrow(1, text, image)), (*to_add_out_)(out.narrow(1, 0, text))};
 }
 
-Tensor FluxAttention::forward_self(const Tensor& s, const FluxRopeTables& rope) const {
+Tensor FluxAttention::forward_self(const Tensor& s, const FluxRopeTables& rope, const Tensor& bias) const {
   return rope_attention(heads_normed(to_q_, norm_q_, s), heads_normed(to_k_, norm_k_, s), heads(to_v_, s),
-                        rope.cos, rope.sin);
+                        rope.cos, rope.sin, bias);
+}
+
+std::pair<Tensor, Tensor> double_stream_block(const FluxAttention& attn, const GeluTanhFeedForward& ff,
+                                              const GeluTanhFeedForward& ff_context, const Tensor& x,
+                                              const Tensor& c, const std::vector<Tensor>& m,
+                                              const std::vector<Tensor>& mc, const FluxRopeTables& rope,
+                                              const Tensor& bias) {
+  enum { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
+  const Tensor nx = modulate(layer_norm_plain(x), m[kScaleMsa], m[kShiftMsa]);
+  const Tensor nc = modulate(layer_norm_plain(c), mc[kScaleMsa], mc[kShiftMsa]);
+  const auto [attn_x, attn_c] = attn.forward_joint(nx, nc, rope, bias);
+
+  Tensor x1 = add(x, mul(m[kGateMsa].unsqueeze(1), attn_x));
+  const Tensor ff_x = ff.forward(modulate(layer_norm_plain(x1), m[kScaleMlp], m[kShiftMlp]));
+  x1 = add(x1, mul(m[kGateMlp].unsqueeze(1), ff_x));
+
+  Tensor c1 = add(c, mul(mc[kGateMsa].unsqueeze(1), attn_c));
+  const Tensor ff_c = ff_context.forward(modulate(layer_norm_plain(c1), mc[kScaleMlp], mc[kShiftMlp]));
+  c1 = add(c1, mul(mc[kGateMlp].unsqueeze(1), ff_c));
+  // diffusers clips only the text stream in this block.
+  return {x1, clip_if_float16(c1)};
+}
+
+Tensor single_stream_block(const FluxAttention& attn, const nn::Linear& proj_mlp, const nn::Linear& proj_out,
+                           const Tensor& s, const std::vector<Tensor>& m, const FluxRopeTables& rope,
+                           const Tensor& bias) {
+  enum { kShift, kScale, kGate };
+  const Tensor n = modulate(layer_norm_plain(s), m[kScale], m[kShift]);
+  const Tensor mlp = gelu(proj_mlp(n), GeluApproximate::Tanh);
+  const Tensor attn_out = attn.forward_self(n, rope, bias);
+  // proj_out reads [attention | mlp] along the features.
+  const Tensor out = proj_out(concat({attn_out, mlp}, 2));
+  return clip_if_float16(add(s, mul(m[kGate].unsqueeze(1), out)));
 }
 
 FluxTransformerBlock::FluxTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim,
@@ -98,23 +131,8 @@ std::pair<Tensor, Tensor> FluxTransformerBlock::forward(const Tensor& x, const T
 std::pair<Tensor, Tensor> FluxTransformerBlock::forward_eager(const Tensor& x, const Tensor& c,
                                                               const Tensor& silu_temb,
                                                               const FluxRopeTables& rope) const {
-  // AdaLayerNormZero chunk order: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp.
-  enum { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
-  const std::vector<Tensor> m = norm1_.forward(silu_temb);
-  const std::vector<Tensor> mc = norm1_context_.forward(silu_temb);
-  const Tensor nx = modulate(layer_norm_plain(x), m[kScaleMsa], m[kShiftMsa]);
-  const Tensor nc = modulate(layer_norm_plain(c), mc[kScaleMsa], mc[kShiftMsa]);
-  const auto [attn_x, attn_c] = attn_.forward_joint(nx, nc, rope);
-
-  Tensor x1 = add(x, mul(m[kGateMsa].unsqueeze(1), attn_x));
-  const Tensor ff_x = ff_.forward(modulate(layer_norm_plain(x1), m[kScaleMlp], m[kShiftMlp]));
-  x1 = add(x1, mul(m[kGateMlp].unsqueeze(1), ff_x));
-
-  Tensor c1 = add(c, mul(mc[kGateMsa].unsqueeze(1), attn_c));
-  const Tensor ff_c = ff_context_.forward(modulate(layer_norm_plain(c1), mc[kScaleMlp], mc[kShiftMlp]));
-  c1 = add(c1, mul(mc[kGateMlp].unsqueeze(1), ff_c));
-  // diffusers clips only the text stream in this block.
-  return {x1, clip_if_float16(c1)};
+  return double_stream_block(attn_, ff_, ff_context_, x, c, norm1_.forward(silu_temb),
+                             norm1_context_.forward(silu_temb), rope);
 }
 
 FluxSingleTransformerBlock::FluxSingleTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim,
@@ -139,14 +157,7 @@ Tensor FluxSingleTransformerBlock::forward(const Tensor& s, const Tensor& silu_t
 
 Tensor FluxSingleTransformerBlock::forward_eager(const Tensor& s, const Tensor& silu_temb,
                                                  const FluxRopeTables& rope) const {
-  // AdaLayerNormZeroSingle chunk order: shift, scale, gate.
-  const std::vector<Tensor> m = norm_.forward(silu_temb);
-  const Tensor n = modulate(layer_norm_plain(s), m[1], m[0]);
-  const Tensor mlp = gelu(proj_mlp_(n), GeluApproximate::Tanh);
-  const Tensor attn = attn_.forward_self(n, rope);
-  // proj_out reads [attention | mlp] along the features.
-  const Tensor out = proj_out_(concat({attn, mlp}, 2));
-  return clip_if_float16(add(s, mul(m[2].unsqueeze(1), out)));
+  return single_stream_block(attn_, proj_mlp_, proj_out_, s, norm_.forward(silu_temb), rope);
 }
 
 }  // namespace kiln::models

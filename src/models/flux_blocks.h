@@ -25,10 +25,13 @@ class FluxAttention : public nn::Module {
   FluxAttention(int64_t dim, int64_t heads, int64_t head_dim, bool added_kv, bool pre_only,
                 const nn::TensorParallel& tp = {}, bool bias = true, double eps = 1e-6);
   // Joint attention of the text stream (first) and the image stream; returns {image out, text out}.
-  std::pair<Tensor, Tensor> forward_joint(const Tensor& x, const Tensor& c, const FluxRopeTables& rope) const;
+  // `bias` (optional): added to the scores, broadcastable to [B, heads, S, S] over the joint sequence
+  // (Chroma's padding mask).
+  std::pair<Tensor, Tensor> forward_joint(const Tensor& x, const Tensor& c, const FluxRopeTables& rope,
+                                          const Tensor& bias = {}) const;
   // Self-attention over one stream (the single-stream blocks); returns [B, S, heads * head_dim], no
   // projection.
-  Tensor forward_self(const Tensor& s, const FluxRopeTables& rope) const;
+  Tensor forward_self(const Tensor& s, const FluxRopeTables& rope, const Tensor& bias = {}) const;
 
  private:
   // [B, S, H, D] head-split q or k after the projection, QK-normed (torch.nn.RMSNorm).
@@ -42,6 +45,19 @@ class FluxAttention : public nn::Module {
   std::unique_ptr<nn::RMSNorm> norm_added_q_, norm_added_k_;
   std::unique_ptr<nn::Linear> add_q_proj_, add_k_proj_, add_v_proj_, to_add_out_;
 };
+
+// The arithmetic of the two block kinds around their attention and feed-forwards, given their modulation
+// chunks ([B, D] each, in AdaLayerNormZero's order: shift, scale, gate of the attention, then of the MLP; the
+// single-stream block has the first three). FLUX.1's blocks project their chunks from temb; Chroma's
+// approximator makes every block's at once. `bias` as FluxAttention's.
+std::pair<Tensor, Tensor> double_stream_block(const FluxAttention& attn, const GeluTanhFeedForward& ff,
+                                              const GeluTanhFeedForward& ff_context, const Tensor& x,
+                                              const Tensor& c, const std::vector<Tensor>& image_chunks,
+                                              const std::vector<Tensor>& text_chunks, const FluxRopeTables& rope,
+                                              const Tensor& bias = {});
+Tensor single_stream_block(const FluxAttention& attn, const nn::Linear& proj_mlp, const nn::Linear& proj_out,
+                           const Tensor& s, const std::vector<Tensor>& chunks, const FluxRopeTables& rope,
+                           const Tensor& bias = {});
 
 // Double-stream block: image x [B, N, D] and text c [B, L, D] modulated separately, attended jointly.
 class FluxTransformerBlock : public nn::Module {

@@ -11,7 +11,6 @@ namespace {
 constexpr const char* kComfyPrefix = "model.diffusion_model.";
 
 nn::MappedWeights::Mapping flux_mapping(const FluxTransformerConfig& c) {
-  const int64_t d = c.inner_dim();
   nn::MappingBuilder m;
   m.linear("time_text_embed.timestep_embedder.linear_1", "time_in.in_layer");
   m.linear("time_text_embed.timestep_embedder.linear_2", "time_in.out_layer");
@@ -21,13 +20,29 @@ nn::MappedWeights::Mapping flux_mapping(const FluxTransformerConfig& c) {
     m.linear("time_text_embed.guidance_embedder.linear_1", "guidance_in.in_layer");
     m.linear("time_text_embed.guidance_embedder.linear_2", "guidance_in.out_layer");
   }
-  m.linear("context_embedder", "txt_in");
-  m.linear("x_embedder", "img_in");
+  add_flux_backbone_renames(m, c.inner_dim(), c.num_layers, c.num_single_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string to = "transformer_blocks." + std::to_string(i) + ".";
     const std::string from = "double_blocks." + std::to_string(i) + ".";
     m.linear(to + "norm1.linear", from + "img_mod.lin");
     m.linear(to + "norm1_context.linear", from + "txt_mod.lin");
+  }
+  for (int64_t i = 0; i < c.num_single_layers; ++i)
+    m.linear("single_transformer_blocks." + std::to_string(i) + ".norm.linear",
+             "single_blocks." + std::to_string(i) + ".modulation.lin");
+  // BFL's AdaLayerNormContinuous projects to (shift, scale); diffusers' to (scale, shift).
+  m.swapped("norm_out.linear", "final_layer.adaLN_modulation.1");
+  return std::move(m.entries);
+}
+
+}  // namespace
+
+void add_flux_backbone_renames(nn::MappingBuilder& m, int64_t d, int64_t double_blocks, int64_t single_blocks) {
+  m.linear("context_embedder", "txt_in");
+  m.linear("x_embedder", "img_in");
+  for (int64_t i = 0; i < double_blocks; ++i) {
+    const std::string to = "transformer_blocks." + std::to_string(i) + ".";
+    const std::string from = "double_blocks." + std::to_string(i) + ".";
     m.split(from + "img_attn.qkv", {{to + "attn.to_q", d}, {to + "attn.to_k", d}, {to + "attn.to_v", d}});
     m.split(from + "txt_attn.qkv",
             {{to + "attn.add_q_proj", d}, {to + "attn.add_k_proj", d}, {to + "attn.add_v_proj", d}});
@@ -42,10 +57,9 @@ nn::MappedWeights::Mapping flux_mapping(const FluxTransformerConfig& c) {
     m.linear(to + "attn.to_out.0", from + "img_attn.proj");
     m.linear(to + "attn.to_add_out", from + "txt_attn.proj");
   }
-  for (int64_t i = 0; i < c.num_single_layers; ++i) {
+  for (int64_t i = 0; i < single_blocks; ++i) {
     const std::string to = "single_transformer_blocks." + std::to_string(i) + ".";
     const std::string from = "single_blocks." + std::to_string(i) + ".";
-    m.linear(to + "norm.linear", from + "modulation.lin");
     // linear1 is [q; k; v; mlp] with the MLP 4x wide (FLUX.1's mlp_ratio).
     m.split(from + "linear1",
             {{to + "attn.to_q", d}, {to + "attn.to_k", d}, {to + "attn.to_v", d}, {to + "proj_mlp", 4 * d}});
@@ -54,12 +68,9 @@ nn::MappedWeights::Mapping flux_mapping(const FluxTransformerConfig& c) {
     m.linear(to + "proj_out", from + "linear2");
   }
   m.linear("proj_out", "final_layer.linear");
-  // BFL's AdaLayerNormContinuous projects to (shift, scale); diffusers' to (scale, shift).
-  m.swapped("norm_out.linear", "final_layer.adaLN_modulation.1");
-  return std::move(m.entries);
 }
 
-int64_t count_blocks(const nn::WeightSource& w, const std::string& prefix, const std::string& kind) {
+int64_t count_single_file_blocks(const nn::WeightSource& w, const std::string& prefix, const std::string& kind) {
   int64_t count = 0;
   for (const auto& n : w.names()) {
     if (n.rfind(prefix + kind, 0) != 0) continue;
@@ -68,8 +79,6 @@ int64_t count_blocks(const nn::WeightSource& w, const std::string& prefix, const
   }
   return count;
 }
-
-}  // namespace
 
 std::unique_ptr<nn::WeightSource> flux_single_file_weights(std::shared_ptr<const nn::WeightSource> inner,
                                                            const FluxTransformerConfig& config) {
@@ -94,8 +103,8 @@ FluxTransformerConfig infer_flux_config(const nn::WeightSource& w) {
   c.out_channels = shape_of("final_layer.linear.weight")[0];
   c.joint_attention_dim = shape_of("txt_in.weight")[1];
   c.pooled_projection_dim = shape_of("vector_in.in_layer.weight")[1];
-  c.num_layers = count_blocks(w, p, "double_blocks.");
-  c.num_single_layers = count_blocks(w, p, "single_blocks.");
+  c.num_layers = count_single_file_blocks(w, p, "double_blocks.");
+  c.num_single_layers = count_single_file_blocks(w, p, "single_blocks.");
   c.guidance_embeds = w.contains(p + "guidance_in.in_layer.weight");
   const std::string norm = c.num_layers > 0 ? "double_blocks.0.img_attn.norm.query_norm.scale"
                                             : "single_blocks.0.norm.query_norm.scale";

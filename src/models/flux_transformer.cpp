@@ -173,6 +173,17 @@ Tensor flux_latent_image_ids(int64_t grid_height, int64_t grid_width, DType dtyp
   return Tensor::from_vector(ids, {grid_height * grid_width, 3}).to(dtype);
 }
 
+Tensor flux_pack_latents(const Tensor& latents) {
+  const int64_t b = latents.size(0), c = latents.size(1), h = latents.size(2), w = latents.size(3);
+  // [B, C, h/2, 2, w/2, 2] -> [B, h/2, w/2, C, 2, 2] -> [B, (h/2)(w/2), 4C]
+  return latents.view({b, c, h / 2, 2, w / 2, 2}).permute({0, 2, 4, 1, 3, 5}).reshape({b, (h / 2) * (w / 2), c * 4});
+}
+
+Tensor flux_unpack_latents(const Tensor& packed, int64_t h, int64_t w) {
+  const int64_t b = packed.size(0), c = packed.size(2) / 4;
+  return packed.view({b, h / 2, w / 2, c, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({b, c, h, w});
+}
+
 Tensor flux_text_ids(int64_t length, DType dtype) {
   KILN_CHECK(length >= 0, "flux_text_ids: expected a non-negative length, got " << length);
   return Tensor::zeros({length, 3}, dtype);

@@ -1,6 +1,7 @@
 #include "kiln/models/t5_encoder.h"
 
 #include <cmath>
+#include <limits>
 
 #include "kiln/core/limits.h"
 #include "kiln/io/json_config.h"
@@ -120,10 +121,14 @@ Tensor T5EncoderModel::activation(const Tensor& x) const {
   return gelu(x, GeluApproximate::Tanh);
 }
 
-Tensor T5EncoderModel::forward(const Tensor& token_ids) const {
+Tensor T5EncoderModel::forward(const Tensor& token_ids, const Tensor& attention_mask) const {
   const Tensor ids = on_weights_device(token_ids);
   KILN_CHECK(ids.dim() == 2,
              "T5EncoderModel: expected token ids [batch, seq], got " << shape_str(ids.shape()));
+  KILN_CHECK(!attention_mask.defined() || attention_mask.shape() == ids.shape(),
+             "T5EncoderModel: expected an attention mask the shape of the ids " << shape_str(ids.shape())
+                                                                             << ", got "
+                                                                             << shape_str(attention_mask.shape()));
   // H: the heads this rank attends over (all of them without tensor parallelism).
   const int64_t B = ids.size(0), S = ids.size(1), H = config_.num_heads / tp_.size, Dk = config_.d_kv;
   Tensor x = shared_(ids);
@@ -141,6 +146,12 @@ Tensor T5EncoderModel::forward(const Tensor& token_ids) const {
   AttentionOptions options;
   options.scale = 1.0;  // T5 folds the scaling into its weights
   options.bias = bias;
+  if (attention_mask.defined()) {
+    // transformers adds the dtype's lowest value at the padding keys to the position bias: after the
+    // softmax those keys weigh exactly nothing, as here (the sum stays finite in float32).
+    const Tensor keep = on_weights_device(attention_mask).to(float32).view({B, 1, 1, S});
+    options.bias = add(bias.to(float32), mul(sub(1.0, keep), static_cast<double>(std::numeric_limits<float>::lowest())));
+  }
   for (const auto& block : blocks_) {
     const Tensor h = block->attn_norm(x);
     auto heads = [&](const nn::Linear& proj) { return proj(h).view({B, S, H, Dk}).permute({0, 2, 1, 3}); };

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kiln/models/flux_transformer.h"
+#include "kiln/nn/mapped_weights.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::models {
@@ -23,5 +24,13 @@ std::unique_ptr<nn::WeightSource> flux_single_file_weights(std::shared_ptr<const
 // diffusers picks a FLUX.1 config for such files. RoPE axes cannot be read off shapes: FLUX.1's (16, 56, 56)
 // is used for 128-wide heads, and other head sizes are an error asking for a config.json.
 FluxTransformerConfig infer_flux_config(const nn::WeightSource& bfl_weights);
+
+// The renames FLUX.1 shares with the transformers built on its blocks (Chroma): the embedders (img_in, txt_in),
+// every block's attention, QK norms and feed-forwards (the fused qkv and linear1 split for a model `inner_dim`
+// wide), and the final projection. FLUX.1 adds its modulations and time embeddings.
+void add_flux_backbone_renames(nn::MappingBuilder& m, int64_t inner_dim, int64_t double_blocks,
+                               int64_t single_blocks);
+// The number of blocks `w` names "<prefix><kind><i>." (kind "double_blocks." or "single_blocks.").
+int64_t count_single_file_blocks(const nn::WeightSource& w, const std::string& prefix, const std::string& kind);
 
 }  // namespace kiln::models

@@ -123,4 +123,9 @@ Tensor flux_latent_image_ids(int64_t grid_height, int64_t grid_width, DType dtyp
 // The text positions FluxPipeline.encode_prompt makes: zeros [length, 3] in `dtype` (the text encoder's).
 Tensor flux_text_ids(int64_t length, DType dtype = float32);
 
+// FluxPipeline._pack_latents: latents [B, C, h, w] as tokens of 2 x 2 patches, [B, (h/2)(w/2), 4C]; and
+// _unpack_latents, back to [B, C, h, w] for the latents' grid h x w.
+Tensor flux_pack_latents(const Tensor& latents);
+Tensor flux_unpack_latents(const Tensor& packed, int64_t height, int64_t width);
+
 }  // namespace kiln::models

@@ -31,9 +31,11 @@ class T5EncoderModel : public nn::Module {
   // per block), attention on this rank's heads with its columns of the position bias; the token embedding,
   // the small relative-position table and the norms are replicated. Every rank returns the full output.
   explicit T5EncoderModel(const T5EncoderConfig& config, const nn::TensorParallel& tp = {});
-  // ids [B, S] -> last hidden state [B, S, d_model]. Every token attends to every other (no padding mask),
-  // as FluxPipeline and StableDiffusion3Pipeline call it.
-  Tensor forward(const Tensor& ids) const;
+  // ids [B, S] -> last hidden state [B, S, d_model]. Without `attention_mask` every token attends to every
+  // other, as FluxPipeline and StableDiffusion3Pipeline call it; with one ([B, S], 1 for a token, 0 for
+  // padding, as the tokenizer returns it; ChromaPipeline passes it) no token attends to the padding, as
+  // transformers adds its mask to the position bias.
+  Tensor forward(const Tensor& ids, const Tensor& attention_mask = {}) const;
   const T5EncoderConfig& config() const { return config_; }
   // encoder.block (streamed by group offload; their forward cannot be compiled).
   std::vector<nn::BlockList> repeated_blocks() const override;

@@ -213,11 +213,7 @@ std::pair<Tensor, Tensor> FluxPipeline::prepare_latents(int64_t batch, int64_t h
 }
 
 Tensor FluxPipeline::pack(const Tensor& latents) {
-  const int64_t b = latents.size(0), c = latents.size(1), h = latents.size(2), w = latents.size(3);
-  // 2x2 patches: [B, C, h/2, 2, w/2, 2] -> [B, h/2, w/2, C, 2, 2] -> [B, (h/2)(w/2), 4C]
-  return latents.view({b, c, h / 2, 2, w / 2, 2})
-      .permute({0, 2, 4, 1, 3, 5})
-      .reshape({b, (h / 2) * (w / 2), c * 4});
+  return models::flux_pack_latents(latents);
 }
 
 Tensor FluxPipeline::encode_image(const Tensor& image, DType dtype, Generator& generator) const {
@@ -227,10 +223,8 @@ Tensor FluxPipeline::encode_image(const Tensor& image, DType dtype, Generator& g
 
 Tensor FluxPipeline::decode_latents(const Tensor& latents, int64_t height, int64_t width) const {
   const int64_t f = vae_->config().scale_factor();
-  const int64_t B = latents.size(0), C = latents.size(2);
   const int64_t h = 2 * (height / (f * 2)), w = 2 * (width / (f * 2));
-  const Tensor unpacked =
-      latents.view({B, h / 2, w / 2, C / 4, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({B, C / 4, h, w});
+  const Tensor unpacked = models::flux_unpack_latents(latents, h, w);
   // diffusers: latents / scaling_factor + shift_factor, in the latents' dtype.
   return pipelines::postprocess(vae_->decode(vae_->from_latents(unpacked)));
 }
