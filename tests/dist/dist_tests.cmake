@@ -25,6 +25,13 @@ add_test(NAME dist.generate_flux_tp2
          COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --model ${KILN_TINY_FLUX}
                  ${KILN_TINY_GENERATE} --mode fuse --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp2.png)
 set_tests_properties(dist.generate_flux_tp2 PROPERTIES PASS_REGULAR_EXPRESSION "wrote .*dist_flux_tp2.png")
+# Chroma split over two ranks from the command line (the image itself: tensor_parallel_chroma_test.cpp).
+add_test(NAME dist.generate_chroma_tp2
+         COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --model
+                 ${CMAKE_CURRENT_SOURCE_DIR}/data/models/chroma-tiny --negative-prompt "blurry" --guidance 4
+                 ${KILN_TINY_GENERATE} --output ${CMAKE_CURRENT_BINARY_DIR}/dist_chroma_tp2.png)
+set_tests_properties(dist.generate_chroma_tp2 PROPERTIES PASS_REGULAR_EXPRESSION "wrote .*dist_chroma_tp2.png"
+                     LABELS dist)
 # On PJRT devices: rank r on xla-cpu:r (the image itself: tensor_parallel_pipeline_test.cpp).
 add_test(NAME dist.generate_flux_tp2_on_xla_cpu
          COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --device xla-cpu --model ${KILN_TINY_FLUX}

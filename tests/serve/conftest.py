@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "tests" / "data" / "models"
 FLUX = str(MODELS / "flux-tiny-schnell")
 SD3 = str(MODELS / "sd3-tiny-medium")
+CHROMA = str(MODELS / "chroma-tiny")
 SHAPES = str(ROOT / "models" / "kiln-shapes-64")
 # A request of the tiny models that runs in a fraction of a second.
 TINY = {"size": "32x32", "steps": 2, "max_sequence_length": 16}

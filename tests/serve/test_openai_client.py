@@ -89,3 +89,24 @@ def test_the_client_reads_errors(tiny_server):
     with pytest.raises(openai.NotFoundError) as e:
         c.images.generate(model="dall-e-3", prompt="x")
     assert e.value.body["code"] == "model_not_found"
+
+
+def test_a_family_added_later_is_served_with_no_code_of_its_own(tmp_path):
+    """Chroma through the OpenAI endpoint: the image kiln generate writes, and its fields (negative prompt and
+    guidance, no true_cfg_scale) in the model list the web page builds its form from."""
+    from conftest import CHROMA, Server
+
+    server = Server("--model", CHROMA)
+    try:
+        fields = {"negative_prompt": "blurry", "guidance": 4}
+        served = generate(client(server), "chroma-tiny", "a red circle", 3, **fields)
+        written = kiln_generate(tmp_path, CHROMA, "a red circle", 3, size=TINY["size"], steps=TINY["steps"], **fields)
+        np.testing.assert_array_equal(decode_png(served)[0], decode_png(written)[0])
+        model = client(server).models.list().data[0].model_dump()["kiln"]
+        assert model["pipeline"] == "ChromaPipeline"
+        names = [f["json"] for f in model["fields"]]
+        assert "negative_prompt" in names and "guidance" in names and "true_cfg_scale" not in names
+        steps = next(f for f in model["fields"] if f["json"] == "steps")
+        assert steps["default"] == 35  # ChromaPipeline's, once loaded
+    finally:
+        assert server.stop() == 0, server.log()
