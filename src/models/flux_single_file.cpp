@@ -70,6 +70,31 @@ void add_flux_backbone_renames(nn::MappingBuilder& m, int64_t d, int64_t double_
   m.linear("proj_out", "final_layer.linear");
 }
 
+lora::OriginalLayout flux_backbone_lora_layout() {
+  lora::OriginalLayout layout;
+  layout.double_block = {
+      {"img_attn.qkv", {"attn.to_q", "attn.to_k", "attn.to_v"}},
+      {"txt_attn.qkv", {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}},
+      {"img_attn.proj", {"attn.to_out.0"}},
+      {"txt_attn.proj", {"attn.to_add_out"}},
+      {"img_mlp.0", {"ff.net.0.proj"}},
+      {"img_mlp.2", {"ff.net.2"}},
+      {"txt_mlp.0", {"ff_context.net.0.proj"}},
+      {"txt_mlp.2", {"ff_context.net.2"}},
+  };
+  // linear1 is [q | k | v | mlp], which diffusers keeps as four layers.
+  layout.single_block = {
+      {"linear1", {"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}},
+      {"linear2", {"proj_out"}},
+  };
+  layout.top_level = {
+      {"img_in", {"x_embedder"}},
+      {"txt_in", {"context_embedder"}},
+      {"final_layer.linear", {"proj_out"}},
+  };
+  return layout;
+}
+
 int64_t count_single_file_blocks(const nn::WeightSource& w, const std::string& prefix, const std::string& kind) {
   int64_t count = 0;
   for (const auto& n : w.names()) {

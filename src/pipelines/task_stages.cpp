@@ -95,6 +95,23 @@ void check_task_inputs(Task task, const char* pipeline, const PipelineRequest& r
     check_strength(pipeline, call.strength, call.num_inference_steps);
 }
 
+std::map<std::string, std::string> call_metadata(const TaskCall& c, const std::string& model, DType dtype,
+                                                 bool negative) {
+  const PipelineRequest& r = c.request;
+  auto metadata = common_metadata(model, c.pipeline, c.generators.seed_of(0), c.call.num_inference_steps,
+                                  c.call.guidance_scale, c.call.height, c.call.width, dtype);
+  if (!r.prompt_embeds.defined()) {
+    metadata["prompt"] = r.prompt;
+    metadata["max_sequence_length"] = std::to_string(c.call.max_sequence_length);
+  }
+  if (negative && !r.negative_prompt_embeds.defined())
+    metadata["negative_prompt"] = negative_prompt_of(r, 0).value_or("");
+  if (r.prompt_2) metadata["prompt_2"] = *r.prompt_2;
+  if (r.prompt_3) metadata["prompt_3"] = *r.prompt_3;
+  if (negative && r.negative_prompt_2) metadata["negative_prompt_2"] = *r.negative_prompt_2;
+  return metadata;
+}
+
 PipelineOutput task_output(const TaskCall& c, const TaskStart& start, const Tensor& images,
                            std::map<std::string, std::string> metadata, bool negative) {
   if (c.task == Task::ImageToImage || c.task == Task::Inpainting || c.task == Task::Fill)

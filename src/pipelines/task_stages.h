@@ -66,6 +66,12 @@ Tensor encode_image(const models::LatentCodec& codec, const Tensor& image, DType
 void check_task_inputs(Task task, const char* pipeline, const PipelineRequest& request,
                        const ResolvedRequest& call);
 
+// The metadata every image of the call carries: the model, class, seed, steps, guidance, size and dtype; the
+// prompt and its tokens (unless embeddings were given), prompt_2 / prompt_3 when set, and the negative prompt when
+// one guided the call (`negative`, unless given as embeddings).
+std::map<std::string, std::string> call_metadata(const TaskCall& c, const std::string& model, DType dtype,
+                                                 bool negative);
+
 // The call's output from its decoded images [B, H, W, 3]: 8-bit images with `metadata` and the task's (its
 // strength), or the array; inpainting's crop pasted back into the image. The generators' states handed back,
 // and with prompt lists each image labelled with its prompt (and negative prompt when `negative`).

@@ -8,6 +8,7 @@
 //   float32
 // Every product that feeds an addition goes through rounded() so that no FMA merges the two roundings.
 #include "kiln/schedulers/flow_match_euler.h"
+#include "kiln/schedulers/timestep_shift.h"
 
 #include <cmath>
 
@@ -308,6 +309,11 @@ Tensor FlowMatchEulerDiscreteScheduler::scale_noise(const Tensor& sample, int st
       forward_process(x.data<T>(), z.data<T>(), out.data<T>(), out.numel(), sigma);
   });
   return out;
+}
+
+double calculate_shift(const FlowMatchEulerConfig& config, int64_t image_seq_len, double max_shift) {
+  return calculate_shift(image_seq_len, config.base_image_seq_len, config.max_image_seq_len,
+                         config.base_shift.value_or(0.5), config.max_shift.value_or(max_shift));
 }
 
 }  // namespace kiln

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "kiln/lora/lora_family.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/nn/mapped_weights.h"
 #include "kiln/nn/module.h"
@@ -30,6 +31,9 @@ FluxTransformerConfig infer_flux_config(const nn::WeightSource& bfl_weights);
 // wide), and the final projection. FLUX.1 adds its modulations and time embeddings.
 void add_flux_backbone_renames(nn::MappingBuilder& m, int64_t inner_dim, int64_t double_blocks,
                                int64_t single_blocks);
+// The same modules as LoRA files in the original layout name them (kohya, ComfyUI): the backbone's linear layers
+// under their BFL names with the diffusers layers each one is (a fused qkv or linear1 names several).
+lora::OriginalLayout flux_backbone_lora_layout();
 // The number of blocks `w` names "<prefix><kind><i>." (kind "double_blocks." or "single_blocks.").
 int64_t count_single_file_blocks(const nn::WeightSource& w, const std::string& prefix, const std::string& kind);
 

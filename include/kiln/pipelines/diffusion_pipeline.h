@@ -45,6 +45,8 @@ struct PipelineClass;
 namespace pipelines {
 class CallQueue;
 class CallControl;
+struct TaskCall;
+struct TaskStart;
 }  // namespace pipelines
 
 struct PipelineLoadOptions {
@@ -263,6 +265,15 @@ class DiffusionPipeline {
   // Under model offload, releases the weights of the (name, module) components that just ran; in every case
   // marks their devices' cached activations idle (kiln::mark_cache_idle).
   void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>> ran) const;
+  // The stages after a family's encode and prepare, alike in every family: the denoising loop from the task's
+  // start (`model_output` at each step, with the call's noise, the inpainting blend and the request's callback),
+  // the "transformer" component's memory handed on; then, unless the call returns latents, `decode` (the final
+  // latents -> images [B, H, W, 3] in [0, 1]), the "vae" component's memory handed on, and the output with the
+  // call's metadata (pipelines::call_metadata with `negative`: a negative prompt guided the call) and `extra`.
+  PipelineOutput denoise_and_decode(const pipelines::TaskCall& task, const pipelines::TaskStart& start,
+                                    const std::function<Tensor(const Tensor&, int, float)>& model_output,
+                                    const std::function<Tensor(const Tensor&)>& decode, bool negative,
+                                    std::map<std::string, std::string> extra, const pipelines::CallControl& control);
   // At the end of loading: sets the packed-weight plan from the components' weights in the pipeline's dtype,
   // and waits for the loading work (conversions queued on the context's stream), so that a loaded pipeline
   // holds its weights and a failure while loading is reported by from_pretrained.

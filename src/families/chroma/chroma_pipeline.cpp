@@ -164,10 +164,8 @@ PipelineOutput ChromaPipeline::run(const PipelineRequest& request, const pipelin
 
   // The call's own schedule, shifted by the image's token count (FLUX.1's).
   FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
-  const auto& sc = schedule.config();
-  const double mu = calculate_shift(image_tokens, sc.base_image_seq_len, sc.max_image_seq_len,
-                                    sc.base_shift.value_or(0.5), sc.max_shift.value_or(1.15));
-  schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps), mu);
+  schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps),
+                         calculate_shift(schedule.config(), image_tokens));
 
   const pipelines::TaskCall task{.task = registered_class().task,
                                  .pipeline = class_name(),
@@ -190,41 +188,24 @@ PipelineOutput ChromaPipeline::run(const PipelineRequest& request, const pipelin
   const bool round_first = registered_class().task == Task::TextToImage;
   const float guidance_scale = call.guidance_scale;
 
-  // denoise
-  const Tensor latents = pipelines::denoise(
-      start.latents,
-      {.scheduler = &schedule,
-       .start_step = start.start_step,
-       .model_output =
-           [&](const Tensor& x, int, float timestep) {
-             const Tensor t = Tensor::full({batch}, timestep, float32);
-             const Tensor scaled = div(round_first ? t.to(x.dtype()) : t, 1000.0);
-             const Tensor positive =
-                 transformer_->forward(x, prompt.prompt_embeds, scaled, prompt.text_ids, image_ids, mask);
-             if (!negative) return positive;
-             // diffusers: neg + guidance_scale * (pos - neg), two calls of batch B.
-             const Tensor uncond = transformer_->forward(x, negative->prompt_embeds, scaled, negative->text_ids,
-                                                         image_ids, negative_mask);
-             return add(uncond, mul(static_cast<double>(guidance_scale), sub(positive, uncond)));
-           },
-       .noise = pipelines::noise_draw(generators),
-       .blend = start.blend,
-       .on_step_end = request.callback_on_step_end,
-       .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
-  release_after_use({{"transformer", transformer_.get()}});
-  if (request.output_type == OutputType::Latent) return pipelines::latent_output(task, latents);
-
-  // decode
-  control.checkpoint("before decoding");
-  const Tensor images =
-      pipelines::postprocess(vae_->decode(vae_->from_latents(models::flux_unpack_latents(latents, h, w))));
-  release_after_use({{"vae", vae_.get()}});
-  auto metadata = pipelines::common_metadata(name_, class_name(), generators.seed_of(0), call.num_inference_steps,
-                                             call.guidance_scale, call.height, call.width, dtype_);
-  metadata["prompt"] = request.prompt;
-  metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
-  if (negative) metadata["negative_prompt"] = pipelines::negative_prompt_of(request, 0).value_or("");
-  return pipelines::task_output(task, start, images, std::move(metadata), negative.has_value());
+  // denoise, decode
+  return denoise_and_decode(
+      task, start,
+      [&](const Tensor& x, int, float timestep) {
+        const Tensor t = Tensor::full({batch}, timestep, float32);
+        const Tensor scaled = div(round_first ? t.to(x.dtype()) : t, 1000.0);
+        const Tensor positive =
+            transformer_->forward(x, prompt.prompt_embeds, scaled, prompt.text_ids, image_ids, mask);
+        if (!negative) return positive;
+        // diffusers: neg + guidance_scale * (pos - neg), two calls of batch B.
+        const Tensor uncond =
+            transformer_->forward(x, negative->prompt_embeds, scaled, negative->text_ids, image_ids, negative_mask);
+        return add(uncond, mul(static_cast<double>(guidance_scale), sub(positive, uncond)));
+      },
+      [&](const Tensor& latents) {
+        return pipelines::postprocess(vae_->decode(vae_->from_latents(models::flux_unpack_latents(latents, h, w))));
+      },
+      negative.has_value(), {}, control);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> ChromaPipeline::components() const {

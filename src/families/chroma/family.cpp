@@ -4,48 +4,17 @@
 #include "families/family_helpers.h"
 #include "kiln/families/chroma/chroma_pipeline.h"
 #include "kiln/families/chroma/chroma_transformer.h"
-#include "kiln/models/autoencoder_kl.h"
-#include "kiln/models/t5_encoder.h"
+#include "kiln/models/flux_single_file.h"
 
 namespace kiln::chroma {
 
 namespace {
 
-// The original names of Chroma's transformer modules (its checkpoint's layout, which kohya and ComfyUI LoRA files
-// follow): FLUX.1's without the modulations, as diffusers' FLUX converter reads them for Chroma.
-lora::OriginalLayout original_layout() {
-  lora::OriginalLayout layout;
-  layout.double_block = {
-      {"img_attn.qkv", {"attn.to_q", "attn.to_k", "attn.to_v"}},
-      {"txt_attn.qkv", {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}},
-      {"img_attn.proj", {"attn.to_out.0"}},
-      {"txt_attn.proj", {"attn.to_add_out"}},
-      {"img_mlp.0", {"ff.net.0.proj"}},
-      {"img_mlp.2", {"ff.net.2"}},
-      {"txt_mlp.0", {"ff_context.net.0.proj"}},
-      {"txt_mlp.2", {"ff_context.net.2"}},
-  };
-  layout.single_block = {
-      {"linear1", {"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}},
-      {"linear2", {"proj_out"}},
-  };
-  layout.top_level = {
-      {"img_in", {"x_embedder"}},
-      {"txt_in", {"context_embedder"}},
-      {"final_layer.linear", {"proj_out"}},
-  };
-  return layout;
-}
-
 std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, const std::string& folder) {
   using namespace models;
   if (class_name == "ChromaTransformer2DModel")
     return std::make_unique<ChromaTransformer2DModel>(ChromaTransformerConfig::from_file(folder));
-  if (class_name == "AutoencoderKL")
-    return std::make_unique<AutoencoderKL>(AutoencoderKLConfig::from_file(folder + "/config.json"));
-  if (class_name == "T5EncoderModel")
-    return std::make_unique<T5EncoderModel>(T5EncoderConfig::from_file(folder + "/config.json"));
-  return nullptr;
+  return shared_unloaded_component(class_name, folder);
 }
 
 }  // namespace
@@ -71,13 +40,14 @@ Family family() {
        .loads_folders_of = {"ChromaPipeline"},
        .load = load_pipeline<ChromaImg2ImgPipeline>},
   };
-  // diffusers' ChromaPipeline loads LoRA with FLUX.1's loader: its transformer and its T5 (text_encoder).
+  // diffusers' ChromaPipeline loads LoRA with FLUX.1's loader: its transformer and its T5 (text_encoder); files in
+  // the original layout name FLUX.1's backbone (Chroma has none of FLUX.1's modulation layers).
   descriptor.lora = lora::LoraFamily{.name = "Chroma",
                                      .components = {"transformer", "text_encoder"},
                                      .fuse_components = {"transformer"},
                                      .formats = {lora::LoraFormat::Diffusers, lora::LoraFormat::Kohya,
                                                  lora::LoraFormat::BlackForestLabs},
-                                     .original = original_layout()};
+                                     .original = models::flux_backbone_lora_layout()};
   descriptor.unloaded_component = unloaded_component;
   return descriptor;
 }

@@ -1,10 +1,8 @@
 // FLUX.1 (Black Forest Labs): FLUX.1-schnell / -dev text-to-image, image-to-image, inpainting, Fill and Kontext,
 // as diffusers' FluxPipeline and its siblings.
 #include "families/family_helpers.h"
-#include "kiln/models/autoencoder_kl.h"
-#include "kiln/models/clip_text_model.h"
+#include "kiln/models/flux_single_file.h"
 #include "kiln/models/flux_transformer.h"
-#include "kiln/models/t5_encoder.h"
 #include "kiln/families/flux1/flux_pipeline.h"
 
 namespace kiln::flux1 {
@@ -14,37 +12,20 @@ namespace {
 // Black Forest Labs' module names of the FLUX.1 transformer and the diffusers layers each one is (diffusers'
 // _convert_kohya_flux_lora_to_diffusers and _convert_non_diffusers_flux_lora_to_diffusers).
 lora::OriginalLayout original_layout() {
-  lora::OriginalLayout layout;
-  layout.double_block = {
-      {"img_attn.qkv", {"attn.to_q", "attn.to_k", "attn.to_v"}},
-      {"txt_attn.qkv", {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}},
-      {"img_attn.proj", {"attn.to_out.0"}},
-      {"txt_attn.proj", {"attn.to_add_out"}},
-      {"img_mlp.0", {"ff.net.0.proj"}},
-      {"img_mlp.2", {"ff.net.2"}},
-      {"txt_mlp.0", {"ff_context.net.0.proj"}},
-      {"txt_mlp.2", {"ff_context.net.2"}},
-      {"img_mod.lin", {"norm1.linear"}},
-      {"txt_mod.lin", {"norm1_context.linear"}},
-  };
-  // linear1 is [q | k | v | mlp], which diffusers keeps as four layers.
-  layout.single_block = {
-      {"linear1", {"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}},
-      {"linear2", {"proj_out"}},
-      {"modulation.lin", {"norm.linear"}},
-  };
-  layout.top_level = {
-      {"img_in", {"x_embedder"}},
-      {"txt_in", {"context_embedder"}},
+  lora::OriginalLayout layout = models::flux_backbone_lora_layout();
+  layout.double_block.push_back({"img_mod.lin", {"norm1.linear"}});
+  layout.double_block.push_back({"txt_mod.lin", {"norm1_context.linear"}});
+  layout.single_block.push_back({"modulation.lin", {"norm.linear"}});
+  const std::vector<lora::OriginalModule> embeddings = {
       {"time_in.in_layer", {"time_text_embed.timestep_embedder.linear_1"}},
       {"time_in.out_layer", {"time_text_embed.timestep_embedder.linear_2"}},
       {"vector_in.in_layer", {"time_text_embed.text_embedder.linear_1"}},
       {"vector_in.out_layer", {"time_text_embed.text_embedder.linear_2"}},
       {"guidance_in.in_layer", {"time_text_embed.guidance_embedder.linear_1"}},
       {"guidance_in.out_layer", {"time_text_embed.guidance_embedder.linear_2"}},
-      {"final_layer.linear", {"proj_out"}},
       {"final_layer.adaLN_modulation.1", {"norm_out.linear"}, true},
   };
+  layout.top_level.insert(layout.top_level.end(), embeddings.begin(), embeddings.end());
   return layout;
 }
 
@@ -52,13 +33,7 @@ std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, co
   using namespace models;
   if (class_name == "FluxTransformer2DModel")
     return std::make_unique<FluxTransformer2DModel>(FluxTransformerConfig::from_file(folder));
-  if (class_name == "AutoencoderKL")
-    return std::make_unique<AutoencoderKL>(AutoencoderKLConfig::from_file(folder + "/config.json"));
-  if (class_name == "CLIPTextModel")
-    return std::make_unique<ClipTextModel>(ClipTextConfig::from_file(folder + "/config.json"));
-  if (class_name == "T5EncoderModel")
-    return std::make_unique<T5EncoderModel>(T5EncoderConfig::from_file(folder + "/config.json"));
-  return nullptr;
+  return shared_unloaded_component(class_name, folder);
 }
 
 }  // namespace

@@ -402,10 +402,8 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   // The call's own schedule (the pipeline's scheduler is never changed by a call), shifted by the image's
   // token count.
   FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
-  const auto& sc = schedule.config();
-  const double mu = calculate_shift((h / 2) * (w / 2), sc.base_image_seq_len, sc.max_image_seq_len,
-                                    sc.base_shift.value_or(0.5), sc.max_shift.value_or(1.15));
-  schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps), mu);
+  schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps),
+                         calculate_shift(schedule.config(), (h / 2) * (w / 2)));
 
   // prepare: where the task starts (pipelines/task_stages.h), and what this class's transformer reads beside it.
   const pipelines::TaskCall task{.task = registered_class().task,
@@ -428,56 +426,32 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   if (transformer_->config().guidance_embeds)
     guidance = Tensor::full({batch}, static_cast<double>(call.guidance_scale), float32);
 
-  // denoise
-  const Tensor latents = pipelines::denoise(
-      start.latents,
-      {.scheduler = &schedule,
-       .start_step = start.start_step,
-       .model_output =
-           [&](const Tensor& x, int, float timestep) {
-             // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
-             const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
-             // Fill: the condition beside each token's channels; Kontext: the image's tokens after the
-             // latents', their prediction dropped.
-             const Tensor input = condition.defined() ? concat({x, condition.to(x.device())}, 2)
-                                  : context.defined() ? concat({x, context.to(x.device())}, 1)
-                                                      : x;
-             const auto predict = [&](const PromptEmbeddings& p) {
-               const Tensor out = transformer_->forward(input, p.prompt_embeds, p.pooled_prompt_embeds, t,
-                                                        guidance, p.text_ids, image_ids);
-               return context.defined() ? out.narrow(1, 0, x.size(1)) : out;
-             };
-             const Tensor positive = predict(prompt);
-             if (!negative) return positive;
-             // diffusers: neg + true_cfg_scale * (pos - neg), two calls of batch B (not one of 2B).
-             const Tensor uncond = predict(*negative);
-             return add(uncond, mul(static_cast<double>(true_cfg_scale), sub(positive, uncond)));
-           },
-       .noise = pipelines::noise_draw(generators),
-       .blend = start.blend,
-       .on_step_end = request.callback_on_step_end,
-       .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
-  release_after_use({{"transformer", transformer_.get()}});
-  if (request.output_type == OutputType::Latent) return pipelines::latent_output(task, latents);
-
-  // decode
-  control.checkpoint("before decoding");
-  const Tensor images = decode_latents(latents, call.height, call.width);
-  release_after_use({{"vae", vae_.get()}});
-  auto metadata = pipelines::common_metadata(name_, class_name(), generators.seed_of(0), call.num_inference_steps,
-                                             call.guidance_scale, call.height, call.width, dtype_);
-  if (!request.prompt_embeds.defined()) {
-    metadata["prompt"] = request.prompt;
-    metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
-  }
-  if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
-  if (negative) {
-    metadata["true_cfg_scale"] = std::to_string(true_cfg_scale);
-    if (!request.negative_prompt_embeds.defined())
-      metadata["negative_prompt"] = pipelines::negative_prompt_of(request, 0).value_or("");
-    if (request.negative_prompt_2) metadata["negative_prompt_2"] = *request.negative_prompt_2;
-  }
-  return pipelines::task_output(task, start, images, std::move(metadata), negative.has_value());
+  // denoise, decode
+  const auto model_output = [&](const Tensor& x, int, float timestep) {
+    // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
+    const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
+    // Fill: the condition beside each token's channels; Kontext: the image's tokens after the latents', their
+    // prediction dropped.
+    const Tensor input = condition.defined() ? concat({x, condition.to(x.device())}, 2)
+                         : context.defined() ? concat({x, context.to(x.device())}, 1)
+                                             : x;
+    const auto predict = [&](const PromptEmbeddings& p) {
+      const Tensor out = transformer_->forward(input, p.prompt_embeds, p.pooled_prompt_embeds, t, guidance,
+                                               p.text_ids, image_ids);
+      return context.defined() ? out.narrow(1, 0, x.size(1)) : out;
+    };
+    const Tensor positive = predict(prompt);
+    if (!negative) return positive;
+    // diffusers: neg + true_cfg_scale * (pos - neg), two calls of batch B (not one of 2B).
+    const Tensor uncond = predict(*negative);
+    return add(uncond, mul(static_cast<double>(true_cfg_scale), sub(positive, uncond)));
+  };
+  std::map<std::string, std::string> extra;
+  if (negative) extra["true_cfg_scale"] = std::to_string(true_cfg_scale);
+  return denoise_and_decode(
+      task, start, model_output,
+      [&](const Tensor& latents) { return decode_latents(latents, call.height, call.width); }, negative.has_value(),
+      std::move(extra), control);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> FluxPipeline::components() const {

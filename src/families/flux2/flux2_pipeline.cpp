@@ -290,40 +290,22 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
                               ? Tensor::full({batch}, static_cast<double>(call.guidance_scale), float32)
                               : Tensor();
   const double scale = call.guidance_scale;
-  const Tensor latents = pipelines::denoise(
-      start.latents,
-      {.scheduler = &schedule,
-       .model_output =
-           [&](const Tensor& x, int, float timestep) {
-             // diffusers: t.expand(B).to(latents.dtype) / 1000; the reference latents follow the noise.
-             const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
-             const Tensor input = image_latents.defined() ? concat({x, image_latents.to(x.device())}, 1) : x;
-             Tensor v =
-                 transformer_->forward(input, embeds, t, guidance, text_ids, ids).narrow(1, 0, image_tokens);
-             if (!cfg) return v;
-             const Tensor uncond = transformer_->forward(input, negative, t, Tensor(), negative_ids, ids)
-                                       .narrow(1, 0, image_tokens);
-             return add(uncond, mul(sub(v, uncond), scale));
-           },
-       .noise = pipelines::noise_draw(generators),
-       .on_step_end = request.callback_on_step_end,
-       .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
-  release_after_use({{"transformer", transformer_.get()}});
-  if (request.output_type == OutputType::Latent) return pipelines::latent_output(task, latents);
-
-  control.checkpoint("before decoding");
-  const Tensor images = decode_latents(latents, call.height, call.width);
-  release_after_use({{"vae", vae_.get()}});
-  auto metadata = pipelines::common_metadata(name_, name(), generators.seed_of(0), call.num_inference_steps,
-                                             call.guidance_scale, call.height, call.width, dtype_);
-  if (!request.prompt_embeds.defined()) {
-    metadata["prompt"] = request.prompt;
-    metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
-  }
-  if (cfg && !request.negative_prompt_embeds.defined()) metadata["negative_prompt"] = negative_prompt;
-  if (!references.empty()) metadata["reference_images"] = std::to_string(references.size());
-  return pipelines::task_output(task, start, images, std::move(metadata),
-                                cfg && !request.negative_prompt_embeds.defined());
+  std::map<std::string, std::string> extra;
+  if (!references.empty()) extra["reference_images"] = std::to_string(references.size());
+  return denoise_and_decode(
+      task, start,
+      [&](const Tensor& x, int, float timestep) {
+        // diffusers: t.expand(B).to(latents.dtype) / 1000; the reference latents follow the noise.
+        const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
+        const Tensor input = image_latents.defined() ? concat({x, image_latents.to(x.device())}, 1) : x;
+        Tensor v = transformer_->forward(input, embeds, t, guidance, text_ids, ids).narrow(1, 0, image_tokens);
+        if (!cfg) return v;
+        const Tensor uncond =
+            transformer_->forward(input, negative, t, Tensor(), negative_ids, ids).narrow(1, 0, image_tokens);
+        return add(uncond, mul(sub(v, uncond), scale));
+      },
+      [&](const Tensor& latents) { return decode_latents(latents, call.height, call.width); }, cfg,
+      std::move(extra), control);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> Flux2PipelineBase::components() const {

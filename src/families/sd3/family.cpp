@@ -1,10 +1,7 @@
 // Stable Diffusion 3 / 3.5 (Stability AI): text-to-image with skip-layer guidance, image-to-image and
 // inpainting, as diffusers' StableDiffusion3Pipeline and its siblings.
 #include "families/family_helpers.h"
-#include "kiln/models/autoencoder_kl.h"
-#include "kiln/models/clip_text_model.h"
 #include "kiln/models/sd3_transformer.h"
-#include "kiln/models/t5_encoder.h"
 #include "kiln/families/sd3/sd3_pipeline.h"
 
 namespace kiln::sd3 {
@@ -15,13 +12,7 @@ std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, co
   using namespace models;
   if (class_name == "SD3Transformer2DModel")
     return std::make_unique<SD3Transformer2DModel>(SD3TransformerConfig::from_file(folder));
-  if (class_name == "AutoencoderKL")
-    return std::make_unique<AutoencoderKL>(AutoencoderKLConfig::from_file(folder + "/config.json"));
-  if (class_name == "CLIPTextModelWithProjection")
-    return std::make_unique<ClipTextModel>(ClipTextConfig::from_file(folder + "/config.json"));
-  if (class_name == "T5EncoderModel")
-    return std::make_unique<T5EncoderModel>(T5EncoderConfig::from_file(folder + "/config.json"));
-  return nullptr;
+  return shared_unloaded_component(class_name, folder);
 }
 
 }  // namespace

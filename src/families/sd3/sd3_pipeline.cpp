@@ -388,12 +388,10 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
 
   // The call's own schedule: the pipeline's scheduler is never changed by a call.
   FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
-  const auto& sc = schedule.config();
   std::optional<double> mu;
-  if (sc.use_dynamic_shifting) {
+  if (schedule.config().use_dynamic_shifting) {
     const int64_t p = transformer_->config().patch_size;
-    mu = calculate_shift((h / p) * (w / p), sc.base_image_seq_len, sc.max_image_seq_len,
-                         sc.base_shift.value_or(0.5), sc.max_shift.value_or(1.16));
+    mu = calculate_shift(schedule.config(), (h / p) * (w / p), 1.16);
   }
   schedule.set_timesteps(call.num_inference_steps, std::nullopt, mu);
 
@@ -410,40 +408,19 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
                                  .noise_at_full_strength = true};
   const pipelines::TaskStart start = pipelines::start_latents(task);
   const int first = start.start_step;
-  const Tensor latents = pipelines::denoise(
-      start.latents, {.scheduler = &schedule,
-                      .start_step = first,
-                      .model_output =
-                          [&](const Tensor& x, int step, float timestep) {
-                            return predict_velocity(x, timestep, step - first, prompt, request);
-                          },
-                      .noise = pipelines::noise_draw(generators),
-                      .blend = start.blend,
-                      .on_step_end = request.callback_on_step_end,
-                      .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
-  release_after_use({{"transformer", transformer_.get()}});
-  if (request.output_type == OutputType::Latent) return pipelines::latent_output(task, latents);
-
-  control.checkpoint("before decoding");
-  const Tensor images = decode_call(latents);
-  release_after_use({{"vae", vae_.get()}});
-  auto metadata = pipelines::common_metadata(name_, class_name(), generators.seed_of(0), call.num_inference_steps,
-                                             call.guidance_scale, call.height, call.width, dtype_);
-  if (!request.prompt_embeds.defined()) {
-    metadata["prompt"] = request.prompt;
-    metadata["max_sequence_length"] = std::to_string(call.max_sequence_length);
-  }
-  if (call.guidance_scale > 1.0f && !request.negative_prompt_embeds.defined())
-    metadata["negative_prompt"] = request.negative_prompt.value_or("");
-  if (request.prompt_2) metadata["prompt_2"] = *request.prompt_2;
-  if (request.prompt_3) metadata["prompt_3"] = *request.prompt_3;
+  std::map<std::string, std::string> extra;
   if (!request.skip_layer_guidance.layers.empty()) {
     std::string layers;
-    for (int64_t l : request.skip_layer_guidance.layers)
-      layers += (layers.empty() ? "" : ",") + std::to_string(l);
-    metadata["skip_guidance_layers"] = layers;
+    for (int64_t l : request.skip_layer_guidance.layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+    extra["skip_guidance_layers"] = layers;
   }
-  return pipelines::task_output(task, start, images, std::move(metadata), call.guidance_scale > 1.0f);
+  return denoise_and_decode(
+      task, start,
+      [&](const Tensor& x, int step, float timestep) {
+        return predict_velocity(x, timestep, step - first, prompt, request);
+      },
+      [&](const Tensor& latents) { return decode_call(latents); }, call.guidance_scale > 1.0f, std::move(extra),
+      control);
 }
 
 Tensor StableDiffusion3Pipeline::decode_call(const Tensor& latents) const {
