@@ -111,6 +111,23 @@ TEST(ChromaPipeline, TheSingleFileTransformerGivesTheFoldersImage) {
   EXPECT_EQ(from_file->config().modulation_rows(), 32);
 }
 
+// A GGUF of that file (tools/gguf_refs/chroma_gguf.py: Linear weights in Q8_0, as the community quantizes
+// Chroma): the weights stay quantized, and the image is diffusers' from the same file
+// (from_single_file with GGUFQuantizationConfig), every stage within the f32 bounds above.
+TEST(ChromaPipeline, AGgufQ8_0TransformerGivesDiffusersImage) {
+  const GoldenFile g("chroma", "gguf_q8_0_cat_64x64_s0");
+  const auto pipe =
+      load_chroma(g, {.transformer_file = testing::data_path("goldens/chroma/transformer_single_file-Q8_0.gguf")});
+  int quantized = 0;
+  for (const auto& [name, t] : pipe->transformer().named_parameters()) quantized += t->defined() && t->dtype() == uint8;
+  EXPECT_EQ(quantized, 23 + 4 * (3 - 1) + 2 * (4 - 1));  // the file's 23, fused qkv and linear1 split
+  const PipelineOutput out = (*pipe)(g.request());
+  expect_images_match(out, g);
+  // And the quantization shows: the image is not the f32 transformer's.
+  const GoldenFile f32("chroma", "cfg_cat_64x64_s0");
+  EXPECT_GT(testing::mean_level_difference(out.images[0].pixels, f32["image_u8"].select(0, 0)), 0.2);
+}
+
 TEST(ChromaPipeline, ALoraInDiffusersNamesGivesDiffusersImage) {
   const GoldenFile base("chroma", "cfg_cat_64x64_s0"), g("chroma", "lora_diffusers");
   const auto pipe = load_chroma(base);
