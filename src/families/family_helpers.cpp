@@ -2,6 +2,7 @@
 
 #include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/clip_text_model.h"
+#include "kiln/models/decoder_text_encoder.h"
 #include "kiln/models/t5_encoder.h"
 
 namespace kiln {
@@ -13,6 +14,10 @@ std::unique_ptr<nn::Module> shared_unloaded_component(const std::string& class_n
   if (class_name == "CLIPTextModel" || class_name == "CLIPTextModelWithProjection")
     return std::make_unique<ClipTextModel>(ClipTextConfig::from_file(config));
   if (class_name == "T5EncoderModel") return std::make_unique<T5EncoderModel>(T5EncoderConfig::from_file(config));
+  // Every layer: the names of the layers a pipeline reads are the same in the model it builds with fewer.
+  if (class_name == "Mistral3ForConditionalGeneration" || class_name == "Qwen3ForCausalLM" ||
+      class_name == "Qwen3Model")
+    return std::make_unique<DecoderTextEncoder>(DecoderTextEncoderConfig::from_file(config), -1, true);
   return nullptr;
 }
 

@@ -28,7 +28,8 @@ inline std::vector<std::string> joined_fields(std::initializer_list<std::vector<
   return out;
 }
 
-// The models of the components several families share (AutoencoderKL, T5EncoderModel, the CLIP text models),
+// The models of the components several families share (AutoencoderKL, T5EncoderModel, the CLIP text models, the
+// decoder-only text encoders: Mistral 3, Qwen3),
 // built from their folders without weights, as a family's unloaded_component builds its own; null for any other
 // class.
 std::unique_ptr<nn::Module> shared_unloaded_component(const std::string& class_name, const std::string& folder);

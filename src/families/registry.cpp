@@ -7,7 +7,8 @@
   X(flux1)               \
   X(sd3)                 \
   X(flux2)               \
-  X(chroma)
+  X(chroma)              \
+  X(z_image)
 
 namespace kiln {
 

@@ -283,6 +283,15 @@ std::vector<RequestField> make_fields() {
              "transformer twice)",
              0, kMaxFloat, "--true-cfg-scale", "true_cfg_scale"),
       KILN_MEMBER(true_cfg_scale));
+  add(ranged("cfg_normalization", "CFG normalization",
+             "Z-Image: cap the guided prediction's norm at this many times the prompt's (0: off; diffusers' True "
+             "is 1)",
+             0, kMaxFloat, "--cfg-normalization", "cfg_normalization"),
+      KILN_MEMBER(cfg_normalization));
+  add(ranged("cfg_truncation", "CFG truncation",
+             "Z-Image: no guidance on the steps whose normalised time (1000 - t) / 1000 is above this (1: never)", 0,
+             1, "--cfg-truncation", "cfg_truncation"),
+      KILN_MEMBER(cfg_truncation));
   // ---- randomness
   add(with_list_form(field("generator", "Seed", "the random generator, from a seed (torch.Generator(\"cpu\")"
                                                 ".manual_seed(seed))",

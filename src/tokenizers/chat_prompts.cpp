@@ -30,10 +30,11 @@ std::string mistral_flux2_chat_prompt(std::string_view prompt, std::string_view 
   return out;
 }
 
-std::string qwen3_chat_prompt(std::string_view prompt) {
+std::string qwen3_chat_prompt(std::string_view prompt, bool enable_thinking) {
   std::string out = "<|im_start|>user\n";
   out += prompt;
-  out += "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  out += "<|im_end|>\n<|im_start|>assistant\n";
+  if (!enable_thinking) out += "<think>\n\n</think>\n\n";
   return out;
 }
 

@@ -67,6 +67,12 @@ struct GoldenFile {
     if (has("max_area")) r.max_area = std::stoll(meta("max_area"));
     if (has("_auto_resize")) r.auto_resize = meta("_auto_resize") == "True";
     if (has("true_cfg_scale")) r.true_cfg_scale = std::stof(meta("true_cfg_scale"));
+    // Z-Image's: cfg_normalization as diffusers takes it (a bool, True meaning 1, or the ratio).
+    if (has("cfg_normalization")) {
+      const std::string v = meta("cfg_normalization");
+      r.cfg_normalization = v == "true" || v == "True" ? 1.0f : v == "false" || v == "False" ? 0.0f : std::stof(v);
+    }
+    if (has("cfg_truncation")) r.cfg_truncation = std::stof(meta("cfg_truncation"));
     if (has("guidance_scale")) r.guidance_scale = std::stof(meta("guidance_scale"));
     if (has("num_images_per_prompt")) r.num_images_per_prompt = std::stoi(meta("num_images_per_prompt"));
     r.height = std::stoll(meta("height"));

@@ -131,6 +131,10 @@ struct PipelineRequest {
   // runs the transformer twice, on the prompt and on the negative prompt, and takes neg + scale * (pos -
   // neg), beside the embedded guidance_scale of FLUX.1-dev.
   std::optional<float> true_cfg_scale;
+  // Z-Image's classifier-free guidance: cfg_normalization caps each image's guided prediction at this many times
+  // the norm of its positive prediction (0: off, the default; diffusers' True is 1); cfg_truncation turns the
+  // guidance off for the steps whose normalised time (1000 - t) / 1000 exceeds it (default 1: never).
+  std::optional<float> cfg_normalization, cfg_truncation;
   std::optional<Generator> generator;  // torch's default seed when absent
   // diffusers' generator list, in the text-to-image pipelines: image i's noise drawn from generators[i] (so
   // each image is the one its generator makes alone); one per image (prompts x num_images_per_prompt), or

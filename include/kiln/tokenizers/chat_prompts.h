@@ -8,6 +8,7 @@
 //  - Flux2KleinPipeline (Qwen3): [user: prompt] with add_generation_prompt=True and enable_thinking=False
 //  renders
 //    "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n".
+//    ZImagePipeline asks enable_thinking=True, which leaves the empty think block out.
 #pragma once
 
 #include <string>
@@ -24,6 +25,6 @@ std::string remove_image_tokens(std::string_view prompt);
 std::string mistral_flux2_chat_prompt(std::string_view prompt, std::string_view bos_token,
                                       std::string_view system_message = kFlux2SystemMessage);
 
-std::string qwen3_chat_prompt(std::string_view prompt);
+std::string qwen3_chat_prompt(std::string_view prompt, bool enable_thinking = false);
 
 }  // namespace kiln::tokenizers

@@ -55,11 +55,7 @@ std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, co
     return std::make_unique<Flux2Transformer2DModel>(Flux2TransformerConfig::from_file(folder));
   if (class_name == "AutoencoderKLFlux2")
     return std::make_unique<AutoencoderKLFlux2>(AutoencoderKLConfig::from_file(folder + "/config.json"));
-  // Every layer: the names of the layers the pipeline reads are the same in the model it builds with fewer.
-  if (class_name == "Mistral3ForConditionalGeneration" || class_name == "Qwen3ForCausalLM")
-    return std::make_unique<DecoderTextEncoder>(DecoderTextEncoderConfig::from_file(folder + "/config.json"), -1,
-                                                true);
-  return nullptr;
+  return shared_unloaded_component(class_name, folder);
 }
 
 std::string joined(const std::vector<int64_t>& values) {

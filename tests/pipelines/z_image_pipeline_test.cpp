@@ -1,0 +1,156 @@
+// ZImagePipeline, ZImageImg2ImgPipeline and ZImageInpaintPipeline against diffusers 0.42, stage by stage and image
+// by image, on the tiny pipelines of tools/goldens/z_image.py (tools/goldens/z_image_notes.md says what each stage
+// does): Qwen3's chat prompt and its second-to-last hidden states at each prompt's tokens, the single-stream
+// transformer with its caption and image padding to 32 tokens, Turbo's unguided call, classifier-free guidance
+// with prompts of different lengths, cfg_normalization and cfg_truncation, a size whose patches are not a
+// multiple of 32, prompt lists, bfloat16, image-to-image and inpainting.
+#include <gtest/gtest.h>
+
+#include "kiln/families/z_image/z_image_pipeline.h"
+#include "kiln/families/z_image/z_image_transformer.h"
+#include "kiln/ops.h"
+#include "support/pipeline_comparison.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+using testing::GoldenFile;
+
+std::unique_ptr<ZImagePipeline> load_z_image(const GoldenFile& g, PipelineLoadOptions options = {}) {
+  options.dtype = g.meta("dtype") == "bfloat16" ? bfloat16 : float32;
+  const std::string folder = testing::data_path("models/" + g.meta("model"));
+  const std::string& cls = g.meta("pipeline");
+  if (cls == "ZImageImg2ImgPipeline")
+    return std::make_unique<ZImageImg2ImgPipeline>(ZImageImg2ImgPipeline::from_pretrained(folder, options));
+  if (cls == "ZImageInpaintPipeline")
+    return std::make_unique<ZImageInpaintPipeline>(ZImageInpaintPipeline::from_pretrained(folder, options));
+  return std::make_unique<ZImagePipeline>(ZImagePipeline::from_pretrained(folder, options));
+}
+
+// The recorded per-prompt tensors `<prefix>_0`, `<prefix>_1`, ... .
+std::vector<Tensor> numbered(const GoldenFile& g, const std::string& prefix) {
+  std::vector<Tensor> out;
+  for (int i = 0; g.file.contains(prefix + "_" + std::to_string(i)); ++i)
+    out.push_back(g[prefix + "_" + std::to_string(i)]);
+  return out;
+}
+
+// Every image of the call within one 8-bit level of diffusers' on at least `share` of its values.
+void expect_images_match(const PipelineOutput& out, const GoldenFile& g, double share = 0.99) {
+  const Tensor expected = g["image_u8"];
+  ASSERT_EQ(static_cast<int64_t>(out.images.size()), expected.size(0)) << g.name;
+  for (size_t b = 0; b < out.images.size(); ++b)
+    EXPECT_GE(testing::share_within_one_level(out.images[b].pixels, expected.select(0, static_cast<int64_t>(b))),
+              share)
+        << g.name << " image " << b;
+}
+
+class ZImageFloat32 : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ZImageFloat32, EveryStageMatchesDiffusers) {
+  const GoldenFile g("z_image", GetParam());
+  const auto pipe = load_z_image(g);
+  const PipelineRequest request = g.request();
+  const std::vector<std::string> prompts =
+      request.prompts.empty() ? std::vector<std::string>{request.prompt} : request.prompts;
+  const int64_t tokens = *request.max_sequence_length;
+
+  // The chat prompt and its tokens.
+  EXPECT_EQ(ZImagePipeline::chat_prompt(prompts[0]), g.meta("chat_prompt")) << g.name;
+  const auto [ids, mask] = pipe->tokenize(prompts, tokens);
+  EXPECT_TRUE(testing::all_close(ids, g["qwen_ids"], 0, 0)) << g.name;
+  EXPECT_TRUE(testing::all_close(mask, g["qwen_mask"], 0, 0)) << g.name;
+
+  // Each prompt's caption features: hidden_states[-2] at its own tokens.
+  const std::vector<Tensor> embeds = pipe->encode_prompt(prompts, tokens);
+  const std::vector<Tensor> expected = numbered(g, "prompt_embeds");
+  ASSERT_EQ(embeds.size(), expected.size()) << g.name;
+  for (size_t i = 0; i < embeds.size(); ++i)
+    EXPECT_TRUE(testing::rel_max_error_within(embeds[i], expected[i], 1e-5)) << g.name << " prompt " << i;
+
+  // The transformer's first call, on diffusers' inputs: the positive items, then (guided) the negative ones.
+  std::vector<Tensor> captions;
+  const int n = request.num_images_per_prompt;
+  for (const Tensor& e : expected)
+    for (int k = 0; k < n; ++k) captions.push_back(e);
+  for (const Tensor& e : numbered(g, "negative_prompt_embeds"))
+    for (int k = 0; k < n; ++k) captions.push_back(e);
+  const Tensor x = g["transformer_in_x"].select(2, 0);
+  const Tensor t = g["transformer_in_t"];
+  const models::ZImageTransformer2DModel& transformer = pipe->transformer();
+  EXPECT_TRUE(testing::rel_max_error_within(transformer.timestep_embedding(t).narrow(0, 0, 1),
+                                            g["t_embed_step0"].narrow(0, 0, 1), 1e-5))
+      << g.name;
+  EXPECT_TRUE(testing::rel_max_error_within(transformer.forward(x, t, captions),
+                                            g["transformer_out_step0"].select(2, 0), 1e-4))
+      << g.name;
+
+  // The whole call.
+  expect_images_match((*pipe)(request), g);
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, ZImageFloat32,
+                         ::testing::Values("turbo_cat_64x64_s0", "cfg_cat_64x64_s1", "cfg_norm_trunc_48x80_s2",
+                                           "list_64x64_s3"));
+
+TEST(ZImagePipeline, ThePromptChangesTheImage) {
+  const GoldenFile cat("z_image", "turbo_cat_64x64_s0"), fox("z_image", "turbo_fox_64x64_s0");
+  const auto pipe = load_z_image(fox);
+  const PipelineOutput out = (*pipe)(fox.request());
+  expect_images_match(out, fox);
+  EXPECT_GT(testing::mean_level_difference(out.images[0].pixels, cat["image_u8"].select(0, 0)), 5.0);
+}
+
+TEST(ZImagePipeline, Bfloat16StaysWithinItsNoise) {
+  const GoldenFile g("z_image", "bf16_cat_64x64_s0");
+  const auto pipe = load_z_image(g);
+  const PipelineOutput out = (*pipe)(g.request());
+  const double mean = testing::mean_level_difference(out.images[0].pixels, g["image_u8"].select(0, 0));
+  std::printf("[ levels   ] Z-Image bf16: mean %.3f vs diffusers\n", mean);
+  EXPECT_LE(mean, 2.0);  // 1.3 on an AMX Xeon; diffusers' own bf16 image is 1.7 levels from its f32 one
+}
+
+TEST(ZImagePipeline, ImageToImageMatchesDiffusers) {
+  const GoldenFile g("z_image", "img2img_80x64_s4");
+  const auto pipe = load_z_image(g);
+  PipelineRequest request = g.request();
+  // Without a size, the image's own (as diffusers).
+  request.height.reset();
+  request.width.reset();
+  expect_images_match((*pipe)(request), g);
+}
+
+TEST(ZImagePipeline, InpaintingMatchesDiffusers) {
+  const GoldenFile g("z_image", "inpaint_80x64_s5");
+  const auto pipe = load_z_image(g);
+  expect_images_match((*pipe)(g.request()), g);
+}
+
+TEST(ZImagePipeline, RefusesWhatItDoesNotTake) {
+  PipelineRequest r = testing::small_request();
+  r.prompt_2 = "second";
+  testing::expect_refused("ZImagePipeline", r, "prompt_2", "ZImagePipeline takes no prompt_2");
+  r = testing::small_request();
+  r.true_cfg_scale = 4.0f;
+  testing::expect_refused("ZImagePipeline", r, "true_cfg_scale", "ZImagePipeline takes no true_cfg_scale");
+  r = testing::small_request();
+  r.cfg_truncation = 1.5f;
+  testing::expect_refused("ZImagePipeline", r, "cfg_truncation", "");
+}
+
+TEST(ZImagePipeline, RefusesASizeThatIsNotAMultipleOf16) {
+  auto pipe = ZImagePipeline::from_pretrained(testing::data_path("models/z-image-tiny"));
+  PipelineRequest r = testing::small_request();
+  r.height = 40;
+  try {
+    pipe(r);
+    ADD_FAILURE() << "a height of 40 was taken";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.field(), "height");
+    EXPECT_NE(std::string(e.what()).find("16"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln
