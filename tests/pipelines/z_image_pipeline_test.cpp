@@ -152,5 +152,35 @@ TEST(ZImagePipeline, RefusesASizeThatIsNotAMultipleOf16) {
   }
 }
 
+// Tensor parallelism splits the heads: a degree that does not divide them is refused by name, before loading.
+TEST(ZImageTransformer, RefusesATensorParallelDegreeThatDoesNotDivideTheHeads) {
+  const auto config =
+      models::ZImageTransformerConfig::from_file(testing::data_path("models/z-image-tiny/transformer"));
+  try {
+    models::ZImageTransformer2DModel model(config, {.rank = 0, .size = 3});
+    ADD_FAILURE() << "3 ranks were taken for " << config.n_heads << " heads";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n_heads"), std::string::npos) << e.what();
+  }
+}
+
+// Bad configs are refused naming what is wrong.
+TEST(ZImageTransformer, RefusesConfigsItCannotRun) {
+  const auto refused = [](const std::string& json, const std::string& words) {
+    try {
+      models::ZImageTransformerConfig::from_json(json);
+      ADD_FAILURE() << json << " was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused(R"({"_class_name": "FluxTransformer2DModel"})", "not a Z-Image transformer config");
+  refused(R"({"_class_name": "ZImageTransformer2DModel", "siglip_feat_dim": 1152})", "Z-Image Omni");
+  refused(R"({"_class_name": "ZImageTransformer2DModel", "dim": 64, "n_heads": 2, "n_kv_heads": 2,
+              "axes_dims": [8, 8, 8]})", "axes_dims sum to 24");
+  refused(R"({"_class_name": "ZImageTransformer2DModel", "n_kv_heads": 10})", "n_kv_heads");
+  refused(R"({"_class_name": "ZImageTransformer2DModel", "n_refiner_layer": 2})", "not a ZImageTransformer2DModel argument");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -31,7 +31,9 @@ std::string describe(const Tensor& t) {
 
 ZImageTransformer2DModel::ZImageTransformer2DModel(const ZImageTransformerConfig& config,
                                                    const nn::TensorParallel& tp)
-    : config_((config.validate("ZImageTransformer2DModel config"), config)),
+    // The heads are what tensor parallelism splits: a degree that does not divide them is refused by name first.
+    : config_((config.validate("ZImageTransformer2DModel config"),
+               tp.split(config.n_heads, "ZImageTransformer2DModel n_heads"), config)),
       x_embedder_(config.patch_features(), config.dim, true, nn::column_gathered(tp)),
       t_embedder_1_(kFrequencyEmbedding, kTimestepMid, true),
       t_embedder_2_(kTimestepMid, config.adaln_dim(), true),

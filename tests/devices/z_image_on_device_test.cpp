@@ -1,0 +1,65 @@
+// Z-Image on a PJRT device (pipe.to("xla-cpu")) in strict eager and the three other modes, and offloaded onto it
+// (by component, and by groups of blocks copied ahead): diffusers' image within one 8-bit level, as on the cpu
+// (tests/pipelines/z_image_*_test.cpp), and the cpu backend's image within one level.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kiln/core/allocator.h"
+#include "kiln/runtime/memory_policy.h"
+#include "kiln/pipelines/diffusion_pipeline.h"
+#include "support/pipeline_comparison.h"
+#include "support/pjrt_devices.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+const Device xla0 = testing::test_device(0);
+
+// The golden's image 0 within one level of diffusers' on 99% of values, and of `cpu` everywhere.
+void expect_image(const PipelineOutput& out, const testing::GoldenFile& g, const Image& cpu, const std::string& what) {
+  ASSERT_FALSE(out.images.empty()) << what;
+  const Tensor reference = g["image_u8"].select(0, 0);
+  std::printf("[ levels   ] Z-Image %s: max %d vs diffusers, max %d vs the cpu backend\n", what.c_str(),
+              testing::max_level_difference(out.images[0], reference),
+              testing::max_level_difference(out.images[0], cpu));
+  EXPECT_GE(testing::share_within_one_level(out.images[0].pixels, reference), 0.99) << what;
+  EXPECT_LE(testing::max_level_difference(out.images[0], cpu), 1) << what;
+}
+
+TEST(ZImageOnDevice, EveryModeGivesDiffusersImage) {
+  KILN_SKIP_WITHOUT_PJRT();
+  const testing::GoldenFile g("z_image", "cfg_cat_64x64_s1");
+  const Image cpu = g.load()->operator()(g.request()).images.front();
+  for (ExecutionMode mode :
+       {ExecutionMode::Eager, ExecutionMode::Fuse, ExecutionMode::Compile, ExecutionMode::CompileBlocks}) {
+    auto pipe = g.load();
+    pipe->to(xla0);
+    pipe->configure({.mode = mode});
+    const PipelineOutput out = (*pipe)(g.request());
+    expect_image(out, g, cpu, std::string("on ") + xla0.str() + " --mode " + execution_mode_name(mode));
+    EXPECT_EQ((*pipe)(g.request()).images[0].pixels, out.images[0].pixels) << "a second call changed the image";
+  }
+}
+
+TEST(ZImageOnDevice, OffloadedOntoTheDeviceGivesDiffusersImage) {
+  KILN_SKIP_WITHOUT_PJRT();
+  const testing::GoldenFile g("z_image", "cfg_cat_64x64_s1");
+  const Image cpu = g.load()->operator()(g.request()).images.front();
+  {
+    auto pipe = g.load();
+    pipe->enable_model_cpu_offload(xla0);
+    const int64_t idle = memory_stats(xla0).current_bytes;
+    expect_image((*pipe)(g.request()), g, cpu, "model offload onto " + xla0.str());
+    EXPECT_EQ(memory_stats(xla0).current_bytes, idle) << "a component stayed on the device";
+  }
+  auto pipe = g.load();
+  pipe->enable_group_offload({.blocks_per_group = 1, .prefetch = true, .onload_device = xla0});
+  expect_image((*pipe)(g.request()), g, cpu, "group offload onto " + xla0.str());
+  EXPECT_GT(pipe->context().memory().weight_group_stats().prefetches, 0) << "no group was brought in ahead";
+}
+
+}  // namespace
+}  // namespace kiln
