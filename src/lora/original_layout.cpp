@@ -31,33 +31,36 @@ const OriginalModule* find_module(const std::vector<OriginalModule>& modules, co
 
 }  // namespace
 
+std::vector<OriginalModule>& OriginalLayout::block(const std::string& original, const std::string& diffusers) {
+  for (OriginalBlocks& b : blocks)
+    if (b.original == original) return b.modules;
+  blocks.push_back({original, diffusers, {}});
+  return blocks.back().modules;
+}
+
 std::optional<ModuleTargets> original_module_targets(const OriginalLayout& layout, const std::string& dotted) {
-  auto in_block = [&](const std::vector<OriginalModule>& modules, const std::string& original_prefix,
-                      const std::string& diffusers_prefix) -> std::optional<ModuleTargets> {
-    const auto parts = block_and_rest(dotted, original_prefix, '.');
-    if (!parts) return std::nullopt;
-    const OriginalModule* m = find_module(modules, parts->second, false);
+  for (const OriginalBlocks& b : layout.blocks) {
+    const auto parts = block_and_rest(dotted, b.original + ".", '.');
+    if (!parts) continue;
+    const OriginalModule* m = find_module(b.modules, parts->second, false);
     if (m == nullptr) return std::nullopt;
     ModuleTargets t;
-    for (const std::string& module : m->modules) t.modules.push_back(diffusers_prefix + parts->first + "." + module);
+    for (const std::string& module : m->modules) t.modules.push_back(b.diffusers + "." + parts->first + "." + module);
+    t.swap_up_halves = m->swap_up_halves;
     return t;
-  };
-  if (auto t = in_block(layout.double_block, "double_blocks.", "transformer_blocks.")) return t;
-  if (auto t = in_block(layout.single_block, "single_blocks.", "single_transformer_blocks.")) return t;
+  }
   if (const OriginalModule* m = find_module(layout.top_level, dotted, false))
     return ModuleTargets{m->modules, m->swap_up_halves};
   return std::nullopt;
 }
 
 std::optional<std::string> original_dotted_name(const OriginalLayout& layout, const std::string& flat) {
-  for (const auto& [prefix, modules] :
-       {std::make_pair(std::string("double_blocks_"), &layout.double_block),
-        std::make_pair(std::string("single_blocks_"), &layout.single_block)}) {
-    const auto parts = block_and_rest(flat, prefix, '_');
+  for (const OriginalBlocks& b : layout.blocks) {
+    const auto parts = block_and_rest(flat, flattened(b.original) + "_", '_');
     if (!parts) continue;
-    const OriginalModule* m = find_module(*modules, parts->second, true);
+    const OriginalModule* m = find_module(b.modules, parts->second, true);
     if (m == nullptr) return std::nullopt;
-    return prefix.substr(0, prefix.size() - 1) + "." + parts->first + "." + m->name;
+    return b.original + "." + parts->first + "." + m->name;
   }
   if (const OriginalModule* m = find_module(layout.top_level, flat, true)) return m->name;
   return std::nullopt;
@@ -93,6 +96,8 @@ bool is_original_top_level_name(const std::string& segment, const LoraFamily* fa
                                                    "single_stream_modulation"};
   if (std::find(lineage.begin(), lineage.end(), segment) != lineage.end()) return true;
   if (family == nullptr) return false;
+  for (const OriginalBlocks& b : family->original.blocks)
+    if (b.original == segment) return true;
   for (const OriginalModule& m : family->original.top_level)
     if (m.name.substr(0, m.name.find('.')) == segment) return true;
   return false;

@@ -72,7 +72,7 @@ void add_flux_backbone_renames(nn::MappingBuilder& m, int64_t d, int64_t double_
 
 lora::OriginalLayout flux_backbone_lora_layout() {
   lora::OriginalLayout layout;
-  layout.double_block = {
+  layout.block(lora::kDoubleBlocks, "transformer_blocks") = {
       {"img_attn.qkv", {"attn.to_q", "attn.to_k", "attn.to_v"}},
       {"txt_attn.qkv", {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}},
       {"img_attn.proj", {"attn.to_out.0"}},
@@ -83,7 +83,7 @@ lora::OriginalLayout flux_backbone_lora_layout() {
       {"txt_mlp.2", {"ff_context.net.2"}},
   };
   // linear1 is [q | k | v | mlp], which diffusers keeps as four layers.
-  layout.single_block = {
+  layout.block(lora::kSingleBlocks, "single_transformer_blocks") = {
       {"linear1", {"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}},
       {"linear2", {"proj_out"}},
   };

@@ -14,6 +14,7 @@
 
 #include "kiln/models/decoder_text_encoder.h"
 #include "kiln/models/flux2_prompt_encoder.h"
+#include "support/layout_source.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -33,28 +34,7 @@ models::DecoderTextEncoderConfig config_of(const std::string& component) {
   return models::DecoderTextEncoderConfig::from_file(path);
 }
 
-// The checkpoint's names, renamed by `rename` (the layouts record the module tree's names); values
-// irrelevant.
-class LayoutSource : public nn::WeightSource {
- public:
-  LayoutSource(const nlohmann::json& layout, const std::function<std::string(const std::string&)>& rename) {
-    for (auto& [name, shape] : layout.items()) shapes_[rename(name)] = shape.get<Shape>();
-  }
-  bool contains(const std::string& name) const override { return shapes_.count(name) != 0; }
-  Shape shape(const std::string& name) const override { return shapes_.at(name); }
-  Tensor load(const std::string& name) const override {
-    return Tensor::zeros({1}, bfloat16).expand(shapes_.at(name));
-  }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    for (const auto& entry : shapes_) out.push_back(entry.first);
-    return out;
-  }
-  std::string description() const override { return "real_layouts.json"; }
-
- private:
-  std::map<std::string, Shape> shapes_;
-};
+using testing::LayoutSource;
 
 std::string identity(const std::string& n) {
   return n;

@@ -14,6 +14,7 @@
 #include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/clip_text_model.h"
 #include "kiln/models/t5_encoder.h"
+#include "support/layout_source.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -45,29 +46,7 @@ void expect_same_layout(nn::Module& model, const nlohmann::json& expected) {
                              << extra.front();
 }
 
-// Loads a checkpoint made of the real layout's names and shapes (values irrelevant) through the strict
-// loader, which checks every shape; only the shapes are materialised, as zero-size views where possible.
-class LayoutSource : public nn::WeightSource {
- public:
-  explicit LayoutSource(const nlohmann::json& layout) {
-    for (auto& [name, shape] : layout.items()) shapes_[name] = shape.get<Shape>();
-  }
-  bool contains(const std::string& name) const override { return shapes_.count(name) != 0; }
-  Shape shape(const std::string& name) const override { return shapes_.at(name); }
-  Tensor load(const std::string& name) const override {
-    // One element broadcast to the full shape (stride 0): a 4.7-billion-parameter layout costs no memory.
-    return Tensor::zeros({1}, bfloat16).expand(shapes_.at(name));
-  }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    for (const auto& [name, shape] : shapes_) out.push_back(name);
-    return out;
-  }
-  std::string description() const override { return "real_layouts.json"; }
-
- private:
-  std::map<std::string, Shape> shapes_;
-};
+using testing::LayoutSource;
 
 TEST(RealLayouts, ClipTextModelMatchesTheRealFluxTextEncoder) {
   const auto all = layouts();

@@ -6,6 +6,11 @@
 // multiple of 32, prompt lists, bfloat16, image-to-image and inpainting.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "kiln/families/z_image/z_image_pipeline.h"
 #include "kiln/families/z_image/z_image_transformer.h"
 #include "kiln/ops.h"
@@ -125,6 +130,71 @@ TEST(ZImagePipeline, InpaintingMatchesDiffusers) {
   const GoldenFile g("z_image", "inpaint_80x64_s5");
   const auto pipe = load_z_image(g);
   expect_images_match((*pipe)(g.request()), g);
+}
+
+// The transformer as ComfyUI ships it (tools/goldens/z_image_files.py: the original names, fused qkv) gives the
+// folder's image; a GGUF of it (Linear weights in Q8_0, as the community quantizes it) keeps its weights quantized
+// and gives diffusers' image from the same file (from_single_file with GGUFQuantizationConfig).
+TEST(ZImagePipeline, TheSingleFileTransformerGivesTheFoldersImage) {
+  const GoldenFile g("z_image", "turbo_cat_64x64_s0");
+  const auto pipe = load_z_image(
+      g, {.transformer_file = testing::data_path("goldens/z_image/transformer_single_file.safetensors")});
+  expect_images_match((*pipe)(g.request()), g);
+}
+
+TEST(ZImagePipeline, AGgufQ8_0TransformerGivesDiffusersImage) {
+  const GoldenFile g("z_image", "gguf_q8_0_turbo_cat_64x64_s0");
+  const auto pipe =
+      load_z_image(g, {.transformer_file = testing::data_path("goldens/z_image/transformer_single_file-Q8_0.gguf")});
+  int quantized = 0;
+  for (const auto& [name, t] : pipe->transformer().named_parameters()) quantized += t->defined() && t->dtype() == uint8;
+  EXPECT_EQ(quantized, 24 + 4 * (3 - 1));  // the file's 24, each block's fused qkv split in 3
+  const PipelineOutput out = (*pipe)(g.request());
+  expect_images_match(out, g);
+  const GoldenFile f32("z_image", "turbo_cat_64x64_s0");
+  EXPECT_GT(testing::mean_level_difference(out.images[0].pixels, f32["image_u8"].select(0, 0)), 0.5);
+}
+
+TEST(ZImageTransformer, SingleFilesItCannotReadAreRefusedByName) {
+  // Without a config: 32-wide heads, whose RoPE axes the file cannot tell.
+  try {
+    models::ZImageTransformer2DModel::from_single_file(
+        testing::data_path("goldens/z_image/transformer_single_file.safetensors"), {.dtype = float32});
+    ADD_FAILURE() << "a file with 32-wide heads was read without a config";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("give a config.json"), std::string::npos) << e.what();
+  }
+  // Another family's transformer.
+  try {
+    models::ZImageTransformer2DModel::from_single_file(
+        testing::data_path("goldens/chroma/transformer_single_file.safetensors"),
+        {.config = testing::data_path("models/z-image-tiny/transformer"), .dtype = float32});
+    ADD_FAILURE() << "a Chroma file was read as Z-Image";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a Z-Image transformer"), std::string::npos) << e.what();
+  }
+}
+
+// diffusers' Z-Image pipelines Kiln does not run are refused naming the class, before anything loads.
+TEST(ZImagePipeline, ControlNetAndOmniFoldersAreRefusedByName) {
+  namespace fs = std::filesystem;
+  for (const std::string cls : {"ZImageControlNetPipeline", "ZImageOmniPipeline"}) {
+    const fs::path folder = fs::path(testing::temp_dir("z_image_" + cls)) / "model";
+    fs::remove_all(folder);
+    fs::copy(testing::data_path("models/z-image-tiny"), folder, fs::copy_options::recursive);
+    {
+      std::ifstream in(folder / "model_index.json");
+      nlohmann::json index = nlohmann::json::parse(in);
+      index["_class_name"] = cls;
+      std::ofstream(folder / "model_index.json") << index.dump();
+    }
+    try {
+      DiffusionPipeline::from_pretrained(folder.string());
+      ADD_FAILURE() << cls << " was loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(cls), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(ZImagePipeline, RefusesWhatItDoesNotTake) {

@@ -24,13 +24,26 @@ struct OriginalModule {
   bool swap_up_halves = false;
 };
 
-// A transformer's modules under their original names: those of its double-stream blocks
-// (double_blocks.N.* -> transformer_blocks.N.*), its single-stream blocks (single_blocks.N.* ->
-// single_transformer_blocks.N.*) and the rest.
-struct OriginalLayout {
-  std::vector<OriginalModule> double_block, single_block, top_level;
-  bool empty() const { return double_block.empty() && single_block.empty() && top_level.empty(); }
+// One kind of block under its original name and diffusers' ("double_blocks.N.*" -> "transformer_blocks.N.*"),
+// with its modules relative to the block.
+struct OriginalBlocks {
+  std::string original, diffusers;
+  std::vector<OriginalModule> modules;
 };
+
+// A transformer's modules under their original names: its kinds of blocks (FLUX: double_blocks and
+// single_blocks; Z-Image: layers, noise_refiner and context_refiner) and the rest.
+struct OriginalLayout {
+  std::vector<OriginalBlocks> blocks;
+  std::vector<OriginalModule> top_level;
+  bool empty() const { return blocks.empty() && top_level.empty(); }
+  // The modules of the blocks named `original` (added, mapped to `diffusers`, when absent).
+  std::vector<OriginalModule>& block(const std::string& original, const std::string& diffusers);
+};
+
+// FLUX's two kinds: double_blocks -> transformer_blocks, single_blocks -> single_transformer_blocks.
+inline constexpr const char* kDoubleBlocks = "double_blocks";
+inline constexpr const char* kSingleBlocks = "single_blocks";
 
 struct LoraFamily {
   std::string name;  // "FLUX.1", in messages

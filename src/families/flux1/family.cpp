@@ -13,9 +13,9 @@ namespace {
 // _convert_kohya_flux_lora_to_diffusers and _convert_non_diffusers_flux_lora_to_diffusers).
 lora::OriginalLayout original_layout() {
   lora::OriginalLayout layout = models::flux_backbone_lora_layout();
-  layout.double_block.push_back({"img_mod.lin", {"norm1.linear"}});
-  layout.double_block.push_back({"txt_mod.lin", {"norm1_context.linear"}});
-  layout.single_block.push_back({"modulation.lin", {"norm.linear"}});
+  layout.block(lora::kDoubleBlocks, "transformer_blocks").push_back({"img_mod.lin", {"norm1.linear"}});
+  layout.block(lora::kDoubleBlocks, "transformer_blocks").push_back({"txt_mod.lin", {"norm1_context.linear"}});
+  layout.block(lora::kSingleBlocks, "single_transformer_blocks").push_back({"modulation.lin", {"norm.linear"}});
   const std::vector<lora::OriginalModule> embeddings = {
       {"time_in.in_layer", {"time_text_embed.timestep_embedder.linear_1"}},
       {"time_in.out_layer", {"time_text_embed.timestep_embedder.linear_2"}},

@@ -19,7 +19,7 @@ namespace {
 // SwiGLU feed-forward, and the single blocks keep linear1 fused.
 lora::OriginalLayout original_layout() {
   lora::OriginalLayout layout;
-  layout.double_block = {
+  layout.block(lora::kDoubleBlocks, "transformer_blocks") = {
       {"img_attn.qkv", {"attn.to_q", "attn.to_k", "attn.to_v"}},
       {"txt_attn.qkv", {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}},
       {"img_attn.proj", {"attn.to_out.0"}},
@@ -29,7 +29,7 @@ lora::OriginalLayout original_layout() {
       {"txt_mlp.0", {"ff_context.linear_in"}},
       {"txt_mlp.2", {"ff_context.linear_out"}},
   };
-  layout.single_block = {
+  layout.block(lora::kSingleBlocks, "single_transformer_blocks") = {
       {"linear1", {"attn.to_qkv_mlp_proj"}},
       {"linear2", {"attn.to_out"}},
   };

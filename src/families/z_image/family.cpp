@@ -9,6 +9,43 @@ namespace kiln::z_image {
 
 namespace {
 
+// The transformer's modules under their original names (ComfyUI's single file, and the LoRAs trained on it: kohya's
+// lora_unet_layers_0_attention_qkv, diffusion_model.layers.0.attention.out) beside diffusers' own, which LoRA
+// trainers write too: diffusers' _convert_non_diffusers_z_image_lora_to_diffusers. A fused qkv feeds to_q, to_k and
+// to_v (each the whole down, a third of up).
+lora::OriginalLayout original_layout() {
+  const std::vector<lora::OriginalModule> attention = {
+      {"attention.qkv", {"attention.to_q", "attention.to_k", "attention.to_v"}},
+      {"attention.out", {"attention.to_out.0"}},
+      {"attention.to_q", {"attention.to_q"}},
+      {"attention.to_k", {"attention.to_k"}},
+      {"attention.to_v", {"attention.to_v"}},
+      {"attention.to_out.0", {"attention.to_out.0"}},
+      {"feed_forward.w1", {"feed_forward.w1"}},
+      {"feed_forward.w2", {"feed_forward.w2"}},
+      {"feed_forward.w3", {"feed_forward.w3"}},
+  };
+  std::vector<lora::OriginalModule> modulated = attention;
+  modulated.push_back({"adaLN_modulation.0", {"adaLN_modulation.0"}});
+  lora::OriginalLayout layout;
+  layout.block("layers", "layers") = modulated;
+  layout.block("noise_refiner", "noise_refiner") = modulated;
+  layout.block("context_refiner", "context_refiner") = attention;
+  // The released patch size (2, 1): its embedder and final layer.
+  layout.top_level = {
+      {"x_embedder", {"all_x_embedder.2-1"}},
+      {"all_x_embedder.2-1", {"all_x_embedder.2-1"}},
+      {"final_layer.linear", {"all_final_layer.2-1.linear"}},
+      {"final_layer.adaLN_modulation.1", {"all_final_layer.2-1.adaLN_modulation.1"}},
+      {"all_final_layer.2-1.linear", {"all_final_layer.2-1.linear"}},
+      {"all_final_layer.2-1.adaLN_modulation.1", {"all_final_layer.2-1.adaLN_modulation.1"}},
+      {"cap_embedder.1", {"cap_embedder.1"}},
+      {"t_embedder.mlp.0", {"t_embedder.mlp.0"}},
+      {"t_embedder.mlp.2", {"t_embedder.mlp.2"}},
+  };
+  return layout;
+}
+
 std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, const std::string& folder) {
   if (class_name == "ZImageTransformer2DModel")
     return std::make_unique<models::ZImageTransformer2DModel>(models::ZImageTransformerConfig::from_file(folder));
@@ -53,6 +90,13 @@ Family family() {
        .loads_folders_of = others("ZImageInpaintPipeline"),
        .load = load_pipeline<ZImageInpaintPipeline>},
   };
+  // diffusers' ZImageLoraLoaderMixin: the transformer only.
+  descriptor.lora = lora::LoraFamily{
+      .name = "Z-Image",
+      .components = {"transformer"},
+      .fuse_components = {"transformer"},
+      .formats = {lora::LoraFormat::Diffusers, lora::LoraFormat::Kohya, lora::LoraFormat::BlackForestLabs},
+      .original = original_layout()};
   descriptor.unloaded_component = unloaded_component;
   return descriptor;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "kiln/core/log.h"
 #include "kiln/families/z_image/z_image_transformer.h"
@@ -19,6 +20,8 @@
 #include "pipelines/task_stages.h"
 
 namespace kiln {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -114,12 +117,20 @@ void ZImagePipeline::load(ZImagePipeline& pipe, const std::string& model, const 
       models::load_decoder_text_encoder(text_encoder, options.dtype, {text_config.num_hidden_layers - 1},
                                         options.tensor_parallel_for("text_encoder", splittable));
   done("text_encoder");
-  KILN_CHECK(options.transformer_file.empty(),
-             pipeline_class << ": a single-file Z-Image transformer (--transformer) is not supported yet; load the "
-                               "diffusers folder's transformer");
-  pipe.transformer_ =
-      models::load_z_image_transformer(folder.need("transformer", {"ZImageTransformer2DModel"}), options.dtype,
-                                       options.tensor_parallel_for("transformer", splittable));
+  if (options.transformer_file.empty()) {
+    pipe.transformer_ =
+        models::load_z_image_transformer(folder.need("transformer", {"ZImageTransformer2DModel"}), options.dtype,
+                                         options.tensor_parallel_for("transformer", splittable));
+  } else {
+    // As ComfyUI ships it (or a GGUF of it), with the folder's config when it has one.
+    KILN_CHECK(options.parallel_config.count("transformer") == 0 && options.tensor_parallel == 1,
+               pipeline_class << ": a single-file transformer cannot be split across ranks yet; load it without "
+                                 "tensor parallelism or from a diffusers folder");
+    const fs::path config = fs::path(folder.path()) / "transformer" / "config.json";
+    pipe.transformer_ = models::ZImageTransformer2DModel::from_single_file(
+        options.transformer_file,
+        {.config = fs::is_regular_file(config) ? config.string() : "", .dtype = options.dtype});
+  }
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(folder.need("vae", {"AutoencoderKL"}), options.dtype);
   done("vae");

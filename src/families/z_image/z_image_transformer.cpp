@@ -3,7 +3,9 @@
 #include <map>
 
 #include "families/z_image/z_image_blocks.h"
+#include "families/z_image/z_image_single_file.h"
 #include "kiln/nn/checkpoint_weights.h"
+#include "kiln/nn/weight_file.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/layout.h"
 #include "kiln/ops/nn.h"
@@ -199,6 +201,23 @@ std::unique_ptr<ZImageTransformer2DModel> load_z_image_transformer(const std::st
   nn::LoadOptions options;
   options.dtype = dtype;
   model->load_weights(nn::CheckpointWeights(folder), options);
+  return model;
+}
+
+std::unique_ptr<ZImageTransformer2DModel> ZImageTransformer2DModel::from_single_file(const std::string& path,
+                                                                                    const SingleFileOptions& options) {
+  std::shared_ptr<const nn::WeightSource> file = nn::open_weight_file(path);
+  KILN_CHECK(is_z_image_single_file(*file),
+             path << ": not a Z-Image transformer in the original layout (no layers.0.adaLN_modulation.0.weight and "
+                     "layers.0.attention.qkv.weight, with or without model.diffusion_model.); a file of another "
+                     "family?");
+  const ZImageTransformerConfig config =
+      options.config.empty() ? infer_z_image_config(*file) : ZImageTransformerConfig::from_file(options.config);
+  auto model = std::make_unique<ZImageTransformer2DModel>(config);
+  nn::LoadOptions load;
+  load.dtype = options.dtype;
+  load.ignore_prefixes = z_image_single_file_ignored(*file);
+  model->load_weights(*z_image_single_file_weights(file, config), load);
   return model;
 }
 

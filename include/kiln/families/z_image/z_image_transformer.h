@@ -82,6 +82,15 @@ class ZImageTransformer2DModel : public nn::Module {
   std::vector<nn::BlockList> repeated_blocks() const override;
   const ZImageTransformerConfig& config() const { return config_; }
 
+  // diffusers' ZImageTransformer2DModel.from_single_file: the transformer as ComfyUI ships it, one .safetensors
+  // (or a GGUF made from it, whose quantized weights stay quantized) in the original layout.
+  struct SingleFileOptions {
+    std::string config;  // a config.json or a folder holding one; empty: read off the file's shapes
+    DType dtype = bfloat16;
+  };
+  static std::unique_ptr<ZImageTransformer2DModel> from_single_file(const std::string& path,
+                                                                    const SingleFileOptions& options);
+
  private:
   // One batch whose captions are padded to the same length: caption [B, Lp, cap_feat_dim], caption_kept [B, Lp]
   // float32 (1 for a prompt token, 0 for the padding the pad token replaces).
