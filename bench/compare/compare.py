@@ -7,6 +7,8 @@ Models (real widths from tools/goldens/*_real_configs.json, cut-down depth):
         blocks (default 1 + 1), 512 text tokens of 15360 (three Mistral layers)
   sd3   SD3Transformer2DModel, SD3.5-Medium config, --sd3-layers blocks (default 2; block 0 has the MMDiT-X
         dual attention), classifier-free guidance as one batch of 2, 333 text tokens (77 CLIP + 256 T5)
+  zimage ZImageTransformer2DModel, Z-Image-Turbo config (width 3840, 30 heads), --zimage-layers main layers (default
+        2) after one noise and one context refiner block, a 160-token caption of Qwen3's 2560 (padded to 160)
   t5    T5EncoderModel, T5 v1.1 XXL config, --t5-layers layers (default 2), --t5-tokens tokens (default 512)
 at --sizes (image side in pixels, default 512,1024; t5 runs once), bf16.
 
@@ -62,7 +64,7 @@ def real_config(file, key):
 
 def case_dir(args, model):
     depth = {"flux": f"{args.flux_layers}+{args.flux_layers}", "flux2": f"{args.flux2_layers}+{args.flux2_layers}",
-             "sd3": str(args.sd3_layers), "t5": str(args.t5_layers)}
+             "sd3": str(args.sd3_layers), "t5": str(args.t5_layers), "zimage": f"1+{args.zimage_layers}"}
     return os.path.join(os.path.expanduser(args.cache), f"{model}-{depth[model]}")
 
 
@@ -92,6 +94,13 @@ def make_checkpoint(args, model, folder):
         config = real_config("sd3_real_configs.json", "transformer_medium")
         config.update(num_layers=args.sd3_layers, dual_attention_layers=(0,))
         net = SD3Transformer2DModel(**config)
+    elif model == "zimage":
+        from diffusers import ZImageTransformer2DModel
+
+        with open(os.path.join(REPO, "tests", "data", "goldens", "z_image", "real_layouts.json")) as f:
+            config = {k: v for k, v in json.load(f)["transformer_config"].items() if not k.startswith("_")}
+        config.update(n_layers=args.zimage_layers, n_refiner_layers=1)
+        net = ZImageTransformer2DModel(**config)
     else:
         from transformers import T5Config, T5EncoderModel
 
@@ -156,6 +165,15 @@ def make_inputs(args, model, folder, size):
             "pooled_projections": torch.randn(2, 2048, generator=g, dtype=bf16),
             "timestep": torch.full([2], 1000.0, dtype=torch.float32),
         }
+    elif model == "zimage":
+        # One image's latents [C, F, H, W] and its caption's features, as ZImagePipeline passes them (lists of one);
+        # the model's time (1000 - t) / 1000 of the first Turbo step.
+        h = size // 8
+        t = {
+            "x": torch.randn(16, 1, h, h, generator=g, dtype=bf16),
+            "cap_feats": torch.randn(160, 2560, generator=g, dtype=bf16),
+            "t": torch.full([1], 0.0, dtype=torch.float32),
+        }
     else:
         t = {"input_ids": torch.randint(0, 32128, (1, size), generator=g, dtype=torch.int64)}
     save_file(t, path + ".tmp")
@@ -179,6 +197,8 @@ def torch_worker(args):
         from diffusers import Flux2Transformer2DModel as Cls
     elif args.model == "sd3":
         from diffusers import SD3Transformer2DModel as Cls
+    elif args.model == "zimage":
+        from diffusers import ZImageTransformer2DModel as Cls
     else:
         from transformers import T5EncoderModel as Cls
     net = Cls.from_pretrained(args.checkpoint, torch_dtype=torch.bfloat16).eval()
@@ -188,6 +208,9 @@ def torch_worker(args):
     if args.model == "t5":
         def call(m):
             return m(input_ids=inputs["input_ids"]).last_hidden_state
+    elif args.model == "zimage":
+        def call(m):
+            return m([inputs["x"]], inputs["t"], [inputs["cap_feats"]], return_dict=False)[0][0]
     else:
         def call(m):
             return m(**inputs, return_dict=False)[0]
@@ -276,6 +299,7 @@ def main():
     ap.add_argument("--flux-layers", type=int, default=1)
     ap.add_argument("--flux2-layers", type=int, default=1)
     ap.add_argument("--sd3-layers", type=int, default=2)
+    ap.add_argument("--zimage-layers", type=int, default=2)
     ap.add_argument("--t5-layers", type=int, default=2)
     ap.add_argument("--t5-tokens", type=int, default=512)
     ap.add_argument("--kiln-modes", default="eager,fuse,compile,compile-blocks")
@@ -325,7 +349,7 @@ def main():
         if args.prepare_only and missing:
             sys.exit(f"compare.py: --prepare-only needs PyTorch ({missing})")
         layers = {"flux": args.flux_layers, "flux2": args.flux2_layers, "sd3": args.sd3_layers,
-                  "t5": args.t5_layers}[model]
+                  "t5": args.t5_layers, "zimage": args.zimage_layers}[model]
         torch_res, failed = {}, []
         if not missing:
             folder = case_dir(args, model)

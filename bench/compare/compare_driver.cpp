@@ -9,10 +9,12 @@
 //   PyTorch's output for the same inputs ("expected"), the max relative error max|kiln - torch| / max|torch|.
 //
 // Usage:
-//   bench_compare_driver --model flux|flux2|sd3|t5 [--mode eager|fuse|compile|compile-blocks] [--steps N]
+//   bench_compare_driver --model flux|flux2|sd3|zimage|t5 [--mode eager|fuse|compile|compile-blocks] [--steps N]
 //                        (--checkpoint DIR [--inputs FILE] | --random [--size PX] [--layers N] [--tiny])
 //                        [--matmul-reps N (0 = skip the matmul timing)]
-// --size is the image side in pixels for flux, flux2 and sd3 (512, 1024) and the token count for t5.
+// --size is the image side in pixels for flux, flux2, sd3 and zimage (512, 1024) and the token count for t5.
+// zimage is Z-Image-Turbo-shaped (width 3840, 30 heads, a 160-token caption of 2560): --layers main layers
+// (default 2) after one noise and one context refiner block.
 // --layers: flux and flux2 double and single blocks each (default 1), sd3 blocks (default 2; block 0 has the
 // dual attention), t5 layers (default 2). flux2 is FLUX.2-dev-shaped (width 6144, 48 heads, 512 text tokens
 // of 15360). --tiny shrinks every width (for the ctest; the timings mean nothing). Modes: eager (strict
@@ -46,6 +48,7 @@
 #include "kiln/models/flux_transformer.h"
 #include "kiln/models/sd3_transformer.h"
 #include "kiln/models/t5_encoder.h"
+#include "kiln/families/z_image/z_image_transformer.h"
 
 namespace {
 
@@ -64,7 +67,7 @@ struct Options {
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "bench_compare_driver: %s\nusage: bench_compare_driver --model flux|flux2|sd3|t5 [--mode "
+               "bench_compare_driver: %s\nusage: bench_compare_driver --model flux|flux2|sd3|zimage|t5 [--mode "
                "eager|fuse|compile|compile-blocks] [--steps N] (--checkpoint DIR [--inputs FILE] | --random "
                "[--size PX] "
                "[--layers N] [--tiny]) [--matmul-reps N]\n",
@@ -113,8 +116,8 @@ Options parse(int argc, char** argv) {
     else
       usage("unknown argument '" + a + "'");
   }
-  if (o.model != "flux" && o.model != "flux2" && o.model != "sd3" && o.model != "t5")
-    usage("--model must be flux, flux2, sd3 or t5");
+  if (o.model != "flux" && o.model != "flux2" && o.model != "sd3" && o.model != "zimage" && o.model != "t5")
+    usage("--model must be flux, flux2, sd3, zimage or t5");
   if (o.mode != "eager" && o.mode != "fuse" && o.mode != "compile" && o.mode != "compile-blocks")
     usage("--mode must be eager, fuse, compile or compile-blocks");
   if (o.random == !o.checkpoint.empty()) usage("give exactly one of --checkpoint DIR and --random");
@@ -513,6 +516,65 @@ Case t5_case(const Options& o, const InputFile& in) {
   return out;
 }
 
+// Z-Image: every block's q, k, v and out (d x d), SwiGLU's w1 and w3 (d x f) and w2 (f x d), over its own rows (the
+// noise refiner: the image's tokens; the context refiner: the caption's; the main layers: both); the patch
+// embedding and the final projection. Token runs are padded to multiples of 32, as the model pads them.
+Workload z_image_workload(const kiln::models::ZImageTransformerConfig& c, int64_t n, int64_t l) {
+  const auto pad = [](int64_t x) { return (x + 31) / 32 * 32; };
+  const int64_t d = c.dim, f = c.ffn_hidden(), np = pad(n), lp = pad(l), s = np + lp;
+  Workload w;
+  w.linears = {{n, c.patch_features(), d, 1}, {l, c.cap_feat_dim, d, 1}, {n, d, c.patch_features(), 1}};
+  for (const auto& [rows, blocks] : {std::pair{np, c.n_refiner_layers}, {lp, c.n_refiner_layers}, {s, c.n_layers}})
+    w.linears.insert(w.linears.end(), {{rows, d, d, 4 * blocks}, {rows, d, f, 2 * blocks}, {rows, f, d, blocks}});
+  w.attention_flops = 4.0 * d *
+                      (static_cast<double>(np) * np * c.n_refiner_layers + static_cast<double>(lp) * lp * c.n_refiner_layers +
+                       static_cast<double>(s) * s * c.n_layers);
+  return w;
+}
+
+Case z_image_case(const Options& o, const InputFile& in) {
+  using kiln::bfloat16;
+  std::unique_ptr<kiln::models::ZImageTransformer2DModel> model;
+  kiln::Tensor latents, t, caption;
+  if (o.random) {
+    kiln::models::ZImageTransformerConfig c;  // diffusers' defaults are Z-Image's widths
+    c.n_layers = o.layers > 0 ? o.layers : 2;
+    c.n_refiner_layers = 1;
+    if (o.tiny) {
+      c.dim = 64;
+      c.n_heads = c.n_kv_heads = 2;
+      c.axes_dims = {8, 12, 12};
+      c.cap_feat_dim = 48;
+    }
+    model = std::make_unique<kiln::models::ZImageTransformer2DModel>(c);
+    kiln::nn::LoadOptions load;
+    load.dtype = bfloat16;
+    model->load_weights(kiln::bench::RandomWeights(*model, bfloat16), load);
+    kiln::Generator gen(0);
+    latents = kiln::bench::random({1, c.in_channels, o.size / 8, o.size / 8}, bfloat16, gen, 1.0);
+    caption = kiln::bench::random({o.tiny ? 8 : 160, c.cap_feat_dim}, bfloat16, gen, 1.0);
+    t = kiln::Tensor::full({1}, 0.0, kiln::float32);
+  } else {
+    model = kiln::models::load_z_image_transformer(o.checkpoint, bfloat16);
+    latents = in.get("x").select(1, 0).unsqueeze(0);  // [C, 1, H, W] -> [1, C, H, W]
+    caption = in.get("cap_feats");
+    t = in.get("t");
+  }
+  const auto& c = model->config();
+  Case out;
+  const int64_t h = latents.shape()[2], w = latents.shape()[3];
+  out.work = z_image_workload(c, (h / 2) * (w / 2), caption.shape()[0]);
+  std::ostringstream d;
+  d << "zimage " << c.n_refiner_layers << "+" << c.n_refiner_layers << "+" << c.n_layers << " blocks, width " << c.dim
+    << ", " << (h / 2) * (w / 2) << " image + " << caption.shape()[0] << " caption tokens";
+  out.work.description = d.str();
+  auto* m = model.get();
+  // PyTorch's output is the one image's [C, 1, H, W].
+  out.step = [=] { return m->forward(latents, t, {caption}).view({c.in_channels, 1, h, w}); };
+  out.model = std::move(model);
+  return out;
+}
+
 // max |a - e| / max |e|, in float32.
 double max_rel_error(const kiln::Tensor& a, const kiln::Tensor& e) {
   KILN_CHECK(a.shape() == e.shape(), "bench_compare_driver: output " << kiln::shape_str(a.shape())
@@ -545,6 +607,7 @@ int run(const Options& o) {
   Case c = o.model == "flux"    ? flux_case(o, in)
            : o.model == "flux2" ? flux2_case(o, in)
            : o.model == "sd3"   ? sd3_case(o, in)
+           : o.model == "zimage" ? z_image_case(o, in)
                                 : t5_case(o, in);
   c.expected = in.expected();
   const double weight_bytes = static_cast<double>(c.model->parameter_bytes(kiln::bfloat16));

@@ -30,6 +30,8 @@ def _value(field, value):
         return [_convert.generator_value(v) for v in value]
     if kind in ("text list", "integer list"):
         return list(value)
+    if kind == "number" and isinstance(value, bool):
+        return float(value)  # Python's bool is a number (diffusers' cfg_normalization=True is 1)
     return value
 
 

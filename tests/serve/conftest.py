@@ -23,6 +23,7 @@ MODELS = ROOT / "tests" / "data" / "models"
 FLUX = str(MODELS / "flux-tiny-schnell")
 SD3 = str(MODELS / "sd3-tiny-medium")
 CHROMA = str(MODELS / "chroma-tiny")
+Z_IMAGE = str(MODELS / "z-image-tiny")
 SHAPES = str(ROOT / "models" / "kiln-shapes-64")
 # A request of the tiny models that runs in a fraction of a second.
 TINY = {"size": "32x32", "steps": 2, "max_sequence_length": 16}
@@ -122,8 +123,9 @@ def tiny_server():
 
 
 def kiln_generate(tmp_path, model, prompt, seed, size="32x32", steps=2, guidance=None, negative_prompt=None,
-                  true_cfg_scale=None, max_sequence_length=16, name="reference.png"):
-    """The PNG `kiln generate` writes for these parameters, as bytes."""
+                  true_cfg_scale=None, max_sequence_length=16, name="reference.png", **flags):
+    """The PNG `kiln generate` writes for these parameters, as bytes; `flags` are more request fields, by their
+    names (cfg_truncation=0.5: --cfg-truncation 0.5)."""
     width, height = size.split("x")
     out = tmp_path / name
     args = [kiln_binary(), "generate", "--model", model, "--prompt", prompt, "--seed", str(seed), "--width", width,
@@ -136,6 +138,8 @@ def kiln_generate(tmp_path, model, prompt, seed, size="32x32", steps=2, guidance
         args += ["--negative-prompt", negative_prompt]
     if true_cfg_scale is not None:
         args += ["--true-cfg-scale", str(true_cfg_scale)]
+    for field, value in flags.items():
+        args += ["--" + field.replace("_", "-"), str(value)]
     subprocess.run(args, check=True, capture_output=True, timeout=120)
     return out.read_bytes()
 

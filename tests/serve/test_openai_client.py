@@ -110,3 +110,28 @@ def test_a_family_added_later_is_served_with_no_code_of_its_own(tmp_path):
         assert steps["default"] == 35  # ChromaPipeline's, once loaded
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_z_image_and_its_own_fields_are_served_with_no_code_of_their_own(tmp_path):
+    """Z-Image, guided, with its own request fields (cfg_truncation, cfg_normalization: declared once, in the
+    request's table): the image kiln generate writes, and the fields in the model list."""
+    from conftest import Z_IMAGE, Server
+
+    server = Server("--model", Z_IMAGE)
+    try:
+        fields = {"negative_prompt": "blurry", "guidance": 3, "cfg_truncation": 0.5, "cfg_normalization": 1}
+        served = generate(client(server), "z-image-tiny", "a red circle", 3, **fields)
+        written = kiln_generate(tmp_path, Z_IMAGE, "a red circle", 3, size=TINY["size"], steps=TINY["steps"],
+                                **fields)
+        np.testing.assert_array_equal(decode_png(served)[0], decode_png(written)[0])
+        model = client(server).models.list().data[0].model_dump()["kiln"]
+        assert model["pipeline"] == "ZImagePipeline"
+        names = [f["json"] for f in model["fields"]]
+        assert "cfg_truncation" in names and "cfg_normalization" in names and "true_cfg_scale" not in names
+        steps = next(f for f in model["fields"] if f["json"] == "steps")
+        assert steps["default"] == 50  # ZImagePipeline's, once loaded
+        # Out of range: refused naming the field, before any work.
+        with pytest.raises(Exception, match="cfg_truncation"):
+            generate(client(server), "z-image-tiny", "a red circle", 3, cfg_truncation=2)
+    finally:
+        assert server.stop() == 0, server.log()
