@@ -1,5 +1,9 @@
 #include "families/family_helpers.h"
 
+#include <algorithm>
+
+#include "kiln/core/shape.h"
+
 #include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/clip_text_model.h"
 #include "kiln/models/decoder_text_encoder.h"
@@ -19,6 +23,37 @@ std::unique_ptr<nn::Module> shared_unloaded_component(const std::string& class_n
       class_name == "Qwen3Model")
     return std::make_unique<DecoderTextEncoder>(DecoderTextEncoderConfig::from_file(config), -1, true);
   return nullptr;
+}
+
+std::optional<LoadedWeights> decoder_text_encoder_weights(
+    const io::ComponentSummary& component,
+    const std::function<std::vector<int64_t>(const models::DecoderTextEncoderConfig&)>& indices_of) {
+  if (!component.has_weights || component.name != "text_encoder") return std::nullopt;
+  LoadedWeights out;
+  out.tensors = component.weights.tensor_parameters;
+  out.parameters = component.weights.parameters;
+  const auto config = models::DecoderTextEncoderConfig::from_file(component.path + "/config.json");
+  const std::vector<int64_t> layers = indices_of(config);
+  std::string asked = "hidden states";
+  for (size_t i = 0; i < layers.size(); ++i) asked += (i ? ", " : " ") + std::to_string(layers[i]);
+  if (layers.empty() || *std::max_element(layers.begin(), layers.end()) > config.num_hidden_layers) {
+    out.note = "the pipeline's default " + asked + " need more than its " +
+               std::to_string(config.num_hidden_layers) + " layers";
+    return out;
+  }
+  const models::DecoderLayersNeeded need = models::decoder_layers_needed(config, layers, component.path);
+  // The model the pipeline builds, unloaded: registering parameters allocates nothing.
+  models::DecoderTextEncoder model(config, need.layers, need.final_norm);
+  out.tensors.clear();
+  out.parameters = 0;
+  for (const auto& [name, shape] : model.parameter_shapes()) {
+    out.tensors.emplace_back(name, shape_numel(shape));
+    out.parameters += shape_numel(shape);
+  }
+  out.note = "Kiln reads the embedding and layers 0-" + std::to_string(need.layers - 1) + " of " +
+             std::to_string(config.num_hidden_layers) + (need.final_norm ? " and the final norm" : "") + " (" +
+             asked + ")";
+  return out;
 }
 
 }  // namespace kiln

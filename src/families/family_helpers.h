@@ -2,11 +2,14 @@
 // takes, a class's load function from its type, and field lists put together.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kiln/models/decoder_text_encoder.h"
 #include "kiln/pipelines/pipeline_registry.h"
 
 namespace kiln {
@@ -33,6 +36,13 @@ inline std::vector<std::string> joined_fields(std::initializer_list<std::vector<
 // built from their folders without weights, as a family's unloaded_component builds its own; null for any other
 // class.
 std::unique_ptr<nn::Module> shared_unloaded_component(const std::string& class_name, const std::string& folder);
+
+// What a pipeline reads of a decoder-only text encoder component (Mistral 3, Qwen3): the embedding and the layers
+// that the hidden states `indices_of(config)` need (0 = the embedding, L = the final norm), for
+// Family::partial_weights; nullopt for any other component.
+std::optional<LoadedWeights> decoder_text_encoder_weights(
+    const io::ComponentSummary& component,
+    const std::function<std::vector<int64_t>(const models::DecoderTextEncoderConfig&)>& indices_of);
 
 // `Pipeline::from_pretrained` as a PipelineClass's load function.
 template <class Pipeline>

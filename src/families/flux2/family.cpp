@@ -58,41 +58,13 @@ std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, co
   return shared_unloaded_component(class_name, folder);
 }
 
-std::string joined(const std::vector<int64_t>& values) {
-  std::string s;
-  for (int64_t v : values) s += (s.empty() ? "" : ", ") + std::to_string(v);
-  return s;
-}
-
 // The text encoder's weights the pipelines read: the embedding and the layers up to the deepest hidden state
 // of the default text_encoder_out_layers (FLUX.2-dev: 30 of Mistral Small 3.x's 40 layers, without its vision
 // tower and lm_head; klein: 27 of Qwen3's 36, without lm_head).
 std::optional<LoadedWeights> partial_weights(const io::ComponentSummary& component) {
-  if (!component.has_weights || component.name != "text_encoder") return std::nullopt;
-  LoadedWeights out;
-  out.tensors = component.weights.tensor_parameters;
-  out.parameters = component.weights.parameters;
-  const auto config = models::DecoderTextEncoderConfig::from_file(component.path + "/config.json");
-  const std::vector<int64_t> layers = Flux2PromptEncoder::default_layers(config.family);
-  const std::string asked = "hidden states " + joined(layers);
-  if (*std::max_element(layers.begin(), layers.end()) > config.num_hidden_layers) {
-    out.note = "the pipeline's default " + asked + " need more than its " +
-               std::to_string(config.num_hidden_layers) + " layers";
-    return out;
-  }
-  const models::DecoderLayersNeeded need = models::decoder_layers_needed(config, layers, component.path);
-  // The model the pipeline builds, unloaded: registering parameters allocates nothing.
-  models::DecoderTextEncoder model(config, need.layers, need.final_norm);
-  out.tensors.clear();
-  out.parameters = 0;
-  for (const auto& [name, shape] : model.parameter_shapes()) {
-    out.tensors.emplace_back(name, shape_numel(shape));
-    out.parameters += shape_numel(shape);
-  }
-  out.note = "Kiln reads the embedding and layers 0-" + std::to_string(need.layers - 1) + " of " +
-             std::to_string(config.num_hidden_layers) + (need.final_norm ? " and the final norm" : "") + " (" +
-             asked + ")";
-  return out;
+  return decoder_text_encoder_weights(component, [](const models::DecoderTextEncoderConfig& config) {
+    return Flux2PromptEncoder::default_layers(config.family);
+  });
 }
 
 }  // namespace

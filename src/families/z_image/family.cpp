@@ -98,6 +98,12 @@ Family family() {
       .formats = {lora::LoraFormat::Diffusers, lora::LoraFormat::Kohya, lora::LoraFormat::BlackForestLabs},
       .original = original_layout()};
   descriptor.unloaded_component = unloaded_component;
+  // Qwen3 read up to hidden_states[-2]: every layer but the last, no final norm.
+  descriptor.partial_weights = [](const io::ComponentSummary& component) {
+    return decoder_text_encoder_weights(component, [](const models::DecoderTextEncoderConfig& config) {
+      return std::vector<int64_t>{config.num_hidden_layers - 1};
+    });
+  };
   return descriptor;
 }
 
