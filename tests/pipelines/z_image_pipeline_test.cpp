@@ -197,6 +197,27 @@ TEST(ZImagePipeline, ControlNetAndOmniFoldersAreRefusedByName) {
   }
 }
 
+// A folder whose transformer config does not describe its weights fails while loading, naming the tensor and both
+// shapes.
+TEST(ZImagePipeline, AFolderWhoseConfigAndWeightsDisagreeIsRefused) {
+  namespace fs = std::filesystem;
+  const fs::path folder = fs::path(testing::temp_dir("z_image_disagree")) / "model";
+  fs::remove_all(folder);
+  fs::copy(testing::data_path("models/z-image-tiny"), folder, fs::copy_options::recursive);
+  {
+    std::ifstream in(folder / "transformer" / "config.json");
+    nlohmann::json config = nlohmann::json::parse(in);
+    config["cap_feat_dim"] = 64;  // the weights were made for Qwen3's 48
+    std::ofstream(folder / "transformer" / "config.json") << config.dump();
+  }
+  try {
+    ZImagePipeline::from_pretrained(folder.string());
+    ADD_FAILURE() << "a transformer config that does not fit its weights was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cap_embedder"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ZImagePipeline, RefusesWhatItDoesNotTake) {
   PipelineRequest r = testing::small_request();
   r.prompt_2 = "second";
