@@ -13,6 +13,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/layout.h"
 #include "support/golden_steps.h"
+#include "support/layout_source.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -133,28 +134,6 @@ TEST(Flux2Transformer, BatchElementsAreIndependent) {
   EXPECT_FALSE(testing::rel_max_error_within(run(*model, no_guidance), a.expected, 1e-2));
 }
 
-// A source serving each name of a layout as a zero-stride view of its shape: a strict load checks every name
-// and shape of a 32-billion-parameter model without memory.
-class LayoutSource final : public nn::WeightSource {
- public:
-  explicit LayoutSource(const std::map<std::string, Shape>& shapes) : shapes_(shapes) {}
-  bool contains(const std::string& name) const override { return shapes_.count(name) != 0; }
-  Shape shape(const std::string& name) const override { return shapes_.at(name); }
-  Tensor load(const std::string& name) const override {
-    const Shape& s = shapes_.at(name);
-    return Tensor::zeros(Shape(s.size(), 1), bfloat16).expand(s);
-  }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    for (const auto& [name, shape] : shapes_) out.push_back(name);
-    return out;
-  }
-  std::string description() const override { return "real_layouts.json"; }
-
- private:
-  const std::map<std::string, Shape>& shapes_;
-};
-
 TEST(Flux2Transformer, ParametersMatchTheRealCheckpoints) {
   std::ifstream file(testing::data_path("goldens/flux2/real_layouts.json"));
   ASSERT_TRUE(file);
@@ -191,7 +170,7 @@ TEST(Flux2Transformer, ParametersMatchTheRealCheckpoints) {
     EXPECT_EQ(model.num_parameters(), expected_numel) << key;
     nn::LoadOptions options;
     options.dtype = bfloat16;
-    EXPECT_NO_THROW(model.load_weights(LayoutSource(expected), options)) << key;
+    EXPECT_NO_THROW(model.load_weights(testing::LayoutSource(expected, options.dtype), options)) << key;
     for (const auto& [name, slot] : model.named_parameters())
       EXPECT_EQ(slot->shape(), expected[name]) << name;
   }

@@ -14,6 +14,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/layout.h"
 #include "support/golden_steps.h"
+#include "support/layout_source.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -134,26 +135,7 @@ TEST(FluxTransformer, ParametersMatchTheRealCheckpoints) {
 
     // Shapes: a strict load from a source that serves each name as a zero-stride view of the real shape
     // (load_weights checks every shape before loading and converts nothing when the dtype already matches).
-    class LayoutSource final : public nn::WeightSource {
-     public:
-      explicit LayoutSource(const std::map<std::string, Shape>& shapes) : shapes_(shapes) {}
-      bool contains(const std::string& name) const override { return shapes_.count(name) != 0; }
-      Shape shape(const std::string& name) const override { return shapes_.at(name); }
-      Tensor load(const std::string& name) const override {
-        const Shape& s = shapes_.at(name);
-        return Tensor::zeros(Shape(s.size(), 1)).expand(s);
-      }
-      std::vector<std::string> names() const override {
-        std::vector<std::string> out;
-        for (const auto& [name, shape] : shapes_) out.push_back(name);
-        return out;
-      }
-      std::string description() const override { return "real_layouts.json"; }
-
-     private:
-      const std::map<std::string, Shape>& shapes_;
-    };
-    EXPECT_NO_THROW(model.load_weights(LayoutSource(expected)));
+    EXPECT_NO_THROW(model.load_weights(testing::LayoutSource(expected, float32)));
     for (const auto& [name, slot] : model.named_parameters())
       EXPECT_EQ(slot->shape(), expected[name]) << name;
   }

@@ -1,7 +1,7 @@
 // Chroma in every execution mode and under every offload on the CPU: diffusers' image (tools/goldens/chroma.py)
 // within one 8-bit level, as strict eager gives it (chroma_pipeline_test.cpp). The compiled modes trace the
 // attention mask's bias as an input of each block's program; offloading streams the blocks the approximator's
-// modulation feeds. On a PJRT device: tests/devices/chroma_on_device_test.cpp; split over ranks:
+// modulation feeds. On a PJRT device: tests/devices/families_on_device_test.cpp; split over ranks:
 // tests/dist/tensor_parallel_chroma_test.cpp.
 #include <gtest/gtest.h>
 

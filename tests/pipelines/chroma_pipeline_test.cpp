@@ -14,6 +14,7 @@
 namespace kiln {
 namespace {
 
+using testing::expect_images_match;
 using testing::GoldenFile;
 
 std::unique_ptr<ChromaPipeline> load_chroma(const GoldenFile& g, PipelineLoadOptions options = {}) {
@@ -22,16 +23,6 @@ std::unique_ptr<ChromaPipeline> load_chroma(const GoldenFile& g, PipelineLoadOpt
   if (g.meta("pipeline") == "ChromaImg2ImgPipeline")
     return std::make_unique<ChromaImg2ImgPipeline>(ChromaImg2ImgPipeline::from_pretrained(folder, options));
   return std::make_unique<ChromaPipeline>(ChromaPipeline::from_pretrained(folder, options));
-}
-
-// Every image of the call within one 8-bit level of diffusers' on at least `share` of its values.
-void expect_images_match(const PipelineOutput& out, const GoldenFile& g, double share = 0.99) {
-  const Tensor expected = g["image_u8"];
-  ASSERT_EQ(static_cast<int64_t>(out.images.size()), expected.size(0)) << g.name;
-  for (size_t b = 0; b < out.images.size(); ++b)
-    EXPECT_GE(testing::share_within_one_level(out.images[b].pixels, expected.select(0, static_cast<int64_t>(b))),
-              share)
-        << g.name << " image " << b;
 }
 
 class ChromaFloat32 : public ::testing::TestWithParam<const char*> {};

@@ -1,7 +1,7 @@
 // Z-Image in every execution mode and under every offload on the CPU: diffusers' image (tools/goldens/z_image.py)
 // within one 8-bit level, as strict eager gives it (z_image_pipeline_test.cpp). A guided call whose prompt and
 // negative prompt pad to different lengths runs two batches a step (one per length), each its own compiled program.
-// On a PJRT device: tests/devices/z_image_on_device_test.cpp; split over ranks: tests/dist/tensor_parallel_z_image_test.cpp.
+// On a PJRT device: tests/devices/families_on_device_test.cpp; split over ranks: tests/dist/tensor_parallel_z_image_test.cpp.
 #include <gtest/gtest.h>
 
 #include <optional>

@@ -20,6 +20,7 @@
 namespace kiln {
 namespace {
 
+using testing::expect_images_match;
 using testing::GoldenFile;
 
 std::unique_ptr<ZImagePipeline> load_z_image(const GoldenFile& g, PipelineLoadOptions options = {}) {
@@ -39,16 +40,6 @@ std::vector<Tensor> numbered(const GoldenFile& g, const std::string& prefix) {
   for (int i = 0; g.file.contains(prefix + "_" + std::to_string(i)); ++i)
     out.push_back(g[prefix + "_" + std::to_string(i)]);
   return out;
-}
-
-// Every image of the call within one 8-bit level of diffusers' on at least `share` of its values.
-void expect_images_match(const PipelineOutput& out, const GoldenFile& g, double share = 0.99) {
-  const Tensor expected = g["image_u8"];
-  ASSERT_EQ(static_cast<int64_t>(out.images.size()), expected.size(0)) << g.name;
-  for (size_t b = 0; b < out.images.size(); ++b)
-    EXPECT_GE(testing::share_within_one_level(out.images[b].pixels, expected.select(0, static_cast<int64_t>(b))),
-              share)
-        << g.name << " image " << b;
 }
 
 class ZImageFloat32 : public ::testing::TestWithParam<const char*> {};

@@ -21,11 +21,14 @@ class LayoutSource : public nn::WeightSource {
                         const std::function<std::string(const std::string&)>& rename = {}) {
     for (auto& [name, shape] : layout.items()) shapes_[rename ? rename(name) : name] = shape.get<Shape>();
   }
+  // The tensors in `dtype`: the dtype the model loads in, so that nothing is converted (a conversion would
+  // materialise the full shape).
+  LayoutSource(std::map<std::string, Shape> shapes, DType dtype) : shapes_(std::move(shapes)), dtype_(dtype) {}
   bool contains(const std::string& name) const override { return shapes_.count(name) != 0; }
   Shape shape(const std::string& name) const override { return shapes_.at(name); }
   Tensor load(const std::string& name) const override {
     const Shape& s = shapes_.at(name);
-    return Tensor::zeros(Shape(s.size(), 1), bfloat16).expand(s);
+    return Tensor::zeros(Shape(s.size(), 1), dtype_).expand(s);
   }
   std::vector<std::string> names() const override {
     std::vector<std::string> out;
@@ -36,6 +39,7 @@ class LayoutSource : public nn::WeightSource {
 
  private:
   std::map<std::string, Shape> shapes_;
+  DType dtype_ = bfloat16;
 };
 
 }  // namespace kiln::testing

@@ -98,6 +98,15 @@ struct GoldenFile {
   }
 };
 
+// Every image of the call within one 8-bit level of the golden's (diffusers') on at least `share` of its values.
+inline void expect_images_match(const PipelineOutput& out, const GoldenFile& g, double share = 0.99) {
+  const Tensor expected = g["image_u8"];
+  ASSERT_EQ(static_cast<int64_t>(out.images.size()), expected.size(0)) << g.name;
+  for (size_t b = 0; b < out.images.size(); ++b)
+    EXPECT_GE(share_within_one_level(out.images[b].pixels, expected.select(0, static_cast<int64_t>(b))), share)
+        << g.name << " image " << b;
+}
+
 // prompt, negative_prompt (when recorded), height, width, steps, guidance, seed, max_sequence_length.
 inline PipelineRequest request_from_golden(const io::SafetensorsFile& g) {
   const auto& m = g.metadata();

@@ -1,6 +1,8 @@
-// Z-Image on a PJRT device (pipe.to("xla-cpu")) in strict eager and the three other modes, and offloaded onto it
-// (by component, and by groups of blocks copied ahead): diffusers' image within one 8-bit level, as on the cpu
-// (tests/pipelines/z_image_*_test.cpp), and the cpu backend's image within one level.
+// The families added as registered units (Chroma, Z-Image) on a PJRT device (pipe.to("xla-cpu")) in strict eager and
+// the three other modes, and offloaded onto it (by component, and by groups of blocks copied ahead): diffusers'
+// image within one 8-bit level, as on the cpu (tests/pipelines/<family>_*_test.cpp), and the cpu backend's image
+// within one level. Each runs a guided golden: Chroma's with its attention mask, Z-Image's with a prompt and a
+// negative prompt padded to different lengths (two programs a step).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,16 +24,23 @@ const Device xla0 = testing::test_device(0);
 void expect_image(const PipelineOutput& out, const testing::GoldenFile& g, const Image& cpu, const std::string& what) {
   ASSERT_FALSE(out.images.empty()) << what;
   const Tensor reference = g["image_u8"].select(0, 0);
-  std::printf("[ levels   ] Z-Image %s: max %d vs diffusers, max %d vs the cpu backend\n", what.c_str(),
+  std::printf("[ levels   ] %s %s: max %d vs diffusers, max %d vs the cpu backend\n", g.meta("pipeline").c_str(),
+              what.c_str(),
               testing::max_level_difference(out.images[0], reference),
               testing::max_level_difference(out.images[0], cpu));
   EXPECT_GE(testing::share_within_one_level(out.images[0].pixels, reference), 0.99) << what;
   EXPECT_LE(testing::max_level_difference(out.images[0], cpu), 1) << what;
 }
 
-TEST(ZImageOnDevice, EveryModeGivesDiffusersImage) {
+// (golden folder, case)
+class FamilyOnDevice : public ::testing::TestWithParam<std::pair<const char*, const char*>> {
+ protected:
+  testing::GoldenFile golden() const { return {GetParam().first, GetParam().second}; }
+};
+
+TEST_P(FamilyOnDevice, EveryModeGivesDiffusersImage) {
   KILN_SKIP_WITHOUT_PJRT();
-  const testing::GoldenFile g("z_image", "cfg_cat_64x64_s1");
+  const testing::GoldenFile g = golden();
   const Image cpu = g.load()->operator()(g.request()).images.front();
   for (ExecutionMode mode :
        {ExecutionMode::Eager, ExecutionMode::Fuse, ExecutionMode::Compile, ExecutionMode::CompileBlocks}) {
@@ -44,9 +53,9 @@ TEST(ZImageOnDevice, EveryModeGivesDiffusersImage) {
   }
 }
 
-TEST(ZImageOnDevice, OffloadedOntoTheDeviceGivesDiffusersImage) {
+TEST_P(FamilyOnDevice, OffloadedOntoTheDeviceGivesDiffusersImage) {
   KILN_SKIP_WITHOUT_PJRT();
-  const testing::GoldenFile g("z_image", "cfg_cat_64x64_s1");
+  const testing::GoldenFile g = golden();
   const Image cpu = g.load()->operator()(g.request()).images.front();
   {
     auto pipe = g.load();
@@ -60,6 +69,11 @@ TEST(ZImageOnDevice, OffloadedOntoTheDeviceGivesDiffusersImage) {
   expect_image((*pipe)(g.request()), g, cpu, "group offload onto " + xla0.str());
   EXPECT_GT(pipe->context().memory().weight_group_stats().prefetches, 0) << "no group was brought in ahead";
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyOnDevice,
+                         ::testing::Values(std::pair{"chroma", "cfg_cat_64x64_s0"},
+                                           std::pair{"z_image", "cfg_cat_64x64_s1"}),
+                         [](const auto& info) { return std::string(info.param.first); });
 
 }  // namespace
 }  // namespace kiln
