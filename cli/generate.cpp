@@ -156,6 +156,10 @@ void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, co
   // The packed copies are the cpu's matmuls'; on a device they are never made, so the plan is not reported.
   if (reporting && device.type == DeviceType::CPU)
     std::fprintf(stderr, "kiln: %s\n", pipe->weight_packing().describe().c_str());
+  // Where the values of the flags left out come from: the folder's recommended call, or the family's defaults.
+  if (reporting && pipe->recommended_call())
+    std::fprintf(stderr, "kiln: flags left out take %s's recommended call (%s)\n",
+                 pipe->recommended_call()->path.c_str(), pipe->recommended_call()->describe().c_str());
 
   // LoRA adapters, each named after its file, at the weights given; fused into the weights with --fuse-lora.
   std::vector<std::string> adapters;

@@ -96,7 +96,11 @@ json models_json(const ModelPool& pool) {
                   {"owned_by", "kiln"},
                   {"kiln", {{"model", m.ref}, {"pipeline", m.pipeline_class->name}}}};
     std::optional<PipelineDefaults> defaults;
-    if (const auto pipe = pool.loaded(m.id)) defaults = pipe->defaults();
+    std::string defaults_source;
+    if (const auto pipe = pool.loaded(m.id)) {
+      defaults = pipe->defaults();
+      defaults_source = pipe->recommended_call() ? "recommended_call.json" : "family";
+    }
     model["kiln"]["fields"] = fields_json(*m.pipeline_class, defaults);
     if (defaults) {
       const PipelineDefaults& d = *defaults;
@@ -104,7 +108,9 @@ json models_json(const ModelPool& pool) {
       model["kiln"]["defaults"] = {{"size", std::to_string(d.width) + "x" + std::to_string(d.height)},
                                    {"steps", d.num_inference_steps},
                                    {"guidance", d.guidance_scale},
-                                   {"max_sequence_length", d.max_sequence_length}};
+                                   {"max_sequence_length", d.max_sequence_length},
+                                   // the model folder's recommended call, or the family's (diffusers') defaults
+                                   {"source", defaults_source}};
     } else {
       model["kiln"]["loaded"] = false;
     }

@@ -204,6 +204,11 @@ class DiffusionPipeline:
     def defaults(self):
         return self._native.defaults()
 
+    @property
+    def defaults_source(self):
+        """Where defaults() comes from: the model folder's recommended_call.json, or the family's defaults."""
+        return self._native.defaults_source()
+
     # ---- the call
     def __call__(self, prompt=None, *, output_type="pil", return_dict=True, callback_on_step_end=None,
                  callback_on_step_end_tensor_inputs=None, **kwargs):

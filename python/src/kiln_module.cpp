@@ -174,6 +174,7 @@ class PyPipeline {
   std::string class_name() const { return pipe_->class_name(); }
   std::string dtype() const { return std::string(dtype_name(pipe_->dtype())); }
   std::string model_path() const { return pipe_->model_path(); }
+  std::string defaults_source() const { return pipe_->defaults_source(); }
   std::map<std::string, double> defaults() const {
     const PipelineDefaults d = pipe_->defaults();
     return {{"height", static_cast<double>(d.height)},
@@ -430,6 +431,7 @@ NB_MODULE(_kiln, m) {
       .def_prop_ro("dtype", &PyPipeline::dtype)
       .def_prop_ro("model_path", &PyPipeline::model_path)
       .def("defaults", &PyPipeline::defaults)
+      .def("defaults_source", &PyPipeline::defaults_source)
       .def("configure", &PyPipeline::configure, nb::arg("mode") = nb::none(), nb::arg("offload") = nb::none(),
            nb::arg("blocks_per_group") = 1, nb::arg("max_memory") = nb::none(),
            nb::arg("device") = nb::none())

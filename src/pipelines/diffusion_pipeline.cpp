@@ -33,6 +33,8 @@ std::unique_ptr<DiffusionPipeline> DiffusionPipeline::from_pretrained(const std:
 }
 
 void DiffusionPipeline::make_context(const PipelineLoadOptions& options, const std::string& model) {
+  // The folder's recommended call, read before any weight loads (a bad one fails the load at once).
+  recommended_call_ = RecommendedCall::read(path_);
   context_ =
       options.context ? options.context : ExecutionContext::create(std::string(class_name()) + " " + model);
 }
@@ -382,6 +384,15 @@ void DiffusionPipeline::release_after_use(
   // The next component asks for other sizes: the cached activations of these are the first to recycle.
   for (const auto& [name, module] : ran)
     if (module != nullptr) mark_cache_idle(module->device());
+}
+
+PipelineDefaults DiffusionPipeline::defaults() const {
+  return recommended_call_ ? recommended_call_->over(family_defaults()) : family_defaults();
+}
+
+std::string DiffusionPipeline::defaults_source() const {
+  if (recommended_call_) return recommended_call_->path;
+  return std::string("the family's defaults (") + class_name() + ")";
 }
 
 void DiffusionPipeline::finish_loading(const std::optional<int64_t>& requested_budget) {

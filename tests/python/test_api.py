@@ -137,3 +137,23 @@ def test_compiled_modes_keep_the_image(tiny_flux):
     assert max_level_difference(tiny_flux(**small_call(generator=6)).images[0], eager) <= 1
     tiny_flux.configure(mode="eager")  # back to eager for the other tests of the session
     assert not tiny_flux.transformer.is_compiled
+
+
+def test_a_model_folders_recommended_call_is_what_a_bare_call_takes():
+    """models/kiln-shapes-64 carries recommended_call.json: pipe(prompt) makes its 64x64 picture, and the pipeline
+    says where its defaults come from."""
+    import os
+
+    shapes = os.path.join(os.path.dirname(__file__), "..", "..", "models", "kiln-shapes-64")
+    pipe = kiln.DiffusionPipeline.from_pretrained(shapes)
+    assert pipe.defaults_source.endswith("recommended_call.json")
+    assert pipe.defaults == {"height": 64.0, "width": 64.0, "num_inference_steps": 4.0, "guidance_scale": 0.0,
+                             "max_sequence_length": 40.0}
+    prompt = "a big white circle on the right, on a black background"
+    bare = pipe(prompt, generator=0).images[0]
+    written = pipe(prompt, height=64, width=64, num_inference_steps=4, guidance_scale=0.0, max_sequence_length=40,
+                   generator=0).images[0]
+    assert bare.size == (64, 64)
+    assert list(bare.getdata()) == list(written.getdata())
+    tiny = kiln.DiffusionPipeline.from_pretrained(data_path("models", "flux-tiny-schnell"))
+    assert tiny.defaults_source == "the family's defaults (FluxPipeline)"

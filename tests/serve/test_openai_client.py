@@ -4,12 +4,13 @@ their request gives alone, n images, URLs, and the model list."""
 
 import base64
 import concurrent.futures
+import subprocess
 
 import numpy as np
 import openai
 import pytest
 
-from conftest import FLUX, SD3, TINY, decode_png, kiln_generate
+from conftest import FLUX, SD3, TINY, decode_png, kiln_binary, kiln_generate
 
 
 def client(server, key="no key needed"):
@@ -133,5 +134,33 @@ def test_z_image_and_its_own_fields_are_served_with_no_code_of_their_own(tmp_pat
         # Out of range: refused naming the field, before any work.
         with pytest.raises(Exception, match="cfg_truncation"):
             generate(client(server), "z-image-tiny", "a red circle", 3, cfg_truncation=2)
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_a_model_folders_recommended_call_is_what_requests_start_from(tmp_path):
+    """models/kiln-shapes-64 carries recommended_call.json (64x64, 4 steps, guidance 0, 40 tokens): a request that
+    leaves those out gets them, the image kiln generate makes without flags, and GET /v1/models says where the
+    defaults come from (the page's placeholders)."""
+    from conftest import SHAPES, Server
+
+    server = Server("--model", SHAPES)
+    try:
+        c = client(server)
+        result = c.images.generate(model="kiln-shapes-64", prompt="a big white circle on the right, on a black "
+                                   "background", n=1, response_format="b64_json", extra_body={"seed": 0})
+        served = base64.b64decode(result.data[0].b64_json)
+        pixels, text = decode_png(served)
+        assert pixels.shape == (64, 64, 3)
+        written = tmp_path / "cli.png"
+        subprocess.run([kiln_binary(), "generate", "--model", SHAPES, "--prompt",
+                        "a big white circle on the right, on a black background", "--seed", "0", "--dtype", "f32",
+                        "--output", str(written)], check=True, capture_output=True, timeout=120)
+        np.testing.assert_array_equal(pixels, decode_png(written.read_bytes())[0])
+        model = c.models.list().data[0].model_dump()["kiln"]
+        assert model["defaults"] == {"size": "64x64", "steps": 4, "guidance": 0.0, "max_sequence_length": 40,
+                                     "source": "recommended_call.json"}
+        steps = next(f for f in model["fields"] if f["json"] == "steps")
+        assert steps["default"] == 4
     finally:
         assert server.stop() == 0, server.log()

@@ -135,8 +135,16 @@ class DiffusionPipeline {
 
   // "FluxPipeline", as model_index.json names it.
   virtual const char* class_name() const = 0;
-  // The values a request's unset fields take.
-  virtual PipelineDefaults defaults() const = 0;
+  // The values a request's unset fields take: the family's (diffusers' defaults for the class), with the model
+  // folder's recommended call over them where it has one (recommended_call()).
+  PipelineDefaults defaults() const;
+  // diffusers' defaults for the class (its __call__'s).
+  virtual PipelineDefaults family_defaults() const = 0;
+  // What the model folder recommends for a call (recommended_call.json beside model_index.json), when it holds
+  // one: a small model trained at 64 x 64 says so, rather than every caller starting from the family's 1024.
+  const std::optional<RecommendedCall>& recommended_call() const { return recommended_call_; }
+  // "the family's defaults (FluxPipeline)" or "<folder>/recommended_call.json", for the callers to say which.
+  std::string defaults_source() const;
 
   // Generates images: checks the request (RequestError naming the field at fault), waits for its turn (see
   // above; under tensor parallelism every rank runs calls in rank 0's order: kiln/dist/call_sequencer.h), and
@@ -281,6 +289,7 @@ class DiffusionPipeline {
 
   std::string path_;
   std::string name_;  // what the user asked for (repo id or folder), recorded in image metadata
+  std::optional<RecommendedCall> recommended_call_;  // read by make_context
   DType dtype_ = float32;
   WeightPackingPlan weight_packing_;
   bool model_cpu_offload_ = false;

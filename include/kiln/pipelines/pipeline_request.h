@@ -160,4 +160,23 @@ struct PipelineDefaults {
   double strength = 1.0;
 };
 
+// A model folder's recommended call (recommended_call.json beside model_index.json, diffusers' argument names):
+// the values its callers start from instead of the family's, for the fields it names.
+struct RecommendedCall {
+  std::string path;  // the file
+  std::optional<int64_t> height, width;
+  std::optional<int> num_inference_steps;
+  std::optional<float> guidance_scale;
+  std::optional<int64_t> max_sequence_length;
+  std::optional<double> strength;
+
+  // `defaults` with this call's values over them.
+  PipelineDefaults over(PipelineDefaults defaults) const;
+  // "64x64, 4 steps, guidance 0, 40 tokens": the values it sets.
+  std::string describe() const;
+  // Reads `folder`/recommended_call.json when present (nullopt otherwise). Throws kiln::Error naming the file and
+  // the key when it is not a JSON object of these keys with values in their ranges.
+  static std::optional<RecommendedCall> read(const std::string& folder);
+};
+
 }  // namespace kiln

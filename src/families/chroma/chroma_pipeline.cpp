@@ -43,11 +43,11 @@ ChromaImg2ImgPipeline ChromaImg2ImgPipeline::from_pretrained(const std::string& 
   return pipe;
 }
 
-PipelineDefaults ChromaPipeline::defaults() const {
+PipelineDefaults ChromaPipeline::family_defaults() const {
   return {.num_inference_steps = 35, .guidance_scale = 5.0f};
 }
 
-PipelineDefaults ChromaImg2ImgPipeline::defaults() const {
+PipelineDefaults ChromaImg2ImgPipeline::family_defaults() const {
   return {.num_inference_steps = 35, .guidance_scale = 5.0f, .strength = 0.9};
 }
 

@@ -272,13 +272,13 @@ std::pair<int64_t, int64_t> FluxKontextPipeline::image_size(const Image& image, 
   return {h / 16 * 16, w / 16 * 16};
 }
 
-PipelineDefaults FluxImg2ImgPipeline::defaults() const {
+PipelineDefaults FluxImg2ImgPipeline::family_defaults() const {
   return {.guidance_scale = 7.0f, .strength = 0.6};
 }
-PipelineDefaults FluxInpaintPipeline::defaults() const {
+PipelineDefaults FluxInpaintPipeline::family_defaults() const {
   return {.guidance_scale = 7.0f, .strength = 0.6};
 }
-PipelineDefaults FluxFillPipeline::defaults() const {
+PipelineDefaults FluxFillPipeline::family_defaults() const {
   return {.num_inference_steps = 50, .guidance_scale = 30.0f, .strength = 1.0};
 }
 

@@ -190,7 +190,7 @@ bool Flux2PipelineBase::classifier_free_guidance(float guidance_scale) const {
   return variant_ == Variant::Klein && guidance_scale > 1.0f && !is_distilled_;
 }
 
-PipelineDefaults Flux2PipelineBase::defaults() const {
+PipelineDefaults Flux2PipelineBase::family_defaults() const {
   const int64_t size = kDefaultSampleSize * vae_->config().scale_factor();
   return {.height = size,
           .width = size,

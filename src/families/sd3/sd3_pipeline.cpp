@@ -323,7 +323,7 @@ Tensor StableDiffusion3Pipeline::decode_latents(const Tensor& latents) const {
   return pipelines::postprocess(image);
 }
 
-PipelineDefaults StableDiffusion3Pipeline::defaults() const {
+PipelineDefaults StableDiffusion3Pipeline::family_defaults() const {
   return {.height = default_image_size(),
           .width = default_image_size(),
           .num_inference_steps = 28,
@@ -342,11 +342,11 @@ PipelineDefaults editing_defaults(PipelineDefaults d) {
 
 }  // namespace
 
-PipelineDefaults StableDiffusion3Img2ImgPipeline::defaults() const {
-  return editing_defaults(StableDiffusion3Pipeline::defaults());
+PipelineDefaults StableDiffusion3Img2ImgPipeline::family_defaults() const {
+  return editing_defaults(StableDiffusion3Pipeline::family_defaults());
 }
-PipelineDefaults StableDiffusion3InpaintPipeline::defaults() const {
-  return editing_defaults(StableDiffusion3Pipeline::defaults());
+PipelineDefaults StableDiffusion3InpaintPipeline::family_defaults() const {
+  return editing_defaults(StableDiffusion3Pipeline::family_defaults());
 }
 
 void StableDiffusion3Pipeline::check_loaded_request(const PipelineRequest& request) const {

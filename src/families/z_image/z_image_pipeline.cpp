@@ -76,15 +76,15 @@ ZImageInpaintPipeline ZImageInpaintPipeline::from_pretrained(const std::string& 
   return pipe;
 }
 
-PipelineDefaults ZImagePipeline::defaults() const {
+PipelineDefaults ZImagePipeline::family_defaults() const {
   return {.num_inference_steps = 50, .guidance_scale = 5.0f, .max_sequence_length = 512};
 }
 
-PipelineDefaults ZImageImg2ImgPipeline::defaults() const {
+PipelineDefaults ZImageImg2ImgPipeline::family_defaults() const {
   return {.num_inference_steps = 50, .guidance_scale = 5.0f, .max_sequence_length = 512, .strength = 0.6};
 }
 
-PipelineDefaults ZImageInpaintPipeline::defaults() const {
+PipelineDefaults ZImageInpaintPipeline::family_defaults() const {
   return {.num_inference_steps = 50, .guidance_scale = 5.0f, .max_sequence_length = 512, .strength = 1.0};
 }
 

@@ -40,7 +40,7 @@ class ChromaPipeline : public DiffusionPipeline {
   ~ChromaPipeline() override;
 
   const char* class_name() const override { return "ChromaPipeline"; }
-  PipelineDefaults defaults() const override;
+  PipelineDefaults family_defaults() const override;
 
   // ---- the stages, as diffusers names them
   struct PromptEmbeddings {
@@ -83,7 +83,7 @@ class ChromaImg2ImgPipeline : public ChromaPipeline {
  public:
   static ChromaImg2ImgPipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "ChromaImg2ImgPipeline"; }
-  PipelineDefaults defaults() const override;
+  PipelineDefaults family_defaults() const override;
 
  private:
   ChromaImg2ImgPipeline() = default;

@@ -53,7 +53,7 @@ class FluxPipeline : public DiffusionPipeline {
   ~FluxPipeline() override;
 
   const char* class_name() const override { return "FluxPipeline"; }
-  PipelineDefaults defaults() const override { return {}; }
+  PipelineDefaults family_defaults() const override { return {}; }
 
   // ---- the stages, as diffusers names them (public so each can be checked against diffusers)
   struct PromptEmbeddings {
@@ -139,7 +139,7 @@ class FluxImg2ImgPipeline : public FluxPipeline {
   static FluxImg2ImgPipeline from_pretrained(const std::string& model,
                                              const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "FluxImg2ImgPipeline"; }
-  PipelineDefaults defaults() const override;
+  PipelineDefaults family_defaults() const override;
 
  private:
   FluxImg2ImgPipeline() = default;
@@ -154,7 +154,7 @@ class FluxInpaintPipeline : public FluxPipeline {
   static FluxInpaintPipeline from_pretrained(const std::string& model,
                                              const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "FluxInpaintPipeline"; }
-  PipelineDefaults defaults() const override;
+  PipelineDefaults family_defaults() const override;
 
  private:
   FluxInpaintPipeline() = default;
@@ -166,7 +166,7 @@ class FluxFillPipeline : public FluxPipeline {
  public:
   static FluxFillPipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "FluxFillPipeline"; }
-  PipelineDefaults defaults() const override;
+  PipelineDefaults family_defaults() const override;
 
  private:
   FluxFillPipeline() = default;

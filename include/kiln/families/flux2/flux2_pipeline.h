@@ -53,7 +53,7 @@ class Flux2PipelineBase : public DiffusionPipeline {
   Flux2PipelineBase& operator=(Flux2PipelineBase&&) noexcept;
   ~Flux2PipelineBase() override;
 
-  PipelineDefaults defaults() const override;
+  PipelineDefaults family_defaults() const override;
 
   // The text side, when the folder has one: the tokenizer and the text encoder's layers the pipeline reads
   // (null for a folder saved without them).

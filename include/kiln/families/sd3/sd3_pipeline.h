@@ -47,7 +47,7 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
   ~StableDiffusion3Pipeline() override;
 
   const char* class_name() const override { return "StableDiffusion3Pipeline"; }
-  PipelineDefaults defaults() const override;
+  PipelineDefaults family_defaults() const override;
 
   // ---- the stages, as diffusers names them (public so each can be checked against diffusers)
   // One prompt through the three encoders (encode_prompt without the negative branch). Each tensor is
@@ -123,7 +123,7 @@ class StableDiffusion3Img2ImgPipeline : public StableDiffusion3Pipeline {
   static StableDiffusion3Img2ImgPipeline from_pretrained(const std::string& model,
                                                          const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "StableDiffusion3Img2ImgPipeline"; }
-  PipelineDefaults defaults() const override;
+  PipelineDefaults family_defaults() const override;
 
  private:
   StableDiffusion3Img2ImgPipeline() = default;
@@ -137,7 +137,7 @@ class StableDiffusion3InpaintPipeline : public StableDiffusion3Pipeline {
   static StableDiffusion3InpaintPipeline from_pretrained(const std::string& model,
                                                          const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "StableDiffusion3InpaintPipeline"; }
-  PipelineDefaults defaults() const override;
+  PipelineDefaults family_defaults() const override;
 
  private:
   StableDiffusion3InpaintPipeline() = default;

@@ -42,7 +42,7 @@ class ZImagePipeline : public DiffusionPipeline {
   ~ZImagePipeline() override;
 
   const char* class_name() const override { return "ZImagePipeline"; }
-  PipelineDefaults defaults() const override;
+  PipelineDefaults family_defaults() const override;
 
   // ---- the stages, as diffusers names them
   // The chat-templated prompt the tokenizer reads.
@@ -84,7 +84,7 @@ class ZImageImg2ImgPipeline : public ZImagePipeline {
  public:
   static ZImageImg2ImgPipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "ZImageImg2ImgPipeline"; }
-  PipelineDefaults defaults() const override;
+  PipelineDefaults family_defaults() const override;
 
  private:
   ZImageImg2ImgPipeline() = default;
@@ -96,7 +96,7 @@ class ZImageInpaintPipeline : public ZImagePipeline {
  public:
   static ZImageInpaintPipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "ZImageInpaintPipeline"; }
-  PipelineDefaults defaults() const override;
+  PipelineDefaults family_defaults() const override;
 
  private:
   ZImageInpaintPipeline() = default;
