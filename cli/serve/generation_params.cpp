@@ -188,7 +188,7 @@ const RequestField* served_field(const std::string& key) {
 
 // The served fields' names, for the message of an unknown one.
 std::string served_names() {
-  std::string names = "model, prompt, n, size, response_format";
+  std::string names = "model, prompt, n, size, response_format, loras";
   for (const RequestField& f : request_fields())
     if (!f.json.empty() && f.json != "prompt" && f.json != "n") names += ", " + f.json;
   return names;
@@ -216,9 +216,43 @@ void read_size(const json& v, GenerationParams& params) {
   params.request.height = height;
 }
 
+// "loras": [{"name": "style", "scale": 0.8}, ...]: names of plain files (no path), finite scales.
+void read_loras(const json& v, GenerationParams& params) {
+  const char* key = "loras";
+  if (!v.is_array()) refuse(key, std::string("expected a list of {\"name\": ..., \"scale\": ...}, got ") + type_name(v));
+  if (v.size() > kMaxRequestLoras)
+    refuse(key, std::to_string(v.size()) + " adapters; at most " + std::to_string(kMaxRequestLoras) + " per request");
+  for (const json& entry : v) {
+    if (!entry.is_object()) refuse(key, std::string("each adapter is {\"name\": ..., \"scale\": ...}, got ") + type_name(entry));
+    LoraChoice choice;
+    for (const auto& [field, value] : entry.items()) {
+      if (field == "name") {
+        if (!value.is_string() || value.get<std::string>().empty())
+          refuse(key, "an adapter's name must be a non-empty string, got " + shown(value));
+        choice.name = value.get<std::string>();
+        if (choice.name.size() > 255 || choice.name.find_first_of("/\\") != std::string::npos ||
+            choice.name.front() == '.' || choice.name.find('\0') != std::string::npos)
+          refuse(key, "an adapter's name is a file name in the server's --lora-dir (no path), got " + shown(value));
+      } else if (field == "scale" || field == "weight") {
+        if (!value.is_number() || !std::isfinite(value.get<double>()) || std::fabs(value.get<double>()) > 1e6)
+          refuse(key, "an adapter's scale must be a finite number, got " + shown(value));
+        choice.scale = value.get<double>();
+      } else {
+        refuse(key, "an adapter has a name and a scale; unknown key " + quoted(field));
+      }
+    }
+    if (choice.name.empty()) refuse(key, "an adapter needs a name");
+    for (const LoraChoice& other : params.loras)
+      if (other.name == choice.name) refuse(key, "adapter " + quoted(choice.name) + " is named twice");
+    params.loras.push_back(std::move(choice));
+  }
+}
+
 void read_field(const std::string& key, const json& v, GenerationParams& params) {
   if (key == "model") {
     params.model = string_field(key, v);
+  } else if (key == "loras") {
+    read_loras(v, params);
   } else if (key == "size") {
     read_size(v, params);
   } else if (key == "response_format") {
@@ -305,6 +339,11 @@ std::string to_json_text(const GenerationParams& params) {
     if (f.is_set(r) || f.name == "prompt") j[f.json] = field_json(f, f.get(r));
   }
   j["response_format"] = params.response_format == ResponseFormat::Url ? "url" : "b64_json";
+  if (!params.loras.empty()) {
+    json loras = json::array();
+    for (const LoraChoice& l : params.loras) loras.push_back({{"name", l.name}, {"scale", l.scale}});
+    j["loras"] = loras;
+  }
   return j.dump();
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "kiln/pipelines/pipeline_request.h"
@@ -21,8 +22,20 @@ namespace kiln::serve {
 
 enum class ResponseFormat { B64Json, Url };
 
+// One adapter a request asks for: a LoRA file of the server's --lora-dir by name, and its weight.
+struct LoraChoice {
+  std::string name;  // the file's name in --lora-dir, without ".safetensors"
+  double scale = 1.0;
+};
+
+// At most this many adapters in one request.
+inline constexpr size_t kMaxRequestLoras = 16;
+
 struct GenerationParams {
   std::string model;  // as the client named it; empty: the server's first model
+  // "loras": [{"name": ..., "scale": ...}]: the adapters this job runs with (unfused, for this job only); empty:
+  // none.
+  std::vector<LoraChoice> loras;
   // The fields the body sets (unset: the pipeline's defaults); the generator only from "seed" (unset: a seed
   // chosen at random when the job is queued).
   PipelineRequest request;

@@ -2,7 +2,8 @@
 
 namespace kiln::serve {
 
-void run_job(Job& job, ModelPool& pool, Metrics& metrics, const std::function<void(const Job&)>& announce) {
+void run_job(Job& job, ModelPool& pool, Metrics& metrics, const LoraLibrary& loras,
+             const std::function<void(const Job&)>& announce) {
   try {
     if (announce) {
       announce(job);
@@ -11,6 +12,7 @@ void run_job(Job& job, ModelPool& pool, Metrics& metrics, const std::function<vo
       throw Cancelled("cancelled before it started");
     }
     const std::shared_ptr<DiffusionPipeline> pipe = pool.acquire(job.model());
+    loras.use(*pipe, job.params().loras);
     PipelineRequest request = to_pipeline_request(job.params(), job.seed());
     request.cancel = job.cancel_token();
     request.callback_on_step_end = [&](StepState& step) {

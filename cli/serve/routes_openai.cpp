@@ -87,7 +87,7 @@ json fields_json(const PipelineClass& c, const std::optional<PipelineDefaults>& 
   return fields;
 }
 
-json models_json(const ModelPool& pool) {
+json models_json(const ModelPool& pool, const LoraLibrary* loras) {
   json data = json::array();
   for (const ModelPool::Model& m : pool.models()) {
     json model = {{"id", m.id},
@@ -116,7 +116,10 @@ json models_json(const ModelPool& pool) {
     }
     data.push_back(model);
   }
-  return {{"object", "list"}, {"data", data}};
+  json list = {{"object", "list"}, {"data", data}};
+  // The adapters a request may name in "loras" (--lora-dir).
+  if (loras != nullptr && loras->enabled()) list["kiln"] = {{"loras", loras->names()}};
+  return list;
 }
 
 }  // namespace
@@ -126,7 +129,7 @@ void add_openai_routes(httplib::Server& server, ServerState& state) {
     guarded(res, [&] { generate_images(req, res, state); });
   });
   server.Get("/v1/models", [&state](const httplib::Request&, httplib::Response& res) {
-    guarded(res, [&] { send_json(res, 200, models_json(state.pool)); });
+    guarded(res, [&] { send_json(res, 200, models_json(state.pool, state.loras)); });
   });
 }
 

@@ -38,6 +38,7 @@ struct ServeArgs {
   size_t queue = 16;
   size_t keep_jobs = 64;
   std::string api_key;
+  std::string lora_dir;
   ExecutionFlags execution;
 };
 
@@ -103,8 +104,9 @@ void serve_on_rank(const ServeArgs& args, const Device& first_device) {
     dist::broadcast_from_rank0(&loaded, sizeof loaded);
   }
 
+  const serve::LoraLibrary loras(args.lora_dir);
   if (dist::rank() != 0) {
-    serve::follow_rank0(pool);
+    serve::follow_rank0(pool, loras);
     return;
   }
 
@@ -120,7 +122,7 @@ void serve_on_rank(const ServeArgs& args, const Device& first_device) {
       [&](const std::string& model) { return tensor_parallel ? 0 : pool.lane_of(model); },
       [&](serve::Job& job) {
         as_rank0([&] {
-          serve::run_job(job, pool, metrics,
+          serve::run_job(job, pool, metrics, loras,
                          tensor_parallel ? serve::announce_job : std::function<void(const serve::Job&)>());
         });
       },
@@ -128,7 +130,7 @@ void serve_on_rank(const ServeArgs& args, const Device& first_device) {
         metrics.job_ended(job.snapshot());
         log_job_end(job);
       });
-  serve::ServerState state{pool, queue, metrics, args.api_key, {}};
+  serve::ServerState state{pool, queue, metrics, args.api_key, {}, &loras};
   if (device.type != DeviceType::CPU) {
     const int ranks = dist::in_local_ranks() ? dist::world_size() : 1;
     for (int r = 0; r < ranks; ++r) state.devices.push_back(device_of_rank(first_device, r));
@@ -197,6 +199,9 @@ void add_serve_command(CLI::App& app) {
                   "require `Authorization: Bearer KEY` on every request but the page and /health (read from "
                   "KILN_API_KEY when not given)")
       ->envname("KILN_API_KEY");
+  cmd->add_option("--lora-dir", args->lora_dir,
+                  "the LoRA adapters requests may name: DIR's <name>.safetensors files, asked for with \"loras\": "
+                  "[{\"name\": ..., \"scale\": ...}] and applied to that job only");
   add_execution_flags(*cmd, args->execution, "serves HTTP");
   cmd->callback([args] { run_serve(*args); });
 }

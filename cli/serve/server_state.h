@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli/serve/job_queue.h"
+#include "cli/serve/lora_library.h"
 #include "cli/serve/metrics.h"
 #include "cli/serve/model_pool.h"
 
@@ -18,6 +19,8 @@ struct ServerState {
   // The devices this process's pipelines compute on besides the cpu (--device; each in-process rank's under
   // --tp), whose memory /metrics reports.
   std::vector<Device> devices;
+  // The adapters requests may name (--lora-dir).
+  const LoraLibrary* loras = nullptr;
 };
 
 }  // namespace kiln::serve

@@ -32,6 +32,15 @@ std::shared_ptr<Job> submit_job(std::string_view body, ServerState& state) {
         "model: '" + params.model + "' is not served here (GET /v1/models lists them: " + names + ")",
         "model_not_found");
   }
+  try {
+    if (state.loras != nullptr) {
+      state.loras->check(params.loras);
+    } else if (!params.loras.empty()) {
+      throw RequestError("loras", "loras: this server offers no LoRA adapters (start kiln serve with --lora-dir DIR)");
+    }
+  } catch (const RequestError& e) {
+    throw ApiError(400, "invalid_request_error", "loras", e.what());
+  }
   const uint64_t seed = params.seed() ? *params.seed() : random_seed();
   // Refused now rather than after the wait: a field the pipeline class does not take, and, once the
   // pipeline is loaded, a size or a step count it cannot run.

@@ -32,7 +32,7 @@ void announce_stop() {
   broadcast_message(message);
 }
 
-void follow_rank0(ModelPool& pool) {
+void follow_rank0(ModelPool& pool, const LoraLibrary& loras) {
   for (;;) {
     std::string message;
     broadcast_message(message);
@@ -42,6 +42,7 @@ void follow_rank0(ModelPool& pool) {
     const GenerationParams params = parse_generation_params(m.at("params").get<std::string>());
     try {
       const std::shared_ptr<DiffusionPipeline> pipe = pool.acquire(model);
+      loras.use(*pipe, params.loras);  // the adapters rank 0 runs the job with
       (*pipe)(to_pipeline_request(params, m.at("seed").get<uint64_t>()));
     } catch (const Error&) {
       // Rank 0 reports it: the same job fails or is cancelled there.

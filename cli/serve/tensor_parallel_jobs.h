@@ -18,6 +18,6 @@ void announce_job(const Job& job);
 void announce_stop();
 // Other ranks: runs each announced job on `pool` until rank 0 announces the stop. A job that fails or is
 // cancelled here fails or is cancelled on rank 0 as well (same request, same cancellation points).
-void follow_rank0(ModelPool& pool);
+void follow_rank0(ModelPool& pool, const LoraLibrary& loras);
 
 }  // namespace kiln::serve

@@ -25,6 +25,7 @@ SD3 = str(MODELS / "sd3-tiny-medium")
 CHROMA = str(MODELS / "chroma-tiny")
 Z_IMAGE = str(MODELS / "z-image-tiny")
 SHAPES = str(ROOT / "models" / "kiln-shapes-64")
+LORAS = str(ROOT / "tests" / "data" / "lora")
 # A request of the tiny models that runs in a fraction of a second.
 TINY = {"size": "32x32", "steps": 2, "max_sequence_length": 16}
 # One that runs for seconds (1000 steps at 256x256): long enough to cancel, queue behind or disconnect from.

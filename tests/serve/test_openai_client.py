@@ -164,3 +164,54 @@ def test_a_model_folders_recommended_call_is_what_requests_start_from(tmp_path):
         assert steps["default"] == 4
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_each_job_runs_with_the_adapters_it_asks_for(tmp_path):
+    """--lora-dir offers a folder's LoRA files by name; a request's "loras" applies them to its job only (unfused,
+    at its scales), next to jobs with other adapters or none, each the image kiln generate --lora makes."""
+    from conftest import LORAS, Z_IMAGE, Server
+
+    lora_dir = LORAS
+    server = Server("--model", Z_IMAGE, "--lora-dir", lora_dir)
+    prompt = "a red circle"
+
+    def cli(name, *loras):
+        out = tmp_path / name
+        args = [kiln_binary(), "generate", "--model", Z_IMAGE, "--prompt", prompt, "--seed", "3", "--width", "32",
+                "--height", "32", "--steps", "2", "--max-sequence-length", "16", "--dtype", "f32",
+                "--output", str(out)]
+        for file, scale in loras:
+            args += ["--lora", f"{lora_dir}/{file}.safetensors:{scale}"]
+        subprocess.run(args, check=True, capture_output=True, timeout=120)
+        return decode_png(out.read_bytes())[0]
+
+    def served(loras):
+        return decode_png(generate(client(server), "z-image-tiny", prompt, 3, loras=loras))[0]
+
+    try:
+        calls = {"plain": [], "diffusers": [{"name": "z_image_diffusers", "scale": 0.8}],
+                 "both": [{"name": "z_image_kohya", "scale": 1.0}, {"name": "z_image_diffusers", "scale": -0.5}]}
+        expected = {"plain": cli("plain.png"), "diffusers": cli("diffusers.png", ("z_image_diffusers", 0.8)),
+                    "both": cli("both.png", ("z_image_kohya", 1.0), ("z_image_diffusers", -0.5))}
+        assert np.abs(expected["plain"].astype(int) - expected["diffusers"].astype(int)).mean() > 1
+        # One after the other, in an order where each job must drop the last one's adapters.
+        for name in ("diffusers", "plain", "both", "diffusers"):
+            np.testing.assert_array_equal(served(calls[name]), expected[name], err_msg=name)
+        # At once: each job its own image.
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            futures = {name: pool.submit(served, loras) for name, loras in calls.items()}
+            for name, future in futures.items():
+                np.testing.assert_array_equal(future.result(), expected[name], err_msg=name + " (concurrent)")
+        listed = client(server).models.list().model_dump()
+        assert "z_image_diffusers" in listed["kiln"]["loras"]
+        # Refused naming the field: an adapter the folder does not hold, and one made for another family.
+        with pytest.raises(openai.BadRequestError, match="no adapter named 'missing'"):
+            served([{"name": "missing"}])
+        with pytest.raises(openai.BadRequestError, match="loras"):
+            served([{"name": "chroma_diffusers"}])
+        with pytest.raises(openai.BadRequestError, match="loras"):
+            served([{"name": "../lora/z_image_kohya"}])
+        # The server keeps serving, with no adapter left active.
+        np.testing.assert_array_equal(served([]), expected["plain"])
+    finally:
+        assert server.stop() == 0, server.log()
