@@ -238,12 +238,12 @@ void read_loras(const json& v, GenerationParams& params) {
           refuse(key, "an adapter's scale must be a finite number, got " + shown(value));
         choice.scale = value.get<double>();
       } else {
-        refuse(key, "an adapter has a name and a scale; unknown key " + quoted(field));
+        refuse(key, "an adapter has a name and a scale; unknown key " + shown(json(field)));
       }
     }
     if (choice.name.empty()) refuse(key, "an adapter needs a name");
     for (const LoraChoice& other : params.loras)
-      if (other.name == choice.name) refuse(key, "adapter " + quoted(choice.name) + " is named twice");
+      if (other.name == choice.name) refuse(key, "adapter " + shown(json(choice.name)) + " is named twice");
     params.loras.push_back(std::move(choice));
   }
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "cli/serve/job.h"
+#include "cli/serve/lora_library.h"
 #include "cli/serve/model_pool.h"
 
 namespace kiln::serve {
