@@ -1,5 +1,6 @@
 #include "cli/serve/model_pool.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "kiln/core/error.h"
@@ -22,9 +23,9 @@ std::string model_id(const std::string& ref, const io::ResolvedModel& resolved) 
 
 }  // namespace
 
-ModelPool::ModelPool(const std::vector<std::string>& refs, Loader load, bool load_on_demand)
-    : load_(std::move(load)), load_on_demand_(load_on_demand) {
-  KILN_CHECK(!refs.empty(), "kiln serve: give at least one --model");
+ModelPool::ModelPool(const std::vector<std::string>& refs, Loader load, Policy policy)
+    : load_(std::move(load)), policy_(policy) {
+  KILN_CHECK(!refs.empty(), "kiln serve: give at least one --model (or a --models-dir holding model folders)");
   for (const std::string& ref : refs) {
     const io::ResolvedModel resolved = io::resolve_model(ref);
     const io::ModelIndex index = io::load_model_index(resolved.path);
@@ -37,6 +38,32 @@ ModelPool::ModelPool(const std::vector<std::string>& refs, Loader load, bool loa
     models_.push_back(std::move(model));
   }
   pipelines_.resize(models_.size());
+  loading_.resize(models_.size(), false);
+}
+
+std::vector<std::string> ModelPool::folders_in(const std::string& dir,
+                                               std::vector<std::pair<std::string, std::string>>* skipped) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  KILN_CHECK(fs::is_directory(dir, error), "--models-dir " << dir << ": not a folder");
+  std::vector<std::string> out;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, error)) {
+    if (!e.is_directory(error)) continue;
+    const std::string path = e.path().string();
+    if (!fs::is_regular_file(e.path() / "model_index.json", error)) {
+      if (skipped) skipped->emplace_back(path, "no model_index.json");
+      continue;
+    }
+    try {
+      const io::ModelIndex index = io::load_model_index(path);
+      pipeline_class(index.class_name, index.path);
+      out.push_back(path);
+    } catch (const Error& err) {
+      if (skipped) skipped->emplace_back(path, err.what());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 void ModelPool::load_all() {
@@ -57,7 +84,7 @@ size_t ModelPool::index_of(const std::string& id) const {
 }
 
 size_t ModelPool::lane_of(const std::string& id) const {
-  return load_on_demand_ ? 0 : index_of(id);
+  return policy_.one_at_a_time ? 0 : index_of(id);
 }
 
 std::shared_ptr<DiffusionPipeline> ModelPool::loaded(const std::string& id) const {
@@ -69,19 +96,39 @@ std::shared_ptr<DiffusionPipeline> ModelPool::loaded(const std::string& id) cons
 std::shared_ptr<DiffusionPipeline> ModelPool::acquire(const std::string& id) {
   const size_t i = index_of(id);
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    // Another thread (an operator's load, or the model's lane) is loading it: its load serves both.
+    loaded_cv_.wait(lock, [&] { return !loading_[i]; });
     if (pipelines_[i]) return pipelines_[i];
     // Under a budget the other model goes first, so that the two never hold their weights together. (A
     // handler checking a request against it may hold it a moment longer.)
-    if (load_on_demand_)
+    if (policy_.one_at_a_time)
       for (auto& other : pipelines_) other.reset();
+    loading_[i] = true;
   }
-  // Loading takes long: outside the lock, so that requests are still checked and answered meanwhile. Only
-  // one thread loads a given model: its lane's worker (or load_all before the workers start).
-  std::shared_ptr<DiffusionPipeline> pipe = load_(models_[i].ref);
+  // Loading takes long: outside the lock, so that requests are still checked and answered meanwhile.
+  std::shared_ptr<DiffusionPipeline> pipe;
+  try {
+    pipe = load_(models_[i].ref);
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    loading_[i] = false;
+    loaded_cv_.notify_all();
+    throw;
+  }
   std::lock_guard lock(mutex_);
   pipelines_[i] = pipe;
+  loading_[i] = false;
+  loaded_cv_.notify_all();
   return pipe;
+}
+
+bool ModelPool::unload(const std::string& id) {
+  const size_t i = index_of(id);
+  std::lock_guard lock(mutex_);
+  const bool was = pipelines_[i] != nullptr;
+  pipelines_[i].reset();
+  return was;
 }
 
 size_t ModelPool::loaded_count() const {

@@ -1,10 +1,12 @@
-// The models `kiln serve` was started with (--model, repeated), by name, and their loaded pipelines.
-// Without a memory budget every model is loaded at start and stays loaded, and pipelines of different models
-// run side by side. With one (--max-memory), a model is loaded when a job first asks for it, and the model
-// loaded before it is unloaded first: the budget holds one model's weights at a time (each configured with
-// that budget, as `kiln generate --max-memory` does), and their jobs run one at a time.
+// The models `kiln serve` serves (--model, repeated, and the folders of --models-dir), by name, and their loaded
+// pipelines. Without a memory budget, pipelines of different models run side by side: every --model is loaded at
+// start and stays loaded, or (with --models-dir) each model when a job first asks for it. With one
+// (--max-memory), a model is loaded when a job first asks for it, and the model loaded before it is unloaded
+// first: the budget holds one model's weights at a time (each configured with that budget, as `kiln generate
+// --max-memory` does), and their jobs run one at a time. An operator may load or unload a model by name.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -26,9 +28,19 @@ class ModelPool {
     const PipelineClass* pipeline_class = nullptr;  // from its model_index.json
   };
 
+  struct Policy {
+    bool on_demand = false;   // load a model when a job (or an operator) first asks for it, not at start
+    bool one_at_a_time = false;  // under a memory budget: one model's weights at a time, one job at a time
+  };
+
   // Reads each model's model_index.json (nothing is loaded yet); throws naming a model that is missing, of a
   // class Kiln does not run, or whose id another model has.
-  ModelPool(const std::vector<std::string>& refs, Loader load, bool load_on_demand);
+  ModelPool(const std::vector<std::string>& refs, Loader load, Policy policy);
+
+  // The model folders in `dir` (its subfolders holding a model_index.json of a class Kiln runs), sorted; each
+  // folder it skips goes to `skipped` with the reason.
+  static std::vector<std::string> folders_in(const std::string& dir,
+                                             std::vector<std::pair<std::string, std::string>>* skipped);
 
   // Loads every model now (without a budget: at start, so that a model that cannot load stops the server
   // before it listens).
@@ -38,25 +50,31 @@ class ModelPool {
   // The model a request names: its id or its --model value; the first model when `name` is empty. Null when
   // none matches.
   const Model* find(const std::string& name) const;
-  bool load_on_demand() const { return load_on_demand_; }
+  bool on_demand() const { return policy_.on_demand; }
+  bool one_at_a_time() const { return policy_.one_at_a_time; }
   // How many models may run at once (JobQueue lanes), and which lane runs a model's jobs.
-  size_t lanes() const { return load_on_demand_ ? 1 : models_.size(); }
+  size_t lanes() const { return policy_.one_at_a_time ? 1 : models_.size(); }
   size_t lane_of(const std::string& id) const;
 
   // The model's pipeline if it is loaded now, else null.
   std::shared_ptr<DiffusionPipeline> loaded(const std::string& id) const;
-  // The model's pipeline, loaded first when it is not (unloading the other model under a budget).
+  // The model's pipeline, loaded first when it is not (unloading the other model under a budget). A thread that
+  // asks while another loads the same model waits for that load.
   std::shared_ptr<DiffusionPipeline> acquire(const std::string& id);
+  // Forgets the model's pipeline (a job running on it keeps it until it ends); false when it was not loaded.
+  bool unload(const std::string& id);
   size_t loaded_count() const;
 
  private:
   size_t index_of(const std::string& id) const;
 
   const Loader load_;
-  const bool load_on_demand_;
+  const Policy policy_;
   std::vector<Model> models_;
   mutable std::mutex mutex_;
+  std::condition_variable loaded_cv_;
   std::vector<std::shared_ptr<DiffusionPipeline>> pipelines_;  // by index in models_; null: not loaded
+  std::vector<bool> loading_;                                   // by index: a thread is loading it now
 };
 
 }  // namespace kiln::serve

@@ -8,6 +8,7 @@
 #include <optional>
 #include <variant>
 
+#include "cli/serve/api_error.h"
 #include "cli/serve/base64.h"
 #include "cli/serve/connection_watch.h"
 #include "cli/serve/http_util.h"
@@ -122,6 +123,35 @@ json models_json(const ModelPool& pool, const LoraLibrary* loras) {
   return list;
 }
 
+void load_or_unload(const std::string& name, bool load, httplib::Response& res, ServerState& state) {
+  const ModelPool::Model* model = state.pool.find(name);
+  if (model == nullptr || name.empty())
+    throw ApiError(404, "invalid_request_error", "model",
+                   "model: '" + name + "' is not served here (GET /v1/models lists them)", "model_not_found");
+  if (!load) {
+    const bool was = state.pool.unload(model->id);
+    send_json(res, 200, {{"id", model->id}, {"loaded", false}, {"was_loaded", was}});
+    return;
+  }
+  // Under --max-memory one model's weights at a time: loading one would unload another mid-job.
+  if (state.pool.one_at_a_time())
+    throw ApiError(409, "invalid_request_error", "model",
+                   "model: under --max-memory models are loaded one at a time, by the job that asks for one; "
+                   "submit a job for '" + model->id + "' instead");
+  const auto start = std::chrono::steady_clock::now();
+  const bool was = state.pool.loaded(model->id) != nullptr;
+  try {
+    state.pool.acquire(model->id);
+  } catch (const std::exception& e) {
+    throw ApiError(500, "server_error", "model", "model: '" + model->id + "' failed to load: " + e.what());
+  }
+  send_json(res, 200,
+            {{"id", model->id},
+             {"loaded", true},
+             {"was_loaded", was},
+             {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}});
+}
+
 }  // namespace
 
 void add_openai_routes(httplib::Server& server, ServerState& state) {
@@ -130,6 +160,10 @@ void add_openai_routes(httplib::Server& server, ServerState& state) {
   });
   server.Get("/v1/models", [&state](const httplib::Request&, httplib::Response& res) {
     guarded(res, [&] { send_json(res, 200, models_json(state.pool, state.loras)); });
+  });
+  // For operators: load a model now (rather than at its first job), or free its memory.
+  server.Post(R"(/v1/models/(.+)/(load|unload))", [&state](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] { load_or_unload(req.matches[1], req.matches[2] == "load", res, state); });
   });
 }
 

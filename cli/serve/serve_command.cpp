@@ -39,6 +39,7 @@ struct ServeArgs {
   size_t keep_jobs = 64;
   std::string api_key;
   std::string lora_dir;
+  std::string models_dir;
   ExecutionFlags execution;
 };
 
@@ -93,11 +94,20 @@ void log_job_end(const serve::Job& job) {
 void serve_on_rank(const ServeArgs& args, const Device& first_device) {
   const Device device = device_of_rank(first_device, dist::rank());
   require_device(device);
-  const bool load_on_demand = args.execution.max_memory.has_value();
+  // --models-dir's folders are loaded when first asked for; under --max-memory every model is.
+  std::vector<std::string> models = args.models;
+  if (!args.models_dir.empty()) {
+    std::vector<std::pair<std::string, std::string>> skipped;
+    for (const std::string& folder : serve::ModelPool::folders_in(args.models_dir, &skipped))
+      if (std::find(models.begin(), models.end(), folder) == models.end()) models.push_back(folder);
+    if (dist::rank() == 0)
+      for (const auto& [folder, why] : skipped) std::fprintf(stderr, "kiln: --models-dir: skipped %s: %s\n", folder.c_str(), why.c_str());
+  }
+  const serve::ModelPool::Policy policy{.on_demand = args.execution.max_memory.has_value() || !args.models_dir.empty(),
+                                        .one_at_a_time = args.execution.max_memory.has_value()};
   serve::ModelPool pool(
-      args.models, [&](const std::string& ref) { return load_pipeline(ref, args.execution, device); },
-      load_on_demand);
-  if (!load_on_demand) pool.load_all();
+      models, [&](const std::string& ref) { return load_pipeline(ref, args.execution, device); }, policy);
+  if (!policy.on_demand) pool.load_all();
   // Every rank loaded (or failed to, which ends the others here instead of behind a server that cannot run).
   if (dist::world_size() > 1) {
     uint8_t loaded = 1;
@@ -178,7 +188,6 @@ void add_serve_command(CLI::App& app) {
          "--model", args->models,
          "a diffusers folder or Hugging Face repo id in the local cache; repeat for several. Clients "
          "name a model by its folder's name (or repo id); the first is the default")
-      ->required()
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--host", args->host,
@@ -199,6 +208,9 @@ void add_serve_command(CLI::App& app) {
                   "require `Authorization: Bearer KEY` on every request but the page and /health (read from "
                   "KILN_API_KEY when not given)")
       ->envname("KILN_API_KEY");
+  cmd->add_option("--models-dir", args->models_dir,
+                  "serve every model folder in DIR (its subfolders with a model_index.json of a class Kiln runs), "
+                  "each loaded when a job or POST /v1/models/{id}/load first asks for it");
   cmd->add_option("--lora-dir", args->lora_dir,
                   "the LoRA adapters requests may name: DIR's <name>.safetensors files, asked for with \"loras\": "
                   "[{\"name\": ..., \"scale\": ...}] and applied to that job only");

@@ -215,3 +215,47 @@ def test_each_job_runs_with_the_adapters_it_asks_for(tmp_path):
         np.testing.assert_array_equal(served([]), expected["plain"])
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_a_models_dir_serves_every_folder_loaded_when_asked_for(tmp_path):
+    """--models-dir lists its model folders (unloaded, a folder Kiln cannot run skipped and said so); a job for one
+    loads it; an operator loads and unloads by name."""
+    import json
+    import os
+    import urllib.error
+    import urllib.request
+
+    from conftest import CHROMA, Z_IMAGE, Server
+
+    models = tmp_path / "models"
+    models.mkdir()
+    os.symlink(Z_IMAGE, models / "z-image-tiny")
+    os.symlink(CHROMA, models / "chroma-tiny")
+    (models / "notes").mkdir()  # no model_index.json: skipped
+    server = Server("--models-dir", str(models))
+
+    def post(path):
+        request = urllib.request.Request(server.url + path, method="POST", data=b"")
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.load(response)
+
+    def loaded():
+        return {m.id: m.model_dump()["kiln"]["loaded"] for m in client(server).models.list().data}
+
+    try:
+        assert loaded() == {"chroma-tiny": False, "z-image-tiny": False}
+        written = kiln_generate(tmp_path, Z_IMAGE, "a red circle", 3, size=TINY["size"], steps=TINY["steps"],
+                                guidance=0)
+        served = generate(client(server), "z-image-tiny", "a red circle", 3, guidance=0)
+        np.testing.assert_array_equal(decode_png(served)[0], decode_png(written)[0])
+        assert loaded() == {"chroma-tiny": False, "z-image-tiny": True}
+        assert post("/v1/models/chroma-tiny/load")["loaded"] is True
+        assert loaded() == {"chroma-tiny": True, "z-image-tiny": True}
+        assert post("/v1/models/z-image-tiny/unload") == {"id": "z-image-tiny", "loaded": False, "was_loaded": True}
+        assert loaded() == {"chroma-tiny": True, "z-image-tiny": False}
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            post("/v1/models/missing/load")
+        assert missing.value.code == 404
+    finally:
+        assert server.stop() == 0, server.log()
+    assert "skipped" in server.log() and "notes" in server.log()
