@@ -1,4 +1,6 @@
-// The request bodies of `kiln serve` (POST /v1/images/generations, POST /v1/generate): any bytes through
+// The request bodies of `kiln serve` (POST /v1/images/generations, POST /v1/generate; and AUTOMATIC1111's
+// POST /sdapi/v1/txt2img, through serve::a1111_txt2img_body, whose output must be a body Kiln's parser reads or
+// refuses by name): any bytes through
 // serve::parse_generation_params, which must answer bad input with a RequestError (a kiln::Error) and
 // accept only values inside the request's declared ranges (kiln/pipelines/request_fields.h). A body it accepts
 // must survive the trip the server makes with it: written back as JSON (to_json_text, what rank 0 sends the
@@ -7,6 +9,7 @@
 #include <string>
 #include <variant>
 
+#include "cli/serve/a1111_params.h"
 #include "cli/serve/generation_params.h"
 #include "fuzz_support.h"
 #include "kiln/pipelines/pipeline_registry.h"
@@ -39,7 +42,10 @@ std::string plain(const RequestField& f, const PipelineRequest& r) {
 }
 
 bool same(const serve::GenerationParams& a, const serve::GenerationParams& b) {
-  if (a.model != b.model || a.response_format != b.response_format) return false;
+  if (a.model != b.model || a.response_format != b.response_format || a.loras.size() != b.loras.size())
+    return false;
+  for (size_t i = 0; i < a.loras.size(); ++i)
+    if (a.loras[i].name != b.loras[i].name || a.loras[i].scale != b.loras[i].scale) return false;
   for (const RequestField& f : request_fields())
     if (plain(f, a.request) != plain(f, b.request)) return false;
   return true;
@@ -49,6 +55,7 @@ bool same(const serve::GenerationParams& a, const serve::GenerationParams& b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
+  fuzz::expect_clean([&] { serve::parse_generation_params(serve::a1111_txt2img_body(body)); });
   fuzz::expect_clean([&] {
     const serve::GenerationParams params = serve::parse_generation_params(body);
     try {

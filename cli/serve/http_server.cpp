@@ -61,6 +61,7 @@ HttpServer::HttpServer(ServerState& state, size_t threads) : server_(std::make_u
     state.metrics.http_answer(res.status);
   });
   add_openai_routes(s, state);
+  add_a1111_routes(s, state);
   add_job_routes(s, state);
   add_status_routes(s, state);
   add_page_routes(s);

@@ -26,8 +26,10 @@ using nlohmann::json;
 // How often a waiting handler looks at its client's connection.
 constexpr std::chrono::milliseconds kWatchInterval{100};
 
-void generate_images(const httplib::Request& req, httplib::Response& res, ServerState& state) {
-  const std::shared_ptr<Job> job = submit_job(req.body, state);
+}  // namespace
+
+std::shared_ptr<Job> run_job_for(const httplib::Request& req, std::string_view body, ServerState& state) {
+  const std::shared_ptr<Job> job = submit_job(body, state);
   const ConnectionWatch watch(req.remote_addr, req.remote_port, req.local_port);
   bool client_gone = false;
   while (!job->wait_finished(kWatchInterval)) {
@@ -38,6 +40,14 @@ void generate_images(const httplib::Request& req, httplib::Response& res, Server
   }
   const Job::Snapshot end = job->snapshot();
   if (end.status != JobStatus::Succeeded) throw job_error(*end.error);
+  return job;
+}
+
+namespace {
+
+void generate_images(const httplib::Request& req, httplib::Response& res, ServerState& state) {
+  const std::shared_ptr<Job> job = run_job_for(req, req.body, state);
+  const Job::Snapshot end = job->snapshot();
 
   const bool urls = job->params().response_format == ResponseFormat::Url;
   json data = json::array();

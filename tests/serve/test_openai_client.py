@@ -259,3 +259,41 @@ def test_a_models_dir_serves_every_folder_loaded_when_asked_for(tmp_path):
     finally:
         assert server.stop() == 0, server.log()
     assert "skipped" in server.log() and "notes" in server.log()
+
+
+def test_a1111_txt2img_is_served_as_front_ends_send_it(tmp_path):
+    """AUTOMATIC1111's POST /sdapi/v1/txt2img, with a front-end's usual body: the image kiln generate makes with the
+    same parameters; what Kiln does not do refused naming the A1111 field."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from conftest import SHAPES, Server
+
+    server = Server("--model", SHAPES)
+    prompt = "a big white circle on the right, on a black background"
+
+    def post(body):
+        request = urllib.request.Request(server.url.rstrip("/") + "/sdapi/v1/txt2img", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.load(response)
+
+    try:
+        body = {"prompt": prompt, "negative_prompt": "", "seed": 5, "steps": 4, "cfg_scale": 0, "width": 64,
+                "height": 64, "batch_size": 1, "n_iter": 1, "sampler_name": "Euler", "restore_faces": False,
+                "enable_hr": False, "denoising_strength": 0, "styles": [], "override_settings": {}}
+        answer = post(body)
+        assert len(answer["images"]) == 1 and answer["parameters"] == body
+        assert json.loads(answer["info"])["seed"] == 5
+        served = decode_png(base64.b64decode(answer["images"][0]))[0]
+        written = kiln_generate(tmp_path, SHAPES, prompt, 5, size="64x64", steps=4, guidance=0,
+                                max_sequence_length=None)
+        np.testing.assert_array_equal(served, decode_png(written)[0])
+        for field, value in (("enable_hr", True), ("sampler_name", "DPM++ 2M Karras"), ("cfg_scale", -1)):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                post(dict(body, **{field: value}))
+            assert refused.value.code == 400
+            assert json.load(refused.value)["error"]["param"] == field
+    finally:
+        assert server.stop() == 0, server.log()
