@@ -9,6 +9,12 @@ warm-up, at each tenth of the requests and at the end (no growth).
   python3 bench/serve_load.py --model tests/data/models/flux-tiny-schnell --model tests/data/models/sd3-tiny-medium \\
       --clients 8 --requests 200 --size 32x32 --steps 2 --max-sequence-length 16 --queue 4 --dtype f32
 
+With `--lora-dir DIR --loras a,b`, requests rotate through no adapter, then each named one (`"loras": [{"name": a,
+"scale": 0.8}]`), on the models that the names fit (`--lora-model M` per name when several models are served):
+
+  python3 bench/serve_load.py --model tests/data/models/z-image-tiny --clients 4 --requests 60 --size 32x32 \\
+      --steps 2 --max-sequence-length 16 --dtype f32 --lora-dir tests/data/lora --loras z_image_diffusers,z_image_kohya
+
 Serve flags after `--` go to `kiln serve` unchanged (e.g. `-- --mode fuse --max-memory 8GiB`). Loopback only.
 Needs only the Python standard library.
 """
@@ -134,14 +140,22 @@ def main():
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds one request may take")
     ap.add_argument("--warmup", type=int, help="requests before the measured ones (default: one per client)")
+    ap.add_argument("--lora-dir", help="kiln serve --lora-dir: the adapters requests may name")
+    ap.add_argument("--loras", default="", help="comma-separated adapter names the requests rotate through")
+    ap.add_argument("--lora-model", help="the model the adapters fit (default: the first --model)")
     ap.add_argument("serve_args", nargs="*", help="after --: more kiln serve flags")
     args = ap.parse_args()
     if not 1 <= args.clients <= 64 or not 1 <= args.requests <= 10000:
         ap.error("--clients 1..64, --requests 1..10000: this is a bounded test")
 
+    loras = [n for n in args.loras.split(",") if n]
+    if loras and not args.lora_dir:
+        ap.error("--loras needs --lora-dir")
     server = Server(args.kiln, [arg for m in args.model for arg in ("--model", m)] +
-                    ["--queue", str(args.queue), "--dtype", args.dtype, *args.serve_args])
+                    ["--queue", str(args.queue), "--dtype", args.dtype, *args.serve_args] +
+                    (["--lora-dir", args.lora_dir] if args.lora_dir else []))
     names = [m.rstrip("/").split("/")[-1] for m in args.model]
+    lora_model = (args.lora_model or args.model[0]).rstrip("/").split("/")[-1]
 
     def body(i):
         b = {"model": names[i % len(names)], "prompt": f"request {i}: a red circle", "size": args.size,
@@ -150,6 +164,11 @@ def main():
             b["guidance"] = args.guidance
         if args.max_sequence_length is not None:
             b["max_sequence_length"] = args.max_sequence_length
+        # On the adapters' model: no adapter, then each named one in turn.
+        if loras and b["model"] == lora_model:
+            choice = (i // len(names)) % (len(loras) + 1)
+            if choice:
+                b["loras"] = [{"name": loras[choice - 1], "scale": 0.8}]
         return b
 
     try:
@@ -186,7 +205,7 @@ def main():
     run = [r["answer"]["kiln"]["run_seconds"] for r in ok]
     unanswered = [r for r in results if r["status"] not in (200, 503)]
     report = {
-        "models": names, "clients": args.clients, "requests": len(results), "of": args.requests,
+        "models": names, "loras": loras, "clients": args.clients, "requests": len(results), "of": args.requests,
         "size": args.size, "steps": args.steps, "queue": args.queue, "dtype": args.dtype,
         "answers": by_status, "wall_seconds": round(wall, 2), "images_per_second": round(images / wall, 3),
         "latency_p50": round(percentile(latency, 50), 3), "latency_p99": round(percentile(latency, 99), 3),
@@ -198,7 +217,7 @@ def main():
         "rss_end_mib": round(metrics["kiln_resident_memory_bytes"] / 2**20, 1), "rss_series_mib": rss_series,
         "warmup_answers": sorted({str(r["status"]) for r in warm}), "server_exit": code,
     }
-    print(f"kiln serve load test: {', '.join(names)}; {args.clients} clients, {len(results)} requests "
+    print(f"kiln serve load test: {', '.join(names)}{'; LoRA ' + ', '.join(loras) if loras else ''}; {args.clients} clients, {len(results)} requests "
           f"({args.size}, {args.steps} steps, --queue {args.queue}, {args.dtype})")
     print(f"  answers: {by_status}; unanswered or unexpected: {len(unanswered)}")
     print(f"  throughput: {report['images_per_second']} images/s over {report['wall_seconds']} s")
