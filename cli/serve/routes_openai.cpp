@@ -105,7 +105,11 @@ json models_json(const ModelPool& pool, const LoraLibrary* loras) {
                   {"object", "model"},
                   {"created", 0},
                   {"owned_by", "kiln"},
-                  {"kiln", {{"model", m.ref}, {"pipeline", m.pipeline_class->name}}}};
+                  {"kiln",
+                   {{"model", m.ref},
+                    {"pipeline", m.pipeline_class->name},
+                    // whether its family loads LoRA adapters (the page offers --lora-dir's for it)
+                    {"takes_lora", m.pipeline_class->family != nullptr && m.pipeline_class->family->lora.has_value()}}}};
     std::optional<PipelineDefaults> defaults;
     std::string defaults_source;
     if (const auto pipe = pool.loaded(m.id)) {

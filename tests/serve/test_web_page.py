@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import SHAPES, Server, decode_png, kiln_generate
+from conftest import LORAS, SHAPES, Z_IMAGE, Server, decode_png, kiln_binary, kiln_generate
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -196,3 +196,41 @@ def test_the_page_fits_a_phone(server, browser):
     assert overflow <= 0
     generate = browser.find_element(By.ID, "generate").rect
     assert generate["x"] >= 0 and generate["x"] + generate["width"] <= 390
+
+
+def test_a_ticked_lora_runs_at_its_scale(browser, tmp_path):
+    """With --lora-dir the page offers the server's adapters for a model whose family takes them; a ticked one at
+    a scale gives kiln generate --lora's image, and the card says so."""
+    import subprocess
+
+    lora_server = Server("--model", Z_IMAGE, "--lora-dir", LORAS)
+    try:
+        open_page(browser, lora_server)
+        assert browser.find_element(By.ID, "loras").is_displayed()
+        fill(browser, "prompt", "a red circle")
+        fill(browser, "width", 32)
+        fill(browser, "height", 32)
+        fill(browser, "field-steps", 2)
+        fill(browser, "field-guidance", 0)
+        fill(browser, "field-max_sequence_length", 16)
+        browser.find_element(By.ID, "lora-z_image_kohya").click()
+        fill(browser, "lora-scale-z_image_kohya", 0.8)
+        browser.find_element(By.ID, "random-seed").click()
+        fill(browser, "seed", 3)
+        browser.find_element(By.ID, "generate").click()
+        WebDriverWait(browser, 120).until(
+            lambda d: d.execute_script("const i = document.querySelector('#gallery .card img');"
+                                       "return i !== null && i.complete && i.naturalWidth > 0"))
+        width, height, rgb = browser.execute_script(READ_PIXELS)
+        shown = np.array(rgb, dtype=np.uint8).reshape(height, width, 3)
+        out = tmp_path / "lora.png"
+        subprocess.run([kiln_binary(), "generate", "--model", Z_IMAGE, "--prompt", "a red circle", "--seed", "3",
+                        "--width", "32", "--height", "32", "--steps", "2", "--guidance", "0",
+                        "--max-sequence-length", "16", "--dtype", "f32",
+                        "--lora", f"{LORAS}/z_image_kohya.safetensors:0.8", "--output", str(out)],
+                       check=True, capture_output=True, timeout=120)
+        np.testing.assert_array_equal(shown, decode_png(out.read_bytes())[0])
+        caption = browser.find_element(By.CSS_SELECTOR, "#gallery .card figcaption").text
+        assert "LoRA z_image_kohya 0.8" in caption
+    finally:
+        assert lora_server.stop() == 0, lora_server.log()

@@ -8,7 +8,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const page = { models: [], job: null, stream: null };
+const page = { models: [], loras: [], job: null, stream: null };
 // Fields with rows of their own above.
 const ownRows = new Set(["prompt", "height", "width", "seed"]);
 
@@ -108,6 +108,52 @@ function showModelFields() {
     return label;
   });
   $("fields").replaceChildren(...rows);
+  showLoras();
+}
+
+// A row per adapter of the server's --lora-dir (a tick and a scale), for a model whose family takes LoRA; what
+// was ticked survives a change of model.
+function showLoras() {
+  const model = selectedModel();
+  const shown = page.loras.length > 0 && model !== undefined && model.kiln.takes_lora;
+  const chosen = formLoras();
+  const rows = page.loras.map((name) => {
+    const row = document.createElement("label");
+    row.className = "check lora";
+    const tick = document.createElement("input");
+    tick.type = "checkbox";
+    tick.id = `lora-${name}`;
+    const scale = document.createElement("input");
+    scale.type = "number";
+    scale.step = "any";
+    scale.inputMode = "decimal";
+    scale.placeholder = "1";
+    scale.id = `lora-scale-${name}`;
+    scale.title = `${name}'s scale`;
+    const previous = chosen.find((l) => l.name === name);
+    if (previous) {
+      tick.checked = true;
+      if (previous.scale !== 1) scale.value = previous.scale;
+    }
+    row.append(tick, ` ${name} `, scale);
+    return row;
+  });
+  const legend = document.createElement("legend");
+  legend.textContent = "LoRA";
+  $("loras").replaceChildren(legend, ...rows);
+  $("loras").hidden = !shown;
+}
+
+// The ticked adapters as the request's "loras".
+function formLoras() {
+  const loras = [];
+  for (const tick of document.querySelectorAll("#loras input[type=checkbox]")) {
+    if (!tick.checked) continue;
+    const name = tick.id.slice(5);
+    const scale = $(`lora-scale-${name}`).value;
+    loras.push({ name, scale: scale === "" ? 1 : Number(scale) });
+  }
+  return loras;
 }
 
 // The generated rows' raw values, by JSON field.
@@ -128,8 +174,9 @@ function fieldValue(field, text) {
 }
 
 async function loadModels() {
-  const { data } = await (await api("/v1/models")).json();
+  const { data, kiln } = await (await api("/v1/models")).json();
   page.models = data;
+  page.loras = (kiln && kiln.loras) || [];
   $("model").replaceChildren(
     ...data.map((m) => new Option(`${m.id} (${m.kiln.pipeline})`, m.id)),
   );
@@ -152,6 +199,10 @@ function formParams() {
     if (values[field.json] !== undefined) params[field.json] = fieldValue(field, values[field.json]);
   }
   if (!$("random-seed").checked && number("seed") !== undefined) params.seed = number("seed");
+  if (!$("loras").hidden) {
+    const loras = formLoras();
+    if (loras.length > 0) params.loras = loras;
+  }
   return params;
 }
 
@@ -166,6 +217,12 @@ function fillForm(params) {
   for (const field of modelFields()) {
     const value = params[field.json];
     $(`field-${field.json}`).value = value === undefined ? "" : Array.isArray(value) ? value.join(",") : value;
+  }
+  for (const tick of document.querySelectorAll("#loras input[type=checkbox]")) {
+    const name = tick.id.slice(5);
+    const chosen = (params.loras || []).find((l) => l.name === name);
+    tick.checked = chosen !== undefined;
+    $(`lora-scale-${name}`).value = chosen && chosen.scale !== 1 ? chosen.scale : "";
   }
   $("random-seed").checked = false;
   $("seed").disabled = false;
@@ -182,6 +239,7 @@ function describe(params) {
     if (!ownRows.has(field.json) && params[field.json] !== undefined && field.kind !== "text")
       parts.push(`${field.label} ${params[field.json]}`);
   }
+  for (const lora of params.loras || []) parts.push(`LoRA ${lora.name} ${lora.scale}`);
   parts.push(`seed ${params.seed}`);
   return parts.filter(Boolean).join(" · ");
 }
