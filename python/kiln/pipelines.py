@@ -221,6 +221,8 @@ class DiffusionPipeline:
         fields["output_type"] = "np" if output_type == "pt" else output_type
         want_torch = output_type == "pt" or (output_type == "latent" and _convert.torch_module() is not None)
         self._interrupt = False
+        # A request the pipeline refuses fails before a progress bar is drawn.
+        self._native.check(fields)
         steps = kwargs.get("num_inference_steps") or int(self._native.defaults()["num_inference_steps"])
         bar = self._progress_bar(steps)
         torch_latents = _convert.torch_module() is not None

@@ -269,7 +269,7 @@ class PyPipeline {
   // One call: `fields` maps request fields (by name) to values of their kinds (python/kiln/_request.py
   // converts diffusers' keyword arguments). `on_step(step, num_steps, timestep, latents)` may return new
   // latents (an array) or True to stop, or None.
-  nb::dict generate(const nb::dict& fields, std::optional<nb::callable> on_step, bool widen_bfloat16) {
+  static PipelineRequest request_of(const nb::dict& fields) {
     PipelineRequest r;
     for (const auto& [key, value] : fields) {
       const std::string name = nb::cast<std::string>(key);
@@ -277,6 +277,14 @@ class PyPipeline {
       if (field == nullptr) throw RequestError(name, "no request field " + name);
       field->set(r, field_value(*field, value));
     }
+    return r;
+  }
+
+  // The checks a call makes before it runs (RequestError naming the field), without running it.
+  void check(const nb::dict& fields) const { pipe_->check_request(request_of(fields)); }
+
+  nb::dict generate(const nb::dict& fields, std::optional<nb::callable> on_step, bool widen_bfloat16) {
+    PipelineRequest r = request_of(fields);
     if (on_step) {
       nb::callable callback = *on_step;
       r.callback_on_step_end = [callback, widen_bfloat16](StepState& s) {
@@ -461,6 +469,7 @@ NB_MODULE(_kiln, m) {
       .def("delete_adapters", &PyPipeline::delete_adapters, nb::arg("names"))
       .def("get_active_adapters", &PyPipeline::get_active_adapters)
       .def("get_list_adapters", &PyPipeline::get_list_adapters)
+      .def("check", &PyPipeline::check, nb::arg("fields"))
       .def("generate", &PyPipeline::generate, nb::arg("fields"), nb::arg("on_step") = nb::none(),
            nb::arg("widen_bfloat16") = false);
 }

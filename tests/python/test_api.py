@@ -157,3 +157,16 @@ def test_a_model_folders_recommended_call_is_what_a_bare_call_takes():
     assert list(bare.getdata()) == list(written.getdata())
     tiny = kiln.DiffusionPipeline.from_pretrained(data_path("models", "flux-tiny-schnell"))
     assert tiny.defaults_source == "the family's defaults (FluxPipeline)"
+
+
+def test_a_refused_call_draws_no_progress_bar(tiny_flux, capsys):
+    """The call's checks run before its progress bar appears: a refused request prints nothing but the error."""
+    tiny_flux.set_progress_bar_config(disable=False)
+    try:
+        with pytest.raises(kiln.RequestError, match="height"):
+            tiny_flux(**small_call(height=40))
+        assert "%" not in capsys.readouterr().err
+        tiny_flux(**small_call())  # an accepted one still draws it
+        assert "%" in capsys.readouterr().err
+    finally:
+        tiny_flux.set_progress_bar_config(disable=True)
