@@ -39,6 +39,27 @@ ModelPool::ModelPool(const std::vector<std::string>& refs, Loader load, Policy p
   }
   pipelines_.resize(models_.size());
   loading_.resize(models_.size(), false);
+  last_used_.resize(models_.size(), 0);
+  estimates_.resize(models_.size(), -1);
+}
+
+int64_t ModelPool::estimate_of(size_t i) {
+  if (estimates_[i] < 0) estimates_[i] = std::min(policy_.estimate(models_[i].ref), policy_.budget);
+  return estimates_[i];
+}
+
+void ModelPool::make_room(size_t keep, int64_t need) {
+  for (;;) {
+    int64_t held = 0;
+    size_t oldest = models_.size();
+    for (size_t j = 0; j < models_.size(); ++j) {
+      if (!pipelines_[j] || j == keep) continue;
+      held += estimate_of(j);
+      if (oldest == models_.size() || last_used_[j] < last_used_[oldest]) oldest = j;
+    }
+    if (held + need <= policy_.budget || oldest == models_.size()) return;
+    pipelines_[oldest].reset();  // a job running on it keeps it until it ends
+  }
 }
 
 std::vector<std::string> ModelPool::folders_in(const std::string& dir,
@@ -99,11 +120,18 @@ std::shared_ptr<DiffusionPipeline> ModelPool::acquire(const std::string& id) {
     std::unique_lock lock(mutex_);
     // Another thread (an operator's load, or the model's lane) is loading it: its load serves both.
     loaded_cv_.wait(lock, [&] { return !loading_[i]; });
+    last_used_[i] = ++tick_;
     if (pipelines_[i]) return pipelines_[i];
-    // Under a budget the other model goes first, so that the two never hold their weights together. (A
-    // handler checking a request against it may hold it a moment longer.)
-    if (policy_.one_at_a_time)
-      for (auto& other : pipelines_) other.reset();
+    // Under a budget the models loaded before go first, so that they never hold more than it together: the
+    // least recently used until this one fits (with estimates), else all of them. (A handler checking a request
+    // against one may hold it a moment longer.)
+    if (policy_.one_at_a_time) {
+      if (policy_.estimate) {
+        make_room(i, estimate_of(i));
+      } else {
+        for (auto& other : pipelines_) other.reset();
+      }
+    }
     loading_[i] = true;
   }
   // Loading takes long: outside the lock, so that requests are still checked and answered meanwhile.

@@ -3,7 +3,9 @@
 // start and stays loaded, or (with --models-dir) each model when a job first asks for it. With one
 // (--max-memory), a model is loaded when a job first asks for it, and the model loaded before it is unloaded
 // first: the budget holds one model's weights at a time (each configured with that budget, as `kiln generate
-// --max-memory` does), and their jobs run one at a time. An operator may load or unload a model by name.
+// --max-memory` does), and their jobs run one at a time. With an estimate of each model's weights, the budget
+// holds as many models as fit, the least recently used unloaded first to make room. An operator may load or
+// unload a model by name.
 #pragma once
 
 #include <condition_variable>
@@ -21,6 +23,8 @@ class ModelPool {
  public:
   // Loads and configures the pipeline of a model, given its --model value.
   using Loader = std::function<std::unique_ptr<DiffusionPipeline>(const std::string& ref)>;
+  // The bytes a model's weights will hold once loaded (before loading it), given its --model value.
+  using Estimate = std::function<int64_t(const std::string& ref)>;
 
   struct Model {
     std::string id;   // what clients name it (GET /v1/models): a repo id as given, else the folder's name
@@ -30,7 +34,9 @@ class ModelPool {
 
   struct Policy {
     bool on_demand = false;   // load a model when a job (or an operator) first asks for it, not at start
-    bool one_at_a_time = false;  // under a memory budget: one model's weights at a time, one job at a time
+    bool one_at_a_time = false;  // under a memory budget: one job at a time, the models' weights within it
+    int64_t budget = 0;          // that budget in bytes; with `estimate`, models share it (LRU), else one at a time
+    Estimate estimate;
   };
 
   // Reads each model's model_index.json (nothing is loaded yet); throws naming a model that is missing, of a
@@ -75,6 +81,13 @@ class ModelPool {
   std::condition_variable loaded_cv_;
   std::vector<std::shared_ptr<DiffusionPipeline>> pipelines_;  // by index in models_; null: not loaded
   std::vector<bool> loading_;                                   // by index: a thread is loading it now
+  std::vector<uint64_t> last_used_;                             // by index: acquire's tick when last asked for
+  std::vector<int64_t> estimates_;                              // by index: the weights' bytes (-1: not yet)
+  uint64_t tick_ = 0;
+  // Under a budget with estimates: unloads the least recently used models (not `keep`) until `need` more bytes
+  // fit beside the loaded ones. Called with the lock held.
+  void make_room(size_t keep, int64_t need);
+  int64_t estimate_of(size_t i);
 };
 
 }  // namespace kiln::serve

@@ -24,6 +24,9 @@
 #include "cli/serve/tensor_parallel_jobs.h"
 #include "kiln/core/error.h"
 #include "kiln/core/signals.h"
+#include "kiln/io/model_summary.h"
+#include "kiln/pipelines/loaded_weights.h"
+#include "kiln/pipelines/weight_packing.h"
 #include "kiln/dist/local_ranks.h"
 #include "kiln/dist/process_group.h"
 
@@ -103,8 +106,21 @@ void serve_on_rank(const ServeArgs& args, const Device& first_device) {
     if (dist::rank() == 0)
       for (const auto& [folder, why] : skipped) std::fprintf(stderr, "kiln: --models-dir: skipped %s: %s\n", folder.c_str(), why.c_str());
   }
-  const serve::ModelPool::Policy policy{.on_demand = args.execution.max_memory.has_value() || !args.models_dir.empty(),
-                                        .one_at_a_time = args.execution.max_memory.has_value()};
+  serve::ModelPool::Policy policy{.on_demand = args.execution.max_memory.has_value() || !args.models_dir.empty(),
+                                  .one_at_a_time = args.execution.max_memory.has_value()};
+  if (args.execution.max_memory) {
+    // Under --max-memory the models share the budget: each counted by the weights it will read (as `kiln info`
+    // counts them), the least recently used unloaded to make room.
+    policy.budget = parse_byte_budget(*args.execution.max_memory, "--max-memory");
+    const int64_t bytes_per_parameter = static_cast<int64_t>(dtype_size(parse_dtype(args.execution.dtype)));
+    policy.estimate = [bytes_per_parameter](const std::string& ref) {
+      const io::ModelSummary summary = io::summarize_model(ref);
+      int64_t parameters = 0;
+      for (const io::ComponentSummary& c : summary.components)
+        if (c.has_weights) parameters += loaded_weights(summary, c).parameters;
+      return parameters * bytes_per_parameter;
+    };
+  }
   serve::ModelPool pool(
       models, [&](const std::string& ref) { return load_pipeline(ref, args.execution, device); }, policy);
   if (!policy.on_demand) pool.load_all();

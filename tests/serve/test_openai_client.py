@@ -297,3 +297,36 @@ def test_a1111_txt2img_is_served_as_front_ends_send_it(tmp_path):
             assert json.load(refused.value)["error"]["param"] == field
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_under_max_memory_models_share_the_budget_least_recently_used_out_first(tmp_path):
+    """--max-memory holds as many models as fit (each counted by the weights it reads, as kiln info counts them);
+    a job for one that does not fit unloads the least recently used first. f32 weights: chroma-tiny 1.0 MiB,
+    flux-tiny-schnell 1.4 MiB, z-image-tiny 3.0 MiB, under 4.5 MiB."""
+    from conftest import CHROMA, FLUX, Z_IMAGE, Server
+
+    server = Server("--model", CHROMA, "--model", FLUX, "--model", Z_IMAGE, "--max-memory", "4.5MiB")
+
+    def loaded():
+        return sorted(m.id for m in client(server).models.list().data if m.model_dump()["kiln"]["loaded"])
+
+    def job(model):
+        generate(client(server), model, "a red circle", 1, guidance=0)
+
+    try:
+        assert loaded() == []
+        job("chroma-tiny")
+        job("flux-tiny-schnell")
+        assert loaded() == ["chroma-tiny", "flux-tiny-schnell"]  # 2.4 MiB: both fit
+        job("z-image-tiny")  # 3.0 more: the least recently used (chroma) goes
+        assert loaded() == ["flux-tiny-schnell", "z-image-tiny"]
+        job("flux-tiny-schnell")  # loaded: nothing moves
+        assert loaded() == ["flux-tiny-schnell", "z-image-tiny"]
+        job("chroma-tiny")  # now z-image is the least recently used
+        assert loaded() == ["chroma-tiny", "flux-tiny-schnell"]
+        # And the image is the one kiln generate makes with the same budget.
+        served = generate(client(server), "z-image-tiny", "a red circle", 4, guidance=0)
+        written = kiln_generate(tmp_path, Z_IMAGE, "a red circle", 4, size=TINY["size"], steps=TINY["steps"], guidance=0)
+        np.testing.assert_array_equal(decode_png(served)[0], decode_png(written)[0])
+    finally:
+        assert server.stop() == 0, server.log()
