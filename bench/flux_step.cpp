@@ -16,10 +16,10 @@
 
 #include "bench_util.h"
 #include "bf16_ceiling.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/kiln.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/ops/attention.h"
-#include "kiln/families/flux1/flux_pipeline.h"
 
 namespace {
 

@@ -53,8 +53,8 @@ std::string flag_for(const std::string& field, bool editing) {
   return flag_of(field);
 }
 
-// The request the flags describe, with placeholders for --init-image's image, so that a pipeline that does not
-// take it refuses it before any file is read.
+// The request the flags describe, with placeholders for --init-image's image, so that a pipeline that does
+// not take it refuses it before any file is read.
 PipelineRequest request_from(const GenerateArgs& args, PipelineRequest request) {
   if (args.init_image) request.image.insert(request.image.begin(), Image());
   return request;
@@ -156,7 +156,8 @@ void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, co
   // The packed copies are the cpu's matmuls'; on a device they are never made, so the plan is not reported.
   if (reporting && device.type == DeviceType::CPU)
     std::fprintf(stderr, "kiln: %s\n", pipe->weight_packing().describe().c_str());
-  // Where the values of the flags left out come from: the folder's recommended call, or the family's defaults.
+  // Where the values of the flags left out come from: the folder's recommended call, or the family's
+  // defaults.
   if (reporting && pipe->recommended_call())
     std::fprintf(stderr, "kiln: flags left out take %s's recommended call (%s)\n",
                  pipe->recommended_call()->path.c_str(), pipe->recommended_call()->describe().c_str());

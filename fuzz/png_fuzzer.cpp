@@ -3,9 +3,9 @@
 // checks, then a decoded image goes through the FLUX.2 pipelines' preprocessing (size checks, the Lanczos
 // shrink of a large image, centre crop, RGB conversion), which must give [1, 3, h, w] with h and w multiples
 // of 16.
+#include "families/flux2/flux2_reference_image.h"
 #include "fuzz_support.h"
 #include "kiln/pipelines/image.h"
-#include "families/flux2/flux2_reference_image.h"
 
 using namespace kiln;
 

@@ -1,11 +1,10 @@
 // The request bodies of `kiln serve` (POST /v1/images/generations, POST /v1/generate; and AUTOMATIC1111's
-// POST /sdapi/v1/txt2img, through serve::a1111_txt2img_body, whose output must be a body Kiln's parser reads or
-// refuses by name): any bytes through
-// serve::parse_generation_params, which must answer bad input with a RequestError (a kiln::Error) and
-// accept only values inside the request's declared ranges (kiln/pipelines/request_fields.h). A body it accepts
-// must survive the trip the server makes with it: written back as JSON (to_json_text, what rank 0 sends the
-// other ranks) and read again to the same fields, and turned into a pipeline request that every registered
-// class either takes or refuses with a RequestError.
+// POST /sdapi/v1/txt2img, through serve::a1111_txt2img_body, whose output must be a body Kiln's parser reads
+// or refuses by name): any bytes through serve::parse_generation_params, which must answer bad input with a
+// RequestError (a kiln::Error) and accept only values inside the request's declared ranges
+// (kiln/pipelines/request_fields.h). A body it accepts must survive the trip the server makes with it:
+// written back as JSON (to_json_text, what rank 0 sends the other ranks) and read again to the same fields,
+// and turned into a pipeline request that every registered class either takes or refuses with a RequestError.
 #include <string>
 #include <variant>
 

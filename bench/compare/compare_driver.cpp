@@ -9,7 +9,8 @@
 //   PyTorch's output for the same inputs ("expected"), the max relative error max|kiln - torch| / max|torch|.
 //
 // Usage:
-//   bench_compare_driver --model flux|flux2|sd3|zimage|t5 [--mode eager|fuse|compile|compile-blocks] [--steps N]
+//   bench_compare_driver --model flux|flux2|sd3|zimage|t5 [--mode eager|fuse|compile|compile-blocks] [--steps
+//   N]
 //                        (--checkpoint DIR [--inputs FILE] | --random [--size PX] [--layers N] [--tiny])
 //                        [--matmul-reps N (0 = skip the matmul timing)]
 // --size is the image side in pixels for flux, flux2, sd3 and zimage (512, 1024) and the token count for t5.
@@ -42,13 +43,13 @@
 #include "../bench_util.h"
 #include "../bf16_ceiling.h"
 #include "backends/cpu/cpu_features.h"
+#include "kiln/families/z_image/z_image_transformer.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/kiln.h"
 #include "kiln/models/flux2_transformer.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/models/sd3_transformer.h"
 #include "kiln/models/t5_encoder.h"
-#include "kiln/families/z_image/z_image_transformer.h"
 
 namespace {
 
@@ -66,12 +67,13 @@ struct Options {
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "bench_compare_driver: %s\nusage: bench_compare_driver --model flux|flux2|sd3|zimage|t5 [--mode "
-               "eager|fuse|compile|compile-blocks] [--steps N] (--checkpoint DIR [--inputs FILE] | --random "
-               "[--size PX] "
-               "[--layers N] [--tiny]) [--matmul-reps N]\n",
-               why.c_str());
+  std::fprintf(
+      stderr,
+      "bench_compare_driver: %s\nusage: bench_compare_driver --model flux|flux2|sd3|zimage|t5 [--mode "
+      "eager|fuse|compile|compile-blocks] [--steps N] (--checkpoint DIR [--inputs FILE] | --random "
+      "[--size PX] "
+      "[--layers N] [--tiny]) [--matmul-reps N]\n",
+      why.c_str());
   std::exit(2);
 }
 
@@ -516,19 +518,23 @@ Case t5_case(const Options& o, const InputFile& in) {
   return out;
 }
 
-// Z-Image: every block's q, k, v and out (d x d), SwiGLU's w1 and w3 (d x f) and w2 (f x d), over its own rows (the
-// noise refiner: the image's tokens; the context refiner: the caption's; the main layers: both); the patch
-// embedding and the final projection. Token runs are padded to multiples of 32, as the model pads them.
+// Z-Image: every block's q, k, v and out (d x d), SwiGLU's w1 and w3 (d x f) and w2 (f x d), over its own
+// rows (the noise refiner: the image's tokens; the context refiner: the caption's; the main layers: both);
+// the patch embedding and the final projection. Token runs are padded to multiples of 32, as the model pads
+// them.
 Workload z_image_workload(const kiln::models::ZImageTransformerConfig& c, int64_t n, int64_t l) {
   const auto pad = [](int64_t x) { return (x + 31) / 32 * 32; };
   const int64_t d = c.dim, f = c.ffn_hidden(), np = pad(n), lp = pad(l), s = np + lp;
   Workload w;
   w.linears = {{n, c.patch_features(), d, 1}, {l, c.cap_feat_dim, d, 1}, {n, d, c.patch_features(), 1}};
-  for (const auto& [rows, blocks] : {std::pair{np, c.n_refiner_layers}, {lp, c.n_refiner_layers}, {s, c.n_layers}})
-    w.linears.insert(w.linears.end(), {{rows, d, d, 4 * blocks}, {rows, d, f, 2 * blocks}, {rows, f, d, blocks}});
-  w.attention_flops = 4.0 * d *
-                      (static_cast<double>(np) * np * c.n_refiner_layers + static_cast<double>(lp) * lp * c.n_refiner_layers +
-                       static_cast<double>(s) * s * c.n_layers);
+  for (const auto& [rows, blocks] :
+       {std::pair{np, c.n_refiner_layers}, {lp, c.n_refiner_layers}, {s, c.n_layers}})
+    w.linears.insert(w.linears.end(),
+                     {{rows, d, d, 4 * blocks}, {rows, d, f, 2 * blocks}, {rows, f, d, blocks}});
+  w.attention_flops =
+      4.0 * d *
+      (static_cast<double>(np) * np * c.n_refiner_layers + static_cast<double>(lp) * lp * c.n_refiner_layers +
+       static_cast<double>(s) * s * c.n_layers);
   return w;
 }
 
@@ -565,8 +571,8 @@ Case z_image_case(const Options& o, const InputFile& in) {
   const int64_t h = latents.shape()[2], w = latents.shape()[3];
   out.work = z_image_workload(c, (h / 2) * (w / 2), caption.shape()[0]);
   std::ostringstream d;
-  d << "zimage " << c.n_refiner_layers << "+" << c.n_refiner_layers << "+" << c.n_layers << " blocks, width " << c.dim
-    << ", " << (h / 2) * (w / 2) << " image + " << caption.shape()[0] << " caption tokens";
+  d << "zimage " << c.n_refiner_layers << "+" << c.n_refiner_layers << "+" << c.n_layers << " blocks, width "
+    << c.dim << ", " << (h / 2) * (w / 2) << " image + " << caption.shape()[0] << " caption tokens";
   out.work.description = d.str();
   auto* m = model.get();
   // PyTorch's output is the one image's [C, 1, H, W].
@@ -604,11 +610,11 @@ int run(const Options& o) {
     if (o.inputs.empty()) usage("--checkpoint needs --inputs FILE (written by compare.py)");
     in.file = std::make_unique<kiln::io::SafetensorsFile>(o.inputs);
   }
-  Case c = o.model == "flux"    ? flux_case(o, in)
-           : o.model == "flux2" ? flux2_case(o, in)
-           : o.model == "sd3"   ? sd3_case(o, in)
+  Case c = o.model == "flux"     ? flux_case(o, in)
+           : o.model == "flux2"  ? flux2_case(o, in)
+           : o.model == "sd3"    ? sd3_case(o, in)
            : o.model == "zimage" ? z_image_case(o, in)
-                                : t5_case(o, in);
+                                 : t5_case(o, in);
   c.expected = in.expected();
   const double weight_bytes = static_cast<double>(c.model->parameter_bytes(kiln::bfloat16));
 

@@ -170,8 +170,9 @@ json field_json(const RequestField& f, const FieldValue& value) {
   return std::visit(
       [](const auto& v) -> json {
         using V = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, std::string> || std::is_same_v<V, int64_t> || std::is_same_v<V, double> ||
-                      std::is_same_v<V, bool> || std::is_same_v<V, std::vector<int64_t>>)
+        if constexpr (std::is_same_v<V, std::string> || std::is_same_v<V, int64_t> ||
+                      std::is_same_v<V, double> || std::is_same_v<V, bool> ||
+                      std::is_same_v<V, std::vector<int64_t>>)
           return v;
         else
           return nullptr;
@@ -219,11 +220,14 @@ void read_size(const json& v, GenerationParams& params) {
 // "loras": [{"name": "style", "scale": 0.8}, ...]: names of plain files (no path), finite scales.
 void read_loras(const json& v, GenerationParams& params) {
   const char* key = "loras";
-  if (!v.is_array()) refuse(key, std::string("expected a list of {\"name\": ..., \"scale\": ...}, got ") + type_name(v));
+  if (!v.is_array())
+    refuse(key, std::string("expected a list of {\"name\": ..., \"scale\": ...}, got ") + type_name(v));
   if (v.size() > kMaxRequestLoras)
-    refuse(key, std::to_string(v.size()) + " adapters; at most " + std::to_string(kMaxRequestLoras) + " per request");
+    refuse(key, std::to_string(v.size()) + " adapters; at most " + std::to_string(kMaxRequestLoras) +
+                    " per request");
   for (const json& entry : v) {
-    if (!entry.is_object()) refuse(key, std::string("each adapter is {\"name\": ..., \"scale\": ...}, got ") + type_name(entry));
+    if (!entry.is_object())
+      refuse(key, std::string("each adapter is {\"name\": ..., \"scale\": ...}, got ") + type_name(entry));
     LoraChoice choice;
     for (const auto& [field, value] : entry.items()) {
       if (field == "name") {
@@ -232,7 +236,8 @@ void read_loras(const json& v, GenerationParams& params) {
         choice.name = value.get<std::string>();
         if (choice.name.size() > 255 || choice.name.find_first_of("/\\") != std::string::npos ||
             choice.name.front() == '.' || choice.name.find('\0') != std::string::npos)
-          refuse(key, "an adapter's name is a file name in the server's --lora-dir (no path), got " + shown(value));
+          refuse(key, "an adapter's name is a file name in the server's --lora-dir (no path), got " +
+                          shown(value));
       } else if (field == "scale" || field == "weight") {
         if (!value.is_number() || !std::isfinite(value.get<double>()) || std::fabs(value.get<double>()) > 1e6)
           refuse(key, "an adapter's scale must be a finite number, got " + shown(value));

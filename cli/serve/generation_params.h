@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <vector>
 #include <string_view>
+#include <vector>
 
 #include "kiln/pipelines/pipeline_request.h"
 
@@ -33,8 +33,8 @@ inline constexpr size_t kMaxRequestLoras = 16;
 
 struct GenerationParams {
   std::string model;  // as the client named it; empty: the server's first model
-  // "loras": [{"name": ..., "scale": ...}]: the adapters this job runs with (unfused, for this job only); empty:
-  // none.
+  // "loras": [{"name": ..., "scale": ...}]: the adapters this job runs with (unfused, for this job only);
+  // empty: none.
   std::vector<LoraChoice> loras;
   // The fields the body sets (unset: the pipeline's defaults); the generator only from "seed" (unset: a seed
   // chosen at random when the job is queued).

@@ -12,11 +12,11 @@
 
 namespace kiln::serve {
 
-// Runs it with the adapters it asked for (`loras`: --lora-dir), and no other. Leaves `job` succeeded, failed (400 naming the JSON field for a request the pipeline refused, 500 for
-// anything else) or cancelled (its token set: by its client, by a DELETE, by the shutdown).
-// `announce` (rank 0 under --tp: tensor_parallel_jobs.h) is called before the model is acquired; the pipeline
-// is then called even for a job cancelled meanwhile, since the other ranks make the same call (the call
-// stops at once, on every rank).
+// Runs it with the adapters it asked for (`loras`: --lora-dir), and no other. Leaves `job` succeeded, failed
+// (400 naming the JSON field for a request the pipeline refused, 500 for anything else) or cancelled (its
+// token set: by its client, by a DELETE, by the shutdown). `announce` (rank 0 under --tp:
+// tensor_parallel_jobs.h) is called before the model is acquired; the pipeline is then called even for a job
+// cancelled meanwhile, since the other ranks make the same call (the call stops at once, on every rank).
 void run_job(Job& job, ModelPool& pool, Metrics& metrics, const LoraLibrary& loras,
              const std::function<void(const Job&)>& announce = {});
 

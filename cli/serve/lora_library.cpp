@@ -18,8 +18,9 @@ constexpr const char* kExtension = ".safetensors";
 LoraLibrary::LoraLibrary(std::string dir) : dir_(std::move(dir)) {
   if (dir_.empty()) return;
   std::error_code error;
-  KILN_CHECK(fs::is_directory(dir_, error), "--lora-dir " << dir_ << ": not a folder (the LoRA files a request may "
-                                                                     "name, as <name>.safetensors)");
+  KILN_CHECK(fs::is_directory(dir_, error), "--lora-dir " << dir_
+                                                          << ": not a folder (the LoRA files a request may "
+                                                             "name, as <name>.safetensors)");
 }
 
 std::vector<std::string> LoraLibrary::names() const {
@@ -27,7 +28,8 @@ std::vector<std::string> LoraLibrary::names() const {
   if (dir_.empty()) return out;
   std::error_code error;
   for (const fs::directory_entry& e : fs::directory_iterator(dir_, error))
-    if (e.is_regular_file(error) && e.path().extension() == kExtension) out.push_back(e.path().stem().string());
+    if (e.is_regular_file(error) && e.path().extension() == kExtension)
+      out.push_back(e.path().stem().string());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -39,14 +41,15 @@ std::string LoraLibrary::path_of(const std::string& name) const {
 void LoraLibrary::check(const std::vector<LoraChoice>& loras) const {
   if (loras.empty()) return;
   if (dir_.empty())
-    throw RequestError("loras", "loras: this server offers no LoRA adapters (start kiln serve with --lora-dir DIR)");
+    throw RequestError("loras",
+                       "loras: this server offers no LoRA adapters (start kiln serve with --lora-dir DIR)");
   for (const LoraChoice& l : loras) {
     std::error_code error;
     if (!fs::is_regular_file(path_of(l.name), error)) {
       std::string offered;
       for (const std::string& n : names()) offered += (offered.empty() ? "" : ", ") + n;
-      throw RequestError("loras", "loras: no adapter named '" + l.name + "' (offered: " +
-                                      (offered.empty() ? "none" : offered) + ")");
+      throw RequestError("loras", "loras: no adapter named '" + l.name +
+                                      "' (offered: " + (offered.empty() ? "none" : offered) + ")");
     }
   }
 }
@@ -67,8 +70,8 @@ void LoraLibrary::use(DiffusionPipeline& pipe, const std::vector<LoraChoice>& lo
       } catch (const RequestError&) {
         throw;
       } catch (const Error& e) {
-        throw RequestError("loras", "loras: adapter '" + l.name + "' does not fit " + pipe.class_name() + ": " +
-                                        e.what());
+        throw RequestError(
+            "loras", "loras: adapter '" + l.name + "' does not fit " + pipe.class_name() + ": " + e.what());
       }
     }
     names.push_back(l.name);

@@ -1,7 +1,8 @@
-// The LoRA adapters `kiln serve --lora-dir DIR` offers: DIR's .safetensors files, by name (the file name without
-// its extension). A request asks for some with "loras": [{"name": ..., "scale": ...}]; its job runs with exactly
-// those (unfused, at those scales) and the next job with its own: each adapter is loaded into a model's pipeline
-// the first time a job asks for it and stays loaded, and switching adapters builds no program.
+// The LoRA adapters `kiln serve --lora-dir DIR` offers: DIR's .safetensors files, by name (the file name
+// without its extension). A request asks for some with "loras": [{"name": ..., "scale": ...}]; its job runs
+// with exactly those (unfused, at those scales) and the next job with its own: each adapter is loaded into a
+// model's pipeline the first time a job asks for it and stays loaded, and switching adapters builds no
+// program.
 #pragma once
 
 #include <string>
@@ -23,10 +24,10 @@ class LoraLibrary {
   std::vector<std::string> names() const;
   // Refuses (RequestError naming "loras") a choice of an adapter the folder does not hold.
   void check(const std::vector<LoraChoice>& loras) const;
-  // Makes `pipe` run with exactly `loras`: loads those it has not loaded yet (named after their files) and sets
-  // them active at their scales; none: every adapter inactive (the plain path, bit for bit). A file that does not
-  // fit the model fails with RequestError naming "loras" and the file. The caller holds the model's lane, so no
-  // other job uses `pipe` meanwhile.
+  // Makes `pipe` run with exactly `loras`: loads those it has not loaded yet (named after their files) and
+  // sets them active at their scales; none: every adapter inactive (the plain path, bit for bit). A file that
+  // does not fit the model fails with RequestError naming "loras" and the file. The caller holds the model's
+  // lane, so no other job uses `pipe` meanwhile.
   void use(DiffusionPipeline& pipe, const std::vector<LoraChoice>& loras) const;
 
  private:

@@ -25,7 +25,8 @@ std::string model_id(const std::string& ref, const io::ResolvedModel& resolved) 
 
 ModelPool::ModelPool(const std::vector<std::string>& refs, Loader load, Policy policy)
     : load_(std::move(load)), policy_(policy) {
-  KILN_CHECK(!refs.empty(), "kiln serve: give at least one --model (or a --models-dir holding model folders)");
+  KILN_CHECK(!refs.empty(),
+             "kiln serve: give at least one --model (or a --models-dir holding model folders)");
   for (const std::string& ref : refs) {
     const io::ResolvedModel resolved = io::resolve_model(ref);
     const io::ModelIndex index = io::load_model_index(resolved.path);
@@ -123,8 +124,8 @@ std::shared_ptr<DiffusionPipeline> ModelPool::acquire(const std::string& id) {
     last_used_[i] = ++tick_;
     if (pipelines_[i]) return pipelines_[i];
     // Under a budget the models loaded before go first, so that they never hold more than it together: the
-    // least recently used until this one fits (with estimates), else all of them. (A handler checking a request
-    // against one may hold it a moment longer.)
+    // least recently used until this one fits (with estimates), else all of them. (A handler checking a
+    // request against one may hold it a moment longer.)
     if (policy_.one_at_a_time) {
       if (policy_.estimate) {
         make_room(i, estimate_of(i));

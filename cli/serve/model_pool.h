@@ -1,6 +1,6 @@
-// The models `kiln serve` serves (--model, repeated, and the folders of --models-dir), by name, and their loaded
-// pipelines. Without a memory budget, pipelines of different models run side by side: every --model is loaded at
-// start and stays loaded, or (with --models-dir) each model when a job first asks for it. With one
+// The models `kiln serve` serves (--model, repeated, and the folders of --models-dir), by name, and their
+// loaded pipelines. Without a memory budget, pipelines of different models run side by side: every --model is
+// loaded at start and stays loaded, or (with --models-dir) each model when a job first asks for it. With one
 // (--max-memory), a model is loaded when a job first asks for it, and the model loaded before it is unloaded
 // first: the budget holds one model's weights at a time (each configured with that budget, as `kiln generate
 // --max-memory` does), and their jobs run one at a time. With an estimate of each model's weights, the budget
@@ -33,9 +33,9 @@ class ModelPool {
   };
 
   struct Policy {
-    bool on_demand = false;   // load a model when a job (or an operator) first asks for it, not at start
+    bool on_demand = false;      // load a model when a job (or an operator) first asks for it, not at start
     bool one_at_a_time = false;  // under a memory budget: one job at a time, the models' weights within it
-    int64_t budget = 0;          // that budget in bytes; with `estimate`, models share it (LRU), else one at a time
+    int64_t budget = 0;  // that budget in bytes; with `estimate`, models share it (LRU), else one at a time
     Estimate estimate;
   };
 
@@ -64,8 +64,8 @@ class ModelPool {
 
   // The model's pipeline if it is loaded now, else null.
   std::shared_ptr<DiffusionPipeline> loaded(const std::string& id) const;
-  // The model's pipeline, loaded first when it is not (unloading the other model under a budget). A thread that
-  // asks while another loads the same model waits for that load.
+  // The model's pipeline, loaded first when it is not (unloading the other model under a budget). A thread
+  // that asks while another loads the same model waits for that load.
   std::shared_ptr<DiffusionPipeline> acquire(const std::string& id);
   // Forgets the model's pipeline (a job running on it keeps it until it ends); false when it was not loaded.
   bool unload(const std::string& id);
@@ -80,12 +80,12 @@ class ModelPool {
   mutable std::mutex mutex_;
   std::condition_variable loaded_cv_;
   std::vector<std::shared_ptr<DiffusionPipeline>> pipelines_;  // by index in models_; null: not loaded
-  std::vector<bool> loading_;                                   // by index: a thread is loading it now
-  std::vector<uint64_t> last_used_;                             // by index: acquire's tick when last asked for
-  std::vector<int64_t> estimates_;                              // by index: the weights' bytes (-1: not yet)
+  std::vector<bool> loading_;                                  // by index: a thread is loading it now
+  std::vector<uint64_t> last_used_;                            // by index: acquire's tick when last asked for
+  std::vector<int64_t> estimates_;                             // by index: the weights' bytes (-1: not yet)
   uint64_t tick_ = 0;
-  // Under a budget with estimates: unloads the least recently used models (not `keep`) until `need` more bytes
-  // fit beside the loaded ones. Called with the lock held.
+  // Under a budget with estimates: unloads the least recently used models (not `keep`) until `need` more
+  // bytes fit beside the loaded ones. Called with the lock held.
   void make_room(size_t keep, int64_t need);
   int64_t estimate_of(size_t i);
 };

@@ -1,7 +1,7 @@
-// AUTOMATIC1111's web UI API, the one many front-ends speak: POST /sdapi/v1/txt2img answers {"images": [base64
-// PNG, ...], "parameters": the body as given, "info": a JSON string of what ran (seed, size, steps, model)}.
-// The body becomes Kiln's generation request (cli/serve/a1111_params.h); its errors are Kiln's (400 naming the
-// A1111 field).
+// AUTOMATIC1111's web UI API, the one many front-ends speak: POST /sdapi/v1/txt2img answers {"images":
+// [base64 PNG, ...], "parameters": the body as given, "info": a JSON string of what ran (seed, size, steps,
+// model)}. The body becomes Kiln's generation request (cli/serve/a1111_params.h); its errors are Kiln's (400
+// naming the A1111 field).
 #include <utility>
 #include <vector>
 

@@ -66,7 +66,8 @@ void generate_images(const httplib::Request& req, httplib::Response& res, Server
                  {"queue_seconds", end.queue_seconds},
                  {"run_seconds", end.run_seconds}}}};
   const PipelineRequest& asked = job->params().request;
-  if (asked.width && asked.height) body["size"] = std::to_string(*asked.width) + "x" + std::to_string(*asked.height);
+  if (asked.width && asked.height)
+    body["size"] = std::to_string(*asked.width) + "x" + std::to_string(*asked.height);
   send_json(res, 200, body);
 }
 
@@ -77,10 +78,13 @@ json fields_json(const PipelineClass& c, const std::optional<PipelineDefaults>& 
   json fields = json::array();
   for (const RequestField& f : request_fields()) {
     if (f.json.empty() || !c.takes(f.name)) continue;
-    json field = {{"name", f.name}, {"json", f.json},         {"label", f.label},
-                  {"kind", field_kind_name(f.kind)}, {"help", f.help}};
-    const bool numeric = f.kind == FieldKind::Integer || f.kind == FieldKind::Number ||
-                         f.kind == FieldKind::IntegerList;
+    json field = {{"name", f.name},
+                  {"json", f.json},
+                  {"label", f.label},
+                  {"kind", field_kind_name(f.kind)},
+                  {"help", f.help}};
+    const bool numeric =
+        f.kind == FieldKind::Integer || f.kind == FieldKind::Number || f.kind == FieldKind::IntegerList;
     const double largest = std::numeric_limits<float>::max();
     if (numeric && f.min && *f.min != -largest) field["min"] = *f.min;
     if (numeric && f.max && *f.max != largest) field["max"] = *f.max;
@@ -109,7 +113,8 @@ json models_json(const ModelPool& pool, const LoraLibrary* loras) {
                    {{"model", m.ref},
                     {"pipeline", m.pipeline_class->name},
                     // whether its family loads LoRA adapters (the page offers --lora-dir's for it)
-                    {"takes_lora", m.pipeline_class->family != nullptr && m.pipeline_class->family->lora.has_value()}}}};
+                    {"takes_lora",
+                     m.pipeline_class->family != nullptr && m.pipeline_class->family->lora.has_value()}}}};
     std::optional<PipelineDefaults> defaults;
     std::string defaults_source;
     if (const auto pipe = pool.loaded(m.id)) {
@@ -120,12 +125,13 @@ json models_json(const ModelPool& pool, const LoraLibrary* loras) {
     if (defaults) {
       const PipelineDefaults& d = *defaults;
       model["kiln"]["loaded"] = true;
-      model["kiln"]["defaults"] = {{"size", std::to_string(d.width) + "x" + std::to_string(d.height)},
-                                   {"steps", d.num_inference_steps},
-                                   {"guidance", d.guidance_scale},
-                                   {"max_sequence_length", d.max_sequence_length},
-                                   // the model folder's recommended call, or the family's (diffusers') defaults
-                                   {"source", defaults_source}};
+      model["kiln"]["defaults"] = {
+          {"size", std::to_string(d.width) + "x" + std::to_string(d.height)},
+          {"steps", d.num_inference_steps},
+          {"guidance", d.guidance_scale},
+          {"max_sequence_length", d.max_sequence_length},
+          // the model folder's recommended call, or the family's (diffusers') defaults
+          {"source", defaults_source}};
     } else {
       model["kiln"]["loaded"] = false;
     }
@@ -151,7 +157,8 @@ void load_or_unload(const std::string& name, bool load, httplib::Response& res, 
   if (state.pool.one_at_a_time())
     throw ApiError(409, "invalid_request_error", "model",
                    "model: under --max-memory models are loaded one at a time, by the job that asks for one; "
-                   "submit a job for '" + model->id + "' instead");
+                   "submit a job for '" +
+                       model->id + "' instead");
   const auto start = std::chrono::steady_clock::now();
   const bool was = state.pool.loaded(model->id) != nullptr;
   try {
@@ -176,9 +183,10 @@ void add_openai_routes(httplib::Server& server, ServerState& state) {
     guarded(res, [&] { send_json(res, 200, models_json(state.pool, state.loras)); });
   });
   // For operators: load a model now (rather than at its first job), or free its memory.
-  server.Post(R"(/v1/models/(.+)/(load|unload))", [&state](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] { load_or_unload(req.matches[1], req.matches[2] == "load", res, state); });
-  });
+  server.Post(R"(/v1/models/(.+)/(load|unload))",
+              [&state](const httplib::Request& req, httplib::Response& res) {
+                guarded(res, [&] { load_or_unload(req.matches[1], req.matches[2] == "load", res, state); });
+              });
 }
 
 }  // namespace kiln::serve

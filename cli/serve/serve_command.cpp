@@ -24,11 +24,11 @@
 #include "cli/serve/tensor_parallel_jobs.h"
 #include "kiln/core/error.h"
 #include "kiln/core/signals.h"
+#include "kiln/dist/local_ranks.h"
+#include "kiln/dist/process_group.h"
 #include "kiln/io/model_summary.h"
 #include "kiln/pipelines/loaded_weights.h"
 #include "kiln/pipelines/weight_packing.h"
-#include "kiln/dist/local_ranks.h"
-#include "kiln/dist/process_group.h"
 
 namespace kiln::cli {
 
@@ -83,9 +83,9 @@ std::unique_ptr<DiffusionPipeline> load_pipeline(const std::string& ref, const E
 void log_job_end(const serve::Job& job) {
   const serve::Job::Snapshot s = job.snapshot();
   const serve::GenerationParams& p = job.params();
-  const std::string size = p.request.width && p.request.height ? std::to_string(*p.request.width) + "x" +
-                                                                      std::to_string(*p.request.height)
-                                                                : "default size";
+  const std::string size = p.request.width && p.request.height
+                               ? std::to_string(*p.request.width) + "x" + std::to_string(*p.request.height)
+                               : "default size";
   std::fprintf(stderr, "kiln: %s %s %s, seed %llu: %s after %d step(s) in %.2fs (queued %.2fs)%s%s\n",
                job.id().c_str(), job.model().c_str(), size.c_str(),
                static_cast<unsigned long long>(job.seed()), serve::status_name(s.status), s.step,
@@ -104,13 +104,15 @@ void serve_on_rank(const ServeArgs& args, const Device& first_device) {
     for (const std::string& folder : serve::ModelPool::folders_in(args.models_dir, &skipped))
       if (std::find(models.begin(), models.end(), folder) == models.end()) models.push_back(folder);
     if (dist::rank() == 0)
-      for (const auto& [folder, why] : skipped) std::fprintf(stderr, "kiln: --models-dir: skipped %s: %s\n", folder.c_str(), why.c_str());
+      for (const auto& [folder, why] : skipped)
+        std::fprintf(stderr, "kiln: --models-dir: skipped %s: %s\n", folder.c_str(), why.c_str());
   }
-  serve::ModelPool::Policy policy{.on_demand = args.execution.max_memory.has_value() || !args.models_dir.empty(),
-                                  .one_at_a_time = args.execution.max_memory.has_value()};
+  serve::ModelPool::Policy policy{
+      .on_demand = args.execution.max_memory.has_value() || !args.models_dir.empty(),
+      .one_at_a_time = args.execution.max_memory.has_value()};
   if (args.execution.max_memory) {
-    // Under --max-memory the models share the budget: each counted by the weights it will read (as `kiln info`
-    // counts them), the least recently used unloaded to make room.
+    // Under --max-memory the models share the budget: each counted by the weights it will read (as `kiln
+    // info` counts them), the least recently used unloaded to make room.
     policy.budget = parse_byte_budget(*args.execution.max_memory, "--max-memory");
     const int64_t bytes_per_parameter = static_cast<int64_t>(dtype_size(parse_dtype(args.execution.dtype)));
     policy.estimate = [bytes_per_parameter](const std::string& ref) {
@@ -224,12 +226,14 @@ void add_serve_command(CLI::App& app) {
                   "require `Authorization: Bearer KEY` on every request but the page and /health (read from "
                   "KILN_API_KEY when not given)")
       ->envname("KILN_API_KEY");
-  cmd->add_option("--models-dir", args->models_dir,
-                  "serve every model folder in DIR (its subfolders with a model_index.json of a class Kiln runs), "
-                  "each loaded when a job or POST /v1/models/{id}/load first asks for it");
-  cmd->add_option("--lora-dir", args->lora_dir,
-                  "the LoRA adapters requests may name: DIR's <name>.safetensors files, asked for with \"loras\": "
-                  "[{\"name\": ..., \"scale\": ...}] and applied to that job only");
+  cmd->add_option(
+      "--models-dir", args->models_dir,
+      "serve every model folder in DIR (its subfolders with a model_index.json of a class Kiln runs), "
+      "each loaded when a job or POST /v1/models/{id}/load first asks for it");
+  cmd->add_option(
+      "--lora-dir", args->lora_dir,
+      "the LoRA adapters requests may name: DIR's <name>.safetensors files, asked for with \"loras\": "
+      "[{\"name\": ..., \"scale\": ...}] and applied to that job only");
   add_execution_flags(*cmd, args->execution, "serves HTTP");
   cmd->callback([args] { run_serve(*args); });
 }

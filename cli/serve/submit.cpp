@@ -36,7 +36,8 @@ std::shared_ptr<Job> submit_job(std::string_view body, ServerState& state) {
     if (state.loras != nullptr) {
       state.loras->check(params.loras);
     } else if (!params.loras.empty()) {
-      throw RequestError("loras", "loras: this server offers no LoRA adapters (start kiln serve with --lora-dir DIR)");
+      throw RequestError("loras",
+                         "loras: this server offers no LoRA adapters (start kiln serve with --lora-dir DIR)");
     }
   } catch (const RequestError& e) {
     throw ApiError(400, "invalid_request_error", "loras", e.what());

@@ -15,11 +15,11 @@
 #include <thread>
 
 #include "kiln/core/allocator.h"
-#include "kiln/runtime/device_ledger.h"
 #include "kiln/core/error.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "kiln/pipelines/request_fields.h"
+#include "kiln/runtime/device_ledger.h"
 #include "kiln/runtime/devices.h"
 #include "tensors.h"
 
@@ -66,9 +66,9 @@ Generator generator_of(nb::handle value) {
   return Generator(nb::cast<uint64_t>(value));
 }
 
-// A Python value as the value of `field`, by its kind (python/kiln/_request.py has made images arrays, tensors
-// DLPack-able arrays and generators seeds or torch states). A value of another type is a RequestError naming
-// the field.
+// A Python value as the value of `field`, by its kind (python/kiln/_request.py has made images arrays,
+// tensors DLPack-able arrays and generators seeds or torch states). A value of another type is a RequestError
+// naming the field.
 FieldValue field_value(const RequestField& field, nb::handle value) {
   try {
     switch (field.kind) {

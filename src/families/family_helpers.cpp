@@ -11,13 +11,16 @@
 
 namespace kiln {
 
-std::unique_ptr<nn::Module> shared_unloaded_component(const std::string& class_name, const std::string& folder) {
+std::unique_ptr<nn::Module> shared_unloaded_component(const std::string& class_name,
+                                                      const std::string& folder) {
   using namespace models;
   const std::string config = folder + "/config.json";
-  if (class_name == "AutoencoderKL") return std::make_unique<AutoencoderKL>(AutoencoderKLConfig::from_file(config));
+  if (class_name == "AutoencoderKL")
+    return std::make_unique<AutoencoderKL>(AutoencoderKLConfig::from_file(config));
   if (class_name == "CLIPTextModel" || class_name == "CLIPTextModelWithProjection")
     return std::make_unique<ClipTextModel>(ClipTextConfig::from_file(config));
-  if (class_name == "T5EncoderModel") return std::make_unique<T5EncoderModel>(T5EncoderConfig::from_file(config));
+  if (class_name == "T5EncoderModel")
+    return std::make_unique<T5EncoderModel>(T5EncoderConfig::from_file(config));
   // Every layer: the names of the layers a pipeline reads are the same in the model it builds with fewer.
   if (class_name == "Mistral3ForConditionalGeneration" || class_name == "Qwen3ForCausalLM" ||
       class_name == "Qwen3Model")
@@ -51,8 +54,8 @@ std::optional<LoadedWeights> decoder_text_encoder_weights(
     out.parameters += shape_numel(shape);
   }
   out.note = "Kiln reads the embedding and layers 0-" + std::to_string(need.layers - 1) + " of " +
-             std::to_string(config.num_hidden_layers) + (need.final_norm ? " and the final norm" : "") + " (" +
-             asked + ")";
+             std::to_string(config.num_hidden_layers) + (need.final_norm ? " and the final norm" : "") +
+             " (" + asked + ")";
   return out;
 }
 

@@ -4,8 +4,8 @@
 
 #include <functional>
 #include <initializer_list>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,10 +17,14 @@ namespace kiln {
 // The fields of every class: the size, the schedule, guidance, the generator, the text encoder's tokens, how
 // many images and what the call returns.
 inline const std::vector<std::string>& common_request_fields() {
-  static const std::vector<std::string> fields = {"height",        "width",
-                                                  "num_inference_steps", "guidance_scale",
-                                                  "generator",     "max_sequence_length",
-                                                  "num_images_per_prompt", "output_type"};
+  static const std::vector<std::string> fields = {"height",
+                                                  "width",
+                                                  "num_inference_steps",
+                                                  "guidance_scale",
+                                                  "generator",
+                                                  "max_sequence_length",
+                                                  "num_images_per_prompt",
+                                                  "output_type"};
   return fields;
 }
 
@@ -31,14 +35,14 @@ inline std::vector<std::string> joined_fields(std::initializer_list<std::vector<
   return out;
 }
 
-// The models of the components several families share (AutoencoderKL, T5EncoderModel, the CLIP text models, the
-// decoder-only text encoders: Mistral 3, Qwen3),
-// built from their folders without weights, as a family's unloaded_component builds its own; null for any other
-// class.
-std::unique_ptr<nn::Module> shared_unloaded_component(const std::string& class_name, const std::string& folder);
+// The models of the components several families share (AutoencoderKL, T5EncoderModel, the CLIP text models,
+// the decoder-only text encoders: Mistral 3, Qwen3), built from their folders without weights, as a family's
+// unloaded_component builds its own; null for any other class.
+std::unique_ptr<nn::Module> shared_unloaded_component(const std::string& class_name,
+                                                      const std::string& folder);
 
-// What a pipeline reads of a decoder-only text encoder component (Mistral 3, Qwen3): the embedding and the layers
-// that the hidden states `indices_of(config)` need (0 = the embedding, L = the final norm), for
+// What a pipeline reads of a decoder-only text encoder component (Mistral 3, Qwen3): the embedding and the
+// layers that the hidden states `indices_of(config)` need (0 = the embedding, L = the final norm), for
 // Family::partial_weights; nullopt for any other component.
 std::optional<LoadedWeights> decoder_text_encoder_weights(
     const io::ComponentSummary& component,
@@ -46,7 +50,8 @@ std::optional<LoadedWeights> decoder_text_encoder_weights(
 
 // `Pipeline::from_pretrained` as a PipelineClass's load function.
 template <class Pipeline>
-std::unique_ptr<DiffusionPipeline> load_pipeline(const std::string& model, const PipelineLoadOptions& options) {
+std::unique_ptr<DiffusionPipeline> load_pipeline(const std::string& model,
+                                                 const PipelineLoadOptions& options) {
   return std::make_unique<Pipeline>(Pipeline::from_pretrained(model, options));
 }
 

@@ -1,6 +1,6 @@
 // The model families Kiln runs: one line each. A family is its folder (src/families/<name>/: its pipeline
-// classes, the request fields each takes, its LoRA layouts, its components' models) and its line here; nothing
-// else in Kiln names it (kiln/pipelines/pipeline_registry.h).
+// classes, the request fields each takes, its LoRA layouts, its components' models) and its line here;
+// nothing else in Kiln names it (kiln/pipelines/pipeline_registry.h).
 #include "families/family_helpers.h"
 
 #define KILN_FAMILIES(X) \

@@ -23,7 +23,8 @@ std::optional<std::pair<std::string, std::string>> block_and_rest(const std::str
   return std::make_pair(name.substr(i, digits), name.substr(i + digits + 1));
 }
 
-const OriginalModule* find_module(const std::vector<OriginalModule>& modules, const std::string& name, bool flat) {
+const OriginalModule* find_module(const std::vector<OriginalModule>& modules, const std::string& name,
+                                  bool flat) {
   for (const OriginalModule& m : modules)
     if ((flat ? flattened(m.name) : m.name) == name) return &m;
   return nullptr;
@@ -31,21 +32,24 @@ const OriginalModule* find_module(const std::vector<OriginalModule>& modules, co
 
 }  // namespace
 
-std::vector<OriginalModule>& OriginalLayout::block(const std::string& original, const std::string& diffusers) {
+std::vector<OriginalModule>& OriginalLayout::block(const std::string& original,
+                                                   const std::string& diffusers) {
   for (OriginalBlocks& b : blocks)
     if (b.original == original) return b.modules;
   blocks.push_back({original, diffusers, {}});
   return blocks.back().modules;
 }
 
-std::optional<ModuleTargets> original_module_targets(const OriginalLayout& layout, const std::string& dotted) {
+std::optional<ModuleTargets> original_module_targets(const OriginalLayout& layout,
+                                                     const std::string& dotted) {
   for (const OriginalBlocks& b : layout.blocks) {
     const auto parts = block_and_rest(dotted, b.original + ".", '.');
     if (!parts) continue;
     const OriginalModule* m = find_module(b.modules, parts->second, false);
     if (m == nullptr) return std::nullopt;
     ModuleTargets t;
-    for (const std::string& module : m->modules) t.modules.push_back(b.diffusers + "." + parts->first + "." + module);
+    for (const std::string& module : m->modules)
+      t.modules.push_back(b.diffusers + "." + parts->first + "." + module);
     t.swap_up_halves = m->swap_up_halves;
     return t;
   }

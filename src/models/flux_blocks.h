@@ -53,8 +53,8 @@ class FluxAttention : public nn::Module {
 std::pair<Tensor, Tensor> double_stream_block(const FluxAttention& attn, const GeluTanhFeedForward& ff,
                                               const GeluTanhFeedForward& ff_context, const Tensor& x,
                                               const Tensor& c, const std::vector<Tensor>& image_chunks,
-                                              const std::vector<Tensor>& text_chunks, const FluxRopeTables& rope,
-                                              const Tensor& bias = {});
+                                              const std::vector<Tensor>& text_chunks,
+                                              const FluxRopeTables& rope, const Tensor& bias = {});
 Tensor single_stream_block(const FluxAttention& attn, const nn::Linear& proj_mlp, const nn::Linear& proj_out,
                            const Tensor& s, const std::vector<Tensor>& chunks, const FluxRopeTables& rope,
                            const Tensor& bias = {});

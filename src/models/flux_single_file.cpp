@@ -37,7 +37,8 @@ nn::MappedWeights::Mapping flux_mapping(const FluxTransformerConfig& c) {
 
 }  // namespace
 
-void add_flux_backbone_renames(nn::MappingBuilder& m, int64_t d, int64_t double_blocks, int64_t single_blocks) {
+void add_flux_backbone_renames(nn::MappingBuilder& m, int64_t d, int64_t double_blocks,
+                               int64_t single_blocks) {
   m.linear("context_embedder", "txt_in");
   m.linear("x_embedder", "img_in");
   for (int64_t i = 0; i < double_blocks; ++i) {
@@ -95,7 +96,8 @@ lora::OriginalLayout flux_backbone_lora_layout() {
   return layout;
 }
 
-int64_t count_single_file_blocks(const nn::WeightSource& w, const std::string& prefix, const std::string& kind) {
+int64_t count_single_file_blocks(const nn::WeightSource& w, const std::string& prefix,
+                                 const std::string& kind) {
   int64_t count = 0;
   for (const auto& n : w.names()) {
     if (n.rfind(prefix + kind, 0) != 0) continue;

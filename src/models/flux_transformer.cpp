@@ -176,7 +176,9 @@ Tensor flux_latent_image_ids(int64_t grid_height, int64_t grid_width, DType dtyp
 Tensor flux_pack_latents(const Tensor& latents) {
   const int64_t b = latents.size(0), c = latents.size(1), h = latents.size(2), w = latents.size(3);
   // [B, C, h/2, 2, w/2, 2] -> [B, h/2, w/2, C, 2, 2] -> [B, (h/2)(w/2), 4C]
-  return latents.view({b, c, h / 2, 2, w / 2, 2}).permute({0, 2, 4, 1, 3, 5}).reshape({b, (h / 2) * (w / 2), c * 4});
+  return latents.view({b, c, h / 2, 2, w / 2, 2})
+      .permute({0, 2, 4, 1, 3, 5})
+      .reshape({b, (h / 2) * (w / 2), c * 4});
 }
 
 Tensor flux_unpack_latents(const Tensor& packed, int64_t h, int64_t w) {

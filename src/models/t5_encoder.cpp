@@ -126,9 +126,8 @@ Tensor T5EncoderModel::forward(const Tensor& token_ids, const Tensor& attention_
   KILN_CHECK(ids.dim() == 2,
              "T5EncoderModel: expected token ids [batch, seq], got " << shape_str(ids.shape()));
   KILN_CHECK(!attention_mask.defined() || attention_mask.shape() == ids.shape(),
-             "T5EncoderModel: expected an attention mask the shape of the ids " << shape_str(ids.shape())
-                                                                             << ", got "
-                                                                             << shape_str(attention_mask.shape()));
+             "T5EncoderModel: expected an attention mask the shape of the ids "
+                 << shape_str(ids.shape()) << ", got " << shape_str(attention_mask.shape()));
   // H: the heads this rank attends over (all of them without tensor parallelism).
   const int64_t B = ids.size(0), S = ids.size(1), H = config_.num_heads / tp_.size, Dk = config_.d_kv;
   Tensor x = shared_(ids);
@@ -150,7 +149,8 @@ Tensor T5EncoderModel::forward(const Tensor& token_ids, const Tensor& attention_
     // transformers adds the dtype's lowest value at the padding keys to the position bias: after the
     // softmax those keys weigh exactly nothing, as here (the sum stays finite in float32).
     const Tensor keep = on_weights_device(attention_mask).to(float32).view({B, 1, 1, S});
-    options.bias = add(bias.to(float32), mul(sub(1.0, keep), static_cast<double>(std::numeric_limits<float>::lowest())));
+    options.bias =
+        add(bias.to(float32), mul(sub(1.0, keep), static_cast<double>(std::numeric_limits<float>::lowest())));
   }
   for (const auto& block : blocks_) {
     const Tensor h = block->attn_norm(x);

@@ -22,8 +22,8 @@ Tensor denoise(Tensor latents, const DenoiseLoop& loop) {
                           ? "before the first denoising step"
                           : "after denoising step " + std::to_string(i) + " of " + std::to_string(n));
     const auto start = std::chrono::steady_clock::now();
-    const Tensor v =
-        loop.model_output(loop.scheduler->scale_model_input(latents, i), i, timesteps[static_cast<size_t>(i)]);
+    const Tensor v = loop.model_output(loop.scheduler->scale_model_input(latents, i), i,
+                                       timesteps[static_cast<size_t>(i)]);
     // The noise is drawn on the host; the latents then stay where the transformer runs.
     if (latents.device() != v.device()) latents = latents.to(v.device());
     latents = loop.scheduler->step(v, i, latents, loop.noise);

@@ -16,8 +16,8 @@ struct DenoiseLoop {
   // The call's own scheduler (it may keep state across steps: a multistep sampler's history).
   Scheduler* scheduler = nullptr;
   int start_step = 0;  // the first step run (0: the whole schedule)
-  // The model's prediction for `latents` at step `step` (the scheduler's timestep `timestep`); the latents are
-  // the scheduler's scale_model_input of the loop's.
+  // The model's prediction for `latents` at step `step` (the scheduler's timestep `timestep`); the latents
+  // are the scheduler's scale_model_input of the loop's.
   std::function<Tensor(const Tensor& latents, int step, float timestep)> model_output;
   // The call's noise, for a scheduler that adds fresh noise at each step (an ancestral sampler).
   NoiseDraw noise;

@@ -1,4 +1,5 @@
-// DiffusionPipeline::denoise_and_decode: the tail of every family's run (kiln/pipelines/diffusion_pipeline.h).
+// DiffusionPipeline::denoise_and_decode: the tail of every family's run
+// (kiln/pipelines/diffusion_pipeline.h).
 #include "kiln/pipelines/diffusion_pipeline.h"
 #include "pipelines/call_control.h"
 #include "pipelines/denoise.h"
@@ -16,11 +17,11 @@ nn::Module* component_named(const DiffusionPipeline& pipe, const std::string& na
 
 }  // namespace
 
-PipelineOutput DiffusionPipeline::denoise_and_decode(const pipelines::TaskCall& task, const pipelines::TaskStart& start,
-                                                     const std::function<Tensor(const Tensor&, int, float)>& model_output,
-                                                     const std::function<Tensor(const Tensor&)>& decode, bool negative,
-                                                     std::map<std::string, std::string> extra,
-                                                     const pipelines::CallControl& control) {
+PipelineOutput DiffusionPipeline::denoise_and_decode(
+    const pipelines::TaskCall& task, const pipelines::TaskStart& start,
+    const std::function<Tensor(const Tensor&, int, float)>& model_output,
+    const std::function<Tensor(const Tensor&)>& decode, bool negative,
+    std::map<std::string, std::string> extra, const pipelines::CallControl& control) {
   // The call's own schedule: the loop keeps a stateful sampler's history in it, never in the pipeline's.
   std::unique_ptr<Scheduler> schedule = task.schedule.clone();
   const Tensor latents = pipelines::denoise(

@@ -12,8 +12,8 @@
 #include "kiln/io/model_index.h"
 #include "kiln/io/model_ref.h"
 #include "kiln/models/latent_codec.h"
-#include "kiln/runtime/device_ledger.h"
 #include "kiln/pipelines/pipeline_registry.h"
+#include "kiln/runtime/device_ledger.h"
 #include "pipelines/call_control.h"
 #include "pipelines/model_offload.h"
 

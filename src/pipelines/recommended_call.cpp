@@ -1,6 +1,6 @@
-// A model folder's recommended call (kiln/pipelines/pipeline_request.h's RecommendedCall): the values a model's
-// makers tell its callers to start from, read strictly (an unknown key or a value out of range is an error naming
-// it, before any weight loads).
+// A model folder's recommended call (kiln/pipelines/pipeline_request.h's RecommendedCall): the values a
+// model's makers tell its callers to start from, read strictly (an unknown key or a value out of range is an
+// error naming it, before any weight loads).
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -20,8 +20,9 @@ constexpr const char* kFile = "recommended_call.json";
 double number_in(const io::JsonConfig& f, const std::string& key, double low, double high) {
   KILN_CHECK(f.type_of(key) == "number", f.where(key) << " is " << f.dump(key) << ", expected a number");
   const auto v = f.get<double>(key);
-  KILN_CHECK(std::isfinite(v) && v >= low && v <= high,
-             f.where(key) << " is " << f.dump(key) << ", expected a number in [" << low << ", " << high << "]");
+  KILN_CHECK(std::isfinite(v) && v >= low && v <= high, f.where(key) << " is " << f.dump(key)
+                                                                     << ", expected a number in [" << low
+                                                                     << ", " << high << "]");
   return v;
 }
 
@@ -84,8 +85,9 @@ std::optional<RecommendedCall> RecommendedCall::read(const std::string& folder) 
     else if (key == "strength")
       c.strength = number_in(f, key, 0, 1);
     else
-      KILN_FAIL(f.where(key) << " is not a recommended call argument (known: height, width, num_inference_steps, "
-                                "guidance_scale, max_sequence_length, strength)");
+      KILN_FAIL(
+          f.where(key) << " is not a recommended call argument (known: height, width, num_inference_steps, "
+                          "guidance_scale, max_sequence_length, strength)");
   }
   return c;
 }

@@ -51,8 +51,7 @@ struct FieldType<std::optional<T>> {
 };
 
 template <class T>
-  requires std::is_integral_v<T> && (!std::is_same_v<T, bool>)
-struct FieldType<T> {
+requires std::is_integral_v<T> &&(!std::is_same_v<T, bool>)struct FieldType<T> {
   static constexpr FieldKind kind = FieldKind::Integer;
   static bool is_set(T v, T unset) { return v != unset; }
   static FieldValue get(T v) { return static_cast<int64_t>(v); }
@@ -62,7 +61,7 @@ struct FieldType<T> {
 };
 
 template <class T>
-  requires std::is_floating_point_v<T>
+requires std::is_floating_point_v<T>
 struct FieldType<T> {
   static constexpr FieldKind kind = FieldKind::Number;
   static bool is_set(T v, T unset) { return v != unset; }
@@ -82,7 +81,9 @@ struct FieldType<bool> {
   static constexpr FieldKind kind = FieldKind::Boolean;
   static bool is_set(bool v, bool unset) { return v != unset; }
   static FieldValue get(bool v) { return v; }
-  static void set(bool& v, const std::string& field, const FieldValue& x) { v = value_as<bool>(field, kind, x); }
+  static void set(bool& v, const std::string& field, const FieldValue& x) {
+    v = value_as<bool>(field, kind, x);
+  }
 };
 
 // Lists, tensors, images and generators hold themselves; a list is set when it has elements.
@@ -94,7 +95,9 @@ struct HeldFieldType {
 };
 template <>
 struct FieldType<std::vector<std::string>> : HeldFieldType<std::vector<std::string>, FieldKind::TextList> {
-  static bool is_set(const std::vector<std::string>& v, const std::vector<std::string>&) { return !v.empty(); }
+  static bool is_set(const std::vector<std::string>& v, const std::vector<std::string>&) {
+    return !v.empty();
+  }
 };
 template <>
 struct FieldType<std::vector<int64_t>> : HeldFieldType<std::vector<int64_t>, FieldKind::IntegerList> {
@@ -158,7 +161,10 @@ RequestField bound(RequestField f, Access access) {
   return f;
 }
 
-#define KILN_MEMBER(m) [](auto& r) -> auto& { return r.m; }
+#define KILN_MEMBER(m)   \
+  [](auto& r) -> auto& { \
+    return r.m;          \
+  }
 
 constexpr double kMaxFloat = std::numeric_limits<float>::max();
 constexpr double kMaxPrompt = static_cast<double>(limits::kMaxPromptBytes);
@@ -181,7 +187,8 @@ RequestField field(std::string name, std::string label, std::string help, std::s
 // A number's or an integer's field, within [min, max].
 RequestField ranged(std::string name, std::string label, std::string help, double min, double max,
                     std::string flag = "", std::string json = "") {
-  RequestField f = field(std::move(name), std::move(label), std::move(help), std::move(flag), std::move(json));
+  RequestField f =
+      field(std::move(name), std::move(label), std::move(help), std::move(flag), std::move(json));
   f.min = min;
   f.max = max;
   return f;
@@ -208,11 +215,12 @@ std::vector<RequestField> make_fields() {
   add(field("pooled_prompt_embeds", "Pooled prompt embeddings",
             "the pooled embeddings that go with prompt_embeds (FLUX.1, SD3)"),
       KILN_MEMBER(pooled_prompt_embeds));
-  add(with_list_form(field("prompt", "Prompt", "the text to make an image of", "--prompt", "prompt"), "prompts"),
+  add(with_list_form(field("prompt", "Prompt", "the text to make an image of", "--prompt", "prompt"),
+                     "prompts"),
       KILN_MEMBER(prompt));
   add(field("prompt_2", "Prompt 2",
-            "the second text encoder's prompt (FLUX.1: T5's; SD3: CLIP-G's); prompt when absent", "--prompt-2",
-            "prompt_2"),
+            "the second text encoder's prompt (FLUX.1: T5's; SD3: CLIP-G's); prompt when absent",
+            "--prompt-2", "prompt_2"),
       KILN_MEMBER(prompt_2));
   add(field("prompt_3", "Prompt 3", "the third text encoder's prompt (SD3: T5's); prompt when absent",
             "--prompt-3", "prompt_3"),
@@ -242,13 +250,14 @@ std::vector<RequestField> make_fields() {
   add(field("negative_prompts", "Negative prompts", "one negative prompt per prompt of `prompts`"),
       KILN_MEMBER(negative_prompts));
   // ---- the images a call starts from or reads
-  add(field("image", "Image",
-            "the image to edit or start from (image-to-image, inpainting, Fill, Kontext), or reference images "
-            "(FLUX.2)",
-            "--image"),
+  add(field(
+          "image", "Image",
+          "the image to edit or start from (image-to-image, inpainting, Fill, Kontext), or reference images "
+          "(FLUX.2)",
+          "--image"),
       KILN_MEMBER(image));
-  add(field("mask_image", "Mask", "inpainting's mask: white is repainted, black kept (gray binarised at half)",
-            "--mask"),
+  add(field("mask_image", "Mask",
+            "inpainting's mask: white is repainted, black kept (gray binarised at half)", "--mask"),
       KILN_MEMBER(mask_image));
   add(ranged("padding_mask_crop", "Mask crop padding",
              "inpainting: repaint only the region around the mask, this many pixels wider on each side", 0,
@@ -269,14 +278,16 @@ std::vector<RequestField> make_fields() {
   // ---- the size, the schedule, guidance
   add(ranged("height", "Height", "the image's height in pixels", 1, kMaxSide, "--height", "height"),
       KILN_MEMBER(height));
-  add(ranged("width", "Width", "the image's width in pixels", 1, kMaxSide, "--width", "width"), KILN_MEMBER(width));
-  add(ranged("num_inference_steps", "Steps", "denoising steps", 1, static_cast<double>(limits::kMaxInferenceSteps),
-             "--steps", "steps"),
+  add(ranged("width", "Width", "the image's width in pixels", 1, kMaxSide, "--width", "width"),
+      KILN_MEMBER(width));
+  add(ranged("num_inference_steps", "Steps", "denoising steps", 1,
+             static_cast<double>(limits::kMaxInferenceSteps), "--steps", "steps"),
       KILN_MEMBER(num_inference_steps));
-  add(ranged("guidance_scale", "Guidance",
-             "guidance scale: the embedded guidance (FLUX.1-dev, FLUX.2-dev) or classifier-free guidance's (on "
-             "above 1)",
-             0, kMaxFloat, "--guidance", "guidance"),
+  add(ranged(
+          "guidance_scale", "Guidance",
+          "guidance scale: the embedded guidance (FLUX.1-dev, FLUX.2-dev) or classifier-free guidance's (on "
+          "above 1)",
+          0, kMaxFloat, "--guidance", "guidance"),
       KILN_MEMBER(guidance_scale));
   add(ranged("true_cfg_scale", "True CFG scale",
              "true classifier-free guidance's scale, with a negative prompt, on above 1 (each step runs the "
@@ -284,21 +295,25 @@ std::vector<RequestField> make_fields() {
              0, kMaxFloat, "--true-cfg-scale", "true_cfg_scale"),
       KILN_MEMBER(true_cfg_scale));
   add(ranged("cfg_normalization", "CFG normalization",
-             "Z-Image: cap the guided prediction's norm at this many times the prompt's (0: off; diffusers' True "
+             "Z-Image: cap the guided prediction's norm at this many times the prompt's (0: off; diffusers' "
+             "True "
              "is 1)",
              0, kMaxFloat, "--cfg-normalization", "cfg_normalization"),
       KILN_MEMBER(cfg_normalization));
   add(ranged("cfg_truncation", "CFG truncation",
-             "Z-Image: no guidance on the steps whose normalised time (1000 - t) / 1000 is above this (1: never)", 0,
-             1, "--cfg-truncation", "cfg_truncation"),
+             "Z-Image: no guidance on the steps whose normalised time (1000 - t) / 1000 is above this (1: "
+             "never)",
+             0, 1, "--cfg-truncation", "cfg_truncation"),
       KILN_MEMBER(cfg_truncation));
   // ---- randomness
-  add(with_list_form(field("generator", "Seed", "the random generator, from a seed (torch.Generator(\"cpu\")"
-                                                ".manual_seed(seed))",
+  add(with_list_form(field("generator", "Seed",
+                           "the random generator, from a seed (torch.Generator(\"cpu\")"
+                           ".manual_seed(seed))",
                            "--seed", "seed"),
                      "generators"),
       KILN_MEMBER(generator));
-  add(field("generators", "Generators", "one generator per image (each image the one its generator makes alone)"),
+  add(field("generators", "Generators",
+            "one generator per image (each image the one its generator makes alone)"),
       KILN_MEMBER(generators));
   // ---- the text encoder, the batch
   add(ranged("max_sequence_length", "Tokens", "the text encoder's tokens (T5's, FLUX.2's)", 1,
@@ -308,15 +323,16 @@ std::vector<RequestField> make_fields() {
              static_cast<double>(limits::kMaxImagesPerPrompt), "--num-images", "n"),
       KILN_MEMBER(num_images_per_prompt));
   // ---- SD3's skip-layer guidance
-  add(ranged("skip_guidance_layers", "Skip layers", "skip-layer guidance: the transformer blocks skipped (7,8,9)",
-             0, kLayers, "--skip-guidance-layers", "skip_guidance_layers"),
+  add(ranged("skip_guidance_layers", "Skip layers",
+             "skip-layer guidance: the transformer blocks skipped (7,8,9)", 0, kLayers,
+             "--skip-guidance-layers", "skip_guidance_layers"),
       KILN_MEMBER(skip_layer_guidance.layers));
   add(ranged("skip_layer_guidance_scale", "Skip-layer scale", "skip-layer guidance's scale", -kMaxFloat,
              kMaxFloat, "--skip-layer-guidance-scale", "skip_layer_guidance_scale"),
       KILN_MEMBER(skip_layer_guidance.scale));
   add(ranged("skip_layer_guidance_start", "Skip-layer start",
-             "skip-layer guidance: the fraction of the steps it starts at", 0, 1, "--skip-layer-guidance-start",
-             "skip_layer_guidance_start"),
+             "skip-layer guidance: the fraction of the steps it starts at", 0, 1,
+             "--skip-layer-guidance-start", "skip_layer_guidance_start"),
       KILN_MEMBER(skip_layer_guidance.start));
   add(ranged("skip_layer_guidance_stop", "Skip-layer stop",
              "skip-layer guidance: the fraction of the steps it stops at", 0, 1, "--skip-layer-guidance-stop",
@@ -324,7 +340,8 @@ std::vector<RequestField> make_fields() {
       KILN_MEMBER(skip_layer_guidance.stop));
   // ---- what comes back
   {
-    RequestField f = field("output_type", "Output", "what the call returns: 8-bit images, the float array, the latents");
+    RequestField f =
+        field("output_type", "Output", "what the call returns: 8-bit images, the float array, the latents");
     for (const auto& [type, name] : kOutputTypes) f.choices.push_back(name);
     add(std::move(f), KILN_MEMBER(output_type));
   }
@@ -361,11 +378,11 @@ void check_number(const RequestField& field, double v) {
   // Integers as the command line's and the server's limits say it ("height 1000000 exceeds the maximum
   // 16384"), numbers by their range.
   if (field.kind != FieldKind::Number && field.min && v < *field.min)
-    throw RequestError(field.name, field.name + " " + number_text(v) + " is below the minimum " +
-                                       number_text(*field.min));
+    throw RequestError(
+        field.name, field.name + " " + number_text(v) + " is below the minimum " + number_text(*field.min));
   if (field.kind != FieldKind::Number && field.max && v > *field.max)
-    throw RequestError(field.name, field.name + " " + number_text(v) + " exceeds the maximum " +
-                                       number_text(*field.max));
+    throw RequestError(field.name,
+                       field.name + " " + number_text(v) + " exceeds the maximum " + number_text(*field.max));
   throw RequestError(field.name, field.name + " must be " + field.range() + ", got " + number_text(v));
 }
 
@@ -472,7 +489,8 @@ void check_field_value(const RequestField& field, const FieldValue& value) {
         check_number(field, static_cast<double>(v));
       return;
     case FieldKind::Number:
-      if (const int64_t* i = std::get_if<int64_t>(&value)) return check_number(field, static_cast<double>(*i));
+      if (const int64_t* i = std::get_if<int64_t>(&value))
+        return check_number(field, static_cast<double>(*i));
       check_number(field, value_as<double>(field.name, field.kind, value));
       return;
     case FieldKind::Choice: {

@@ -40,8 +40,8 @@ TaskStart from_image(const TaskCall& c) {
       start.crop ? crop_and_fill(r.image.front(), *start.crop, c.call.width, c.call.height) : r.image.front();
   start.image = preprocess_image(image, c.call.height, c.call.width);
   if (c.task != Task::ImageToImage) {
-    const Image& mask = start.crop ? crop_and_fill(*r.mask_image, *start.crop, c.call.width, c.call.height)
-                                   : *r.mask_image;
+    const Image& mask =
+        start.crop ? crop_and_fill(*r.mask_image, *start.crop, c.call.width, c.call.height) : *r.mask_image;
     start.mask = preprocess_mask(mask, c.call.height, c.call.width);
   }
   // prepare_latents: the image encoded (its posterior sampled: the generator's first draw), then the noise,
@@ -51,7 +51,8 @@ TaskStart from_image(const TaskCall& c) {
   const Shape shape = c.codec.latent_shape(c.batch, c.call.height, c.call.width);
   const Tensor noise = randn_tensor(shape, c.generators.noise(), c.dtype).to(image_latents.device());
   const bool noise_itself = c.task == Task::Inpainting && c.noise_at_full_strength && c.call.strength == 1.0;
-  start.latents = packed(c, noise_itself ? noise : c.schedule.scale_noise(image_latents, start.start_step, noise));
+  start.latents =
+      packed(c, noise_itself ? noise : c.schedule.scale_noise(image_latents, start.start_step, noise));
   if (c.task != Task::Inpainting) return start;
   // prepare_mask_latents: the mask at the latents' size, one value per channel. (diffusers also encodes the
   // masked image here, which a transformer of the latents' own channels never reads; its posterior sample is
@@ -67,10 +68,13 @@ TaskStart from_image(const TaskCall& c) {
 }  // namespace
 
 NoiseDraw noise_draw(CallGenerators& generators) {
-  return [&generators](const Shape& shape, DType dtype) { return randn_tensor(shape, generators.noise(), dtype); };
+  return [&generators](const Shape& shape, DType dtype) {
+    return randn_tensor(shape, generators.noise(), dtype);
+  };
 }
 
-Tensor encode_image(const models::LatentCodec& codec, const Tensor& image, DType dtype, Generator* generator) {
+Tensor encode_image(const models::LatentCodec& codec, const Tensor& image, DType dtype,
+                    Generator* generator) {
   const models::LatentDistribution posterior = codec.encode(image.to(dtype));
   return codec.to_latents(generator ? sample_latents(posterior, *generator) : posterior.mean);
 }

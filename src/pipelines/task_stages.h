@@ -43,23 +43,23 @@ struct TaskStart {
   // Inpainting: after each step, the region outside the mask put back from the image noised to the next step.
   std::function<Tensor(const Tensor&, int)> blend;
   std::optional<CropRegion> crop;  // inpainting's padding_mask_crop
-  // The editing tasks' preprocessed (and cropped) image [1, 3, H, W] in [-1, 1] and mask [1, 1, H, W] of 0 and
-  // 1, for what a family adds of its own (Fill's masked image).
+  // The editing tasks' preprocessed (and cropped) image [1, 3, H, W] in [-1, 1] and mask [1, 1, H, W] of 0
+  // and 1, for what a family adds of its own (Fill's masked image).
   Tensor image, mask;
 };
 
 // Where the call starts, by its task. Text-to-image and image editing: noise (drawn from the request's
 // generators). Image-to-image, inpainting and Fill: the image (cropped with padding_mask_crop) encoded, its
 // posterior sampled (the generator's first draw), then noise, the image noised to the first step the strength
-// runs; inpainting also draws the masked image's posterior sample diffusers draws (so the generator ends where
-// diffusers' does) and blends the kept region back after each step.
+// runs; inpainting also draws the masked image's posterior sample diffusers draws (so the generator ends
+// where diffusers' does) and blends the kept region back after each step.
 TaskStart start_latents(const TaskCall& c);
 
 // The call's noise for a scheduler's step (DenoiseLoop::noise): drawn from its generators, image by image.
 NoiseDraw noise_draw(CallGenerators& generators);
 
-// A preprocessed image [1, 3, H, W] encoded as the denoiser's latents [1, C, h, w] (not packed): its posterior
-// sampled with `generator`, its mean without one.
+// A preprocessed image [1, 3, H, W] encoded as the denoiser's latents [1, C, h, w] (not packed): its
+// posterior sampled with `generator`, its mean without one.
 Tensor encode_image(const models::LatentCodec& codec, const Tensor& image, DType dtype, Generator* generator);
 
 // The checks of a task's inputs that need the call's size: strength leaves a step; the crop fits.
@@ -67,8 +67,8 @@ void check_task_inputs(Task task, const char* pipeline, const PipelineRequest& r
                        const ResolvedRequest& call);
 
 // The metadata every image of the call carries: the model, class, seed, steps, guidance, size and dtype; the
-// prompt and its tokens (unless embeddings were given), prompt_2 / prompt_3 when set, and the negative prompt when
-// one guided the call (`negative`, unless given as embeddings).
+// prompt and its tokens (unless embeddings were given), prompt_2 / prompt_3 when set, and the negative prompt
+// when one guided the call (`negative`, unless given as embeddings).
 std::map<std::string, std::string> call_metadata(const TaskCall& c, const std::string& model, DType dtype,
                                                  bool negative);
 

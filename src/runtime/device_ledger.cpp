@@ -67,10 +67,11 @@ std::shared_ptr<DeviceLedger> current_device_ledger(Device device) {
 }
 
 void set_memory_limit(Device device, std::optional<int64_t> bytes) {
-  KILN_CHECK(!bytes || device_runtime(device).allocator().limits_memory(),
-             device.str() << ": a memory limit of " << *bytes
-                          << " bytes: this device's memory is the host's, which Kiln does not limit (on the cpu, "
-                             "--max-memory picks the offload instead)");
+  KILN_CHECK(
+      !bytes || device_runtime(device).allocator().limits_memory(),
+      device.str() << ": a memory limit of " << *bytes
+                   << " bytes: this device's memory is the host's, which Kiln does not limit (on the cpu, "
+                      "--max-memory picks the offload instead)");
   current_device_ledger(device)->set_limit(bytes);
 }
 

@@ -90,7 +90,8 @@ MemoryPolicy::~MemoryPolicy() {
   for (auto& [device, ledger] : state_->ledgers) ledger->set_limit(std::nullopt);
 }
 
-std::shared_ptr<DeviceLedger> MemoryPolicy::device_ledger(Device device, const std::string& owner, bool& made) {
+std::shared_ptr<DeviceLedger> MemoryPolicy::device_ledger(Device device, const std::string& owner,
+                                                          bool& made) {
   std::lock_guard<std::mutex> lock(state_->ledgers_mutex);
   made = false;
   for (const auto& [on, ledger] : state_->ledgers)

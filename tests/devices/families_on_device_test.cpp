@@ -1,16 +1,16 @@
-// The families added as registered units (Chroma, Z-Image) on a PJRT device (pipe.to("xla-cpu")) in strict eager and
-// the three other modes, and offloaded onto it (by component, and by groups of blocks copied ahead): diffusers'
-// image within one 8-bit level, as on the cpu (tests/pipelines/<family>_*_test.cpp), and the cpu backend's image
-// within one level. Each runs a guided golden: Chroma's with its attention mask, Z-Image's with a prompt and a
-// negative prompt padded to different lengths (two programs a step).
+// The families added as registered units (Chroma, Z-Image) on a PJRT device (pipe.to("xla-cpu")) in strict
+// eager and the three other modes, and offloaded onto it (by component, and by groups of blocks copied
+// ahead): diffusers' image within one 8-bit level, as on the cpu (tests/pipelines/<family>_*_test.cpp), and
+// the cpu backend's image within one level. Each runs a guided golden: Chroma's with its attention mask,
+// Z-Image's with a prompt and a negative prompt padded to different lengths (two programs a step).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 
 #include "kiln/core/allocator.h"
-#include "kiln/runtime/memory_policy.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
+#include "kiln/runtime/memory_policy.h"
 #include "support/pipeline_comparison.h"
 #include "support/pjrt_devices.h"
 #include "support/test_data.h"
@@ -21,11 +21,12 @@ namespace {
 const Device xla0 = testing::test_device(0);
 
 // The golden's image 0 within one level of diffusers' on 99% of values, and of `cpu` everywhere.
-void expect_image(const PipelineOutput& out, const testing::GoldenFile& g, const Image& cpu, const std::string& what) {
+void expect_image(const PipelineOutput& out, const testing::GoldenFile& g, const Image& cpu,
+                  const std::string& what) {
   ASSERT_FALSE(out.images.empty()) << what;
   const Tensor reference = g["image_u8"].select(0, 0);
-  std::printf("[ levels   ] %s %s: max %d vs diffusers, max %d vs the cpu backend\n", g.meta("pipeline").c_str(),
-              what.c_str(),
+  std::printf("[ levels   ] %s %s: max %d vs diffusers, max %d vs the cpu backend\n",
+              g.meta("pipeline").c_str(), what.c_str(),
               testing::max_level_difference(out.images[0], reference),
               testing::max_level_difference(out.images[0], cpu));
   EXPECT_GE(testing::share_within_one_level(out.images[0].pixels, reference), 0.99) << what;
@@ -49,7 +50,8 @@ TEST_P(FamilyOnDevice, EveryModeGivesDiffusersImage) {
     pipe->configure({.mode = mode});
     const PipelineOutput out = (*pipe)(g.request());
     expect_image(out, g, cpu, std::string("on ") + xla0.str() + " --mode " + execution_mode_name(mode));
-    EXPECT_EQ((*pipe)(g.request()).images[0].pixels, out.images[0].pixels) << "a second call changed the image";
+    EXPECT_EQ((*pipe)(g.request()).images[0].pixels, out.images[0].pixels)
+        << "a second call changed the image";
   }
 }
 

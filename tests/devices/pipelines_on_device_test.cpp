@@ -16,9 +16,9 @@
 #include <string>
 
 #include "kiln/core/error.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
-#include "kiln/families/flux1/flux_pipeline.h"
 #include "lora/lora_goldens.h"
 #include "support/pipeline_comparison.h"
 #include "support/pjrt_devices.h"

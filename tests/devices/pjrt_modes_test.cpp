@@ -12,11 +12,11 @@
 
 #include "backends/pjrt/executable_cache.h"
 #include "kiln/core/allocator.h"
-#include "kiln/runtime/device_ledger.h"
 #include "kiln/core/tensor.h"
 #include "kiln/nn/module.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/counters.h"
+#include "kiln/runtime/device_ledger.h"
 #include "kiln/runtime/eager_mode.h"
 #include "kiln/runtime/execution_context.h"
 #include "support/pjrt_devices.h"

@@ -1,5 +1,6 @@
-// Chroma with its transformer and its T5 split over two ranks: the one-rank image (within one 8-bit level), which is
-// diffusers' (tests/pipelines/chroma_pipeline_test.cpp); with guidance, so both calls of each step are split.
+// Chroma with its transformer and its T5 split over two ranks: the one-rank image (within one 8-bit level),
+// which is diffusers' (tests/pipelines/chroma_pipeline_test.cpp); with guidance, so both calls of each step
+// are split.
 #include <gtest/gtest.h>
 
 #include "kiln/dist/device_mesh.h"

@@ -1,7 +1,7 @@
-// Z-Image with its transformer (heads) and its Qwen3 text encoder split over two ranks: the one-rank image (within
-// one 8-bit level), which is diffusers' (tests/pipelines/z_image_pipeline_test.cpp); guided, with a prompt and a
-// negative prompt padded to different lengths, so both batches of each step are split. (A degree that does not
-// divide the heads: tests/pipelines/z_image_pipeline_test.cpp.)
+// Z-Image with its transformer (heads) and its Qwen3 text encoder split over two ranks: the one-rank image
+// (within one 8-bit level), which is diffusers' (tests/pipelines/z_image_pipeline_test.cpp); guided, with a
+// prompt and a negative prompt padded to different lengths, so both batches of each step are split. (A degree
+// that does not divide the heads: tests/pipelines/z_image_pipeline_test.cpp.)
 #include <gtest/gtest.h>
 
 #include "kiln/dist/device_mesh.h"

@@ -1,9 +1,9 @@
-// Z-Image-Turbo's real checkpoints (recorded on the meta device by tools/goldens/z_image_files.py): the transformer
-// built from the real config has exactly diffusers' tensor names and shapes and loads strictly from them, and from
-// ComfyUI's single-file layout of them (fused qkv, original names) with the config read off the file's shapes; the
-// Qwen3-4B text encoder loads the layers the pipeline reads (hidden_states[-2]) from Qwen3Model's names. Registering
-// parameters allocates nothing and the layout source broadcasts one element, so 10 billion parameters cost no
-// memory.
+// Z-Image-Turbo's real checkpoints (recorded on the meta device by tools/goldens/z_image_files.py): the
+// transformer built from the real config has exactly diffusers' tensor names and shapes and loads strictly
+// from them, and from ComfyUI's single-file layout of them (fused qkv, original names) with the config read
+// off the file's shapes; the Qwen3-4B text encoder loads the layers the pipeline reads (hidden_states[-2])
+// from Qwen3Model's names. Registering parameters allocates nothing and the layout source broadcasts one
+// element, so 10 billion parameters cost no memory.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -67,8 +67,8 @@ TEST(ZImageRealLayouts, TheTextEncoderLoadsTheLayersThePipelineReads) {
   EXPECT_EQ(config.family, models::DecoderFamily::Qwen3);
   EXPECT_EQ(config.hidden_size, layouts()["transformer_config"]["cap_feat_dim"].get<int64_t>());
   // hidden_states[-2]: 35 of the 36 layers, no final norm; the rest of the checkpoint is ignored by name.
-  const auto encoder = models::load_decoder_text_encoder(config, testing::LayoutSource(layouts()["text_encoder"]),
-                                                         bfloat16, {config.num_hidden_layers - 1});
+  const auto encoder = models::load_decoder_text_encoder(
+      config, testing::LayoutSource(layouts()["text_encoder"]), bfloat16, {config.num_hidden_layers - 1});
   EXPECT_EQ(encoder->num_layers_built(), config.num_hidden_layers - 1);
 }
 

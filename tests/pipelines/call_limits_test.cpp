@@ -4,8 +4,8 @@
 
 #include "io/io_test_util.h"
 #include "kiln/core/device_runtime.h"
-#include "kiln/families/flux2/flux2_pipeline.h"
 #include "kiln/families/flux1/flux_pipeline.h"
+#include "kiln/families/flux2/flux2_pipeline.h"
 #include "kiln/families/sd3/sd3_pipeline.h"
 #include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"

@@ -1,8 +1,8 @@
-// Chroma in every execution mode and under every offload on the CPU: diffusers' image (tools/goldens/chroma.py)
-// within one 8-bit level, as strict eager gives it (chroma_pipeline_test.cpp). The compiled modes trace the
-// attention mask's bias as an input of each block's program; offloading streams the blocks the approximator's
-// modulation feeds. On a PJRT device: tests/devices/families_on_device_test.cpp; split over ranks:
-// tests/dist/tensor_parallel_chroma_test.cpp.
+// Chroma in every execution mode and under every offload on the CPU: diffusers' image
+// (tools/goldens/chroma.py) within one 8-bit level, as strict eager gives it (chroma_pipeline_test.cpp). The
+// compiled modes trace the attention mask's bias as an input of each block's program; offloading streams the
+// blocks the approximator's modulation feeds. On a PJRT device: tests/devices/families_on_device_test.cpp;
+// split over ranks: tests/dist/tensor_parallel_chroma_test.cpp.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -58,7 +58,8 @@ TEST(ChromaModes, Bfloat16AndImageToImageInCompiledBlocks) {
 
   const GoldenFile i2i("chroma", "img2img_64x64_s3");
   auto edit = ChromaImg2ImgPipeline::from_pretrained(testing::data_path("models/chroma-tiny"));
-  expect_golden_image(in_mode(edit, ExecutionMode::CompileBlocks, i2i.request()), i2i, "img2img compile-blocks");
+  expect_golden_image(in_mode(edit, ExecutionMode::CompileBlocks, i2i.request()), i2i,
+                      "img2img compile-blocks");
 }
 
 TEST(ChromaModes, EveryOffloadGivesTheResidentImage) {

@@ -1,8 +1,8 @@
-// ChromaPipeline and ChromaImg2ImgPipeline against diffusers 0.42, stage by stage and image by image, on the tiny
-// pipelines of tools/goldens/chroma.py (tools/goldens/chroma_notes.md says what each stage does): T5 with its
-// padding mask, the transformer's mask with one padding token kept (added to the scores, as diffusers does),
-// the approximator's modulation, real classifier-free guidance, prompt lists, image-to-image, bfloat16, a LoRA and
-// the single-file transformer.
+// ChromaPipeline and ChromaImg2ImgPipeline against diffusers 0.42, stage by stage and image by image, on the
+// tiny pipelines of tools/goldens/chroma.py (tools/goldens/chroma_notes.md says what each stage does): T5
+// with its padding mask, the transformer's mask with one padding token kept (added to the scores, as
+// diffusers does), the approximator's modulation, real classifier-free guidance, prompt lists,
+// image-to-image, bfloat16, a LoRA and the single-file transformer.
 #include <gtest/gtest.h>
 
 #include "kiln/families/chroma/chroma_pipeline.h"
@@ -36,9 +36,8 @@ TEST_P(ChromaFloat32, EveryStageMatchesDiffusers) {
   const int64_t tokens = *request.max_sequence_length;
 
   // T5 over the prompt's tokens only, and the transformer's mask keeping one padding token more.
-  const auto prompt = pipe->encode_prompt(request.prompts.empty() ? std::vector<std::string>{request.prompt}
-                                                                  : request.prompts,
-                                          n, tokens);
+  const auto prompt = pipe->encode_prompt(
+      request.prompts.empty() ? std::vector<std::string>{request.prompt} : request.prompts, n, tokens);
   EXPECT_TRUE(testing::rel_max_error_within(prompt.prompt_embeds, g["prompt_embeds"], 1e-5)) << g.name;
   EXPECT_TRUE(testing::all_close(prompt.attention_mask, g["prompt_attention_mask"], 0, 0)) << g.name;
   EXPECT_TRUE(testing::all_close(prompt.text_ids, g["text_ids"], 0, 0)) << g.name;
@@ -46,8 +45,10 @@ TEST_P(ChromaFloat32, EveryStageMatchesDiffusers) {
   // The approximator: its input and every block's modulation from the first step's timestep.
   const models::ChromaTransformer2DModel& transformer = pipe->transformer();
   const Tensor t0 = g["transformer_in_timestep"];
-  EXPECT_TRUE(testing::all_close(transformer.approximator_input(t0), g["approximator_in_step0"], 1e-6, 1e-6)) << g.name;
-  EXPECT_TRUE(testing::rel_max_error_within(transformer.modulations(t0), g["approximator_out_step0"], 1e-5)) << g.name;
+  EXPECT_TRUE(testing::all_close(transformer.approximator_input(t0), g["approximator_in_step0"], 1e-6, 1e-6))
+      << g.name;
+  EXPECT_TRUE(testing::rel_max_error_within(transformer.modulations(t0), g["approximator_out_step0"], 1e-5))
+      << g.name;
 
   // The first prediction from diffusers' inputs: the float mask added to the scores (not a boolean mask).
   const Tensor v0 = transformer.forward(g["latents_init"], g["prompt_embeds"], t0, g["text_ids"],
@@ -57,8 +58,9 @@ TEST_P(ChromaFloat32, EveryStageMatchesDiffusers) {
     EXPECT_FALSE(testing::rel_max_error_within(v0, g["transformer_out_step0_bool_mask"], 1e-2));
   }
   if (g.file.contains("negative_prompt_embeds")) {
-    const Tensor negative = transformer.forward(g["latents_init"], g["negative_prompt_embeds"], t0, g["text_ids"],
-                                                g["latent_image_ids"], g["negative_attention_mask"]);
+    const Tensor negative =
+        transformer.forward(g["latents_init"], g["negative_prompt_embeds"], t0, g["text_ids"],
+                            g["latent_image_ids"], g["negative_attention_mask"]);
     EXPECT_TRUE(testing::rel_max_error_within(negative, g["transformer_out_step0_negative"], 1e-4)) << g.name;
   }
 
@@ -85,8 +87,8 @@ TEST(ChromaPipeline, Bfloat16StaysWithinItsNoise) {
   const auto pipe = load_chroma(g);
   ASSERT_EQ(pipe->dtype(), bfloat16);
   const PipelineOutput out = (*pipe)(g.request());
-  // diffusers' bf16 image is 2.4 levels from its float32 one on average (its noise); Kiln's, which rounds the same
-  // ops, 0.8 from diffusers' on this host.
+  // diffusers' bf16 image is 2.4 levels from its float32 one on average (its noise); Kiln's, which rounds the
+  // same ops, 0.8 from diffusers' on this host.
   EXPECT_LE(testing::mean_level_difference(out.images[0].pixels, g["image_u8"].select(0, 0)), 1.2);
 }
 
@@ -107,10 +109,11 @@ TEST(ChromaPipeline, TheSingleFileTransformerGivesTheFoldersImage) {
 // (from_single_file with GGUFQuantizationConfig), every stage within the f32 bounds above.
 TEST(ChromaPipeline, AGgufQ8_0TransformerGivesDiffusersImage) {
   const GoldenFile g("chroma", "gguf_q8_0_cat_64x64_s0");
-  const auto pipe =
-      load_chroma(g, {.transformer_file = testing::data_path("goldens/chroma/transformer_single_file-Q8_0.gguf")});
+  const auto pipe = load_chroma(
+      g, {.transformer_file = testing::data_path("goldens/chroma/transformer_single_file-Q8_0.gguf")});
   int quantized = 0;
-  for (const auto& [name, t] : pipe->transformer().named_parameters()) quantized += t->defined() && t->dtype() == uint8;
+  for (const auto& [name, t] : pipe->transformer().named_parameters())
+    quantized += t->defined() && t->dtype() == uint8;
   EXPECT_EQ(quantized, 23 + 4 * (3 - 1) + 2 * (4 - 1));  // the file's 23, fused qkv and linear1 split
   const PipelineOutput out = (*pipe)(g.request());
   expect_images_match(out, g);

@@ -49,18 +49,17 @@ TEST(DenoiseLoop, TheSchedulersInputStateAndNoiseReachTheLoop) {
   Generator generator(7);
   int draws = 0;
   const Tensor start = Tensor::full({2, 3}, 1.0, float32);
-  const Tensor end = pipelines::denoise(
-      start, {.scheduler = call.get(),
-              .model_output =
-                  [&](const Tensor& x, int, float) {
-                    inputs.push_back(x);
-                    return Tensor::full({2, 3}, 0.5, float32);
-                  },
-              .noise =
-                  [&](const Shape& shape, DType dtype) {
-                    ++draws;
-                    return randn_tensor(shape, generator, dtype);
-                  }});
+  const Tensor end = pipelines::denoise(start, {.scheduler = call.get(),
+                                                .model_output =
+                                                    [&](const Tensor& x, int, float) {
+                                                      inputs.push_back(x);
+                                                      return Tensor::full({2, 3}, 0.5, float32);
+                                                    },
+                                                .noise =
+                                                    [&](const Shape& shape, DType dtype) {
+                                                      ++draws;
+                                                      return randn_tensor(shape, generator, dtype);
+                                                    }});
   ASSERT_EQ(inputs.size(), 3u);
   // Step 0's input is the start times 2: scale_model_input was applied.
   EXPECT_EQ(inputs[0].to_vector<float>(), std::vector<float>(6, 2.0f));

@@ -8,11 +8,11 @@
 #include <memory>
 #include <optional>
 
+#include "kiln/families/flux1/flux_pipeline.h"
+#include "kiln/families/sd3/sd3_pipeline.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/ops.h"
-#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/pipelines/pipeline_registry.h"
-#include "kiln/families/sd3/sd3_pipeline.h"
 #include "pipelines/image_processor.h"
 #include "pipelines/mask_crop.h"
 #include "support/pipeline_comparison.h"

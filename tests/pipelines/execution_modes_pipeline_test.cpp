@@ -7,11 +7,11 @@
 #include <optional>
 #include <sstream>
 
+#include "kiln/families/flux1/flux_pipeline.h"
+#include "kiln/families/sd3/sd3_pipeline.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/models/sd3_transformer.h"
-#include "kiln/families/flux1/flux_pipeline.h"
-#include "kiln/families/sd3/sd3_pipeline.h"
 #include "kiln/runtime/counters.h"
 #include "kiln/runtime/eager_mode.h"
 #include "support/pipeline_comparison.h"

@@ -12,11 +12,11 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/log.h"
+#include "kiln/families/flux2/flux2_pipeline.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/decoder_text_encoder.h"
 #include "kiln/models/flux2_prompt_encoder.h"
 #include "kiln/models/flux2_transformer.h"
-#include "kiln/families/flux2/flux2_pipeline.h"
 #include "support/test_data.h"
 
 namespace kiln {

@@ -9,11 +9,11 @@
 #include <sstream>
 
 #include "kiln/core/log.h"
+#include "kiln/families/flux2/flux2_pipeline.h"
 #include "kiln/io/png.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/flux2_transformer.h"
 #include "kiln/ops.h"
-#include "kiln/families/flux2/flux2_pipeline.h"
 #include "support/test_data.h"
 
 namespace kiln {

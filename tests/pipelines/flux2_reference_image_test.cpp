@@ -4,9 +4,9 @@
 // shrunk and cropped as Flux2Pipeline does.
 #include <gtest/gtest.h>
 
+#include "families/flux2/flux2_reference_image.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/ops.h"
-#include "families/flux2/flux2_reference_image.h"
 #include "pipelines/pil_resize.h"
 #include "support/test_data.h"
 

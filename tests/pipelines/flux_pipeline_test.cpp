@@ -5,10 +5,10 @@
 #include <filesystem>
 
 #include "kiln/core/log.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/io/png.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/flux_transformer.h"
-#include "kiln/families/flux1/flux_pipeline.h"
 #include "support/test_data.h"
 
 namespace kiln {

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/families/flux1/flux_pipeline.h"
+#include "kiln/families/sd3/sd3_pipeline.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/ops/linalg.h"
-#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/pipelines/offload.h"
-#include "kiln/families/sd3/sd3_pipeline.h"
 #include "kiln/runtime/eager_mode.h"
 #include "kiln/runtime/execution_context.h"
 #include "kiln/runtime/weight_groups.h"

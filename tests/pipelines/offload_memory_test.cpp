@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/ops/linalg.h"
-#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/pipelines/offload.h"
 #include "kiln/pipelines/weight_packing.h"
 #include "kiln/runtime/eager_mode.h"

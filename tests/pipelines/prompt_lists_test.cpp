@@ -9,8 +9,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "kiln/io/safetensors.h"
 #include "kiln/families/flux1/flux_pipeline.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "pipelines/call_control.h"
 #include "support/pipeline_comparison.h"

@@ -1,7 +1,7 @@
-// A model folder's recommended call (recommended_call.json beside model_index.json): models/kiln-shapes-64 carries
-// the values it was trained with, so that a call leaving them out makes its 64 x 64 picture rather than the
-// family's 1024 x 1024 one; the family's defaults stay what they are; a file Kiln cannot read fails the load
-// naming the key, before any weight loads.
+// A model folder's recommended call (recommended_call.json beside model_index.json): models/kiln-shapes-64
+// carries the values it was trained with, so that a call leaving them out makes its 64 x 64 picture rather
+// than the family's 1024 x 1024 one; the family's defaults stay what they are; a file Kiln cannot read fails
+// the load naming the key, before any weight loads.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -11,10 +11,10 @@
 
 #include "io/io_test_util.h"
 #include "kiln/core/device_runtime.h"
-#include "kiln/families/flux2/flux2_pipeline.h"
 #include "kiln/families/flux1/flux_pipeline.h"
-#include "kiln/pipelines/pipeline_registry.h"
+#include "kiln/families/flux2/flux2_pipeline.h"
 #include "kiln/families/sd3/sd3_pipeline.h"
+#include "kiln/pipelines/pipeline_registry.h"
 #include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"
 
@@ -69,21 +69,21 @@ TEST(PipelineRegistry, FromPretrainedPicksTheClassOfModelIndex) {
     EXPECT_STREQ(pipe->class_name(), cls);
     EXPECT_NE(dynamic_cast<DiffusionPipeline*>(pipe.get()), nullptr);
   }
-  // Every registered class once, sorted by name (how errors list them); those of the first families among them.
+  // Every registered class once, sorted by name (how errors list them); those of the first families among
+  // them.
   std::vector<std::string> names;
   for (const PipelineClass* c : pipeline_classes()) names.push_back(c->name);
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
-  for (const char* name : {"Flux2KleinPipeline", "Flux2Pipeline", "FluxFillPipeline", "FluxImg2ImgPipeline",
-                           "FluxInpaintPipeline", "FluxKontextPipeline", "FluxPipeline",
-                           "StableDiffusion3Img2ImgPipeline", "StableDiffusion3InpaintPipeline",
-                           "StableDiffusion3Pipeline"})
+  for (const char* name :
+       {"Flux2KleinPipeline", "Flux2Pipeline", "FluxFillPipeline", "FluxImg2ImgPipeline",
+        "FluxInpaintPipeline", "FluxKontextPipeline", "FluxPipeline", "StableDiffusion3Img2ImgPipeline",
+        "StableDiffusion3InpaintPipeline", "StableDiffusion3Pipeline"})
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
-  const std::string refused = testing::error_message([] {
-    pipeline_class("StableDiffusionXLPipeline", "x/model_index.json");
-  });
-  EXPECT_NE(refused.find("pipeline class 'StableDiffusionXLPipeline' is not supported (Kiln runs " + names.front() +
-                         ", "),
+  const std::string refused =
+      testing::error_message([] { pipeline_class("StableDiffusionXLPipeline", "x/model_index.json"); });
+  EXPECT_NE(refused.find("pipeline class 'StableDiffusionXLPipeline' is not supported (Kiln runs " +
+                         names.front() + ", "),
             std::string::npos)
       << refused;
 }

@@ -7,10 +7,10 @@
 #include <sstream>
 
 #include "kiln/core/log.h"
+#include "kiln/families/sd3/sd3_pipeline.h"
 #include "kiln/io/png.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/sd3_transformer.h"
-#include "kiln/families/sd3/sd3_pipeline.h"
 #include "support/pipeline_comparison.h"
 #include "support/test_data.h"
 

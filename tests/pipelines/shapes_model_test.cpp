@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/io/safetensors.h"
 #include "kiln/families/flux1/flux_pipeline.h"
+#include "kiln/io/safetensors.h"
 #include "support/test_data.h"
 
 namespace kiln {

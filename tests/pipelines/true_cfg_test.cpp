@@ -10,8 +10,8 @@
 #include <memory>
 
 #include "kiln/core/log.h"
-#include "kiln/io/safetensors.h"
 #include "kiln/families/flux1/flux_pipeline.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "pipelines/call_control.h"
 #include "support/pipeline_comparison.h"
@@ -139,7 +139,8 @@ TEST(TrueCfgRules, OtherPipelinesRefuseItByName) {
   expect_refused("FluxFillPipeline", scale, "true_cfg_scale", "FluxFillPipeline takes no true_cfg_scale");
   PipelineRequest negative;
   negative.negative_prompt = "blurry";
-  expect_refused("FluxFillPipeline", negative, "negative_prompt", "FluxFillPipeline takes no negative_prompt");
+  expect_refused("FluxFillPipeline", negative, "negative_prompt",
+                 "FluxFillPipeline takes no negative_prompt");
   PipelineRequest third;
   third.negative_prompt_3 = "blurry";
   expect_refused("FluxPipeline", third, "negative_prompt_3", "the third text encoder's");

@@ -10,9 +10,9 @@
 
 #include "kiln/core/device_runtime.h"
 #include "kiln/core/error.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/ops/linalg.h"
-#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/runtime/eager_mode.h"
 #include "kiln/runtime/execution_context.h"
 #include "support/test_data.h"

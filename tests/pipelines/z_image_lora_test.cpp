@@ -1,7 +1,8 @@
 // Z-Image LoRAs in the layouts they ship in (tools/goldens/z_image_files.py), against diffusers'
-// pipe.load_lora_weights: diffusers/PEFT names, kohya's (lora_unet_layers_0_attention_qkv: a fused qkv split over
-// to_q, to_k and to_v, alpha / rank), and the original names ComfyUI-trained files carry (diffusion_model.layers.1.
-// attention.out). Each gives diffusers' image within one 8-bit level; fused at 0.7, diffusers' fused image.
+// pipe.load_lora_weights: diffusers/PEFT names, kohya's (lora_unet_layers_0_attention_qkv: a fused qkv split
+// over to_q, to_k and to_v, alpha / rank), and the original names ComfyUI-trained files carry
+// (diffusion_model.layers.1. attention.out). Each gives diffusers' image within one 8-bit level; fused at
+// 0.7, diffusers' fused image.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -30,8 +31,8 @@ TEST_P(ZImageLora, EachLayoutGivesDiffusersImage) {
   const std::string layout = GetParam();
   const GoldenFile base("z_image", "turbo_cat_64x64_s0"), g("z_image", "lora_" + layout);
   ZImagePipeline pipe = tiny();
-  const lora::LoraLoadReport report =
-      pipe.load_lora_weights(testing::data_path("lora/z_image_" + layout + ".safetensors"), {.adapter_name = "a"});
+  const lora::LoraLoadReport report = pipe.load_lora_weights(
+      testing::data_path("lora/z_image_" + layout + ".safetensors"), {.adapter_name = "a"});
   EXPECT_TRUE(report.skipped.empty()) << layout;
   // The layers diffusers reaches: 10 modules; kohya's 9 with three fused qkv, 15; the original names', 7.
   const std::map<std::string, int64_t> layers = {{"diffusers", 10}, {"kohya", 15}, {"comfy", 7}};
@@ -62,7 +63,8 @@ TEST(ZImageLora, AnotherFamilysLoraIsRefusedNamingIt) {
     pipe.load_lora_weights(testing::data_path("lora/chroma_diffusers.safetensors"), {.adapter_name = "a"});
     ADD_FAILURE() << "a Chroma LoRA was loaded into Z-Image";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the model has no layer transformer."), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the model has no layer transformer."), std::string::npos)
+        << e.what();
   }
 }
 

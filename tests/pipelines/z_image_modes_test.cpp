@@ -1,7 +1,8 @@
-// Z-Image in every execution mode and under every offload on the CPU: diffusers' image (tools/goldens/z_image.py)
-// within one 8-bit level, as strict eager gives it (z_image_pipeline_test.cpp). A guided call whose prompt and
-// negative prompt pad to different lengths runs two batches a step (one per length), each its own compiled program.
-// On a PJRT device: tests/devices/families_on_device_test.cpp; split over ranks: tests/dist/tensor_parallel_z_image_test.cpp.
+// Z-Image in every execution mode and under every offload on the CPU: diffusers' image
+// (tools/goldens/z_image.py) within one 8-bit level, as strict eager gives it (z_image_pipeline_test.cpp). A
+// guided call whose prompt and negative prompt pad to different lengths runs two batches a step (one per
+// length), each its own compiled program. On a PJRT device: tests/devices/families_on_device_test.cpp; split
+// over ranks: tests/dist/tensor_parallel_z_image_test.cpp.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -57,7 +58,8 @@ TEST(ZImageModes, Bfloat16TurboAndEditingInCompiledBlocks) {
 
   const GoldenFile i2i("z_image", "img2img_80x64_s4");
   auto edit = ZImageImg2ImgPipeline::from_pretrained(testing::data_path("models/z-image-tiny"));
-  expect_golden_image(in_mode(edit, ExecutionMode::CompileBlocks, i2i.request()), i2i, "img2img compile-blocks");
+  expect_golden_image(in_mode(edit, ExecutionMode::CompileBlocks, i2i.request()), i2i,
+                      "img2img compile-blocks");
   const GoldenFile inpaint("z_image", "inpaint_80x64_s5");
   auto repaint = ZImageInpaintPipeline::from_pretrained(testing::data_path("models/z-image-tiny"));
   expect_golden_image(in_mode(repaint, ExecutionMode::Fuse, inpaint.request()), inpaint, "inpaint fuse");

@@ -1,9 +1,9 @@
-// ZImagePipeline, ZImageImg2ImgPipeline and ZImageInpaintPipeline against diffusers 0.42, stage by stage and image
-// by image, on the tiny pipelines of tools/goldens/z_image.py (tools/goldens/z_image_notes.md says what each stage
-// does): Qwen3's chat prompt and its second-to-last hidden states at each prompt's tokens, the single-stream
-// transformer with its caption and image padding to 32 tokens, Turbo's unguided call, classifier-free guidance
-// with prompts of different lengths, cfg_normalization and cfg_truncation, a size whose patches are not a
-// multiple of 32, prompt lists, bfloat16, image-to-image and inpainting.
+// ZImagePipeline, ZImageImg2ImgPipeline and ZImageInpaintPipeline against diffusers 0.42, stage by stage and
+// image by image, on the tiny pipelines of tools/goldens/z_image.py (tools/goldens/z_image_notes.md says what
+// each stage does): Qwen3's chat prompt and its second-to-last hidden states at each prompt's tokens, the
+// single-stream transformer with its caption and image padding to 32 tokens, Turbo's unguided call,
+// classifier-free guidance with prompts of different lengths, cfg_normalization and cfg_truncation, a size
+// whose patches are not a multiple of 32, prompt lists, bfloat16, image-to-image and inpainting.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -87,8 +87,8 @@ TEST_P(ZImageFloat32, EveryStageMatchesDiffusers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, ZImageFloat32,
-                         ::testing::Values("turbo_cat_64x64_s0", "cfg_cat_64x64_s1", "cfg_norm_trunc_48x80_s2",
-                                           "list_64x64_s3"));
+                         ::testing::Values("turbo_cat_64x64_s0", "cfg_cat_64x64_s1",
+                                           "cfg_norm_trunc_48x80_s2", "list_64x64_s3"));
 
 TEST(ZImagePipeline, ThePromptChangesTheImage) {
   const GoldenFile cat("z_image", "turbo_cat_64x64_s0"), fox("z_image", "turbo_fox_64x64_s0");
@@ -123,9 +123,9 @@ TEST(ZImagePipeline, InpaintingMatchesDiffusers) {
   expect_images_match((*pipe)(g.request()), g);
 }
 
-// The transformer as ComfyUI ships it (tools/goldens/z_image_files.py: the original names, fused qkv) gives the
-// folder's image; a GGUF of it (Linear weights in Q8_0, as the community quantizes it) keeps its weights quantized
-// and gives diffusers' image from the same file (from_single_file with GGUFQuantizationConfig).
+// The transformer as ComfyUI ships it (tools/goldens/z_image_files.py: the original names, fused qkv) gives
+// the folder's image; a GGUF of it (Linear weights in Q8_0, as the community quantizes it) keeps its weights
+// quantized and gives diffusers' image from the same file (from_single_file with GGUFQuantizationConfig).
 TEST(ZImagePipeline, TheSingleFileTransformerGivesTheFoldersImage) {
   const GoldenFile g("z_image", "turbo_cat_64x64_s0");
   const auto pipe = load_z_image(
@@ -135,10 +135,11 @@ TEST(ZImagePipeline, TheSingleFileTransformerGivesTheFoldersImage) {
 
 TEST(ZImagePipeline, AGgufQ8_0TransformerGivesDiffusersImage) {
   const GoldenFile g("z_image", "gguf_q8_0_turbo_cat_64x64_s0");
-  const auto pipe =
-      load_z_image(g, {.transformer_file = testing::data_path("goldens/z_image/transformer_single_file-Q8_0.gguf")});
+  const auto pipe = load_z_image(
+      g, {.transformer_file = testing::data_path("goldens/z_image/transformer_single_file-Q8_0.gguf")});
   int quantized = 0;
-  for (const auto& [name, t] : pipe->transformer().named_parameters()) quantized += t->defined() && t->dtype() == uint8;
+  for (const auto& [name, t] : pipe->transformer().named_parameters())
+    quantized += t->defined() && t->dtype() == uint8;
   EXPECT_EQ(quantized, 24 + 4 * (3 - 1));  // the file's 24, each block's fused qkv split in 3
   const PipelineOutput out = (*pipe)(g.request());
   expect_images_match(out, g);
@@ -188,8 +189,8 @@ TEST(ZImagePipeline, ControlNetAndOmniFoldersAreRefusedByName) {
   }
 }
 
-// A folder whose transformer config does not describe its weights fails while loading, naming the tensor and both
-// shapes.
+// A folder whose transformer config does not describe its weights fails while loading, naming the tensor and
+// both shapes.
 TEST(ZImagePipeline, AFolderWhoseConfigAndWeightsDisagreeIsRefused) {
   namespace fs = std::filesystem;
   const fs::path folder = fs::path(testing::temp_dir("z_image_disagree")) / "model";
@@ -259,9 +260,11 @@ TEST(ZImageTransformer, RefusesConfigsItCannotRun) {
   refused(R"({"_class_name": "FluxTransformer2DModel"})", "not a Z-Image transformer config");
   refused(R"({"_class_name": "ZImageTransformer2DModel", "siglip_feat_dim": 1152})", "Z-Image Omni");
   refused(R"({"_class_name": "ZImageTransformer2DModel", "dim": 64, "n_heads": 2, "n_kv_heads": 2,
-              "axes_dims": [8, 8, 8]})", "axes_dims sum to 24");
+              "axes_dims": [8, 8, 8]})",
+          "axes_dims sum to 24");
   refused(R"({"_class_name": "ZImageTransformer2DModel", "n_kv_heads": 10})", "n_kv_heads");
-  refused(R"({"_class_name": "ZImageTransformer2DModel", "n_refiner_layer": 2})", "not a ZImageTransformer2DModel argument");
+  refused(R"({"_class_name": "ZImageTransformer2DModel", "n_refiner_layer": 2})",
+          "not a ZImageTransformer2DModel argument");
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// AUTOMATIC1111's txt2img bodies as Kiln's generation requests: the fields that map, the front-ends' defaults for
-// what Kiln does not do taken, anything else refused naming the A1111 field.
+// AUTOMATIC1111's txt2img bodies as Kiln's generation requests: the fields that map, the front-ends' defaults
+// for what Kiln does not do taken, anything else refused naming the A1111 field.
 #include "cli/serve/a1111_params.h"
 
 #include <gtest/gtest.h>
@@ -25,7 +25,8 @@ std::string refused_field(const std::string& body) {
 }
 
 TEST(A1111Params, TheFieldsThatMapBecomeKilnsRequest) {
-  const json out = json::parse(a1111_txt2img_body(R"({"prompt": "a cat", "negative_prompt": "blurry", "steps": 4,
+  const json out =
+      json::parse(a1111_txt2img_body(R"({"prompt": "a cat", "negative_prompt": "blurry", "steps": 4,
       "cfg_scale": 0, "width": 64, "height": 48, "seed": 7, "batch_size": 2, "sampler_name": "Euler",
       "override_settings": {"sd_model_checkpoint": "kiln-shapes-64"}})"));
   EXPECT_EQ(out, json::parse(R"({"prompt": "a cat", "negative_prompt": "blurry", "steps": 4, "guidance": 0,

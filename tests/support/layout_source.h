@@ -1,6 +1,7 @@
-// A checkpoint made of a real model's tensor names and shapes (a real_layouts.json recorded on the meta device by
-// the golden tools), for strict loads of full-size models: each tensor is one element broadcast to its shape
-// (stride 0), so a model of billions of parameters costs no memory while the loader checks every name and shape.
+// A checkpoint made of a real model's tensor names and shapes (a real_layouts.json recorded on the meta
+// device by the golden tools), for strict loads of full-size models: each tensor is one element broadcast to
+// its shape (stride 0), so a model of billions of parameters costs no memory while the loader checks every
+// name and shape.
 #pragma once
 
 #include <functional>
@@ -23,7 +24,8 @@ class LayoutSource : public nn::WeightSource {
   }
   // The tensors in `dtype`: the dtype the model loads in, so that nothing is converted (a conversion would
   // materialise the full shape).
-  LayoutSource(std::map<std::string, Shape> shapes, DType dtype) : shapes_(std::move(shapes)), dtype_(dtype) {}
+  LayoutSource(std::map<std::string, Shape> shapes, DType dtype)
+      : shapes_(std::move(shapes)), dtype_(dtype) {}
   bool contains(const std::string& name) const override { return shapes_.count(name) != 0; }
   Shape shape(const std::string& name) const override { return shapes_.at(name); }
   Tensor load(const std::string& name) const override {

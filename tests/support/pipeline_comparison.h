@@ -70,7 +70,9 @@ struct GoldenFile {
     // Z-Image's: cfg_normalization as diffusers takes it (a bool, True meaning 1, or the ratio).
     if (has("cfg_normalization")) {
       const std::string v = meta("cfg_normalization");
-      r.cfg_normalization = v == "true" || v == "True" ? 1.0f : v == "false" || v == "False" ? 0.0f : std::stof(v);
+      r.cfg_normalization = v == "true" || v == "True"     ? 1.0f
+                            : v == "false" || v == "False" ? 0.0f
+                                                           : std::stof(v);
     }
     if (has("cfg_truncation")) r.cfg_truncation = std::stof(meta("cfg_truncation"));
     if (has("guidance_scale")) r.guidance_scale = std::stof(meta("guidance_scale"));
@@ -98,12 +100,14 @@ struct GoldenFile {
   }
 };
 
-// Every image of the call within one 8-bit level of the golden's (diffusers') on at least `share` of its values.
+// Every image of the call within one 8-bit level of the golden's (diffusers') on at least `share` of its
+// values.
 inline void expect_images_match(const PipelineOutput& out, const GoldenFile& g, double share = 0.99) {
   const Tensor expected = g["image_u8"];
   ASSERT_EQ(static_cast<int64_t>(out.images.size()), expected.size(0)) << g.name;
   for (size_t b = 0; b < out.images.size(); ++b)
-    EXPECT_GE(share_within_one_level(out.images[b].pixels, expected.select(0, static_cast<int64_t>(b))), share)
+    EXPECT_GE(share_within_one_level(out.images[b].pixels, expected.select(0, static_cast<int64_t>(b))),
+              share)
         << g.name << " image " << b;
 }
 

@@ -1,8 +1,8 @@
-// What LoRA means for a model family, as its family descriptor declares it (kiln/pipelines/pipeline_registry.h):
-// the components adapters load into, the layouts of LoRA files it takes, and its transformer's modules under
-// their original names (Black Forest Labs' checkpoint layout, which kohya, ComfyUI, ai-toolkit and XLabs files
-// follow) with the diffusers layers each one is. lora_keys.h converts a file's names with it; nothing in lora/
-// names a family.
+// What LoRA means for a model family, as its family descriptor declares it
+// (kiln/pipelines/pipeline_registry.h): the components adapters load into, the layouts of LoRA files it
+// takes, and its transformer's modules under their original names (Black Forest Labs' checkpoint layout,
+// which kohya, ComfyUI, ai-toolkit and XLabs files follow) with the diffusers layers each one is. lora_keys.h
+// converts a file's names with it; nothing in lora/ names a family.
 #pragma once
 
 #include <string>
@@ -19,8 +19,8 @@ const char* format_name(LoraFormat format);
 struct OriginalModule {
   std::string name;  // relative to its block for block modules ("img_attn.qkv"), else the whole name
   std::vector<std::string> modules;
-  // Black Forest Labs' final adaLN projection is (shift, scale), diffusers' norm_out.linear (scale, shift): the
-  // adapter's up halves are swapped.
+  // Black Forest Labs' final adaLN projection is (shift, scale), diffusers' norm_out.linear (scale, shift):
+  // the adapter's up halves are swapped.
   bool swap_up_halves = false;
 };
 
@@ -47,8 +47,8 @@ inline constexpr const char* kSingleBlocks = "single_blocks";
 
 struct LoraFamily {
   std::string name;  // "FLUX.1", in messages
-  // The components adapters load into (diffusers' _lora_loadable_modules, the prefixes of its layout) and those
-  // fuse_lora fuses by default.
+  // The components adapters load into (diffusers' _lora_loadable_modules, the prefixes of its layout) and
+  // those fuse_lora fuses by default.
   std::vector<std::string> components, fuse_components;
   // The layouts it takes; the diffusers (PEFT) one always.
   std::vector<LoraFormat> formats = {LoraFormat::Diffusers};

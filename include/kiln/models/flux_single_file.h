@@ -26,15 +26,16 @@ std::unique_ptr<nn::WeightSource> flux_single_file_weights(std::shared_ptr<const
 // is used for 128-wide heads, and other head sizes are an error asking for a config.json.
 FluxTransformerConfig infer_flux_config(const nn::WeightSource& bfl_weights);
 
-// The renames FLUX.1 shares with the transformers built on its blocks (Chroma): the embedders (img_in, txt_in),
-// every block's attention, QK norms and feed-forwards (the fused qkv and linear1 split for a model `inner_dim`
-// wide), and the final projection. FLUX.1 adds its modulations and time embeddings.
+// The renames FLUX.1 shares with the transformers built on its blocks (Chroma): the embedders (img_in,
+// txt_in), every block's attention, QK norms and feed-forwards (the fused qkv and linear1 split for a model
+// `inner_dim` wide), and the final projection. FLUX.1 adds its modulations and time embeddings.
 void add_flux_backbone_renames(nn::MappingBuilder& m, int64_t inner_dim, int64_t double_blocks,
                                int64_t single_blocks);
-// The same modules as LoRA files in the original layout name them (kohya, ComfyUI): the backbone's linear layers
-// under their BFL names with the diffusers layers each one is (a fused qkv or linear1 names several).
+// The same modules as LoRA files in the original layout name them (kohya, ComfyUI): the backbone's linear
+// layers under their BFL names with the diffusers layers each one is (a fused qkv or linear1 names several).
 lora::OriginalLayout flux_backbone_lora_layout();
 // The number of blocks `w` names "<prefix><kind><i>." (kind "double_blocks." or "single_blocks.").
-int64_t count_single_file_blocks(const nn::WeightSource& w, const std::string& prefix, const std::string& kind);
+int64_t count_single_file_blocks(const nn::WeightSource& w, const std::string& prefix,
+                                 const std::string& kind);
 
 }  // namespace kiln::models

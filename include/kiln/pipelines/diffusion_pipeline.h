@@ -135,13 +135,14 @@ class DiffusionPipeline {
 
   // "FluxPipeline", as model_index.json names it.
   virtual const char* class_name() const = 0;
-  // The values a request's unset fields take: the family's (diffusers' defaults for the class), with the model
-  // folder's recommended call over them where it has one (recommended_call()).
+  // The values a request's unset fields take: the family's (diffusers' defaults for the class), with the
+  // model folder's recommended call over them where it has one (recommended_call()).
   PipelineDefaults defaults() const;
   // diffusers' defaults for the class (its __call__'s).
   virtual PipelineDefaults family_defaults() const = 0;
-  // What the model folder recommends for a call (recommended_call.json beside model_index.json), when it holds
-  // one: a small model trained at 64 x 64 says so, rather than every caller starting from the family's 1024.
+  // What the model folder recommends for a call (recommended_call.json beside model_index.json), when it
+  // holds one: a small model trained at 64 x 64 says so, rather than every caller starting from the family's
+  // 1024.
   const std::optional<RecommendedCall>& recommended_call() const { return recommended_call_; }
   // "the family's defaults (FluxPipeline)" or "<folder>/recommended_call.json", for the callers to say which.
   std::string defaults_source() const;
@@ -274,14 +275,16 @@ class DiffusionPipeline {
   // marks their devices' cached activations idle (kiln::mark_cache_idle).
   void release_after_use(std::initializer_list<std::pair<const char*, nn::Module*>> ran) const;
   // The stages after a family's encode and prepare, alike in every family: the denoising loop from the task's
-  // start (`model_output` at each step, with the call's noise, the inpainting blend and the request's callback),
-  // the "transformer" component's memory handed on; then, unless the call returns latents, `decode` (the final
-  // latents -> images [B, H, W, 3] in [0, 1]), the "vae" component's memory handed on, and the output with the
-  // call's metadata (pipelines::call_metadata with `negative`: a negative prompt guided the call) and `extra`.
+  // start (`model_output` at each step, with the call's noise, the inpainting blend and the request's
+  // callback), the "transformer" component's memory handed on; then, unless the call returns latents,
+  // `decode` (the final latents -> images [B, H, W, 3] in [0, 1]), the "vae" component's memory handed on,
+  // and the output with the call's metadata (pipelines::call_metadata with `negative`: a negative prompt
+  // guided the call) and `extra`.
   PipelineOutput denoise_and_decode(const pipelines::TaskCall& task, const pipelines::TaskStart& start,
                                     const std::function<Tensor(const Tensor&, int, float)>& model_output,
                                     const std::function<Tensor(const Tensor&)>& decode, bool negative,
-                                    std::map<std::string, std::string> extra, const pipelines::CallControl& control);
+                                    std::map<std::string, std::string> extra,
+                                    const pipelines::CallControl& control);
   // At the end of loading: sets the packed-weight plan from the components' weights in the pipeline's dtype,
   // and waits for the loading work (conversions queued on the context's stream), so that a loaded pipeline
   // holds its weights and a failure while loading is reported by from_pretrained.

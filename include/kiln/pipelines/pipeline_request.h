@@ -131,9 +131,10 @@ struct PipelineRequest {
   // runs the transformer twice, on the prompt and on the negative prompt, and takes neg + scale * (pos -
   // neg), beside the embedded guidance_scale of FLUX.1-dev.
   std::optional<float> true_cfg_scale;
-  // Z-Image's classifier-free guidance: cfg_normalization caps each image's guided prediction at this many times
-  // the norm of its positive prediction (0: off, the default; diffusers' True is 1); cfg_truncation turns the
-  // guidance off for the steps whose normalised time (1000 - t) / 1000 exceeds it (default 1: never).
+  // Z-Image's classifier-free guidance: cfg_normalization caps each image's guided prediction at this many
+  // times the norm of its positive prediction (0: off, the default; diffusers' True is 1); cfg_truncation
+  // turns the guidance off for the steps whose normalised time (1000 - t) / 1000 exceeds it (default 1:
+  // never).
   std::optional<float> cfg_normalization, cfg_truncation;
   std::optional<Generator> generator;  // torch's default seed when absent
   // diffusers' generator list, in the text-to-image pipelines: image i's noise drawn from generators[i] (so
@@ -160,8 +161,8 @@ struct PipelineDefaults {
   double strength = 1.0;
 };
 
-// A model folder's recommended call (recommended_call.json beside model_index.json, diffusers' argument names):
-// the values its callers start from instead of the family's, for the fields it names.
+// A model folder's recommended call (recommended_call.json beside model_index.json, diffusers' argument
+// names): the values its callers start from instead of the family's, for the fields it names.
 struct RecommendedCall {
   std::string path;  // the file
   std::optional<int64_t> height, width;
@@ -174,8 +175,8 @@ struct RecommendedCall {
   PipelineDefaults over(PipelineDefaults defaults) const;
   // "64x64, 4 steps, guidance 0, 40 tokens": the values it sets.
   std::string describe() const;
-  // Reads `folder`/recommended_call.json when present (nullopt otherwise). Throws kiln::Error naming the file and
-  // the key when it is not a JSON object of these keys with values in their ranges.
+  // Reads `folder`/recommended_call.json when present (nullopt otherwise). Throws kiln::Error naming the file
+  // and the key when it is not a JSON object of these keys with values in their ranges.
   static std::optional<RecommendedCall> read(const std::string& folder);
 };
 

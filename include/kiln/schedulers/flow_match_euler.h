@@ -101,9 +101,9 @@ class FlowMatchEulerDiscreteScheduler final : public Scheduler {
   std::vector<float> sigmas_;
 };
 
-// The pipelines' mu for this scheduler at `image_seq_len` tokens (FluxPipeline's calculate_shift, which Chroma's
-// and SD3's pipelines share): the config's sequence lengths and shifts, base_shift 0.5 and `max_shift` where the
-// config gives none (null in its JSON).
+// The pipelines' mu for this scheduler at `image_seq_len` tokens (FluxPipeline's calculate_shift, which
+// Chroma's and SD3's pipelines share): the config's sequence lengths and shifts, base_shift 0.5 and
+// `max_shift` where the config gives none (null in its JSON).
 double calculate_shift(const FlowMatchEulerConfig& config, int64_t image_seq_len, double max_shift = 1.15);
 
 }  // namespace kiln

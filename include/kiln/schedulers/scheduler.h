@@ -1,7 +1,7 @@
 // What the denoising loop (pipelines/denoise.h) needs of a scheduler, whatever its kind: the timesteps of the
 // schedule it was set to, the input the denoiser gets at a step (diffusers' scale_model_input: the sample
-// itself for flow matching, sample / sqrt(sigma^2 + 1) for Euler over a variance-exploding schedule), how much
-// the starting noise is scaled (init_noise_sigma), one update per step, and the forward process that
+// itself for flow matching, sample / sqrt(sigma^2 + 1) for Euler over a variance-exploding schedule), how
+// much the starting noise is scaled (init_noise_sigma), one update per step, and the forward process that
 // image-to-image starts from and inpainting blends with. FlowMatchEulerDiscreteScheduler is the one Kiln has
 // today; a new sampler implements this.
 //

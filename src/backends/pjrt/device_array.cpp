@@ -8,7 +8,8 @@
 namespace kiln::pjrt {
 
 DeviceArray::~DeviceArray() {
-  if (host_.defined() && buffer_ != nullptr && brought_in_) device_memory(device_).release(host_.nbytes(), *brought_in_);
+  if (host_.defined() && buffer_ != nullptr && brought_in_)
+    device_memory(device_).release(host_.nbytes(), *brought_in_);
 }
 
 void DeviceArray::set(std::shared_ptr<Buffer> buffer) {

@@ -12,8 +12,8 @@
 #include <memory>
 #include <mutex>
 
-#include "kiln/runtime/device_ledger.h"
 #include <optional>
+#include "kiln/runtime/device_ledger.h"
 
 #include "backends/pjrt/pjrt_client.h"
 #include "kiln/core/tensor.h"
@@ -47,7 +47,8 @@ class DeviceArray {
   size_t bring_in() const;
   // For a host-backed array: frees the device's copy (a read brings it back).
   void send_out() const;
-  // The ledger the array's allocation was charged to (DeviceMemory::allocate), given back its bytes when freed.
+  // The ledger the array's allocation was charged to (DeviceMemory::allocate), given back its bytes when
+  // freed.
   void set_ledger(std::shared_ptr<DeviceLedger> ledger) { ledger_ = std::move(ledger); }
   const std::shared_ptr<DeviceLedger>& ledger() const { return ledger_; }
 

@@ -32,7 +32,8 @@ std::shared_ptr<DeviceLedger> DeviceMemory::charge(size_t bytes, const std::stri
   if (!ledger->charge(static_cast<int64_t>(bytes)))
     fail_out_of_memory(device_, bytes, what,
                        format_bytes(ledger->held()) + " of the " + format_bytes(*ledger->limit()) +
-                           " limit (--max-memory, kiln::set_memory_limit) already held in " + ledger->owner());
+                           " limit (--max-memory, kiln::set_memory_limit) already held in " +
+                           ledger->owner());
   record_allocate(bytes, allocation);
   return ledger;
 }

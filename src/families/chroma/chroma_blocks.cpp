@@ -51,7 +51,8 @@ Tensor chroma_approximator_input(const Tensor& t, int64_t channels, int64_t rows
   const DType dtype = t.dtype();
   const Tensor time = flux_timestep_sinusoid(t, quarter).to(dtype);
   // The guidance slot is always the embedding of 0.
-  const Tensor guidance = flux_timestep_sinusoid(Tensor::zeros({batch}, float32).to(t.device()), quarter).to(dtype);
+  const Tensor guidance =
+      flux_timestep_sinusoid(Tensor::zeros({batch}, float32).to(t.device()), quarter).to(dtype);
   std::vector<float> index(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) index[static_cast<size_t>(i)] = static_cast<float>(i * 1000);
   const Tensor modulation_index =
@@ -71,8 +72,9 @@ ChromaTransformerBlock::ChromaTransformerBlock(int64_t dim, int64_t heads, int64
   register_module("ff_context", &ff_context_);
 }
 
-std::pair<Tensor, Tensor> ChromaTransformerBlock::forward(const Tensor& x, const Tensor& c, const Tensor& image_rows,
-                                                          const Tensor& text_rows, const FluxRopeTables& rope,
+std::pair<Tensor, Tensor> ChromaTransformerBlock::forward(const Tensor& x, const Tensor& c,
+                                                          const Tensor& image_rows, const Tensor& text_rows,
+                                                          const FluxRopeTables& rope,
                                                           const Tensor& bias) const {
   if (!is_compiled()) return forward_eager(x, c, image_rows, text_rows, rope, bias);
   const std::vector<Tensor> out = call_compiled(
@@ -87,9 +89,12 @@ std::pair<Tensor, Tensor> ChromaTransformerBlock::forward(const Tensor& x, const
 }
 
 std::pair<Tensor, Tensor> ChromaTransformerBlock::forward_eager(const Tensor& x, const Tensor& c,
-                                                                const Tensor& image_rows, const Tensor& text_rows,
-                                                                const FluxRopeTables& rope, const Tensor& bias) const {
-  return double_stream_block(attn_, ff_, ff_context_, x, c, chunks_of(image_rows), chunks_of(text_rows), rope, bias);
+                                                                const Tensor& image_rows,
+                                                                const Tensor& text_rows,
+                                                                const FluxRopeTables& rope,
+                                                                const Tensor& bias) const {
+  return double_stream_block(attn_, ff_, ff_context_, x, c, chunks_of(image_rows), chunks_of(text_rows), rope,
+                             bias);
 }
 
 ChromaSingleTransformerBlock::ChromaSingleTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim,
@@ -114,8 +119,8 @@ Tensor ChromaSingleTransformerBlock::forward(const Tensor& s, const Tensor& rows
       bias.defined() ? "masked" : "")[0];
 }
 
-Tensor ChromaSingleTransformerBlock::forward_eager(const Tensor& s, const Tensor& rows, const FluxRopeTables& rope,
-                                                   const Tensor& bias) const {
+Tensor ChromaSingleTransformerBlock::forward_eager(const Tensor& s, const Tensor& rows,
+                                                   const FluxRopeTables& rope, const Tensor& bias) const {
   return single_stream_block(attn_, proj_mlp_, proj_out_, s, chunks_of(rows), rope, bias);
 }
 

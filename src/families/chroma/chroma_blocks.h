@@ -1,5 +1,5 @@
-// The parts of ChromaTransformer2DModel that are not FLUX.1's: the distilled-guidance approximator, which makes
-// every block's modulation from the timestep, and the two block kinds fed with those vectors instead of
+// The parts of ChromaTransformer2DModel that are not FLUX.1's: the distilled-guidance approximator, which
+// makes every block's modulation from the timestep, and the two block kinds fed with those vectors instead of
 // projecting their own (their attention and feed-forwards are FLUX.1's, models/flux_blocks.h).
 #pragma once
 
@@ -30,9 +30,9 @@ class ChromaApproximator : public nn::Module {
   std::vector<std::unique_ptr<nn::RMSNorm>> norms_;
 };
 
-// ChromaCombinedTimestepTextProjEmbeddings: the approximator's input for t [B] (already scaled by 1000, in the
-// compute dtype): row i of [B, rows, 4C] is [sinusoid(t) (C), sinusoid(0) (C), sinusoid(1000 i) (2C)], each
-// computed in float32 and cast to t's dtype, C = channels / 4.
+// ChromaCombinedTimestepTextProjEmbeddings: the approximator's input for t [B] (already scaled by 1000, in
+// the compute dtype): row i of [B, rows, 4C] is [sinusoid(t) (C), sinusoid(0) (C), sinusoid(1000 i) (2C)],
+// each computed in float32 and cast to t's dtype, C = channels / 4.
 Tensor chroma_approximator_input(const Tensor& t, int64_t channels, int64_t rows);
 
 // ChromaTransformerBlock: FluxTransformerBlock whose twelve modulation vectors are given, image_rows and
@@ -42,7 +42,8 @@ class ChromaTransformerBlock : public nn::Module {
   ChromaTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim, const nn::TensorParallel& tp = {});
   // `bias`: the attention mask's m_i * m_j [B, 1, S, S], or undefined.
   std::pair<Tensor, Tensor> forward(const Tensor& x, const Tensor& c, const Tensor& image_rows,
-                                    const Tensor& text_rows, const FluxRopeTables& rope, const Tensor& bias) const;
+                                    const Tensor& text_rows, const FluxRopeTables& rope,
+                                    const Tensor& bias) const;
   bool supports_compile() const override { return true; }
 
  private:
@@ -62,7 +63,8 @@ class ChromaSingleTransformerBlock : public nn::Module {
   bool supports_compile() const override { return true; }
 
  private:
-  Tensor forward_eager(const Tensor& s, const Tensor& rows, const FluxRopeTables& rope, const Tensor& bias) const;
+  Tensor forward_eager(const Tensor& s, const Tensor& rows, const FluxRopeTables& rope,
+                       const Tensor& bias) const;
   nn::Linear proj_mlp_, proj_out_;
   FluxAttention attn_;
 };

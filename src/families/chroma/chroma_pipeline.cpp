@@ -53,7 +53,8 @@ PipelineDefaults ChromaImg2ImgPipeline::family_defaults() const {
 
 void ChromaPipeline::load(ChromaPipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
                           const char* pipeline_class) {
-  pipelines::PipelineFolder folder(model, options, pipeline_class, {"ChromaPipeline", "ChromaImg2ImgPipeline"});
+  pipelines::PipelineFolder folder(model, options, pipeline_class,
+                                   {"ChromaPipeline", "ChromaImg2ImgPipeline"});
   folder.set_component_count(5);
   pipe.path_ = folder.path();
   pipe.name_ = model;
@@ -61,8 +62,9 @@ void ChromaPipeline::load(ChromaPipeline& pipe, const std::string& model, const 
   pipe.make_context(options, model);
   ExecutionScope loading_in(pipe.context());
   const auto done = [&](const char* name) { folder.loaded(name); };
-  pipe.scheduler_ = std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
-      folder.need("scheduler", {"FlowMatchEulerDiscreteScheduler"})));
+  pipe.scheduler_ =
+      std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
+          folder.need("scheduler", {"FlowMatchEulerDiscreteScheduler"})));
   done("scheduler");
   pipe.tokenizer_ = std::make_unique<tokenizers::T5Tokenizer>(
       tokenizers::T5Tokenizer::from_directory(folder.need("tokenizer", {"T5Tokenizer", "T5TokenizerFast"})));
@@ -72,13 +74,14 @@ void ChromaPipeline::load(ChromaPipeline& pipe, const std::string& model, const 
                                                options.tensor_parallel_for("text_encoder", splittable));
   done("text_encoder");
   if (options.transformer_file.empty()) {
-    pipe.transformer_ =
-        models::load_chroma_transformer(folder.need("transformer", {"ChromaTransformer2DModel"}), options.dtype,
-                                        options.tensor_parallel_for("transformer", splittable));
+    pipe.transformer_ = models::load_chroma_transformer(
+        folder.need("transformer", {"ChromaTransformer2DModel"}), options.dtype,
+        options.tensor_parallel_for("transformer", splittable));
   } else {
-    KILN_CHECK(options.parallel_config.count("transformer") == 0 && options.tensor_parallel == 1,
-               pipeline_class << ": a single-file transformer cannot be split across ranks yet; load it without "
-                                 "tensor parallelism or from a diffusers folder");
+    KILN_CHECK(
+        options.parallel_config.count("transformer") == 0 && options.tensor_parallel == 1,
+        pipeline_class << ": a single-file transformer cannot be split across ranks yet; load it without "
+                          "tensor parallelism or from a diffusers folder");
     const fs::path config = fs::path(folder.path()) / "transformer" / "config.json";
     pipe.transformer_ = models::ChromaTransformer2DModel::from_single_file(
         options.transformer_file,
@@ -94,9 +97,9 @@ void ChromaPipeline::load(ChromaPipeline& pipe, const std::string& model, const 
                         << " does not match text_encoder d_model " << pipe.text_encoder_->config().d_model);
   const int64_t packed = 4 * pipe.vae_->config().latent_channels;
   KILN_CHECK(tc.in_channels == packed && tc.out_channels == packed,
-             pipe.path_ << ": transformer in_channels " << tc.in_channels << " and out_channels " << tc.out_channels
-                        << " do not fit the vae's 2 x 2 packed latents (expected " << packed << " for latent_channels "
-                        << pipe.vae_->config().latent_channels << ")");
+             pipe.path_ << ": transformer in_channels " << tc.in_channels << " and out_channels "
+                        << tc.out_channels << " do not fit the vae's 2 x 2 packed latents (expected "
+                        << packed << " for latent_channels " << pipe.vae_->config().latent_channels << ")");
 }
 
 ChromaPipeline::PromptEmbeddings ChromaPipeline::encode_prompt(const std::vector<std::string>& prompts,
@@ -116,7 +119,8 @@ ChromaPipeline::PromptEmbeddings ChromaPipeline::encode_prompt(const std::vector
     const Tensor tokenizer_mask = Tensor::from_vector(tokens.attention_mask, {1, length});
     embeds.push_back(text_encoder_->forward(ids, tokenizer_mask));
     // The transformer's mask keeps one more: the first padding token after EOS (Chroma's training recipe).
-    const auto kept = static_cast<int64_t>(std::count(tokens.attention_mask.begin(), tokens.attention_mask.end(), 1));
+    const auto kept =
+        static_cast<int64_t>(std::count(tokens.attention_mask.begin(), tokens.attention_mask.end(), 1));
     std::vector<float> mask(static_cast<size_t>(length), 0.0f);
     std::fill_n(mask.begin(), std::min(kept + 1, length), 1.0f);
     masks.push_back(Tensor::from_vector(mask, {1, length}));
@@ -140,8 +144,8 @@ PipelineOutput ChromaPipeline::run(const PipelineRequest& request, const pipelin
   const pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
   const int n = request.num_images_per_prompt;
   const std::vector<std::string> prompts = pipelines::prompt_list(request);
-  // encode: the prompts, and with classifier-free guidance (guidance_scale > 1) one negative prompt each ("" when
-  // none is given); the text encoder's memory then goes to the transformer.
+  // encode: the prompts, and with classifier-free guidance (guidance_scale > 1) one negative prompt each (""
+  // when none is given); the text encoder's memory then goes to the transformer.
   const bool guided = call.guidance_scale > 1.0f;
   if (!guided && pipelines::has_negative_prompt(request))
     warn(std::string(class_name()) + ": negative_prompt is ignored unless guidance_scale > 1 (got " +
@@ -150,7 +154,8 @@ PipelineOutput ChromaPipeline::run(const PipelineRequest& request, const pipelin
   std::optional<PromptEmbeddings> negative;
   if (guided) {
     std::vector<std::string> negatives;
-    for (size_t i = 0; i < prompts.size(); ++i) negatives.push_back(pipelines::negative_prompt_of(request, i).value_or(""));
+    for (size_t i = 0; i < prompts.size(); ++i)
+      negatives.push_back(pipelines::negative_prompt_of(request, i).value_or(""));
     negative = encode_prompt(negatives, n, call.max_sequence_length);
   }
   release_after_use({{"text_encoder", text_encoder_.get()}});
@@ -198,12 +203,13 @@ PipelineOutput ChromaPipeline::run(const PipelineRequest& request, const pipelin
             transformer_->forward(x, prompt.prompt_embeds, scaled, prompt.text_ids, image_ids, mask);
         if (!negative) return positive;
         // diffusers: neg + guidance_scale * (pos - neg), two calls of batch B.
-        const Tensor uncond =
-            transformer_->forward(x, negative->prompt_embeds, scaled, negative->text_ids, image_ids, negative_mask);
+        const Tensor uncond = transformer_->forward(x, negative->prompt_embeds, scaled, negative->text_ids,
+                                                    image_ids, negative_mask);
         return add(uncond, mul(static_cast<double>(guidance_scale), sub(positive, uncond)));
       },
       [&](const Tensor& latents) {
-        return pipelines::postprocess(vae_->decode(vae_->from_latents(models::flux_unpack_latents(latents, h, w))));
+        return pipelines::postprocess(
+            vae_->decode(vae_->from_latents(models::flux_unpack_latents(latents, h, w))));
       },
       negative.has_value(), {}, control);
 }
@@ -220,7 +226,8 @@ nn::Module& ChromaPipeline::denoiser() {
   return *transformer_;
 }
 
-ActivationEstimate ChromaPipeline::estimate_activations(const PipelineRequest& request, const Device& device) const {
+ActivationEstimate ChromaPipeline::estimate_activations(const PipelineRequest& request,
+                                                        const Device& device) const {
   const pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
   const models::ChromaTransformerConfig& tc = transformer_->config();
   const models::T5EncoderConfig& t5 = text_encoder_->config();
@@ -232,8 +239,8 @@ ActivationEstimate ChromaPipeline::estimate_activations(const PipelineRequest& r
   // T5's padding mask joins its position bias as float32 scores' bias [1, heads, L, L].
   e.text_encoders = pipelines::t5_activation_bytes(t5, text, dtype()) + t5.num_heads * text * text * 4;
   // The transformer's attention mask [B, 1, S, S] in the compute dtype, beside one step's blocks.
-  e.transformer = pipelines::dit_step_activation_bytes(batch, tokens, tc.num_attention_heads, tc.attention_head_dim,
-                                                       dtype(), device) +
+  e.transformer = pipelines::dit_step_activation_bytes(batch, tokens, tc.num_attention_heads,
+                                                       tc.attention_head_dim, dtype(), device) +
                   batch * tokens * tokens * static_cast<int64_t>(dtype_size(dtype()));
   e.vae = vae_activation_bytes(*vae_, batch, call.height, call.width, dtype(), device);
   return e;

@@ -49,13 +49,15 @@ std::unique_ptr<nn::WeightSource> chroma_single_file_weights(std::shared_ptr<con
 
 ChromaTransformerConfig infer_chroma_config(const nn::WeightSource& w) {
   const std::string p = nn::MappedWeights::prefix_if_present(w, kComfyPrefix);
-  KILN_CHECK(is_chroma_single_file(w), w.description() << ": not a Chroma transformer in the original layout: no "
-                                                          "tensor '"
-                                                       << p << kApproximator << "in_proj.bias'");
+  KILN_CHECK(is_chroma_single_file(w), w.description()
+                                           << ": not a Chroma transformer in the original layout: no "
+                                              "tensor '"
+                                           << p << kApproximator << "in_proj.bias'");
   auto shape_of = [&](const std::string& name) {
-    KILN_CHECK(w.contains(p + name), w.description() << ": not a Chroma transformer in the original layout: no "
-                                                        "tensor '"
-                                                     << p + name << "'");
+    KILN_CHECK(w.contains(p + name), w.description()
+                                         << ": not a Chroma transformer in the original layout: no "
+                                            "tensor '"
+                                         << p + name << "'");
     const Shape shape = w.shape(p + name);
     KILN_CHECK(shape.size() == 2 || name.find(".scale") != std::string::npos,
                w.description() << ": " << p + name << " should be 2-d, got " << shape_str(shape));

@@ -20,8 +20,8 @@ bool is_chroma_single_file(const nn::WeightSource& w);
 std::unique_ptr<nn::WeightSource> chroma_single_file_weights(std::shared_ptr<const nn::WeightSource> inner,
                                                              const ChromaTransformerConfig& config);
 
-// The config read off the file's shapes: widths, depths, the approximator's sizes. RoPE axes cannot be read off
-// shapes: Chroma's (16, 56, 56) for 128-wide heads; other head sizes need a config.json.
+// The config read off the file's shapes: widths, depths, the approximator's sizes. RoPE axes cannot be read
+// off shapes: Chroma's (16, 56, 56) for 128-wide heads; other head sizes need a config.json.
 ChromaTransformerConfig infer_chroma_config(const nn::WeightSource& w);
 
 }  // namespace kiln::models

@@ -46,7 +46,8 @@ ChromaTransformer2DModel::ChromaTransformer2DModel(const ChromaTransformerConfig
   for (int64_t i = 0; i < config.num_single_layers; ++i) {
     single_transformer_blocks_.push_back(std::make_unique<ChromaSingleTransformerBlock>(
         dim, config.num_attention_heads, config.attention_head_dim, mlp_hidden, tp));
-    register_module("single_transformer_blocks." + std::to_string(i), single_transformer_blocks_.back().get());
+    register_module("single_transformer_blocks." + std::to_string(i),
+                    single_transformer_blocks_.back().get());
   }
   register_module("proj_out", &proj_out_);
 }
@@ -68,8 +69,8 @@ Tensor ChromaTransformer2DModel::modulations(const Tensor& timestep) const {
   return distilled_guidance_layer_->forward(approximator_input(timestep));
 }
 
-Tensor ChromaTransformer2DModel::forward(const Tensor& hidden, const Tensor& encoder_hidden, const Tensor& timestep,
-                                         const Tensor& txt_ids, const Tensor& img_ids,
+Tensor ChromaTransformer2DModel::forward(const Tensor& hidden, const Tensor& encoder_hidden,
+                                         const Tensor& timestep, const Tensor& txt_ids, const Tensor& img_ids,
                                          const Tensor& attention_mask) const {
   std::vector<Tensor> inputs{hidden, encoder_hidden, timestep, txt_ids, img_ids};
   if (attention_mask.defined()) inputs.push_back(attention_mask);
@@ -84,8 +85,8 @@ Tensor ChromaTransformer2DModel::forward(const Tensor& hidden, const Tensor& enc
 }
 
 Tensor ChromaTransformer2DModel::forward_eager(const Tensor& hidden, const Tensor& encoder_hidden,
-                                               const Tensor& timestep, const Tensor& txt_ids, const Tensor& img_ids,
-                                               const Tensor& attention_mask) const {
+                                               const Tensor& timestep, const Tensor& txt_ids,
+                                               const Tensor& img_ids, const Tensor& attention_mask) const {
   const ChromaTransformerConfig& c = config_;
   const char* op = "ChromaTransformer2DModel";
   KILN_CHECK(x_embedder_.weight.defined(), op << ": the weights are not loaded (call load_weights first)");
@@ -101,16 +102,16 @@ Tensor ChromaTransformer2DModel::forward_eager(const Tensor& hidden, const Tenso
              op << ": expected encoder_hidden_states [" << batch << ", L, " << c.joint_attention_dim << "] "
                 << dtype_name(dtype) << ", got " << describe(encoder_hidden));
   const int64_t text = encoder_hidden.size(1);
-  KILN_CHECK(timestep.defined() && timestep.dim() == 1 && timestep.size(0) == batch && is_floating(timestep.dtype()),
-             op << ": expected a floating timestep [" << batch << "], got " << describe(timestep));
+  KILN_CHECK(
+      timestep.defined() && timestep.dim() == 1 && timestep.size(0) == batch && is_floating(timestep.dtype()),
+      op << ": expected a floating timestep [" << batch << "], got " << describe(timestep));
   const auto axes = static_cast<int64_t>(c.axes_dims_rope.size());
   KILN_CHECK(txt_ids.defined() && txt_ids.dim() == 2 && txt_ids.size(0) == text && txt_ids.size(1) == axes,
              op << ": expected txt_ids [" << text << ", " << axes << "], got " << describe(txt_ids));
   KILN_CHECK(img_ids.defined() && img_ids.dim() == 2 && img_ids.size(0) == image && img_ids.size(1) == axes,
              op << ": expected img_ids [" << image << ", " << axes << "], got " << describe(img_ids));
-  KILN_CHECK(!attention_mask.defined() ||
-                 (attention_mask.dim() == 2 && attention_mask.size(0) == batch &&
-                  attention_mask.size(1) == text + image),
+  KILN_CHECK(!attention_mask.defined() || (attention_mask.dim() == 2 && attention_mask.size(0) == batch &&
+                                           attention_mask.size(1) == text + image),
              op << ": expected an attention_mask [" << batch << ", " << text + image
                 << "] (the text's tokens, then the image's), got " << describe(attention_mask));
 
@@ -154,8 +155,9 @@ std::unique_ptr<ChromaTransformer2DModel> load_chroma_transformer(const std::str
 std::unique_ptr<ChromaTransformer2DModel> ChromaTransformer2DModel::from_single_file(
     const std::string& path, const SingleFileOptions& options) {
   std::shared_ptr<const nn::WeightSource> file = nn::open_weight_file(path);
-  const ChromaTransformerConfig config = options.config.empty() ? infer_chroma_config(*file)
-                                                                : ChromaTransformerConfig::from_file(options.config);
+  const ChromaTransformerConfig config = options.config.empty()
+                                             ? infer_chroma_config(*file)
+                                             : ChromaTransformerConfig::from_file(options.config);
   auto model = std::make_unique<ChromaTransformer2DModel>(config);
   nn::LoadOptions load;
   load.dtype = options.dtype;

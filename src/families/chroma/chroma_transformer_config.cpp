@@ -13,11 +13,18 @@ namespace kiln::models {
 namespace {
 
 // The arguments of diffusers' ChromaTransformer2DModel.__init__.
-constexpr std::array<std::string_view, 12> kKnownKeys = {
-    "patch_size",          "in_channels",         "out_channels",
-    "num_layers",          "num_single_layers",   "attention_head_dim",
-    "num_attention_heads", "joint_attention_dim", "axes_dims_rope",
-    "approximator_num_channels", "approximator_hidden_dim", "approximator_layers"};
+constexpr std::array<std::string_view, 12> kKnownKeys = {"patch_size",
+                                                         "in_channels",
+                                                         "out_channels",
+                                                         "num_layers",
+                                                         "num_single_layers",
+                                                         "attention_head_dim",
+                                                         "num_attention_heads",
+                                                         "joint_attention_dim",
+                                                         "axes_dims_rope",
+                                                         "approximator_num_channels",
+                                                         "approximator_hidden_dim",
+                                                         "approximator_layers"};
 
 }  // namespace
 
@@ -67,7 +74,8 @@ ChromaTransformerConfig ChromaTransformerConfig::from_config(const io::JsonConfi
   return c;
 }
 
-ChromaTransformerConfig ChromaTransformerConfig::from_json(const std::string& text, const std::string& source) {
+ChromaTransformerConfig ChromaTransformerConfig::from_json(const std::string& text,
+                                                           const std::string& source) {
   return from_config(io::JsonConfig::parse(text, source));
 }
 

@@ -1,6 +1,6 @@
-// Chroma (lodestones: Chroma1-HD, -Base, -Flash): text-to-image and image-to-image, as diffusers' ChromaPipeline
-// and ChromaImg2ImgPipeline. FLUX.1's blocks (models/flux_blocks.h) with an approximator for the modulation, T5
-// alone, real classifier-free guidance.
+// Chroma (lodestones: Chroma1-HD, -Base, -Flash): text-to-image and image-to-image, as diffusers'
+// ChromaPipeline and ChromaImg2ImgPipeline. FLUX.1's blocks (models/flux_blocks.h) with an approximator for
+// the modulation, T5 alone, real classifier-free guidance.
 #include "families/family_helpers.h"
 #include "kiln/families/chroma/chroma_pipeline.h"
 #include "kiln/families/chroma/chroma_transformer.h"
@@ -23,7 +23,8 @@ Family family() {
   // Prompts as text: diffusers pairs given embeddings with attention masks, which the request does not carry.
   const std::vector<std::string> prompts = {"prompt", "prompts", "negative_prompt", "negative_prompts"};
   const std::vector<std::string> splittable = {"transformer", "text_encoder"};
-  const std::vector<std::string> text_to_image = joined_fields({common_request_fields(), {"generators"}, prompts});
+  const std::vector<std::string> text_to_image =
+      joined_fields({common_request_fields(), {"generators"}, prompts});
   Family descriptor;
   descriptor.name = "Chroma";
   descriptor.classes = {
@@ -40,14 +41,14 @@ Family family() {
        .loads_folders_of = {"ChromaPipeline"},
        .load = load_pipeline<ChromaImg2ImgPipeline>},
   };
-  // diffusers' ChromaPipeline loads LoRA with FLUX.1's loader: its transformer and its T5 (text_encoder); files in
-  // the original layout name FLUX.1's backbone (Chroma has none of FLUX.1's modulation layers).
-  descriptor.lora = lora::LoraFamily{.name = "Chroma",
-                                     .components = {"transformer", "text_encoder"},
-                                     .fuse_components = {"transformer"},
-                                     .formats = {lora::LoraFormat::Diffusers, lora::LoraFormat::Kohya,
-                                                 lora::LoraFormat::BlackForestLabs},
-                                     .original = models::flux_backbone_lora_layout()};
+  // diffusers' ChromaPipeline loads LoRA with FLUX.1's loader: its transformer and its T5 (text_encoder);
+  // files in the original layout name FLUX.1's backbone (Chroma has none of FLUX.1's modulation layers).
+  descriptor.lora = lora::LoraFamily{
+      .name = "Chroma",
+      .components = {"transformer", "text_encoder"},
+      .fuse_components = {"transformer"},
+      .formats = {lora::LoraFormat::Diffusers, lora::LoraFormat::Kohya, lora::LoraFormat::BlackForestLabs},
+      .original = models::flux_backbone_lora_layout()};
   descriptor.unloaded_component = unloaded_component;
   return descriptor;
 }

@@ -1,9 +1,9 @@
-// FLUX.1 (Black Forest Labs): FLUX.1-schnell / -dev text-to-image, image-to-image, inpainting, Fill and Kontext,
-// as diffusers' FluxPipeline and its siblings.
+// FLUX.1 (Black Forest Labs): FLUX.1-schnell / -dev text-to-image, image-to-image, inpainting, Fill and
+// Kontext, as diffusers' FluxPipeline and its siblings.
 #include "families/family_helpers.h"
+#include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/models/flux_single_file.h"
 #include "kiln/models/flux_transformer.h"
-#include "kiln/families/flux1/flux_pipeline.h"
 
 namespace kiln::flux1 {
 
@@ -14,8 +14,10 @@ namespace {
 lora::OriginalLayout original_layout() {
   lora::OriginalLayout layout = models::flux_backbone_lora_layout();
   layout.block(lora::kDoubleBlocks, "transformer_blocks").push_back({"img_mod.lin", {"norm1.linear"}});
-  layout.block(lora::kDoubleBlocks, "transformer_blocks").push_back({"txt_mod.lin", {"norm1_context.linear"}});
-  layout.block(lora::kSingleBlocks, "single_transformer_blocks").push_back({"modulation.lin", {"norm.linear"}});
+  layout.block(lora::kDoubleBlocks, "transformer_blocks")
+      .push_back({"txt_mod.lin", {"norm1_context.linear"}});
+  layout.block(lora::kSingleBlocks, "single_transformer_blocks")
+      .push_back({"modulation.lin", {"norm.linear"}});
   const std::vector<lora::OriginalModule> embeddings = {
       {"time_in.in_layer", {"time_text_embed.timestep_embedder.linear_1"}},
       {"time_in.out_layer", {"time_text_embed.timestep_embedder.linear_2"}},
@@ -42,11 +44,15 @@ Family family() {
   const std::vector<std::string> prompts = {"prompt", "prompt_2", "prompts", "prompt_embeds",
                                             "pooled_prompt_embeds"};
   // True classifier-free guidance (true_cfg_scale with a negative prompt); diffusers' Fill has none.
-  const std::vector<std::string> negatives = {"negative_prompt",        "negative_prompt_2",
-                                              "negative_prompts",       "negative_prompt_embeds",
-                                              "negative_pooled_prompt_embeds", "true_cfg_scale"};
+  const std::vector<std::string> negatives = {"negative_prompt",
+                                              "negative_prompt_2",
+                                              "negative_prompts",
+                                              "negative_prompt_embeds",
+                                              "negative_pooled_prompt_embeds",
+                                              "true_cfg_scale"};
   const std::vector<std::string> splittable = {"transformer", "text_encoder_2"};
-  const std::vector<std::string> text_to_image = joined_fields({common_request_fields(), {"generators"}, prompts, negatives});
+  const std::vector<std::string> text_to_image =
+      joined_fields({common_request_fields(), {"generators"}, prompts, negatives});
   Family descriptor;
   descriptor.name = "FLUX.1";
   descriptor.classes = {
@@ -69,7 +75,8 @@ Family family() {
        .load = load_pipeline<FluxInpaintPipeline>},
       {.name = "FluxFillPipeline",
        .task = Task::Fill,
-       .fields = joined_fields({common_request_fields(), {"generators"}, prompts, {"image", "mask_image", "strength"}}),
+       .fields = joined_fields(
+           {common_request_fields(), {"generators"}, prompts, {"image", "mask_image", "strength"}}),
        .splittable_components = splittable,
        .load = load_pipeline<FluxFillPipeline>},
       {.name = "FluxKontextPipeline",
@@ -79,13 +86,13 @@ Family family() {
        .load = load_pipeline<FluxKontextPipeline>},
   };
   descriptor.lora = lora::LoraFamily{.name = "FLUX.1",
-                                 .components = {"transformer", "text_encoder"},
-                                 .fuse_components = {"transformer"},
-                                 .formats = {lora::LoraFormat::Diffusers, lora::LoraFormat::Kohya,
-                                             lora::LoraFormat::BlackForestLabs, lora::LoraFormat::XLabs},
-                                 .original = original_layout(),
-                                 .clip_text_encoder = true,
-                                 .pads_narrow_down = true};
+                                     .components = {"transformer", "text_encoder"},
+                                     .fuse_components = {"transformer"},
+                                     .formats = {lora::LoraFormat::Diffusers, lora::LoraFormat::Kohya,
+                                                 lora::LoraFormat::BlackForestLabs, lora::LoraFormat::XLabs},
+                                     .original = original_layout(),
+                                     .clip_text_encoder = true,
+                                     .pads_narrow_down = true};
   descriptor.unloaded_component = unloaded_component;
   return descriptor;
 }

@@ -306,7 +306,8 @@ void FluxKontextPipeline::check_loaded_request(const PipelineRequest& request) c
 
 void FluxPipeline::resize_call(const PipelineRequest&, pipelines::ResolvedRequest&) const {}
 
-void FluxKontextPipeline::resize_call(const PipelineRequest& request, pipelines::ResolvedRequest& call) const {
+void FluxKontextPipeline::resize_call(const PipelineRequest& request,
+                                      pipelines::ResolvedRequest& call) const {
   std::tie(call.height, call.width) = output_size(request);
 }
 
@@ -322,8 +323,9 @@ FluxPipeline::DenoiserInputs FluxFillPipeline::denoiser_inputs(const pipelines::
   // The masked image (black where the mask repaints) encoded: the generator's third draw.
   const Tensor masked = mul(start.image, sub(1.0, start.mask));
   const Tensor masked_latents = pipelines::encode_image(vae(), masked, c.dtype, &c.generators.single());
-  const Tensor repeated =
-      c.batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(c.batch), masked_latents), 0) : masked_latents;
+  const Tensor repeated = c.batch > 1
+                              ? concat(std::vector<Tensor>(static_cast<size_t>(c.batch), masked_latents), 0)
+                              : masked_latents;
   // The mask's 8 x 8 pixels per latent as channels: [B, H, W] -> [B, 64, h, w], packed to [B, N, 256].
   const Tensor pixels = start.mask.select(1, 0).expand({c.batch, h * f, w * f}).contiguous();
   const Tensor per_latent =
@@ -341,7 +343,8 @@ FluxPipeline::DenoiserInputs FluxKontextPipeline::denoiser_inputs(const pipeline
       c.batch > 1 ? concat(std::vector<Tensor>(static_cast<size_t>(c.batch), encoded), 0) : encoded;
   const Tensor first = Tensor::from_vector(std::vector<float>{1, 0, 0}, {1, 3}).to(c.dtype);
   return {.context = pack(repeated),
-          .context_ids = add(models::flux_latent_image_ids(encoded.size(2) / 2, encoded.size(3) / 2, c.dtype), first)};
+          .context_ids =
+              add(models::flux_latent_image_ids(encoded.size(2) / 2, encoded.size(3) / 2, c.dtype), first)};
 }
 
 FluxPipeline::CallPrompts FluxPipeline::call_prompts(const PipelineRequest& request,
@@ -387,7 +390,8 @@ FluxPipeline::CallPrompts FluxPipeline::call_prompts(const PipelineRequest& requ
 PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines::CallControl& control) {
   pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
   resize_call(request, call);
-  // encode: the prompts (and true CFG's negative ones); the text encoders' memory then goes to the transformer.
+  // encode: the prompts (and true CFG's negative ones); the text encoders' memory then goes to the
+  // transformer.
   const CallPrompts prompts = call_prompts(request, call.max_sequence_length);
   const PromptEmbeddings& prompt = prompts.positive;
   const std::optional<PromptEmbeddings>& negative = prompts.negative;
@@ -405,7 +409,8 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps),
                          calculate_shift(schedule.config(), (h / 2) * (w / 2)));
 
-  // prepare: where the task starts (pipelines/task_stages.h), and what this class's transformer reads beside it.
+  // prepare: where the task starts (pipelines/task_stages.h), and what this class's transformer reads beside
+  // it.
   const pipelines::TaskCall task{.task = registered_class().task,
                                  .pipeline = class_name(),
                                  .request = request,
@@ -450,8 +455,8 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
   if (negative) extra["true_cfg_scale"] = std::to_string(true_cfg_scale);
   return denoise_and_decode(
       task, start, model_output,
-      [&](const Tensor& latents) { return decode_latents(latents, call.height, call.width); }, negative.has_value(),
-      std::move(extra), control);
+      [&](const Tensor& latents) { return decode_latents(latents, call.height, call.width); },
+      negative.has_value(), std::move(extra), control);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> FluxPipeline::components() const {

@@ -1,22 +1,22 @@
-// FLUX.2 (Black Forest Labs): FLUX.2-dev and FLUX.2 [klein], text-to-image conditioned on reference images, as
-// diffusers' Flux2Pipeline and Flux2KleinPipeline.
+// FLUX.2 (Black Forest Labs): FLUX.2-dev and FLUX.2 [klein], text-to-image conditioned on reference images,
+// as diffusers' Flux2Pipeline and Flux2KleinPipeline.
 #include <algorithm>
 
 #include "families/family_helpers.h"
 #include "kiln/core/shape.h"
+#include "kiln/families/flux2/flux2_pipeline.h"
 #include "kiln/models/autoencoder_kl_flux2.h"
 #include "kiln/models/decoder_text_encoder.h"
 #include "kiln/models/flux2_prompt_encoder.h"
 #include "kiln/models/flux2_transformer.h"
-#include "kiln/families/flux2/flux2_pipeline.h"
 
 namespace kiln::flux2 {
 
 namespace {
 
-// Black Forest Labs' module names of the FLUX.2 transformer (diffusers' _convert_non_diffusers_flux2_lora_to_diffusers
-// and _convert_kohya_flux2_lora_to_diffusers): the blocks have no modulation of their own (it is shared), a
-// SwiGLU feed-forward, and the single blocks keep linear1 fused.
+// Black Forest Labs' module names of the FLUX.2 transformer (diffusers'
+// _convert_non_diffusers_flux2_lora_to_diffusers and _convert_kohya_flux2_lora_to_diffusers): the blocks have
+// no modulation of their own (it is shared), a SwiGLU feed-forward, and the single blocks keep linear1 fused.
 lora::OriginalLayout original_layout() {
   lora::OriginalLayout layout;
   layout.block(lora::kDoubleBlocks, "transformer_blocks") = {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "families/flux2/flux2_reference_image.h"
 #include "kiln/core/limits.h"
 #include "kiln/core/log.h"
 #include "kiln/models/autoencoder_kl_flux2.h"
@@ -15,7 +16,6 @@
 #include "pipelines/call_control.h"
 #include "pipelines/call_generators.h"
 #include "pipelines/denoise.h"
-#include "families/flux2/flux2_reference_image.h"
 #include "pipelines/pipeline_common.h"
 #include "pipelines/task_stages.h"
 
@@ -298,7 +298,8 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
         // diffusers: t.expand(B).to(latents.dtype) / 1000; the reference latents follow the noise.
         const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
         const Tensor input = image_latents.defined() ? concat({x, image_latents.to(x.device())}, 1) : x;
-        Tensor v = transformer_->forward(input, embeds, t, guidance, text_ids, ids).narrow(1, 0, image_tokens);
+        Tensor v =
+            transformer_->forward(input, embeds, t, guidance, text_ids, ids).narrow(1, 0, image_tokens);
         if (!cfg) return v;
         const Tensor uncond =
             transformer_->forward(input, negative, t, Tensor(), negative_ids, ids).narrow(1, 0, image_tokens);

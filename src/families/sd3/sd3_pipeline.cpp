@@ -368,9 +368,9 @@ void StableDiffusion3Pipeline::check_loaded_request(const PipelineRequest& reque
   for (int64_t layer : request.skip_layer_guidance.layers)
     if (layer >= transformer_->config().num_layers)
       throw RequestError("skip_guidance_layers", std::string(kName) + ": skip_guidance_layers holds " +
-                                                    std::to_string(layer) +
-                                                    ", but the transformer has blocks 0.." +
-                                                    std::to_string(transformer_->config().num_layers - 1));
+                                                     std::to_string(layer) +
+                                                     ", but the transformer has blocks 0.." +
+                                                     std::to_string(transformer_->config().num_layers - 1));
   pipelines::check_task_inputs(registered_class().task, kName, request, c);
 }
 
@@ -411,7 +411,8 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
   std::map<std::string, std::string> extra;
   if (!request.skip_layer_guidance.layers.empty()) {
     std::string layers;
-    for (int64_t l : request.skip_layer_guidance.layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+    for (int64_t l : request.skip_layer_guidance.layers)
+      layers += (layers.empty() ? "" : ",") + std::to_string(l);
     extra["skip_guidance_layers"] = layers;
   }
   return denoise_and_decode(
@@ -419,8 +420,8 @@ PipelineOutput StableDiffusion3Pipeline::run(const PipelineRequest& request,
       [&](const Tensor& x, int step, float timestep) {
         return predict_velocity(x, timestep, step - first, prompt, request);
       },
-      [&](const Tensor& latents) { return decode_call(latents); }, call.guidance_scale > 1.0f, std::move(extra),
-      control);
+      [&](const Tensor& latents) { return decode_call(latents); }, call.guidance_scale > 1.0f,
+      std::move(extra), control);
 }
 
 Tensor StableDiffusion3Pipeline::decode_call(const Tensor& latents) const {

@@ -1,6 +1,6 @@
 // Z-Image (Tongyi-MAI: Z-Image-Turbo, Z-Image): text-to-image, image-to-image and inpainting, as diffusers'
-// ZImagePipeline, ZImageImg2ImgPipeline and ZImageInpaintPipeline. A single-stream DiT over the image's patches and
-// Qwen3's caption features, FLUX.1's VAE.
+// ZImagePipeline, ZImageImg2ImgPipeline and ZImageInpaintPipeline. A single-stream DiT over the image's
+// patches and Qwen3's caption features, FLUX.1's VAE.
 #include "families/family_helpers.h"
 #include "kiln/families/z_image/z_image_pipeline.h"
 #include "kiln/families/z_image/z_image_transformer.h"
@@ -9,10 +9,10 @@ namespace kiln::z_image {
 
 namespace {
 
-// The transformer's modules under their original names (ComfyUI's single file, and the LoRAs trained on it: kohya's
-// lora_unet_layers_0_attention_qkv, diffusion_model.layers.0.attention.out) beside diffusers' own, which LoRA
-// trainers write too: diffusers' _convert_non_diffusers_z_image_lora_to_diffusers. A fused qkv feeds to_q, to_k and
-// to_v (each the whole down, a third of up).
+// The transformer's modules under their original names (ComfyUI's single file, and the LoRAs trained on it:
+// kohya's lora_unet_layers_0_attention_qkv, diffusion_model.layers.0.attention.out) beside diffusers' own,
+// which LoRA trainers write too: diffusers' _convert_non_diffusers_z_image_lora_to_diffusers. A fused qkv
+// feeds to_q, to_k and to_v (each the whole down, a third of up).
 lora::OriginalLayout original_layout() {
   const std::vector<lora::OriginalModule> attention = {
       {"attention.qkv", {"attention.to_q", "attention.to_k", "attention.to_v"}},
@@ -48,20 +48,23 @@ lora::OriginalLayout original_layout() {
 
 std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, const std::string& folder) {
   if (class_name == "ZImageTransformer2DModel")
-    return std::make_unique<models::ZImageTransformer2DModel>(models::ZImageTransformerConfig::from_file(folder));
+    return std::make_unique<models::ZImageTransformer2DModel>(
+        models::ZImageTransformerConfig::from_file(folder));
   return shared_unloaded_component(class_name, folder);
 }
 
 }  // namespace
 
 Family family() {
-  // Prompts as text (diffusers' prompt_embeds here are lists of per-prompt tensors, which the request does not
-  // carry); Z-Image's own guidance options.
-  const std::vector<std::string> prompts = {"prompt", "prompts", "negative_prompt", "negative_prompts",
-                                            "cfg_normalization", "cfg_truncation"};
+  // Prompts as text (diffusers' prompt_embeds here are lists of per-prompt tensors, which the request does
+  // not carry); Z-Image's own guidance options.
+  const std::vector<std::string> prompts = {"prompt",           "prompts",           "negative_prompt",
+                                            "negative_prompts", "cfg_normalization", "cfg_truncation"};
   const std::vector<std::string> splittable = {"transformer", "text_encoder"};
-  const std::vector<std::string> text_to_image = joined_fields({common_request_fields(), {"generators"}, prompts});
-  const std::vector<std::string> siblings = {"ZImagePipeline", "ZImageImg2ImgPipeline", "ZImageInpaintPipeline"};
+  const std::vector<std::string> text_to_image =
+      joined_fields({common_request_fields(), {"generators"}, prompts});
+  const std::vector<std::string> siblings = {"ZImagePipeline", "ZImageImg2ImgPipeline",
+                                             "ZImageInpaintPipeline"};
   const auto others = [&](const std::string& self) {
     std::vector<std::string> out;
     for (const std::string& s : siblings)

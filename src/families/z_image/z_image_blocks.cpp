@@ -32,12 +32,16 @@ ZImageAttention::ZImageAttention(int64_t dim, int64_t heads, const nn::TensorPar
 }
 
 Tensor ZImageAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) const {
-  const auto heads = [&](const nn::Linear& proj) { return proj(x).view({x.size(0), x.size(1), heads_, head_dim_}); };
+  const auto heads = [&](const nn::Linear& proj) {
+    return proj(x).view({x.size(0), x.size(1), heads_, head_dim_});
+  };
   return to_out_(rope_attention(norm_q_(heads(to_q_)), norm_k_(heads(to_k_)), heads(to_v_), cos, sin));
 }
 
 ZImageFeedForward::ZImageFeedForward(int64_t dim, int64_t hidden, const nn::TensorParallel& tp)
-    : w1_(dim, hidden, false, nn::column(tp)), w2_(hidden, dim, false, nn::row(tp)), w3_(dim, hidden, false, nn::column(tp)) {
+    : w1_(dim, hidden, false, nn::column(tp)),
+      w2_(hidden, dim, false, nn::row(tp)),
+      w3_(dim, hidden, false, nn::column(tp)) {
   register_module("w1", &w1_);
   register_module("w2", &w2_);
   register_module("w3", &w3_);
@@ -47,8 +51,9 @@ Tensor ZImageFeedForward::forward(const Tensor& x) const {
   return w2_(mul(silu(w1_(x)), w3_(x)));
 }
 
-ZImageTransformerBlock::ZImageTransformerBlock(int64_t dim, int64_t heads, int64_t ffn_hidden, double norm_eps,
-                                               bool modulation, int64_t adaln_dim, const nn::TensorParallel& tp)
+ZImageTransformerBlock::ZImageTransformerBlock(int64_t dim, int64_t heads, int64_t ffn_hidden,
+                                               double norm_eps, bool modulation, int64_t adaln_dim,
+                                               const nn::TensorParallel& tp)
     : modulation_(modulation),
       attention_(dim, heads, tp),
       feed_forward_(dim, ffn_hidden, tp),

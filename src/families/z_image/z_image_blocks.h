@@ -1,6 +1,6 @@
 // The blocks of ZImageTransformer2DModel (diffusers' transformer_z_image.py): its attention (q/k/v and out
-// without biases, per-head RMSNorm on q and k, interleaved RoPE), its SwiGLU feed-forward and the block around
-// them, with or without the timestep's modulation; and the rotary tables of its RopeEmbedder.
+// without biases, per-head RMSNorm on q and k, interleaved RoPE), its SwiGLU feed-forward and the block
+// around them, with or without the timestep's modulation; and the rotary tables of its RopeEmbedder.
 #pragma once
 
 #include <array>
@@ -13,8 +13,8 @@
 namespace kiln::models {
 
 // Attention(dim_head = dim / heads, qk_norm="rms_norm", eps=1e-5, bias=False, out_bias=False) with
-// ZSingleStreamAttnProcessor: to_q/to_k/to_v, norm_q/norm_k (diffusers' RMSNorm over the head), RoPE, SDPA over
-// the whole sequence, to_out.0.
+// ZSingleStreamAttnProcessor: to_q/to_k/to_v, norm_q/norm_k (diffusers' RMSNorm over the head), RoPE, SDPA
+// over the whole sequence, to_out.0.
 class ZImageAttention : public nn::Module {
  public:
   ZImageAttention(int64_t dim, int64_t heads, const nn::TensorParallel& tp = {});
@@ -59,9 +59,9 @@ class ZImageTransformerBlock : public nn::Module {
   std::unique_ptr<nn::Linear> adaln_modulation_;
 };
 
-// RopeEmbedder: for positions ids [S][3] the tables cos, sin [S, sum(axes_dims)] float32. Per axis of width d:
-// angle = id * theta^(-2k/d) in float64, rounded to float32, its cos and sin in float32 (torch.polar), each
-// repeated for the pair (2k, 2k+1) it rotates; the axes follow one another.
+// RopeEmbedder: for positions ids [S][3] the tables cos, sin [S, sum(axes_dims)] float32. Per axis of width
+// d: angle = id * theta^(-2k/d) in float64, rounded to float32, its cos and sin in float32 (torch.polar),
+// each repeated for the pair (2k, 2k+1) it rotates; the axes follow one another.
 struct ZImageRope {
   Tensor cos, sin;
 };

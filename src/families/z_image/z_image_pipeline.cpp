@@ -9,13 +9,13 @@
 #include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/decoder_text_encoder.h"
 #include "kiln/ops.h"
+#include "kiln/pipelines/activation_estimate.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "kiln/schedulers/flow_match_euler.h"
 #include "kiln/tokenizers/bpe_tokenizer.h"
 #include "kiln/tokenizers/chat_prompts.h"
 #include "pipelines/call_control.h"
 #include "pipelines/call_generators.h"
-#include "kiln/pipelines/activation_estimate.h"
 #include "pipelines/pipeline_common.h"
 #include "pipelines/task_stages.h"
 
@@ -25,14 +25,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// get_default_z_image_sigmas: torch.linspace(1.0, 1 / n, n) in float32, as torch's CPU kernel computes it (from
-// the start for the first half, from the end for the second).
+// get_default_z_image_sigmas: torch.linspace(1.0, 1 / n, n) in float32, as torch's CPU kernel computes it
+// (from the start for the first half, from the end for the second).
 std::vector<double> z_image_sigmas(int n) {
   const float start = 1.0f, end = static_cast<float>(1.0 / n);
   const float step = n > 1 ? (end - start) / static_cast<float>(n - 1) : 0.0f;
   std::vector<double> out;
   for (int i = 0; i < n; ++i)
-    out.push_back(i < n / 2 ? start + step * static_cast<float>(i) : end - step * static_cast<float>(n - i - 1));
+    out.push_back(i < n / 2 ? start + step * static_cast<float>(i)
+                            : end - step * static_cast<float>(n - i - 1));
   return out;
 }
 
@@ -99,33 +100,38 @@ void ZImagePipeline::load(ZImagePipeline& pipe, const std::string& model, const 
   pipe.make_context(options, model);
   ExecutionScope loading_in(pipe.context());
   const auto done = [&](const char* name) { folder.loaded(name); };
-  pipe.scheduler_ = std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
-      folder.need("scheduler", {"FlowMatchEulerDiscreteScheduler"})));
+  pipe.scheduler_ =
+      std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
+          folder.need("scheduler", {"FlowMatchEulerDiscreteScheduler"})));
   done("scheduler");
   const std::string tokenizer = folder.need("tokenizer", {"Qwen2Tokenizer", "Qwen2TokenizerFast"});
-  pipe.tokenizer_ = std::make_unique<tokenizers::BpeTokenizer>(tokenizers::BpeTokenizer::from_directory(tokenizer));
-  KILN_CHECK(pipe.tokenizer_->pad_id().has_value(), tokenizer << ": no pad token (Z-Image pads to max_length)");
+  pipe.tokenizer_ =
+      std::make_unique<tokenizers::BpeTokenizer>(tokenizers::BpeTokenizer::from_directory(tokenizer));
+  KILN_CHECK(pipe.tokenizer_->pad_id().has_value(),
+             tokenizer << ": no pad token (Z-Image pads to max_length)");
   done("tokenizer");
   const std::vector<std::string>& splittable = find_pipeline_class(pipeline_class)->splittable_components;
   // hidden_states[-2]: the output of the last layer but one, with no final norm.
   const std::string text_encoder = folder.need("text_encoder", {"Qwen3Model", "Qwen3ForCausalLM"});
   const auto text_config = models::DecoderTextEncoderConfig::from_file(text_encoder + "/config.json");
-  KILN_CHECK(text_config.family == models::DecoderFamily::Qwen3 && text_config.num_hidden_layers >= 2,
-             text_encoder << ": Z-Image reads a Qwen3 text encoder's second-to-last hidden states; expected a Qwen3 "
-                             "config with at least 2 layers");
+  KILN_CHECK(
+      text_config.family == models::DecoderFamily::Qwen3 && text_config.num_hidden_layers >= 2,
+      text_encoder << ": Z-Image reads a Qwen3 text encoder's second-to-last hidden states; expected a Qwen3 "
+                      "config with at least 2 layers");
   pipe.text_encoder_ =
       models::load_decoder_text_encoder(text_encoder, options.dtype, {text_config.num_hidden_layers - 1},
                                         options.tensor_parallel_for("text_encoder", splittable));
   done("text_encoder");
   if (options.transformer_file.empty()) {
-    pipe.transformer_ =
-        models::load_z_image_transformer(folder.need("transformer", {"ZImageTransformer2DModel"}), options.dtype,
-                                         options.tensor_parallel_for("transformer", splittable));
+    pipe.transformer_ = models::load_z_image_transformer(
+        folder.need("transformer", {"ZImageTransformer2DModel"}), options.dtype,
+        options.tensor_parallel_for("transformer", splittable));
   } else {
     // As ComfyUI ships it (or a GGUF of it), with the folder's config when it has one.
-    KILN_CHECK(options.parallel_config.count("transformer") == 0 && options.tensor_parallel == 1,
-               pipeline_class << ": a single-file transformer cannot be split across ranks yet; load it without "
-                                 "tensor parallelism or from a diffusers folder");
+    KILN_CHECK(
+        options.parallel_config.count("transformer") == 0 && options.tensor_parallel == 1,
+        pipeline_class << ": a single-file transformer cannot be split across ranks yet; load it without "
+                          "tensor parallelism or from a diffusers folder");
     const fs::path config = fs::path(folder.path()) / "transformer" / "config.json";
     pipe.transformer_ = models::ZImageTransformer2DModel::from_single_file(
         options.transformer_file,
@@ -140,7 +146,8 @@ void ZImagePipeline::load(ZImagePipeline& pipe, const std::string& model, const 
              pipe.path_ << ": transformer cap_feat_dim " << tc.cap_feat_dim << " does not match text_encoder "
                         << "hidden_size " << text_config.hidden_size);
   KILN_CHECK(tc.in_channels == pipe.vae_->config().latent_channels,
-             pipe.path_ << ": transformer in_channels " << tc.in_channels << " does not match the vae's latent_channels "
+             pipe.path_ << ": transformer in_channels " << tc.in_channels
+                        << " does not match the vae's latent_channels "
                         << pipe.vae_->config().latent_channels);
 }
 
@@ -159,7 +166,8 @@ std::pair<Tensor, Tensor> ZImagePipeline::tokenize(const std::vector<std::string
     mask.insert(mask.end(), e.attention_mask.begin(), e.attention_mask.end());
   }
   const auto batch = static_cast<int64_t>(prompts.size());
-  return {Tensor::from_vector(ids, {batch, max_sequence_length}), Tensor::from_vector(mask, {batch, max_sequence_length})};
+  return {Tensor::from_vector(ids, {batch, max_sequence_length}),
+          Tensor::from_vector(mask, {batch, max_sequence_length})};
 }
 
 std::vector<Tensor> ZImagePipeline::encode_prompt(const std::vector<std::string>& prompts,
@@ -199,11 +207,12 @@ PipelineOutput ZImagePipeline::run(const PipelineRequest& request, const pipelin
       resolve_size(request, defaults(), registered_class().edits_an_image(), multiple);
   const int n = request.num_images_per_prompt;
   const std::vector<std::string> prompts = pipelines::prompt_list(request);
-  // encode: classifier-free guidance whenever guidance_scale > 0 (diffusers' do_classifier_free_guidance), with
-  // one negative prompt per prompt ("" when none is given).
+  // encode: classifier-free guidance whenever guidance_scale > 0 (diffusers' do_classifier_free_guidance),
+  // with one negative prompt per prompt ("" when none is given).
   const bool guided = call.guidance_scale > 0.0f;
   if (!guided && pipelines::has_negative_prompt(request))
-    warn(std::string(class_name()) + ": negative_prompt is ignored when guidance_scale is 0, as in diffusers");
+    warn(std::string(class_name()) +
+         ": negative_prompt is ignored when guidance_scale is 0, as in diffusers");
   std::vector<Tensor> captions;
   for (const Tensor& c : encode_prompt(prompts, call.max_sequence_length))
     for (int k = 0; k < n; ++k) captions.push_back(c);
@@ -223,8 +232,8 @@ PipelineOutput ZImagePipeline::run(const PipelineRequest& request, const pipelin
   const int64_t f = vae_->config().scale_factor();
   const int64_t h = 2 * (call.height / (f * 2)), w = 2 * (call.width / (f * 2));
 
-  // The call's own schedule: Z-Image's sigmas, shifted as the scheduler's config says (Z-Image-Turbo: a static
-  // shift of 3; with dynamic shifting, by the image's token count).
+  // The call's own schedule: Z-Image's sigmas, shifted as the scheduler's config says (Z-Image-Turbo: a
+  // static shift of 3; with dynamic shifting, by the image's token count).
   FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
   schedule.set_timesteps(call.num_inference_steps, z_image_sigmas(call.num_inference_steps),
                          calculate_shift(schedule.config(), (h / 2) * (w / 2)));
@@ -259,8 +268,9 @@ PipelineOutput ZImagePipeline::run(const PipelineRequest& request, const pipelin
         if (apply_cfg) {
           std::vector<Tensor> both = captions;
           both.insert(both.end(), negative_captions.begin(), negative_captions.end());
-          const Tensor out = transformer_->forward(concat({x, x}, 0), Tensor::full({2 * batch}, time, float32), both)
-                                 .to(float32);
+          const Tensor out =
+              transformer_->forward(concat({x, x}, 0), Tensor::full({2 * batch}, time, float32), both)
+                  .to(float32);
           positive = out.narrow(0, 0, batch);
           negative = out.narrow(0, batch, batch);
         } else {
@@ -268,7 +278,8 @@ PipelineOutput ZImagePipeline::run(const PipelineRequest& request, const pipelin
         }
         Tensor prediction = positive;
         if (apply_cfg) {
-          // pos + g * (pos - neg), then (cfg_normalization) each image's norm capped at that many times pos's.
+          // pos + g * (pos - neg), then (cfg_normalization) each image's norm capped at that many times
+          // pos's.
           prediction = add(positive, mul(static_cast<double>(guidance_scale), sub(positive, negative)));
           if (normalization > 0.0f) {
             std::vector<Tensor> images;
@@ -303,7 +314,8 @@ nn::Module& ZImagePipeline::denoiser() {
   return *transformer_;
 }
 
-ActivationEstimate ZImagePipeline::estimate_activations(const PipelineRequest& request, const Device& device) const {
+ActivationEstimate ZImagePipeline::estimate_activations(const PipelineRequest& request,
+                                                        const Device& device) const {
   const int64_t multiple = vae_->config().scale_factor() * 2;
   const pipelines::ResolvedRequest call =
       resolve_size(request, defaults(), registered_class().edits_an_image(), multiple);
@@ -311,17 +323,19 @@ ActivationEstimate ZImagePipeline::estimate_activations(const PipelineRequest& r
   const models::DecoderTextEncoderConfig& te = text_encoder_->config();
   const int64_t batch = pipelines::batch_size(request);
   // The image's patches and the caption, each padded to 32 tokens; a guided step runs a batch of 2B.
-  const int64_t tokens = (call.height / multiple) * (call.width / multiple) + 32 + call.max_sequence_length + 32;
+  const int64_t tokens =
+      (call.height / multiple) * (call.width / multiple) + 32 + call.max_sequence_length + 32;
   const int64_t text = call.max_sequence_length;
   const int64_t guided = call.guidance_scale > 0.0f ? 2 : 1;
   ActivationEstimate e{.height = call.height, .width = call.width};
   // Each prompt alone under a causal mask (no fused attention).
-  e.text_encoders = block_stack_activation_bytes({.tokens = text,
-                                                  .width = std::max(te.hidden_size, te.num_attention_heads * te.head_dim),
-                                                  .mlp_width = te.intermediate_size,
-                                                  .heads = te.num_attention_heads,
-                                                  .fused_attention = false},
-                                                 dtype());
+  e.text_encoders =
+      block_stack_activation_bytes({.tokens = text,
+                                    .width = std::max(te.hidden_size, te.num_attention_heads * te.head_dim),
+                                    .mlp_width = te.intermediate_size,
+                                    .heads = te.num_attention_heads,
+                                    .fused_attention = false},
+                                   dtype());
   e.transformer = block_stack_activation_bytes(
       {.batch = guided * batch,
        .tokens = tokens,

@@ -29,7 +29,8 @@ int64_t count_blocks(const nn::WeightSource& w, const std::string& prefix, const
 
 bool is_z_image_single_file(const nn::WeightSource& w) {
   const std::string p = nn::MappedWeights::prefix_if_present(w, kComfyPrefix);
-  return w.contains(p + "layers.0.adaLN_modulation.0.weight") && w.contains(p + "layers.0.attention.qkv.weight");
+  return w.contains(p + "layers.0.adaLN_modulation.0.weight") &&
+         w.contains(p + "layers.0.attention.qkv.weight");
 }
 
 std::unique_ptr<nn::WeightSource> z_image_single_file_weights(std::shared_ptr<const nn::WeightSource> inner,
@@ -53,8 +54,8 @@ std::unique_ptr<nn::WeightSource> z_image_single_file_weights(std::shared_ptr<co
       m.add(name, original);
     } else {
       // torch.chunk(qkv, 3, dim=0): q, k, v rows in that order.
-      m.add(name, original.substr(0, original.size() - std::string("to_q.weight").size()) + "qkv.weight", part * dim,
-            (part + 1) * dim);
+      m.add(name, original.substr(0, original.size() - std::string("to_q.weight").size()) + "qkv.weight",
+            part * dim, (part + 1) * dim);
     }
   }
   std::string prefix = nn::MappedWeights::prefix_if_present(*inner, kComfyPrefix);
@@ -69,17 +70,19 @@ std::vector<std::string> z_image_single_file_ignored(const nn::WeightSource& w) 
 
 ZImageTransformerConfig infer_z_image_config(const nn::WeightSource& w) {
   const std::string p = nn::MappedWeights::prefix_if_present(w, kComfyPrefix);
-  KILN_CHECK(is_z_image_single_file(w), w.description() << ": not a Z-Image transformer in the original layout: no "
-                                                           "tensors '"
-                                                        << p << "layers.0.adaLN_modulation.0.weight' and '" << p
-                                                        << "layers.0.attention.qkv.weight'");
+  KILN_CHECK(is_z_image_single_file(w), w.description()
+                                            << ": not a Z-Image transformer in the original layout: no "
+                                               "tensors '"
+                                            << p << "layers.0.adaLN_modulation.0.weight' and '" << p
+                                            << "layers.0.attention.qkv.weight'");
   const auto shape_of = [&](const std::string& name, size_t dims) {
-    KILN_CHECK(w.contains(p + name), w.description() << ": not a Z-Image transformer in the original layout: no "
-                                                        "tensor '"
-                                                     << p + name << "'");
+    KILN_CHECK(w.contains(p + name), w.description()
+                                         << ": not a Z-Image transformer in the original layout: no "
+                                            "tensor '"
+                                         << p + name << "'");
     const Shape shape = w.shape(p + name);
-    KILN_CHECK(shape.size() == dims, w.description() << ": " << p + name << " should be " << dims << "-d, got "
-                                                     << shape_str(shape));
+    KILN_CHECK(shape.size() == dims, w.description() << ": " << p + name << " should be " << dims
+                                                     << "-d, got " << shape_str(shape));
     return shape;
   };
   ZImageTransformerConfig c;
@@ -87,27 +90,31 @@ ZImageTransformerConfig infer_z_image_config(const nn::WeightSource& w) {
   const Shape x_embedder = shape_of("x_embedder.weight", 2);
   c.dim = x_embedder[0];
   const int64_t patch = c.patch_size();
-  KILN_CHECK(x_embedder[1] % (patch * patch) == 0,
-             w.description() << ": x_embedder.weight " << shape_str(x_embedder) << " is not 2x2 patches of channels");
+  KILN_CHECK(x_embedder[1] % (patch * patch) == 0, w.description()
+                                                       << ": x_embedder.weight " << shape_str(x_embedder)
+                                                       << " is not 2x2 patches of channels");
   c.in_channels = x_embedder[1] / (patch * patch);
   c.cap_feat_dim = shape_of("cap_embedder.1.weight", 2)[1];
   const int64_t head_dim = shape_of("layers.0.attention.q_norm.weight", 1)[0];
-  KILN_CHECK(head_dim > 0 && c.dim % head_dim == 0,
-             w.description() << ": the q norm's width " << head_dim << " does not divide the model width " << c.dim);
+  KILN_CHECK(head_dim > 0 && c.dim % head_dim == 0, w.description()
+                                                        << ": the q norm's width " << head_dim
+                                                        << " does not divide the model width " << c.dim);
   c.n_heads = c.n_kv_heads = c.dim / head_dim;
   const Shape qkv = shape_of("layers.0.attention.qkv.weight", 2);
   KILN_CHECK(qkv[0] == 3 * c.dim && qkv[1] == c.dim,
-             w.description() << ": layers.0.attention.qkv.weight is " << shape_str(qkv) << ", expected [" << 3 * c.dim
-                             << ", " << c.dim << "] (q, k and v of every head: a grouped-key model such as Lumina 2 "
-                                                 "is another family)");
+             w.description() << ": layers.0.attention.qkv.weight is " << shape_str(qkv) << ", expected ["
+                             << 3 * c.dim << ", " << c.dim
+                             << "] (q, k and v of every head: a grouped-key model such as Lumina 2 "
+                                "is another family)");
   c.n_layers = count_blocks(w, p, "layers");
   c.n_refiner_layers = count_blocks(w, p, "noise_refiner");
   KILN_CHECK(count_blocks(w, p, "context_refiner") == c.n_refiner_layers,
              w.description() << ": " << c.n_refiner_layers << " noise_refiner blocks but "
                              << count_blocks(w, p, "context_refiner") << " context_refiner blocks");
-  KILN_CHECK(head_dim == 128, w.description() << ": " << head_dim
-                                              << "-wide heads: their RoPE axes cannot be read off the file; give a "
-                                                 "config.json (the transformer folder's) beside it");
+  KILN_CHECK(head_dim == 128, w.description()
+                                  << ": " << head_dim
+                                  << "-wide heads: their RoPE axes cannot be read off the file; give a "
+                                     "config.json (the transformer folder's) beside it");
   c.validate(w.description());
   return c;
 }

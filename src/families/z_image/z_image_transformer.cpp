@@ -33,7 +33,8 @@ std::string describe(const Tensor& t) {
 
 ZImageTransformer2DModel::ZImageTransformer2DModel(const ZImageTransformerConfig& config,
                                                    const nn::TensorParallel& tp)
-    // The heads are what tensor parallelism splits: a degree that does not divide them is refused by name first.
+    // The heads are what tensor parallelism splits: a degree that does not divide them is refused by name
+    // first.
     : config_((config.validate("ZImageTransformer2DModel config"),
                tp.split(config.n_heads, "ZImageTransformer2DModel n_heads"), config)),
       x_embedder_(config.patch_features(), config.dim, true, nn::column_gathered(tp)),
@@ -70,8 +71,8 @@ ZImageTransformer2DModel::ZImageTransformer2DModel(const ZImageTransformerConfig
 ZImageTransformer2DModel::~ZImageTransformer2DModel() = default;
 
 std::vector<nn::BlockList> ZImageTransformer2DModel::repeated_blocks() const {
-  return {nn::block_list("noise_refiner", noise_refiner_), nn::block_list("context_refiner", context_refiner_),
-          nn::block_list("layers", layers_)};
+  return {nn::block_list("noise_refiner", noise_refiner_),
+          nn::block_list("context_refiner", context_refiner_), nn::block_list("layers", layers_)};
 }
 
 Tensor ZImageTransformer2DModel::timestep_embedding(const Tensor& timestep) const {
@@ -91,10 +92,12 @@ Tensor ZImageTransformer2DModel::forward(const Tensor& latents, const Tensor& ti
              op << ": expected latents [B, " << c.in_channels << ", H, W] with H and W multiples of "
                 << c.patch_size() << ", got " << describe(latents));
   const int64_t batch = latents.size(0);
-  KILN_CHECK(timestep.defined() && timestep.dim() == 1 && timestep.size(0) == batch && is_floating(timestep.dtype()),
-             op << ": expected a floating timestep [" << batch << "], got " << describe(timestep));
-  KILN_CHECK(static_cast<int64_t>(captions.size()) == batch,
-             op << ": expected " << batch << " caption feature tensors (one per latent), got " << captions.size());
+  KILN_CHECK(
+      timestep.defined() && timestep.dim() == 1 && timestep.size(0) == batch && is_floating(timestep.dtype()),
+      op << ": expected a floating timestep [" << batch << "], got " << describe(timestep));
+  KILN_CHECK(
+      static_cast<int64_t>(captions.size()) == batch,
+      op << ": expected " << batch << " caption feature tensors (one per latent), got " << captions.size());
   // Items grouped by their padded caption length: each group is one batch with no padding between items.
   std::map<int64_t, std::vector<int64_t>> groups;
   for (int64_t i = 0; i < batch; ++i) {
@@ -114,8 +117,8 @@ Tensor ZImageTransformer2DModel::forward(const Tensor& latents, const Tensor& ti
       t.push_back(timestep.narrow(0, i, 1));
       // The padding's values never matter (the pad token replaces them): zeros.
       cap.push_back((tokens == length ? feats
-                                      : concat({feats, Tensor::zeros({length - tokens, c.cap_feat_dim}, feats.dtype(),
-                                                                     feats.device())},
+                                      : concat({feats, Tensor::zeros({length - tokens, c.cap_feat_dim},
+                                                                     feats.dtype(), feats.device())},
                                                0))
                         .unsqueeze(0));
       std::vector<float> mask(static_cast<size_t>(length), 0.0f);
@@ -132,17 +135,19 @@ Tensor ZImageTransformer2DModel::forward(const Tensor& latents, const Tensor& ti
   return concat(outputs, 0);
 }
 
-Tensor ZImageTransformer2DModel::forward_padded(const Tensor& latents, const Tensor& timestep, const Tensor& caption,
-                                                const Tensor& caption_kept) const {
+Tensor ZImageTransformer2DModel::forward_padded(const Tensor& latents, const Tensor& timestep,
+                                                const Tensor& caption, const Tensor& caption_kept) const {
   std::vector<Tensor> inputs{latents, timestep, caption, caption_kept};
   for (Tensor& t : inputs) t = on_weights_device(t);
-  const auto eager = [this](const std::vector<Tensor>& in) { return forward_eager(in[0], in[1], in[2], in[3]); };
+  const auto eager = [this](const std::vector<Tensor>& in) {
+    return forward_eager(in[0], in[1], in[2], in[3]);
+  };
   if (!is_compiled()) return eager(inputs);
   return call_compiled(inputs, [&](const auto& in) { return std::vector<Tensor>{eager(in)}; })[0];
 }
 
-Tensor ZImageTransformer2DModel::forward_eager(const Tensor& latents, const Tensor& timestep, const Tensor& caption,
-                                               const Tensor& caption_kept) const {
+Tensor ZImageTransformer2DModel::forward_eager(const Tensor& latents, const Tensor& timestep,
+                                               const Tensor& caption, const Tensor& caption_kept) const {
   const ZImageTransformerConfig& c = config_;
   const char* op = "ZImageTransformer2DModel";
   const DType dtype = x_embedder_.dtype();
@@ -204,15 +209,17 @@ std::unique_ptr<ZImageTransformer2DModel> load_z_image_transformer(const std::st
   return model;
 }
 
-std::unique_ptr<ZImageTransformer2DModel> ZImageTransformer2DModel::from_single_file(const std::string& path,
-                                                                                    const SingleFileOptions& options) {
+std::unique_ptr<ZImageTransformer2DModel> ZImageTransformer2DModel::from_single_file(
+    const std::string& path, const SingleFileOptions& options) {
   std::shared_ptr<const nn::WeightSource> file = nn::open_weight_file(path);
-  KILN_CHECK(is_z_image_single_file(*file),
-             path << ": not a Z-Image transformer in the original layout (no layers.0.adaLN_modulation.0.weight and "
-                     "layers.0.attention.qkv.weight, with or without model.diffusion_model.); a file of another "
-                     "family?");
-  const ZImageTransformerConfig config =
-      options.config.empty() ? infer_z_image_config(*file) : ZImageTransformerConfig::from_file(options.config);
+  KILN_CHECK(
+      is_z_image_single_file(*file),
+      path << ": not a Z-Image transformer in the original layout (no layers.0.adaLN_modulation.0.weight and "
+              "layers.0.attention.qkv.weight, with or without model.diffusion_model.); a file of another "
+              "family?");
+  const ZImageTransformerConfig config = options.config.empty()
+                                             ? infer_z_image_config(*file)
+                                             : ZImageTransformerConfig::from_file(options.config);
   auto model = std::make_unique<ZImageTransformer2DModel>(config);
   nn::LoadOptions load;
   load.dtype = options.dtype;

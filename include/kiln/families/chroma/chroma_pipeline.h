@@ -44,9 +44,9 @@ class ChromaPipeline : public DiffusionPipeline {
 
   // ---- the stages, as diffusers names them
   struct PromptEmbeddings {
-    Tensor prompt_embeds;     // [B, L, joint_attention_dim] (T5, which attends over the prompt's tokens only)
-    Tensor attention_mask;    // [B, L] in the embeddings' dtype: the prompt's tokens and one padding token
-    Tensor text_ids;          // [L, 3] zeros
+    Tensor prompt_embeds;   // [B, L, joint_attention_dim] (T5, which attends over the prompt's tokens only)
+    Tensor attention_mask;  // [B, L] in the embeddings' dtype: the prompt's tokens and one padding token
+    Tensor text_ids;        // [L, 3] zeros
   };
   // Each prompt's rows num_images_per_prompt times, in order (diffusers' prompt list).
   PromptEmbeddings encode_prompt(const std::vector<std::string>& prompts, int num_images_per_prompt,
@@ -56,7 +56,8 @@ class ChromaPipeline : public DiffusionPipeline {
   models::ChromaTransformer2DModel& transformer() { return *transformer_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
   nn::Module& denoiser() override;
-  ActivationEstimate estimate_activations(const PipelineRequest& request, const Device& device) const override;
+  ActivationEstimate estimate_activations(const PipelineRequest& request,
+                                          const Device& device) const override;
 
  protected:
   ChromaPipeline();
@@ -75,13 +76,14 @@ class ChromaPipeline : public DiffusionPipeline {
   std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
 };
 
-// ChromaImg2ImgPipeline: Chroma image-to-image. `image` (one) is resized to the call's size (1024 x 1024 unless
-// given, not the image's own), encoded by the VAE (its posterior sampled: the generator's first draw), noised
-// to the schedule's step int(n - n * strength) and denoised from there. Loads ChromaPipeline folders too.
-// Defaults: those of ChromaPipeline, strength 0.9.
+// ChromaImg2ImgPipeline: Chroma image-to-image. `image` (one) is resized to the call's size (1024 x 1024
+// unless given, not the image's own), encoded by the VAE (its posterior sampled: the generator's first draw),
+// noised to the schedule's step int(n - n * strength) and denoised from there. Loads ChromaPipeline folders
+// too. Defaults: those of ChromaPipeline, strength 0.9.
 class ChromaImg2ImgPipeline : public ChromaPipeline {
  public:
-  static ChromaImg2ImgPipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
+  static ChromaImg2ImgPipeline from_pretrained(const std::string& model,
+                                               const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "ChromaImg2ImgPipeline"; }
   PipelineDefaults family_defaults() const override;
 

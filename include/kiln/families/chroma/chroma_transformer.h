@@ -1,7 +1,8 @@
-// ChromaTransformer2DModel (lodestones' Chroma1-HD, -Base, -Flash), the denoiser of diffusers' ChromaPipeline:
-// FLUX.1-schnell's transformer (the same blocks, names and math) with every block's modulation made at once by
-// a small MLP, the distilled-guidance approximator, from the timestep alone: no pooled text, no guidance
-// embedding, no per-block modulation weights. Its attention takes a mask over the text's padding.
+// ChromaTransformer2DModel (lodestones' Chroma1-HD, -Base, -Flash), the denoiser of diffusers'
+// ChromaPipeline: FLUX.1-schnell's transformer (the same blocks, names and math) with every block's
+// modulation made at once by a small MLP, the distilled-guidance approximator, from the timestep alone: no
+// pooled text, no guidance embedding, no per-block modulation weights. Its attention takes a mask over the
+// text's padding.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +45,8 @@ struct ChromaTransformerConfig {
   // Reads a parsed config.json: "_class_name" must be ChromaTransformer2DModel; a key this implementation
   // does not know is an error (it could change the architecture). The result is validated.
   static ChromaTransformerConfig from_config(const io::JsonConfig& config);
-  static ChromaTransformerConfig from_json(const std::string& text, const std::string& source = "config.json");
+  static ChromaTransformerConfig from_json(const std::string& text,
+                                           const std::string& source = "config.json");
   // `path`: a config.json file, or a component folder holding one.
   static ChromaTransformerConfig from_file(const std::string& path);
   // Throws kiln::Error naming `source` when the values cannot describe a model Kiln runs.
@@ -58,8 +60,8 @@ class ChromaSingleTransformerBlock;
 class ChromaTransformer2DModel : public nn::Module {
  public:
   // Every parameter registered under its diffusers name. With `tp` (size > 1) the blocks are sharded as
-  // FLUX.1's (models/dit_layers.h), the approximator's residual MLPs column/row-parallel; every rank returns the
-  // full output.
+  // FLUX.1's (models/dit_layers.h), the approximator's residual MLPs column/row-parallel; every rank returns
+  // the full output.
   explicit ChromaTransformer2DModel(const ChromaTransformerConfig& config, const nn::TensorParallel& tp = {});
   ~ChromaTransformer2DModel() override;
 
@@ -73,10 +75,10 @@ class ChromaTransformer2DModel : public nn::Module {
   //                                        block adds m_i * m_j to the attention scores (padding is
   //                                        down-weighted, not removed: huggingface/diffusers#11724)
   // -> [B, N, out_channels] in the compute dtype.
-  Tensor forward(const Tensor& hidden, const Tensor& encoder_hidden, const Tensor& timestep, const Tensor& txt_ids,
-                 const Tensor& img_ids, const Tensor& attention_mask) const;
-  // The approximator's input [B, M, approximator_num_channels] for timestep [B] (t / 1000), and its output, every
-  // block's modulation [B, M, inner_dim] (diffusers' input_vec and pooled_temb).
+  Tensor forward(const Tensor& hidden, const Tensor& encoder_hidden, const Tensor& timestep,
+                 const Tensor& txt_ids, const Tensor& img_ids, const Tensor& attention_mask) const;
+  // The approximator's input [B, M, approximator_num_channels] for timestep [B] (t / 1000), and its output,
+  // every block's modulation [B, M, inner_dim] (diffusers' input_vec and pooled_temb).
   Tensor approximator_input(const Tensor& timestep) const;
   Tensor modulations(const Tensor& timestep) const;
 
@@ -85,8 +87,8 @@ class ChromaTransformer2DModel : public nn::Module {
   std::vector<nn::BlockList> repeated_blocks() const override;
   const ChromaTransformerConfig& config() const { return config_; }
 
-  // diffusers' ChromaTransformer2DModel.from_single_file: Chroma as lodestones ship it, one .safetensors (or a
-  // GGUF made from it) in the original layout (kiln/families/chroma/chroma_single_file.h).
+  // diffusers' ChromaTransformer2DModel.from_single_file: Chroma as lodestones ship it, one .safetensors (or
+  // a GGUF made from it) in the original layout (kiln/families/chroma/chroma_single_file.h).
   struct SingleFileOptions {
     std::string config;  // a config.json or a folder holding one; empty: read off the file's shapes
     DType dtype = bfloat16;

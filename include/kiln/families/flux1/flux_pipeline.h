@@ -104,7 +104,8 @@ class FluxPipeline : public DiffusionPipeline {
     Tensor condition;             // [B, N, C'] concatenated to each token's channels
     Tensor context, context_ids;  // [B, M, 4C] after the latents' tokens, [M, 3]
   };
-  virtual DenoiserInputs denoiser_inputs(const pipelines::TaskCall& call, const pipelines::TaskStart& start) const;
+  virtual DenoiserInputs denoiser_inputs(const pipelines::TaskCall& call,
+                                         const pipelines::TaskStart& start) const;
   // [B, C, h, w] -> [B, (h/2)(w/2), 4C] (diffusers' _pack_latents).
   static Tensor pack(const Tensor& latents);
   const models::AutoencoderKL& vae() const { return *vae_; }
@@ -170,9 +171,10 @@ class FluxFillPipeline : public FluxPipeline {
 
  private:
   FluxFillPipeline() = default;
-  // The masked image (black where the mask repaints) encoded (the generator's third draw), and the mask's 8 x 8
-  // pixels per latent as channels, each packed, beside each token.
-  DenoiserInputs denoiser_inputs(const pipelines::TaskCall& call, const pipelines::TaskStart& start) const override;
+  // The masked image (black where the mask repaints) encoded (the generator's third draw), and the mask's 8 x
+  // 8 pixels per latent as channels, each packed, beside each token.
+  DenoiserInputs denoiser_inputs(const pipelines::TaskCall& call,
+                                 const pipelines::TaskStart& start) const override;
 };
 
 // FluxKontextPipeline: FLUX.1 Kontext [dev], editing by instruction. The image (optional) is encoded (its
@@ -197,7 +199,8 @@ class FluxKontextPipeline : public FluxPipeline {
   void resize_call(const PipelineRequest& request, pipelines::ResolvedRequest& call) const override;
   // The image at the trained resolution nearest its aspect ratio, encoded (its latent mean: no draw), packed,
   // its ids those of its own grid with the first coordinate 1.
-  DenoiserInputs denoiser_inputs(const pipelines::TaskCall& call, const pipelines::TaskStart& start) const override;
+  DenoiserInputs denoiser_inputs(const pipelines::TaskCall& call,
+                                 const pipelines::TaskStart& start) const override;
 };
 
 }  // namespace kiln

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/families/flux1/flux_pipeline.h"  // FlowMatchEulerDiscreteScheduler, tokenizers, encoders
+#include "kiln/pipelines/diffusion_pipeline.h"
 #include "kiln/pipelines/generator.h"
 #include "kiln/pipelines/image.h"
 #include "kiln/pipelines/offload.h"

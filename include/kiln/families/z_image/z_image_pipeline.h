@@ -9,10 +9,10 @@
 // Each prompt goes through Qwen3's chat template (enable_thinking=True) and Qwen3; the second-to-last hidden
 // states at the prompt's own tokens are its caption features (one length per prompt). The single-stream DiT
 // (kiln/families/z_image/z_image_transformer.h) denoises FLUX.1's 16-channel latents, kept in float32 between
-// steps, on the schedule sigmas = linspace(1, 1/n, n) shifted by the scheduler's config; FLUX.1's AutoencoderKL
-// decodes. Classifier-free guidance when guidance_scale > 0: pos + g * (pos - neg), with cfg_normalization and
-// cfg_truncation. Defaults: diffusers' (1024 x 1024, 50 steps, guidance 5, 512 tokens); Z-Image-Turbo is run
-// with 9 steps and guidance 0.
+// steps, on the schedule sigmas = linspace(1, 1/n, n) shifted by the scheduler's config; FLUX.1's
+// AutoencoderKL decodes. Classifier-free guidance when guidance_scale > 0: pos + g * (pos - neg), with
+// cfg_normalization and cfg_truncation. Defaults: diffusers' (1024 x 1024, 50 steps, guidance 5, 512 tokens);
+// Z-Image-Turbo is run with 9 steps and guidance 0.
 #pragma once
 
 #include <memory>
@@ -48,16 +48,19 @@ class ZImagePipeline : public DiffusionPipeline {
   // The chat-templated prompt the tokenizer reads.
   static std::string chat_prompt(const std::string& prompt);
   // input_ids and attention_mask [B, max_sequence_length] int64 as the pipeline tokenizes the prompts.
-  std::pair<Tensor, Tensor> tokenize(const std::vector<std::string>& prompts, int64_t max_sequence_length) const;
+  std::pair<Tensor, Tensor> tokenize(const std::vector<std::string>& prompts,
+                                     int64_t max_sequence_length) const;
   // Each prompt's caption features [L_i, hidden] (the text encoder's hidden_states[-2] at its tokens), in the
   // text encoder's dtype; one per prompt (num_images_per_prompt repeats are the caller's).
-  std::vector<Tensor> encode_prompt(const std::vector<std::string>& prompts, int64_t max_sequence_length) const;
+  std::vector<Tensor> encode_prompt(const std::vector<std::string>& prompts,
+                                    int64_t max_sequence_length) const;
 
   const models::ZImageTransformer2DModel& transformer() const { return *transformer_; }
   models::ZImageTransformer2DModel& transformer() { return *transformer_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
   nn::Module& denoiser() override;
-  ActivationEstimate estimate_activations(const PipelineRequest& request, const Device& device) const override;
+  ActivationEstimate estimate_activations(const PipelineRequest& request,
+                                          const Device& device) const override;
 
  protected:
   ZImagePipeline();
@@ -76,13 +79,14 @@ class ZImagePipeline : public DiffusionPipeline {
   std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
 };
 
-// ZImageImg2ImgPipeline: Z-Image image-to-image. `image` (one) is encoded by the VAE (its posterior sampled: the
-// generator's first draw), noised to the schedule's step int(n - n * strength) and denoised from there. Without
-// height and width, the image's own size (each rounded down to a multiple of 16), as diffusers. Loads
+// ZImageImg2ImgPipeline: Z-Image image-to-image. `image` (one) is encoded by the VAE (its posterior sampled:
+// the generator's first draw), noised to the schedule's step int(n - n * strength) and denoised from there.
+// Without height and width, the image's own size (each rounded down to a multiple of 16), as diffusers. Loads
 // ZImagePipeline folders too. Defaults: those of ZImagePipeline, strength 0.6.
 class ZImageImg2ImgPipeline : public ZImagePipeline {
  public:
-  static ZImageImg2ImgPipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
+  static ZImageImg2ImgPipeline from_pretrained(const std::string& model,
+                                               const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "ZImageImg2ImgPipeline"; }
   PipelineDefaults family_defaults() const override;
 
@@ -90,11 +94,12 @@ class ZImageImg2ImgPipeline : public ZImagePipeline {
   ZImageImg2ImgPipeline() = default;
 };
 
-// ZImageInpaintPipeline: Z-Image inpainting: `image` and `mask_image` (white repaints, black keeps; binarised),
-// the kept region put back from the image noised to each next step. Defaults: strength 1.
+// ZImageInpaintPipeline: Z-Image inpainting: `image` and `mask_image` (white repaints, black keeps;
+// binarised), the kept region put back from the image noised to each next step. Defaults: strength 1.
 class ZImageInpaintPipeline : public ZImagePipeline {
  public:
-  static ZImageInpaintPipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
+  static ZImageInpaintPipeline from_pretrained(const std::string& model,
+                                               const PipelineLoadOptions& options = {});
   const char* class_name() const override { return "ZImageInpaintPipeline"; }
   PipelineDefaults family_defaults() const override;
 

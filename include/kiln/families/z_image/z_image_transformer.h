@@ -1,10 +1,10 @@
-// ZImageTransformer2DModel (Tongyi-MAI's Z-Image, Z-Image-Turbo), the denoiser of diffusers' ZImagePipeline: a
-// single-stream DiT. The image's 2x2 patches and the caption's tokens are each padded to a multiple of 32 tokens
-// with a learned pad token and refined on their own (noise_refiner: modulated by the timestep; context_refiner:
-// not), then run together ([image | caption]) through the main layers. Each block: RMSNorm'd attention with
-// per-head q/k RMSNorm and 3-axis interleaved RoPE (caption tokens at (1 + i, 0, 0), image patches at
-// (caption length + 1, row, column)), a SwiGLU feed-forward, sandwich RMSNorms, tanh gates and scales from the
-// timestep alone (adaLN without SiLU); the final layer's scale from SiLU(timestep embedding).
+// ZImageTransformer2DModel (Tongyi-MAI's Z-Image, Z-Image-Turbo), the denoiser of diffusers' ZImagePipeline:
+// a single-stream DiT. The image's 2x2 patches and the caption's tokens are each padded to a multiple of 32
+// tokens with a learned pad token and refined on their own (noise_refiner: modulated by the timestep;
+// context_refiner: not), then run together ([image | caption]) through the main layers. Each block: RMSNorm'd
+// attention with per-head q/k RMSNorm and 3-axis interleaved RoPE (caption tokens at (1 + i, 0, 0), image
+// patches at (caption length + 1, row, column)), a SwiGLU feed-forward, sandwich RMSNorms, tanh gates and
+// scales from the timestep alone (adaLN without SiLU); the final layer's scale from SiLU(timestep embedding).
 #pragma once
 
 #include <cstdint>
@@ -47,10 +47,11 @@ struct ZImageTransformerConfig {
   // The timestep embedding's width: min(dim, 256).
   int64_t adaln_dim() const { return dim < 256 ? dim : 256; }
 
-  // Reads a parsed config.json: "_class_name" must be ZImageTransformer2DModel; a key this implementation does
-  // not know is an error (siglip_feat_dim, Z-Image Omni's, is refused by name). The result is validated.
+  // Reads a parsed config.json: "_class_name" must be ZImageTransformer2DModel; a key this implementation
+  // does not know is an error (siglip_feat_dim, Z-Image Omni's, is refused by name). The result is validated.
   static ZImageTransformerConfig from_config(const io::JsonConfig& config);
-  static ZImageTransformerConfig from_json(const std::string& text, const std::string& source = "config.json");
+  static ZImageTransformerConfig from_json(const std::string& text,
+                                           const std::string& source = "config.json");
   // `path`: a config.json file, or a component folder holding one.
   static ZImageTransformerConfig from_file(const std::string& path);
   void validate(const std::string& source = "config.json") const;
@@ -60,9 +61,9 @@ class ZImageTransformerBlock;
 
 class ZImageTransformer2DModel : public nn::Module {
  public:
-  // Every parameter under its diffusers name. With `tp` (size > 1): q/k/v and w1/w3 column-parallel (each rank
-  // attends over its own heads), to_out and w2 row-parallel, the rest replicated; every rank returns the full
-  // output. A degree that does not divide n_heads is refused by name.
+  // Every parameter under its diffusers name. With `tp` (size > 1): q/k/v and w1/w3 column-parallel (each
+  // rank attends over its own heads), to_out and w2 row-parallel, the rest replicated; every rank returns the
+  // full output. A degree that does not divide n_heads is refused by name.
   explicit ZImageTransformer2DModel(const ZImageTransformerConfig& config, const nn::TensorParallel& tp = {});
   ~ZImageTransformer2DModel() override;
 
@@ -82,8 +83,8 @@ class ZImageTransformer2DModel : public nn::Module {
   std::vector<nn::BlockList> repeated_blocks() const override;
   const ZImageTransformerConfig& config() const { return config_; }
 
-  // diffusers' ZImageTransformer2DModel.from_single_file: the transformer as ComfyUI ships it, one .safetensors
-  // (or a GGUF made from it, whose quantized weights stay quantized) in the original layout.
+  // diffusers' ZImageTransformer2DModel.from_single_file: the transformer as ComfyUI ships it, one
+  // .safetensors (or a GGUF made from it, whose quantized weights stay quantized) in the original layout.
   struct SingleFileOptions {
     std::string config;  // a config.json or a folder holding one; empty: read off the file's shapes
     DType dtype = bfloat16;
@@ -92,8 +93,8 @@ class ZImageTransformer2DModel : public nn::Module {
                                                                     const SingleFileOptions& options);
 
  private:
-  // One batch whose captions are padded to the same length: caption [B, Lp, cap_feat_dim], caption_kept [B, Lp]
-  // float32 (1 for a prompt token, 0 for the padding the pad token replaces).
+  // One batch whose captions are padded to the same length: caption [B, Lp, cap_feat_dim], caption_kept [B,
+  // Lp] float32 (1 for a prompt token, 0 for the padding the pad token replaces).
   Tensor forward_padded(const Tensor& latents, const Tensor& timestep, const Tensor& caption,
                         const Tensor& caption_kept) const;
   Tensor forward_eager(const Tensor& latents, const Tensor& timestep, const Tensor& caption,
@@ -109,8 +110,8 @@ class ZImageTransformer2DModel : public nn::Module {
   nn::Linear final_modulation_, final_linear_;
 };
 
-// The model of `folder` (a diffusers transformer/ component) with its weights in `dtype`; with `tp`, this rank's
-// slices only.
+// The model of `folder` (a diffusers transformer/ component) with its weights in `dtype`; with `tp`, this
+// rank's slices only.
 std::unique_ptr<ZImageTransformer2DModel> load_z_image_transformer(const std::string& folder, DType dtype,
                                                                    const nn::TensorParallel& tp = {});
 
