@@ -89,22 +89,7 @@ const std::map<std::string, json>& unsupported_defaults() {
 }  // namespace
 
 std::string a1111_txt2img_body(std::string_view body) {
-  if (body.size() > kMaxRequestBodyBytes)
-    refuse("", "the request body is " + std::to_string(body.size()) + " bytes, more than the maximum " +
-                   std::to_string(kMaxRequestBodyBytes));
-  // Nesting is refused while it is read (walking or freeing a value recurses once per level).
-  const json::parser_callback_t limit_depth = [](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= 8)
-      refuse("", "the request body nests deeper than 8 levels");
-    return true;
-  };
-  json j;
-  try {
-    j = json::parse(body, limit_depth);
-  } catch (const json::exception&) {
-    refuse("", "the body is not JSON (A1111's txt2img takes a JSON object)");
-  }
+  const json j = parse_request_body(body);
   if (!j.is_object()) refuse("", "expected a JSON object");
   json out = json::object();
   std::optional<int64_t> width, height;

@@ -288,7 +288,9 @@ void read_field(const std::string& key, const json& v, GenerationParams& params)
   }
 }
 
-json parse_body(std::string_view body) {
+}  // namespace
+
+json parse_request_body(std::string_view body) {
   if (body.size() > kMaxRequestBodyBytes)
     refuse("", "the request body is " + std::to_string(body.size()) + " bytes, more than the maximum " +
                    std::to_string(kMaxRequestBodyBytes));
@@ -306,15 +308,13 @@ json parse_body(std::string_view body) {
   }
 }
 
-}  // namespace
-
 std::optional<uint64_t> GenerationParams::seed() const {
   if (!request.generator) return std::nullopt;
   return request.generator->initial_seed();
 }
 
 GenerationParams parse_generation_params(std::string_view body) {
-  const json j = parse_body(body);
+  const json j = parse_request_body(body);
   if (!j.is_object()) refuse("", std::string("expected a JSON object, got ") + type_name(j));
   GenerationParams params;
   bool has_prompt = false;

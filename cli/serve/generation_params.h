@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "kiln/pipelines/pipeline_request.h"
 
 namespace kiln::serve {
@@ -48,6 +50,10 @@ struct GenerationParams {
 // The bytes of a request body the server reads at most (larger bodies are refused with 413 before parsing):
 // every prompt at its limit, with room to spare.
 inline constexpr size_t kMaxRequestBodyBytes = 1 << 20;
+
+// A request body as JSON, as every route reads one: at most kMaxRequestBodyBytes, nesting at most 8 levels
+// (deeper input is refused while it is read), valid JSON; throws RequestError (no field) otherwise.
+nlohmann::json parse_request_body(std::string_view body);
 
 // Parses a request body; throws RequestError naming the field (see above).
 GenerationParams parse_generation_params(std::string_view body);

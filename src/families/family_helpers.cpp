@@ -1,6 +1,7 @@
 #include "families/family_helpers.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "kiln/core/shape.h"
 
@@ -57,6 +58,16 @@ std::optional<LoadedWeights> decoder_text_encoder_weights(
              std::to_string(config.num_hidden_layers) + (need.final_norm ? " and the final norm" : "") +
              " (" + asked + ")";
   return out;
+}
+
+std::string single_file_transformer_config(const std::string& folder, const PipelineLoadOptions& options,
+                                           const char* pipeline_class) {
+  KILN_CHECK(
+      options.parallel_config.count("transformer") == 0 && options.tensor_parallel == 1,
+      pipeline_class << ": a single-file transformer cannot be split across ranks yet; load it without "
+                        "tensor parallelism or from a diffusers folder");
+  const std::filesystem::path config = std::filesystem::path(folder) / "transformer" / "config.json";
+  return std::filesystem::is_regular_file(config) ? config.string() : "";
 }
 
 }  // namespace kiln

@@ -48,6 +48,13 @@ std::optional<LoadedWeights> decoder_text_encoder_weights(
     const io::ComponentSummary& component,
     const std::function<std::vector<int64_t>(const models::DecoderTextEncoderConfig&)>& indices_of);
 
+// Before a family loads its transformer from a single file (PipelineLoadOptions::transformer_file): refused
+// under tensor parallelism, naming `pipeline_class`; returns the folder's transformer/config.json when it has
+// one, else
+// "" (the file's shapes say what it is).
+std::string single_file_transformer_config(const std::string& folder, const PipelineLoadOptions& options,
+                                           const char* pipeline_class);
+
 // `Pipeline::from_pretrained` as a PipelineClass's load function.
 template <class Pipeline>
 std::unique_ptr<DiffusionPipeline> load_pipeline(const std::string& model,

@@ -1,9 +1,9 @@
 #include "kiln/families/chroma/chroma_pipeline.h"
 
 #include <algorithm>
-#include <filesystem>
 
 #include "families/chroma/chroma_single_file.h"
+#include "families/family_helpers.h"
 #include "kiln/core/log.h"
 #include "kiln/families/chroma/chroma_transformer.h"
 #include "kiln/models/autoencoder_kl.h"
@@ -22,8 +22,6 @@
 #include "pipelines/task_stages.h"
 
 namespace kiln {
-
-namespace fs = std::filesystem;
 
 ChromaPipeline::ChromaPipeline() = default;
 ChromaPipeline::ChromaPipeline(ChromaPipeline&&) noexcept = default;
@@ -78,14 +76,10 @@ void ChromaPipeline::load(ChromaPipeline& pipe, const std::string& model, const 
         folder.need("transformer", {"ChromaTransformer2DModel"}), options.dtype,
         options.tensor_parallel_for("transformer", splittable));
   } else {
-    KILN_CHECK(
-        options.parallel_config.count("transformer") == 0 && options.tensor_parallel == 1,
-        pipeline_class << ": a single-file transformer cannot be split across ranks yet; load it without "
-                          "tensor parallelism or from a diffusers folder");
-    const fs::path config = fs::path(folder.path()) / "transformer" / "config.json";
     pipe.transformer_ = models::ChromaTransformer2DModel::from_single_file(
         options.transformer_file,
-        {.config = fs::is_regular_file(config) ? config.string() : "", .dtype = options.dtype});
+        {.config = single_file_transformer_config(folder.path(), options, pipeline_class),
+         .dtype = options.dtype});
   }
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(folder.need("vae", {"AutoencoderKL"}), options.dtype);

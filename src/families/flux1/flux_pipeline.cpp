@@ -1,9 +1,9 @@
 #include "kiln/families/flux1/flux_pipeline.h"
 
 #include <cmath>
-#include <filesystem>
 #include <tuple>
 
+#include "families/family_helpers.h"
 #include "kiln/core/limits.h"
 #include "kiln/core/log.h"
 #include "kiln/models/autoencoder_kl.h"
@@ -25,8 +25,6 @@
 #include "pipelines/task_stages.h"
 
 namespace kiln {
-
-namespace fs = std::filesystem;
 
 FluxPipeline::FluxPipeline() = default;
 FluxPipeline::FluxPipeline(FluxPipeline&&) noexcept = default;
@@ -106,14 +104,10 @@ void FluxPipeline::load(FluxPipeline& pipe, const std::string& model, const Pipe
         models::load_flux_transformer(need("transformer", "FluxTransformer2DModel"), options.dtype,
                                       options.tensor_parallel_for("transformer", splittable));
   } else {
-    KILN_CHECK(
-        options.parallel_config.count("transformer") == 0 && options.tensor_parallel == 1,
-        pipeline_class << ": a single-file transformer cannot be split across ranks yet; load it without "
-                          "tensor parallelism or from a diffusers folder");
-    const fs::path config = fs::path(folder.path()) / "transformer" / "config.json";
     pipe.transformer_ = models::FluxTransformer2DModel::from_single_file(
         options.transformer_file,
-        {.config = fs::is_regular_file(config) ? config.string() : "", .dtype = options.dtype});
+        {.config = single_file_transformer_config(folder.path(), options, pipeline_class),
+         .dtype = options.dtype});
   }
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(need("vae", "AutoencoderKL"), options.dtype);

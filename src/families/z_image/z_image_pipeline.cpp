@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 
+#include "families/family_helpers.h"
 #include "kiln/core/log.h"
 #include "kiln/families/z_image/z_image_transformer.h"
 #include "kiln/models/autoencoder_kl.h"
@@ -20,8 +20,6 @@
 #include "pipelines/task_stages.h"
 
 namespace kiln {
-
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -128,14 +126,10 @@ void ZImagePipeline::load(ZImagePipeline& pipe, const std::string& model, const 
         options.tensor_parallel_for("transformer", splittable));
   } else {
     // As ComfyUI ships it (or a GGUF of it), with the folder's config when it has one.
-    KILN_CHECK(
-        options.parallel_config.count("transformer") == 0 && options.tensor_parallel == 1,
-        pipeline_class << ": a single-file transformer cannot be split across ranks yet; load it without "
-                          "tensor parallelism or from a diffusers folder");
-    const fs::path config = fs::path(folder.path()) / "transformer" / "config.json";
     pipe.transformer_ = models::ZImageTransformer2DModel::from_single_file(
         options.transformer_file,
-        {.config = fs::is_regular_file(config) ? config.string() : "", .dtype = options.dtype});
+        {.config = single_file_transformer_config(folder.path(), options, pipeline_class),
+         .dtype = options.dtype});
   }
   done("transformer");
   pipe.vae_ = models::load_autoencoder_kl(folder.need("vae", {"AutoencoderKL"}), options.dtype);
