@@ -71,27 +71,16 @@ void with_flag_names(bool editing, Check check) {
 }
 
 // The class that runs the flags: the folder's, or its image-to-image or inpainting sibling for --init-image
-// and
-// --mask (a FluxPipeline folder runs FluxInpaintPipeline with --mask).
+// and --mask (a FluxPipeline folder runs FluxInpaintPipeline with --mask).
 const PipelineClass& class_for(const GenerateArgs& args, const io::ModelIndex& index) {
   const PipelineClass& folder = pipeline_class(index.class_name, index.path);
-  if (!args.init_image || folder.edits_an_image()) return folder;
-  const bool mask = args.request.given("mask_image");
-  const std::string& sibling = mask ? folder.inpainting : folder.image_to_image;
-  if (sibling.empty()) {
-    std::string with;  // the families whose folders do
-    for (const Family& family : families())
-      for (const PipelineClass& c : family.classes)
-        if (c.task == (mask ? Task::Inpainting : Task::ImageToImage)) {
-          with += (with.empty() ? "" : ", ") + family.name;
-          break;
-        }
-    KILN_FAIL((mask ? "--mask: " : "--init-image: ")
-              << index.class_name << " has no " << task_name(mask ? Task::Inpainting : Task::ImageToImage)
-              << " pipeline (" << with << " folders have; --image gives the images a pipeline takes as "
-              << "references or edits)");
+  if (!args.init_image) return folder;
+  try {
+    return class_for_images(folder, args.request.given("mask_image"));
+  } catch (const RequestError& e) {
+    KILN_FAIL((e.field() == "mask_image" ? "--mask: " : "--init-image: ")
+              << e.what() << "; --image gives the images a pipeline takes as references or edits");
   }
-  return pipeline_class(sibling, index.path);
 }
 
 Image read_image(const char* flag, const std::string& path, const char* what) {

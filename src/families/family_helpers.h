@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "kiln/models/decoder_text_encoder.h"
@@ -60,6 +61,15 @@ template <class Pipeline>
 std::unique_ptr<DiffusionPipeline> load_pipeline(const std::string& model,
                                                  const PipelineLoadOptions& options) {
   return std::make_unique<Pipeline>(Pipeline::from_pretrained(model, options));
+}
+
+// `Pipeline::from_pipe` (taking a `Base`) as a PipelineClass's from_pipe function; the registry's
+// pipeline_from_pipe checks that `pipe` is a class of the same folders before it calls this.
+template <class Pipeline, class Base>
+std::unique_ptr<DiffusionPipeline> pipe_from(const DiffusionPipeline& pipe) {
+  const auto* base = dynamic_cast<const Base*>(&pipe);
+  KILN_CHECK(base != nullptr, "internal: " << pipe.class_name() << " is not a " << typeid(Base).name());
+  return std::make_unique<Pipeline>(Pipeline::from_pipe(*base));
 }
 
 }  // namespace kiln

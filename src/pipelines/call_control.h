@@ -5,9 +5,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
+#include "kiln/lora/lora_adapters.h"
 #include "kiln/pipelines/pipeline_request.h"
 
 namespace kiln::pipelines {
@@ -35,6 +37,14 @@ class CallQueue {
   uint64_t next_ticket_ = 0, serving_ = 0;
 };
 
+// What a pipeline shares with the pipelines from_pipe makes of it, which hold the same components: their
+// calls take turns in one queue (one call at a time on the components), and the LoRA adapters loaded into
+// the components are the same adapters whichever of them loaded or set them.
+struct SharedPipelineState {
+  CallQueue calls;
+  std::unique_ptr<lora::LoraAdapters> lora;  // made on first use
+};
+
 // What a running call may ask of its frame.
 class CallControl {
  public:
@@ -50,8 +60,8 @@ class CallControl {
 };
 
 // A hash of every field of `request` (kiln/pipelines/request_fields.h: prompts, embeddings, images, sizes,
-// steps, guidance, the generators' state, ...): the key under which tensor-parallel ranks agree on the order of
-// calls (kiln/dist/call_sequencer.h).
+// steps, guidance, the generators' state, ...): the key under which tensor-parallel ranks agree on the order
+// of calls (kiln/dist/call_sequencer.h).
 uint64_t request_key(const PipelineRequest& request);
 
 }  // namespace kiln::pipelines

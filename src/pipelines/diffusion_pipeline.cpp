@@ -19,8 +19,18 @@
 
 namespace kiln {
 
-DiffusionPipeline::DiffusionPipeline() : calls_(std::make_unique<pipelines::CallQueue>()) {}
+DiffusionPipeline::DiffusionPipeline() : shared_(std::make_shared<pipelines::SharedPipelineState>()) {}
 DiffusionPipeline::DiffusionPipeline(DiffusionPipeline&&) noexcept = default;
+DiffusionPipeline::DiffusionPipeline(const DiffusionPipeline& other, SharingComponents)
+    : path_(other.path_),
+      name_(other.name_),
+      recommended_call_(other.recommended_call_),
+      dtype_(other.dtype_),
+      weight_packing_(other.weight_packing_),
+      model_cpu_offload_(other.model_cpu_offload_),
+      context_(other.context_),
+      shared_(other.shared_),
+      device_budget_(other.device_budget_) {}
 DiffusionPipeline& DiffusionPipeline::operator=(DiffusionPipeline&&) noexcept = default;
 DiffusionPipeline::~DiffusionPipeline() = default;
 
@@ -59,7 +69,7 @@ PipelineOutput DiffusionPipeline::operator()(const PipelineRequest& request) {
   if (distributed)
     tp_turn.emplace(dist::admit_call(pipelines::request_key(request)));
   else
-    turn.emplace(calls_->wait_turn());
+    turn.emplace(shared_->calls.wait_turn());
   ExecutionScope in(*context_);
   if (device_budget_) fit_device_budget(request);
   const pipelines::CallControl control([&](const std::string& where) {

@@ -20,7 +20,8 @@ namespace {
 // "A, B and C".
 std::string listed(const std::vector<std::string>& names) {
   std::string s;
-  for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  for (size_t i = 0; i < names.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
   return s;
 }
 
@@ -28,8 +29,8 @@ std::string listed(const std::vector<std::string>& names) {
 std::string sibling_of(const Family& family, const PipelineClass& of, Task task) {
   for (const PipelineClass& c : family.classes) {
     if (c.task != task) continue;
-    if (c.name == of.name || std::find(c.loads_folders_of.begin(), c.loads_folders_of.end(), of.name) !=
-                                 c.loads_folders_of.end())
+    if (c.name == of.name ||
+        std::find(c.loads_folders_of.begin(), c.loads_folders_of.end(), of.name) != c.loads_folders_of.end())
       return c.name;
   }
   return "";
@@ -114,7 +115,8 @@ const std::vector<const PipelineClass*>& pipeline_classes() {
     std::vector<const PipelineClass*> out;
     for (const Family& family : families())
       for (const PipelineClass& c : family.classes) out.push_back(&c);
-    std::sort(out.begin(), out.end(), [](const PipelineClass* a, const PipelineClass* b) { return a->name < b->name; });
+    std::sort(out.begin(), out.end(),
+              [](const PipelineClass* a, const PipelineClass* b) { return a->name < b->name; });
     return out;
   }();
   return sorted;
@@ -172,6 +174,41 @@ void PipelineClass::check_fields(const PipelineRequest& request) const {
     case Task::TextToImage:
       break;
   }
+}
+
+const PipelineClass& class_for_images(const PipelineClass& folder, bool mask) {
+  if (folder.edits_an_image()) return folder;
+  const Task task = mask ? Task::Inpainting : Task::ImageToImage;
+  const std::string& sibling = mask ? folder.inpainting : folder.image_to_image;
+  if (!sibling.empty()) return pipeline_class(sibling, folder.name);
+  std::vector<std::string> with;  // the families whose folders have one
+  for (const Family& family : families())
+    for (const PipelineClass& c : family.classes)
+      if (c.task == task) {
+        with.push_back(family.name);
+        break;
+      }
+  throw RequestError(mask ? "mask_image" : "image", folder.name + " has no " + task_name(task) +
+                                                        " pipeline (" + listed(with) + " folders have)");
+}
+
+std::unique_ptr<DiffusionPipeline> pipeline_from_pipe(const PipelineClass& target,
+                                                      const DiffusionPipeline& pipe) {
+  const PipelineClass& source = pipe.registered_class();
+  const auto lists = [](const PipelineClass& c, const std::string& name) {
+    return std::find(c.loads_folders_of.begin(), c.loads_folders_of.end(), name) != c.loads_folders_of.end();
+  };
+  const bool same_folders =
+      target.family == source.family &&
+      (target.name == source.name || lists(target, source.name) || lists(source, target.name));
+  KILN_CHECK(same_folders && target.from_pipe,
+             target.name << " cannot be made from a " << source.name
+                         << " (from_pipe shares the components of a "
+                         << "class that runs the same folders"
+                         << (target.family == source.family ? "; " + target.name + " loads its own checkpoint"
+                                                            : ", of one family")
+                         << ")");
+  return target.from_pipe(pipe);
 }
 
 }  // namespace kiln

@@ -208,5 +208,70 @@ TEST(EditPipelines, LoadTheFoldersTheyShareAndRefuseTheOthers) {
                "FluxFillPipeline");
 }
 
+// diffusers' from_pipe: the image-to-image and inpainting classes made from a loaded text-to-image pipeline
+// share its components (nothing is loaded again) and give diffusers' image; the source still runs, and
+// adapters loaded through either are the other's.
+TEST(EditPipelines, FromPipeSharesTheComponentsAndGivesTheSameImage) {
+  for (const char* name : {"flux_img2img_64x64_s3", "sd3_inpaint_64x64_s8"}) {
+    const EditCase g(name);
+    const PipelineClass& target = pipeline_class(g.meta("pipeline"), name);
+    const std::string folder = testing::data_path("models/" + g.meta("model"));
+    const std::unique_ptr<DiffusionPipeline> source = DiffusionPipeline::from_pretrained(folder);
+    ASSERT_FALSE(source->registered_class().edits_an_image()) << name;
+    const std::unique_ptr<DiffusionPipeline> sibling = pipeline_from_pipe(target, *source);
+    EXPECT_EQ(sibling->class_name(), g.meta("pipeline"));
+    const auto components = source->components();
+    const auto shared = sibling->components();
+    ASSERT_EQ(components.size(), shared.size());
+    for (size_t i = 0; i < components.size(); ++i)
+      EXPECT_EQ(components[i].second, shared[i].second) << name << ": " << components[i].first;
+    const PipelineOutput out = (*sibling)(g.request());
+    ASSERT_EQ(out.images.size(), 1u);
+    EXPECT_LE(testing::max_level_difference(out.images[0], g["image_u8"]), 1) << name;
+    EXPECT_EQ(out.images[0].metadata.at("pipeline"), g.meta("pipeline"));
+    // The source runs its own task still (and refuses the sibling's fields).
+    PipelineRequest text = g.request();
+    text.image.clear();
+    text.mask_image.reset();
+    text.strength.reset();
+    text.padding_mask_crop.reset();
+    EXPECT_EQ((*source)(text).images.size(), 1u);
+    EXPECT_THROW(source->check_request(g.request()), RequestError);
+    // And back: the text-to-image class from the sibling.
+    const auto back = pipeline_from_pipe(source->registered_class(), *sibling);
+    EXPECT_EQ(back->class_name(), source->registered_class().name);
+  }
+  // The typed form.
+  FluxPipeline flux = FluxPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
+  EXPECT_STREQ(FluxInpaintPipeline::from_pipe(flux).class_name(), "FluxInpaintPipeline");
+  EXPECT_EQ(&FluxImg2ImgPipeline::from_pipe(flux).transformer(), &flux.transformer());
+}
+
+// A class that loads its own checkpoint (Fill, Kontext), or one of another family, is refused by name.
+TEST(EditPipelines, FromPipeRefusesTheClassesOfOtherFolders) {
+  const auto flux = DiffusionPipeline::from_pretrained(testing::data_path("models/flux-tiny-dev"));
+  for (const char* name : {"FluxFillPipeline", "FluxKontextPipeline", "StableDiffusion3Img2ImgPipeline"}) {
+    try {
+      pipeline_from_pipe(pipeline_class(name, ""), *flux);
+      ADD_FAILURE() << name << " was made from a FluxPipeline";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(name) + " cannot be made from a FluxPipeline"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // The sibling a folder runs for an image: its inpainting class with a mask, image-to-image without.
+  EXPECT_EQ(class_for_images(flux->registered_class(), true).name, "FluxInpaintPipeline");
+  EXPECT_EQ(class_for_images(flux->registered_class(), false).name, "FluxImg2ImgPipeline");
+  EXPECT_EQ(class_for_images(pipeline_class("FluxFillPipeline", ""), true).name, "FluxFillPipeline");
+  try {
+    class_for_images(pipeline_class("ChromaPipeline", ""), true);
+    ADD_FAILURE() << "Chroma has no inpainting class";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.field(), "mask_image");
+    EXPECT_NE(std::string(e.what()).find("has no inpainting pipeline"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -44,6 +44,7 @@ class LatentCodec;
 struct PipelineClass;
 namespace pipelines {
 class CallQueue;
+struct SharedPipelineState;
 class CallControl;
 struct TaskCall;
 struct TaskStart;
@@ -258,6 +259,11 @@ class DiffusionPipeline {
   DiffusionPipeline();
   DiffusionPipeline(DiffusionPipeline&&) noexcept;
   DiffusionPipeline& operator=(DiffusionPipeline&&) noexcept;
+  // What the families' from_pipe (diffusers') builds on: a pipeline that shares `other`'s components, the
+  // queue its calls wait in and its LoRA adapters, its settings (dtype, offload, a memory budget's plan)
+  // copied as they are now.
+  struct SharingComponents {};
+  DiffusionPipeline(const DiffusionPipeline& other, SharingComponents);
 
   // Runs a checked request, in the pipeline's context, with the call's turn held; `control` tells it when to
   // stop (CallControl::checkpoint between stages; the denoising loop checks before every step).
@@ -297,7 +303,9 @@ class DiffusionPipeline {
   WeightPackingPlan weight_packing_;
   bool model_cpu_offload_ = false;
   std::shared_ptr<ExecutionContext> context_;
-  std::unique_ptr<pipelines::CallQueue> calls_;
+  // Shared with the pipelines from_pipe makes of this one (they hold the same components): the queue their
+  // calls take turns in, and the LoRA adapters loaded into those components.
+  std::shared_ptr<pipelines::SharedPipelineState> shared_;
 
  private:
   // Offloading streams weights between the host's memory and the CPU's kernels: `what` is refused, naming
@@ -323,9 +331,8 @@ class DiffusionPipeline {
   // for Kiln; returns the line saying what was planned, or throws naming the device's figures.
   std::string plan_for_the_device_memory(const DriverMemoryReport& report, const Device& device,
                                          const std::optional<PipelineRequest>& sized_for);
-  // The pipeline's adapters, made on first use.
+  // The pipeline's adapters (its siblings' too), made on first use.
   lora::LoraAdapters& lora_adapters();
-  std::unique_ptr<lora::LoraAdapters> lora_;
 };
 
 }  // namespace kiln

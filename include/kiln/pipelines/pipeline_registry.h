@@ -1,8 +1,9 @@
 // The model families Kiln runs and their pipeline classes, by the class name diffusers writes in
-// model_index.json ("_class_name"), as diffusers' DiffusionPipeline.from_pretrained finds them. A family is one
-// registered unit (src/families/<family>/, listed once in src/families/registry.cpp): its pipeline classes, the
-// request fields each takes, its LoRA layouts and the models of its components. Everything that runs pipelines by
-// name (kiln generate, kiln info, kiln serve, the Python package) asks here rather than naming a class or a family.
+// model_index.json ("_class_name"), as diffusers' DiffusionPipeline.from_pretrained finds them. A family is
+// one registered unit (src/families/<family>/, listed once in src/families/registry.cpp): its pipeline
+// classes, the request fields each takes, its LoRA layouts and the models of its components. Everything that
+// runs pipelines by name (kiln generate, kiln info, kiln serve, the Python package) asks here rather than
+// naming a class or a family.
 #pragma once
 
 #include <functional>
@@ -45,8 +46,13 @@ struct PipelineClass {
   // The classes whose folders it loads besides its own, as diffusers lets them (FluxImg2ImgPipeline loads a
   // FluxPipeline folder).
   std::vector<std::string> loads_folders_of;
-  std::function<std::unique_ptr<DiffusionPipeline>(const std::string& model, const PipelineLoadOptions& options)>
+  std::function<std::unique_ptr<DiffusionPipeline>(const std::string& model,
+                                                   const PipelineLoadOptions& options)>
       load;
+  // diffusers' from_pipe: this class holding the components of a loaded pipeline of the same folders (a class
+  // of its family that loads them); unset for a class that loads its own checkpoint only (Fill, Kontext).
+  // Callers go through pipeline_from_pipe, which checks the pair.
+  std::function<std::unique_ptr<DiffusionPipeline>(const DiffusionPipeline& pipe)> from_pipe;
 
   // Filled in by the registry: the family, and its classes that edit this class's folders' images (empty when
   // there is none, or when this class edits an image itself).
@@ -88,5 +94,19 @@ const std::vector<const PipelineClass*>& pipeline_classes();
 const PipelineClass& pipeline_class(const std::string& name, const std::string& where);
 // The class named `name`, or null.
 const PipelineClass* find_pipeline_class(std::string_view name);
+
+// The class that starts from an image on `folder`'s folders (`folder`: a loaded folder's class): itself when
+// it edits one (image-to-image, inpainting, Fill); else its inpainting sibling when a mask comes with the
+// image, its image-to-image sibling without, as `kiln generate --init-image/--mask` picks. Throws
+// RequestError (field "mask_image" with a mask, else "image") naming the families whose folders have one,
+// when it has none (Kontext and FLUX.2 take their images as context instead: kiln serve gives them the images
+// as `image`).
+const PipelineClass& class_for_images(const PipelineClass& folder, bool mask);
+
+// diffusers' from_pipe by class: a pipeline of class `target` holding `pipe`'s components, nothing loaded
+// again (kiln serve runs a FluxPipeline folder's image-to-image and inpainting jobs on one copy of its
+// weights). Throws kiln::Error naming both classes when `target` does not run `pipe`'s folders.
+std::unique_ptr<DiffusionPipeline> pipeline_from_pipe(const PipelineClass& target,
+                                                      const DiffusionPipeline& pipe);
 
 }  // namespace kiln

@@ -27,6 +27,20 @@ ChromaPipeline::ChromaPipeline() = default;
 ChromaPipeline::ChromaPipeline(ChromaPipeline&&) noexcept = default;
 ChromaPipeline& ChromaPipeline::operator=(ChromaPipeline&&) noexcept = default;
 ChromaPipeline::~ChromaPipeline() = default;
+ChromaPipeline::ChromaPipeline(const ChromaPipeline& pipe, SharingComponents)
+    : DiffusionPipeline(pipe, SharingComponents{}),
+      tokenizer_(pipe.tokenizer_),
+      text_encoder_(pipe.text_encoder_),
+      transformer_(pipe.transformer_),
+      vae_(pipe.vae_),
+      scheduler_(pipe.scheduler_) {}
+
+ChromaPipeline ChromaPipeline::from_pipe(const ChromaPipeline& pipe) {
+  return ChromaPipeline(pipe, SharingComponents{});
+}
+ChromaImg2ImgPipeline ChromaImg2ImgPipeline::from_pipe(const ChromaPipeline& pipe) {
+  return ChromaImg2ImgPipeline(pipe, SharingComponents{});
+}
 
 ChromaPipeline ChromaPipeline::from_pretrained(const std::string& model, const PipelineLoadOptions& options) {
   ChromaPipeline pipe;

@@ -33,13 +33,15 @@ Family family() {
        .fields = text_to_image,
        .splittable_components = splittable,
        .loads_folders_of = {"ChromaImg2ImgPipeline"},
-       .load = load_pipeline<ChromaPipeline>},
+       .load = load_pipeline<ChromaPipeline>,
+       .from_pipe = pipe_from<ChromaPipeline, ChromaPipeline>},
       {.name = "ChromaImg2ImgPipeline",
        .task = Task::ImageToImage,
        .fields = joined_fields({text_to_image, {"image", "strength"}}),
        .splittable_components = splittable,
        .loads_folders_of = {"ChromaPipeline"},
-       .load = load_pipeline<ChromaImg2ImgPipeline>},
+       .load = load_pipeline<ChromaImg2ImgPipeline>,
+       .from_pipe = pipe_from<ChromaImg2ImgPipeline, ChromaPipeline>},
   };
   // diffusers' ChromaPipeline loads LoRA with FLUX.1's loader: its transformer and its T5 (text_encoder);
   // files in the original layout name FLUX.1's backbone (Chroma has none of FLUX.1's modulation layers).

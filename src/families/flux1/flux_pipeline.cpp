@@ -30,6 +30,25 @@ FluxPipeline::FluxPipeline() = default;
 FluxPipeline::FluxPipeline(FluxPipeline&&) noexcept = default;
 FluxPipeline& FluxPipeline::operator=(FluxPipeline&&) noexcept = default;
 FluxPipeline::~FluxPipeline() = default;
+FluxPipeline::FluxPipeline(const FluxPipeline& pipe, SharingComponents)
+    : DiffusionPipeline(pipe, SharingComponents{}),
+      tokenizer_(pipe.tokenizer_),
+      tokenizer_2_(pipe.tokenizer_2_),
+      text_encoder_(pipe.text_encoder_),
+      text_encoder_2_(pipe.text_encoder_2_),
+      transformer_(pipe.transformer_),
+      vae_(pipe.vae_),
+      scheduler_(pipe.scheduler_) {}
+
+FluxPipeline FluxPipeline::from_pipe(const FluxPipeline& pipe) {
+  return FluxPipeline(pipe, SharingComponents{});
+}
+FluxImg2ImgPipeline FluxImg2ImgPipeline::from_pipe(const FluxPipeline& pipe) {
+  return FluxImg2ImgPipeline(pipe, SharingComponents{});
+}
+FluxInpaintPipeline FluxInpaintPipeline::from_pipe(const FluxPipeline& pipe) {
+  return FluxInpaintPipeline(pipe, SharingComponents{});
+}
 
 // The pipelines that read the same components as FluxPipeline.
 #define KILN_FLUX1_CLASSES "FluxPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline"

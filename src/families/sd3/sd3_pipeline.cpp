@@ -42,6 +42,29 @@ StableDiffusion3Pipeline::StableDiffusion3Pipeline() = default;
 StableDiffusion3Pipeline::StableDiffusion3Pipeline(StableDiffusion3Pipeline&&) noexcept = default;
 StableDiffusion3Pipeline& StableDiffusion3Pipeline::operator=(StableDiffusion3Pipeline&&) noexcept = default;
 StableDiffusion3Pipeline::~StableDiffusion3Pipeline() = default;
+StableDiffusion3Pipeline::StableDiffusion3Pipeline(const StableDiffusion3Pipeline& pipe, SharingComponents)
+    : DiffusionPipeline(pipe, SharingComponents{}),
+      tokenizer_(pipe.tokenizer_),
+      tokenizer_2_(pipe.tokenizer_2_),
+      tokenizer_3_(pipe.tokenizer_3_),
+      text_encoder_(pipe.text_encoder_),
+      text_encoder_2_(pipe.text_encoder_2_),
+      text_encoder_3_(pipe.text_encoder_3_),
+      transformer_(pipe.transformer_),
+      vae_(pipe.vae_),
+      scheduler_(pipe.scheduler_) {}
+
+StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pipe(const StableDiffusion3Pipeline& pipe) {
+  return StableDiffusion3Pipeline(pipe, SharingComponents{});
+}
+StableDiffusion3Img2ImgPipeline StableDiffusion3Img2ImgPipeline::from_pipe(
+    const StableDiffusion3Pipeline& pipe) {
+  return StableDiffusion3Img2ImgPipeline(pipe, SharingComponents{});
+}
+StableDiffusion3InpaintPipeline StableDiffusion3InpaintPipeline::from_pipe(
+    const StableDiffusion3Pipeline& pipe) {
+  return StableDiffusion3InpaintPipeline(pipe, SharingComponents{});
+}
 
 StableDiffusion3Pipeline StableDiffusion3Pipeline::from_pretrained(const std::string& model,
                                                                    const PipelineLoadOptions& options) {

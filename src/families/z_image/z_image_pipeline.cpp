@@ -54,6 +54,23 @@ ZImagePipeline::ZImagePipeline() = default;
 ZImagePipeline::ZImagePipeline(ZImagePipeline&&) noexcept = default;
 ZImagePipeline& ZImagePipeline::operator=(ZImagePipeline&&) noexcept = default;
 ZImagePipeline::~ZImagePipeline() = default;
+ZImagePipeline::ZImagePipeline(const ZImagePipeline& pipe, SharingComponents)
+    : DiffusionPipeline(pipe, SharingComponents{}),
+      tokenizer_(pipe.tokenizer_),
+      text_encoder_(pipe.text_encoder_),
+      transformer_(pipe.transformer_),
+      vae_(pipe.vae_),
+      scheduler_(pipe.scheduler_) {}
+
+ZImagePipeline ZImagePipeline::from_pipe(const ZImagePipeline& pipe) {
+  return ZImagePipeline(pipe, SharingComponents{});
+}
+ZImageImg2ImgPipeline ZImageImg2ImgPipeline::from_pipe(const ZImagePipeline& pipe) {
+  return ZImageImg2ImgPipeline(pipe, SharingComponents{});
+}
+ZImageInpaintPipeline ZImageInpaintPipeline::from_pipe(const ZImagePipeline& pipe) {
+  return ZImageInpaintPipeline(pipe, SharingComponents{});
+}
 
 ZImagePipeline ZImagePipeline::from_pretrained(const std::string& model, const PipelineLoadOptions& options) {
   ZImagePipeline pipe;

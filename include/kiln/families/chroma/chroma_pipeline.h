@@ -38,6 +38,10 @@ class ChromaPipeline : public DiffusionPipeline {
   ChromaPipeline(ChromaPipeline&&) noexcept;
   ChromaPipeline& operator=(ChromaPipeline&&) noexcept;
   ~ChromaPipeline() override;
+  // diffusers' from_pipe: a ChromaPipeline holding `pipe`'s components, nothing loaded again (the same
+  // weights, LoRA adapters and compiled programs); its siblings' from_pipe go the other way. A call to either
+  // waits for the other's; a setting changed afterwards on one (offload, tiling) is not seen by the other.
+  static ChromaPipeline from_pipe(const ChromaPipeline& pipe);
 
   const char* class_name() const override { return "ChromaPipeline"; }
   PipelineDefaults family_defaults() const override;
@@ -60,6 +64,7 @@ class ChromaPipeline : public DiffusionPipeline {
                                           const Device& device) const override;
 
  protected:
+  ChromaPipeline(const ChromaPipeline& pipe, SharingComponents);
   ChromaPipeline();
   static void load(ChromaPipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
                    const char* pipeline_class);
@@ -69,11 +74,11 @@ class ChromaPipeline : public DiffusionPipeline {
   models::LatentCodec& latent_codec() const override;
   PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
 
-  std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
-  std::unique_ptr<models::T5EncoderModel> text_encoder_;
-  std::unique_ptr<models::ChromaTransformer2DModel> transformer_;
-  std::unique_ptr<models::AutoencoderKL> vae_;
-  std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
+  std::shared_ptr<tokenizers::T5Tokenizer> tokenizer_;
+  std::shared_ptr<models::T5EncoderModel> text_encoder_;
+  std::shared_ptr<models::ChromaTransformer2DModel> transformer_;
+  std::shared_ptr<models::AutoencoderKL> vae_;
+  std::shared_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
 };
 
 // ChromaImg2ImgPipeline: Chroma image-to-image. `image` (one) is resized to the call's size (1024 x 1024
@@ -84,11 +89,15 @@ class ChromaImg2ImgPipeline : public ChromaPipeline {
  public:
   static ChromaImg2ImgPipeline from_pretrained(const std::string& model,
                                                const PipelineLoadOptions& options = {});
+  // diffusers' from_pipe: the ChromaPipeline's components (its siblings' too), nothing loaded again.
+  static ChromaImg2ImgPipeline from_pipe(const ChromaPipeline& pipe);
   const char* class_name() const override { return "ChromaImg2ImgPipeline"; }
   PipelineDefaults family_defaults() const override;
 
  private:
   ChromaImg2ImgPipeline() = default;
+  ChromaImg2ImgPipeline(const ChromaPipeline& pipe, SharingComponents)
+      : ChromaPipeline(pipe, SharingComponents{}) {}
 };
 
 }  // namespace kiln

@@ -51,6 +51,10 @@ class FluxPipeline : public DiffusionPipeline {
   FluxPipeline(FluxPipeline&&) noexcept;
   FluxPipeline& operator=(FluxPipeline&&) noexcept;
   ~FluxPipeline() override;
+  // diffusers' from_pipe: a FluxPipeline holding `pipe`'s components, nothing loaded again (the same weights,
+  // LoRA adapters and compiled programs); its siblings' from_pipe go the other way. A call to either waits
+  // for the other's; a setting changed afterwards on one (offload, tiling) is not seen by the other.
+  static FluxPipeline from_pipe(const FluxPipeline& pipe);
 
   const char* class_name() const override { return "FluxPipeline"; }
   PipelineDefaults family_defaults() const override { return {}; }
@@ -89,6 +93,7 @@ class FluxPipeline : public DiffusionPipeline {
                                           const Device& device) const override;
 
  protected:
+  FluxPipeline(const FluxPipeline& pipe, SharingComponents);
   FluxPipeline();
   // Loads `model` (whose model_index.json names `pipeline_class` or one of `compatible`) into `pipe`.
   static void load(FluxPipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
@@ -122,13 +127,13 @@ class FluxPipeline : public DiffusionPipeline {
   };
   CallPrompts call_prompts(const PipelineRequest& request, int64_t max_sequence_length) const;
 
-  std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_;
-  std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_2_;
-  std::unique_ptr<models::ClipTextModel> text_encoder_;
-  std::unique_ptr<models::T5EncoderModel> text_encoder_2_;
-  std::unique_ptr<models::FluxTransformer2DModel> transformer_;
-  std::unique_ptr<models::AutoencoderKL> vae_;
-  std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
+  std::shared_ptr<tokenizers::ClipTokenizer> tokenizer_;
+  std::shared_ptr<tokenizers::T5Tokenizer> tokenizer_2_;
+  std::shared_ptr<models::ClipTextModel> text_encoder_;
+  std::shared_ptr<models::T5EncoderModel> text_encoder_2_;
+  std::shared_ptr<models::FluxTransformer2DModel> transformer_;
+  std::shared_ptr<models::AutoencoderKL> vae_;
+  std::shared_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
 };
 
 // FluxImg2ImgPipeline: FLUX.1 image-to-image. `image` (one) is resized to the call's size, encoded by the
@@ -139,11 +144,15 @@ class FluxImg2ImgPipeline : public FluxPipeline {
  public:
   static FluxImg2ImgPipeline from_pretrained(const std::string& model,
                                              const PipelineLoadOptions& options = {});
+  // diffusers' from_pipe: the FluxPipeline's components (its siblings' too), nothing loaded again.
+  static FluxImg2ImgPipeline from_pipe(const FluxPipeline& pipe);
   const char* class_name() const override { return "FluxImg2ImgPipeline"; }
   PipelineDefaults family_defaults() const override;
 
  private:
   FluxImg2ImgPipeline() = default;
+  FluxImg2ImgPipeline(const FluxPipeline& pipe, SharingComponents)
+      : FluxPipeline(pipe, SharingComponents{}) {}
 };
 
 // FluxInpaintPipeline: FLUX.1 inpainting. As image-to-image, and after every step the region outside
@@ -154,11 +163,15 @@ class FluxInpaintPipeline : public FluxPipeline {
  public:
   static FluxInpaintPipeline from_pretrained(const std::string& model,
                                              const PipelineLoadOptions& options = {});
+  // diffusers' from_pipe: the FluxPipeline's components (its siblings' too), nothing loaded again.
+  static FluxInpaintPipeline from_pipe(const FluxPipeline& pipe);
   const char* class_name() const override { return "FluxInpaintPipeline"; }
   PipelineDefaults family_defaults() const override;
 
  private:
   FluxInpaintPipeline() = default;
+  FluxInpaintPipeline(const FluxPipeline& pipe, SharingComponents)
+      : FluxPipeline(pipe, SharingComponents{}) {}
 };
 
 // FluxFillPipeline: FLUX.1 Fill [dev], whose transformer takes the masked image's latents and the mask (8 x 8

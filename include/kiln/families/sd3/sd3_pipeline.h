@@ -45,6 +45,11 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
   StableDiffusion3Pipeline(StableDiffusion3Pipeline&&) noexcept;
   StableDiffusion3Pipeline& operator=(StableDiffusion3Pipeline&&) noexcept;
   ~StableDiffusion3Pipeline() override;
+  // diffusers' from_pipe: a StableDiffusion3Pipeline holding `pipe`'s components, nothing loaded again (the
+  // same weights, LoRA adapters and compiled programs); its siblings' from_pipe go the other way. A call to
+  // either waits for the other's; a setting changed afterwards on one (offload, tiling) is not seen by the
+  // other.
+  static StableDiffusion3Pipeline from_pipe(const StableDiffusion3Pipeline& pipe);
 
   const char* class_name() const override { return "StableDiffusion3Pipeline"; }
   PipelineDefaults family_defaults() const override;
@@ -93,6 +98,7 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
   int64_t default_image_size() const;
 
  protected:
+  StableDiffusion3Pipeline(const StableDiffusion3Pipeline& pipe, SharingComponents);
   StableDiffusion3Pipeline();
   static void load(StableDiffusion3Pipeline& pipe, const std::string& model,
                    const PipelineLoadOptions& options, const char* pipeline_class);
@@ -106,13 +112,13 @@ class StableDiffusion3Pipeline : public DiffusionPipeline {
   models::LatentCodec& latent_codec() const override;
   PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
 
-  std::unique_ptr<tokenizers::ClipTokenizer> tokenizer_, tokenizer_2_;
-  std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_3_;  // null when the pipeline has no T5
-  std::unique_ptr<models::ClipTextModel> text_encoder_, text_encoder_2_;
-  std::unique_ptr<models::T5EncoderModel> text_encoder_3_;
-  std::unique_ptr<models::SD3Transformer2DModel> transformer_;
-  std::unique_ptr<models::AutoencoderKL> vae_;
-  std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
+  std::shared_ptr<tokenizers::ClipTokenizer> tokenizer_, tokenizer_2_;
+  std::shared_ptr<tokenizers::T5Tokenizer> tokenizer_3_;  // null when the pipeline has no T5
+  std::shared_ptr<models::ClipTextModel> text_encoder_, text_encoder_2_;
+  std::shared_ptr<models::T5EncoderModel> text_encoder_3_;
+  std::shared_ptr<models::SD3Transformer2DModel> transformer_;
+  std::shared_ptr<models::AutoencoderKL> vae_;
+  std::shared_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
 };
 
 // StableDiffusion3Img2ImgPipeline: SD3 / SD3.5 image-to-image (`image`, `strength`), as
@@ -122,11 +128,16 @@ class StableDiffusion3Img2ImgPipeline : public StableDiffusion3Pipeline {
  public:
   static StableDiffusion3Img2ImgPipeline from_pretrained(const std::string& model,
                                                          const PipelineLoadOptions& options = {});
+  // diffusers' from_pipe: the StableDiffusion3Pipeline's components (its siblings' too), nothing loaded
+  // again.
+  static StableDiffusion3Img2ImgPipeline from_pipe(const StableDiffusion3Pipeline& pipe);
   const char* class_name() const override { return "StableDiffusion3Img2ImgPipeline"; }
   PipelineDefaults family_defaults() const override;
 
  private:
   StableDiffusion3Img2ImgPipeline() = default;
+  StableDiffusion3Img2ImgPipeline(const StableDiffusion3Pipeline& pipe, SharingComponents)
+      : StableDiffusion3Pipeline(pipe, SharingComponents{}) {}
 };
 
 // StableDiffusion3InpaintPipeline: SD3 / SD3.5 inpainting (`image`, `mask_image`, `strength`; a strength of 1
@@ -136,11 +147,16 @@ class StableDiffusion3InpaintPipeline : public StableDiffusion3Pipeline {
  public:
   static StableDiffusion3InpaintPipeline from_pretrained(const std::string& model,
                                                          const PipelineLoadOptions& options = {});
+  // diffusers' from_pipe: the StableDiffusion3Pipeline's components (its siblings' too), nothing loaded
+  // again.
+  static StableDiffusion3InpaintPipeline from_pipe(const StableDiffusion3Pipeline& pipe);
   const char* class_name() const override { return "StableDiffusion3InpaintPipeline"; }
   PipelineDefaults family_defaults() const override;
 
  private:
   StableDiffusion3InpaintPipeline() = default;
+  StableDiffusion3InpaintPipeline(const StableDiffusion3Pipeline& pipe, SharingComponents)
+      : StableDiffusion3Pipeline(pipe, SharingComponents{}) {}
   // diffusers' StableDiffusion3InpaintPipeline decodes latents / scaling_factor without adding the shift the
   // other SD3 pipelines add back; its images are matched, so is that.
   Tensor decode_call(const Tensor& latents) const override;

@@ -40,6 +40,10 @@ class ZImagePipeline : public DiffusionPipeline {
   ZImagePipeline(ZImagePipeline&&) noexcept;
   ZImagePipeline& operator=(ZImagePipeline&&) noexcept;
   ~ZImagePipeline() override;
+  // diffusers' from_pipe: a ZImagePipeline holding `pipe`'s components, nothing loaded again (the same
+  // weights, LoRA adapters and compiled programs); its siblings' from_pipe go the other way. A call to either
+  // waits for the other's; a setting changed afterwards on one (offload, tiling) is not seen by the other.
+  static ZImagePipeline from_pipe(const ZImagePipeline& pipe);
 
   const char* class_name() const override { return "ZImagePipeline"; }
   PipelineDefaults family_defaults() const override;
@@ -63,6 +67,7 @@ class ZImagePipeline : public DiffusionPipeline {
                                           const Device& device) const override;
 
  protected:
+  ZImagePipeline(const ZImagePipeline& pipe, SharingComponents);
   ZImagePipeline();
   static void load(ZImagePipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
                    const char* pipeline_class);
@@ -72,11 +77,11 @@ class ZImagePipeline : public DiffusionPipeline {
   models::LatentCodec& latent_codec() const override;
   PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
 
-  std::unique_ptr<tokenizers::BpeTokenizer> tokenizer_;
-  std::unique_ptr<models::DecoderTextEncoder> text_encoder_;
-  std::unique_ptr<models::ZImageTransformer2DModel> transformer_;
-  std::unique_ptr<models::AutoencoderKL> vae_;
-  std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
+  std::shared_ptr<tokenizers::BpeTokenizer> tokenizer_;
+  std::shared_ptr<models::DecoderTextEncoder> text_encoder_;
+  std::shared_ptr<models::ZImageTransformer2DModel> transformer_;
+  std::shared_ptr<models::AutoencoderKL> vae_;
+  std::shared_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
 };
 
 // ZImageImg2ImgPipeline: Z-Image image-to-image. `image` (one) is encoded by the VAE (its posterior sampled:
@@ -87,11 +92,15 @@ class ZImageImg2ImgPipeline : public ZImagePipeline {
  public:
   static ZImageImg2ImgPipeline from_pretrained(const std::string& model,
                                                const PipelineLoadOptions& options = {});
+  // diffusers' from_pipe: the ZImagePipeline's components (its siblings' too), nothing loaded again.
+  static ZImageImg2ImgPipeline from_pipe(const ZImagePipeline& pipe);
   const char* class_name() const override { return "ZImageImg2ImgPipeline"; }
   PipelineDefaults family_defaults() const override;
 
  private:
   ZImageImg2ImgPipeline() = default;
+  ZImageImg2ImgPipeline(const ZImagePipeline& pipe, SharingComponents)
+      : ZImagePipeline(pipe, SharingComponents{}) {}
 };
 
 // ZImageInpaintPipeline: Z-Image inpainting: `image` and `mask_image` (white repaints, black keeps;
@@ -100,11 +109,15 @@ class ZImageInpaintPipeline : public ZImagePipeline {
  public:
   static ZImageInpaintPipeline from_pretrained(const std::string& model,
                                                const PipelineLoadOptions& options = {});
+  // diffusers' from_pipe: the ZImagePipeline's components (its siblings' too), nothing loaded again.
+  static ZImageInpaintPipeline from_pipe(const ZImagePipeline& pipe);
   const char* class_name() const override { return "ZImageInpaintPipeline"; }
   PipelineDefaults family_defaults() const override;
 
  private:
   ZImageInpaintPipeline() = default;
+  ZImageInpaintPipeline(const ZImagePipeline& pipe, SharingComponents)
+      : ZImagePipeline(pipe, SharingComponents{}) {}
 };
 
 }  // namespace kiln
