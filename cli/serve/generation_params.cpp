@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "cli/serve/base64.h"
 #include "kiln/core/limits.h"
 #include "kiln/pipelines/request_fields.h"
 
@@ -126,6 +127,22 @@ double number_field(const RequestField& f, const json& v) {
   return x;
 }
 
+// An image in JSON: a PNG file in base64, after an optional data URL prefix.
+Image image_field(const std::string& field, const json& v) {
+  if (!v.is_string())
+    refuse(field, std::string("expected a PNG image in base64 (a string), got ") + type_name(v));
+  std::string_view text = v.get_ref<const std::string&>();
+  if (text.rfind("data:", 0) == 0) {
+    const size_t comma = text.find(',');
+    if (comma == std::string_view::npos || text.substr(0, comma).find(";base64") == std::string_view::npos)
+      refuse(field, "a data URL of an image must be base64 (data:image/png;base64,...)");
+    text.remove_prefix(comma + 1);
+  }
+  const std::optional<std::string> png = base64_decode(text);
+  if (!png) refuse(field, "expected a PNG image in base64, got text that is not base64");
+  return request_image(field, *png);
+}
+
 // A request field's value from its JSON, by the field's kind, checked against its range.
 FieldValue field_value(const RequestField& f, const json& v) {
   const std::string& field = f.json;
@@ -159,6 +176,16 @@ FieldValue field_value(const RequestField& f, const json& v) {
     }
     case FieldKind::Generator:
       return Generator(seed_field(field, v));
+    case FieldKind::Image:
+      return image_field(field, v);
+    case FieldKind::ImageList: {
+      if (!v.is_array()) return std::vector<Image>{image_field(field, v)};
+      if (v.size() > kMaxRequestImages)
+        refuse(field, std::to_string(v.size()) + " images; at most " + std::to_string(kMaxRequestImages));
+      std::vector<Image> images;
+      for (const json& e : v) images.push_back(image_field(field, e));
+      return images;
+    }
     default:
       refuse(field, std::string("a ") + field_kind_name(f.kind) + " is not read from JSON");
   }
@@ -167,6 +194,13 @@ FieldValue field_value(const RequestField& f, const json& v) {
 // The JSON of a field's value (what field_value reads back to the same value).
 json field_json(const RequestField& f, const FieldValue& value) {
   if (f.kind == FieldKind::Generator) return std::get<Generator>(value).initial_seed();
+  if (f.kind == FieldKind::Image) return base64_encode(std::get<Image>(value).encode_png());
+  if (f.kind == FieldKind::ImageList) {
+    json images = json::array();
+    for (const Image& image : std::get<std::vector<Image>>(value))
+      images.push_back(base64_encode(image.encode_png()));
+    return images;
+  }
   return std::visit(
       [](const auto& v) -> json {
         using V = std::decay_t<decltype(v)>;
@@ -313,8 +347,23 @@ std::optional<uint64_t> GenerationParams::seed() const {
   return request.generator->initial_seed();
 }
 
+Image request_image(const std::string& field, std::string_view png) {
+  try {
+    return Image::decode_png(png, field, kMaxRequestImagePixels);
+  } catch (const Error& e) {
+    // read_png's message names the field already ("read_png: image: not a PNG file").
+    std::string message = e.what();
+    const std::string prefix = "read_png: " + field + ": ";
+    if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
+    refuse(field, "expected a PNG image: " + message);
+  }
+}
+
 GenerationParams parse_generation_params(std::string_view body) {
-  const json j = parse_request_body(body);
+  return generation_params_from(parse_request_body(body));
+}
+
+GenerationParams generation_params_from(const json& j, bool prompt_required) {
   if (!j.is_object()) refuse("", std::string("expected a JSON object, got ") + type_name(j));
   GenerationParams params;
   bool has_prompt = false;
@@ -327,11 +376,11 @@ GenerationParams parse_generation_params(std::string_view body) {
     read_field(key, value, params);
     has_prompt = has_prompt || key == "prompt";
   }
-  if (!has_prompt) refuse("prompt", "required: the text to make an image of");
+  if (!has_prompt && prompt_required) refuse("prompt", "required: the text to make an image of");
   return params;
 }
 
-std::string to_json_text(const GenerationParams& params) {
+std::string to_json_text(const GenerationParams& params, bool images) {
   const PipelineRequest& r = params.request;
   json j = json::object();
   if (!params.model.empty()) j["model"] = params.model;
@@ -341,6 +390,7 @@ std::string to_json_text(const GenerationParams& params) {
   j["n"] = r.num_images_per_prompt;
   for (const RequestField& f : request_fields()) {
     if (f.json.empty() || (size && (f.name == "height" || f.name == "width"))) continue;
+    if (!images && (f.kind == FieldKind::Image || f.kind == FieldKind::ImageList)) continue;
     if (f.is_set(r) || f.name == "prompt") j[f.json] = field_json(f, f.get(r));
   }
   j["response_format"] = params.response_format == ResponseFormat::Url ? "url" : "b64_json";

@@ -3,7 +3,8 @@
 //
 //   model, prompt, n, size ("WxH"), response_format ("b64_json" or "url"): OpenAI's;
 //   every request field the one declaration gives a JSON name (kiln/pipelines/request_fields.h: seed, steps,
-//   guidance, negative_prompt, prompt_2, prompt_3, strength, ...), read by its kind: Kiln's.
+//   guidance, negative_prompt, prompt_2, prompt_3, strength, ...), read by its kind: Kiln's. Images ("image",
+//   one or a list, and "mask_image") are PNG files in base64 (a "data:image/png;base64," prefix allowed).
 //
 // Parsing is a pure function of the text (the fuzz target calls it). Bad input of any kind, from text that is
 // not JSON to a value out of its limit (the CLI's, kiln/core/limits.h), throws a RequestError whose field()
@@ -48,8 +49,12 @@ struct GenerationParams {
 };
 
 // The bytes of a request body the server reads at most (larger bodies are refused with 413 before parsing):
-// every prompt at its limit, with room to spare.
-inline constexpr size_t kMaxRequestBodyBytes = 1 << 20;
+// the images of an edit (PNG files, in base64 in JSON) with every prompt at its limit.
+inline constexpr size_t kMaxRequestBodyBytes = size_t{48} << 20;
+// The images one request may carry (an edit's, FLUX.2's references), and the pixels of each (a PNG's header
+// larger than this is refused before it is decoded).
+inline constexpr size_t kMaxRequestImages = 8;
+inline constexpr int64_t kMaxRequestImagePixels = int64_t{4096} * 4096;
 
 // A request body as JSON, as every route reads one: at most kMaxRequestBodyBytes, nesting at most 8 levels
 // (deeper input is refused while it is read), valid JSON; throws RequestError (no field) otherwise.
@@ -57,10 +62,18 @@ nlohmann::json parse_request_body(std::string_view body);
 
 // Parses a request body; throws RequestError naming the field (see above).
 GenerationParams parse_generation_params(std::string_view body);
+// The same from a parsed body (an edit's form, cli/serve/edit_form.h, reads its text fields through it); a
+// body without a prompt is refused unless `prompt_required` is false.
+GenerationParams generation_params_from(const nlohmann::json& body, bool prompt_required = true);
 
-// The parameters as a JSON object that parse_generation_params reads back to the same parameters (the job's
-// parameters as clients see them, and what rank 0 sends the other ranks under tensor parallelism).
-std::string to_json_text(const GenerationParams& params);
+// An image of a request: a PNG file's bytes, decoded, at most kMaxRequestImagePixels; RequestError naming
+// `field` for anything else.
+Image request_image(const std::string& field, std::string_view png);
+
+// The parameters as a JSON object that parse_generation_params reads back to the same parameters (what rank
+// 0 sends the other ranks under tensor parallelism); with `images` false, the images are left out (the job's
+// parameters as clients see them: they sent the images).
+std::string to_json_text(const GenerationParams& params, bool images = true);
 
 // The pipeline request the parameters describe, drawing its noise from `seed`.
 PipelineRequest to_pipeline_request(const GenerationParams& params, uint64_t seed);

@@ -50,7 +50,7 @@ json job_json(const Job& job) {
   const Job::Snapshot s = job.snapshot();
   const GenerationParams& p = job.params();
   // The parameters as the client could send them again (the page's "reuse"), with the seed that was used.
-  json params = json::parse(to_json_text(p));
+  json params = json::parse(to_json_text(p, false));
   params["model"] = job.model();
   params["seed"] = job.seed();
   params.erase("response_format");

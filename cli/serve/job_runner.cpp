@@ -1,5 +1,7 @@
 #include "cli/serve/job_runner.h"
 
+#include "cli/serve/submit.h"
+
 namespace kiln::serve {
 
 void run_job(Job& job, ModelPool& pool, Metrics& metrics, const LoraLibrary& loras,
@@ -11,9 +13,11 @@ void run_job(Job& job, ModelPool& pool, Metrics& metrics, const LoraLibrary& lor
       // A job cancelled while it waited for its turn does not load a model for nothing.
       throw Cancelled("cancelled before it started");
     }
-    const std::shared_ptr<DiffusionPipeline> pipe = pool.acquire(job.model());
-    loras.use(*pipe, job.params().loras);
     PipelineRequest request = to_pipeline_request(job.params(), job.seed());
+    const ModelPool::Model& model = *pool.find(job.model());
+    const std::shared_ptr<DiffusionPipeline> pipe =
+        pool.acquire(job.model(), &class_for_job(*model.pipeline_class, request));
+    loras.use(*pipe, job.params().loras);
     request.cancel = job.cancel_token();
     request.callback_on_step_end = [&](StepState& step) {
       job.stepped(step.step + 1, step.num_steps, step.seconds);

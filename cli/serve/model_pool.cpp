@@ -39,6 +39,7 @@ ModelPool::ModelPool(const std::vector<std::string>& refs, Loader load, Policy p
     models_.push_back(std::move(model));
   }
   pipelines_.resize(models_.size());
+  siblings_.resize(models_.size());
   loading_.resize(models_.size(), false);
   last_used_.resize(models_.size(), 0);
   estimates_.resize(models_.size(), -1);
@@ -59,8 +60,23 @@ void ModelPool::make_room(size_t keep, int64_t need) {
       if (oldest == models_.size() || last_used_[j] < last_used_[oldest]) oldest = j;
     }
     if (held + need <= policy_.budget || oldest == models_.size()) return;
-    pipelines_[oldest].reset();  // a job running on it keeps it until it ends
+    forget(oldest);  // a job running on it keeps it until it ends
   }
+}
+
+void ModelPool::forget(size_t i) {
+  pipelines_[i].reset();
+  siblings_[i].clear();
+}
+
+std::shared_ptr<DiffusionPipeline> ModelPool::as_class(size_t i,
+                                                       const std::shared_ptr<DiffusionPipeline>& pipe,
+                                                       const PipelineClass* as) {
+  if (as == nullptr || as == &pipe->registered_class()) return pipe;
+  if (pipelines_[i] != pipe) return pipeline_from_pipe(*as, *pipe);  // unloaded meanwhile: not kept
+  std::shared_ptr<DiffusionPipeline>& sibling = siblings_[i][as->name];
+  if (!sibling) sibling = pipeline_from_pipe(*as, *pipe);
+  return sibling;
 }
 
 std::vector<std::string> ModelPool::folders_in(const std::string& dir,
@@ -109,20 +125,20 @@ size_t ModelPool::lane_of(const std::string& id) const {
   return policy_.one_at_a_time ? 0 : index_of(id);
 }
 
-std::shared_ptr<DiffusionPipeline> ModelPool::loaded(const std::string& id) const {
+std::shared_ptr<DiffusionPipeline> ModelPool::loaded(const std::string& id, const PipelineClass* as) {
   const size_t i = index_of(id);
   std::lock_guard lock(mutex_);
-  return pipelines_[i];
+  return pipelines_[i] ? as_class(i, pipelines_[i], as) : nullptr;
 }
 
-std::shared_ptr<DiffusionPipeline> ModelPool::acquire(const std::string& id) {
+std::shared_ptr<DiffusionPipeline> ModelPool::acquire(const std::string& id, const PipelineClass* as) {
   const size_t i = index_of(id);
   {
     std::unique_lock lock(mutex_);
     // Another thread (an operator's load, or the model's lane) is loading it: its load serves both.
     loaded_cv_.wait(lock, [&] { return !loading_[i]; });
     last_used_[i] = ++tick_;
-    if (pipelines_[i]) return pipelines_[i];
+    if (pipelines_[i]) return as_class(i, pipelines_[i], as);
     // Under a budget the models loaded before go first, so that they never hold more than it together: the
     // least recently used until this one fits (with estimates), else all of them. (A handler checking a
     // request against one may hold it a moment longer.)
@@ -130,7 +146,7 @@ std::shared_ptr<DiffusionPipeline> ModelPool::acquire(const std::string& id) {
       if (policy_.estimate) {
         make_room(i, estimate_of(i));
       } else {
-        for (auto& other : pipelines_) other.reset();
+        for (size_t j = 0; j < models_.size(); ++j) forget(j);
       }
     }
     loading_[i] = true;
@@ -146,17 +162,18 @@ std::shared_ptr<DiffusionPipeline> ModelPool::acquire(const std::string& id) {
     throw;
   }
   std::lock_guard lock(mutex_);
+  forget(i);
   pipelines_[i] = pipe;
   loading_[i] = false;
   loaded_cv_.notify_all();
-  return pipe;
+  return as_class(i, pipe, as);
 }
 
 bool ModelPool::unload(const std::string& id) {
   const size_t i = index_of(id);
   std::lock_guard lock(mutex_);
   const bool was = pipelines_[i] != nullptr;
-  pipelines_[i].reset();
+  forget(i);
   return was;
 }
 

@@ -5,11 +5,14 @@
 // first: the budget holds one model's weights at a time (each configured with that budget, as `kiln generate
 // --max-memory` does), and their jobs run one at a time. With an estimate of each model's weights, the budget
 // holds as many models as fit, the least recently used unloaded first to make room. An operator may load or
-// unload a model by name.
+// unload a model by name. A job that edits an image on a text-to-image folder runs the folder's
+// image-to-image or inpainting class, made from the loaded pipeline (from_pipe: the same weights) and kept
+// while it is.
 #pragma once
 
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -62,11 +65,12 @@ class ModelPool {
   size_t lanes() const { return policy_.one_at_a_time ? 1 : models_.size(); }
   size_t lane_of(const std::string& id) const;
 
-  // The model's pipeline if it is loaded now, else null.
-  std::shared_ptr<DiffusionPipeline> loaded(const std::string& id) const;
-  // The model's pipeline, loaded first when it is not (unloading the other model under a budget). A thread
-  // that asks while another loads the same model waits for that load.
-  std::shared_ptr<DiffusionPipeline> acquire(const std::string& id);
+  // The model's pipeline if it is loaded now, else null; as class `as` (a class of the same folders, as
+  // pipeline_from_pipe takes) when given.
+  std::shared_ptr<DiffusionPipeline> loaded(const std::string& id, const PipelineClass* as = nullptr);
+  // The model's pipeline, loaded first when it is not (unloading the other model under a budget), as class
+  // `as` when given. A thread that asks while another loads the same model waits for that load.
+  std::shared_ptr<DiffusionPipeline> acquire(const std::string& id, const PipelineClass* as = nullptr);
   // Forgets the model's pipeline (a job running on it keeps it until it ends); false when it was not loaded.
   bool unload(const std::string& id);
   size_t loaded_count() const;
@@ -80,14 +84,21 @@ class ModelPool {
   mutable std::mutex mutex_;
   std::condition_variable loaded_cv_;
   std::vector<std::shared_ptr<DiffusionPipeline>> pipelines_;  // by index in models_; null: not loaded
-  std::vector<bool> loading_;                                  // by index: a thread is loading it now
-  std::vector<uint64_t> last_used_;                            // by index: acquire's tick when last asked for
-  std::vector<int64_t> estimates_;                             // by index: the weights' bytes (-1: not yet)
+  // By index: the classes made from the loaded pipeline (from_pipe), by name.
+  std::vector<std::map<std::string, std::shared_ptr<DiffusionPipeline>>> siblings_;
+  std::vector<bool> loading_;        // by index: a thread is loading it now
+  std::vector<uint64_t> last_used_;  // by index: acquire's tick when last asked for
+  std::vector<int64_t> estimates_;   // by index: the weights' bytes (-1: not yet)
   uint64_t tick_ = 0;
   // Under a budget with estimates: unloads the least recently used models (not `keep`) until `need` more
   // bytes fit beside the loaded ones. Called with the lock held.
   void make_room(size_t keep, int64_t need);
   int64_t estimate_of(size_t i);
+  // Model i's pipeline and what was made of it forgotten (a job running on one keeps it). Lock held.
+  void forget(size_t i);
+  // Model i's loaded `pipe` as class `as`. Lock held.
+  std::shared_ptr<DiffusionPipeline> as_class(size_t i, const std::shared_ptr<DiffusionPipeline>& pipe,
+                                              const PipelineClass* as);
 };
 
 }  // namespace kiln::serve

@@ -1,6 +1,7 @@
 // OpenAI's images API, so that its official clients work unchanged:
 //   client.images.generate(model=..., prompt=..., size="1024x1024", response_format="b64_json",
 //                          extra_body={"seed": 1, "steps": 4})
+//   client.images.edit(model=..., image=open("in.png", "rb"), mask=open("mask.png", "rb"), prompt=...)
 // The answer waits for the images; a client that closes its connection meanwhile cancels its job.
 #include <chrono>
 #include <ctime>
@@ -11,6 +12,7 @@
 #include "cli/serve/api_error.h"
 #include "cli/serve/base64.h"
 #include "cli/serve/connection_watch.h"
+#include "cli/serve/edit_form.h"
 #include "cli/serve/http_util.h"
 #include "cli/serve/routes.h"
 #include "cli/serve/submit.h"
@@ -29,7 +31,10 @@ constexpr std::chrono::milliseconds kWatchInterval{100};
 }  // namespace
 
 std::shared_ptr<Job> run_job_for(const httplib::Request& req, std::string_view body, ServerState& state) {
-  const std::shared_ptr<Job> job = submit_job(body, state);
+  return wait_for_job(req, submit_job(body, state), state);
+}
+
+std::shared_ptr<Job> wait_for_job(const httplib::Request& req, std::shared_ptr<Job> job, ServerState& state) {
   const ConnectionWatch watch(req.remote_addr, req.remote_port, req.local_port);
   bool client_gone = false;
   while (!job->wait_finished(kWatchInterval)) {
@@ -45,8 +50,8 @@ std::shared_ptr<Job> run_job_for(const httplib::Request& req, std::string_view b
 
 namespace {
 
-void generate_images(const httplib::Request& req, httplib::Response& res, ServerState& state) {
-  const std::shared_ptr<Job> job = run_job_for(req, req.body, state);
+// OpenAI's answer: the images (base64 or URLs), with Kiln's job, seed and times beside them.
+void send_images(const httplib::Request& req, httplib::Response& res, const std::shared_ptr<Job>& job) {
   const Job::Snapshot end = job->snapshot();
 
   const bool urls = job->params().response_format == ResponseFormat::Url;
@@ -74,6 +79,32 @@ void generate_images(const httplib::Request& req, httplib::Response& res, Server
 // The request fields a model's class takes and the server reads (those with a JSON name), as the page builds
 // its form from them: the JSON name, the label, the kind, the range, the choices, the default (once the model
 // is loaded: its pipeline's) and the help.
+void generate_images(const httplib::Request& req, httplib::Response& res, ServerState& state) {
+  send_images(req, res, run_job_for(req, req.body, state));
+}
+
+// POST /v1/images/edits: OpenAI's multipart form (cli/serve/edit_form.h), or a JSON body with the images in
+// base64 as POST /v1/images/generations takes them. The model's folder runs it as kiln generate would
+// (class_for_job).
+void edit_images(const httplib::Request& req, httplib::Response& res, ServerState& state) {
+  GenerationParams params;
+  try {
+    if (req.is_multipart_form_data()) {
+      std::vector<FormPart> parts;
+      for (const auto& [name, file] : req.files)
+        parts.push_back({name, file.filename, file.content_type, file.content});
+      params = parse_edit_form(parts);
+    } else {
+      params = parse_generation_params(req.body);
+      if (params.request.image.empty())
+        throw RequestError("image", "image: required: the image to edit (a PNG file in base64)");
+    }
+  } catch (const RequestError& e) {
+    throw ApiError(400, "invalid_request_error", e.field(), e.what());
+  }
+  send_images(req, res, wait_for_job(req, submit_job(std::move(params), state), state));
+}
+
 json fields_json(const PipelineClass& c, const std::optional<PipelineDefaults>& defaults) {
   json fields = json::array();
   for (const RequestField& f : request_fields()) {
@@ -102,7 +133,7 @@ json fields_json(const PipelineClass& c, const std::optional<PipelineDefaults>& 
   return fields;
 }
 
-json models_json(const ModelPool& pool, const LoraLibrary* loras) {
+json models_json(ModelPool& pool, const LoraLibrary* loras) {
   json data = json::array();
   for (const ModelPool::Model& m : pool.models()) {
     json model = {{"id", m.id},
@@ -178,6 +209,9 @@ void load_or_unload(const std::string& name, bool load, httplib::Response& res, 
 void add_openai_routes(httplib::Server& server, ServerState& state) {
   server.Post("/v1/images/generations", [&state](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] { generate_images(req, res, state); });
+  });
+  server.Post("/v1/images/edits", [&state](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] { edit_images(req, res, state); });
   });
   server.Get("/v1/models", [&state](const httplib::Request&, httplib::Response& res) {
     guarded(res, [&] { send_json(res, 200, models_json(state.pool, state.loras)); });

@@ -2,12 +2,14 @@
 # link (the flag fuzzer and the sanitizer builds do not compile it). Its request parser is a library apart,
 # which the parser's fuzz target links without the server. HTTP: Debian's libcpp-httplib-dev, a compiled
 # library whose pkg-config file carries the definitions its header must be read with. The request parsers
-# (Kiln's and AUTOMATIC1111's bodies) are that library.
+# (Kiln's and AUTOMATIC1111's bodies, an edit's form) are that library.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
-add_library(kiln_serve_params STATIC ${PROJECT_SOURCE_DIR}/cli/serve/generation_params.cpp
-                                     ${PROJECT_SOURCE_DIR}/cli/serve/a1111_params.cpp)
+set(KILN_SERVE_PARAMS_SOURCES ${PROJECT_SOURCE_DIR}/cli/serve/generation_params.cpp
+    ${PROJECT_SOURCE_DIR}/cli/serve/a1111_params.cpp ${PROJECT_SOURCE_DIR}/cli/serve/edit_form.cpp
+    ${PROJECT_SOURCE_DIR}/cli/serve/base64.cpp)
+add_library(kiln_serve_params STATIC ${KILN_SERVE_PARAMS_SOURCES})
 kiln_warnings(kiln_serve_params ${KILN_COLD_CODE_OPTIONS})
 target_include_directories(kiln_serve_params PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(kiln_serve_params PUBLIC kiln PRIVATE nlohmann_json::nlohmann_json)
@@ -22,8 +24,7 @@ add_custom_command(OUTPUT ${KILN_SERVE_WEB_INC}
                    COMMENT "Embedding the web page of kiln serve" VERBATIM)
 
 file(GLOB KILN_SERVE_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/cli/serve/*.cpp)
-list(REMOVE_ITEM KILN_SERVE_SOURCES ${PROJECT_SOURCE_DIR}/cli/serve/generation_params.cpp
-     ${PROJECT_SOURCE_DIR}/cli/serve/a1111_params.cpp)
+list(REMOVE_ITEM KILN_SERVE_SOURCES ${KILN_SERVE_PARAMS_SOURCES})
 add_library(kiln_serve STATIC ${KILN_SERVE_SOURCES} ${KILN_SERVE_WEB_INC})
 kiln_warnings(kiln_serve ${KILN_COLD_CODE_OPTIONS})
 target_include_directories(kiln_serve PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/serve_web)

@@ -16,6 +16,11 @@ uint64_t random_seed() {
 
 }  // namespace
 
+const PipelineClass& class_for_job(const PipelineClass& folder, const PipelineRequest& request) {
+  if (request.image.empty() || folder.takes("image")) return folder;
+  return class_for_images(folder, request.mask_image.has_value());
+}
+
 std::shared_ptr<Job> submit_job(std::string_view body, ServerState& state) {
   GenerationParams params;
   try {
@@ -23,6 +28,10 @@ std::shared_ptr<Job> submit_job(std::string_view body, ServerState& state) {
   } catch (const RequestError& e) {
     throw ApiError(400, "invalid_request_error", e.field(), e.what());
   }
+  return submit_job(std::move(params), state);
+}
+
+std::shared_ptr<Job> submit_job(GenerationParams params, ServerState& state) {
   const ModelPool::Model* model = state.pool.find(params.model);
   if (model == nullptr) {
     std::string names;
@@ -47,8 +56,9 @@ std::shared_ptr<Job> submit_job(std::string_view body, ServerState& state) {
   // pipeline is loaded, a size or a step count it cannot run.
   try {
     const PipelineRequest request = to_pipeline_request(params, seed);
-    model->pipeline_class->check_fields(request);
-    if (const auto pipe = state.pool.loaded(model->id)) pipe->check_request(request);
+    const PipelineClass& runs = class_for_job(*model->pipeline_class, request);
+    runs.check_fields(request);
+    if (const auto pipe = state.pool.loaded(model->id, &runs)) pipe->check_request(request);
   } catch (const RequestError& e) {
     // The pipeline names its own field ("height"); the client knows the JSON one ("size").
     const std::string field = json_field_of(e.field());

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
+#include "cli/serve/submit.h"
 #include "kiln/dist/process_group.h"
 
 namespace kiln::serve {
@@ -41,9 +42,11 @@ void follow_rank0(ModelPool& pool, const LoraLibrary& loras) {
     const std::string model = m.at("model").get<std::string>();
     const GenerationParams params = parse_generation_params(m.at("params").get<std::string>());
     try {
-      const std::shared_ptr<DiffusionPipeline> pipe = pool.acquire(model);
+      const PipelineRequest request = to_pipeline_request(params, m.at("seed").get<uint64_t>());
+      const std::shared_ptr<DiffusionPipeline> pipe =
+          pool.acquire(model, &class_for_job(*pool.find(model)->pipeline_class, request));
       loras.use(*pipe, params.loras);  // the adapters rank 0 runs the job with
-      (*pipe)(to_pipeline_request(params, m.at("seed").get<uint64_t>()));
+      (*pipe)(request);
     } catch (const Error&) {
       // Rank 0 reports it: the same job fails or is cancelled there.
     }

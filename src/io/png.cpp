@@ -216,17 +216,18 @@ void check_chunk_lengths(FILE* fp, const std::string& path) {
   std::rewind(fp);
 }
 
-PngImage read_png(const std::string& path) {
-  std::unique_ptr<FILE, int (*)(FILE*)> fp(std::fopen(path.c_str(), "rb"), std::fclose);
-  KILN_CHECK(fp != nullptr, "read_png: " << path << ": cannot open: " << std::strerror(errno));
+namespace {
+
+// Reads the PNG `fp` holds (its signature first), named `name` in errors; at most `max_pixels` pixels.
+PngImage read_png_from(FILE* fp, const std::string& name, int64_t max_pixels) {
   png_byte signature[8] = {};
-  const size_t got = std::fread(signature, 1, 8, fp.get());
-  KILN_CHECK(got == 8 && png_sig_cmp(signature, 0, 8) == 0, "read_png: " << path << ": not a PNG file");
-  check_chunk_lengths(fp.get(), path);
+  const size_t got = std::fread(signature, 1, 8, fp);
+  KILN_CHECK(got == 8 && png_sig_cmp(signature, 0, 8) == 0, "read_png: " << name << ": not a PNG file");
+  check_chunk_lengths(fp, name);
 
   PngError error;
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &error, on_error, on_warning);
-  KILN_CHECK(png != nullptr, "read_png: " << path << ": cannot initialise libpng");
+  KILN_CHECK(png != nullptr, "read_png: " << name << ": cannot initialise libpng");
   png_infop info = png_create_info_struct(png);
   png_infop end_info = png_create_info_struct(png);
   struct Cleanup {
@@ -235,16 +236,19 @@ PngImage read_png(const std::string& path) {
     png_infop* end_info;
     ~Cleanup() { png_destroy_read_struct(png, info, end_info); }
   } cleanup{&png, &info, &end_info};
-  KILN_CHECK(info != nullptr && end_info != nullptr, "read_png: " << path << ": cannot initialise libpng");
+  KILN_CHECK(info != nullptr && end_info != nullptr, "read_png: " << name << ": cannot initialise libpng");
 
   ReadState st;
-  KILN_CHECK(read_header(png, info, fp.get(), &st), "read_png: " << path << ": " << error.message);
+  KILN_CHECK(read_header(png, info, fp, &st), "read_png: " << name << ": " << error.message);
   KILN_CHECK(st.channels >= 1 && st.channels <= 4 && st.row_bytes == size_t{st.width} * st.channels,
-             "read_png: " << path << ": unexpected layout after conversion (" << st.channels << " channels)");
+             "read_png: " << name << ": unexpected layout after conversion (" << st.channels << " channels)");
   // The header's size alone decides the allocation below: an absurd one is refused before it.
   KILN_CHECK(st.width <= limits::kMaxImageSide && st.height <= limits::kMaxImageSide,
-             "read_png: " << path << ": " << st.width << "x" << st.height
+             "read_png: " << name << ": " << st.width << "x" << st.height
                           << " pixels exceeds the maximum side " << limits::kMaxImageSide);
+  KILN_CHECK(int64_t{st.width} * int64_t{st.height} <= max_pixels,
+             "read_png: " << name << ": " << st.width << "x" << st.height << " pixels is more than the "
+                          << max_pixels << " this reader takes");
   PngImage image;
   image.width = static_cast<int>(st.width);
   image.height = static_cast<int>(st.height);
@@ -252,10 +256,27 @@ PngImage read_png(const std::string& path) {
   image.pixels.resize(st.row_bytes * st.height);
   std::vector<png_bytep> rows(st.height);
   for (png_uint_32 y = 0; y < st.height; ++y) rows[y] = image.pixels.data() + y * st.row_bytes;
-  KILN_CHECK(read_pixels(png, info, end_info, rows.data()), "read_png: " << path << ": " << error.message);
+  KILN_CHECK(read_pixels(png, info, end_info, rows.data()), "read_png: " << name << ": " << error.message);
   collect_text(png, info, image.text);
   collect_text(png, end_info, image.text);
   return image;
+}
+
+}  // namespace
+
+PngImage read_png(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> fp(std::fopen(path.c_str(), "rb"), std::fclose);
+  KILN_CHECK(fp != nullptr, "read_png: " << path << ": cannot open: " << std::strerror(errno));
+  return read_png_from(fp.get(), path, limits::kMaxImageSide * limits::kMaxImageSide);
+}
+
+PngImage decode_png(std::string_view bytes, const std::string& name, int64_t max_pixels) {
+  KILN_CHECK(!bytes.empty(), "read_png: " << name << ": empty (expected a PNG file)");
+  // A stream over the bytes, so that files and memory share one reader (fmemopen reads, never writes, here).
+  std::unique_ptr<FILE, int (*)(FILE*)> fp(fmemopen(const_cast<char*>(bytes.data()), bytes.size(), "rb"),
+                                           std::fclose);
+  KILN_CHECK(fp != nullptr, "read_png: " << name << ": cannot read from memory: " << std::strerror(errno));
+  return read_png_from(fp.get(), name, max_pixels);
 }
 
 }  // namespace kiln::io

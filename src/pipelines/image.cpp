@@ -20,8 +20,9 @@ std::string Image::encode_png() const {
   return io::encode_png(pixels.data(), width, height, channels, metadata);
 }
 
-Image Image::load(const std::string& path) {
-  io::PngImage png = io::read_png(path);
+namespace {
+
+Image from_png(io::PngImage png) {
   Image image;
   image.width = png.width;
   image.height = png.height;
@@ -29,6 +30,16 @@ Image Image::load(const std::string& path) {
   image.pixels = std::move(png.pixels);
   image.metadata = std::move(png.text);
   return image;
+}
+
+}  // namespace
+
+Image Image::load(const std::string& path) {
+  return from_png(io::read_png(path));
+}
+
+Image Image::decode_png(std::string_view bytes, const std::string& name, int64_t max_pixels) {
+  return from_png(io::decode_png(bytes, name, max_pixels));
 }
 
 Image Image::from_float(const Tensor& hwc) {

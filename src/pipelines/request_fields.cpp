@@ -254,10 +254,11 @@ std::vector<RequestField> make_fields() {
           "image", "Image",
           "the image to edit or start from (image-to-image, inpainting, Fill, Kontext), or reference images "
           "(FLUX.2)",
-          "--image"),
+          "--image", "image"),
       KILN_MEMBER(image));
   add(field("mask_image", "Mask",
-            "inpainting's mask: white is repainted, black kept (gray binarised at half)", "--mask"),
+            "inpainting's mask: white is repainted, black kept (gray binarised at half)", "--mask",
+            "mask_image"),
       KILN_MEMBER(mask_image));
   add(ranged("padding_mask_crop", "Mask crop padding",
              "inpainting: repaint only the region around the mask, this many pixels wider on each side", 0,

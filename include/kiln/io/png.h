@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kiln::io {
@@ -35,5 +36,8 @@ struct PngImage {
 
 // Reads any PNG; throws kiln::Error naming `path` when it is missing or not a valid PNG.
 PngImage read_png(const std::string& path);
+// The same from a PNG file's bytes in memory (an upload), named `name` in errors; refuses an image of more
+// than `max_pixels` pixels from its header, before decoding it.
+PngImage decode_png(std::string_view bytes, const std::string& name, int64_t max_pixels);
 
 }  // namespace kiln::io

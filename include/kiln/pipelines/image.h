@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/core/tensor.h"
@@ -24,6 +25,8 @@ struct Image {
   // Reads a PNG (gray, gray + alpha, RGB or RGBA, as stored; its text chunks become the metadata), e.g. a
   // reference image for FLUX.2; throws kiln::Error naming the path.
   static Image load(const std::string& path);
+  // The same from a PNG file's bytes (an upload), `name` in errors; at most `max_pixels` pixels.
+  static Image decode_png(std::string_view bytes, const std::string& name, int64_t max_pixels);
 
   // From a float image [H, W, C] in [0, 1] (diffusers' output_type="np"): round(x * 255) with ties to even,
   // as diffusers' numpy_to_pil does.
