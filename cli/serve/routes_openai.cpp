@@ -133,6 +133,37 @@ json fields_json(const PipelineClass& c, const std::optional<PipelineDefaults>& 
   return fields;
 }
 
+// What the model does with an uploaded image (POST /v1/images/edits, the page's upload): whether it takes one
+// and a mask, and the classes that run them with the fields they add to the folder's own (strength, ...).
+json edits_json(const PipelineClass& folder) {
+  json edits = {{"image", false}, {"mask", false}};
+  const auto add = [&](const char* key, bool mask) {
+    PipelineRequest request;
+    request.image.emplace_back();
+    if (mask) request.mask_image.emplace();
+    try {
+      const PipelineClass& runs = class_for_job(folder, request);
+      if (!runs.takes("image") || (mask && !runs.takes("mask_image"))) return;
+      try {
+        runs.check_fields(request);
+      } catch (const RequestError& e) {
+        if (e.field() == "mask_image") return;  // Fill: no image without a mask
+      }
+      edits[key] = true;
+      json added = json::array();
+      for (const json& f : fields_json(runs, std::nullopt))
+        if (!folder.takes(f.at("name").get<std::string>())) added.push_back(f);
+      edits[std::string(key) + "_pipeline"] = runs.name;
+      edits[std::string(key) + "_fields"] = added;
+    } catch (const RequestError&) {
+      // the folder has no class for it
+    }
+  };
+  add("image", false);
+  add("mask", true);
+  return edits;
+}
+
 json models_json(ModelPool& pool, const LoraLibrary* loras) {
   json data = json::array();
   for (const ModelPool::Model& m : pool.models()) {
@@ -153,6 +184,7 @@ json models_json(ModelPool& pool, const LoraLibrary* loras) {
       defaults_source = pipe->recommended_call() ? "recommended_call.json" : "family";
     }
     model["kiln"]["fields"] = fields_json(*m.pipeline_class, defaults);
+    model["kiln"]["edits"] = edits_json(*m.pipeline_class);
     if (defaults) {
       const PipelineDefaults& d = *defaults;
       model["kiln"]["loaded"] = true;
