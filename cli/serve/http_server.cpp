@@ -28,6 +28,13 @@ ApiError error_for_status(int status, const httplib::Request& req) {
       return ApiError(
           413, "invalid_request_error", "",
           "the request body is larger than the maximum " + std::to_string(kMaxRequestBodyBytes) + " bytes");
+    case 400:
+      // httplib reads a multipart form itself, before any route: a form it cannot split ends here.
+      if (req.is_multipart_form_data())
+        return ApiError(400, "invalid_request_error", "",
+                        "the multipart form could not be read: expected multipart/form-data with a boundary "
+                        "parameter, each part opened by the boundary and closed by the final one (RFC 7578)");
+      [[fallthrough]];
     default:
       return ApiError(status, "invalid_request_error", "",
                       "the request could not be served (HTTP " + std::to_string(status) + ")");
