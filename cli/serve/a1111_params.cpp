@@ -4,6 +4,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cli/serve/base64.h"
 #include "cli/serve/generation_params.h"
 #include "kiln/core/error.h"
 
@@ -86,15 +87,70 @@ const std::map<std::string, json>& unsupported_defaults() {
   return fields;
 }
 
-}  // namespace
+// img2img's fields beyond txt2img's that Kiln does not do, each taken at its neutral value or A1111's
+// default. mask_blur: A1111 blurs the mask by 4 pixels unless told otherwise; Kiln binarises it as diffusers
+// does (docs/serve.md says so), and front-ends send the default with every request.
+const std::map<std::string, json>& unsupported_img2img_defaults() {
+  static const std::map<std::string, json> fields = {
+      {"resize_mode", 0},       {"mask_blur", 4},
+      {"mask_blur_x", 4},       {"mask_blur_y", 4},
+      {"inpainting_fill", 1},   {"initial_noise_multiplier", 1},
+      {"image_cfg_scale", 1.5}, {"include_init_images", false},
+      {"latent_mask", ""},      {"mask_round", true}};
+  return fields;
+}
 
-std::string a1111_txt2img_body(std::string_view body) {
+// A base64 image of the body (a data URL prefix allowed), decoded: for the mask's inversion.
+Image body_image(const std::string& field, const json& v) {
+  if (!v.is_string()) refuse(field, "expected a PNG image in base64");
+  std::string_view text = v.get_ref<const std::string&>();
+  if (text.rfind("data:", 0) == 0 && text.find(',') != std::string_view::npos)
+    text.remove_prefix(text.find(',') + 1);
+  const std::optional<std::string> png = base64_decode(text);
+  if (!png) refuse(field, "expected a PNG image in base64, got text that is not base64");
+  return request_image(field, *png);
+}
+
+// The mask with its values inverted (inpainting_mask_invert: the black region is repainted).
+std::string inverted_mask(const json& v) {
+  Image mask = body_image("mask", v);
+  const int colour = mask.channels == 2 || mask.channels == 4 ? mask.channels - 1 : mask.channels;
+  for (size_t i = 0; i < mask.pixels.size(); ++i)
+    if (static_cast<int>(i % static_cast<size_t>(mask.channels)) < colour)
+      mask.pixels[i] = static_cast<uint8_t>(255 - mask.pixels[i]);
+  return base64_encode(mask.encode_png());
+}
+
+// txt2img's and img2img's bodies, as Kiln's request.
+std::string a1111_body(std::string_view body, bool img2img) {
   const json j = parse_request_body(body);
   if (!j.is_object()) refuse("", "expected a JSON object");
   json out = json::object();
   std::optional<int64_t> width, height;
+  bool full_res = img2img, invert = false;  // A1111's img2img inpaints "only masked" unless told otherwise
+  int64_t full_res_padding = 0;
   for (const auto& [key, v] : j.items()) {
-    if (key == "prompt" || key == "negative_prompt") {
+    if (img2img && key == "init_images") {
+      if (!v.is_array() || v.empty()) refuse(key, "expected a list of base64 PNG images");
+      out["image"] = v;
+    } else if (img2img && key == "mask") {
+      if (!neutral(v)) out["mask_image"] = v;
+    } else if (img2img && key == "denoising_strength") {
+      out["strength"] = v;
+    } else if (img2img && key == "inpaint_full_res") {
+      if (!v.is_boolean() && !v.is_number_integer()) refuse(key, "expected true or false");
+      full_res = v.is_boolean() ? v.get<bool>() : v.get<int64_t>() != 0;
+    } else if (img2img && key == "inpaint_full_res_padding") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) refuse(key, "expected a whole number of pixels");
+      full_res_padding = v.get<int64_t>();
+    } else if (img2img && key == "inpainting_mask_invert") {
+      if (!v.is_boolean() && !v.is_number_integer()) refuse(key, "expected 0 or 1");
+      invert = v.is_boolean() ? v.get<bool>() : v.get<int64_t>() != 0;
+    } else if (const auto it = unsupported_img2img_defaults().find(key);
+               img2img && it != unsupported_img2img_defaults().end()) {
+      if (!neutral(v) && v != it->second)
+        refuse(key, "Kiln does not do this (" + key + " is taken at its default or off only)");
+    } else if (key == "prompt" || key == "negative_prompt") {
       if (!v.is_string()) refuse(key, "expected a string");
       if (key == "prompt" || !v.get<std::string>().empty()) out[key] = v;
     } else if (key == "steps") {
@@ -130,15 +186,32 @@ std::string a1111_txt2img_body(std::string_view body) {
       if (!neutral(v) && v != it->second)
         refuse(key, "Kiln does not do this (" + key + " is taken at its default or off only)");
     } else {
-      refuse(key, "not a field of A1111's txt2img");
+      refuse(key, std::string("not a field of A1111's ") + (img2img ? "img2img" : "txt2img"));
     }
   }
   if (!j.contains("prompt")) refuse("prompt", "required");
+  if (img2img && !out.contains("image")) refuse("init_images", "required: the image to start from");
+  if (out.contains("mask_image")) {
+    if (invert) out["mask_image"] = inverted_mask(out["mask_image"]);
+    // "Only masked": the region around the mask, inpaint_full_res_padding wider, repainted at the call's size
+    // and pasted back, as diffusers' padding_mask_crop does.
+    if (full_res) out["padding_mask_crop"] = full_res_padding;
+  }
   // A1111 defaults to 512 x 512 for whatever is left out; Kiln to the model's own size.
   if (width || height)
     out["size"] = std::to_string(width.value_or(512)) + "x" + std::to_string(height.value_or(512));
   out["response_format"] = "b64_json";
   return out.dump();
+}
+
+}  // namespace
+
+std::string a1111_txt2img_body(std::string_view body) {
+  return a1111_body(body, false);
+}
+
+std::string a1111_img2img_body(std::string_view body) {
+  return a1111_body(body, true);
 }
 
 }  // namespace kiln::serve

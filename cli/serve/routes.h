@@ -19,7 +19,7 @@ void add_openai_routes(httplib::Server& server, ServerState& state);
 // Kiln's jobs: POST /v1/generate, GET /v1/jobs/{id}, GET /v1/jobs/{id}/events (server-sent events),
 // GET /v1/jobs/{id}/images/{i}.png, DELETE /v1/jobs/{id}.
 void add_job_routes(httplib::Server& server, ServerState& state);
-// AUTOMATIC1111's API as front-ends speak it: POST /sdapi/v1/txt2img (cli/serve/a1111_params.h).
+// AUTOMATIC1111's API as front-ends speak it: POST /sdapi/v1/txt2img and img2img (cli/serve/a1111_params.h).
 void add_a1111_routes(httplib::Server& server, ServerState& state);
 // Submits `body` (a generation request) and waits for its job to end; a client that closes its connection
 // meanwhile cancels it. Throws ApiError for a request refused or a job that did not succeed.

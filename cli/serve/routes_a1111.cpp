@@ -1,7 +1,7 @@
-// AUTOMATIC1111's web UI API, the one many front-ends speak: POST /sdapi/v1/txt2img answers {"images":
-// [base64 PNG, ...], "parameters": the body as given, "info": a JSON string of what ran (seed, size, steps,
-// model)}. The body becomes Kiln's generation request (cli/serve/a1111_params.h); its errors are Kiln's (400
-// naming the A1111 field).
+// AUTOMATIC1111's web UI API, the one many front-ends speak: POST /sdapi/v1/txt2img and /img2img answer
+// {"images": [base64 PNG, ...], "parameters": the body as given, "info": a JSON string of what ran (seed,
+// size, steps, model)}. The body becomes Kiln's generation request (cli/serve/a1111_params.h); its errors are
+// Kiln's (400 naming the A1111 field).
 #include <utility>
 #include <vector>
 
@@ -16,10 +16,11 @@ namespace {
 
 using nlohmann::json;
 
-void txt2img(const httplib::Request& req, httplib::Response& res, ServerState& state) {
+// txt2img or img2img: the body as Kiln's request, its job, and A1111's answer.
+void run_a1111(const httplib::Request& req, httplib::Response& res, ServerState& state, bool img2img) {
   std::string body;
   try {
-    body = a1111_txt2img_body(req.body);
+    body = img2img ? a1111_img2img_body(req.body) : a1111_txt2img_body(req.body);
   } catch (const RequestError& e) {
     throw ApiError(400, "invalid_request_error", e.field(), e.what());
   }
@@ -29,7 +30,14 @@ void txt2img(const httplib::Request& req, httplib::Response& res, ServerState& s
   } catch (const ApiError& e) {
     // Kiln's field names back to A1111's, in the field and in the message.
     static const std::vector<std::pair<std::string, std::string>> names = {
-        {"guidance", "cfg_scale"}, {"n", "batch_size"}, {"size", "width"}, {"steps", "steps"}};
+        {"guidance", "cfg_scale"},
+        {"n", "batch_size"},
+        {"size", "width"},
+        {"steps", "steps"},
+        {"strength", "denoising_strength"},
+        {"image", "init_images"},
+        {"mask_image", "mask"},
+        {"padding_mask_crop", "inpaint_full_res"}};
     for (const auto& [kiln_name, a1111] : names) {
       if (e.param != kiln_name) continue;
       std::string message = e.what();
@@ -56,7 +64,10 @@ void txt2img(const httplib::Request& req, httplib::Response& res, ServerState& s
 
 void add_a1111_routes(httplib::Server& server, ServerState& state) {
   server.Post("/sdapi/v1/txt2img", [&state](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] { txt2img(req, res, state); });
+    guarded(res, [&] { run_a1111(req, res, state, false); });
+  });
+  server.Post("/sdapi/v1/img2img", [&state](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] { run_a1111(req, res, state, true); });
   });
 }
 

@@ -197,3 +197,43 @@ def test_bad_uploads_are_refused_naming_the_field(server, pictures, tmp_path):
     # The server keeps serving.
     assert decode_png(edit(server, "flux-tiny-schnell", "a red circle", 5, pictures["image"], strength=0.5))[0].shape \
         == (32, 32, 3)
+
+
+def test_a1111_img2img_is_served_as_front_ends_send_it(server, pictures, tmp_path):
+    """AUTOMATIC1111's POST /sdapi/v1/img2img with a front-end's usual body: the image kiln generate makes with
+    --init-image/--mask/--strength (inpaint_full_res: --padding-mask-crop; inpainting_mask_invert: the mask
+    turned round); what Kiln does not do refused naming the A1111 field."""
+    b64 = {k: base64.b64encode(pictures[k].read_bytes()).decode() for k in ("image", "mask")}
+    body = {"prompt": "a red circle", "negative_prompt": "", "seed": 5, "steps": STEPS, "cfg_scale": 0,
+            "width": 32, "height": 32, "batch_size": 1, "n_iter": 1, "sampler_name": "Euler",
+            "init_images": ["data:image/png;base64," + b64["image"]], "mask": b64["mask"],
+            "denoising_strength": 0.5, "mask_blur": 4, "inpainting_fill": 1, "inpaint_full_res": False,
+            "inpaint_full_res_padding": 32, "inpainting_mask_invert": 0, "resize_mode": 0,
+            "override_settings": {"sd_model_checkpoint": "flux-tiny-schnell"}}
+
+    def post(changes):
+        status, answer = server.json("POST", "/sdapi/v1/img2img", dict(body, **changes))
+        return status, answer
+
+    def served(changes):
+        status, answer = post(changes)
+        assert status == 200, answer
+        return decode_png(base64.b64decode(answer["images"][0]))[0]
+
+    def written(name, **flags):
+        return decode_png(kiln_generate(tmp_path, FLUX, "a red circle", 5, size=SIZE, steps=STEPS, guidance=0,
+                                        max_sequence_length=None, init_image=pictures["image"], strength=0.5,
+                                        name=name, **flags))[0]
+
+    inverted = tmp_path / "inverted.png"
+    inverted.write_bytes(png_bytes(255 - np.asarray(Image.open(pictures["mask"])), "L"))
+    np.testing.assert_array_equal(served({}), written("inpaint.png", mask=pictures["mask"]))
+    np.testing.assert_array_equal(served({"mask": None}), written("img2img.png"))
+    np.testing.assert_array_equal(served({"inpaint_full_res": True, "inpaint_full_res_padding": 8}),
+                                  written("crop.png", mask=pictures["mask"], padding_mask_crop=8))
+    np.testing.assert_array_equal(served({"inpainting_mask_invert": 1}), written("inverted.png", mask=inverted))
+    for field, value in (("resize_mode", 2), ("mask_blur", 12), ("init_images", []), ("denoising_strength", 2)):
+        status, answer = post({field: value})
+        assert status == 400 and answer["error"]["param"] == field, (field, answer)
+    status, answer = post({"init_images": None})
+    assert status == 400 and answer["error"]["param"] == "init_images", answer

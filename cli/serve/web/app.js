@@ -5,12 +5,20 @@
 // The form's rows besides the prompt, the size and the seed are the selected model's fields, made from the
 // schema GET /v1/models serves (each field's JSON name, label, kind, range, default and help): nothing here
 // names a model family or a field it takes.
+// A model that edits images (kiln.edits) gets an upload: the image is drawn on a canvas and sent as PNG at its
+// own size, a mask painted over it makes the job an inpainting one, and the fields of the class that will run
+// then (strength, ...) join the form.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const page = { models: [], loras: [], job: null, stream: null };
+// edit: while an image is loaded, { painted } (whether its mask has a stroke); the canvases hold both.
+const page = { models: [], loras: [], job: null, stream: null, edit: null };
 // Fields with rows of their own above.
 const ownRows = new Set(["prompt", "height", "width", "seed"]);
+// Fields the upload fills: no row for them.
+const imageKinds = new Set(["image", "image list"]);
+// The mask's strokes: opaque in their canvas, shown translucent over the image (app.css).
+const maskColor = "#ff2d78";
 
 function authHeaders(extra = {}) {
   const key = $("api-key").value.trim();
@@ -55,10 +63,27 @@ function selectedModel() {
   return page.models.find((m) => m.id === $("model").value);
 }
 
-// The selected model's fields that get a generated row.
+// What the selected model does with an image: {image, mask, image_fields, mask_fields, ...} (GET /v1/models).
+function modelEdits() {
+  const model = selectedModel();
+  return (model && model.kiln.edits) || {};
+}
+
+// Whether the job will be an inpainting one: a mask is painted and the model takes one.
+function masking() {
+  return page.edit !== null && page.edit.painted && modelEdits().mask === true;
+}
+
+// The selected model's fields that get a generated row; with an image, those the class that will run adds.
 function modelFields() {
   const model = selectedModel();
-  return ((model && model.kiln.fields) || []).filter((f) => !ownRows.has(f.json));
+  const fields = [...((model && model.kiln.fields) || [])];
+  if (page.edit !== null) {
+    const edits = modelEdits();
+    for (const field of (masking() ? edits.mask_fields : edits.image_fields) || [])
+      if (!fields.some((f) => f.json === field.json)) fields.push(field);
+  }
+  return fields.filter((f) => !ownRows.has(f.json) && !imageKinds.has(f.kind));
 }
 
 function fieldInput(field) {
@@ -89,6 +114,7 @@ function fieldInput(field) {
 // The rows of the model's fields, with its defaults as placeholders.
 function showModelFields() {
   const model = selectedModel();
+  showEdit();
   const defaults = (model && model.kiln.defaults) || {};
   const [w, h] = (defaults.size || "x").split("x");
   $("width").placeholder = w || "default";
@@ -110,6 +136,151 @@ function showModelFields() {
   $("fields").replaceChildren(...rows);
   showLoras();
 }
+
+// ---- the image to edit
+
+// The upload for a model that edits images (a model that does not drops the loaded image), the mask's tools
+// for one that takes a mask.
+function showEdit() {
+  const edits = modelEdits();
+  const takes = edits.image === true || edits.mask === true;
+  if (!takes) page.edit = null;
+  $("edit").hidden = !takes;
+  $("edit-view").hidden = page.edit === null;
+  $("edit-remove").hidden = page.edit === null;
+  $("mask-tools").hidden = page.edit === null || edits.mask !== true;
+}
+
+function maskContext() {
+  return $("edit-mask").getContext("2d", { willReadFrequently: true });  // read back after each stroke
+}
+
+// Draws the chosen file at its own size, with an empty mask; the size fields take its size (the request then
+// says it, rather than the model's default size).
+async function loadImage(file) {
+  const img = new Image();
+  const url = URL.createObjectURL(file);
+  try {
+    img.src = url;
+    await img.decode();
+  } catch (_) {
+    throw new Error(`${file.name}: not an image this browser reads`);
+  } finally {
+    URL.revokeObjectURL(url);
+  }
+  const { naturalWidth: w, naturalHeight: h } = img;
+  for (const canvas of [$("edit-image"), $("edit-mask")]) {
+    canvas.width = w;
+    canvas.height = h;
+  }
+  $("edit-image").getContext("2d").drawImage(img, 0, 0);
+  $("edit-view").classList.toggle("pixelated", Math.max(w, h) < 512);  // a small image's pixels, unblurred
+  $("brush-size").max = Math.max(8, Math.round(Math.max(w, h) / 4));
+  $("brush-size").value = Math.max(1, Math.round(Math.max(w, h) / 16));
+  $("width").value = w;
+  $("height").value = h;
+  showResult(null);
+  page.edit = { painted: false };
+  showModelFields();
+}
+
+function removeImage() {
+  page.edit = null;
+  $("edit-file").value = "";
+  showModelFields();
+}
+
+function showResult(src) {
+  $("edit-result").hidden = src === null;
+  $("edit-result-note").hidden = src !== null;
+  if (src !== null) $("edit-result").src = src;
+}
+
+// A point of the pointer event in the image's pixels (the canvas is shown scaled).
+function imagePoint(event) {
+  const canvas = $("edit-mask");
+  const r = canvas.getBoundingClientRect();
+  return [((event.clientX - r.left) * canvas.width) / r.width, ((event.clientY - r.top) * canvas.height) / r.height];
+}
+
+// A dot at `to`, or a line to it from `from`, painted or erased with the brush.
+function stroke(from, to) {
+  const ctx = maskContext();
+  ctx.globalCompositeOperation = $("brush-erase").checked ? "destination-out" : "source-over";
+  ctx.strokeStyle = ctx.fillStyle = maskColor;
+  ctx.lineWidth = Number($("brush-size").value);
+  ctx.lineCap = ctx.lineJoin = "round";
+  ctx.beginPath();
+  if (from) {
+    ctx.moveTo(...from);
+    ctx.lineTo(...to);
+    ctx.stroke();
+  } else {
+    ctx.arc(...to, ctx.lineWidth / 2, 0, 2 * Math.PI);
+    ctx.fill();
+  }
+}
+
+// Mouse, pen and touch alike (pointer events); the pointer is captured so that a stroke may leave the canvas.
+function watchPainting() {
+  const canvas = $("edit-mask");
+  let last = null;
+  canvas.addEventListener("pointerdown", (e) => {
+    if (page.edit === null || $("mask-tools").hidden) return;
+    canvas.setPointerCapture(e.pointerId);
+    last = imagePoint(e);
+    stroke(null, last);
+  });
+  canvas.addEventListener("pointermove", (e) => {
+    if (last === null) return;
+    const point = imagePoint(e);
+    stroke(last, point);
+    last = point;
+  });
+  const end = () => {
+    if (last === null) return;
+    last = null;
+    maskChanged();
+  };
+  canvas.addEventListener("pointerup", end);
+  canvas.addEventListener("pointercancel", end);
+}
+
+// A mask painted or not picks the class that runs, so the rows follow it.
+function maskChanged() {
+  const painted = maskPixels() !== null;
+  if (painted === page.edit.painted) return;
+  page.edit.painted = painted;
+  showModelFields();
+}
+
+// The mask as the server reads it: white where painted (the strokes' antialiased edges cut at half), black
+// elsewhere, opaque; null when nothing is painted.
+function maskPixels() {
+  const { width, height } = $("edit-mask");
+  const strokes = maskContext().getImageData(0, 0, width, height);
+  const mask = new ImageData(width, height);
+  let painted = false;
+  for (let i = 0; i < strokes.data.length; i += 4) {
+    const v = strokes.data[i + 3] >= 128 ? 255 : 0;
+    painted ||= v === 255;
+    mask.data.fill(v, i, i + 3);
+    mask.data[i + 3] = 255;
+  }
+  return painted ? mask : null;
+}
+
+function maskPng() {
+  const pixels = maskPixels();
+  if (pixels === null) return null;
+  const canvas = document.createElement("canvas");
+  canvas.width = pixels.width;
+  canvas.height = pixels.height;
+  canvas.getContext("2d").putImageData(pixels, 0, 0);
+  return canvas.toDataURL("image/png");
+}
+
+// ---- LoRA
 
 // A row per adapter of the server's --lora-dir (a tick and a scale), for a model whose family takes LoRA; what
 // was ticked survives a change of model.
@@ -203,6 +374,10 @@ function formParams() {
     const loras = formLoras();
     if (loras.length > 0) params.loras = loras;
   }
+  if (page.edit !== null) {
+    params.image = $("edit-image").toDataURL("image/png");  // a data URL, which the server takes
+    if (masking()) params.mask_image = maskPng();  // no mask: image-to-image
+  }
   return params;
 }
 
@@ -233,7 +408,10 @@ function fillForm(params) {
 // "Steps 8 · Guidance 0": the card's parameters by their fields' labels.
 function describe(params) {
   const model = page.models.find((m) => m.id === params.model);
-  const fields = (model && model.kiln.fields) || [];
+  const edits = (model && model.kiln.edits) || {};
+  // An edit's fields too (strength, ...): the job's parameters leave out its images.
+  const fields = [...((model && model.kiln.fields) || []), ...(edits.image_fields || []), ...(edits.mask_fields || [])]
+    .filter((f, i, all) => all.findIndex((g) => g.json === f.json) === i);
   const parts = [params.model, params.size];
   for (const field of fields) {
     if (!ownRows.has(field.json) && params[field.json] !== undefined && field.kind !== "text")
@@ -269,7 +447,8 @@ async function readEvents(res, onEvent) {
   }
 }
 
-async function follow(job) {
+// edited: whether the job edits the loaded image, whose result then shows beside it.
+async function follow(job, edited) {
   page.stream = new AbortController();
   const res = await api(`/v1/jobs/${job.id}/events`, { signal: page.stream.signal });
   let ended = false;
@@ -280,7 +459,9 @@ async function follow(job) {
     else if (name === "done") {
       ended = true;
       setStatus(`done in ${data.seconds.toFixed(1)} s`, 1, 1);
-      addToGallery(job.id, data.images).catch((e) => showError(e.message));
+      addToGallery(job.id, data.images)
+        .then((srcs) => edited && page.edit !== null && showResult(srcs[0]))
+        .catch((e) => showError(e.message));
     } else if (name === "failed" || name === "cancelled") {
       ended = true;
       setStatus(name, 0, 1);
@@ -296,13 +477,14 @@ async function generate(event) {
   setBusy(true);
   setStatus("submitting…", 0, 1);
   try {
+    const params = formParams();
     const job = await (await api("/v1/generate", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(formParams()),
+      body: JSON.stringify(params),
     })).json();
     page.job = job.id;
-    await follow(job);
+    await follow(job, params.image !== undefined);
   } catch (e) {
     if (e.name !== "AbortError") {
       showError(e.message);
@@ -327,14 +509,17 @@ async function cancel() {
 
 // ---- the gallery
 
+// The images' object URLs, in order.
 async function addToGallery(id, urls) {
   const { params } = await (await api(`/v1/jobs/${id}`)).json();
+  const srcs = [];
   for (const url of urls) {
     // Fetched with the key, shown from memory: the server forgets old jobs, the page keeps what it made.
     const blob = await (await api(url)).blob();
     const card = $("card-template").content.firstElementChild.cloneNode(true);
     const img = card.querySelector("img");
     img.src = URL.createObjectURL(blob);
+    srcs.push(img.src);
     img.alt = params.prompt;
     const caption = card.querySelector("figcaption");
     const b = document.createElement("b");
@@ -346,6 +531,7 @@ async function addToGallery(id, urls) {
     card.addEventListener("keydown", (e) => e.key === "Enter" && reuse());
     $("gallery").prepend(card);
   }
+  return srcs;
 }
 
 // ---- start
@@ -362,6 +548,17 @@ async function start() {
   });
   $("generate-form").addEventListener("submit", generate);
   $("cancel").addEventListener("click", cancel);
+  $("edit-file").addEventListener("change", () => {
+    const file = $("edit-file").files[0];
+    if (file) loadImage(file).then(() => showError(""), (e) => showError(e.message));
+  });
+  $("edit-remove").addEventListener("click", removeImage);
+  $("mask-clear").addEventListener("click", () => {
+    const { width, height } = $("edit-mask");
+    maskContext().clearRect(0, 0, width, height);
+    maskChanged();
+  });
+  watchPainting();
   // A job nobody will see is cancelled when the page goes (keepalive lets the request outlive it).
   window.addEventListener("pagehide", () => {
     if (page.job) fetch(`/v1/jobs/${page.job}`, { method: "DELETE", headers: authHeaders(), keepalive: true });
