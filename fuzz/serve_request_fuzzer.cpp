@@ -1,10 +1,11 @@
 // The request bodies of `kiln serve` (POST /v1/images/generations, POST /v1/generate; and AUTOMATIC1111's
-// POST /sdapi/v1/txt2img, through serve::a1111_txt2img_body, whose output must be a body Kiln's parser reads
-// or refuses by name): any bytes through serve::parse_generation_params, which must answer bad input with a
-// RequestError (a kiln::Error) and accept only values inside the request's declared ranges
-// (kiln/pipelines/request_fields.h). A body it accepts must survive the trip the server makes with it:
-// written back as JSON (to_json_text, what rank 0 sends the other ranks) and read again to the same fields,
-// and turned into a pipeline request that every registered class either takes or refuses with a RequestError.
+// POST /sdapi/v1/txt2img and img2img, through serve::a1111_txt2img_body and a1111_img2img_body, whose output
+// must be a body Kiln's parser reads or refuses by name): any bytes through serve::parse_generation_params,
+// which must answer bad input with a RequestError (a kiln::Error) and accept only values inside the request's
+// declared ranges (kiln/pipelines/request_fields.h). A body it accepts must survive the trip the server makes
+// with it: written back as JSON (to_json_text, what rank 0 sends the other ranks) and read again to the same
+// fields, and turned into a pipeline request that every registered class either takes or refuses with a
+// RequestError.
 #include <string>
 #include <variant>
 
@@ -32,6 +33,17 @@ std::string plain(const RequestField& f, const PipelineRequest& r) {
     return buf;
   }
   if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
+  // An image by its size, channels and pixels (the PNG round trip keeps each).
+  const auto image = [](const Image& im) {
+    return std::to_string(im.width) + "x" + std::to_string(im.height) + "x" + std::to_string(im.channels) +
+           ":" + std::string(im.pixels.begin(), im.pixels.end());
+  };
+  if (const auto* im = std::get_if<Image>(&v)) return image(*im);
+  if (const auto* list = std::get_if<std::vector<Image>>(&v)) {
+    std::string s = "images";
+    for (const Image& im : *list) s += "|" + image(im);
+    return s;
+  }
   if (const auto* l = std::get_if<std::vector<int64_t>>(&v)) {
     std::string s = "l";
     for (int64_t x : *l) s += std::to_string(x) + ",";
@@ -55,6 +67,7 @@ bool same(const serve::GenerationParams& a, const serve::GenerationParams& b) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   fuzz::expect_clean([&] { serve::parse_generation_params(serve::a1111_txt2img_body(body)); });
+  fuzz::expect_clean([&] { serve::parse_generation_params(serve::a1111_img2img_body(body)); });
   fuzz::expect_clean([&] {
     const serve::GenerationParams params = serve::parse_generation_params(body);
     try {

@@ -21,6 +21,7 @@ bool read_as_text(const std::string& name) {
   static const std::set<std::string> openai = {"model", "size", "response_format", "output_format", "quality",
                                                "style", "user", "background",      "moderation"};
   if (openai.count(name) > 0) return true;
+  if (name == "loras") return false;  // a JSON list of {"name", "scale"}
   for (const RequestField& f : request_fields())
     if (f.json == name) return f.kind == FieldKind::Text || f.kind == FieldKind::Choice;
   return true;  // an unknown field: refused by name as a JSON body's would be

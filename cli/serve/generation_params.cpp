@@ -349,7 +349,10 @@ std::optional<uint64_t> GenerationParams::seed() const {
 
 Image request_image(const std::string& field, std::string_view png) {
   try {
-    return Image::decode_png(png, field, kMaxRequestImagePixels);
+    Image image = Image::decode_png(png, field, kMaxRequestImagePixels);
+    image.metadata
+        .clear();  // an upload's text chunks are not the job's (nor always keys a PNG may be written with)
+    return image;
   } catch (const Error& e) {
     // read_png's message names the field already ("read_png: image: not a PNG file").
     std::string message = e.what();

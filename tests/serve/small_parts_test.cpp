@@ -1,5 +1,5 @@
-// The small parts of kiln serve: base64 for b64_json, the API key check, loopback hosts, metrics text, and
-// the watch that sees a client leave.
+// The small parts of kiln serve: base64 for b64_json and uploaded images, the API key check, loopback hosts,
+// metrics text, and the watch that sees a client leave.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -26,6 +26,20 @@ TEST(Base64, EncodesTheVectorsOfRfc4648) {
   EXPECT_EQ(base64_encode("fooba"), "Zm9vYmE=");
   EXPECT_EQ(base64_encode("foobar"), "Zm9vYmFy");
   EXPECT_EQ(base64_encode(std::string("\x89PNG\r\n\x1a\n\xff\x00", 10)), "iVBORw0KGgr/AA==");
+}
+
+TEST(Base64, DecodesWhatItEncodesPaddedOrNotAndNothingElse) {
+  for (const std::string bytes : {"", "f", "fo", "foo", "foob", "fooba", "foobar"}) {
+    EXPECT_EQ(base64_decode(base64_encode(bytes)), bytes);
+    std::string unpadded = base64_encode(bytes);
+    while (!unpadded.empty() && unpadded.back() == '=') unpadded.pop_back();
+    EXPECT_EQ(base64_decode(unpadded), bytes) << unpadded;
+  }
+  std::string all(256, '\0');
+  for (int i = 0; i < 256; ++i) all[static_cast<size_t>(i)] = static_cast<char>(i);
+  EXPECT_EQ(base64_decode(base64_encode(all)), all);
+  for (const char* bad : {"Z", "Zm9v Yg==", "Zm9vYg===", "Zm9v\nYmFy", "Zm9-", "Zg=a", "=Zg=", "@@@@"})
+    EXPECT_EQ(base64_decode(bad), std::nullopt) << bad;
 }
 
 TEST(ApiKey, AcceptsOnlyTheBearerOfTheKey) {
