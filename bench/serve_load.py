@@ -15,21 +15,31 @@ With `--lora-dir DIR --loras a,b`, requests rotate through no adapter, then each
   python3 bench/serve_load.py --model tests/data/models/z-image-tiny --clients 4 --requests 60 --size 32x32 \\
       --steps 2 --max-sequence-length 16 --dtype f32 --lora-dir tests/data/lora --loras z_image_diffusers,z_image_kohya
 
+With `--edits K`, every K-th request is an edit (POST /v1/images/edits, the image and on every other one a mask in
+base64, strength 0.6) on the models that take an image (GET /v1/models: kiln.edits), mixed with the generations:
+
+  python3 bench/serve_load.py --model tests/data/models/flux-tiny-schnell --model tests/data/models/z-image-tiny \
+      --clients 6 --requests 300 --size 32x32 --steps 2 --max-sequence-length 16 --dtype f32 --edits 3 \
+      --lora-dir tests/data/lora --loras z_image_diffusers --lora-model z-image-tiny -- --max-memory 1GiB
+
 Serve flags after `--` go to `kiln serve` unchanged (e.g. `-- --mode fuse --max-memory 8GiB`). Loopback only.
 Needs only the Python standard library.
 """
 
 import argparse
+import base64
 import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+import zlib
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -79,10 +89,20 @@ class Server:
         return self.process.wait(120)
 
 
+def png(width, height, pixel):
+    """A PNG file (8-bit RGB) whose pixel (x, y) is pixel(x, y) -> (r, g, b): the standard library's zlib only."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\0" + bytes(v for x in range(width) for v in pixel(x, y)) for y in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
 def one_request(url, body, timeout):
-    """(status, seconds, answer JSON or None, Retry-After or None)."""
+    """(status, seconds, answer JSON or None, Retry-After or None); an edit's body goes to /v1/images/edits."""
+    path = "/v1/images/edits" if "image" in body else "/v1/images/generations"
     data = json.dumps(body).encode()
-    req = urllib.request.Request(url + "/v1/images/generations", data=data,
+    req = urllib.request.Request(url + path, data=data,
                                  headers={"Content-Type": "application/json"})
     start = time.monotonic()
     try:
@@ -110,7 +130,8 @@ def run_clients(url, bodies, clients, timeout, deadline, on_progress=None):
                 next_index[0] += 1
             status, seconds, answer, retry_after = one_request(url, bodies[i], timeout)
             with lock:
-                results.append({"status": status, "seconds": seconds, "answer": answer, "retry_after": retry_after})
+                results.append({"status": status, "seconds": seconds, "answer": answer, "retry_after": retry_after,
+                                "body": bodies[i]})
                 done = len(results)
             if on_progress:
                 on_progress(done)
@@ -143,6 +164,8 @@ def main():
     ap.add_argument("--lora-dir", help="kiln serve --lora-dir: the adapters requests may name")
     ap.add_argument("--loras", default="", help="comma-separated adapter names the requests rotate through")
     ap.add_argument("--lora-model", help="the model the adapters fit (default: the first --model)")
+    ap.add_argument("--edits", type=int, default=0,
+                    help="every K-th request an edit (image, and a mask on every other one) where the model takes one")
     ap.add_argument("serve_args", nargs="*", help="after --: more kiln serve flags")
     args = ap.parse_args()
     if not 1 <= args.clients <= 64 or not 1 <= args.requests <= 10000:
@@ -156,6 +179,11 @@ def main():
                     (["--lora-dir", args.lora_dir] if args.lora_dir else []))
     names = [m.rstrip("/").split("/")[-1] for m in args.model]
     lora_model = (args.lora_model or args.model[0]).rstrip("/").split("/")[-1]
+    with urllib.request.urlopen(server.url + "/v1/models", timeout=60) as res:
+        edits = {m["id"]: m["kiln"].get("edits", {}) for m in json.loads(res.read())["data"]}
+    width, height = (int(v) for v in args.size.split("x"))
+    picture = base64.b64encode(png(width, height, lambda x, y: (x * 255 // width, y * 255 // height, 128))).decode()
+    mask = base64.b64encode(png(width, height, lambda x, y: (255,) * 3 if x >= width // 2 else (0,) * 3)).decode()
 
     def body(i):
         b = {"model": names[i % len(names)], "prompt": f"request {i}: a red circle", "size": args.size,
@@ -169,6 +197,14 @@ def main():
             choice = (i // len(names)) % (len(loras) + 1)
             if choice:
                 b["loras"] = [{"name": loras[choice - 1], "scale": 0.8}]
+        # Every K-th request an edit, on a model that takes an image; with a mask on every other one.
+        can = edits.get(b["model"], {})
+        if args.edits and i % args.edits == 0 and can.get("image"):
+            b["image"] = picture
+            if "strength" in {f["json"] for f in can.get("image_fields", [])}:
+                b["strength"] = 0.6
+            if can.get("mask") and (i // args.edits) % 2:
+                b["mask_image"] = mask
         return b
 
     try:
@@ -187,16 +223,20 @@ def main():
                 rss_series.append(round(server.metrics()["kiln_resident_memory_bytes"] / 2**20, 1))
 
         start = time.monotonic()
-        results = run_clients(server.url, [body(i) for i in range(args.requests)], args.clients, args.timeout,
-                              start + args.max_seconds, sample)
+        bodies = [body(i) for i in range(args.requests)]
+        results = run_clients(server.url, bodies, args.clients, args.timeout, start + args.max_seconds, sample)
         wall = time.monotonic() - start
         metrics = server.metrics()
     finally:
         code = server.stop()
 
-    by_status = {}
+    by_status, edit_status = {}, {}
     for r in results:
         by_status[str(r["status"])] = by_status.get(str(r["status"]), 0) + 1
+        if "image" in r["body"]:
+            kind = "inpaint" if "mask_image" in r["body"] else "img2img"
+            edit_status.setdefault(kind, {})
+            edit_status[kind][str(r["status"])] = edit_status[kind].get(str(r["status"]), 0) + 1
     ok = [r for r in results if r["status"] == 200]
     full = [r for r in results if r["status"] == 503]
     images = sum(len(r["answer"]["data"]) for r in ok)
@@ -207,7 +247,7 @@ def main():
     report = {
         "models": names, "loras": loras, "clients": args.clients, "requests": len(results), "of": args.requests,
         "size": args.size, "steps": args.steps, "queue": args.queue, "dtype": args.dtype,
-        "answers": by_status, "wall_seconds": round(wall, 2), "images_per_second": round(images / wall, 3),
+        "answers": by_status, "edit_answers": edit_status, "wall_seconds": round(wall, 2), "images_per_second": round(images / wall, 3),
         "latency_p50": round(percentile(latency, 50), 3), "latency_p99": round(percentile(latency, 99), 3),
         "queue_wait_p50": round(percentile(queue_wait, 50), 3), "queue_wait_p99": round(percentile(queue_wait, 99), 3),
         "run_p50": round(percentile(run, 50), 3),
@@ -219,7 +259,8 @@ def main():
     }
     print(f"kiln serve load test: {', '.join(names)}{'; LoRA ' + ', '.join(loras) if loras else ''}; {args.clients} clients, {len(results)} requests "
           f"({args.size}, {args.steps} steps, --queue {args.queue}, {args.dtype})")
-    print(f"  answers: {by_status}; unanswered or unexpected: {len(unanswered)}")
+    print(f"  answers: {by_status}; unanswered or unexpected: {len(unanswered)}"
+          + (f"; of them edits: {edit_status}" if edit_status else ""))
     print(f"  throughput: {report['images_per_second']} images/s over {report['wall_seconds']} s")
     print(f"  latency (200s): p50 {report['latency_p50']} s, p99 {report['latency_p99']} s; "
           f"queue wait p50 {report['queue_wait_p50']} s, p99 {report['queue_wait_p99']} s; "
