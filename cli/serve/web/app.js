@@ -144,7 +144,10 @@ function showModelFields() {
 function showEdit() {
   const edits = modelEdits();
   const takes = edits.image === true || edits.mask === true;
-  if (!takes) page.edit = null;
+  if (!takes) {
+    page.edit = null;
+    $("edit-file").value = "";
+  }
   $("edit").hidden = !takes;
   $("edit-view").hidden = page.edit === null;
   $("edit-remove").hidden = page.edit === null;
@@ -184,6 +187,7 @@ async function loadImage(file) {
   showModelFields();
 }
 
+// Back to text-to-image.
 function removeImage() {
   page.edit = null;
   $("edit-file").value = "";
