@@ -93,7 +93,7 @@ TEST(GenerationParams, RefusesBodiesThatAreNotOneJsonObject) {
   EXPECT_REFUSED("\"a prompt\"", "", "expected a JSON object, got a string");
   EXPECT_REFUSED(std::string("{\"prompt\": \"\xff\"}"), "", "not valid JSON");  // not UTF-8
   EXPECT_REFUSED(std::string(5000, '[') + std::string(5000, ']'), "", "nests deeper than 8 levels");
-  EXPECT_REFUSED(std::string(kMaxRequestBodyBytes + 1, ' '), "", "more than the maximum 1048576");
+  EXPECT_REFUSED(std::string(kMaxRequestBodyBytes + 1, ' '), "", "more than the maximum 50331648");
 }
 
 TEST(GenerationParams, RefusesWrongTypesNamingTheField) {
