@@ -96,6 +96,19 @@ class DiffusionPipeline:
             packed_weight_budget=packed_weight_budget, tensor_parallel=tensor_parallel, expected_class=expected)
         return _CLASSES.get(native.class_name, DiffusionPipeline)(native)
 
+    @classmethod
+    def from_pipe(cls, pipeline, **kwargs):
+        """diffusers' from_pipe: this class holding `pipeline`'s components, nothing loaded again (the same
+        weights, LoRA adapters and compiled programs; a call to either waits for the other's):
+        `FluxImg2ImgPipeline.from_pipe(pipe)`. A class of another family, or one that loads its own checkpoint
+        (Fill, Kontext), is refused by name."""
+        if cls is DiffusionPipeline:
+            raise TypeError("from_pipe makes a named class: e.g. FluxImg2ImgPipeline.from_pipe(pipe)")
+        if kwargs:
+            raise TypeError(f"from_pipe: Kiln's shares every component; {', '.join(sorted(kwargs))} cannot be "
+                            "replaced")
+        return cls(_Pipeline.from_pipe(pipeline._native, cls.__name__))
+
     # ---- what diffusers' pipelines have
     @property
     def dtype(self):

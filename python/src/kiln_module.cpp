@@ -171,6 +171,13 @@ class PyPipeline {
     return p;
   }
 
+  // diffusers' from_pipe: the class `target` holding `source`'s components (kiln::pipeline_from_pipe).
+  static PyPipeline from_pipe(const PyPipeline& source, const std::string& target) {
+    PyPipeline p;
+    p.pipe_ = pipeline_from_pipe(pipeline_class(target, "from_pipe"), *source.pipe_);
+    return p;
+  }
+
   std::string class_name() const { return pipe_->class_name(); }
   std::string dtype() const { return std::string(dtype_name(pipe_->dtype())); }
   std::string model_path() const { return pipe_->model_path(); }
@@ -438,6 +445,7 @@ NB_MODULE(_kiln, m) {
       .def_prop_ro("class_name", &PyPipeline::class_name)
       .def_prop_ro("dtype", &PyPipeline::dtype)
       .def_prop_ro("model_path", &PyPipeline::model_path)
+      .def_static("from_pipe", &PyPipeline::from_pipe, nb::arg("source"), nb::arg("target"))
       .def("defaults", &PyPipeline::defaults)
       .def("defaults_source", &PyPipeline::defaults_source)
       .def("configure", &PyPipeline::configure, nb::arg("mode") = nb::none(), nb::arg("offload") = nb::none(),

@@ -83,7 +83,12 @@ def test_z_image_matches_diffusers(case):
     assert isinstance(pipe, kiln.ZImagePipeline)
     kwargs = {}
     if m["pipeline"] == "ZImageInpaintPipeline":
-        pipe = kiln.ZImageInpaintPipeline.from_pretrained(data_path("models", m["model"]))
+        # diffusers' from_pipe: the inpainting class on the loaded pipeline's components.
+        source = pipe
+        pipe = kiln.ZImageInpaintPipeline.from_pipe(source)
+        assert isinstance(pipe, kiln.ZImageInpaintPipeline) and isinstance(source, kiln.ZImagePipeline)
+        with pytest.raises(kiln.KilnError, match="FluxImg2ImgPipeline cannot be made from a ZImagePipeline"):
+            kiln.FluxImg2ImgPipeline.from_pipe(source)
         kwargs = dict(image=Image.open(data_path("goldens", "flux2", m["image"] + ".png")),
                       mask_image=Image.open(data_path("goldens", "edit", m["mask_image"] + ".png")),
                       strength=float(m["strength"]))
