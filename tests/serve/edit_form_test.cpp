@@ -119,6 +119,10 @@ TEST(EditForm, RefusesBadPartsNamingTheFormField) {
   EXPECT_EQ(refusal({image, prompt, {"steps", "", "", "0"}}).first, "steps");
   EXPECT_EQ(refusal({image, prompt, {"strength", "", "", "1.5"}}).first, "strength");
   EXPECT_EQ(refusal({image, prompt, {"colour", "", "", "red"}}).first, "colour");
+  // A name with NULs (found by fuzz_serve_edit_form: the message began with one, so it read as empty) is
+  // quoted in the message, whole.
+  const FormPart odd{std::string("\0\0image", 7), "", "", "x"};
+  EXPECT_EQ(refusal({image, prompt, odd, odd}).second, R"("\u0000\u0000image": given twice)");
   std::vector<FormPart> many(kMaxRequestImages + 1, image);
   many.push_back(prompt);
   EXPECT_EQ(refusal(many).first, "image");
