@@ -7,6 +7,7 @@ mode (`pipe.vae.to(...)` moves one component); a device without its plugin insta
 (each gets the image it would get alone), and Ctrl-C cancels a call within one denoising step.
 """
 
+import dataclasses
 import os
 
 from . import _convert, _kiln, _request
@@ -27,6 +28,24 @@ class PipelineOutput:
         return f"PipelineOutput(images={self.images!r})"
 
 
+@dataclasses.dataclass
+class FirstBlockCacheConfig:
+    """diffusers' FirstBlockCacheConfig: the blocks after the first run only when the first block's residual
+    changed by more than `threshold` (relative) since the last step that ran them."""
+
+    threshold: float = 0.05
+
+
+def _step_cache_spec(config):
+    """The spec Kiln's engine reads ("fbcache:0.12") of a cache config, Kiln's or diffusers' (by its class
+    name, so that diffusers need not be imported here)."""
+    if type(config).__name__ == "FirstBlockCacheConfig":
+        return f"fbcache:{float(config.threshold)!r}"
+    if isinstance(config, str):
+        return config
+    raise TypeError(f"enable_cache: Kiln has diffusers' FirstBlockCacheConfig; got {type(config).__name__}")
+
+
 class _Transformer:
     """`pipe.transformer`, for the compiled modes: `.compile(...)` (torch.nn.Module.compile's arguments) and
     `.compile_repeated_blocks(...)`."""
@@ -45,6 +64,14 @@ class _Transformer:
     @property
     def is_compiled(self):
         return self._pipe._native.is_compiled
+
+    def enable_cache(self, config):
+        """diffusers' transformer.enable_cache(config): kiln.FirstBlockCacheConfig or diffusers' own
+        (diffusers.hooks.FirstBlockCacheConfig); every call then uses it unless its `cache` says otherwise."""
+        self._pipe._native.enable_cache(_step_cache_spec(config))
+
+    def disable_cache(self):
+        self._pipe._native.disable_cache()
 
     def to(self, device, *args, **kwargs):
         self._pipe._native.component_to("transformer", str(device))
@@ -303,4 +330,4 @@ def _pipeline_classes():
 
 
 globals().update(_pipeline_classes())
-__all__ = ["DiffusionPipeline", "PipelineOutput", *sorted(_CLASSES)]
+__all__ = ["DiffusionPipeline", "FirstBlockCacheConfig", "PipelineOutput", *sorted(_CLASSES)]

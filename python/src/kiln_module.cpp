@@ -207,6 +207,10 @@ class PyPipeline {
     nb::gil_scoped_release released;
     pipe_->denoiser().compile({.fullgraph = fullgraph, .dynamic = dynamic});
   }
+  // diffusers' transformer.enable_cache / disable_cache (kiln/nn/step_cache.h), the config as its spec.
+  void enable_cache(const std::string& spec) { pipe_->denoiser().enable_cache(parse_step_cache(spec)); }
+  void disable_cache() { pipe_->denoiser().disable_cache(); }
+
   void compile_repeated_blocks() {
     nb::gil_scoped_release released;
     pipe_->denoiser().compile_repeated_blocks();
@@ -454,6 +458,8 @@ NB_MODULE(_kiln, m) {
       .def("compile_transformer", &PyPipeline::compile_transformer, nb::arg("fullgraph") = true,
            nb::arg("dynamic") = false)
       .def("compile_repeated_blocks", &PyPipeline::compile_repeated_blocks)
+      .def("enable_cache", &PyPipeline::enable_cache, nb::arg("spec"))
+      .def("disable_cache", &PyPipeline::disable_cache)
       .def("reset_compiled", &PyPipeline::reset_compiled)
       .def_prop_ro("is_compiled", &PyPipeline::is_compiled)
       .def("enable_model_cpu_offload", &PyPipeline::enable_model_cpu_offload, nb::arg("device") = nb::none())

@@ -1,5 +1,6 @@
 #include "kiln/models/flux_transformer.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "kiln/models/flux_single_file.h"
@@ -62,7 +63,9 @@ Tensor FluxTransformer2DModel::forward(const Tensor& hidden, const Tensor& encod
                                        const Tensor& txt_ids, const Tensor& img_ids) const {
   std::vector<Tensor> inputs{hidden, encoder_hidden, pooled, timestep, guidance, txt_ids, img_ids};
   for (Tensor& t : inputs) t = on_weights_device(t);
-  if (!is_compiled())
+  // A step cache decides between the blocks, on the host: the whole forward cannot be one program then (the
+  // pipelines refuse a cache in compile mode; compile-blocks compiles the blocks and leaves it the decision).
+  if (!is_compiled() || step_cache_.active())
     return forward_eager(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], inputs[5], inputs[6]);
   return call_compiled(inputs, [this](const auto& in) {
     return std::vector<Tensor>{forward_eager(in[0], in[1], in[2], in[3], in[4], in[5], in[6])};
@@ -128,12 +131,21 @@ Tensor FluxTransformer2DModel::forward_eager(const Tensor& hidden, const Tensor&
   const FluxRopeTables rope = flux_rope_tables(concat({txt_ids, img_ids}, 0), c.axes_dims_rope, kRopeTheta);
   const Tensor silu_temb = silu(temb);
 
-  for (const auto& block : transformer_blocks_) std::tie(x, ctx) = block->forward(x, ctx, silu_temb, rope);
-  // The single-stream blocks see [text; image]; diffusers concatenates and splits around every block, which
-  // moves the same values, so the joint sequence is built once.
-  Tensor joint = concat({ctx, x}, 1);
-  for (const auto& block : single_transformer_blocks_) joint = block->forward(joint, silu_temb, rope);
-  x = joint.narrow(1, text, image);
+  // Blocks [first, last) of the double-stream blocks followed by the single-stream ones. The single-stream
+  // blocks see [text; image]; diffusers concatenates and splits around every block, which moves the same
+  // values, so the joint sequence is built once per run of them.
+  const size_t doubles = transformer_blocks_.size();
+  const auto run_blocks = [&](size_t first, size_t last, const nn::BlockStreams& in) {
+    Tensor x = in.image, ctx = in.text;
+    for (size_t i = first; i < std::min(last, doubles); ++i)
+      std::tie(x, ctx) = transformer_blocks_[i]->forward(x, ctx, silu_temb, rope);
+    if (last <= doubles) return nn::BlockStreams{x, ctx};
+    Tensor joint = concat({ctx, x}, 1);
+    for (size_t i = std::max(first, doubles); i < last; ++i)
+      joint = single_transformer_blocks_[i - doubles]->forward(joint, silu_temb, rope);
+    return nn::BlockStreams{joint.narrow(1, text, image), joint.narrow(1, 0, text)};
+  };
+  x = step_cache_.run(doubles + single_transformer_blocks_.size(), {x, ctx}, run_blocks).image;
   return proj_out_(norm_out_->forward(x, silu_temb));
 }
 

@@ -176,6 +176,16 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
   }
 }
 
+void Module::enable_cache(const StepCacheConfig& config) {
+  StepCache* cache = step_cache();
+  KILN_CHECK(cache != nullptr, type_name() << " takes no step cache (the transformers of FLUX.1 do)");
+  cache->enable(config);
+}
+
+void Module::disable_cache() {
+  if (StepCache* cache = step_cache()) cache->disable();
+}
+
 size_t Module::release_weights() {
   synchronize(device());   // the kernels still queued there read these weights
   stop_weight_prefetch();  // group offload's prefetch thread must not map them back

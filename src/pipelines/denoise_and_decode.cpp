@@ -15,6 +15,25 @@ nn::Module* component_named(const DiffusionPipeline& pipe, const std::string& na
   return nullptr;
 }
 
+// What the call's step cache did, in the image's text chunks: "cache" (its spec) and "cache_reused" (the
+// steps, from 1, whose blocks after the first were reused; "uncond: ..." after them for true CFG's negative
+// evaluations), which kiln generate prints.
+void step_cache_metadata(const nn::StepCache& cache, int start_step,
+                         std::map<std::string, std::string>& metadata) {
+  metadata["cache"] = step_cache_spec(*cache.active());
+  std::map<std::string, std::string> reused;  // by context
+  std::map<std::string, int> evaluations;
+  for (const nn::StepCache::Decision& d : cache.decisions()) {
+    const int step = start_step + ++evaluations[d.context];
+    std::string& list = reused[d.context];
+    if (!d.computed) list += (list.empty() ? "" : ",") + std::to_string(step);
+  }
+  std::string text = reused["cond"].empty() ? "none" : reused["cond"];
+  if (evaluations.count("uncond") > 0)
+    text += "; uncond: " + (reused["uncond"].empty() ? std::string("none") : reused["uncond"]);
+  metadata["cache_reused"] = text;
+}
+
 }  // namespace
 
 PipelineOutput DiffusionPipeline::denoise_and_decode(
@@ -24,6 +43,9 @@ PipelineOutput DiffusionPipeline::denoise_and_decode(
     std::map<std::string, std::string> extra, const pipelines::CallControl& control) {
   // The call's own schedule: the loop keeps a stateful sampler's history in it, never in the pipeline's.
   std::unique_ptr<Scheduler> schedule = task.schedule.clone();
+  // The call's step cache, its every context's state fresh (diffusers resets them after each call).
+  nn::StepCache* cache = denoiser_cache();
+  if (cache != nullptr) cache->reset(call_cache(task.request));
   const Tensor latents = pipelines::denoise(
       start.latents, {.scheduler = schedule.get(),
                       .start_step = start.start_step,
@@ -40,6 +62,7 @@ PipelineOutput DiffusionPipeline::denoise_and_decode(
   release_after_use({{"vae", component_named(*this, "vae")}});
   std::map<std::string, std::string> metadata = pipelines::call_metadata(task, name_, dtype_, negative);
   for (auto& [key, value] : extra) metadata[key] = std::move(value);
+  if (cache != nullptr && cache->active()) step_cache_metadata(*cache, start.start_step, metadata);
   return pipelines::task_output(task, start, images, std::move(metadata), negative);
 }
 

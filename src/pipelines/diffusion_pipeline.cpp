@@ -56,6 +56,29 @@ const PipelineClass& DiffusionPipeline::registered_class() const {
 void DiffusionPipeline::check_request(const PipelineRequest& request) const {
   registered_class().check_fields(request);
   check_loaded_request(request);
+  if (call_cache(request) && const_cast<DiffusionPipeline*>(this)->denoiser().is_compiled())
+    throw RequestError(
+        "cache",
+        "in compile mode the whole transformer is one program, so a step cache cannot "
+        "decide between its blocks; compile-blocks compiles the blocks and leaves the decision "
+        "to the cache (--mode compile-blocks, transformer().compile_repeated_blocks())");
+}
+
+nn::StepCache* DiffusionPipeline::denoiser_cache() const {
+  // denoiser() changes nothing; it is not const because callers compile or offload what it returns.
+  return const_cast<DiffusionPipeline*>(this)->denoiser().step_cache();
+}
+
+std::optional<StepCacheConfig> DiffusionPipeline::call_cache(const PipelineRequest& request) const {
+  const nn::StepCache* cache = denoiser_cache();
+  if (cache == nullptr) return std::nullopt;  // the class takes no `cache` field either
+  if (!request.cache) return cache->config();
+  if (*request.cache == "none") return std::nullopt;
+  return parse_step_cache(*request.cache);
+}
+
+void DiffusionPipeline::cache_context(const std::string& name) {
+  if (nn::StepCache* cache = denoiser().step_cache()) cache->set_context(name);
 }
 
 PipelineOutput DiffusionPipeline::operator()(const PipelineRequest& request) {

@@ -156,6 +156,13 @@ void PipelineClass::check_fields(const PipelineRequest& request) const {
   } catch (const RequestError& e) {
     throw RequestError(e.field(), name + ": " + e.what());
   }
+  if (request.cache && *request.cache != "none") {
+    try {
+      parse_step_cache(*request.cache);
+    } catch (const Error& e) {
+      throw RequestError("cache", e.what());
+    }
+  }
   pipelines::check_embedding_fields(pipeline, request);
   pipelines::check_prompt_list(pipeline, request);
   pipelines::check_generators(pipeline, request);

@@ -306,6 +306,12 @@ std::vector<RequestField> make_fields() {
              "never)",
              0, 1, "--cfg-truncation", "cfg_truncation"),
       KILN_MEMBER(cfg_truncation));
+  // ---- step caching
+  add(field("cache", "Step cache",
+            "skip transformer work between neighbouring steps: fbcache:THRESHOLD (diffusers' First Block "
+            "Cache, e.g. fbcache:0.12) or none; unset: the transformer's enable_cache",
+            "--cache", "cache"),
+      KILN_MEMBER(cache));
   // ---- randomness
   add(with_list_form(field("generator", "Seed",
                            "the random generator, from a seed (torch.Generator(\"cpu\")"

@@ -25,6 +25,15 @@ add_test(NAME dist.generate_flux_tp2
          COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --model ${KILN_TINY_FLUX}
                  ${KILN_TINY_GENERATE} --mode fuse --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp2.png)
 set_tests_properties(dist.generate_flux_tp2 PROPERTIES PASS_REGULAR_EXPRESSION "wrote .*dist_flux_tp2.png")
+# First Block Cache over two ranks: rank 0's decisions on both, diffusers' steps reused (the image:
+# tensor_parallel_step_cache_test.cpp).
+add_test(NAME dist.generate_flux_tp2_step_cache
+         COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --model
+                 ${CMAKE_CURRENT_SOURCE_DIR}/data/models/flux-tiny-dev --prompt "a photo of a cat" --height 64
+                 --width 64 --steps 12 --guidance 3.5 --seed 31 --dtype f32 --max-sequence-length 32
+                 --cache fbcache:0.45 --output ${CMAKE_CURRENT_BINARY_DIR}/dist_flux_tp2_step_cache.png)
+set_tests_properties(dist.generate_flux_tp2_step_cache PROPERTIES
+                     PASS_REGULAR_EXPRESSION "reused at steps 2,5,7,8 " LABELS dist)
 # Chroma split over two ranks from the command line (the image itself: tensor_parallel_chroma_test.cpp).
 add_test(NAME dist.generate_chroma_tp2
          COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --model

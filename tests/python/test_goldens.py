@@ -215,3 +215,29 @@ def test_lists_generators_and_embeddings_match_diffusers(case):
         assert max_level_difference(image, want) <= 1
     if "generator_state_after" in tensors:
         assert np.array_equal(kwargs["generator"].get_state().numpy(), tensors["generator_state_after"])
+
+
+@pytest.mark.parametrize("diffusers_config", [False, True])
+def test_first_block_cache_matches_diffusers(diffusers_config):
+    """pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold)), Kiln's config class or diffusers' own:
+    diffusers' image (tools/goldens/step_cache.py), the reused steps in the image's text; a call's cache="none"
+    turns it off."""
+    tensors, m = golden("step_cache", "fbc_flux_dev_64x64_s31.safetensors")
+    pipe = kiln.FluxPipeline.from_pretrained(data_path("models", m["model"]))
+    threshold = float(m["cache"].split(":")[1])
+    if diffusers_config:
+        from diffusers.hooks import FirstBlockCacheConfig
+    else:
+        from kiln import FirstBlockCacheConfig
+    pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=threshold))
+    call = dict(prompt=m["prompt"], height=int(m["height"]), width=int(m["width"]),
+                num_inference_steps=int(m["num_inference_steps"]), guidance_scale=float(m["guidance_scale"]),
+                max_sequence_length=int(m["max_sequence_length"]), generator=int(m["seed"]))
+    image = pipe(**call).images[0]
+    assert max_level_difference(image, tensors["image_u8"]) <= 1
+    reused = [str(i + 1) for i, c in enumerate(tensors["computed"].tolist()) if not c]
+    assert image.info["cache"] == m["cache"] and image.info["cache_reused"] == ",".join(reused)
+    plain = pipe(**call, cache="none").images[0]
+    assert "cache" not in plain.info and max_level_difference(plain, tensors["image_u8"]) > 1
+    with pytest.raises(kiln.RequestError, match="fbcache:THRESHOLD"):
+        pipe(**call, cache="fbcache:lots")

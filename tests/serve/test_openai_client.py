@@ -31,6 +31,8 @@ def generate(c, model, prompt, seed, **kiln_fields):
     (SD3, {"negative_prompt": "blurry", "guidance": 4.5}, {"negative_prompt": "blurry", "guidance": 4.5}),
     # FLUX.1's true classifier-free guidance (PNG text chunks true_cfg_scale and negative_prompt included).
     (FLUX, {"negative_prompt": "blurry", "true_cfg_scale": 3.5}, {"negative_prompt": "blurry", "true_cfg_scale": 3.5}),
+    # A step cache asked for by the request (text chunks cache and cache_reused included).
+    (FLUX, {"cache": "fbcache:0.6"}, {"cache": "fbcache:0.6"}),
 ])
 def test_the_image_is_the_one_kiln_generate_makes(tiny_server, tmp_path, model, fields, cli):
     name = model.rstrip("/").split("/")[-1]

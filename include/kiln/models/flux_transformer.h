@@ -81,6 +81,9 @@ class FluxTransformer2DModel : public nn::Module {
   bool supports_compile() const override { return true; }
   // The double-stream transformer_blocks, then the single_transformer_blocks.
   std::vector<nn::BlockList> repeated_blocks() const override;
+  // Step caching (kiln/nn/step_cache.h): the double-stream blocks then the single-stream ones, as diffusers
+  // hooks them (its first block transformer_blocks.0, its last single_transformer_blocks' last).
+  nn::StepCache* step_cache() const override { return &step_cache_; }
 
   const FluxTransformerConfig& config() const { return config_; }
 
@@ -97,6 +100,7 @@ class FluxTransformer2DModel : public nn::Module {
                                                                   const SingleFileOptions& options);
 
  private:
+  mutable nn::StepCache step_cache_;  // a call's state; calls to a pipeline are served one at a time
   Tensor forward_eager(const Tensor& hidden, const Tensor& encoder_hidden, const Tensor& pooled,
                        const Tensor& timestep, const Tensor& guidance, const Tensor& txt_ids,
                        const Tensor& img_ids) const;

@@ -13,6 +13,7 @@
 
 #include "kiln/core/tensor.h"
 #include "kiln/nn/compile.h"
+#include "kiln/nn/step_cache.h"
 #include "kiln/nn/tensor_parallel.h"
 #include "kiln/quant/quantized_tensor.h"
 
@@ -20,6 +21,7 @@ namespace kiln::nn {
 
 class CompiledForward;
 class Module;
+class StepCache;
 
 // One list of a module's repeated blocks: the blocks registered as "<name>.0", "<name>.1", ... under the
 // module ("transformer_blocks"), in the order they run.
@@ -105,6 +107,14 @@ class Module {
   // program between and what group offload streams in groups (kiln/nn/block_positions.h says which block
   // each parameter belongs to). None by default; weights outside every block stay while the module runs.
   virtual std::vector<BlockList> repeated_blocks() const { return {}; }
+
+  // ---- step caching (kiln/nn/step_cache.h)
+  // The step cache a transformer runs its repeated blocks through; null for a module that takes none.
+  virtual StepCache* step_cache() const { return nullptr; }
+  // diffusers' transformer.enable_cache(config) / disable_cache(): the cache every call uses unless its
+  // request names its own. Throws naming the module when it takes none.
+  void enable_cache(const StepCacheConfig& config);
+  void disable_cache();
 
   // Offloading on a host without an accelerator: frees the packed copies of this module's weights and hands
   // their checkpoint file pages back to the OS (page cache included), so the module holds no memory until it

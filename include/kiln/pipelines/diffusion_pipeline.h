@@ -29,6 +29,7 @@
 #include "kiln/dist/device_mesh.h"
 #include "kiln/lora/lora_adapters.h"
 #include "kiln/nn/module.h"
+#include "kiln/nn/step_cache.h"
 #include "kiln/pipelines/activation_estimate.h"
 #include "kiln/pipelines/image.h"
 #include "kiln/pipelines/offload.h"
@@ -291,6 +292,9 @@ class DiffusionPipeline {
                                     const std::function<Tensor(const Tensor&)>& decode, bool negative,
                                     std::map<std::string, std::string> extra,
                                     const pipelines::CallControl& control);
+  // diffusers' transformer.cache_context(name): the step cache state the denoiser's next evaluations use
+  // ("cond"; "uncond" for true classifier-free guidance's negative call). Nothing without a cache.
+  void cache_context(const std::string& name);
   // At the end of loading: sets the packed-weight plan from the components' weights in the pipeline's dtype,
   // and waits for the loading work (conversions queued on the context's stream), so that a loaded pipeline
   // holds its weights and a failure while loading is reported by from_pretrained.
@@ -331,6 +335,10 @@ class DiffusionPipeline {
   // for Kiln; returns the line saying what was planned, or throws naming the device's figures.
   std::string plan_for_the_device_memory(const DriverMemoryReport& report, const Device& device,
                                          const std::optional<PipelineRequest>& sized_for);
+  // The denoiser's step cache (kiln/nn/step_cache.h), or null; and the one a call with `request` uses (its
+  // `cache`, else the enabled one; nullopt: none).
+  nn::StepCache* denoiser_cache() const;
+  std::optional<StepCacheConfig> call_cache(const PipelineRequest& request) const;
   // The pipeline's adapters (its siblings' too), made on first use.
   lora::LoraAdapters& lora_adapters();
 };

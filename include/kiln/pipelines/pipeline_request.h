@@ -136,6 +136,9 @@ struct PipelineRequest {
   // turns the guidance off for the steps whose normalised time (1000 - t) / 1000 exceeds it (default 1:
   // never).
   std::optional<float> cfg_normalization, cfg_truncation;
+  // The call's step cache (kiln/nn/step_cache.h): "fbcache:0.12" (diffusers' First Block Cache), or "none";
+  // unset: the one the transformer's enable_cache set, if any.
+  std::optional<std::string> cache;
   std::optional<Generator> generator;  // torch's default seed when absent
   // diffusers' generator list, in the text-to-image pipelines: image i's noise drawn from generators[i] (so
   // each image is the one its generator makes alone); one per image (prompts x num_images_per_prompt), or

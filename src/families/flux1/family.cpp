@@ -52,7 +52,7 @@ Family family() {
                                               "true_cfg_scale"};
   const std::vector<std::string> splittable = {"transformer", "text_encoder_2"};
   const std::vector<std::string> text_to_image =
-      joined_fields({common_request_fields(), {"generators"}, prompts, negatives});
+      joined_fields({common_request_fields(), {"generators", "cache"}, prompts, negatives});
   Family descriptor;
   descriptor.name = "FLUX.1";
   descriptor.classes = {
@@ -79,7 +79,7 @@ Family family() {
       {.name = "FluxFillPipeline",
        .task = Task::Fill,
        .fields = joined_fields(
-           {common_request_fields(), {"generators"}, prompts, {"image", "mask_image", "strength"}}),
+           {common_request_fields(), {"generators", "cache"}, prompts, {"image", "mask_image", "strength"}}),
        .splittable_components = splittable,
        .load = load_pipeline<FluxFillPipeline>},
       {.name = "FluxKontextPipeline",

@@ -460,8 +460,11 @@ PipelineOutput FluxPipeline::run(const PipelineRequest& request, const pipelines
     };
     const Tensor positive = predict(prompt);
     if (!negative) return positive;
-    // diffusers: neg + true_cfg_scale * (pos - neg), two calls of batch B (not one of 2B).
+    // diffusers: neg + true_cfg_scale * (pos - neg), two calls of batch B (not one of 2B), each in its own
+    // step cache context.
+    cache_context("uncond");
     const Tensor uncond = predict(*negative);
+    cache_context("cond");
     return add(uncond, mul(static_cast<double>(true_cfg_scale), sub(positive, uncond)));
   };
   std::map<std::string, std::string> extra;
