@@ -226,11 +226,14 @@ void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, co
                  static_cast<unsigned long long>(seed));
   }
   if (!out.images.empty() && out.images[0].metadata.count("cache") > 0)
-    std::fprintf(stderr,
-                 "kiln: step cache %s: the blocks after the first were reused at steps %s (computed at "
-                 "the others)\n",
+    std::fprintf(stderr, "kiln: step cache %s: the blocks were reused at steps %s (computed at the others)\n",
                  out.images[0].metadata.at("cache").c_str(),
                  out.images[0].metadata.at("cache_reused").c_str());
+  if (!out.images.empty() && out.images[0].metadata.count("mag_ratios") > 0)
+    std::fprintf(stderr,
+                 "kiln: MagCache calibration: the magnitude ratios of this model at %s steps are %s (use "
+                 "them as --cache magcache:THRESHOLD:ratios=...)\n",
+                 out.images[0].metadata.at("steps").c_str(), out.images[0].metadata.at("mag_ratios").c_str());
 }
 
 // "kiln: cross-compiled 64 programs for tpu:v5e (TPU v5 lite) in 59.7 s; the largest needs 1.2 MiB there

@@ -36,14 +36,38 @@ class FirstBlockCacheConfig:
     threshold: float = 0.05
 
 
+@dataclasses.dataclass
+class MagCacheConfig:
+    """diffusers' MagCacheConfig: the blocks skipped while the error the magnitude ratios accumulate stays
+    within `threshold` (at most `max_skip_steps` in a row, none in the first `retention_ratio` of the steps).
+    `mag_ratios`: the checkpoint's (None: diffusers' FLUX_MAG_RATIOS); `calibrate`: measure them instead (the
+    image's info["mag_ratios"]). `num_inference_steps` is the call's in Kiln."""
+
+    threshold: float = 0.06
+    max_skip_steps: int = 3
+    retention_ratio: float = 0.2
+    num_inference_steps: int = 28
+    mag_ratios: list = None
+    calibrate: bool = False
+
+
 def _step_cache_spec(config):
     """The spec Kiln's engine reads ("fbcache:0.12") of a cache config, Kiln's or diffusers' (by its class
     name, so that diffusers need not be imported here)."""
     if type(config).__name__ == "FirstBlockCacheConfig":
         return f"fbcache:{float(config.threshold)!r}"
+    if type(config).__name__ == "MagCacheConfig":
+        if config.calibrate:
+            return "magcache:calibrate"
+        spec = (f"magcache:{float(config.threshold)!r}:max_skip={int(config.max_skip_steps)}"
+                f":retention={float(config.retention_ratio)!r}")
+        if config.mag_ratios is not None:
+            spec += ":ratios=" + ",".join(repr(float(r)) for r in list(config.mag_ratios))
+        return spec
     if isinstance(config, str):
         return config
-    raise TypeError(f"enable_cache: Kiln has diffusers' FirstBlockCacheConfig; got {type(config).__name__}")
+    raise TypeError(f"enable_cache: Kiln has diffusers' FirstBlockCacheConfig and MagCacheConfig; got "
+                    f"{type(config).__name__}")
 
 
 class _Transformer:
@@ -330,4 +354,4 @@ def _pipeline_classes():
 
 
 globals().update(_pipeline_classes())
-__all__ = ["DiffusionPipeline", "FirstBlockCacheConfig", "PipelineOutput", *sorted(_CLASSES)]
+__all__ = ["DiffusionPipeline", "FirstBlockCacheConfig", "MagCacheConfig", "PipelineOutput", *sorted(_CLASSES)]

@@ -13,46 +13,149 @@ namespace kiln {
 
 namespace {
 
-constexpr const char* kForms = "fbcache:THRESHOLD (First Block Cache, e.g. fbcache:0.12), or none";
+constexpr const char* kForms =
+    "fbcache:THRESHOLD (First Block Cache, e.g. fbcache:0.12), magcache:THRESHOLD[:max_skip=N][:retention=R]"
+    "[:ratios=R1,R2,...] or magcache:calibrate (MagCache), or none";
+
+// A finite number >= 0 from `text`; throws naming `spec` and `what`.
+double number_in(const std::string& spec, const std::string& text, const char* what) {
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  KILN_CHECK(
+      !text.empty() && end == text.c_str() + text.size() && errno == 0 && std::isfinite(value) && value >= 0,
+      "step cache '" << spec << "': " << what << " must be a finite number >= 0, got '" << text << "' ("
+                     << kForms << ")");
+  return value;
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    const size_t end = text.find(separator, start);
+    parts.push_back(text.substr(start, end - start));
+    if (end == std::string::npos) return parts;
+    start = end + 1;
+  }
+}
+
+MagCacheConfig parse_mag_cache(const std::string& spec, const std::vector<std::string>& parts) {
+  MagCacheConfig config;
+  KILN_CHECK(parts.size() >= 2, "step cache '" << spec << "': expected " << kForms);
+  if (parts[1] == "calibrate" && parts.size() == 2) {
+    config.calibrate = true;
+    return config;
+  }
+  config.threshold = number_in(spec, parts[1], "the threshold");
+  for (size_t i = 2; i < parts.size(); ++i) {
+    const size_t equals = parts[i].find('=');
+    const std::string key = parts[i].substr(0, equals);
+    const std::string value = equals == std::string::npos ? "" : parts[i].substr(equals + 1);
+    if (key == "max_skip") {
+      const double n = number_in(spec, value, "max_skip");
+      KILN_CHECK(
+          n == std::floor(n) && n <= 1000,
+          "step cache '" << spec << "': max_skip must be a whole number of steps, got '" << value << "'");
+      config.max_skip_steps = static_cast<int>(n);
+    } else if (key == "retention") {
+      config.retention_ratio = number_in(spec, value, "retention");
+      KILN_CHECK(config.retention_ratio <= 1,
+                 "step cache '" << spec << "': retention is a fraction of the steps, at most 1");
+    } else if (key == "ratios") {
+      for (const std::string& r : split(value, ','))
+        config.mag_ratios.push_back(number_in(spec, r, "a ratio"));
+      KILN_CHECK(config.mag_ratios.size() <= 10000, "step cache '" << spec << "': more than 10000 ratios");
+    } else {
+      KILN_FAIL("step cache '" << spec << "': unknown option '" << key << "' (" << kForms << ")");
+    }
+  }
+  return config;
+}
+
+// diffusers' nearest_interp: `ratios` (float32) at `steps` points, index round(i * scale) in float32 with
+// ties to even, as torch.round does.
+std::vector<float> resampled(const std::vector<double>& ratios, int steps) {
+  std::vector<float> source(ratios.begin(), ratios.end());
+  if (steps <= 0 || source.empty() || static_cast<size_t>(steps) == source.size()) return source;
+  if (steps == 1) return {source.back()};
+  const auto scale = static_cast<float>(static_cast<double>(source.size() - 1) / (steps - 1));
+  std::vector<float> out;
+  for (int i = 0; i < steps; ++i) {
+    const float at = std::nearbyint(static_cast<float>(i) * scale);
+    out.push_back(source[std::min(static_cast<size_t>(at), source.size() - 1)]);
+  }
+  return out;
+}
 
 }  // namespace
 
 StepCacheConfig parse_step_cache(const std::string& spec) {
-  const size_t colon = spec.find(':');
-  const std::string name = spec.substr(0, colon);
-  KILN_CHECK(name == "fbcache" && colon != std::string::npos,
-             "step cache '" << spec << "': expected " << kForms);
-  const std::string value = spec.substr(colon + 1);
-  char* end = nullptr;
-  errno = 0;
-  const double threshold = std::strtod(value.c_str(), &end);
-  KILN_CHECK(!value.empty() && end == value.c_str() + value.size() && errno == 0 &&
-                 std::isfinite(threshold) && threshold >= 0,
-             "step cache '" << spec << "': the threshold must be a finite number >= 0 (" << kForms << ")");
-  return FirstBlockCacheConfig{.threshold = threshold};
+  const std::vector<std::string> parts = split(spec, ':');
+  if (parts[0] == "magcache") return parse_mag_cache(spec, parts);
+  KILN_CHECK(parts[0] == "fbcache" && parts.size() == 2, "step cache '" << spec << "': expected " << kForms);
+  return FirstBlockCacheConfig{.threshold = number_in(spec, parts[1], "the threshold")};
 }
 
 std::string step_cache_spec(const StepCacheConfig& config) {
   std::ostringstream out;
-  out << "fbcache:" << std::get<FirstBlockCacheConfig>(config).threshold;
+  if (const auto* first = std::get_if<FirstBlockCacheConfig>(&config)) {
+    out << "fbcache:" << first->threshold;
+    return out.str();
+  }
+  const auto& mag = std::get<MagCacheConfig>(config);
+  if (mag.calibrate) return "magcache:calibrate";
+  out << "magcache:" << mag.threshold << ":max_skip=" << mag.max_skip_steps
+      << ":retention=" << mag.retention_ratio;
+  if (!mag.mag_ratios.empty()) {
+    out << ":ratios=";
+    for (size_t i = 0; i < mag.mag_ratios.size(); ++i) out << (i ? "," : "") << mag.mag_ratios[i];
+  }
   return out.str();
+}
+
+const std::vector<double>& flux_mag_ratios() {
+  // The MagCache project's FLUX.1-dev ratios, as diffusers ships them (hooks/mag_cache.py).
+  static const std::vector<double> ratios = {1.0,     1.21094, 1.11719, 1.07812, 1.0625,  1.03906, 1.03125,
+                                             1.03906, 1.02344, 1.03125, 1.02344, 0.98047, 1.01562, 1.00781,
+                                             1.0,     1.00781, 1.0,     1.00781, 1.0,     1.0,     0.99609,
+                                             0.99609, 0.98047, 0.98828, 0.96484, 0.95703, 0.93359, 0.89062};
+  return ratios;
 }
 
 namespace nn {
 
-void StepCache::reset(const std::optional<StepCacheConfig>& call) {
+void StepCache::reset(const std::optional<StepCacheConfig>& call, int num_inference_steps) {
   active_ = call;
+  num_inference_steps_ = num_inference_steps;
   context_ = "cond";
   states_.clear();
+  mag_states_.clear();
   decisions_.clear();
+  calibrated_.clear();
+  mag_ratios_.clear();
+  if (const auto* mag = call ? std::get_if<MagCacheConfig>(&*call) : nullptr; mag && !mag->calibrate)
+    mag_ratios_ =
+        resampled(mag->mag_ratios.empty() ? flux_mag_ratios() : mag->mag_ratios, num_inference_steps);
 }
 
-BlockStreams StepCache::run(
-    size_t count, const BlockStreams& in,
-    const std::function<BlockStreams(size_t first, size_t last, const BlockStreams&)>& run_blocks) {
-  const auto* first_block = active_ ? std::get_if<FirstBlockCacheConfig>(&*active_) : nullptr;
-  if (first_block == nullptr || count < 2) return run_blocks(0, count, in);
+bool StepCache::agreed(bool computed) {
+  if (dist::world_size() <= 1) return computed;
+  // The ranks' activations agree, but a decision must not hang on their last bit.
+  uint8_t value = computed ? 1 : 0;
+  dist::broadcast_from_rank0(&value, sizeof value);
+  return value != 0;
+}
 
+BlockStreams StepCache::run(size_t count, const BlockStreams& in, const RunBlocks& run_blocks) {
+  if (!active_ || count < 2) return run_blocks(0, count, in);
+  if (const auto* first = std::get_if<FirstBlockCacheConfig>(&*active_))
+    return run_first_block(*first, count, in, run_blocks);
+  return run_mag(std::get<MagCacheConfig>(*active_), count, in, run_blocks);
+}
+
+BlockStreams StepCache::run_first_block(const FirstBlockCacheConfig& config, size_t count,
+                                        const BlockStreams& in, const RunBlocks& run_blocks) {
   const BlockStreams head = run_blocks(0, 1, in);
   const Tensor residual = sub(head.image, in.image);
   FirstBlockState& state = states_[context_];
@@ -62,15 +165,9 @@ BlockStreams StepCache::run(
     // Python float and compared with the threshold.
     const Tensor change = div(mean(abs(sub(residual, state.head_residual))), mean(abs(state.head_residual)));
     decision.change = change.item();
-    decision.computed = decision.change > first_block->threshold;
+    decision.computed = decision.change > config.threshold;
   }
-  if (dist::world_size() > 1) {
-    // Rank 0's decision on every rank: the ranks' activations agree, but a decision must not hang on their
-    // last bit.
-    uint8_t computed = decision.computed ? 1 : 0;
-    dist::broadcast_from_rank0(&computed, sizeof computed);
-    decision.computed = computed != 0;
-  }
+  decision.computed = agreed(decision.computed);
   decisions_.push_back(decision);
 
   if (!decision.computed) {
@@ -84,6 +181,64 @@ BlockStreams StepCache::run(
   state.tail_image = sub(tail.image, head.image);
   state.tail_text = tail.text.defined() && head.text.defined() ? sub(tail.text, head.text) : Tensor();
   return tail;
+}
+
+BlockStreams StepCache::run_mag(const MagCacheConfig& config, size_t count, const BlockStreams& in,
+                                const RunBlocks& run_blocks) {
+  MagState& state = mag_states_[context_];
+  Decision decision{context_, true, -1};
+  if (!config.calibrate) {
+    // diffusers' MagCacheHeadHook, its arithmetic in float32 (its ratios are a float32 tensor).
+    const int step = state.step_index;
+    const float scale =
+        step < static_cast<int>(mag_ratios_.size()) ? mag_ratios_[static_cast<size_t>(step)] : 1.0f;
+    const int retention_step = static_cast<int>(config.retention_ratio * num_inference_steps_ + 0.5);
+    if (step >= retention_step) {
+      state.accumulated_ratio *= scale;
+      state.accumulated_steps += 1;
+      state.accumulated_err += std::fabs(1.0f - state.accumulated_ratio);
+      decision.change = state.accumulated_err;
+      if (state.previous_residual.defined() &&
+          state.accumulated_err <= static_cast<float>(config.threshold) &&
+          state.accumulated_steps <= config.max_skip_steps) {
+        decision.computed = false;
+      } else {
+        state.accumulated_ratio = 1;
+        state.accumulated_steps = 0;
+        state.accumulated_err = 0;
+      }
+    }
+  }
+  decision.computed = agreed(decision.computed);
+  decisions_.push_back(decision);
+
+  // diffusers' _advance_step: after the call's last step the state starts again (the calibration is done).
+  const auto advance = [&] {
+    if (++state.step_index < num_inference_steps_) return;
+    if (config.calibrate && context_ == "cond") calibrated_ = state.calibration;
+    state = MagState{};
+  };
+  if (!decision.computed) {
+    // The blocks' input plus the last residual; the text stream as it came in.
+    BlockStreams out{add(in.image, state.previous_residual), in.text};
+    advance();
+    return out;
+  }
+  BlockStreams out = run_blocks(0, count, in);
+  const Tensor residual = sub(out.image, in.image);
+  if (config.calibrate) {
+    double ratio = 1.0;
+    if (state.previous_residual.defined()) {
+      // diffusers: mean over the tokens of |r|_2 / (|r_prev|_2 + 1e-8), the norms over the channels, in
+      // float32.
+      const auto norms = [](const Tensor& r) { return sqrt(sum(square(r.to(float32)), {-1})); };
+      ratio = mean(div(norms(residual), add(norms(state.previous_residual), 1e-8))).item();
+    }
+    state.calibration.push_back(ratio);
+  }
+  state.previous_residual = residual;
+  advance();
+  return out;
 }
 
 }  // namespace nn

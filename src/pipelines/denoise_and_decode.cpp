@@ -1,6 +1,9 @@
 // DiffusionPipeline::denoise_and_decode: the tail of every family's run
 // (kiln/pipelines/diffusion_pipeline.h).
 #include "kiln/pipelines/diffusion_pipeline.h"
+
+#include <sstream>
+
 #include "pipelines/call_control.h"
 #include "pipelines/denoise.h"
 #include "pipelines/task_stages.h"
@@ -32,6 +35,12 @@ void step_cache_metadata(const nn::StepCache& cache, int start_step,
   if (evaluations.count("uncond") > 0)
     text += "; uncond: " + (reused["uncond"].empty() ? std::string("none") : reused["uncond"]);
   metadata["cache_reused"] = text;
+  if (!cache.calibrated_mag_ratios().empty()) {
+    std::ostringstream ratios;
+    for (size_t i = 0; i < cache.calibrated_mag_ratios().size(); ++i)
+      ratios << (i ? "," : "") << cache.calibrated_mag_ratios()[i];
+    metadata["mag_ratios"] = ratios.str();
+  }
 }
 
 }  // namespace
@@ -45,7 +54,7 @@ PipelineOutput DiffusionPipeline::denoise_and_decode(
   std::unique_ptr<Scheduler> schedule = task.schedule.clone();
   // The call's step cache, its every context's state fresh (diffusers resets them after each call).
   nn::StepCache* cache = denoiser_cache();
-  if (cache != nullptr) cache->reset(call_cache(task.request));
+  if (cache != nullptr) cache->reset(call_cache(task.request), task.call.num_inference_steps);
   const Tensor latents = pipelines::denoise(
       start.latents, {.scheduler = schedule.get(),
                       .start_step = start.start_step,

@@ -309,7 +309,9 @@ std::vector<RequestField> make_fields() {
   // ---- step caching
   add(field("cache", "Step cache",
             "skip transformer work between neighbouring steps: fbcache:THRESHOLD (diffusers' First Block "
-            "Cache, e.g. fbcache:0.12) or none; unset: the transformer's enable_cache",
+            "Cache, e.g. fbcache:0.12), magcache:THRESHOLD (MagCache, e.g. magcache:0.06) or "
+            "magcache:calibrate, "
+            "or none; unset: the transformer's enable_cache",
             "--cache", "cache"),
       KILN_MEMBER(cache));
   // ---- randomness

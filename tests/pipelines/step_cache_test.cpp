@@ -138,6 +138,51 @@ TEST(FirstBlockCache, EveryModeTakesTheSameDecisions) {
   }
 }
 
+// MagCache with diffusers' FLUX_MAG_RATIOS resampled to the call's steps: diffusers' decision at every
+// evaluation (they follow from the ratios and the config), its image, and its calibration's ratios.
+class MagCache : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(MagCache, TakesDiffusersDecisionsAndGivesItsImage) {
+  const CacheCase g(GetParam());
+  const auto pipe = g.load();
+  const PipelineOutput out = (*pipe)(g.cached_request());
+  const nn::StepCache& cache = *pipe->denoiser().step_cache();
+  EXPECT_EQ(decisions_of(cache), golden_decisions(g));
+  ASSERT_EQ(out.images.size(), 1u);
+  EXPECT_LE(testing::max_level_difference(out.images[0], g["image_u8"]), 1);
+  EXPECT_EQ(out.images[0].metadata.at("cache"), step_cache_spec(parse_step_cache(g.meta("cache"))));
+  if (g.file.contains("calibration_ratios")) {
+    const std::vector<double> expected = g["calibration_ratios"].to_vector<double>();
+    ASSERT_EQ(cache.calibrated_mag_ratios().size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_NEAR(cache.calibrated_mag_ratios()[i], expected[i], 1e-4) << "step " << i;
+    EXPECT_EQ(out.images[0].metadata.count("mag_ratios"), 1u);
+    // The measured ratios given back skip steps (the tiny model's residual changes a lot: a large threshold).
+    PipelineRequest again = g.request();
+    again.cache = "magcache:0.5:ratios=" + out.images[0].metadata.at("mag_ratios");
+    (*pipe)(again);
+    EXPECT_EQ(cache.decisions().size(), expected.size());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, MagCache,
+                         ::testing::Values("mag_flux_dev_64x64_s41", "mag_flux_dev_true_cfg_64x64_s42",
+                                           "mag_calibrate_flux_schnell_48x80_s43"));
+
+TEST(StepCacheSpec, ReadsWhatItWrites) {
+  for (const char* spec : {"fbcache:0.12", "magcache:0.06:max_skip=3:retention=0.2", "magcache:calibrate",
+                           "magcache:0.1:max_skip=2:retention=0.1:ratios=1,1.2,0.9"})
+    EXPECT_EQ(step_cache_spec(parse_step_cache(spec)), spec);
+  const auto mag = std::get<MagCacheConfig>(parse_step_cache("magcache:0.06"));
+  EXPECT_EQ(mag.max_skip_steps, 3);
+  EXPECT_DOUBLE_EQ(mag.retention_ratio, 0.2);
+  EXPECT_TRUE(mag.mag_ratios.empty());
+  EXPECT_EQ(flux_mag_ratios().size(), 28u);
+  for (const char* bad : {"magcache", "magcache:x", "magcache:0.1:max_skip=1.5", "magcache:0.1:retention=2",
+                          "magcache:0.1:ratios=1,,2", "magcache:0.1:colour=red", "magcache:calibrate:0.1"})
+    EXPECT_THROW(parse_step_cache(bad), Error) << bad;
+}
+
 TEST(FirstBlockCache, BadSpecsAreRefusedByName) {
   const auto pipe = CacheCase("fbc_flux_dev_64x64_s31").load();
   for (const char* spec :

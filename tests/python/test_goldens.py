@@ -241,3 +241,21 @@ def test_first_block_cache_matches_diffusers(diffusers_config):
     assert "cache" not in plain.info and max_level_difference(plain, tensors["image_u8"]) > 1
     with pytest.raises(kiln.RequestError, match="fbcache:THRESHOLD"):
         pipe(**call, cache="fbcache:lots")
+
+
+def test_mag_cache_matches_diffusers():
+    """MagCache through diffusers' own MagCacheConfig (FLUX_MAG_RATIOS, resampled to the call's 20 steps by
+    diffusers and again, to the same, by Kiln): diffusers' image and reused steps."""
+    from diffusers.hooks import MagCacheConfig
+    from diffusers.hooks.mag_cache import FLUX_MAG_RATIOS
+
+    tensors, m = golden("step_cache", "mag_flux_dev_64x64_s41.safetensors")
+    pipe = kiln.FluxPipeline.from_pretrained(data_path("models", m["model"]))
+    steps = int(m["num_inference_steps"])
+    pipe.transformer.enable_cache(MagCacheConfig(threshold=0.06, mag_ratios=FLUX_MAG_RATIOS, num_inference_steps=steps))
+    image = pipe(prompt=m["prompt"], height=int(m["height"]), width=int(m["width"]), num_inference_steps=steps,
+                 guidance_scale=float(m["guidance_scale"]), max_sequence_length=int(m["max_sequence_length"]),
+                 generator=int(m["seed"])).images[0]
+    assert max_level_difference(image, tensors["image_u8"]) <= 1
+    reused = [str(i + 1) for i, c in enumerate(tensors["computed"].tolist()) if not c]
+    assert image.info["cache_reused"] == ",".join(reused)

@@ -2,7 +2,8 @@
 """References for step caching, made by diffusers' own hooks on the tiny test models: First Block Cache
 (`transformer.enable_cache(FirstBlockCacheConfig(threshold))`, diffusers/hooks/first_block_cache.py) on
 FluxPipeline, with and without true classifier-free guidance (its "cond" and "uncond" cache contexts), in float32
-and bfloat16.
+and bfloat16; and MagCache (`MagCacheConfig`, hooks/mag_cache.py) with diffusers' FLUX_MAG_RATIOS, and its
+calibration run.
 
 Outputs (committed; CI never runs this script):
   tests/data/goldens/step_cache/<case>.safetensors   the call's arguments and the cache in the metadata; per
@@ -43,6 +44,24 @@ CASES = [
     ("fbc_flux_dev_bf16_64x64_s34", "FluxPipeline", "flux-tiny-dev-bf16", torch.bfloat16, 0.41,
      dict(prompt="a photo of a cat", height=64, width=64, num_inference_steps=12, guidance_scale=3.5,
           max_sequence_length=32, seed=34)),
+]
+
+
+# MagCache cases: name, model, dtype, config arguments (mag_ratios: diffusers' FLUX_MAG_RATIOS unless given;
+# num_inference_steps: the call's), call arguments. The decisions follow from the ratios alone; the image checks
+# the residual that is reused.
+MAG_CASES = [
+    ("mag_flux_dev_64x64_s41", "flux-tiny-dev", torch.float32, dict(threshold=0.06),
+     dict(prompt="a photo of a cat", height=64, width=64, num_inference_steps=20, guidance_scale=3.5,
+          max_sequence_length=32, seed=41)),
+    ("mag_flux_dev_true_cfg_64x64_s42", "flux-tiny-dev", torch.float32,
+     dict(threshold=0.12, max_skip_steps=2, retention_ratio=0.1),
+     dict(prompt="a photo of a cat", negative_prompt="blurry", true_cfg_scale=3.0, height=64, width=64,
+          num_inference_steps=14, guidance_scale=3.5, max_sequence_length=32, seed=42)),
+    # Calibration: nothing skipped; the ratios of the residuals' norms, step to step.
+    ("mag_calibrate_flux_schnell_48x80_s43", "flux-tiny-schnell", torch.float32, dict(calibrate=True),
+     dict(prompt="a red fox in the snow", height=48, width=80, num_inference_steps=8, guidance_scale=0.0,
+          max_sequence_length=24, seed=43)),
 ]
 
 
@@ -100,11 +119,73 @@ def run_case(name, cls_name, model, dtype, threshold, args):
           f"{[round(c, 3) for _, c, _ in record]}, margin {margin:.4f}")
 
 
+def run_mag_case(name, model, dtype, config_args, args):
+    """MagCache: each evaluation's decision (the head hook's state.should_compute), and with calibrate the
+    ratios it measured."""
+    from diffusers.hooks import MagCacheConfig
+    from diffusers.hooks import mag_cache as mc
+
+    pipe = load_pipeline("FluxPipeline", model, dtype)
+    config_args = dict(config_args)
+    if not config_args.get("calibrate"):
+        config_args.setdefault("mag_ratios", mc.FLUX_MAG_RATIOS)
+    config = MagCacheConfig(num_inference_steps=args["num_inference_steps"], **config_args)
+    record, ratios = [], []
+    head = mc.MagCacheHeadHook.new_forward
+    advance = mc.MagCacheBlockHook._advance_step
+
+    def spy_head(self, module, *a, **k):
+        out = head(self, module, *a, **k)
+        state = self.state_manager.get_state()
+        record.append((self.state_manager.context.name, bool(state.should_compute)))
+        return out
+
+    def spy_advance(self, state):
+        if state.step_index + 1 >= self.config.num_inference_steps and self.config.calibrate:
+            ratios.append(list(state.calibration_ratios))
+        return advance(self, state)
+
+    mc.MagCacheHeadHook.new_forward = spy_head  # before enable_cache: the registry binds new_forward then
+    mc.MagCacheBlockHook._advance_step = spy_advance
+    try:
+        pipe.transformer.enable_cache(config)
+        args = dict(args)
+        seed = args.pop("seed")
+        spec = "magcache:calibrate" if config_args.get("calibrate") else (
+            f"magcache:{config_args['threshold']}"
+            + (f":max_skip={config_args['max_skip_steps']}" if "max_skip_steps" in config_args else "")
+            + (f":retention={config_args['retention_ratio']}" if "retention_ratio" in config_args else ""))
+        meta = dict(args, seed=seed, pipeline="FluxPipeline", model=model, dtype=str(dtype).split(".")[-1],
+                    cache=spec)
+        result, steps = call_tracking_latents(
+            pipe, dict(args, generator=torch.Generator().manual_seed(seed), output_type="np"))
+    finally:
+        mc.MagCacheHeadHook.new_forward = head
+        mc.MagCacheBlockHook._advance_step = advance
+    out = {
+        "context": torch.tensor([0 if ctx == "cond" else 1 for ctx, _ in record], dtype=torch.int64),
+        "computed": torch.tensor([int(c) for _, c in record], dtype=torch.int64),
+        "latents_final": steps[-1],
+        "image_u8": torch.from_numpy(np.round(result.images[0] * 255).astype(np.uint8)),
+    }
+    if ratios:
+        out["calibration_ratios"] = torch.tensor(ratios[0], dtype=torch.float64)
+    os.makedirs(OUT, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(OUT, name + ".safetensors"),
+              {k: str(v) for k, v in meta.items()})
+    reused = [i for i, (_, c) in enumerate(record) if not c]
+    print(f"{name}: {len(record)} evaluations, reused {reused}"
+          + (f", calibration ratios {[round(r, 4) for r in ratios[0]]}" if ratios else ""))
+
+
 def main():
     wanted = set(sys.argv[1:])
     for case in CASES:
         if not wanted or case[0] in wanted:
             run_case(*case)
+    for case in MAG_CASES:
+        if not wanted or case[0] in wanted:
+            run_mag_case(*case)
 
 
 if __name__ == "__main__":

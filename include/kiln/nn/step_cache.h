@@ -1,10 +1,16 @@
 // Step caching: skipping transformer work between neighbouring denoising steps, as diffusers'
-// `transformer.enable_cache(config)` does (diffusers/hooks/). Kiln has diffusers' First Block Cache
-// (FirstBlockCacheConfig): the first repeated block always runs; the rest run only when the first block's
-// residual (its output less its input) changed by more than `threshold` since the last step that ran them,
-// relative to that step's (mean |r - r_prev| / mean |r_prev|); otherwise the residuals the rest added then
-// are added to the first block's output. The same threshold gives diffusers' decisions, step by step, and its
-// image.
+// `transformer.enable_cache(config)` does (diffusers/hooks/). Kiln has two of diffusers' caches:
+//
+//   First Block Cache (FirstBlockCacheConfig): the first repeated block always runs; the rest run only when
+//   the first block's residual (its output less its input) changed by more than `threshold` since the last
+//   step that ran them, relative to that step's (mean |r - r_prev| / mean |r_prev|); otherwise the residuals
+//   the rest added then are added to the first block's output.
+//
+//   MagCache (MagCacheConfig): the decision comes before any block, from the checkpoint's magnitude ratios
+//   (how much the blocks' residual grows step to step, measured once by a calibration run): while the error
+//   those ratios accumulate stays small, every block is skipped and the last residual added to their input.
+//
+// The same config gives diffusers' decisions, step by step, and its image.
 //
 //   pipe.transformer().enable_cache(kiln::FirstBlockCacheConfig{.threshold = 0.12});
 //   kiln generate ... --cache fbcache:0.12           (a call's own cache: the request field `cache`)
@@ -31,14 +37,31 @@ struct FirstBlockCacheConfig {
   double threshold = 0.05;
 };
 
-// The caches Kiln has, by diffusers' config classes.
-using StepCacheConfig = std::variant<FirstBlockCacheConfig>;
+// diffusers' MagCacheConfig (hooks/mag_cache.py): from the step `retention_ratio` of the call's steps in, the
+// blocks are skipped while the error accumulated from the magnitude ratios, sum |1 - prod ratio|, stays
+// within `threshold`, for at most `max_skip_steps` steps in a row. `mag_ratios` are the checkpoint's, one per
+// step (resampled to the call's steps as diffusers does); empty: diffusers' FLUX_MAG_RATIOS (FLUX.1-dev's).
+// `calibrate` skips nothing and measures the ratios instead (StepCache::calibrated_mag_ratios). diffusers'
+// own num_inference_steps is the call's here.
+struct MagCacheConfig {
+  double threshold = 0.06;
+  int max_skip_steps = 3;
+  double retention_ratio = 0.2;
+  std::vector<double> mag_ratios;
+  bool calibrate = false;
+};
 
-// "fbcache:0.12" (kiln generate --cache, the request field `cache`): the config; throws kiln::Error naming
-// the forms it takes for anything else.
+// The caches Kiln has, by diffusers' config classes.
+using StepCacheConfig = std::variant<FirstBlockCacheConfig, MagCacheConfig>;
+
+// "fbcache:0.12", "magcache:0.06[:max_skip=3][:retention=0.2][:ratios=1.0,1.21,...]" or "magcache:calibrate"
+// (kiln generate --cache, the request field `cache`): the config; throws kiln::Error naming the forms it
+// takes for anything else.
 StepCacheConfig parse_step_cache(const std::string& spec);
-// The form parse_step_cache reads back: "fbcache:0.12".
+// The form parse_step_cache reads back: "fbcache:0.12", "magcache:0.06:max_skip=3:retention=0.2".
 std::string step_cache_spec(const StepCacheConfig& config);
+// diffusers' FLUX_MAG_RATIOS: FLUX.1-dev's magnitude ratios at its 28 steps.
+const std::vector<double>& flux_mag_ratios();
 
 namespace nn {
 
@@ -51,36 +74,38 @@ struct BlockStreams {
 
 class StepCache {
  public:
-  // One transformer evaluation's decision: its context, whether the blocks after the first ran, and the
-  // change that decided it (-1 for a context's first evaluation, which always runs them).
+  // One transformer evaluation's decision: its context, whether the blocks (after the first, for First Block
+  // Cache) ran, and what decided it: First Block Cache's relative change, MagCache's accumulated error (-1
+  // where nothing was measured: a context's first evaluation, MagCache's retained steps).
   struct Decision {
     std::string context;
     bool computed = true;
     double change = -1;
   };
+  using RunBlocks = std::function<BlockStreams(size_t first, size_t last, const BlockStreams&)>;
 
   // diffusers' enable_cache / disable_cache: the cache every call uses unless its request names its own.
   void enable(const StepCacheConfig& config) { config_ = config; }
   void disable() { config_.reset(); }
   const std::optional<StepCacheConfig>& config() const { return config_; }
 
-  // At the start of a pipeline call: every context's state forgotten, the context "cond", and `call` the
-  // cache in effect until the next reset (the request's, else the enabled one; nullopt: none).
-  void reset(const std::optional<StepCacheConfig>& call);
+  // At the start of a pipeline call of `num_inference_steps` steps: every context's state forgotten, the
+  // context "cond", and `call` the cache in effect until the next reset (the request's, else the enabled one;
+  // nullopt: none).
+  void reset(const std::optional<StepCacheConfig>& call, int num_inference_steps);
   // diffusers' cache_context: the state the following evaluations read and write.
   void set_context(const std::string& name) { context_ = name; }
   // The cache in effect for the current call.
   const std::optional<StepCacheConfig>& active() const { return active_; }
   // This call's decisions so far, one per transformer evaluation.
   const std::vector<Decision>& decisions() const { return decisions_; }
+  // MagCache's calibration: the ratios this call measured ("cond"'s), once it has run all its steps.
+  const std::vector<double>& calibrated_mag_ratios() const { return calibrated_; }
 
   // Runs `count` repeated blocks on `in`: run_blocks(first, last, streams) runs blocks [first, last) and
-  // returns their output streams. Without a cache, all at once; with First Block Cache, block 0, the
-  // decision, then blocks [1, count) or the cached residuals. Under tensor parallelism the decision is rank
-  // 0's, broadcast, so that every rank takes the same path.
-  BlockStreams run(
-      size_t count, const BlockStreams& in,
-      const std::function<BlockStreams(size_t first, size_t last, const BlockStreams&)>& run_blocks);
+  // returns their output streams. Without a cache, all at once; with one, as its config says. Under tensor
+  // parallelism every decision is rank 0's, broadcast, so that every rank takes the same path.
+  BlockStreams run(size_t count, const BlockStreams& in, const RunBlocks& run_blocks);
 
  private:
   // One context's First Block Cache state (diffusers' FBCSharedBlockState).
@@ -88,11 +113,30 @@ class StepCache {
     Tensor head_residual;          // the first block's residual at the last evaluation that ran the rest
     Tensor tail_image, tail_text;  // what the rest added to the first block's output then
   };
+  // One context's MagCache state (diffusers' MagCacheState); the accumulators are float32, as diffusers'
+  // products of its float32 ratios are.
+  struct MagState {
+    Tensor previous_residual;  // what the blocks added to their input at the last evaluation that ran them
+    float accumulated_ratio = 1, accumulated_err = 0;
+    int accumulated_steps = 0, step_index = 0;
+    std::vector<double> calibration;
+  };
+  BlockStreams run_first_block(const FirstBlockCacheConfig& config, size_t count, const BlockStreams& in,
+                               const RunBlocks& run_blocks);
+  BlockStreams run_mag(const MagCacheConfig& config, size_t count, const BlockStreams& in,
+                       const RunBlocks& run_blocks);
+  // Rank 0's decision on every rank.
+  static bool agreed(bool computed);
+
   std::optional<StepCacheConfig> config_;
   std::optional<StepCacheConfig> active_;
+  int num_inference_steps_ = 0;
+  std::vector<float> mag_ratios_;  // the active MagCache's ratios at the call's steps
   std::string context_ = "cond";
   std::map<std::string, FirstBlockState> states_;
+  std::map<std::string, MagState> mag_states_;
   std::vector<Decision> decisions_;
+  std::vector<double> calibrated_;
 };
 
 }  // namespace nn
