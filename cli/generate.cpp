@@ -225,10 +225,13 @@ void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, co
     std::fprintf(stderr, "kiln: wrote %s (%dx%d, seed %llu)\n", path.c_str(), image.width, image.height,
                  static_cast<unsigned long long>(seed));
   }
-  if (!out.images.empty() && out.images[0].metadata.count("cache") > 0)
-    std::fprintf(stderr, "kiln: step cache %s: the blocks were reused at steps %s (computed at the others)\n",
-                 out.images[0].metadata.at("cache").c_str(),
-                 out.images[0].metadata.at("cache_reused").c_str());
+  if (!out.images.empty() && out.images[0].metadata.count("cache") > 0) {
+    const std::string& reused = out.images[0].metadata.at("cache_reused");
+    std::fprintf(stderr, "kiln: step cache %s: %s\n", out.images[0].metadata.at("cache").c_str(),
+                 reused == "none"
+                     ? "every step ran its blocks"
+                     : ("the blocks were reused at steps " + reused + " (computed at the others)").c_str());
+  }
   if (!out.images.empty() && out.images[0].metadata.count("mag_ratios") > 0)
     std::fprintf(stderr,
                  "kiln: MagCache calibration: the magnitude ratios of this model at %s steps are %s (use "
