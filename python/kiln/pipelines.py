@@ -51,11 +51,38 @@ class MagCacheConfig:
     calibrate: bool = False
 
 
+@dataclasses.dataclass
+class TaylorSeerCacheConfig:
+    """diffusers' TaylorSeerCacheConfig (its default identifiers: every attention of the blocks): computed at the
+    first `disable_cache_before_step` steps and one in `cache_interval` (and from `disable_cache_after_step`),
+    forecast by a Taylor series of order `max_order` in between, its factors kept in `taylor_factors_dtype`
+    ("bfloat16" or "float32", or torch's)."""
+
+    cache_interval: int = 5
+    disable_cache_before_step: int = 3
+    disable_cache_after_step: int = None
+    max_order: int = 1
+    taylor_factors_dtype: object = "bfloat16"
+
+
 def _step_cache_spec(config):
     """The spec Kiln's engine reads ("fbcache:0.12") of a cache config, Kiln's or diffusers' (by its class
     name, so that diffusers need not be imported here)."""
     if type(config).__name__ == "FirstBlockCacheConfig":
         return f"fbcache:{float(config.threshold)!r}"
+    if type(config).__name__ == "TaylorSeerCacheConfig":
+        if getattr(config, "skip_predict_identifiers", None) or getattr(config, "cache_identifiers", None) or \
+                getattr(config, "use_lite_mode", False):
+            raise ValueError("enable_cache: Kiln's TaylorSeer forecasts every attention of the blocks (diffusers' "
+                             "default identifiers); other identifiers and lite mode are not in Kiln")
+        factors = _convert.dtype_name(config.taylor_factors_dtype)
+        if factors not in ("bfloat16", "float32"):
+            raise ValueError(f"enable_cache: TaylorSeer keeps its factors in bfloat16 or float32, not {factors}")
+        spec = (f"taylorseer:interval={int(config.cache_interval)}:warmup={int(config.disable_cache_before_step)}"
+                f":order={int(config.max_order)}")
+        if config.disable_cache_after_step is not None:
+            spec += f":until={int(config.disable_cache_after_step)}"
+        return spec + (":factors=f32" if factors == "float32" else "")
     if type(config).__name__ == "MagCacheConfig":
         if config.calibrate:
             return "magcache:calibrate"
@@ -66,7 +93,8 @@ def _step_cache_spec(config):
         return spec
     if isinstance(config, str):
         return config
-    raise TypeError(f"enable_cache: Kiln has diffusers' FirstBlockCacheConfig and MagCacheConfig; got "
+    raise TypeError(f"enable_cache: Kiln has diffusers' FirstBlockCacheConfig, MagCacheConfig and "
+                    f"TaylorSeerCacheConfig; got "
                     f"{type(config).__name__}")
 
 
@@ -354,4 +382,5 @@ def _pipeline_classes():
 
 
 globals().update(_pipeline_classes())
-__all__ = ["DiffusionPipeline", "FirstBlockCacheConfig", "MagCacheConfig", "PipelineOutput", *sorted(_CLASSES)]
+__all__ = ["DiffusionPipeline", "FirstBlockCacheConfig", "MagCacheConfig", "PipelineOutput", "TaylorSeerCacheConfig",
+           *sorted(_CLASSES)]

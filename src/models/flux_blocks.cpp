@@ -53,6 +53,16 @@ Tensor FluxAttention::heads_normed(const nn::Linear& proj, const nn::RMSNorm& no
 
 std::pair<Tensor, Tensor> FluxAttention::forward_joint(const Tensor& x, const Tensor& c,
                                                        const FluxRopeTables& rope, const Tensor& bias) const {
+  if (step_cache_ == nullptr || !step_cache_->forecasts_modules()) return joint(x, c, rope, bias);
+  const std::vector<Tensor> out = step_cache_->module_outputs(this, [&] {
+    const auto [image, text] = joint(x, c, rope, bias);
+    return std::vector<Tensor>{image, text};
+  });
+  return {out[0], out[1]};
+}
+
+std::pair<Tensor, Tensor> FluxAttention::joint(const Tensor& x, const Tensor& c, const FluxRopeTables& rope,
+                                               const Tensor& bias) const {
   // Text first along the sequence, for q, k, v and the rotary tables alike.
   const Tensor q =
       concat({heads_normed(*add_q_proj_, *norm_added_q_, c), heads_normed(to_q_, norm_q_, x)}, 1);
@@ -65,6 +75,11 @@ std::pair<Tensor, Tensor> FluxAttention::forward_joint(const Tensor& x, const Te
 }
 
 Tensor FluxAttention::forward_self(const Tensor& s, const FluxRopeTables& rope, const Tensor& bias) const {
+  if (step_cache_ == nullptr || !step_cache_->forecasts_modules()) return self(s, rope, bias);
+  return step_cache_->module_outputs(this, [&] { return std::vector<Tensor>{self(s, rope, bias)}; })[0];
+}
+
+Tensor FluxAttention::self(const Tensor& s, const FluxRopeTables& rope, const Tensor& bias) const {
   return rope_attention(heads_normed(to_q_, norm_q_, s), heads_normed(to_k_, norm_k_, s), heads(to_v_, s),
                         rope.cos, rope.sin, bias);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/nn/layers.h"
+#include "kiln/nn/step_cache.h"
 #include "models/dit_layers.h"
 #include "models/flux_embeddings.h"
 
@@ -32,8 +33,15 @@ class FluxAttention : public nn::Module {
   // Self-attention over one stream (the single-stream blocks); returns [B, S, heads * head_dim], no
   // projection.
   Tensor forward_self(const Tensor& s, const FluxRopeTables& rope, const Tensor& bias = {}) const;
+  // TaylorSeer (kiln/nn/step_cache.h): the step cache that may forecast this attention's outputs, as
+  // diffusers' hook on `...blocks.N.attn` does; null (the default): none.
+  void use_step_cache(nn::StepCache* cache) { step_cache_ = cache; }
 
  private:
+  std::pair<Tensor, Tensor> joint(const Tensor& x, const Tensor& c, const FluxRopeTables& rope,
+                                  const Tensor& bias) const;
+  Tensor self(const Tensor& s, const FluxRopeTables& rope, const Tensor& bias) const;
+  nn::StepCache* step_cache_ = nullptr;
   // [B, S, H, D] head-split q or k after the projection, QK-normed (torch.nn.RMSNorm).
   Tensor heads_normed(const nn::Linear& proj, const nn::RMSNorm& norm, const Tensor& x) const;
   Tensor heads(const nn::Linear& proj, const Tensor& x) const;
@@ -67,6 +75,7 @@ class FluxTransformerBlock : public nn::Module {
   std::pair<Tensor, Tensor> forward(const Tensor& x, const Tensor& c, const Tensor& silu_temb,
                                     const FluxRopeTables& rope) const;
   bool supports_compile() const override { return true; }
+  void use_step_cache(nn::StepCache* cache) { attn_.use_step_cache(cache); }
 
  private:
   std::pair<Tensor, Tensor> forward_eager(const Tensor& x, const Tensor& c, const Tensor& silu_temb,
@@ -85,6 +94,7 @@ class FluxSingleTransformerBlock : public nn::Module {
                              const nn::TensorParallel& tp = {});
   Tensor forward(const Tensor& s, const Tensor& silu_temb, const FluxRopeTables& rope) const;
   bool supports_compile() const override { return true; }
+  void use_step_cache(nn::StepCache* cache) { attn_.use_step_cache(cache); }
 
  private:
   Tensor forward_eager(const Tensor& s, const Tensor& silu_temb, const FluxRopeTables& rope) const;

@@ -43,6 +43,7 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& conf
     transformer_blocks_.push_back(std::make_unique<FluxTransformerBlock>(dim, config.num_attention_heads,
                                                                          config.attention_head_dim, tp));
     register_module("transformer_blocks." + std::to_string(i), transformer_blocks_.back().get());
+    transformer_blocks_.back()->use_step_cache(&step_cache_);  // TaylorSeer forecasts the attentions
   }
   const auto mlp_hidden = static_cast<int64_t>(static_cast<double>(dim) * kSingleMlpRatio);
   for (int64_t i = 0; i < config.num_single_layers; ++i) {
@@ -50,6 +51,7 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& conf
         dim, config.num_attention_heads, config.attention_head_dim, mlp_hidden, tp));
     register_module("single_transformer_blocks." + std::to_string(i),
                     single_transformer_blocks_.back().get());
+    single_transformer_blocks_.back()->use_step_cache(&step_cache_);
   }
   norm_out_ = std::make_unique<AdaLayerNormContinuous>(dim, /*bias=*/true, tp);
   register_module("norm_out", norm_out_.get());

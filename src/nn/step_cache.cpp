@@ -15,7 +15,8 @@ namespace {
 
 constexpr const char* kForms =
     "fbcache:THRESHOLD (First Block Cache, e.g. fbcache:0.12), magcache:THRESHOLD[:max_skip=N][:retention=R]"
-    "[:ratios=R1,R2,...] or magcache:calibrate (MagCache), or none";
+    "[:ratios=R1,R2,...] or magcache:calibrate (MagCache), taylorseer[:interval=N][:warmup=N][:order=N]"
+    "[:until=N][:factors=bf16|f32] (TaylorSeer), or none";
 
 // A finite number >= 0 from `text`; throws naming `spec` and `what`.
 double number_in(const std::string& spec, const std::string& text, const char* what) {
@@ -73,6 +74,41 @@ MagCacheConfig parse_mag_cache(const std::string& spec, const std::vector<std::s
   return config;
 }
 
+// A whole number from 0 to `max`.
+int whole_in(const std::string& spec, const std::string& text, const char* what, int max) {
+  const double n = number_in(spec, text, what);
+  KILN_CHECK(n == std::floor(n) && n <= max, "step cache '" << spec << "': " << what
+                                                            << " must be a whole number up to " << max
+                                                            << ", got '" << text << "'");
+  return static_cast<int>(n);
+}
+
+TaylorSeerCacheConfig parse_taylorseer(const std::string& spec, const std::vector<std::string>& parts) {
+  TaylorSeerCacheConfig config;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const size_t equals = parts[i].find('=');
+    const std::string key = parts[i].substr(0, equals);
+    const std::string value = equals == std::string::npos ? "" : parts[i].substr(equals + 1);
+    if (key == "interval") {
+      config.cache_interval = whole_in(spec, value, "interval", 1000);
+      KILN_CHECK(config.cache_interval >= 1, "step cache '" << spec << "': interval must be at least 1");
+    } else if (key == "warmup") {
+      config.disable_cache_before_step = whole_in(spec, value, "warmup", 1000);
+      KILN_CHECK(config.disable_cache_before_step >= 1,
+                 "step cache '" << spec << "': warmup must be at least 1 (a forecast needs a computed step)");
+    } else if (key == "until") {
+      config.disable_cache_after_step = whole_in(spec, value, "until", 1000);
+    } else if (key == "order") {
+      config.max_order = whole_in(spec, value, "order", 8);
+    } else if (key == "factors" && (value == "bf16" || value == "f32")) {
+      config.factors_dtype = value == "bf16" ? bfloat16 : float32;
+    } else {
+      KILN_FAIL("step cache '" << spec << "': unknown option '" << parts[i] << "' (" << kForms << ")");
+    }
+  }
+  return config;
+}
+
 // diffusers' nearest_interp: `ratios` (float32) at `steps` points, index round(i * scale) in float32 with
 // ties to even, as torch.round does.
 std::vector<float> resampled(const std::vector<double>& ratios, int steps) {
@@ -93,6 +129,7 @@ std::vector<float> resampled(const std::vector<double>& ratios, int steps) {
 StepCacheConfig parse_step_cache(const std::string& spec) {
   const std::vector<std::string> parts = split(spec, ':');
   if (parts[0] == "magcache") return parse_mag_cache(spec, parts);
+  if (parts[0] == "taylorseer") return parse_taylorseer(spec, parts);
   KILN_CHECK(parts[0] == "fbcache" && parts.size() == 2, "step cache '" << spec << "': expected " << kForms);
   return FirstBlockCacheConfig{.threshold = number_in(spec, parts[1], "the threshold")};
 }
@@ -101,6 +138,13 @@ std::string step_cache_spec(const StepCacheConfig& config) {
   std::ostringstream out;
   if (const auto* first = std::get_if<FirstBlockCacheConfig>(&config)) {
     out << "fbcache:" << first->threshold;
+    return out.str();
+  }
+  if (const auto* taylor = std::get_if<TaylorSeerCacheConfig>(&config)) {
+    out << "taylorseer:interval=" << taylor->cache_interval << ":warmup=" << taylor->disable_cache_before_step
+        << ":order=" << taylor->max_order;
+    if (taylor->disable_cache_after_step) out << ":until=" << *taylor->disable_cache_after_step;
+    if (taylor->factors_dtype == float32) out << ":factors=f32";
     return out.str();
   }
   const auto& mag = std::get<MagCacheConfig>(config);
@@ -131,6 +175,8 @@ void StepCache::reset(const std::optional<StepCacheConfig>& call, int num_infere
   context_ = "cond";
   states_.clear();
   mag_states_.clear();
+  taylor_states_.clear();
+  evaluations_.clear();
   decisions_.clear();
   calibrated_.clear();
   mag_ratios_.clear();
@@ -147,10 +193,83 @@ bool StepCache::agreed(bool computed) {
   return value != 0;
 }
 
+namespace {
+
+// diffusers' TaylorSeerCacheHook._measure_should_compute at evaluation `step` (from 0).
+bool taylor_computes(const TaylorSeerCacheConfig& config, int step) {
+  const int since = step - config.disable_cache_before_step - 1;
+  const int interval = config.cache_interval;
+  const bool warmup = step < config.disable_cache_before_step;
+  const bool on_interval = ((since % interval) + interval) % interval == 0;  // Python's modulo
+  const bool cooldown = config.disable_cache_after_step && step >= *config.disable_cache_after_step;
+  return warmup || on_interval || cooldown;
+}
+
+}  // namespace
+
+bool StepCache::forecasts_modules() const {
+  return active_ && std::holds_alternative<TaylorSeerCacheConfig>(*active_);
+}
+
+std::vector<Tensor> StepCache::module_outputs(const void* key,
+                                              const std::function<std::vector<Tensor>()>& compute) {
+  if (!forecasts_modules()) return compute();
+  const auto& config = std::get<TaylorSeerCacheConfig>(*active_);
+  TaylorState& state = taylor_states_[{context_, key}];
+  state.current_step += 1;
+  if (taylor_computes(config, state.current_step)) {
+    std::vector<Tensor> outputs = compute();
+    // diffusers' TaylorSeerState.update: divided differences up to max_order against the last factors (read
+    // back in the outputs' dtype), all kept in the factors' dtype.
+    std::vector<std::vector<Tensor>> factors;
+    state.dtypes.clear();
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      state.dtypes.push_back(outputs[i].dtype());
+      std::vector<Tensor> next{outputs[i]};
+      if (state.last_update_step && i < state.factors.size()) {
+        const double delta = state.current_step - *state.last_update_step;
+        const std::vector<Tensor>& previous = state.factors[i];
+        for (size_t j = 0; j < static_cast<size_t>(config.max_order) && j < previous.size(); ++j) {
+          if (previous[j].shape() != next[j].shape()) break;
+          next.push_back(div(sub(next[j], previous[j].to(outputs[i].dtype())), delta));
+        }
+      }
+      for (Tensor& f : next) f = f.to(config.factors_dtype);
+      factors.push_back(std::move(next));
+    }
+    state.factors = std::move(factors);
+    state.last_update_step = state.current_step;
+    return outputs;
+  }
+  // diffusers' TaylorSeerState.predict: the sum over the orders of factor * offset^order / order!, in the
+  // outputs' dtype, from zeros.
+  const double offset = state.current_step - *state.last_update_step;
+  std::vector<Tensor> outputs;
+  for (size_t i = 0; i < state.factors.size(); ++i) {
+    const DType dtype = state.dtypes[i];
+    const Tensor& first = state.factors[i][0];
+    Tensor out = Tensor::zeros(first.shape(), dtype, first.device());
+    double factorial = 1;
+    for (size_t order = 0; order < state.factors[i].size(); ++order) {
+      if (order > 0) factorial *= static_cast<double>(order);
+      out = add(out, mul(state.factors[i][order].to(dtype),
+                         std::pow(offset, static_cast<double>(order)) / factorial));
+    }
+    outputs.push_back(out);
+  }
+  return outputs;
+}
+
 BlockStreams StepCache::run(size_t count, const BlockStreams& in, const RunBlocks& run_blocks) {
   if (!active_ || count < 2) return run_blocks(0, count, in);
   if (const auto* first = std::get_if<FirstBlockCacheConfig>(&*active_))
     return run_first_block(*first, count, in, run_blocks);
+  if (const auto* taylor = std::get_if<TaylorSeerCacheConfig>(&*active_)) {
+    // The attentions decide for themselves (module_outputs): the same schedule, recorded here.
+    const int step = evaluations_[context_]++;
+    decisions_.push_back({context_, taylor_computes(*taylor, step), -1});
+    return run_blocks(0, count, in);
+  }
   return run_mag(std::get<MagCacheConfig>(*active_), count, in, run_blocks);
 }
 

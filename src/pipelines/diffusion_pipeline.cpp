@@ -56,7 +56,19 @@ const PipelineClass& DiffusionPipeline::registered_class() const {
 void DiffusionPipeline::check_request(const PipelineRequest& request) const {
   registered_class().check_fields(request);
   check_loaded_request(request);
-  if (call_cache(request) && const_cast<DiffusionPipeline*>(this)->denoiser().is_compiled())
+  const std::optional<StepCacheConfig> cache = call_cache(request);
+  const nn::Module& denoiser = const_cast<DiffusionPipeline*>(this)->denoiser();
+  if (cache && std::holds_alternative<TaylorSeerCacheConfig>(*cache)) {
+    bool blocks_compiled = denoiser.is_compiled();
+    for (const nn::BlockList& list : denoiser.repeated_blocks())
+      blocks_compiled = blocks_compiled || (!list.blocks.empty() && list.blocks.front()->is_compiled());
+    if (blocks_compiled)
+      throw RequestError(
+          "cache",
+          "TaylorSeer forecasts each attention inside the blocks, which a compiled block program "
+          "runs whole: it runs in the eager modes (--mode eager or fuse)");
+  }
+  if (cache && denoiser.is_compiled())
     throw RequestError(
         "cache",
         "in compile mode the whole transformer is one program, so a step cache cannot "

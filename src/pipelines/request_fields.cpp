@@ -307,12 +307,13 @@ std::vector<RequestField> make_fields() {
              0, 1, "--cfg-truncation", "cfg_truncation"),
       KILN_MEMBER(cfg_truncation));
   // ---- step caching
-  add(field("cache", "Step cache",
-            "skip transformer work between neighbouring steps: fbcache:THRESHOLD (diffusers' First Block "
-            "Cache, e.g. fbcache:0.12), magcache:THRESHOLD (MagCache, e.g. magcache:0.06) or "
-            "magcache:calibrate, "
-            "or none; unset: the transformer's enable_cache",
-            "--cache", "cache"),
+  add(field(
+          "cache", "Step cache",
+          "skip transformer work between neighbouring steps: fbcache:THRESHOLD (diffusers' First Block "
+          "Cache, e.g. fbcache:0.12), magcache:THRESHOLD (MagCache, e.g. magcache:0.06), magcache:calibrate, "
+          "taylorseer (TaylorSeer, e.g. taylorseer:interval=5), or none; unset: the transformer's "
+          "enable_cache",
+          "--cache", "cache"),
       KILN_MEMBER(cache));
   // ---- randomness
   add(with_list_form(field("generator", "Seed",

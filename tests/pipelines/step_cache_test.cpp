@@ -169,17 +169,60 @@ INSTANTIATE_TEST_SUITE_P(Goldens, MagCache,
                          ::testing::Values("mag_flux_dev_64x64_s41", "mag_flux_dev_true_cfg_64x64_s42",
                                            "mag_calibrate_flux_schnell_48x80_s43"));
 
+// TaylorSeer on every attention of the blocks: diffusers' schedule (the forecast evaluations) and its image,
+// the factors kept in bfloat16 (its default) or float32 of order 2 with a cool-down, true CFG's contexts
+// apart; compiled blocks refuse it by name.
+class TaylorSeer : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TaylorSeer, ForecastsAsDiffusersDoesAndGivesItsImage) {
+  const CacheCase g(GetParam());
+  const auto pipe = g.load();
+  const PipelineOutput out = (*pipe)(g.cached_request());
+  EXPECT_EQ(decisions_of(*pipe->denoiser().step_cache()), golden_decisions(g));
+  ASSERT_EQ(out.images.size(), 1u);
+  EXPECT_LE(testing::max_level_difference(out.images[0], g["image_u8"]), 1);
+  EXPECT_EQ(out.images[0].metadata.at("cache"), g.meta("cache"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, TaylorSeer,
+                         ::testing::Values("taylor_flux_dev_64x64_s51",
+                                           "taylor_flux_dev_true_cfg_64x64_s52"));
+
+TEST(TaylorSeer, RunsInTheEagerModesOnly) {
+  const CacheCase g("taylor_flux_dev_64x64_s51");
+  const auto fused = g.load();
+  fused->configure({.mode = ExecutionMode::Fuse});
+  EXPECT_LE(testing::max_level_difference((*fused)(g.cached_request()).images[0], g["image_u8"]), 1);
+  const auto blocks = g.load();
+  blocks->configure({.mode = ExecutionMode::CompileBlocks});
+  try {
+    (*blocks)(g.cached_request());
+    ADD_FAILURE() << "compiled blocks ran TaylorSeer";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.field(), "cache");
+    EXPECT_NE(std::string(e.what()).find("eager modes"), std::string::npos) << e.what();
+  }
+}
+
 TEST(StepCacheSpec, ReadsWhatItWrites) {
-  for (const char* spec : {"fbcache:0.12", "magcache:0.06:max_skip=3:retention=0.2", "magcache:calibrate",
-                           "magcache:0.1:max_skip=2:retention=0.1:ratios=1,1.2,0.9"})
+  for (const char* spec :
+       {"fbcache:0.12", "magcache:0.06:max_skip=3:retention=0.2", "magcache:calibrate",
+        "magcache:0.1:max_skip=2:retention=0.1:ratios=1,1.2,0.9", "taylorseer:interval=5:warmup=3:order=1",
+        "taylorseer:interval=3:warmup=2:order=2:until=10:factors=f32"})
     EXPECT_EQ(step_cache_spec(parse_step_cache(spec)), spec);
   const auto mag = std::get<MagCacheConfig>(parse_step_cache("magcache:0.06"));
   EXPECT_EQ(mag.max_skip_steps, 3);
   EXPECT_DOUBLE_EQ(mag.retention_ratio, 0.2);
   EXPECT_TRUE(mag.mag_ratios.empty());
   EXPECT_EQ(flux_mag_ratios().size(), 28u);
+  const auto taylor = std::get<TaylorSeerCacheConfig>(parse_step_cache("taylorseer"));
+  EXPECT_EQ(taylor.cache_interval, 5);
+  EXPECT_EQ(taylor.disable_cache_before_step, 3);
+  EXPECT_EQ(taylor.factors_dtype, bfloat16);
   for (const char* bad : {"magcache", "magcache:x", "magcache:0.1:max_skip=1.5", "magcache:0.1:retention=2",
-                          "magcache:0.1:ratios=1,,2", "magcache:0.1:colour=red", "magcache:calibrate:0.1"})
+                          "magcache:0.1:ratios=1,,2", "magcache:0.1:colour=red", "magcache:calibrate:0.1",
+                          "taylorseer:interval=0", "taylorseer:warmup=0", "taylorseer:order=1.5",
+                          "taylorseer:factors=f16", "taylorseer:5"})
     EXPECT_THROW(parse_step_cache(bad), Error) << bad;
 }
 

@@ -259,3 +259,23 @@ def test_mag_cache_matches_diffusers():
     assert max_level_difference(image, tensors["image_u8"]) <= 1
     reused = [str(i + 1) for i, c in enumerate(tensors["computed"].tolist()) if not c]
     assert image.info["cache_reused"] == ",".join(reused)
+
+
+def test_taylorseer_matches_diffusers():
+    """TaylorSeer through diffusers' own TaylorSeerCacheConfig (float32 factors of order 2, a cool-down, true
+    CFG): diffusers' image; a lite-mode config, which Kiln does not have, is refused by name."""
+    from diffusers.hooks import TaylorSeerCacheConfig
+
+    tensors, m = golden("step_cache", "taylor_flux_dev_true_cfg_64x64_s52.safetensors")
+    pipe = kiln.FluxPipeline.from_pretrained(data_path("models", m["model"]))
+    pipe.transformer.enable_cache(TaylorSeerCacheConfig(cache_interval=3, disable_cache_before_step=2, max_order=2,
+                                                        taylor_factors_dtype=torch.float32,
+                                                        disable_cache_after_step=10))
+    image = pipe(prompt=m["prompt"], negative_prompt=m["negative_prompt"], true_cfg_scale=float(m["true_cfg_scale"]),
+                 height=int(m["height"]), width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]),
+                 guidance_scale=float(m["guidance_scale"]), max_sequence_length=int(m["max_sequence_length"]),
+                 generator=int(m["seed"])).images[0]
+    assert max_level_difference(image, tensors["image_u8"]) <= 1
+    assert image.info["cache"] == m["cache"]
+    with pytest.raises(ValueError, match="lite mode"):
+        pipe.transformer.enable_cache(TaylorSeerCacheConfig(use_lite_mode=True))

@@ -65,6 +65,66 @@ MAG_CASES = [
 ]
 
 
+# TaylorSeer cases: name, model, dtype, config arguments, call arguments. Every attention module of the blocks
+# (diffusers' default identifiers) is computed or forecast by its Taylor series; the schedule is the config's.
+TAYLOR_CASES = [
+    ("taylor_flux_dev_64x64_s51", "flux-tiny-dev", torch.float32, dict(),
+     dict(prompt="a photo of a cat", height=64, width=64, num_inference_steps=14, guidance_scale=3.5,
+          max_sequence_length=32, seed=51)),
+    ("taylor_flux_dev_true_cfg_64x64_s52", "flux-tiny-dev", torch.float32,
+     dict(cache_interval=3, disable_cache_before_step=2, max_order=2, taylor_factors_dtype=torch.float32,
+          disable_cache_after_step=10),
+     dict(prompt="a photo of a cat", negative_prompt="blurry", true_cfg_scale=3.0, height=64, width=64,
+          num_inference_steps=12, guidance_scale=3.5, max_sequence_length=32, seed=52)),
+]
+
+
+def run_taylor_case(name, model, dtype, config_args, args):
+    """TaylorSeer: each evaluation's decision (the first hooked module's), the image."""
+    from diffusers.hooks import TaylorSeerCacheConfig
+    from diffusers.hooks import taylorseer_cache as ts
+
+    pipe = load_pipeline("FluxPipeline", model, dtype)
+    record = []
+    measure = ts.TaylorSeerCacheHook._measure_should_compute
+    first = []
+
+    def spy(self):
+        should, state = measure(self)
+        if not first:
+            first.append(self)
+        if self is first[0]:
+            record.append((self.state_manager.context.name, bool(should)))
+        return should, state
+
+    ts.TaylorSeerCacheHook._measure_should_compute = spy
+    try:
+        pipe.transformer.enable_cache(TaylorSeerCacheConfig(**config_args))
+        args = dict(args)
+        seed = args.pop("seed")
+        c = TaylorSeerCacheConfig(**config_args)
+        spec = (f"taylorseer:interval={c.cache_interval}:warmup={c.disable_cache_before_step}:order={c.max_order}"
+                + (f":until={c.disable_cache_after_step}" if c.disable_cache_after_step is not None else "")
+                + (":factors=f32" if c.taylor_factors_dtype == torch.float32 else ""))
+        meta = dict(args, seed=seed, pipeline="FluxPipeline", model=model, dtype=str(dtype).split(".")[-1],
+                    cache=spec)
+        result, steps = call_tracking_latents(
+            pipe, dict(args, generator=torch.Generator().manual_seed(seed), output_type="np"))
+    finally:
+        ts.TaylorSeerCacheHook._measure_should_compute = measure
+    out = {
+        "context": torch.tensor([0 if ctx == "cond" else 1 for ctx, _ in record], dtype=torch.int64),
+        "computed": torch.tensor([int(c) for _, c in record], dtype=torch.int64),
+        "latents_final": steps[-1],
+        "image_u8": torch.from_numpy(np.round(result.images[0] * 255).astype(np.uint8)),
+    }
+    os.makedirs(OUT, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(OUT, name + ".safetensors"),
+              {k: str(v) for k, v in meta.items()})
+    print(f"{name}: {len(record)} evaluations, forecast at {[i for i, (_, c) in enumerate(record) if not c]}, "
+          f"spec {spec}")
+
+
 def recording_decisions():
     """Wraps FBCHeadBlockHook's decision so that each call's context, change and decision are recorded."""
     from diffusers.hooks import first_block_cache as fbc
@@ -186,6 +246,9 @@ def main():
     for case in MAG_CASES:
         if not wanted or case[0] in wanted:
             run_mag_case(*case)
+    for case in TAYLOR_CASES:
+        if not wanted or case[0] in wanted:
+            run_taylor_case(*case)
 
 
 if __name__ == "__main__":

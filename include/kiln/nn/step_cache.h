@@ -51,10 +51,25 @@ struct MagCacheConfig {
   bool calibrate = false;
 };
 
-// The caches Kiln has, by diffusers' config classes.
-using StepCacheConfig = std::variant<FirstBlockCacheConfig, MagCacheConfig>;
+// diffusers' TaylorSeerCacheConfig (hooks/taylorseer_cache.py), with its default identifiers: every attention
+// of the blocks runs at the first `disable_cache_before_step` evaluations, then at one in `cache_interval`
+// (and from `disable_cache_after_step` on, when set); in between its outputs are forecast from a Taylor
+// series of order `max_order` in the evaluation index, whose factors (divided differences of its last
+// computed outputs) are kept in `factors_dtype` (diffusers' default bfloat16). The rest of each block runs as
+// usual.
+struct TaylorSeerCacheConfig {
+  int cache_interval = 5;
+  int disable_cache_before_step = 3;
+  std::optional<int> disable_cache_after_step;
+  int max_order = 1;
+  DType factors_dtype = bfloat16;
+};
 
-// "fbcache:0.12", "magcache:0.06[:max_skip=3][:retention=0.2][:ratios=1.0,1.21,...]" or "magcache:calibrate"
+// The caches Kiln has, by diffusers' config classes.
+using StepCacheConfig = std::variant<FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig>;
+
+// "fbcache:0.12", "magcache:0.06[:max_skip=3][:retention=0.2][:ratios=1.0,1.21,...]", "magcache:calibrate"
+// or "taylorseer[:interval=5][:warmup=3][:order=1][:until=N][:factors=f32]"
 // (kiln generate --cache, the request field `cache`): the config; throws kiln::Error naming the forms it
 // takes for anything else.
 StepCacheConfig parse_step_cache(const std::string& spec);
@@ -102,6 +117,13 @@ class StepCache {
   // MagCache's calibration: the ratios this call measured ("cond"'s), once it has run all its steps.
   const std::vector<double>& calibrated_mag_ratios() const { return calibrated_; }
 
+  // Whether the active cache forecasts modules inside the blocks (TaylorSeer): a compiled block cannot.
+  bool forecasts_modules() const;
+  // TaylorSeer: the outputs of the module `key` (an attention of the blocks) at this evaluation: compute()'s
+  // when the schedule computes it (its Taylor factors updated), else their forecast. Without TaylorSeer,
+  // compute()'s.
+  std::vector<Tensor> module_outputs(const void* key, const std::function<std::vector<Tensor>()>& compute);
+
   // Runs `count` repeated blocks on `in`: run_blocks(first, last, streams) runs blocks [first, last) and
   // returns their output streams. Without a cache, all at once; with one, as its config says. Under tensor
   // parallelism every decision is rank 0's, broadcast, so that every rank takes the same path.
@@ -121,6 +143,13 @@ class StepCache {
     int accumulated_steps = 0, step_index = 0;
     std::vector<double> calibration;
   };
+  // One module's TaylorSeer state in one context (diffusers' TaylorSeerState).
+  struct TaylorState {
+    int current_step = -1;
+    std::optional<int> last_update_step;
+    std::vector<DType> dtypes;                 // of each output
+    std::vector<std::vector<Tensor>> factors;  // per output, per order (in the config's factors dtype)
+  };
   BlockStreams run_first_block(const FirstBlockCacheConfig& config, size_t count, const BlockStreams& in,
                                const RunBlocks& run_blocks);
   BlockStreams run_mag(const MagCacheConfig& config, size_t count, const BlockStreams& in,
@@ -135,6 +164,8 @@ class StepCache {
   std::string context_ = "cond";
   std::map<std::string, FirstBlockState> states_;
   std::map<std::string, MagState> mag_states_;
+  std::map<std::pair<std::string, const void*>, TaylorState> taylor_states_;
+  std::map<std::string, int> evaluations_;  // per context, for TaylorSeer's decisions
   std::vector<Decision> decisions_;
   std::vector<double> calibrated_;
 };
