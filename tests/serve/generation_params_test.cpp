@@ -27,8 +27,10 @@ std::string plain(const FieldValue& value) {
   return std::visit(
       [](const auto& v) -> std::string {
         using V = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, std::string>) return v;
-        else if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, bool>) return std::to_string(v);
+        if constexpr (std::is_same_v<V, std::string>)
+          return v;
+        else if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, bool>)
+          return std::to_string(v);
         else if constexpr (std::is_same_v<V, double>) {
           char buf[40];
           std::snprintf(buf, sizeof buf, "%.17g", v);
@@ -196,7 +198,8 @@ TEST(GenerationParams, BecomeThePipelineRequest) {
 
 TEST(GenerationParams, ReadEveryServedFieldByItsKind) {
   EXPECT_REFUSED(R"({"prompt": "x", "strength": 1.5})", "strength", "in [0, 1], got 1.5");
-  EXPECT_REFUSED(R"({"prompt": "x", "skip_guidance_layers": 7})", "skip_guidance_layers", "a list of integers");
+  EXPECT_REFUSED(R"({"prompt": "x", "skip_guidance_layers": 7})", "skip_guidance_layers",
+                 "a list of integers");
   EXPECT_REFUSED(R"({"prompt": "x", "skip_guidance_layers": [7, -1]})", "skip_guidance_layers",
                  "below the minimum 0");
   EXPECT_REFUSED(R"({"prompt": "x", "auto_resize": "yes"})", "auto_resize", "expected true or false");
