@@ -100,20 +100,10 @@ const std::map<std::string, json>& unsupported_img2img_defaults() {
   return fields;
 }
 
-// A base64 image of the body (a data URL prefix allowed), decoded: for the mask's inversion.
-Image body_image(const std::string& field, const json& v) {
-  if (!v.is_string()) refuse(field, "expected a PNG image in base64");
-  std::string_view text = v.get_ref<const std::string&>();
-  if (text.rfind("data:", 0) == 0 && text.find(',') != std::string_view::npos)
-    text.remove_prefix(text.find(',') + 1);
-  const std::optional<std::string> png = base64_decode(text);
-  if (!png) refuse(field, "expected a PNG image in base64, got text that is not base64");
-  return request_image(field, *png);
-}
-
 // The mask with its values inverted (inpainting_mask_invert: the black region is repainted).
 std::string inverted_mask(const json& v) {
-  Image mask = body_image("mask", v);
+  if (!v.is_string()) refuse("mask", "expected a PNG image in base64");
+  Image mask = request_image_base64("mask", v.get_ref<const std::string&>());
   const int colour = mask.channels == 2 || mask.channels == 4 ? mask.channels - 1 : mask.channels;
   for (size_t i = 0; i < mask.pixels.size(); ++i)
     if (static_cast<int>(i % static_cast<size_t>(mask.channels)) < colour)

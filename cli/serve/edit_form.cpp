@@ -1,6 +1,5 @@
 #include "cli/serve/edit_form.h"
 
-#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -12,19 +11,8 @@ namespace {
 
 using nlohmann::json;
 
-// A form field's name for a message: as given when plain, else JSON-quoted (its first 64 bytes, control
-// characters and NULs escaped), so that a message is always printable and whole.
-std::string shown_name(const std::string& name) {
-  const bool plain = !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '[' || c == ']';
-  });
-  if (plain) return name;
-  return json(name.substr(0, 64)).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
 [[noreturn]] void refuse(const std::string& field, const std::string& message) {
-  throw RequestError(field, shown_name(field) + ": " + message);
+  throw RequestError(field, field_for_message(field) + ": " + message);
 }
 
 // Whether a form's text for the field named `name` is the field's value as it is (a string) rather than JSON

@@ -64,15 +64,6 @@ std::string shown(const json& v) {
   return quoted(v.get_ref<const std::string&>());
 }
 
-// The field's name as the body gave it, unless it needs quoting (an unknown field may be any string).
-std::string field_for_message(const std::string& field) {
-  const bool plain =
-      !field.empty() && field.size() <= 64 && std::all_of(field.begin(), field.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-      });
-  return plain ? field : quoted(field, 64);
-}
-
 [[noreturn]] void refuse(const std::string& field, const std::string& message) {
   throw RequestError(field, field.empty() ? message : field_for_message(field) + ": " + message);
 }
@@ -131,7 +122,12 @@ double number_field(const RequestField& f, const json& v) {
 Image image_field(const std::string& field, const json& v) {
   if (!v.is_string())
     refuse(field, std::string("expected a PNG image in base64 (a string), got ") + type_name(v));
-  std::string_view text = v.get_ref<const std::string&>();
+  return request_image_base64(field, v.get_ref<const std::string&>());
+}
+
+}  // namespace
+
+Image request_image_base64(const std::string& field, std::string_view text) {
   if (text.rfind("data:", 0) == 0) {
     const size_t comma = text.find(',');
     if (comma == std::string_view::npos || text.substr(0, comma).find(";base64") == std::string_view::npos)
@@ -142,6 +138,8 @@ Image image_field(const std::string& field, const json& v) {
   if (!png) refuse(field, "expected a PNG image in base64, got text that is not base64");
   return request_image(field, *png);
 }
+
+namespace {
 
 // A request field's value from its JSON, by the field's kind, checked against its range.
 FieldValue field_value(const RequestField& f, const json& v) {
@@ -345,6 +343,15 @@ json parse_request_body(std::string_view body) {
 std::optional<uint64_t> GenerationParams::seed() const {
   if (!request.generator) return std::nullopt;
   return request.generator->initial_seed();
+}
+
+// The field's name as the body gave it, unless it needs quoting (an unknown field may be any string).
+std::string field_for_message(const std::string& field) {
+  const bool plain =
+      !field.empty() && field.size() <= 64 && std::all_of(field.begin(), field.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+      });
+  return plain ? field : quoted(field, 64);
 }
 
 Image request_image(const std::string& field, std::string_view png) {

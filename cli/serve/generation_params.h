@@ -69,6 +69,13 @@ GenerationParams generation_params_from(const nlohmann::json& body, bool prompt_
 // An image of a request: a PNG file's bytes, decoded, at most kMaxRequestImagePixels; RequestError naming
 // `field` for anything else.
 Image request_image(const std::string& field, std::string_view png);
+// The same from a PNG file in base64 (a "data:image/png;base64," prefix allowed), as JSON bodies carry
+// images.
+Image request_image_base64(const std::string& field, std::string_view text);
+
+// A field's name for an error message: as given when plain, else JSON-quoted (its first 64 bytes, control
+// characters and NULs escaped), so that a message is always printable and whole.
+std::string field_for_message(const std::string& field);
 
 // The parameters as a JSON object that parse_generation_params reads back to the same parameters (what rank
 // 0 sends the other ranks under tensor parallelism); with `images` false, the images are left out (the job's
