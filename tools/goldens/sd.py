@@ -29,8 +29,8 @@ Outputs (committed; CI never runs this script):
       vae           as sd15-tiny's with scaling_factor 0.13025, force_upcast true
       scheduler     EulerDiscreteScheduler; scheduler_config.json is SDXL base's file, key for key
   tests/data/models/sd15-tiny-bf16/, sdxl-tiny-bf16/   the same weights stored in bfloat16
-  SIZE: the brief asked for UNet channels (32, 48, 64) and a VAE of (16, 32); those make the four folders ~30 MB
-  (the SDXL UNet alone 2.85M parameters). Channels (16, 24, 32) and a (8, 16) VAE keep every block type, layer
+  SIZE: UNet channels (32, 48, 64) and a (16, 32) VAE would make the four folders ~30 MB (the SDXL UNet alone
+  2.85M parameters). Channels (16, 24, 32) and a (8, 16) VAE keep every block type, layer
   count, head count and transformer depth and the distinct widths per level, at a third of the size.
   Every GroupNorm / LayerNorm has weight 1 + 0.2 * randn and bias 0.1 * randn, and every parameter got 0.05 * randn
   more (a wrong wiring cannot hide behind an identity norm or a zero bias).
@@ -40,8 +40,9 @@ Outputs (committed; CI never runs this script):
       '[96, 128]'; `image` names a png of tests/data/goldens/flux2/, `mask_image` one of tests/data/goldens/edit/),
       plus pipeline, model, dtype, seed (the call's generator: torch.Generator("cpu").manual_seed(seed)), cfg,
       steps_run (UNet calls), scheduler (the class that ran) and scheduler_config (its whole config as JSON, the
-      private "_" keys left out: for a swapped sampler what from_config made of the folder's config). Tensors (B = prompts * num_images_per_prompt;
-      with CFG the UNet batch is 2B: the B negatives first, then the B positives; bf16 cases keep bf16 tensors):
+      private "_" keys left out: for a swapped sampler what from_config made of the folder's config). Tensors
+      (B = prompts * num_images_per_prompt; with CFG the UNet batch is 2B: the B negatives first, then the B
+      positives; bf16 cases keep bf16 tensors):
         text_input_ids [P, 77] int64     the prompts tokenized by `tokenizer` (padding max_length 77, truncation),
                                          checked against what text_encoder received; SDXL adds text_input_ids_2
                                          (tokenizer_2, prompt_2 or prompt); negative_text_input_ids(_2) [P, 77]
@@ -85,8 +86,9 @@ Outputs (committed; CI never runs this script):
       grid, nearest; the pipeline doubles it for CFG) and masked_image_latents ([B, 4, h, w]: the masked image's
       posterior sample, drawn AFTER the noise; the 4-channel UNet never uses it).
 
-Cases (CASES below): sd15_* and sdxl_* as their comments say; every case's image is asserted to move with the
-prompt for the two default cases (a second prompt, same seed, in memory).
+Cases: CASES below, each with a comment on what it covers (sd15_*: sd15-tiny / StableDiffusion*Pipeline, sdxl_*:
+sdxl-tiny / StableDiffusionXL*Pipeline). The two default cases are rerun in memory with another prompt: the image
+must move. `python3 tools/goldens/sd.py <case> ...` writes only the cases named.
 
 Usage: python3 tools/goldens/sd.py   (torch, diffusers 0.42.1, transformers 5, safetensors, pillow from pip)
 """
@@ -633,7 +635,8 @@ def run_case(name, cls_name, model, dtype, args, pipe=None, internals=None):
         assert all(torch.equal(m, mask) for m, _ in masks)
         out["mask"], out["masked_image_latents"] = mask[:batch], masked_latents[:batch]
         if cfg:
-            assert torch.equal(mask[batch:], mask[:batch]) and torch.equal(masked_latents[batch:], masked_latents[:batch])
+            assert torch.equal(mask[batch:], mask[:batch])
+            assert torch.equal(masked_latents[batch:], masked_latents[:batch])
         lh, lw = out["latents_init"].shape[-2:]
         nearest = torch.nn.functional.interpolate(out["mask_condition"], size=(lh, lw))
         assert torch.equal(nearest.repeat(batch, 1, 1, 1).to(dtype), out["mask"]), name
@@ -697,8 +700,8 @@ def main():
                 assert set(a) == set(b), (folder, comp)
                 for k in a:
                     assert torch.equal(a[k].to(dtype), b[k]), (folder, comp, k)
-            assert type(reloaded.scheduler).__name__ == SD15_SCHEDULER["_class_name" ] if name == "sd15-tiny" \
-                else type(reloaded.scheduler).__name__ == SDXL_SCHEDULER["_class_name"]
+            want = SD15_SCHEDULER if name == "sd15-tiny" else SDXL_SCHEDULER
+            assert type(reloaded.scheduler).__name__ == want["_class_name"], folder
             assert reloaded.tokenizer("a cat").input_ids == mem.tokenizer("a cat").input_ids
         if name == "sdxl-tiny":
             assert reloaded.config.force_zeros_for_empty_prompt and reloaded.watermark is None
