@@ -1,5 +1,6 @@
 #include "pipelines/pipeline_common.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -59,6 +60,17 @@ ResolvedRequest resolve(const PipelineRequest& request, const PipelineDefaults& 
           .guidance_scale = request.guidance_scale.value_or(defaults.guidance_scale),
           .max_sequence_length = request.max_sequence_length.value_or(defaults.max_sequence_length),
           .strength = request.strength.value_or(defaults.strength)};
+}
+
+ResolvedRequest resolve_with_image_size(const PipelineRequest& request, const PipelineDefaults& defaults,
+                                        bool edits, int64_t multiple) {
+  ResolvedRequest r = resolve(request, defaults);
+  if (edits && !request.image.empty()) {
+    const Image& image = request.image.front();
+    if (!request.height) r.height = std::max<int64_t>(image.height / multiple * multiple, multiple);
+    if (!request.width) r.width = std::max<int64_t>(image.width / multiple * multiple, multiple);
+  }
+  return r;
 }
 
 void refuse(bool given, const char* field, const std::string& message) {

@@ -55,6 +55,10 @@ struct ResolvedRequest {
   double strength = 1.0;
 };
 ResolvedRequest resolve(const PipelineRequest& request, const PipelineDefaults& defaults);
+// The same for a class that edits an image (`edits`): without height and width, the image's own size, each
+// side rounded down to a multiple of `multiple` (VaeImageProcessor's default height and width).
+ResolvedRequest resolve_with_image_size(const PipelineRequest& request, const PipelineDefaults& defaults,
+                                        bool edits, int64_t multiple);
 
 // Field refusals: a pipeline that does not take `field` throws RequestError(field, "<pipeline> <why>") when
 // the request sets it.
@@ -83,7 +87,6 @@ int64_t batch_size(const PipelineRequest& request);
 void check_prompt_list(const char* pipeline, const PipelineRequest& request);
 // With `prompts`: each image's "prompt" (and "negative_prompt" when `negative`) metadata is its own prompt's.
 void label_prompts(PipelineOutput& output, const PipelineRequest& request, bool negative);
-
 
 // The checks every pipeline call makes, each a RequestError naming the pipeline, the field and what it
 // accepts.

@@ -35,19 +35,6 @@ std::vector<double> z_image_sigmas(int n) {
   return out;
 }
 
-// The call's size: the image-editing classes default to the image's own, each side rounded down to a multiple
-// of `multiple` (VaeImageProcessor's default height and width).
-pipelines::ResolvedRequest resolve_size(const PipelineRequest& request, const PipelineDefaults& defaults,
-                                        bool edits, int64_t multiple) {
-  pipelines::ResolvedRequest r = pipelines::resolve(request, defaults);
-  if (edits && !request.image.empty()) {
-    const Image& image = request.image.front();
-    if (!request.height) r.height = std::max<int64_t>(image.height / multiple * multiple, multiple);
-    if (!request.width) r.width = std::max<int64_t>(image.width / multiple * multiple, multiple);
-  }
-  return r;
-}
-
 }  // namespace
 
 ZImagePipeline::ZImagePipeline() = default;
@@ -207,7 +194,7 @@ void ZImagePipeline::check_loaded_request(const PipelineRequest& request) const 
   const char* name = class_name();
   const int64_t multiple = vae_->config().scale_factor() * 2;
   const pipelines::ResolvedRequest r =
-      resolve_size(request, defaults(), registered_class().edits_an_image(), multiple);
+      pipelines::resolve_with_image_size(request, defaults(), registered_class().edits_an_image(), multiple);
   pipelines::check_image_size(name, r.height, r.width, multiple);
   pipelines::check_task_inputs(registered_class().task, name, request, r);
 }
@@ -215,7 +202,7 @@ void ZImagePipeline::check_loaded_request(const PipelineRequest& request) const 
 PipelineOutput ZImagePipeline::run(const PipelineRequest& request, const pipelines::CallControl& control) {
   const int64_t multiple = vae_->config().scale_factor() * 2;
   const pipelines::ResolvedRequest call =
-      resolve_size(request, defaults(), registered_class().edits_an_image(), multiple);
+      pipelines::resolve_with_image_size(request, defaults(), registered_class().edits_an_image(), multiple);
   const int n = request.num_images_per_prompt;
   const std::vector<std::string> prompts = pipelines::prompt_list(request);
   // encode: classifier-free guidance whenever guidance_scale > 0 (diffusers' do_classifier_free_guidance),
@@ -329,7 +316,7 @@ ActivationEstimate ZImagePipeline::estimate_activations(const PipelineRequest& r
                                                         const Device& device) const {
   const int64_t multiple = vae_->config().scale_factor() * 2;
   const pipelines::ResolvedRequest call =
-      resolve_size(request, defaults(), registered_class().edits_an_image(), multiple);
+      pipelines::resolve_with_image_size(request, defaults(), registered_class().edits_an_image(), multiple);
   const models::ZImageTransformerConfig& tc = transformer_->config();
   const models::DecoderTextEncoderConfig& te = text_encoder_->config();
   const int64_t batch = pipelines::batch_size(request);
