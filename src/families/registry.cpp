@@ -8,7 +8,8 @@
   X(sd3)                 \
   X(flux2)               \
   X(chroma)              \
-  X(z_image)
+  X(z_image)             \
+  X(stable_diffusion)
 
 namespace kiln {
 

@@ -315,6 +315,44 @@ std::vector<RequestField> make_fields() {
           "enable_cache",
           "--cache", "cache"),
       KILN_MEMBER(cache));
+  // ---- the UNet family's sampler, prompt and guidance options
+  add(field("scheduler", "Sampler",
+            "the UNet family's sampler instead of the folder's: euler, euler_a, dpmpp_2m, dpmpp_2m_karras, "
+            "ddim, "
+            "pndm or a diffusers scheduler class",
+            "--scheduler", "scheduler"),
+      KILN_MEMBER(scheduler));
+  add(field("use_karras_sigmas", "Karras sigmas", "the sampler's noise levels on Karras et al.'s schedule",
+            "--karras", "use_karras_sigmas"),
+      KILN_MEMBER(use_karras_sigmas));
+  add(ranged("clip_skip", "CLIP skip", "the prompt's embeddings from this many CLIP layers before the last",
+             0, kLayers, "--clip-skip", "clip_skip"),
+      KILN_MEMBER(clip_skip));
+  add(ranged("guidance_rescale", "Guidance rescale",
+             "pull the guided prediction's standard deviation towards the prompt's by this fraction (0: off)",
+             0, 1, "--guidance-rescale", "guidance_rescale"),
+      KILN_MEMBER(guidance_rescale));
+  add(ranged("original_size", "Original size", "SDXL: the (height, width) the image is said to come from", 1,
+             kMaxSide, "--original-size", "original_size"),
+      KILN_MEMBER(original_size));
+  add(ranged("target_size", "Target size", "SDXL: the (height, width) the image is said to be", 1, kMaxSide,
+             "--target-size", "target_size"),
+      KILN_MEMBER(target_size));
+  add(ranged("crops_coords_top_left", "Crop corner",
+             "SDXL: the (top, left) corner of the crop it is said to be", 0, kMaxSide,
+             "--crops-coords-top-left", "crops_coords_top_left"),
+      KILN_MEMBER(crops_coords_top_left));
+  add(ranged("negative_original_size", "Negative original size",
+             "SDXL: original_size for the negative prompt", 1, kMaxSide, "--negative-original-size",
+             "negative_original_size"),
+      KILN_MEMBER(negative_original_size));
+  add(ranged("negative_target_size", "Negative target size", "SDXL: target_size for the negative prompt", 1,
+             kMaxSide, "--negative-target-size", "negative_target_size"),
+      KILN_MEMBER(negative_target_size));
+  add(ranged("negative_crops_coords_top_left", "Negative crop corner",
+             "SDXL: crops_coords_top_left for the negative prompt", 0, kMaxSide,
+             "--negative-crops-coords-top-left", "negative_crops_coords_top_left"),
+      KILN_MEMBER(negative_crops_coords_top_left));
   // ---- randomness
   add(with_list_form(field("generator", "Seed",
                            "the random generator, from a seed (torch.Generator(\"cpu\")"

@@ -51,8 +51,10 @@ TaskStart from_image(const TaskCall& c) {
   const Shape shape = c.codec.latent_shape(c.batch, c.call.height, c.call.width);
   const Tensor noise = randn_tensor(shape, c.generators.noise(), c.dtype).to(image_latents.device());
   const bool noise_itself = c.task == Task::Inpainting && c.noise_at_full_strength && c.call.strength == 1.0;
-  start.latents =
-      packed(c, noise_itself ? noise : c.schedule.scale_noise(image_latents, start.start_step, noise));
+  // At full strength that noise is scaled as text-to-image's (init_noise_sigma: 1 for flow matching).
+  const double sigma = c.schedule.init_noise_sigma();
+  start.latents = packed(c, noise_itself ? (sigma != 1.0 ? mul(noise, sigma) : noise)
+                                         : c.schedule.scale_noise(image_latents, start.start_step, noise));
   if (c.task != Task::Inpainting) return start;
   // prepare_mask_latents: the mask at the latents' size, one value per channel. (diffusers also encodes the
   // masked image here, which a transformer of the latents' own channels never reads; its posterior sample is

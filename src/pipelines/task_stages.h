@@ -32,8 +32,9 @@ struct TaskCall {
   const models::LatentCodec& codec;
   // The denoiser's layout of latents [B, C, h, w] (FLUX: 2x2 patches as tokens); unset: as they are.
   std::function<Tensor(const Tensor&)> pack;
-  // diffusers' SD3 inpainting starts from the noise itself at strength 1 rather than from the image noised to
-  // the first step (the same values where that step's sigma is exactly 1).
+  // diffusers' SD3 and Stable Diffusion inpainting start from the noise itself (times init_noise_sigma) at
+  // strength 1 rather than from the image noised to the first step (the same values where that step's sigma
+  // is exactly 1).
   bool noise_at_full_strength = false;
 };
 

@@ -77,10 +77,28 @@ struct GoldenFile {
     if (has("cfg_truncation")) r.cfg_truncation = std::stof(meta("cfg_truncation"));
     if (has("guidance_scale")) r.guidance_scale = std::stof(meta("guidance_scale"));
     if (has("num_images_per_prompt")) r.num_images_per_prompt = std::stoi(meta("num_images_per_prompt"));
-    r.height = std::stoll(meta("height"));
-    r.width = std::stoll(meta("width"));
+    if (has("height")) r.height = std::stoll(meta("height"));
+    if (has("width")) r.width = std::stoll(meta("width"));
     r.num_inference_steps = std::stoi(meta("num_inference_steps"));
-    r.max_sequence_length = std::stoll(meta("max_sequence_length"));
+    if (has("max_sequence_length")) r.max_sequence_length = std::stoll(meta("max_sequence_length"));
+    // The UNet family's: the sampler that ran (tools/goldens/sd.py: the folder's, or one swapped in with
+    // from_config; the same class from its own config is itself), its keyword arguments, clip_skip,
+    // guidance_rescale, SDXL's micro-conditioning.
+    if (has("scheduler")) r.scheduler = meta("scheduler");
+    if (has("scheduler_kwargs")) {
+      const auto kwargs = nlohmann::json::parse(meta("scheduler_kwargs"));
+      if (kwargs.contains("use_karras_sigmas")) r.use_karras_sigmas = kwargs["use_karras_sigmas"].get<bool>();
+    }
+    if (has("clip_skip")) r.clip_skip = std::stoi(meta("clip_skip"));
+    if (has("guidance_rescale")) r.guidance_rescale = std::stof(meta("guidance_rescale"));
+    for (auto [key, field] :
+         {std::pair{"original_size", &PipelineRequest::original_size},
+          {"target_size", &PipelineRequest::target_size},
+          {"crops_coords_top_left", &PipelineRequest::crops_coords_top_left},
+          {"negative_original_size", &PipelineRequest::negative_original_size},
+          {"negative_target_size", &PipelineRequest::negative_target_size},
+          {"negative_crops_coords_top_left", &PipelineRequest::negative_crops_coords_top_left}})
+      if (has(key)) r.*field = nlohmann::json::parse(meta(key)).get<std::vector<int64_t>>();
     if (has("seeds")) {
       for (uint64_t seed : nlohmann::json::parse(meta("seeds")).get<std::vector<uint64_t>>())
         r.generators.emplace_back(seed);

@@ -93,6 +93,7 @@ must move. `python3 tools/goldens/sd.py <case> ...` writes only the cases named.
 Usage: python3 tools/goldens/sd.py   (torch, diffusers 0.42.1, transformers 5, safetensors, pillow from pip)
 """
 import copy
+import functools
 import json
 import os
 import shutil
@@ -481,6 +482,9 @@ def run_case(name, cls_name, model, dtype, args, pipe=None, internals=None):
             captured["add_noise"] = (original.clone(), noise.clone(), timesteps.clone())
         return add_noise(original, noise, timesteps)
 
+    # functools.wraps keeps step's signature: the pipelines pass `generator` only to a step() whose signature
+    # names it (prepare_extra_step_kwargs), and Euler ancestral draws its fresh noise from it.
+    @functools.wraps(step)
     def record_step(model_output, *a, **kw):
         first_call(captured, "noise_pred_step0", model_output)
         return step(model_output, *a, **kw)

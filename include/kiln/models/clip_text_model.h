@@ -40,6 +40,8 @@ class ClipTextModel : public nn::Module {
   // diffusers pipelines call it).
   ClipTextOutput forward(const Tensor& ids, bool output_hidden_states = false) const;
   const ClipTextConfig& config() const { return config_; }
+  // The final layer norm alone, for a hidden state of an earlier layer (diffusers' clip_skip).
+  Tensor final_layer_norm(const Tensor& hidden) const { return final_layer_norm_(hidden); }
   // text_model.encoder.layers (streamed by group offload; their forward cannot be compiled).
   std::vector<nn::BlockList> repeated_blocks() const override;
 

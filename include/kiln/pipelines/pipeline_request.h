@@ -139,6 +139,21 @@ struct PipelineRequest {
   // The call's step cache (kiln/nn/step_cache.h): "fbcache:0.12" (diffusers' First Block Cache), or "none";
   // unset: the one the transformer's enable_cache set, if any.
   std::optional<std::string> cache;
+  // The UNet family (Stable Diffusion 1.x/2.x, SDXL): the sampler this call uses instead of the folder's
+  // scheduler ("euler", "euler_a", "dpmpp_2m", "ddim", "pndm" or a diffusers class name, built from the
+  // folder's scheduler config as diffusers' from_config swaps them), and use_karras_sigmas for it.
+  std::optional<std::string> scheduler;
+  std::optional<bool> use_karras_sigmas;
+  // diffusers' clip_skip: the prompt's embeddings from this many CLIP layers before the last.
+  std::optional<int> clip_skip;
+  // diffusers' guidance_rescale (Lin et al.'s fix for overexposure): the guided prediction's standard
+  // deviation pulled towards the prompt's by this fraction (0: off).
+  std::optional<float> guidance_rescale;
+  // SDXL's micro-conditioning, (height, width) pairs and a (top, left) corner: the size the image is said to
+  // come from, the size it is said to be, the crop corner (defaults: the call's size, the same, (0, 0)).
+  std::vector<int64_t> original_size, target_size, crops_coords_top_left;
+  // The same for classifier-free guidance's negative side (defaults: the positive side's).
+  std::vector<int64_t> negative_original_size, negative_target_size, negative_crops_coords_top_left;
   std::optional<Generator> generator;  // torch's default seed when absent
   // diffusers' generator list, in the text-to-image pipelines: image i's noise drawn from generators[i] (so
   // each image is the one its generator makes alone); one per image (prompts x num_images_per_prompt), or

@@ -1,0 +1,115 @@
+// StableDiffusionXLPipeline: SDXL (and its finetunes: Pony, Illustrious, Juggernaut...) text-to-image, as
+// diffusers' StableDiffusionXLPipeline, from a diffusers folder or a Hugging Face repo id in the local cache:
+//
+//   auto pipe = kiln::StableDiffusionXLPipeline::from_pretrained("stabilityai/stable-diffusion-xl-base-1.0");
+//   auto result = pipe({.prompt = "a lighthouse at dawn", .generator = kiln::Generator(0)});
+//
+// Two CLIP towers read the prompt (prompt_2 for the second, OpenCLIP ViT-bigG): their penultimate hidden
+// states side by side are the UNet's cross-attention context, the second's projected pooled output and six
+// size numbers (original_size, crops_coords_top_left, target_size) its added conditions. Without a negative
+// prompt, the negative embeddings are zeros (the folder's force_zeros_for_empty_prompt, true for SDXL base).
+// The folder's scheduler (Euler for SDXL base) or the call's `scheduler`; AutoencoderKL decodes latents /
+// scaling_factor. Defaults: diffusers' (sample_size * 8 pixels square: 1024, 50 steps, guidance 5).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/pipelines/diffusion_pipeline.h"
+
+namespace kiln {
+
+namespace models {
+class ClipTextModel;
+class UNet2DConditionModel;
+class AutoencoderKL;
+}  // namespace models
+namespace tokenizers {
+class ClipTokenizer;
+}  // namespace tokenizers
+class UNetSamplers;
+
+class StableDiffusionXLPipeline : public DiffusionPipeline {
+ public:
+  static StableDiffusionXLPipeline from_pretrained(const std::string& model,
+                                                   const PipelineLoadOptions& options = {});
+  StableDiffusionXLPipeline(StableDiffusionXLPipeline&&) noexcept;
+  StableDiffusionXLPipeline& operator=(StableDiffusionXLPipeline&&) noexcept;
+  ~StableDiffusionXLPipeline() override;
+  // diffusers' from_pipe: a StableDiffusionXLPipeline holding `pipe`'s components, nothing loaded again.
+  static StableDiffusionXLPipeline from_pipe(const StableDiffusionXLPipeline& pipe);
+
+  const char* class_name() const override { return "StableDiffusionXLPipeline"; }
+  PipelineDefaults family_defaults() const override;
+
+  // ---- the stages, as diffusers names them
+  struct PromptEmbeddings {
+    Tensor prompt_embeds;         // [B, 77, hidden + hidden_2]
+    Tensor pooled_prompt_embeds;  // [B, projection_dim of text_encoder_2]
+  };
+  // encode_prompt for one side of guidance: hidden_states[-(clip_skip + 2)] of both towers side by side and
+  // the second tower's text_embeds, in the pipeline's dtype.
+  PromptEmbeddings encode_prompt(const std::vector<std::string>& prompts,
+                                 const std::vector<std::string>& prompts_2, int clip_skip = 0) const;
+
+  const models::UNet2DConditionModel& unet() const { return *unet_; }
+  models::UNet2DConditionModel& unet() { return *unet_; }
+  std::vector<std::pair<std::string, nn::Module*>> components() const override;
+  nn::Module& denoiser() override;
+  ActivationEstimate estimate_activations(const PipelineRequest& request,
+                                          const Device& device) const override;
+
+ protected:
+  StableDiffusionXLPipeline(const StableDiffusionXLPipeline& pipe, SharingComponents);
+  StableDiffusionXLPipeline();
+  static void load(StableDiffusionXLPipeline& pipe, const std::string& model,
+                   const PipelineLoadOptions& options, const char* pipeline_class);
+  void check_loaded_request(const PipelineRequest& request) const override;
+
+ private:
+  models::LatentCodec& latent_codec() const override;
+  PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
+
+  std::shared_ptr<tokenizers::ClipTokenizer> tokenizer_, tokenizer_2_;
+  std::shared_ptr<models::ClipTextModel> text_encoder_, text_encoder_2_;
+  std::shared_ptr<models::UNet2DConditionModel> unet_;
+  std::shared_ptr<models::AutoencoderKL> vae_;
+  std::shared_ptr<UNetSamplers> samplers_;
+  bool force_zeros_for_empty_prompt_ = true;
+};
+
+// StableDiffusionXLImg2ImgPipeline: image-to-image from an SDXL base folder (the refiner's aesthetic-score
+// conditioning is not run yet). Without height and width, the image's own size (rounded down to multiples of
+// 8). Defaults: strength 0.3.
+class StableDiffusionXLImg2ImgPipeline : public StableDiffusionXLPipeline {
+ public:
+  static StableDiffusionXLImg2ImgPipeline from_pretrained(const std::string& model,
+                                                          const PipelineLoadOptions& options = {});
+  static StableDiffusionXLImg2ImgPipeline from_pipe(const StableDiffusionXLPipeline& pipe);
+  const char* class_name() const override { return "StableDiffusionXLImg2ImgPipeline"; }
+  PipelineDefaults family_defaults() const override;
+
+ private:
+  StableDiffusionXLImg2ImgPipeline() = default;
+  StableDiffusionXLImg2ImgPipeline(const StableDiffusionXLPipeline& pipe, SharingComponents)
+      : StableDiffusionXLPipeline(pipe, SharingComponents{}) {}
+};
+
+// StableDiffusionXLInpaintPipeline with a 4-channel UNet: the kept region put back from the image noised to
+// each next step. Defaults: strength 0.9999 (diffusers').
+class StableDiffusionXLInpaintPipeline : public StableDiffusionXLPipeline {
+ public:
+  static StableDiffusionXLInpaintPipeline from_pretrained(const std::string& model,
+                                                          const PipelineLoadOptions& options = {});
+  static StableDiffusionXLInpaintPipeline from_pipe(const StableDiffusionXLPipeline& pipe);
+  const char* class_name() const override { return "StableDiffusionXLInpaintPipeline"; }
+  PipelineDefaults family_defaults() const override;
+
+ private:
+  StableDiffusionXLInpaintPipeline() = default;
+  StableDiffusionXLInpaintPipeline(const StableDiffusionXLPipeline& pipe, SharingComponents)
+      : StableDiffusionXLPipeline(pipe, SharingComponents{}) {}
+};
+
+}  // namespace kiln

@@ -1,0 +1,93 @@
+// The UNet family: Stable Diffusion 1.x/2.x (StableDiffusionPipeline and its image-to-image and inpainting
+// siblings) and SDXL (StableDiffusionXLPipeline and its siblings), as diffusers runs them. One denoiser,
+// UNet2DConditionModel; CLIP text encoders; AutoencoderKL; the samplers of kiln/schedulers.
+#include <algorithm>
+
+#include "families/family_helpers.h"
+#include "kiln/families/stable_diffusion/stable_diffusion_pipeline.h"
+#include "kiln/families/stable_diffusion/stable_diffusion_xl_pipeline.h"
+#include "kiln/families/stable_diffusion/unet_2d_condition.h"
+
+namespace kiln::stable_diffusion {
+
+namespace {
+
+std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, const std::string& folder) {
+  if (class_name == "UNet2DConditionModel")
+    return std::make_unique<models::UNet2DConditionModel>(models::UNet2DConditionConfig::from_file(folder));
+  return shared_unloaded_component(class_name, folder);
+}
+
+// The fields every class of the family takes: the common ones but CLIP's fixed 77 tokens, prompts as text,
+// the sampler, clip_skip and guidance_rescale.
+std::vector<std::string> text_to_image_fields(const std::vector<std::string>& prompts) {
+  std::vector<std::string> common = common_request_fields();
+  common.erase(std::remove(common.begin(), common.end(), "max_sequence_length"), common.end());
+  return joined_fields(
+      {common, {"generators"}, prompts, {"scheduler", "use_karras_sigmas", "clip_skip", "guidance_rescale"}});
+}
+
+// Three classes over the same folders: text-to-image, image-to-image and inpainting.
+template <class TextToImage, class ImageToImage, class Inpainting>
+std::vector<PipelineClass> three_classes(const std::vector<std::string>& names,
+                                         const std::vector<std::string>& text_to_image) {
+  const auto others = [&](const std::string& self) {
+    std::vector<std::string> out;
+    for (const std::string& s : names)
+      if (s != self) out.push_back(s);
+    return out;
+  };
+  return {
+      {.name = names[0],
+       .task = Task::TextToImage,
+       .fields = text_to_image,
+       .loads_folders_of = others(names[0]),
+       .load = load_pipeline<TextToImage>,
+       .from_pipe = pipe_from<TextToImage, TextToImage>},
+      {.name = names[1],
+       .task = Task::ImageToImage,
+       .fields = joined_fields({text_to_image, {"image", "strength"}}),
+       .loads_folders_of = others(names[1]),
+       .load = load_pipeline<ImageToImage>,
+       .from_pipe = pipe_from<ImageToImage, TextToImage>},
+      {.name = names[2],
+       .task = Task::Inpainting,
+       .fields = joined_fields({text_to_image, {"image", "mask_image", "strength", "padding_mask_crop"}}),
+       .loads_folders_of = others(names[2]),
+       .load = load_pipeline<Inpainting>,
+       .from_pipe = pipe_from<Inpainting, TextToImage>},
+  };
+}
+
+}  // namespace
+
+Family family() {
+  const std::vector<std::string> sd_prompts = {"prompt", "prompts", "negative_prompt", "negative_prompts"};
+  const std::vector<std::string> sdxl_prompts = {"prompt",
+                                                 "prompt_2",
+                                                 "prompts",
+                                                 "negative_prompt",
+                                                 "negative_prompt_2",
+                                                 "negative_prompts",
+                                                 "original_size",
+                                                 "target_size",
+                                                 "crops_coords_top_left",
+                                                 "negative_original_size",
+                                                 "negative_target_size",
+                                                 "negative_crops_coords_top_left"};
+  Family descriptor;
+  descriptor.name = "Stable Diffusion";
+  descriptor.classes =
+      three_classes<StableDiffusionPipeline, StableDiffusionImg2ImgPipeline, StableDiffusionInpaintPipeline>(
+          {"StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline", "StableDiffusionInpaintPipeline"},
+          text_to_image_fields(sd_prompts));
+  const std::vector<PipelineClass> xl = three_classes<
+      StableDiffusionXLPipeline, StableDiffusionXLImg2ImgPipeline, StableDiffusionXLInpaintPipeline>(
+      {"StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline"},
+      text_to_image_fields(sdxl_prompts));
+  descriptor.classes.insert(descriptor.classes.end(), xl.begin(), xl.end());
+  descriptor.unloaded_component = unloaded_component;
+  return descriptor;
+}
+
+}  // namespace kiln::stable_diffusion

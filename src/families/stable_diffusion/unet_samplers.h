@@ -1,0 +1,34 @@
+// The UNet family's samplers: the folder's scheduler (scheduler/scheduler_config.json, whatever Kiln sampler
+// it names), or the one a call names (`scheduler`, `use_karras_sigmas`), made from the folder's config as
+// diffusers' SomeScheduler.from_config(pipe.scheduler.config, ...) swaps them, and set for the call's steps.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kiln/io/json_config.h"
+#include "kiln/pipelines/pipeline_request.h"
+#include "kiln/schedulers/scheduler.h"
+
+namespace kiln {
+
+class UNetSamplers {
+ public:
+  // Reads `folder` (a diffusers scheduler/ component); throws kiln::Error naming the class when Kiln has no
+  // such sampler.
+  explicit UNetSamplers(const std::string& folder);
+  // The folder's scheduler class ("PNDMScheduler").
+  const std::string& class_name() const { return class_name_; }
+  // Throws RequestError (field "scheduler") for a sampler name Kiln does not have, listing those it has.
+  void check(const PipelineRequest& request) const;
+  // The call's own sampler, set for `steps` steps.
+  std::unique_ptr<Scheduler> for_call(const PipelineRequest& request, int steps) const;
+  // The sampler's name as the image's metadata records it (the class, ", karras" with Karras sigmas).
+  std::string describe(const PipelineRequest& request) const;
+
+ private:
+  std::string folder_, class_name_;
+  io::JsonConfig config_;  // the folder's scheduler_config.json, as its file has it
+};
+
+}  // namespace kiln

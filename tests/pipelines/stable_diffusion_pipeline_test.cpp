@@ -1,0 +1,130 @@
+// The UNet family against diffusers 0.42: StableDiffusionPipeline (1.x) and StableDiffusionXLPipeline with
+// their image-to-image and inpainting siblings, on the tiny pipelines of tools/goldens/sd.py
+// (tools/goldens/sd_notes.md says what each stage does): CLIP's tokens and embeddings (clip_skip, SDXL's two
+// towers, its zero negative embeddings), the UNet on diffusers' own inputs (SDXL's added conditions, a size
+// whose latents are odd at the deeper levels), every sampler through the whole call, guidance_rescale,
+// bfloat16.
+#include <gtest/gtest.h>
+
+#include "kiln/families/stable_diffusion/stable_diffusion_pipeline.h"
+#include "kiln/families/stable_diffusion/stable_diffusion_xl_pipeline.h"
+#include "kiln/families/stable_diffusion/unet_2d_condition.h"
+#include "kiln/ops.h"
+#include "support/pipeline_comparison.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+using testing::expect_images_match;
+using testing::GoldenFile;
+
+// The recorded call. tools/goldens/sd.py records the embeddings the prompts encode to (never given in place
+// of a prompt), so they are not the call's.
+PipelineRequest sd_request(const GoldenFile& g) {
+  PipelineRequest r = g.request();
+  r.prompt_embeds = r.pooled_prompt_embeds = r.negative_prompt_embeds = r.negative_pooled_prompt_embeds =
+      Tensor();
+  return r;
+}
+
+// The rows of a golden's per-image tensor that hold each prompt's first image.
+Tensor first_images(const Tensor& per_image, int64_t prompts, int images_per_prompt) {
+  std::vector<Tensor> rows;
+  for (int64_t p = 0; p < prompts; ++p) rows.push_back(per_image.narrow(0, p * images_per_prompt, 1));
+  return concat(rows, 0);
+}
+
+bool is_xl(const GoldenFile& g) {
+  return g.meta("pipeline").find("XL") != std::string::npos;
+}
+
+// The UNet on the first call's inputs as diffusers recorded them: its time embedding and its output.
+void expect_unet_matches(const models::UNet2DConditionModel& unet, const GoldenFile& g,
+                         const models::UNetAddedConditions& added, double tolerance) {
+  const Tensor x = g["unet_in_step0"];
+  const Tensor t = g["unet_t_step0"].to(float32);
+  const models::UNet2DConditionModel::Trace trace =
+      unet.forward_traced(x, t, g["unet_encoder_hidden_states_step0"], added);
+  EXPECT_TRUE(testing::rel_max_error_within(trace.temb, g["temb_step0"], tolerance)) << g.name;
+  EXPECT_TRUE(testing::rel_max_error_within(trace.out, g["unet_out_step0"], tolerance)) << g.name;
+}
+
+class StableDiffusionFloat32 : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(StableDiffusionFloat32, EveryStageMatchesDiffusers) {
+  const GoldenFile g("sd", GetParam());
+  const std::unique_ptr<DiffusionPipeline> loaded = g.load();
+  const PipelineRequest request = sd_request(g);
+  if (!is_xl(g)) {
+    auto& pipe = dynamic_cast<StableDiffusionPipeline&>(*loaded);
+    const std::vector<std::string> prompts =
+        request.prompts.empty() ? std::vector<std::string>{request.prompt} : request.prompts;
+    EXPECT_TRUE(testing::all_close(pipe.tokenize(prompts), g["text_input_ids"], 0, 0)) << g.name;
+    EXPECT_TRUE(testing::rel_max_error_within(
+        pipe.encode_prompt(prompts, request.clip_skip.value_or(0)),
+        first_images(g["prompt_embeds"], static_cast<int64_t>(prompts.size()), request.num_images_per_prompt),
+        1e-5))
+        << g.name;
+    expect_unet_matches(pipe.unet(), g, {}, 1e-4);
+  } else {
+    auto& pipe = dynamic_cast<StableDiffusionXLPipeline&>(*loaded);
+    const std::vector<std::string> prompts = {request.prompt};
+    const std::vector<std::string> prompts_2 = {request.prompt_2.value_or(request.prompt)};
+    const auto e = pipe.encode_prompt(prompts, prompts_2, request.clip_skip.value_or(0));
+    EXPECT_TRUE(testing::rel_max_error_within(e.prompt_embeds, g["prompt_embeds"].narrow(0, 0, 1), 1e-5))
+        << g.name;
+    EXPECT_TRUE(testing::rel_max_error_within(e.pooled_prompt_embeds,
+                                              g["pooled_prompt_embeds"].narrow(0, 0, 1), 1e-5))
+        << g.name;
+    expect_unet_matches(
+        pipe.unet(), g,
+        {.text_embeds = g["unet_text_embeds_step0"], .time_ids = g["add_time_ids"].to(float32)}, 1e-4);
+  }
+  // The whole call, its starting noise and first step on the way.
+  PipelineRequest call = request;
+  Tensor first_step;
+  call.callback_on_step_end = [&](StepState& s) {
+    if (s.step == 0) first_step = s.latents.to(float32);
+  };
+  expect_images_match((*loaded)(call), g);
+  EXPECT_TRUE(testing::rel_max_error_within(first_step, g["latents_step0"], 1e-4)) << g.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Goldens, StableDiffusionFloat32,
+    ::testing::Values("sd15_cat_64x64_s0", "sd15_negative_48x80_s1", "sd15_clipskip1_32x32_s2",
+                      "sd15_nocfg_32x48_s3", "sd15_batch_32x32_s4", "sd15_oddlatent_36x28_s5",
+                      "sd15_euler_32x32_s6", "sd15_euler_a_32x32_s7", "sd15_dpmpp2m_32x32_s8",
+                      "sd15_dpmpp2m_karras_32x32_s9", "sd15_ddim_32x32_s10", "sdxl_cat_64x64_s0",
+                      "sdxl_prompt2_negative_48x64_s1", "sdxl_empty_negative_32x32_s2",
+                      "sdxl_micro_cond_32x48_s3", "sdxl_rescale_32x32_s4", "sdxl_dpmpp2m_karras_32x32_s5"));
+
+class StableDiffusionEditing : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(StableDiffusionEditing, MatchesDiffusers) {
+  const GoldenFile g("sd", GetParam());
+  PipelineRequest request = sd_request(g);
+  if (!g.has("mask_image")) {  // image-to-image at the image's own size, as diffusers
+    request.height.reset();
+    request.width.reset();
+  }
+  expect_images_match((*g.load())(request), g);
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, StableDiffusionEditing,
+                         ::testing::Values("sd15_img2img_ref_b_s11", "sd15_inpaint_ref_a_s12",
+                                           "sdxl_img2img_ref_a_s6", "sdxl_inpaint_ref_a_s7"));
+
+TEST(StableDiffusionPipeline, Bfloat16StaysWithinItsNoise) {
+  for (const char* name : {"sd15_bf16_cat_64x64_s0", "sdxl_bf16_cat_64x64_s0"}) {
+    const GoldenFile g("sd", name);
+    const PipelineOutput out = (*g.load())(sd_request(g));
+    const double mean = testing::mean_level_difference(out.images[0].pixels, g["image_u8"].select(0, 0));
+    std::printf("[ levels   ] %s: mean %.3f vs diffusers\n", name, mean);
+    EXPECT_LE(mean, 2.0) << name;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
