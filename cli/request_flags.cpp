@@ -62,7 +62,7 @@ uint64_t parse_seed(const RequestField& f, const std::string& typed) {
 }
 
 bool parse_boolean(const RequestField& f, const std::string& typed) {
-  if (typed == "true" || typed == "1") return true;
+  if (typed.empty() || typed == "true" || typed == "1") return true;
   if (typed == "false" || typed == "0") return false;
   KILN_FAIL(f.flag << ": expected true or false, got '" << typed << "'");
 }
@@ -121,6 +121,8 @@ void add_request_flags(CLI::App& command, RequestFlags& flags) {
       option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     }
     if (f.kind == FieldKind::Choice) option->check(CLI::IsMember(f.choices));
+    // A boolean flag alone means true (--karras); --karras false turns it off explicitly.
+    if (f.kind == FieldKind::Boolean) option->expected(0, 1)->default_str("true");
   }
 }
 

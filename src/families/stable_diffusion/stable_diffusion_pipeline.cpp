@@ -91,6 +91,12 @@ void StableDiffusionPipeline::load(StableDiffusionPipeline& pipe, const std::str
   pipelines::PipelineFolder folder(model, options, pipeline_class,
                                    {kSiblings[0], kSiblings[1], kSiblings[2]});
   folder.set_component_count(5);
+  // No component of the family is split yet: refused rather than run whole on every rank.
+  KILN_CHECK(
+      options.tensor_parallel <= 1 && options.parallel_config.empty(),
+      pipeline_class << ": tensor parallelism (--tp) splits no component of the UNet family yet (the "
+                        "UNet's attention and feed-forward could be; its convolutions would not): run it "
+                        "with --tp 1");
   pipe.path_ = folder.path();
   pipe.name_ = model;
   pipe.dtype_ = options.dtype;

@@ -113,6 +113,12 @@ void StableDiffusionXLPipeline::load(StableDiffusionXLPipeline& pipe, const std:
                  << ": no text_encoder: an SDXL refiner folder (text_encoder_2 alone, aesthetic-score "
                     "conditioning), which Kiln does not run yet");
   folder.set_component_count(7);
+  // No component of the family is split yet: refused rather than run whole on every rank.
+  KILN_CHECK(
+      options.tensor_parallel <= 1 && options.parallel_config.empty(),
+      pipeline_class << ": tensor parallelism (--tp) splits no component of the UNet family yet (the "
+                        "UNet's attention and feed-forward could be; its convolutions would not): run it "
+                        "with --tp 1");
   pipe.path_ = folder.path();
   pipe.name_ = model;
   pipe.dtype_ = options.dtype;

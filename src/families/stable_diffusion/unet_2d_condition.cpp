@@ -157,7 +157,22 @@ Tensor UNet2DConditionModel::run(const Tensor& sample, const Tensor& timestep,
 Tensor UNet2DConditionModel::forward(const Tensor& sample, const Tensor& timestep,
                                      const Tensor& encoder_hidden_states,
                                      const UNetAddedConditions& added) const {
-  return run(sample, timestep, encoder_hidden_states, added, nullptr);
+  if (!is_compiled()) return run(sample, timestep, encoder_hidden_states, added, nullptr);
+  // The program's inputs on the weights' device, the timestep as the float32 the sinusoid reads.
+  std::vector<Tensor> inputs{sample, timestep.to(float32), encoder_hidden_states, added.text_embeds,
+                             added.time_ids};
+  for (Tensor& t : inputs) t = on_weights_device(t);
+  return call_compiled(inputs, [this](const auto& in) {
+    return std::vector<Tensor>{run(in[0], in[1], in[2], {.text_embeds = in[3], .time_ids = in[4]}, nullptr)};
+  })[0];
+}
+
+std::vector<nn::BlockList> UNet2DConditionModel::repeated_blocks() const {
+  nn::BlockList resnets{"resnets", {}}, blocks{"transformer_blocks", {}};
+  for (const auto& block : down_blocks_) block->collect(resnets.blocks, blocks.blocks);
+  mid_block_->collect(resnets.blocks, blocks.blocks);
+  for (const auto& block : up_blocks_) block->collect(resnets.blocks, blocks.blocks);
+  return {resnets, blocks};
 }
 
 UNet2DConditionModel::Trace UNet2DConditionModel::forward_traced(const Tensor& sample, const Tensor& timestep,

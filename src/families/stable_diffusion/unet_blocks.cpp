@@ -38,6 +38,12 @@ UNetResnetBlock::UNetResnetBlock(int64_t in, int64_t out, int64_t temb, int64_t 
 }
 
 Tensor UNetResnetBlock::forward(const Tensor& x, const Tensor& temb_act) const {
+  if (!is_compiled()) return forward_eager(x, temb_act);
+  return call_compiled(
+      {x, temb_act}, [this](const auto& in) { return std::vector<Tensor>{forward_eager(in[0], in[1])}; })[0];
+}
+
+Tensor UNetResnetBlock::forward_eager(const Tensor& x, const Tensor& temb_act) const {
   Tensor h = conv1_(silu(norm1_(x)));
   const Tensor t = time_emb_proj_(temb_act);
   h = add(h, t.view({t.size(0), t.size(1), 1, 1}));
@@ -86,6 +92,12 @@ UNetTransformerBlock::UNetTransformerBlock(int64_t dim, int64_t heads, int64_t c
 }
 
 Tensor UNetTransformerBlock::forward(const Tensor& x, const Tensor& context) const {
+  if (!is_compiled()) return forward_eager(x, context);
+  return call_compiled(
+      {x, context}, [this](const auto& in) { return std::vector<Tensor>{forward_eager(in[0], in[1])}; })[0];
+}
+
+Tensor UNetTransformerBlock::forward_eager(const Tensor& x, const Tensor& context) const {
   const Tensor n1 = norm1_(x);
   Tensor h = add(attn1_.forward(n1, n1), x);
   h = add(attn2_.forward(norm2_(h), context), h);
@@ -161,6 +173,37 @@ Tensor UNetDownBlock::forward(Tensor x, const Tensor& temb_act, const Tensor& co
     skips.push_back(x);
   }
   return x;
+}
+
+namespace {
+
+void collect_levels(const std::vector<std::unique_ptr<UNetResnetBlock>>& resnets,
+                    const std::vector<std::unique_ptr<UNetSpatialTransformer>>& attentions,
+                    std::vector<nn::Module*>& resnet_out, std::vector<nn::Module*>& block_out) {
+  for (size_t j = 0; j < resnets.size(); ++j) {
+    resnet_out.push_back(resnets[j].get());
+    if (!attentions.empty())
+      for (const auto& block : attentions[j]->blocks()) block_out.push_back(block.get());
+  }
+}
+
+}  // namespace
+
+void UNetDownBlock::collect(std::vector<nn::Module*>& resnets,
+                            std::vector<nn::Module*>& transformer_blocks) const {
+  collect_levels(resnets_, attentions_, resnets, transformer_blocks);
+}
+
+void UNetUpBlock::collect(std::vector<nn::Module*>& resnets,
+                          std::vector<nn::Module*>& transformer_blocks) const {
+  collect_levels(resnets_, attentions_, resnets, transformer_blocks);
+}
+
+void UNetMidBlock::collect(std::vector<nn::Module*>& resnets,
+                           std::vector<nn::Module*>& transformer_blocks) const {
+  resnets.push_back(const_cast<UNetResnetBlock*>(&resnet0_));
+  for (const auto& block : attention_.blocks()) transformer_blocks.push_back(block.get());
+  resnets.push_back(const_cast<UNetResnetBlock*>(&resnet1_));
 }
 
 UNetMidBlock::UNetMidBlock(const UNetBlockShape& s, int64_t channels, int64_t heads,

@@ -16,10 +16,14 @@ namespace kiln::models {
 class UNetResnetBlock : public nn::Module {
  public:
   UNetResnetBlock(int64_t in, int64_t out, int64_t temb, int64_t groups, double eps);
-  // x [B, in, h, w], temb_act = SiLU(temb) [B, temb] -> [B, out, h, w].
+  // x [B, in, h, w], temb_act = SiLU(temb) [B, temb] -> [B, out, h, w]. Compiled (a repeated block of the
+  // UNet) it runs as one program per shape.
   Tensor forward(const Tensor& x, const Tensor& temb_act) const;
+  bool supports_compile() const override { return true; }
 
  private:
+  Tensor forward_eager(const Tensor& x, const Tensor& temb_act) const;
+
   nn::GroupNorm norm1_, norm2_;
   nn::Conv2d conv1_, conv2_;
   nn::Linear time_emb_proj_;
@@ -45,8 +49,11 @@ class UNetTransformerBlock : public nn::Module {
  public:
   UNetTransformerBlock(int64_t dim, int64_t heads, int64_t context_dim);
   Tensor forward(const Tensor& x, const Tensor& context) const;
+  bool supports_compile() const override { return true; }
 
  private:
+  Tensor forward_eager(const Tensor& x, const Tensor& context) const;
+
   nn::LayerNorm norm1_, norm2_, norm3_;
   UNetAttention attn1_, attn2_;
   nn::Linear ff_in_, ff_out_;
@@ -59,6 +66,7 @@ class UNetSpatialTransformer : public nn::Module {
   UNetSpatialTransformer(int64_t channels, int64_t heads, int64_t layers, int64_t context_dim, int64_t groups,
                          bool linear_projection);
   Tensor forward(const Tensor& x, const Tensor& context) const;
+  const std::vector<std::unique_ptr<UNetTransformerBlock>>& blocks() const { return blocks_; }
 
  private:
   bool linear_projection_;
@@ -84,6 +92,8 @@ class UNetDownBlock : public nn::Module {
   UNetDownBlock(const UNetBlockShape& s, int64_t in, int64_t out, int64_t layers, int64_t heads,
                 int64_t transformer_layers, bool downsample, int64_t padding);
   Tensor forward(Tensor x, const Tensor& temb_act, const Tensor& context, std::vector<Tensor>& skips) const;
+  // Its ResNet blocks and transformer blocks, in the order they run.
+  void collect(std::vector<nn::Module*>& resnets, std::vector<nn::Module*>& transformer_blocks) const;
 
  private:
   std::vector<std::unique_ptr<UNetResnetBlock>> resnets_;
@@ -96,6 +106,7 @@ class UNetMidBlock : public nn::Module {
  public:
   UNetMidBlock(const UNetBlockShape& s, int64_t channels, int64_t heads, int64_t transformer_layers);
   Tensor forward(const Tensor& x, const Tensor& temb_act, const Tensor& context) const;
+  void collect(std::vector<nn::Module*>& resnets, std::vector<nn::Module*>& transformer_blocks) const;
 
  private:
   UNetResnetBlock resnet0_, resnet1_;
@@ -112,6 +123,7 @@ class UNetUpBlock : public nn::Module {
   // Consumes `skips` from the back, one per resnet.
   Tensor forward(Tensor x, const Tensor& temb_act, const Tensor& context, std::vector<Tensor>& skips) const;
   size_t layers() const { return resnets_.size(); }
+  void collect(std::vector<nn::Module*>& resnets, std::vector<nn::Module*>& transformer_blocks) const;
 
  private:
   std::vector<std::unique_ptr<UNetResnetBlock>> resnets_;

@@ -108,6 +108,12 @@ class UNet2DConditionModel : public nn::Module {
   const UNet2DConditionConfig& config() const { return config_; }
   DType dtype() const { return conv_in_.weight.dtype(); }
 
+  // compile(): the whole UNet as one program per input signature (static shapes). Its repeated blocks, in the
+  // order they run: "resnets" (every ResnetBlock2D) and "transformer_blocks" (every BasicTransformerBlock) —
+  // what compile_repeated_blocks() compiles (a program per distinct shape) and group offload streams.
+  bool supports_compile() const override { return true; }
+  std::vector<nn::BlockList> repeated_blocks() const override;
+
  private:
   Tensor run(const Tensor& sample, const Tensor& timestep, const Tensor& encoder_hidden_states,
              const UNetAddedConditions& added, Trace* trace) const;

@@ -1,0 +1,78 @@
+// The UNet family in every execution mode and under every offload on the CPU: diffusers' image
+// (tools/goldens/sd.py) within one 8-bit level, as strict eager gives it
+// (stable_diffusion_pipeline_test.cpp). Compiled, the UNet is one program per input signature; compiled
+// blocks, one program per ResNet block and per transformer block shape, shared across the UNet's levels.
+// Tensor parallelism is refused by name.
+#include <gtest/gtest.h>
+
+#include <optional>
+
+#include "kiln/families/stable_diffusion/stable_diffusion_pipeline.h"
+#include "kiln/families/stable_diffusion/stable_diffusion_xl_pipeline.h"
+#include "kiln/runtime/counters.h"
+#include "kiln/runtime/eager_mode.h"
+#include "support/pipeline_comparison.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+using testing::GoldenFile;
+
+PipelineRequest sd_request(const GoldenFile& g) {
+  PipelineRequest r = g.request();
+  r.prompt_embeds = r.pooled_prompt_embeds = r.negative_prompt_embeds = r.negative_pooled_prompt_embeds =
+      Tensor();
+  return r;
+}
+
+PipelineOutput in_mode(DiffusionPipeline& pipe, ExecutionMode mode, const PipelineRequest& request) {
+  pipe.configure({.mode = mode});
+  std::optional<EagerModeGuard> fuse;
+  if (mode == ExecutionMode::Fuse) fuse.emplace(EagerMode::DeferAndFuse);
+  return pipe(request);
+}
+
+TEST(StableDiffusionModes, BothPipelinesMatchDiffusersInEveryMode) {
+  for (const char* name : {"sd15_negative_48x80_s1", "sdxl_micro_cond_32x48_s3"}) {
+    const GoldenFile g("sd", name);
+    for (ExecutionMode mode : {ExecutionMode::Fuse, ExecutionMode::Compile, ExecutionMode::CompileBlocks}) {
+      const std::unique_ptr<DiffusionPipeline> pipe = g.load();
+      reset_counters();
+      testing::expect_images_match(in_mode(*pipe, mode, sd_request(g)), g);
+      if (mode == ExecutionMode::Compile) {
+        // One program for the whole guided UNet, reused by every later step.
+        EXPECT_EQ(counters().graphs_compiled, 1) << name;
+        EXPECT_EQ(counters().graph_cache_hits, std::stoi(g.meta("steps_run")) - 1) << name;
+      }
+    }
+  }
+}
+
+TEST(StableDiffusionModes, EveryOffloadGivesTheResidentImage) {
+  const GoldenFile g("sd", "sdxl_prompt2_negative_48x64_s1");
+  const auto offloaded = [&](const std::function<void(DiffusionPipeline&)>& offload, const char* what) {
+    const std::unique_ptr<DiffusionPipeline> pipe = g.load();
+    offload(*pipe);
+    SCOPED_TRACE(what);
+    testing::expect_images_match((*pipe)(sd_request(g)), g);
+  };
+  offloaded([](DiffusionPipeline& p) { p.enable_model_cpu_offload(); }, "model offload");
+  offloaded([](DiffusionPipeline& p) { p.enable_sequential_cpu_offload(); }, "sequential offload");
+  offloaded([](DiffusionPipeline& p) { p.enable_group_offload({.blocks_per_group = 2, .prefetch = true}); },
+            "group offload");
+}
+
+TEST(StableDiffusionModes, TensorParallelismIsRefusedByName) {
+  try {
+    StableDiffusionXLPipeline::from_pretrained(testing::data_path("models/sdxl-tiny"),
+                                               {.tensor_parallel = 2});
+    ADD_FAILURE() << "--tp 2 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("splits no component of the UNet family"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln
