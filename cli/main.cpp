@@ -11,7 +11,7 @@
 int main(int argc, char** argv) {
   // Ctrl-C / SIGTERM stop at the next step, a file-size limit is an error, a truncated checkpoint a message.
   kiln::install_signal_handlers();
-  CLI::App app{"Kiln: diffusion transformers from diffusers checkpoints, in C++"};
+  CLI::App app{"Kiln: diffusion models from diffusers checkpoints, in C++"};
   app.require_subcommand(1);
   kiln::cli::add_info_command(app);
   kiln::cli::add_generate_command(app);
