@@ -1,4 +1,4 @@
-"""The tiny FLUX.1, SD3.5, FLUX.2, Chroma and Z-Image pipelines from Python give diffusers' images within one 8-bit level
+"""The tiny FLUX.1, SD3.5, FLUX.2, Chroma, Z-Image, SD1.5 and SDXL pipelines from Python give diffusers' images within one 8-bit level
 (float32): the goldens the C++ tests use (tools/goldens/)."""
 
 import numpy as np
@@ -98,6 +98,39 @@ def test_z_image_matches_diffusers(case):
     images = pipe(text("prompt"), negative_prompt=m.get("negative_prompt"), height=int(m["height"]),
                   width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]),
                   guidance_scale=float(m["guidance_scale"]), max_sequence_length=int(m["max_sequence_length"]),
+                  num_images_per_prompt=int(m.get("num_images_per_prompt", 1)), generator=int(m["seed"]),
+                  **kwargs).images
+    assert len(images) == len(tensors["image_u8"])
+    for image, want in zip(images, tensors["image_u8"]):
+        assert max_level_difference(image, want) <= 1
+
+
+@pytest.mark.parametrize("case", ["sd15_clipskip1_32x32_s2", "sd15_euler_a_32x32_s7", "sdxl_dpmpp2m_karras_32x32_s5",
+                                  "sdxl_micro_cond_32x48_s3", "sd15_inpaint_ref_a_s12"])
+def test_stable_diffusion_matches_diffusers(case):
+    """The UNet family's classes and arguments (the sampler by name, use_karras_sigmas, clip_skip, SDXL's
+    micro-conditioning) come from the registry and the request's declaration, as for every family."""
+    import json
+
+    tensors, m = golden("sd", case + ".safetensors")
+    pipe = kiln.DiffusionPipeline.from_pretrained(data_path("models", m["model"]))
+    assert isinstance(pipe, kiln.StableDiffusionXLPipeline if "sdxl" in case else kiln.StableDiffusionPipeline)
+    kwargs = {"scheduler": m["scheduler"]}
+    kwargs.update(json.loads(m.get("scheduler_kwargs", "{}")))
+    for key in ("original_size", "target_size", "crops_coords_top_left", "negative_original_size",
+                "negative_target_size", "negative_crops_coords_top_left"):
+        if key in m:
+            kwargs[key] = json.loads(m[key])
+    if "clip_skip" in m:
+        kwargs["clip_skip"] = int(m["clip_skip"])
+    if m["pipeline"] == "StableDiffusionInpaintPipeline":
+        pipe = kiln.StableDiffusionInpaintPipeline.from_pipe(pipe)
+        kwargs.update(image=Image.open(data_path("goldens", "flux2", m["image"] + ".png")),
+                      mask_image=Image.open(data_path("goldens", "edit", m["mask_image"] + ".png")),
+                      strength=float(m["strength"]))
+    images = pipe(m["prompt"], negative_prompt=m.get("negative_prompt"), height=int(m["height"]),
+                  width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]),
+                  guidance_scale=float(m["guidance_scale"]),
                   num_images_per_prompt=int(m.get("num_images_per_prompt", 1)), generator=int(m["seed"]),
                   **kwargs).images
     assert len(images) == len(tensors["image_u8"])

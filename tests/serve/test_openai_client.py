@@ -140,6 +140,38 @@ def test_z_image_and_its_own_fields_are_served_with_no_code_of_their_own(tmp_pat
         assert server.stop() == 0, server.log()
 
 
+def test_the_unet_family_and_its_samplers_are_served_with_no_code_of_their_own(tmp_path):
+    """SD1.5 and SDXL (the UNet family), each with a sampler the request names and its own fields (clip_skip,
+    SDXL's micro-conditioning): the image kiln generate writes; the sampler in the image's text chunks."""
+    from conftest import MODELS, Server
+
+    sd15, sdxl = str(MODELS / "sd15-tiny"), str(MODELS / "sdxl-tiny")
+    server = Server("--model", sd15, "--model", sdxl)
+    try:
+        for model, fields, cli in [
+            (sd15, {"scheduler": "euler_a", "clip_skip": 1, "negative_prompt": "blurry"},
+             {"scheduler": "euler_a", "clip_skip": 1, "negative_prompt": "blurry"}),
+            (sdxl, {"scheduler": "dpmpp_2m", "use_karras_sigmas": True, "original_size": [64, 64]},
+             {"scheduler": "dpmpp_2m", "karras": "true", "original_size": "64,64"}),
+        ]:
+            name = model.rstrip("/").split("/")[-1]
+            result = client(server).images.generate(
+                model=name, prompt="a red circle", n=1, size=TINY["size"], response_format="b64_json",
+                extra_body={"seed": 3, "steps": TINY["steps"], **fields})
+            served = base64.b64decode(result.data[0].b64_json)
+            written = kiln_generate(tmp_path, model, "a red circle", 3, size=TINY["size"], steps=TINY["steps"],
+                                    max_sequence_length=None, **cli)
+            np.testing.assert_array_equal(decode_png(served)[0], decode_png(written)[0])
+            assert decode_png(served)[1]["scheduler"] == decode_png(written)[1]["scheduler"]
+        assert decode_png(served)[1]["scheduler"] == "DPMSolverMultistepScheduler, karras"
+        # A sampler Kiln does not have: refused naming the field and the names it has.
+        with pytest.raises(openai.BadRequestError, match="dpmpp_2m_karras"):
+            client(server).images.generate(model="sd15-tiny", prompt="a red circle", size=TINY["size"],
+                                           extra_body={"scheduler": "lms"})
+    finally:
+        assert server.stop() == 0, server.log()
+
+
 def test_a_model_folders_recommended_call_is_what_requests_start_from(tmp_path):
     """models/kiln-shapes-64 carries recommended_call.json (64x64, 4 steps, guidance 0, 40 tokens): a request that
     leaves those out gets them, the image kiln generate makes without flags, and GET /v1/models says where the
