@@ -1,0 +1,48 @@
+// Stable Diffusion 1.x and SDXL base as almost every finetune ships them: ONE .safetensors (or GGUF) in the
+// original Stability layout holding the UNet (model.diffusion_model.*: input_blocks / middle_block /
+// output_blocks), the text encoder(s) (SD1.x: cond_stage_model.transformer.*, HF CLIP-L; SDXL: CLIP-L at
+// conditioner.embedders.0.transformer.* and OpenCLIP bigG at conditioner.embedders.1.model.*) and the VAE
+// (first_stage_model.*), read as diffusers' from_single_file converts them (convert_ldm_unet_checkpoint,
+// convert_ldm_clip_checkpoint, convert_open_clip_checkpoint, convert_ldm_vae_checkpoint). Each component is a
+// view of the file under diffusers' names: renames are zero-copy, bigG's fused attn.in_proj rows are split
+// into q/k/v, the VAE's 1x1-conv attention weights are viewed as matrices, bigG's text_projection is
+// transposed. Files of kinds Kiln recognises but does not run (SD2, the SDXL refiner, inpainting UNets) are
+// refused by name.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/nn/module.h"
+
+namespace kiln::models {
+
+struct StableDiffusionSingleFile {
+  enum class Kind { SD1, SDXL };
+  Kind kind = Kind::SD1;
+  // What the UNet's shapes say (diffusers reads the same off the file; the rest of each config, such as the
+  // head counts, comes from a diffusers folder or the family's defaults).
+  int64_t in_channels = 0;
+  int64_t cross_attention_dim = 0;
+  int64_t layers_per_block = 0;             // the same at every level (diffusers' conversion assumes it)
+  std::vector<int64_t> block_out_channels;  // per level, from each level's first ResNet
+  // Each component under diffusers' names, holding exactly the tensors models::UNet2DConditionModel,
+  // ClipTextModel ("text_model.*", "text_projection.weight") and AutoencoderKL load; null when the file
+  // lacks it (UNet-only finetunes). unet is never null; text_encoder_2 is null for SD1.x.
+  std::shared_ptr<const nn::WeightSource> unet, text_encoder, text_encoder_2, vae;
+};
+
+// "SD1.x" or "SDXL".
+const char* kind_name(StableDiffusionSingleFile::Kind kind);
+
+// Opens `path` (nn::open_weight_file) and reads it as below.
+StableDiffusionSingleFile open_stable_diffusion_single_file(const std::string& path);
+
+// Reads an open file. Throws kiln::Error naming the file and what it looks like when it is not an SD1.x or
+// SDXL base checkpoint in the original layout, and naming every tensor that no component uses and that is
+// not one the format deliberately carries beside the weights (EMA copies, DDPM and sampler buffers, CLIP's
+// position_ids, OpenCLIP's logit_scale, the VAE's training loss).
+StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<const nn::WeightSource> file);
+
+}  // namespace kiln::models

@@ -1,0 +1,228 @@
+// SD1.x and SDXL single files in the original Stability layout: tests/data/goldens/sd_single_file/ holds the
+// tiny folders sd15-tiny and sdxl-tiny written as one file each (tools/goldens/sd_single_file.py, which
+// proves with diffusers' from_single_file that the file holds exactly the folder's weights). Loaded through
+// the single-file views, every parameter of the UNet, text encoder(s) and VAE must equal the folder's; files
+// of other kinds must be refused by name.
+#include <gtest/gtest.h>
+
+#include "families/stable_diffusion/sd_single_file.h"
+#include "io/io_test_util.h"
+#include "kiln/families/stable_diffusion/unet_2d_condition.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/models/autoencoder_kl.h"
+#include "kiln/models/clip_text_model.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+using models::StableDiffusionSingleFile;
+using Kind = StableDiffusionSingleFile::Kind;
+
+std::string single_file(const std::string& name) {
+  return testing::data_path("goldens/sd_single_file/" + name + ".safetensors");
+}
+
+std::string folder(const std::string& model, const std::string& component) {
+  return testing::data_path("models/" + model + "/" + component);
+}
+
+// Every parameter of `got` equals the same-named one of `want`, value for value (the file is float32 like
+// the folder, and the views only rename, split, reshape and transpose).
+void expect_same_parameters(nn::Module& got, nn::Module& want, const std::string& what) {
+  const auto got_params = got.named_parameters();
+  const auto want_params = want.named_parameters();
+  ASSERT_EQ(got_params.size(), want_params.size()) << what;
+  for (size_t i = 0; i < want_params.size(); ++i) {
+    ASSERT_EQ(got_params[i].first, want_params[i].first) << what;
+    const Tensor& g = *got_params[i].second;
+    const Tensor& w = *want_params[i].second;
+    ASSERT_EQ(g.shape(), w.shape()) << what << ": " << want_params[i].first;
+    EXPECT_EQ(g.to_vector<float>(), w.to_vector<float>()) << what << ": " << want_params[i].first;
+  }
+}
+
+void expect_unet_equals_folder(const nn::WeightSource& view, const std::string& model) {
+  models::UNet2DConditionModel got(models::UNet2DConditionConfig::from_file(folder(model, "unet")));
+  got.load_weights(view);
+  auto want = models::load_unet_2d_condition(folder(model, "unet"), float32);
+  expect_same_parameters(got, *want, model + " unet");
+}
+
+void expect_clip_equals_folder(const nn::WeightSource& view, const std::string& model,
+                               const std::string& component) {
+  models::ClipTextModel got(models::ClipTextConfig::from_file(folder(model, component) + "/config.json"));
+  got.load_weights(view);
+  auto want = models::load_clip_text_model(folder(model, component), float32);
+  expect_same_parameters(got, *want, model + " " + component);
+}
+
+void expect_vae_equals_folder(const nn::WeightSource& view, const std::string& model) {
+  models::AutoencoderKL got(models::AutoencoderKLConfig::from_file(folder(model, "vae") + "/config.json"));
+  got.load_weights(view);
+  auto want = models::load_autoencoder_kl(folder(model, "vae"), float32);
+  expect_same_parameters(got, *want, model + " vae");
+}
+
+// The tensors of `path` (all, or those under `prefix`), with `extra` added.
+std::vector<std::pair<std::string, Tensor>> tensors_of(
+    const std::string& path, const std::string& prefix = "",
+    std::vector<std::pair<std::string, Tensor>> extra = {}) {
+  const io::SafetensorsFile f(path);
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& n : f.names())
+    if (n.rfind(prefix, 0) == 0) out.emplace_back(n, f.tensor(n));
+  out.insert(out.end(), extra.begin(), extra.end());
+  return out;
+}
+
+std::string write(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  const std::string path = testing::temp_dir("sd_single_file_" + name) + "/" + name + ".safetensors";
+  io::save_safetensors(path, tensors);
+  return path;
+}
+
+Tensor zeros_of(const Shape& shape) {
+  return testing::values(shape, 1, 0.0, 0.0);
+}
+
+TEST(StableDiffusionSingleFile, Sd15FileEqualsTheFolder) {
+  // The file carries what real SD1.x files carry beside the weights, which must be ignored, not refused.
+  const io::SafetensorsFile raw(single_file("sd15_tiny"));
+  for (const char* buffer : {"alphas_cumprod", "betas", "model_ema.decay",
+                             "cond_stage_model.transformer.text_model.embeddings.position_ids"})
+    ASSERT_TRUE(raw.contains(buffer)) << buffer;
+
+  const StableDiffusionSingleFile sf = models::open_stable_diffusion_single_file(single_file("sd15_tiny"));
+  EXPECT_EQ(sf.kind, Kind::SD1);
+  EXPECT_STREQ(models::kind_name(sf.kind), "SD1.x");
+  EXPECT_EQ(sf.in_channels, 4);
+  EXPECT_EQ(sf.cross_attention_dim, 32);
+  EXPECT_EQ(sf.layers_per_block, 2);
+  EXPECT_EQ(sf.block_out_channels, (std::vector<int64_t>{16, 24, 32}));
+  ASSERT_TRUE(sf.unet && sf.text_encoder && sf.vae);
+  EXPECT_EQ(sf.text_encoder_2, nullptr);
+  // ldm's 1x1-conv attention weight, seen as the Linear's matrix.
+  EXPECT_EQ(sf.vae->shape("decoder.mid_block.attentions.0.to_q.weight"), (Shape{16, 16}));
+  expect_unet_equals_folder(*sf.unet, "sd15-tiny");
+  expect_clip_equals_folder(*sf.text_encoder, "sd15-tiny", "text_encoder");
+  expect_vae_equals_folder(*sf.vae, "sd15-tiny");
+}
+
+TEST(StableDiffusionSingleFile, SdxlFileEqualsTheFolder) {
+  const StableDiffusionSingleFile sf = models::open_stable_diffusion_single_file(single_file("sdxl_tiny"));
+  EXPECT_EQ(sf.kind, Kind::SDXL);
+  EXPECT_EQ(sf.in_channels, 4);
+  EXPECT_EQ(sf.cross_attention_dim, 64);
+  EXPECT_EQ(sf.layers_per_block, 2);
+  EXPECT_EQ(sf.block_out_channels, (std::vector<int64_t>{16, 24, 32}));
+  ASSERT_TRUE(sf.unet && sf.text_encoder && sf.text_encoder_2 && sf.vae);
+  // OpenCLIP stores text_projection as [width 32, projection 24]; the Linear holds [24, 32].
+  EXPECT_EQ(sf.text_encoder_2->shape("text_projection.weight"), (Shape{24, 32}));
+  // bigG's fused in_proj rows split into q, k and v of the width each.
+  EXPECT_EQ(sf.text_encoder_2->shape("text_model.encoder.layers.1.self_attn.v_proj.weight"), (Shape{32, 32}));
+  expect_unet_equals_folder(*sf.unet, "sdxl-tiny");
+  expect_clip_equals_folder(*sf.text_encoder, "sdxl-tiny", "text_encoder");
+  expect_clip_equals_folder(*sf.text_encoder_2, "sdxl-tiny", "text_encoder_2");
+  expect_vae_equals_folder(*sf.vae, "sdxl-tiny");
+}
+
+TEST(StableDiffusionSingleFile, UnetOnlyFilesHaveNoOtherComponents) {
+  const StableDiffusionSingleFile sd15 =
+      models::open_stable_diffusion_single_file(single_file("sd15_tiny_unet_only"));
+  EXPECT_EQ(sd15.kind, Kind::SD1);
+  ASSERT_TRUE(sd15.unet);
+  EXPECT_EQ(sd15.text_encoder, nullptr);
+  EXPECT_EQ(sd15.text_encoder_2, nullptr);
+  EXPECT_EQ(sd15.vae, nullptr);
+  expect_unet_equals_folder(*sd15.unet, "sd15-tiny");
+
+  // An SDXL UNet alone is told from SD1.x by its added-condition embedding (label_emb).
+  const std::string xl = write("xl_unet", tensors_of(single_file("sdxl_tiny"), "model.diffusion_model."));
+  const StableDiffusionSingleFile sdxl = models::open_stable_diffusion_single_file(xl);
+  EXPECT_EQ(sdxl.kind, Kind::SDXL);
+  EXPECT_EQ(sdxl.text_encoder, nullptr);
+  EXPECT_EQ(sdxl.vae, nullptr);
+  expect_unet_equals_folder(*sdxl.unet, "sdxl-tiny");
+}
+
+TEST(StableDiffusionSingleFile, AMissingTensorIsNamedWithItsComponent) {
+  auto tensors = tensors_of(single_file("sd15_tiny"));
+  std::erase_if(tensors, [](const auto& t) {
+    return t.first == "model.diffusion_model.output_blocks.5.2.conv.weight";
+  });
+  const StableDiffusionSingleFile sf = models::open_stable_diffusion_single_file(write("missing", tensors));
+  models::UNet2DConditionModel unet(models::UNet2DConditionConfig::from_file(folder("sd15-tiny", "unet")));
+  EXPECT_KILN_ERROR(unet.load_weights(*sf.unet), "missing.safetensors (its unet)",
+                    "up_blocks.1.upsamplers.0.conv.weight");
+}
+
+TEST(StableDiffusionSingleFile, Sd2IsRefusedByName) {
+  const Tensor conv_in = zeros_of({8, 4, 3, 3});
+  const std::string full =
+      write("sd2", {{"model.diffusion_model.input_blocks.0.0.weight", conv_in},
+                    {"cond_stage_model.model.token_embedding.weight", zeros_of({10, 8})}});
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(full), "sd2.safetensors",
+                    "an SD2 checkpoint (v-prediction at 768)", "OpenCLIP-H");
+  // A UNet alone: SD2's 1024-wide context gives it away.
+  const std::string unet =
+      write("sd2_unet", {{"model.diffusion_model.input_blocks.0.0.weight", conv_in},
+                         {"model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight",
+                          zeros_of({8, 1024})}});
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(unet),
+                    "an SD2 checkpoint (v-prediction at 768)", "1024-wide context");
+}
+
+TEST(StableDiffusionSingleFile, SdxlRefinerIsRefusedByName) {
+  const std::string path =
+      write("refiner", {{"model.diffusion_model.input_blocks.0.0.weight", zeros_of({8, 4, 3, 3})},
+                        {"model.diffusion_model.label_emb.0.0.weight", zeros_of({8, 8})},
+                        {"conditioner.embedders.0.model.text_projection", zeros_of({8, 8})}});
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(path), "refiner.safetensors",
+                    "an SDXL refiner checkpoint", "no CLIP-L");
+}
+
+TEST(StableDiffusionSingleFile, InpaintingUnetIsRefusedByName) {
+  auto tensors = tensors_of(single_file("sd15_tiny"));
+  for (auto& [name, t] : tensors)
+    if (name == "model.diffusion_model.input_blocks.0.0.weight") t = zeros_of({16, 9, 3, 3});
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(write("inpaint", tensors)),
+                    "inpaint.safetensors", "an SD1.x inpainting checkpoint", "9 input channels");
+}
+
+TEST(StableDiffusionSingleFile, OtherFamiliesAreNeitherSd1NorSdxl) {
+  // FLUX.1's layout (Chroma's file) and Z-Image's: the message lists what the file holds instead.
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(
+                        testing::data_path("goldens/chroma/transformer_single_file.safetensors")),
+                    "transformer_single_file.safetensors", "neither SD1.x nor SDXL", "double_blocks (",
+                    "single_blocks (");
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(
+                        testing::data_path("goldens/z_image/transformer_single_file.safetensors")),
+                    "neither SD1.x nor SDXL", "noise_refiner (", "x_embedder (");
+  // ComfyUI's prefix is shown with the level under it, which tells the families apart.
+  std::vector<std::pair<std::string, Tensor>> comfy;
+  for (auto& [name, t] : tensors_of(testing::data_path("goldens/chroma/transformer_single_file.safetensors")))
+    comfy.emplace_back("model.diffusion_model." + name, t);
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(write("comfy_flux", comfy)),
+                    "neither SD1.x nor SDXL", "model.diffusion_model.double_blocks (");
+}
+
+TEST(StableDiffusionSingleFile, UnexpectedTensorsAreNamed) {
+  const std::string path =
+      write("extra", tensors_of(single_file("sd15_tiny"), "",
+                                {{"model.diffusion_model.input_blocks.1.2.mystery.weight", zeros_of({4})},
+                                 {"embedding_manager.embedder.weight", zeros_of({4})}}));
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(path), "extra.safetensors", "2 tensors",
+                    "model.diffusion_model.input_blocks.1.2.mystery.weight",
+                    "embedding_manager.embedder.weight");
+}
+
+TEST(StableDiffusionSingleFile, SdxlWithoutClipLIsRefused) {
+  auto tensors = tensors_of(single_file("sdxl_tiny"));
+  std::erase_if(tensors, [](const auto& t) { return t.first.rfind("conditioner.embedders.0.", 0) == 0; });
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(write("no_clip_l", tensors)),
+                    "OpenCLIP bigG but no CLIP-L", "SDXL needs both text encoders");
+}
+
+}  // namespace
+}  // namespace kiln
