@@ -96,7 +96,27 @@ Image read_image(const char* flag, const std::string& path, const char* what) {
 void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, const Device& first_device) {
   const Device device = device_of_rank(first_device, dist::rank());
   require_device(device);
-  const io::ResolvedModel resolved = io::resolve_model(args.model);
+  // A whole pipeline in one file runs on a folder's configs: --config, or its family's base model.
+  std::string model = args.model, single_file;
+  if (std::filesystem::is_regular_file(args.model)) {
+    const SingleFilePipeline file = single_file_pipeline(args.model);
+    single_file = args.model;
+    model = args.config.empty() ? file.default_config : args.config;
+    if (args.config.empty()) {
+      try {
+        io::resolve_model(model);
+      } catch (const Error& e) {
+        KILN_FAIL(args.model << ": a " << file.pipeline_class
+                             << " file takes its configs, tokenizers and scheduler "
+                             << "from the model it was finetuned from, " << model << ", which is not here ("
+                             << e.what() << "); or give --config FOLDER");
+      }
+    }
+  } else {
+    KILN_CHECK(args.config.empty(), "--config " << args.config << ": only with a single file as --model ("
+                                                << args.model << " is a folder or repo id)");
+  }
+  const io::ResolvedModel resolved = io::resolve_model(model);
   const io::ModelIndex index = io::load_model_index(resolved.path);
   const PipelineClass& pipeline_class = class_for(args, index);
   const bool editing = pipeline_class.edits_an_image();
@@ -131,6 +151,7 @@ void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, co
 
   PipelineLoadOptions load = load_options_from(args.execution);
   load.transformer_file = args.transformer;
+  load.single_file = single_file;
   // Rank 0 alone reports; the others work silently (their errors still go to stderr).
   const bool reporting = dist::rank() == 0;
   std::optional<ProgressBar> loading;
@@ -140,7 +161,7 @@ void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, co
     if (!loading) loading.emplace("loading", n);
     loading->update(i, name);
   };
-  const std::unique_ptr<DiffusionPipeline> pipe = pipeline_class.load(args.model, load);
+  const std::unique_ptr<DiffusionPipeline> pipe = pipeline_class.load(model, load);
   if (loading) loading->finish();
   // The packed copies are the cpu's matmuls'; on a device they are never made, so the plan is not reported.
   if (reporting && device.type == DeviceType::CPU)
@@ -282,8 +303,16 @@ void run_generate(const GenerateArgs& args) {
 void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "Generate an image from a text prompt");
-  cmd->add_option("--model", args->model, "diffusers folder or Hugging Face repo id in the local cache")
+  cmd->add_option(
+         "--model", args->model,
+         "diffusers folder or Hugging Face repo id in the local cache, or a whole pipeline in one file "
+         "(an SD1.x / SDXL finetune's .safetensors)")
       ->required();
+  cmd->add_option(
+      "--config", args->config,
+      "with a single file as --model: the diffusers folder or repo id whose configs, tokenizers and "
+      "scheduler it takes (default: the base model it was finetuned from, e.g. "
+      "stabilityai/stable-diffusion-xl-base-1.0, in the local cache)");
   cmd->add_option(
       "--transformer", args->transformer,
       "the transformer from one file instead of the model's transformer/: the original layout as "

@@ -20,7 +20,10 @@ struct GenerateArgs {
   std::string model;
   // A single-file transformer (original layout as .safetensors, or .gguf) replacing the model's.
   std::string transformer;
-  RequestFlags request;                   // the request's fields (cli/request_flags.h): --prompt, --steps, ...
+  // With a whole-pipeline single file as the model (an SD1.x / SDXL finetune): the folder or repo id whose
+  // configs, tokenizers and scheduler it takes (empty: the family's base model).
+  std::string config;
+  RequestFlags request;  // the request's fields (cli/request_flags.h): --prompt, --steps, ...
   std::optional<std::string> init_image;  // image-to-image, inpainting, Fill: the image to start from
   std::string output = "output.png";      // OUTPUT-0.png, OUTPUT-1.png, ... for several images
   ExecutionFlags execution;        // dtype, mode, offload, memory, VAE tiling, --tp (shared with kiln serve)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "kiln/core/allocator.h"
 #include "kiln/core/bytes.h"
@@ -36,6 +37,16 @@ DiffusionPipeline::~DiffusionPipeline() = default;
 
 std::unique_ptr<DiffusionPipeline> DiffusionPipeline::from_pretrained(const std::string& model,
                                                                       const PipelineLoadOptions& options) {
+  // A whole pipeline in one file (a finetune's .safetensors): the class its family says, on the configs of
+  // the folder the caller names or the family's base model.
+  if (std::filesystem::is_regular_file(model)) {
+    const SingleFilePipeline file = single_file_pipeline(model);
+    PipelineLoadOptions with_file = options;
+    with_file.single_file = model;
+    const std::string config =
+        options.single_file_config.empty() ? file.default_config : options.single_file_config;
+    return pipeline_class(file.pipeline_class, model).load(config, with_file);
+  }
   io::ResolveOptions resolve;
   resolve.revision = options.revision;
   const io::ModelIndex index = io::load_model_index(io::resolve_model(model, resolve).path);

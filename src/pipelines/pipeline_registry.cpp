@@ -218,4 +218,16 @@ std::unique_ptr<DiffusionPipeline> pipeline_from_pipe(const PipelineClass& targe
   return target.from_pipe(pipe);
 }
 
+SingleFilePipeline single_file_pipeline(const std::string& path) {
+  std::string runs;
+  for (const Family& family : families()) {
+    if (!family.single_file) continue;
+    if (std::optional<SingleFilePipeline> found = family.single_file(path)) return *found;
+    runs += (runs.empty() ? "" : ", ") + family.name;
+  }
+  KILN_FAIL(path << ": not a whole pipeline in one file that Kiln runs (" << runs
+                 << " single files); a transformer alone goes beside its model's folder (--transformer FILE "
+                    "--model FOLDER)");
+}
+
 }  // namespace kiln

@@ -126,5 +126,42 @@ TEST(StableDiffusionPipeline, Bfloat16StaysWithinItsNoise) {
   }
 }
 
+// A finetune's single file (tools/goldens/sd_single_file.py: the tiny folders in Stability's layout, checked
+// against diffusers' from_single_file) given as the model runs on the folder's configs: diffusers' image; a
+// UNet-only file keeps the folder's text encoder and VAE.
+TEST(StableDiffusionPipeline, ASingleFileAsTheModelGivesTheFoldersImage) {
+  for (const auto& [file, golden] : {std::pair{"sd15_tiny", "sd15_cat_64x64_s0"},
+                                     {"sd15_tiny_unet_only", "sd15_cat_64x64_s0"},
+                                     {"sdxl_tiny", "sdxl_cat_64x64_s0"}}) {
+    const GoldenFile g("sd", golden);
+    const std::string path =
+        testing::data_path(std::string("goldens/sd_single_file/") + file + ".safetensors");
+    const auto pipe = DiffusionPipeline::from_pretrained(
+        path, {.single_file_config = testing::data_path("models/" + g.meta("model"))});
+    EXPECT_STREQ(pipe->class_name(), g.meta("pipeline").c_str()) << file;
+    const PipelineOutput out = (*pipe)(sd_request(g));
+    expect_images_match(out, g);
+    EXPECT_EQ(out.images[0].metadata.at("model"), path) << file;
+  }
+  // A file of the other kind for the class it is given to, and a transformer alone, are refused by name.
+  try {
+    StableDiffusionXLPipeline::from_pretrained(
+        testing::data_path("models/sdxl-tiny"),
+        {.single_file = testing::data_path("goldens/sd_single_file/sd15_tiny.safetensors")});
+    ADD_FAILURE() << "an SD1.x file was loaded as SDXL";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("an SD1.x checkpoint, which StableDiffusionPipeline runs"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    DiffusionPipeline::from_pretrained(
+        testing::data_path("goldens/z_image/transformer_single_file.safetensors"));
+    ADD_FAILURE() << "a transformer file was loaded as a whole pipeline";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a whole pipeline in one file"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kiln

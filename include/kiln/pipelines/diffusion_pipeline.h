@@ -59,6 +59,14 @@ struct PipelineLoadOptions {
   // instead of the model's transformer/ folder, whose config.json describes it (required for SD3).
   // GGUF-quantized Linear weights stay quantized.
   std::string transformer_file;
+  // The whole pipeline's weights from this one file in its original layout (an SD1.x or SDXL finetune: the
+  // UNet, text encoders and VAE), as diffusers' from_single_file(file, config=model): the model folder gives
+  // the configs, tokenizers and scheduler, and the components the file lacks. from_pretrained sets it when
+  // given such a file as the model.
+  std::string single_file;
+  // With a single file given as the model: the folder or repo id whose configs it takes (default: the
+  // family's base model, e.g. stabilityai/stable-diffusion-xl-base-1.0, from the local Hugging Face cache).
+  std::string single_file_config;
   // Called as each component finishes loading: (component name, index, count).
   std::function<void(const std::string&, int, int)> on_component_loaded;
   // The most bytes of packed weight copies (kiln/pipelines/weight_packing.h; kAllWeightsPacked: no limit).

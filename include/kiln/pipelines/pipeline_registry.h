@@ -74,6 +74,13 @@ struct PipelineClass {
 using UnloadedComponent =
     std::function<std::unique_ptr<nn::Module>(const std::string& class_name, const std::string& folder)>;
 
+// A whole pipeline in one file (SD1.x / SDXL finetunes): the class that runs it and the model whose folder
+// gives what the file lacks (configs, tokenizers, the scheduler), unless the caller names another.
+struct SingleFilePipeline {
+  std::string pipeline_class;
+  std::string default_config;  // a Hugging Face repo id
+};
+
 struct Family {
   std::string name;  // "FLUX.1", in messages
   std::vector<PipelineClass> classes;
@@ -83,6 +90,10 @@ struct Family {
   // What the pipelines read of a component when it is less than its checkpoint holds (FLUX.2's text encoder:
   // the layers its hidden states need); unset or nullopt: every tensor.
   std::function<std::optional<LoadedWeights>(const io::ComponentSummary& component)> partial_weights;
+  // Whether a file in an original layout is a whole pipeline of this family: nullopt when the file is none of
+  // its kind; throws naming what it is when it is the family's but a kind Kiln does not run. Unset: the
+  // family ships no whole-pipeline files.
+  std::function<std::optional<SingleFilePipeline>(const std::string& path)> single_file;
 };
 
 // Every family, in registration order.
@@ -108,5 +119,10 @@ const PipelineClass& class_for_images(const PipelineClass& folder, bool mask);
 // weights). Throws kiln::Error naming both classes when `target` does not run `pipe`'s folders.
 std::unique_ptr<DiffusionPipeline> pipeline_from_pipe(const PipelineClass& target,
                                                       const DiffusionPipeline& pipe);
+
+// The family and class that run `path` as a whole pipeline (Family::single_file), asking each family in
+// turn; throws kiln::Error naming the file when none does (a transformer alone goes beside a folder instead:
+// PipelineLoadOptions::transformer_file).
+SingleFilePipeline single_file_pipeline(const std::string& path);
 
 }  // namespace kiln

@@ -4,9 +4,11 @@
 #include <algorithm>
 
 #include "families/family_helpers.h"
+#include "families/stable_diffusion/sd_single_file.h"
 #include "kiln/families/stable_diffusion/stable_diffusion_pipeline.h"
 #include "kiln/families/stable_diffusion/stable_diffusion_xl_pipeline.h"
 #include "kiln/families/stable_diffusion/unet_2d_condition.h"
+#include "kiln/nn/weight_file.h"
 
 namespace kiln::stable_diffusion {
 
@@ -16,6 +18,24 @@ std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, co
   if (class_name == "UNet2DConditionModel")
     return std::make_unique<models::UNet2DConditionModel>(models::UNet2DConditionConfig::from_file(folder));
   return shared_unloaded_component(class_name, folder);
+}
+
+// A finetune as one file in Stability's layout (model.diffusion_model.input_blocks, cond_stage_model,
+// conditioner.embedders, first_stage_model): SD1.x on SD1.5's configs, SDXL on SDXL base's, as diffusers'
+// from_single_file picks them. Files of the layout that Kiln does not run (SD2, the refiner, inpainting
+// UNets) are refused naming what they are.
+std::optional<SingleFilePipeline> single_file(const std::string& path) {
+  const std::shared_ptr<const nn::WeightSource> file = nn::open_weight_file(path);
+  bool stability = false;
+  for (const std::string& name : file->names())
+    for (const char* prefix : {"model.diffusion_model.input_blocks.", "cond_stage_model.",
+                               "conditioner.embedders.", "first_stage_model."})
+      stability = stability || name.rfind(prefix, 0) == 0;
+  if (!stability) return std::nullopt;
+  const models::StableDiffusionSingleFile sd = models::read_stable_diffusion_single_file(file);
+  if (sd.kind == models::StableDiffusionSingleFile::Kind::SDXL)
+    return SingleFilePipeline{"StableDiffusionXLPipeline", "stabilityai/stable-diffusion-xl-base-1.0"};
+  return SingleFilePipeline{"StableDiffusionPipeline", "stable-diffusion-v1-5/stable-diffusion-v1-5"};
 }
 
 // The fields every class of the family takes: the common ones but CLIP's fixed 77 tokens, prompts as text,
@@ -87,6 +107,7 @@ Family family() {
       text_to_image_fields(sdxl_prompts));
   descriptor.classes.insert(descriptor.classes.end(), xl.begin(), xl.end());
   descriptor.unloaded_component = unloaded_component;
+  descriptor.single_file = single_file;
   return descriptor;
 }
 

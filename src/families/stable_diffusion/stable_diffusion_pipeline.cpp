@@ -1,6 +1,9 @@
 #include "kiln/families/stable_diffusion/stable_diffusion_pipeline.h"
 
+#include <optional>
+
 #include "families/family_helpers.h"
+#include "families/stable_diffusion/sd_components.h"
 #include "families/stable_diffusion/unet_activations.h"
 #include "families/stable_diffusion/unet_guidance.h"
 #include "families/stable_diffusion/unet_samplers.h"
@@ -98,11 +101,19 @@ void StableDiffusionPipeline::load(StableDiffusionPipeline& pipe, const std::str
                         "UNet's attention and feed-forward could be; its convolutions would not): run it "
                         "with --tp 1");
   pipe.path_ = folder.path();
-  pipe.name_ = model;
+  pipe.name_ = options.single_file.empty() ? model : options.single_file;  // what the images name
   pipe.dtype_ = options.dtype;
   pipe.make_context(options, model);
   ExecutionScope loading_in(pipe.context());
   const auto done = [&](const char* name) { folder.loaded(name); };
+  // A finetune's single file: its components, the folder's configs (and components the file lacks).
+  std::optional<models::StableDiffusionSingleFile> file;
+  if (!options.single_file.empty()) {
+    file = models::open_stable_diffusion_single_file(options.single_file);
+    KILN_CHECK(file->kind == models::StableDiffusionSingleFile::Kind::SD1,
+               options.single_file << ": an " << models::kind_name(file->kind) << " checkpoint, which "
+                                   << "StableDiffusionXLPipeline runs, not " << pipeline_class);
+  }
   pipe.samplers_ = std::make_shared<UNetSamplers>(
       folder.need("scheduler", {"PNDMScheduler", "EulerDiscreteScheduler", "EulerAncestralDiscreteScheduler",
                                 "DPMSolverMultistepScheduler", "DDIMScheduler"}));
@@ -110,12 +121,14 @@ void StableDiffusionPipeline::load(StableDiffusionPipeline& pipe, const std::str
   pipe.tokenizer_ = std::make_shared<tokenizers::ClipTokenizer>(tokenizers::ClipTokenizer::from_directory(
       folder.need("tokenizer", {"CLIPTokenizer", "CLIPTokenizerFast"})));
   done("tokenizer");
-  pipe.text_encoder_ =
-      models::load_clip_text_model(folder.need("text_encoder", {"CLIPTextModel"}), options.dtype);
+  pipe.text_encoder_ = models::load_clip(folder.need("text_encoder", {"CLIPTextModel"}), options.dtype,
+                                         file ? file->text_encoder.get() : nullptr);
   done("text_encoder");
-  pipe.unet_ = models::load_unet_2d_condition(folder.need("unet", {"UNet2DConditionModel"}), options.dtype);
+  pipe.unet_ = models::load_unet(folder.need("unet", {"UNet2DConditionModel"}), options.dtype,
+                                 file ? &*file : nullptr);
   done("unet");
-  pipe.vae_ = models::load_autoencoder_kl(folder.need("vae", {"AutoencoderKL"}), options.dtype);
+  pipe.vae_ = models::load_vae(folder.need("vae", {"AutoencoderKL"}), options.dtype,
+                               file ? file->vae.get() : nullptr);
   done("vae");
   pipe.finish_loading(options.packed_weight_budget);
   const auto& uc = pipe.unet_->config();

@@ -1,6 +1,9 @@
 #include "kiln/families/stable_diffusion/stable_diffusion_xl_pipeline.h"
 
+#include <optional>
+
 #include "families/family_helpers.h"
+#include "families/stable_diffusion/sd_components.h"
 #include "families/stable_diffusion/unet_activations.h"
 #include "families/stable_diffusion/unet_guidance.h"
 #include "families/stable_diffusion/unet_samplers.h"
@@ -120,12 +123,20 @@ void StableDiffusionXLPipeline::load(StableDiffusionXLPipeline& pipe, const std:
                         "UNet's attention and feed-forward could be; its convolutions would not): run it "
                         "with --tp 1");
   pipe.path_ = folder.path();
-  pipe.name_ = model;
+  pipe.name_ = options.single_file.empty() ? model : options.single_file;  // what the images name
   pipe.dtype_ = options.dtype;
   pipe.force_zeros_for_empty_prompt_ = folder.index().raw.get_or<bool>("force_zeros_for_empty_prompt", true);
   pipe.make_context(options, model);
   ExecutionScope loading_in(pipe.context());
   const auto done = [&](const char* name) { folder.loaded(name); };
+  // A finetune's single file: its components, the folder's configs (and components the file lacks).
+  std::optional<models::StableDiffusionSingleFile> file;
+  if (!options.single_file.empty()) {
+    file = models::open_stable_diffusion_single_file(options.single_file);
+    KILN_CHECK(file->kind == models::StableDiffusionSingleFile::Kind::SDXL,
+               options.single_file << ": an " << models::kind_name(file->kind) << " checkpoint, which "
+                                   << "StableDiffusionPipeline runs, not " << pipeline_class);
+  }
   pipe.samplers_ = std::make_shared<UNetSamplers>(
       folder.need("scheduler", {"EulerDiscreteScheduler", "EulerAncestralDiscreteScheduler",
                                 "DPMSolverMultistepScheduler", "DDIMScheduler", "PNDMScheduler"}));
@@ -138,15 +149,17 @@ void StableDiffusionXLPipeline::load(StableDiffusionXLPipeline& pipe, const std:
   done("tokenizer");
   pipe.tokenizer_2_ = clip_tokenizer("tokenizer_2");
   done("tokenizer_2");
-  pipe.text_encoder_ =
-      models::load_clip_text_model(folder.need("text_encoder", {"CLIPTextModel"}), options.dtype);
+  pipe.text_encoder_ = models::load_clip(folder.need("text_encoder", {"CLIPTextModel"}), options.dtype,
+                                         file ? file->text_encoder.get() : nullptr);
   done("text_encoder");
-  pipe.text_encoder_2_ = models::load_clip_text_model(
-      folder.need("text_encoder_2", {"CLIPTextModelWithProjection"}), options.dtype);
+  pipe.text_encoder_2_ = models::load_clip(folder.need("text_encoder_2", {"CLIPTextModelWithProjection"}),
+                                           options.dtype, file ? file->text_encoder_2.get() : nullptr);
   done("text_encoder_2");
-  pipe.unet_ = models::load_unet_2d_condition(folder.need("unet", {"UNet2DConditionModel"}), options.dtype);
+  pipe.unet_ = models::load_unet(folder.need("unet", {"UNet2DConditionModel"}), options.dtype,
+                                 file ? &*file : nullptr);
   done("unet");
-  pipe.vae_ = models::load_autoencoder_kl(folder.need("vae", {"AutoencoderKL"}), options.dtype);
+  pipe.vae_ = models::load_vae(folder.need("vae", {"AutoencoderKL"}), options.dtype,
+                               file ? file->vae.get() : nullptr);
   done("vae");
   pipe.finish_loading(options.packed_weight_budget);
   const auto& uc = pipe.unet_->config();

@@ -1,0 +1,57 @@
+#include "families/stable_diffusion/sd_components.h"
+
+#include "kiln/core/error.h"
+
+namespace kiln::models {
+
+namespace {
+
+std::string joined(const std::vector<int64_t>& v) {
+  std::string out;
+  for (int64_t x : v) out += (out.empty() ? "" : ", ") + std::to_string(x);
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<UNet2DConditionModel> load_unet(const std::string& folder, DType dtype,
+                                                const StableDiffusionSingleFile* file) {
+  if (file == nullptr) return load_unet_2d_condition(folder, dtype);
+  const UNet2DConditionConfig config = UNet2DConditionConfig::from_file(folder);
+  const std::string& from = file->unet->description();
+  KILN_CHECK(config.in_channels == file->in_channels &&
+                 config.cross_attention_dim == file->cross_attention_dim &&
+                 config.block_out_channels == file->block_out_channels,
+             from << ": a UNet of " << file->in_channels << " input channels, a " << file->cross_attention_dim
+                  << "-wide context and levels of " << joined(file->block_out_channels) << " channels, but "
+                  << folder << "/config.json describes " << config.in_channels << ", "
+                  << config.cross_attention_dim << " and " << joined(config.block_out_channels)
+                  << ": give the configs of the model it was finetuned from");
+  auto model = std::make_shared<UNet2DConditionModel>(config);
+  nn::LoadOptions options;
+  options.dtype = dtype;
+  model->load_weights(*file->unet, options);
+  return model;
+}
+
+std::shared_ptr<ClipTextModel> load_clip(const std::string& folder, DType dtype,
+                                         const nn::WeightSource* weights) {
+  if (weights == nullptr) return load_clip_text_model(folder, dtype);
+  auto model = std::make_shared<ClipTextModel>(ClipTextConfig::from_file(folder + "/config.json"));
+  nn::LoadOptions options;
+  options.dtype = dtype;
+  model->load_weights(*weights, options);
+  return model;
+}
+
+std::shared_ptr<AutoencoderKL> load_vae(const std::string& folder, DType dtype,
+                                        const nn::WeightSource* weights) {
+  if (weights == nullptr) return load_autoencoder_kl(folder, dtype);
+  auto model = std::make_shared<AutoencoderKL>(AutoencoderKLConfig::from_file(folder + "/config.json"));
+  nn::LoadOptions options;
+  options.dtype = dtype;
+  model->load_weights(*weights, options);
+  return model;
+}
+
+}  // namespace kiln::models
