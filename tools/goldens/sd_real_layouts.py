@@ -82,8 +82,10 @@ def clip(config):
     keys = {k: v for k, v in config.items() if k not in ("architectures", "model_type")}
     with torch.device("meta"):
         model = cls(CLIPTextConfig(**keys))
-    # The repos' files name the text model "text_model.*" (transformers 5 saves CLIPTextModel so too).
-    return {name: shape for name, shape in shapes(model).items() if not name.endswith("position_ids")}
+    # The repos' files name the text model "text_model.*" (transformers 5's state_dict leaves the prefix out).
+    def repo_name(name):
+        return name if name.startswith(("text_model.", "text_projection.")) else "text_model." + name
+    return {repo_name(name): shape for name, shape in shapes(model).items() if not name.endswith("position_ids")}
 
 
 def main():
