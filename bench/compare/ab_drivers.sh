@@ -7,8 +7,9 @@
 #       -DKILN_BUILD_BENCH=ON && cmake --build /tmp/wt-old/build --target bench_compare_driver
 #   bench/compare/ab_drivers.sh build/bench/bench_compare_driver /tmp/wt-old/build/bench/bench_compare_driver \
 #       flux:compile:512 sd3:eager:1024 t5:eager
-# Cases are model:mode[:size] with model flux, sd3 or t5 (compare.py's default depths: flux-1+1, sd3-2, t5-2),
-# mode eager, fuse, compile or compile-blocks, size 512 or 1024 (t5: its 512 tokens, no size).
+# Cases are model:mode[:size] with model flux, sd3, t5, sd15 or sdxl (compare.py's default depths: flux-1+1,
+# sd3-2, t5-2, sd15 in full, sdxl cut to transformer_layers_per_block [1, 2, 2]), mode eager, fuse, compile or
+# compile-blocks, size 512 or 1024 (t5: its 512 tokens, no size), e.g. sd15:compile:512 sdxl:eager:1024.
 # --tiny runs the drivers' tiny random models instead (--random --tiny, size 64; the tests use it), no cache.
 set -euo pipefail
 usage() {
@@ -43,6 +44,8 @@ folder_of() {
     flux) echo "$cache/flux-1+1" ;;
     sd3) echo "$cache/sd3-2" ;;
     t5) echo "$cache/t5-2" ;;
+    sd15) echo "$cache/sd15" ;;
+    sdxl) echo "$cache/sdxl-1+2+2" ;;
   esac
 }
 
@@ -66,7 +69,7 @@ print(r["median_s"], r["min_s"], r["max_s"])'
 
 for c in "${cases[@]}"; do
   IFS=: read -r model mode size <<<"$c"
-  case $model in flux | sd3 | t5) ;; *) echo "ab_drivers.sh: unknown model in '$c' (expected flux, sd3 or t5)" >&2; exit 2 ;; esac
+  case $model in flux | sd3 | t5 | sd15 | sdxl) ;; *) echo "ab_drivers.sh: unknown model in '$c' (expected flux, sd3, t5, sd15 or sdxl)" >&2; exit 2 ;; esac
   case $mode in eager | fuse | compile | compile-blocks) ;; *) echo "ab_drivers.sh: unknown mode in '$c' (expected eager, fuse, compile or compile-blocks)" >&2; exit 2 ;; esac
   if [ "$model" != t5 ]; then
     case ${size:-} in 512 | 1024) ;; *) echo "ab_drivers.sh: '$c' needs a size, 512 or 1024" >&2; exit 2 ;; esac

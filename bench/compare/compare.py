@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Kiln vs PyTorch, side by side, on the same randomly initialised checkpoints and the same inputs.
 
-Models (real widths from tools/goldens/*_real_configs.json, cut-down depth):
+Models (real widths from tools/goldens/*_real_configs.json, the UNets' from their config.json copied below;
+cut-down depth where said):
   flux  FluxTransformer2DModel, FLUX.1-dev config, --flux-layers double + single blocks (default 1 + 1)
   flux2 Flux2Transformer2DModel, FLUX.2-dev config (width 6144, 48 heads), --flux2-layers double + single
         blocks (default 1 + 1), 512 text tokens of 15360 (three Mistral layers)
@@ -10,7 +11,20 @@ Models (real widths from tools/goldens/*_real_configs.json, cut-down depth):
   zimage ZImageTransformer2DModel, Z-Image-Turbo config (width 3840, 30 heads), --zimage-layers main layers (default
         2) after one noise and one context refiner block, a 160-token caption of Qwen3's 2560 (padded to 160)
   t5    T5EncoderModel, T5 v1.1 XXL config, --t5-layers layers (default 2), --t5-tokens tokens (default 512)
+  sd15  UNet2DConditionModel, Stable Diffusion 1.5's config (block_out_channels 320/640/1280/1280, 8 heads,
+        cross-attention 768) at its full depth (860 M parameters), a guided batch of 2, 77 text tokens
+  sdxl  UNet2DConditionModel, SDXL base's config (320/640/1280, heads 5/10/20, cross-attention 2048, linear
+        projections, text_time conditioning) cut to --sdxl-layers transformer blocks (default 2) in each spatial
+        transformer of the deepest level and of the middle block, of the real 10 (transformer_layers_per_block
+        [1, 2, 2]: 12 of the 60 blocks at width 1280 are kept, 22 of 70 in all; about 0.9 of 2.6 B parameters);
+        a guided batch of 2, 77 text tokens, the pooled prompt and the six time ids. The table's ratios are
+        those of the cut model, measured; a line below it extrapolates each engine's step to the full depth by
+        FLOPs (an estimate: the dropped blocks are assumed to run at the cut model's average FLOP rate).
+  sdxl-full  the same at SDXL's real depth (transformer_layers_per_block [1, 2, 10], 2.6 B parameters, 5.1 GB)
 at --sizes (image side in pixels, default 512,1024; t5 runs once), bf16.
+--tiny (sd15, sdxl): checkpoints of the same blocks at tiny widths (channels 32/64, ...), kept apart under
+--cache; for checking that Kiln and PyTorch agree in a minute, not for timing. The UNets run at any size that
+is a multiple of 8 (64: an 8x8 latent).
 
 For each case the checkpoint is made once with diffusers/transformers (fixed seed, save_pretrained under
 --cache, reused when present), the inputs are drawn once with a fixed torch seed and saved next to it, and then
@@ -21,8 +35,26 @@ each engine runs in its own process (so that VmHWM, the peak resident memory, is
   time of the step's matmuls alone, and compares its output with PyTorch eager's (saved into the inputs file).
 Without torch the PyTorch side is skipped and Kiln runs on its own random weights (--random).
 
+Every line is tagged with the host (/proc/cpuinfo's model name and its bf16 instructions).
+
 Example (from the repository root, after building bench_compare_driver):
   python3 bench/compare/compare.py --driver build/bench/bench_compare_driver --models flux,flux2,sd3,t5 --sizes 512,1024
+
+The UNets, full measurement (every engine: PyTorch eager and torch.compile, Kiln eager, compile and
+compile-blocks; add fuse to --kiln-modes if wanted). Run them in a quiet window, one at a time. The times are
+estimates for this 2-core Sapphire Rapids (AMX) host with 24 GiB, from the FLOPs a step (sd15 at 512: 1.6 TFLOP,
+sdxl [1, 2, 2] at 1024: 7.1, sdxl-full: 13.5) at 0.3-1 TFLOP/s, plus torch.compile's first call (2 min on the
+tiny UNets; more at these widths) and Kiln's compiles (kernels cached on disk after the first run); the
+checkpoint is made the first time:
+  python3 bench/compare/compare.py --models sd15 --sizes 512 --kiln-modes eager,compile,compile-blocks \
+      --json sd15-512.json                                          # ~10-15 min
+  python3 bench/compare/compare.py --models sdxl --sizes 1024 --kiln-modes eager,compile,compile-blocks \
+      --json sdxl-1024.json                                         # ~15-25 min
+  python3 bench/compare/compare.py --models sdxl-full --sizes 1024 --steps 2 \
+      --kiln-modes eager,compile,compile-blocks --json sdxl-full-1024.json   # ~20-35 min
+--prepare-only makes the checkpoints and inputs first (sd15: 1.7 GB, sdxl: 1.8 GB, sdxl-full: 5.1 GB of disk).
+Check that everything runs and agrees first, in about 5 minutes (torch.compile's first calls most of it):
+  python3 bench/compare/compare.py --models sd15,sdxl --tiny --sizes 64 --steps 1
 """
 
 import argparse
@@ -44,6 +76,24 @@ def vmhwm_bytes():
     return float("nan")
 
 
+def host():
+    """The CPU's model name and the bf16 instructions it has (as lscpu reports them), and the CPU count."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return f"{os.uname().machine}, {os.cpu_count()} CPUs"
+    name, flags = "?", []
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and name == "?":
+            name = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = value.split()
+    isa = [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+    return f"{name} ({', '.join(isa) or 'no bf16 instructions'}), {os.cpu_count()} CPUs"
+
+
 def have_torch():
     try:
         import torch  # noqa: F401
@@ -62,9 +112,54 @@ def real_config(file, key):
         return {k: v for k, v in json.load(f)[key].items() if not k.startswith("_")}
 
 
+UNETS = ("sd15", "sdxl", "sdxl-full")
+
+# unet/config.json of runwayml/stable-diffusion-v1-5 and stabilityai/stable-diffusion-xl-base-1.0 (the keys that
+# differ from UNet2DConditionModel's defaults, and the ones that define the blocks).
+SD15_UNET = dict(
+    sample_size=64, in_channels=4, out_channels=4, layers_per_block=2, block_out_channels=[320, 640, 1280, 1280],
+    down_block_types=["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
+    up_block_types=["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
+    attention_head_dim=8, cross_attention_dim=768, norm_num_groups=32, norm_eps=1e-5, flip_sin_to_cos=True,
+    freq_shift=0, downsample_padding=1, mid_block_scale_factor=1, act_fn="silu", center_input_sample=False)
+SDXL_UNET = dict(
+    sample_size=128, in_channels=4, out_channels=4, layers_per_block=2, block_out_channels=[320, 640, 1280],
+    down_block_types=["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
+    up_block_types=["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
+    transformer_layers_per_block=[1, 2, 10], attention_head_dim=[5, 10, 20], cross_attention_dim=2048,
+    use_linear_projection=True, addition_embed_type="text_time", addition_time_embed_dim=256,
+    addition_embed_type_num_heads=64, projection_class_embeddings_input_dim=2816, norm_num_groups=32,
+    norm_eps=1e-5, flip_sin_to_cos=True, freq_shift=0, downsample_padding=1, mid_block_scale_factor=1,
+    act_fn="silu", upcast_attention=None, center_input_sample=False)
+
+
+def sdxl_layers(args, model):
+    """Transformer blocks per spatial transformer at SDXL's deepest level and in its middle block."""
+    return 10 if model == "sdxl-full" else args.sdxl_layers
+
+
+def unet_config(args, model):
+    """The real config, SDXL's depth cut as asked; --tiny: the same blocks at tiny widths."""
+    if model == "sd15":
+        config = dict(SD15_UNET)
+        if args.tiny:
+            config.update(block_out_channels=[32, 64, 64, 64], norm_num_groups=8, attention_head_dim=2,
+                          cross_attention_dim=32)
+    else:
+        config = dict(SDXL_UNET, transformer_layers_per_block=[1, 2, sdxl_layers(args, model)])
+        if args.tiny:
+            config.update(block_out_channels=[32, 64, 64], norm_num_groups=8, attention_head_dim=[2, 2, 4],
+                          cross_attention_dim=64, addition_time_embed_dim=8,
+                          projection_class_embeddings_input_dim=32 + 6 * 8)
+    return config
+
+
 def case_dir(args, model):
     depth = {"flux": f"{args.flux_layers}+{args.flux_layers}", "flux2": f"{args.flux2_layers}+{args.flux2_layers}",
              "sd3": str(args.sd3_layers), "t5": str(args.t5_layers), "zimage": f"1+{args.zimage_layers}"}
+    if model in UNETS:
+        name = "sd15" if model == "sd15" else f"sdxl-1+2+{sdxl_layers(args, model)}"
+        return os.path.join(os.path.expanduser(args.cache), name + ("-tiny" if args.tiny else ""))
     return os.path.join(os.path.expanduser(args.cache), f"{model}-{depth[model]}")
 
 
@@ -101,6 +196,10 @@ def make_checkpoint(args, model, folder):
             config = {k: v for k, v in json.load(f)["transformer_config"].items() if not k.startswith("_")}
         config.update(n_layers=args.zimage_layers, n_refiner_layers=1)
         net = ZImageTransformer2DModel(**config)
+    elif model in UNETS:
+        from diffusers import UNet2DConditionModel
+
+        net = UNet2DConditionModel(**unet_config(args, model))
     else:
         from transformers import T5Config, T5EncoderModel
 
@@ -165,6 +264,21 @@ def make_inputs(args, model, folder, size):
             "pooled_projections": torch.randn(2, 2048, generator=g, dtype=bf16),
             "timestep": torch.full([2], 1000.0, dtype=torch.float32),
         }
+    elif model in UNETS:
+        # StableDiffusion(XL)Pipeline's call of the UNet with classifier-free guidance: the latents twice (the
+        # unconditional and the prompted halves), the first step's t, 77 CLIP tokens (SDXL: both encoders'
+        # hidden states concatenated, 768 + 1280), and SDXL's pooled prompt and time ids (original size, crop
+        # corner, target size) in the prompt's dtype, as the pipeline passes them.
+        h, config = size // 8, unet_config(args, model)
+        t = {
+            "sample": torch.randn(1, 4, h, h, generator=g, dtype=bf16).repeat(2, 1, 1, 1),
+            "timestep": torch.full([2], 999.0, dtype=torch.float32),
+            "encoder_hidden_states": torch.randn(2, 77, config["cross_attention_dim"], generator=g, dtype=bf16),
+        }
+        if model != "sd15":
+            pooled = config["projection_class_embeddings_input_dim"] - 6 * config["addition_time_embed_dim"]
+            t["text_embeds"] = torch.randn(2, pooled, generator=g, dtype=bf16)
+            t["time_ids"] = torch.tensor([[size, size, 0, 0, size, size]] * 2, dtype=bf16)
     elif model == "zimage":
         # One image's latents [C, F, H, W] and its caption's features, as ZImagePipeline passes them (lists of one);
         # the model's time (1000 - t) / 1000 of the first Turbo step.
@@ -199,6 +313,8 @@ def torch_worker(args):
         from diffusers import SD3Transformer2DModel as Cls
     elif args.model == "zimage":
         from diffusers import ZImageTransformer2DModel as Cls
+    elif args.model in UNETS:
+        from diffusers import UNet2DConditionModel as Cls
     else:
         from transformers import T5EncoderModel as Cls
     net = Cls.from_pretrained(args.checkpoint, torch_dtype=torch.bfloat16).eval()
@@ -211,6 +327,12 @@ def torch_worker(args):
     elif args.model == "zimage":
         def call(m):
             return m([inputs["x"]], inputs["t"], [inputs["cap_feats"]], return_dict=False)[0][0]
+    elif args.model in UNETS:
+        added = {k: inputs[k] for k in ("text_embeds", "time_ids") if k in inputs} or None
+
+        def call(m):
+            return m(inputs["sample"], inputs["timestep"], inputs["encoder_hidden_states"],
+                     added_cond_kwargs=added, return_dict=False)[0]
     else:
         def call(m):
             return m(**inputs, return_dict=False)[0]
@@ -302,6 +424,12 @@ def main():
     ap.add_argument("--zimage-layers", type=int, default=2)
     ap.add_argument("--t5-layers", type=int, default=2)
     ap.add_argument("--t5-tokens", type=int, default=512)
+    ap.add_argument("--sdxl-layers", type=int, default=2,
+                    help="sdxl: transformer blocks per spatial transformer at the deepest level and in the middle "
+                         "block (SDXL's real depth: 10, what sdxl-full runs)")
+    ap.add_argument("--tiny", action="store_true",
+                    help="sd15, sdxl: tiny widths, to check agreement quickly (the timings mean nothing); without "
+                         "PyTorch, every model's tiny random Kiln model")
     ap.add_argument("--kiln-modes", default="eager,fuse,compile,compile-blocks")
     ap.add_argument("--torch-modes", default="eager,compile")
     ap.add_argument("--torch-freezing", action="store_true", help="inductor freezing (prepacked weights) for torch.compile")
@@ -323,6 +451,8 @@ def main():
     args = ap.parse_args()
     if args.worker:
         return torch_worker(args)
+    if args.sdxl_layers < 1:
+        sys.exit("compare.py: --sdxl-layers must be at least 1")
 
     if not args.prepare_only and not os.access(args.driver, os.X_OK):
         sys.exit(f"compare.py: no Kiln driver at {args.driver} (build bench_compare_driver, or pass --driver)")
@@ -335,21 +465,36 @@ def main():
         print("AMX masked: " + " ".join(f"{k}={v}" for k, v in MASK_AMX_ENV.items()))
     load = os.getloadavg()
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    machine = host()
+    print(f"host {machine}")
     print(f"commit {commit}, {args.threads} threads, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
     cases = []
     for model in args.models.split(","):
+        if model not in ("flux", "flux2", "sd3", "zimage", "t5") + UNETS:
+            sys.exit(f"compare.py: unknown model '{model}' (flux, flux2, sd3, zimage, t5, {', '.join(UNETS)})")
+        if args.tiny and not missing and model not in UNETS:
+            sys.exit(f"compare.py: --tiny makes checkpoints for {', '.join(UNETS)} only, not {model} (its tiny "
+                     f"model runs without PyTorch: --no-torch --tiny)")
         sizes = [args.t5_tokens] if model == "t5" else [int(s) for s in args.sizes.split(",")]
+        if model in UNETS and any(size % 8 for size in sizes):
+            sys.exit(f"compare.py: {model} needs sizes that are multiples of 8 (the latent is 1/8 of the image)")
         cases += [(model, size) for size in sizes]
 
-    rows, results = [], []
+    rows, results, extrapolated = [], [], []
     for model, size in cases:
         label = f"{model} {size}" + ("px" if model != "t5" else " tok")
+        if model in UNETS and model != "sd15":
+            label = f"sdxl[1,2,{sdxl_layers(args, model)}]{'-tiny' if args.tiny else ''} {size}px"
+        elif args.tiny:
+            label = label.replace(" ", "-tiny ", 1)
+        driver_model = "sdxl" if model == "sdxl-full" else model
         print(f"\n== {label}", flush=True)
         if args.prepare_only and missing:
             sys.exit(f"compare.py: --prepare-only needs PyTorch ({missing})")
         layers = {"flux": args.flux_layers, "flux2": args.flux2_layers, "sd3": args.sd3_layers,
-                  "t5": args.t5_layers, "zimage": args.zimage_layers}[model]
+                  "t5": args.t5_layers, "zimage": args.zimage_layers, "sd15": 0,
+                  "sdxl": args.sdxl_layers, "sdxl-full": 10}[model]
         torch_res, failed = {}, []
         if not missing:
             folder = case_dir(args, model)
@@ -368,14 +513,14 @@ def main():
                     failed.append(f"torch {mode}")
             source = ["--checkpoint", folder, "--inputs", inputs]
         else:
-            source = ["--random", "--size", str(size), "--layers", str(layers)]
+            source = ["--random", "--size", str(size), "--layers", str(layers)] + (["--tiny"] if args.tiny else [])
         kiln_res = {}
         for i, mode in enumerate(args.kiln_modes.split(",")):
             if model == "t5" and mode.startswith("compile"):
                 print(f"  kiln {mode}: skipped (Kiln compiles the denoising transformers, not the text encoders)")
                 continue
             reps = args.matmul_reps if i == 0 else 0  # the matmul share does not depend on the mode
-            cmd = [args.driver, "--model", model, "--mode", mode, "--steps", str(args.steps),
+            cmd = [args.driver, "--model", driver_model, "--mode", mode, "--steps", str(args.steps),
                    "--matmul-reps", str(reps)] + source
             r = run_child(cmd, "KILN_RESULT", env)
             if r:
@@ -394,7 +539,7 @@ def main():
                          fmt(100 * gf / peak if peak else None, ".1f", "-") + "%",
                          "", fmt(r["vmhwm_bytes"] / 1e9, ".2f"), "", "ref" if r["mode"] == "eager" else fmt(r.get("max_rel_error"), ".2e"),
                          fmt(compile_s, ".1f")])
-            results.append(dict(r, case=label, flops=flops))
+            results.append(dict(r, case=label, flops=flops, host=machine))
         for mode, r in kiln_res.items():
             gf = r["flops"] / r["median_s"] / 1e9
             ratio = {m: r["median_s"] / t["median_s"] for m, t in torch_res.items()}
@@ -405,9 +550,17 @@ def main():
                          share, fmt(r["vmhwm_bytes"] / 1e9, ".2f"),
                          fmt(r["weight_bytes"] / 1e9, ".2f"), fmt(r.get("max_rel_error"), ".2e"),
                          fmt(r["first_call_s"] - r["median_s"], ".1f") if mode.startswith("compile") else ""])
-            results.append(dict(r, case=label))
+            results.append(dict(r, case=label, host=machine))
         for engine in failed:
             rows.append([label, engine, "failed (see the log above)"] + [""] * 11)
+        full = first.get("full_depth_flops") if first else None
+        if full and full == full:
+            est = [f"{e} {m} ~{r['median_s'] * full / flops:.2f} s"
+                   for e, res in (("torch", torch_res), ("kiln", kiln_res)) for m, r in res.items()]
+            extrapolated.append(f"{label}: cut to {layers} of SDXL's 10 transformer blocks at the deepest level and in "
+                                f"the middle; {flops / 1e9:.4g} of the real depth's {full / 1e9:.4g} GFLOP a step. "
+                                f"Estimated full-depth step (x{full / flops:.2f}, at the cut model's FLOP rate): "
+                                + ", ".join(est))
         if first:
             print(f"  measured bf16 ceiling now: {peak:.0f} GFLOP/s with {first.get('peak_instruction', '?')}; "
                   f"Kiln's bf16 products on the {first.get('bf16_path', '?')} path; "
@@ -417,13 +570,19 @@ def main():
         return
     paths = sorted({r["bf16_path"] for r in results if r.get("engine") == "kiln" and "bf16_path" in r})
     load = os.getloadavg()
-    note = (f"Kiln vs PyTorch, bf16, {args.threads} threads, {args.steps} timed steps per engine after a warm-up; "
+    note = (f"Kiln vs PyTorch on {machine}; bf16, {args.threads} threads, {args.steps} timed steps per engine "
+            f"after a warm-up; "
             f"commit {commit}; load average at the end {load[0]:.2f}; Kiln's bf16 products on the "
             f"{', '.join(paths) or '?'} path. Kiln/eager and Kiln/compile: Kiln's step time "
             f"over PyTorch's (< 1: Kiln faster). MFU: model FLOPs per step / step time / bf16 ceiling (the fastest "
             f"instruction a bf16 product can use on this host, measured by the driver in this run). matmul share: "
             f"the step's Linear shapes timed alone (kiln::linear) / step time. max rel err: max|out - torch eager| / max|torch eager|.")
     print_table(rows, note)
+    if extrapolated:
+        print()
+        print("Not measured, extrapolated (the ratios above are the cut model's, measured):")
+        for line in extrapolated:
+            print("  " + line)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

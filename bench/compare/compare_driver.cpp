@@ -9,18 +9,23 @@
 //   PyTorch's output for the same inputs ("expected"), the max relative error max|kiln - torch| / max|torch|.
 //
 // Usage:
-//   bench_compare_driver --model flux|flux2|sd3|zimage|t5 [--mode eager|fuse|compile|compile-blocks] [--steps
-//   N]
+//   bench_compare_driver --model flux|flux2|sd3|zimage|t5|sd15|sdxl
+//                        [--mode eager|fuse|compile|compile-blocks] [--steps N]
 //                        (--checkpoint DIR [--inputs FILE] | --random [--size PX] [--layers N] [--tiny])
 //                        [--matmul-reps N (0 = skip the matmul timing)]
-// --size is the image side in pixels for flux, flux2, sd3 and zimage (512, 1024) and the token count for t5.
+// --size is the image side in pixels for flux, flux2, sd3, zimage, sd15 and sdxl (512, 1024) and the token
+// count for t5.
 // zimage is Z-Image-Turbo-shaped (width 3840, 30 heads, a 160-token caption of 2560): --layers main layers
 // (default 2) after one noise and one context refiner block.
 // --layers: flux and flux2 double and single blocks each (default 1), sd3 blocks (default 2; block 0 has the
 // dual attention), t5 layers (default 2). flux2 is FLUX.2-dev-shaped (width 6144, 48 heads, 512 text tokens
-// of 15360). --tiny shrinks every width (for the ctest; the timings mean nothing). Modes: eager (strict
-// eager), fuse (EagerMode::DeferAndFuse), compile (Module::compile()), compile-blocks
-// (Module::compile_repeated_blocks()); the first call, which traces and compiles, is reported separately.
+// of 15360). sd15 is Stable Diffusion 1.5's UNet2DConditionModel at its full depth; sdxl is SDXL base's with
+// --layers transformer blocks per spatial transformer at its deepest level and in the middle block (default
+// 2; the real model has 10; sd15 ignores --layers). Both run a guided batch of 2 with 77 text tokens (SDXL:
+// its pooled prompt and time ids too); for a cut SDXL the driver also reports the FLOPs of the full depth.
+// --tiny shrinks every width (for the ctest; the timings mean nothing). Modes: eager (strict eager), fuse
+// (EagerMode::DeferAndFuse), compile (Module::compile()), compile-blocks (Module::compile_repeated_blocks());
+// the first call, which traces and compiles, is reported separately.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -43,6 +48,7 @@
 #include "../bench_util.h"
 #include "../bf16_ceiling.h"
 #include "backends/cpu/cpu_features.h"
+#include "kiln/families/stable_diffusion/unet_2d_condition.h"
 #include "kiln/families/z_image/z_image_transformer.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/kiln.h"
@@ -69,10 +75,9 @@ struct Options {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(
       stderr,
-      "bench_compare_driver: %s\nusage: bench_compare_driver --model flux|flux2|sd3|zimage|t5 [--mode "
-      "eager|fuse|compile|compile-blocks] [--steps N] (--checkpoint DIR [--inputs FILE] | --random "
-      "[--size PX] "
-      "[--layers N] [--tiny]) [--matmul-reps N]\n",
+      "bench_compare_driver: %s\nusage: bench_compare_driver --model flux|flux2|sd3|zimage|t5|sd15|sdxl "
+      "[--mode eager|fuse|compile|compile-blocks] [--steps N] (--checkpoint DIR [--inputs FILE] | "
+      "--random [--size PX] [--layers N] [--tiny]) [--matmul-reps N]\n",
       why.c_str());
   std::exit(2);
 }
@@ -118,8 +123,9 @@ Options parse(int argc, char** argv) {
     else
       usage("unknown argument '" + a + "'");
   }
-  if (o.model != "flux" && o.model != "flux2" && o.model != "sd3" && o.model != "zimage" && o.model != "t5")
-    usage("--model must be flux, flux2, sd3, zimage or t5");
+  if (o.model != "flux" && o.model != "flux2" && o.model != "sd3" && o.model != "zimage" && o.model != "t5" &&
+      o.model != "sd15" && o.model != "sdxl")
+    usage("--model must be flux, flux2, sd3, zimage, t5, sd15 or sdxl");
   if (o.mode != "eager" && o.mode != "fuse" && o.mode != "compile" && o.mode != "compile-blocks")
     usage("--mode must be eager, fuse, compile or compile-blocks");
   if (o.random == !o.checkpoint.empty()) usage("give exactly one of --checkpoint DIR and --random");
@@ -296,6 +302,7 @@ struct Case {
   std::function<kiln::Tensor()> step;
   Workload work;
   std::optional<kiln::Tensor> expected;
+  double full_depth_flops = NAN;  // a cut model's FLOPs per step at its real depth (sdxl)
 };
 
 // The inputs file written by compare.py: named input tensors and, optionally, PyTorch's output.
@@ -581,6 +588,179 @@ Case z_image_case(const Options& o, const InputFile& in) {
   return out;
 }
 
+// UNet2DConditionModel (diffusers' block layout, the one the SD 1.x/2.x and SDXL checkpoints use). Its
+// convolutions count as the matmuls they are: a k x k convolution from cin to cout channels over P output
+// pixels is a Linear of P rows, k k cin inputs and cout outputs. Per level of the down path: ResNet blocks
+// (conv1, conv2, a 1x1 shortcut where the width changes), in the CrossAttn levels a spatial transformer after
+// each (proj_in, BasicTransformerBlocks, proj_out), then a stride-2 convolution except at the last level; the
+// middle block: ResNet, transformer, ResNet; the up path, deepest level first: one ResNet more per level,
+// each taking the skip concatenated (so always a shortcut), its transformers, then a convolution at twice the
+// size except at the top. A BasicTransformerBlock over S pixels of width C with L text tokens:
+// self-attention's q, k, v and out (C x C on S rows), cross-attention's q and out (S rows) and k and v
+// (cross_dim x C on L rows), GEGLU's C x 8C and 4C x C; attention 4 S^2 C (self) + 4 S L C (cross). The time
+// embedding, SDXL's added embedding and each ResNet's time projection act on one row per batch element and
+// are left out.
+Workload unet_workload(const kiln::models::UNet2DConditionConfig& c, int64_t batch, int64_t height,
+                       int64_t width, int64_t text) {
+  Workload w;
+  const int64_t b = batch, l = text, levels = static_cast<int64_t>(c.block_out_channels.size());
+  auto conv = [&](int64_t pixels, int64_t cin, int64_t cout, int64_t kernel) {
+    w.linears.push_back({b * pixels, kernel * kernel * cin, cout, 1});
+  };
+  auto resnet = [&](int64_t pixels, int64_t cin, int64_t cout) {
+    conv(pixels, cin, cout, 3);
+    conv(pixels, cout, cout, 3);
+    if (cin != cout) conv(pixels, cin, cout, 1);
+  };
+  auto transformer = [&](int64_t pixels, int64_t ch, int64_t blocks) {
+    const int64_t s = b * pixels, t = b * l;
+    w.linears.insert(w.linears.end(), {{s, ch, ch, 2},  // proj_in, proj_out (Linear or 1x1 conv)
+                                       {s, ch, ch, 6 * blocks},
+                                       {t, c.cross_attention_dim, ch, 2 * blocks},
+                                       {s, ch, 8 * ch, blocks},
+                                       {s, 4 * ch, ch, blocks}});
+    w.attention_flops += 4.0 * b * blocks * ch * (static_cast<double>(pixels) * pixels + pixels * l);
+  };
+  // Each level's pixels (a stride-2 convolution padded by 1 gives ceil(n / 2)).
+  std::vector<int64_t> pixels;
+  for (int64_t i = 0, h = height, x = width; i < levels; ++i, h = (h + 1) / 2, x = (x + 1) / 2)
+    pixels.push_back(h * x);
+  const auto& ch = c.block_out_channels;
+  conv(pixels[0], c.in_channels, ch[0], 3);
+  for (int64_t i = 0; i < levels; ++i) {
+    const bool attention = c.down_block_types[i] == "CrossAttnDownBlock2D";
+    for (int64_t j = 0; j < c.layers_per_block[i]; ++j) {
+      resnet(pixels[i], j == 0 ? ch[std::max<int64_t>(i - 1, 0)] : ch[i], ch[i]);
+      if (attention) transformer(pixels[i], ch[i], c.transformer_layers_per_block[i]);
+    }
+    if (i + 1 < levels) conv(pixels[i + 1], ch[i], ch[i], 3);
+  }
+  resnet(pixels.back(), ch.back(), ch.back());
+  transformer(pixels.back(), ch.back(), c.transformer_layers_per_block.back());
+  resnet(pixels.back(), ch.back(), ch.back());
+  int64_t previous = ch.back();
+  for (int64_t u = 0; u < levels; ++u) {
+    const int64_t level = levels - 1 - u, out = ch[level], input = ch[std::max<int64_t>(level - 1, 0)];
+    const int64_t n = c.layers_per_block[level] + 1;
+    const bool attention = c.up_block_types[u] == "CrossAttnUpBlock2D";
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t skip = j == n - 1 ? input : out;
+      resnet(pixels[level], (j == 0 ? previous : out) + skip, out);
+      if (attention) transformer(pixels[level], out, c.transformer_layers_per_block[level]);
+    }
+    if (level > 0) conv(pixels[level - 1], out, out, 3);
+    previous = out;
+  }
+  conv(pixels[0], ch[0], c.out_channels, 3);
+  return w;
+}
+
+// The configs of the real checkpoints' unet/config.json (runwayml/stable-diffusion-v1-5,
+// stabilityai/stable-diffusion-xl-base-1.0); SDXL's deepest level and middle block cut to `layers`
+// transformer blocks (the real model: 10).
+kiln::models::UNet2DConditionConfig sd15_unet_config(bool tiny) {
+  kiln::models::UNet2DConditionConfig c;  // diffusers' defaults are SD1.5's blocks
+  c.layers_per_block = {2, 2, 2, 2};
+  c.transformer_layers_per_block = {1, 1, 1, 1};
+  c.num_attention_heads = {8, 8, 8, 8};
+  c.cross_attention_dim = 768;
+  if (tiny) {
+    c.block_out_channels = {32, 64, 64, 64};
+    c.norm_num_groups = 8;
+    c.num_attention_heads = {2, 2, 2, 2};
+    c.cross_attention_dim = 32;
+  }
+  return c;
+}
+
+kiln::models::UNet2DConditionConfig sdxl_unet_config(int64_t layers, bool tiny) {
+  kiln::models::UNet2DConditionConfig c;
+  c.sample_size = 128;
+  c.down_block_types = {"DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"};
+  c.up_block_types = {"CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"};
+  c.block_out_channels = {320, 640, 1280};
+  c.layers_per_block = {2, 2, 2};
+  c.transformer_layers_per_block = {1, 2, layers};
+  c.num_attention_heads = {5, 10, 20};
+  c.cross_attention_dim = 2048;
+  c.use_linear_projection = true;
+  c.addition_embed_type = "text_time";
+  c.addition_time_embed_dim = 256;
+  c.projection_class_embeddings_input_dim = 2816;  // the pooled 1280 + 6 time ids x 256
+  if (tiny) {
+    c.block_out_channels = {32, 64, 64};
+    c.norm_num_groups = 8;
+    c.num_attention_heads = {2, 2, 4};
+    c.cross_attention_dim = 64;
+    c.addition_time_embed_dim = 8;
+    c.projection_class_embeddings_input_dim = 32 + 6 * 8;
+  }
+  return c;
+}
+
+Case unet_case(const Options& o, const InputFile& in) {
+  using kiln::bfloat16;
+  const bool xl = o.model == "sdxl";
+  std::unique_ptr<kiln::models::UNet2DConditionModel> model;
+  kiln::Tensor sample, t, text;
+  kiln::models::UNetAddedConditions added;
+  if (o.random) {
+    const auto c = xl ? sdxl_unet_config(o.layers > 0 ? o.layers : 2, o.tiny) : sd15_unet_config(o.tiny);
+    model = std::make_unique<kiln::models::UNet2DConditionModel>(c);
+    kiln::nn::LoadOptions load;
+    load.dtype = bfloat16;
+    model->load_weights(kiln::bench::RandomWeights(*model, bfloat16), load);
+    // Classifier-free guidance as one batch of 2, 77 CLIP tokens.
+    const int64_t b = 2, l = o.tiny ? 8 : 77, h = o.size / 8;
+    kiln::Generator gen(0);
+    sample = kiln::bench::random({b, c.in_channels, h, h}, bfloat16, gen, 1.0);
+    text = kiln::bench::random({b, l, c.cross_attention_dim}, bfloat16, gen, 1.0);
+    t = kiln::Tensor::full({b}, 999.0, kiln::float32);
+    if (xl) {
+      const int64_t pooled = c.projection_class_embeddings_input_dim - 6 * c.addition_time_embed_dim;
+      added.text_embeds = kiln::bench::random({b, pooled}, bfloat16, gen, 1.0);
+      const auto px = static_cast<float>(o.size);
+      added.time_ids =
+          kiln::Tensor::from_vector(std::vector<float>{px, px, 0, 0, px, px, px, px, 0, 0, px, px}, {b, 6});
+    }
+  } else {
+    model = kiln::models::load_unet_2d_condition(o.checkpoint, bfloat16);
+    sample = in.get("sample");
+    t = in.get("timestep").to(kiln::float32);
+    text = in.get("encoder_hidden_states");
+    if (xl) {
+      added.text_embeds = in.get("text_embeds");
+      added.time_ids = in.get("time_ids").to(kiln::float32);  // sizes, exact in bf16
+    }
+  }
+  const auto& c = model->config();
+  KILN_CHECK(c.text_time() == xl, "bench_compare_driver: --model " << o.model << " but the checkpoint's UNet "
+                                                                   << (xl ? "has no" : "has")
+                                                                   << " SDXL added conditions");
+  const int64_t b = sample.shape()[0], h = sample.shape()[2], w = sample.shape()[3], l = text.shape()[1];
+  Case out;
+  out.work = unet_workload(c, b, h, w, l);
+  std::ostringstream d;
+  d << o.model << " UNet, widths";
+  for (const int64_t ch : c.block_out_channels) d << " " << ch;
+  d << ", transformer blocks";
+  for (const int64_t n : c.transformer_layers_per_block) d << " " << n;
+  d << ", batch " << b << " x (" << h << "x" << w << " latent + " << l << " text tokens)";
+  const bool real_widths = c.block_out_channels == std::vector<int64_t>{320, 640, 1280};
+  if (xl && real_widths && c.transformer_layers_per_block.back() != 10) {
+    auto full = c;
+    full.transformer_layers_per_block.back() = 10;
+    const Workload real = unet_workload(full, b, h, w, l);
+    out.full_depth_flops = real.linear_flops() + real.attention_flops;
+    d << " (cut from SDXL's 10)";
+  }
+  out.work.description = d.str();
+  auto* m = model.get();
+  out.step = [=] { return m->forward(sample, t, text, added); };
+  out.model = std::move(model);
+  return out;
+}
+
 // max |a - e| / max |e|, in float32.
 double max_rel_error(const kiln::Tensor& a, const kiln::Tensor& e) {
   KILN_CHECK(a.shape() == e.shape(), "bench_compare_driver: output " << kiln::shape_str(a.shape())
@@ -614,7 +794,8 @@ int run(const Options& o) {
            : o.model == "flux2"  ? flux2_case(o, in)
            : o.model == "sd3"    ? sd3_case(o, in)
            : o.model == "zimage" ? z_image_case(o, in)
-                                 : t5_case(o, in);
+           : o.model == "t5"     ? t5_case(o, in)
+                                 : unet_case(o, in);
   c.expected = in.expected();
   const double weight_bytes = static_cast<double>(c.model->parameter_bytes(kiln::bfloat16));
 
@@ -645,6 +826,9 @@ int run(const Options& o) {
   std::printf("  first call %.3f s (warm-up%s) | cores busy %.2f of %d (process CPU time / wall)\n",
               step.first, o.mode.rfind("compile", 0) == 0 ? ", tracing and compiling included" : "",
               step.cores_busy, omp_get_max_threads());
+  if (!std::isnan(c.full_depth_flops))
+    std::printf("  at the real depth: %.1f GFLOP per step (%.2fx this cut)\n", c.full_depth_flops / 1e9,
+                c.full_depth_flops / flops);
   if (o.matmul_reps > 0)
     std::printf("  matmuls alone %.3f s = %.0f%% of the step (%.1f GFLOP/s)\n", matmul,
                 100 * matmul / step.median, c.work.linear_flops() / matmul / 1e9);
@@ -666,14 +850,16 @@ int run(const Options& o) {
       "\"measured_peak_gflops\": %s, \"peak_instruction\": \"%s\", \"bf16_path\": \"%s\", \"matmul_s\": %s, "
       "\"vmhwm_bytes\": %s, "
       "\"weight_bytes\": %s, "
-      "\"max_rel_error\": %s, \"cores_busy\": %s, \"fresh_allocations_per_step\": %s}\n",
+      "\"max_rel_error\": %s, \"cores_busy\": %s, \"fresh_allocations_per_step\": %s, "
+      "\"full_depth_flops\": %s}\n",
       o.mode.c_str(), o.model.c_str(), c.work.description.c_str(), omp_get_max_threads(), o.steps,
       json_number(step.median).c_str(), json_number(step.min).c_str(), json_number(step.max).c_str(),
       json_number(step.first).c_str(), json_number(flops).c_str(), json_number(c.work.linear_flops()).c_str(),
       json_number(peak).c_str(), ceiling.instruction,
       kiln::cpu_kernels::bf16_path_name(kiln::cpu_kernels::bf16_path()), json_number(matmul).c_str(),
       json_number(resident).c_str(), json_number(weight_bytes).c_str(), json_number(rel_error).c_str(),
-      json_number(step.cores_busy).c_str(), json_number(step.fresh_allocations).c_str());
+      json_number(step.cores_busy).c_str(), json_number(step.fresh_allocations).c_str(),
+      json_number(c.full_depth_flops).c_str());
   return 0;
 }
 
