@@ -81,8 +81,8 @@ TEST(PipelineRegistry, FromPretrainedPicksTheClassOfModelIndex) {
         "StableDiffusion3InpaintPipeline", "StableDiffusion3Pipeline"})
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   const std::string refused =
-      testing::error_message([] { pipeline_class("StableDiffusionXLPipeline", "x/model_index.json"); });
-  EXPECT_NE(refused.find("pipeline class 'StableDiffusionXLPipeline' is not supported (Kiln runs " +
+      testing::error_message([] { pipeline_class("QwenImagePipeline", "x/model_index.json"); });
+  EXPECT_NE(refused.find("pipeline class 'QwenImagePipeline' is not supported (Kiln runs " +
                          names.front() + ", "),
             std::string::npos)
       << refused;
