@@ -26,11 +26,23 @@ from ._kiln import (
 from . import pipelines as _pipelines
 from .pipelines import *  # noqa: F401,F403  DiffusionPipeline, PipelineOutput and one class per pipeline class
 from ._kiln import pipeline_class_info
+from .schedulers import (  # noqa: F401  the UNet family's samplers, as diffusers names them
+    DDIMScheduler,
+    DPMSolverMultistepScheduler,
+    EulerAncestralDiscreteScheduler,
+    EulerDiscreteScheduler,
+    PNDMScheduler,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Cancelled",
+    "DDIMScheduler",
+    "DPMSolverMultistepScheduler",
+    "EulerAncestralDiscreteScheduler",
+    "EulerDiscreteScheduler",
+    "PNDMScheduler",
     "KilnError",
     "RequestError",
     "devices",

@@ -10,7 +10,7 @@ mode (`pipe.vae.to(...)` moves one component); a device without its plugin insta
 import dataclasses
 import os
 
-from . import _convert, _kiln, _request
+from . import _convert, _kiln, _request, schedulers as _schedulers
 from ._kiln import Pipeline as _Pipeline
 
 
@@ -158,6 +158,7 @@ class DiffusionPipeline:
         self.vae = _Vae(self)
         self._progress_config = {}
         self._interrupt = False
+        self._sampler = None  # set by `pipe.scheduler = ...` (the UNet family)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -301,6 +302,21 @@ class DiffusionPipeline:
         """Where defaults() comes from: the model folder's recommended_call.json, or the family's defaults."""
         return self._native.defaults_source()
 
+    # ---- the sampler (the UNet family)
+    @property
+    def scheduler(self):
+        """The sampler calls run: the one assigned, else the folder's (None for a family whose schedule is not
+        a choice, such as the flow-matching transformers)."""
+        return self._sampler or _schedulers.folder_sampler(self._native.model_path)
+
+    @scheduler.setter
+    def scheduler(self, sampler):
+        info = next(i for i in _kiln.pipeline_class_info() if i["name"] == self._native.class_name)
+        if "scheduler" not in info["fields"]:
+            raise TypeError(f"{self._native.class_name} runs its own schedule; samplers are the UNet family's")
+        _schedulers.call_fields(sampler)  # refuses a class Kiln does not have, now rather than at the call
+        self._sampler = sampler
+
     # ---- the call
     def __call__(self, prompt=None, *, output_type="pil", return_dict=True, callback_on_step_end=None,
                  callback_on_step_end_tensor_inputs=None, **kwargs):
@@ -308,6 +324,8 @@ class DiffusionPipeline:
         kiln.pipeline_class_info()); one it does not take is refused naming it (kiln.RequestError)."""
         if output_type not in ("pil", "np", "pt", "latent"):
             raise ValueError(f'output_type must be "pil", "np", "pt" or "latent", got {output_type!r}')
+        if self._sampler is not None:
+            kwargs = {**_schedulers.call_fields(self._sampler), **kwargs}
         fields = _request.native_fields({"prompt": prompt, **kwargs})
         # torch's "pt" is the float array, handed over as a tensor.
         fields["output_type"] = "np" if output_type == "pt" else output_type

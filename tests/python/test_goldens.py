@@ -138,6 +138,28 @@ def test_stable_diffusion_matches_diffusers(case):
         assert max_level_difference(image, want) <= 1
 
 
+def test_a_sampler_swapped_as_diffusers_scripts_do_gives_diffusers_image():
+    """pipe.scheduler = X.from_config(pipe.scheduler.config, ...), with Kiln's classes and with diffusers' own."""
+    import diffusers
+
+    tensors, m = golden("sd", "sdxl_dpmpp2m_karras_32x32_s5.safetensors")
+    pipe = kiln.StableDiffusionXLPipeline.from_pretrained(data_path("models", m["model"]))
+    assert type(pipe.scheduler).__name__ == "EulerDiscreteScheduler"  # the folder's
+    call = dict(height=int(m["height"]), width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]),
+                guidance_scale=float(m["guidance_scale"]))
+    for sampler in (kiln.DPMSolverMultistepScheduler.from_config(pipe.scheduler.config, use_karras_sigmas=True),
+                    diffusers.DPMSolverMultistepScheduler.from_config(pipe.scheduler.config, use_karras_sigmas=True)):
+        pipe.scheduler = sampler
+        image = pipe(m["prompt"], generator=int(m["seed"]), **call).images[0]
+        assert max_level_difference(image, tensors["image_u8"][0]) <= 1
+        assert image.info["scheduler"] == "DPMSolverMultistepScheduler, karras"
+    with pytest.raises(TypeError, match="Kiln runs"):
+        pipe.scheduler = diffusers.LMSDiscreteScheduler.from_config(pipe.scheduler.config)
+    flux = kiln.DiffusionPipeline.from_pretrained(data_path("models", "flux-tiny-schnell"))
+    with pytest.raises(TypeError, match="runs its own schedule"):
+        flux.scheduler = kiln.EulerDiscreteScheduler()
+
+
 def test_np_and_pil_outputs_agree(tiny_flux):
     from conftest import small_call
 
