@@ -154,7 +154,7 @@ def test_a_sampler_swapped_as_diffusers_scripts_do_gives_diffusers_image():
         assert max_level_difference(image, tensors["image_u8"][0]) <= 1
         assert image.info["scheduler"] == "DPMSolverMultistepScheduler, karras"
     with pytest.raises(TypeError, match="Kiln runs"):
-        pipe.scheduler = diffusers.LMSDiscreteScheduler.from_config(pipe.scheduler.config)
+        pipe.scheduler = diffusers.UniPCMultistepScheduler.from_config(pipe.scheduler.config)
     flux = kiln.DiffusionPipeline.from_pretrained(data_path("models", "flux-tiny-schnell"))
     with pytest.raises(TypeError, match="runs its own schedule"):
         flux.scheduler = kiln.EulerDiscreteScheduler()
