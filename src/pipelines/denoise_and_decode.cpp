@@ -63,7 +63,12 @@ PipelineOutput DiffusionPipeline::denoise_and_decode(
                       .blend = start.blend,
                       .on_step_end = task.request.callback_on_step_end,
                       .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
-  release_after_use({{"transformer", component_named(*this, "transformer")}});
+  // The denoiser's memory handed on (model offload): the transformer, or the UNet, whatever its component name.
+  nn::Module* const denoiser_module = &denoiser();
+  std::string denoiser_name = "transformer";
+  for (const auto& [component, module] : components())
+    if (module == denoiser_module) denoiser_name = component;
+  release_after_use({{denoiser_name.c_str(), denoiser_module}});
   if (task.request.output_type == OutputType::Latent) return pipelines::latent_output(task, latents);
 
   control.checkpoint("before decoding");

@@ -19,21 +19,18 @@
 #include <string>
 #include <vector>
 
-#include "kiln/pipelines/diffusion_pipeline.h"
+#include "kiln/families/stable_diffusion/unet_pipeline.h"
 
 namespace kiln {
 
 namespace models {
 class ClipTextModel;
-class UNet2DConditionModel;
-class AutoencoderKL;
 }  // namespace models
 namespace tokenizers {
 class ClipTokenizer;
 }  // namespace tokenizers
-class UNetSamplers;
 
-class StableDiffusionPipeline : public DiffusionPipeline {
+class StableDiffusionPipeline : public UNetPipeline {
  public:
   static StableDiffusionPipeline from_pretrained(const std::string& model,
                                                  const PipelineLoadOptions& options = {});
@@ -53,10 +50,7 @@ class StableDiffusionPipeline : public DiffusionPipeline {
   // + 1)] through the final layer norm.
   Tensor encode_prompt(const std::vector<std::string>& prompts, int clip_skip = 0) const;
 
-  const models::UNet2DConditionModel& unet() const { return *unet_; }
-  models::UNet2DConditionModel& unet() { return *unet_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
-  nn::Module& denoiser() override;
   ActivationEstimate estimate_activations(const PipelineRequest& request,
                                           const Device& device) const override;
 
@@ -68,14 +62,10 @@ class StableDiffusionPipeline : public DiffusionPipeline {
   void check_loaded_request(const PipelineRequest& request) const override;
 
  private:
-  models::LatentCodec& latent_codec() const override;
   PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
 
   std::shared_ptr<tokenizers::ClipTokenizer> tokenizer_;
   std::shared_ptr<models::ClipTextModel> text_encoder_;
-  std::shared_ptr<models::UNet2DConditionModel> unet_;
-  std::shared_ptr<models::AutoencoderKL> vae_;
-  std::shared_ptr<UNetSamplers> samplers_;
 };
 
 // StableDiffusionImg2ImgPipeline: image-to-image. `image` (one) is encoded by the VAE (its posterior sampled:

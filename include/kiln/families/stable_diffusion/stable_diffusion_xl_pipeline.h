@@ -16,21 +16,18 @@
 #include <string>
 #include <vector>
 
-#include "kiln/pipelines/diffusion_pipeline.h"
+#include "kiln/families/stable_diffusion/unet_pipeline.h"
 
 namespace kiln {
 
 namespace models {
 class ClipTextModel;
-class UNet2DConditionModel;
-class AutoencoderKL;
 }  // namespace models
 namespace tokenizers {
 class ClipTokenizer;
 }  // namespace tokenizers
-class UNetSamplers;
 
-class StableDiffusionXLPipeline : public DiffusionPipeline {
+class StableDiffusionXLPipeline : public UNetPipeline {
  public:
   static StableDiffusionXLPipeline from_pretrained(const std::string& model,
                                                    const PipelineLoadOptions& options = {});
@@ -53,10 +50,7 @@ class StableDiffusionXLPipeline : public DiffusionPipeline {
   PromptEmbeddings encode_prompt(const std::vector<std::string>& prompts,
                                  const std::vector<std::string>& prompts_2, int clip_skip = 0) const;
 
-  const models::UNet2DConditionModel& unet() const { return *unet_; }
-  models::UNet2DConditionModel& unet() { return *unet_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
-  nn::Module& denoiser() override;
   ActivationEstimate estimate_activations(const PipelineRequest& request,
                                           const Device& device) const override;
 
@@ -68,14 +62,13 @@ class StableDiffusionXLPipeline : public DiffusionPipeline {
   void check_loaded_request(const PipelineRequest& request) const override;
 
  private:
-  models::LatentCodec& latent_codec() const override;
   PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
+  // _get_add_time_ids for the call's rows: the positive ids, or under guidance the negative's and the
+  // positive's as diffusers orders them for the class's task.
+  Tensor add_time_ids(const PipelineRequest& request, bool guided) const;
 
   std::shared_ptr<tokenizers::ClipTokenizer> tokenizer_, tokenizer_2_;
   std::shared_ptr<models::ClipTextModel> text_encoder_, text_encoder_2_;
-  std::shared_ptr<models::UNet2DConditionModel> unet_;
-  std::shared_ptr<models::AutoencoderKL> vae_;
-  std::shared_ptr<UNetSamplers> samplers_;
   bool force_zeros_for_empty_prompt_ = true;
 };
 

@@ -1,0 +1,150 @@
+#include "kiln/families/stable_diffusion/unet_pipeline.h"
+
+#include "families/stable_diffusion/sd_components.h"
+#include "families/stable_diffusion/sd_single_file.h"
+#include "families/stable_diffusion/unet_activations.h"
+#include "families/stable_diffusion/unet_guidance.h"
+#include "families/stable_diffusion/unet_samplers.h"
+#include "kiln/models/autoencoder_kl.h"
+#include "kiln/pipelines/activation_estimate.h"
+#include "kiln/pipelines/pipeline_registry.h"
+#include "pipelines/call_control.h"
+#include "pipelines/call_generators.h"
+#include "pipelines/pipeline_common.h"
+#include "pipelines/task_stages.h"
+
+namespace kiln {
+
+UNetPipeline::UNetPipeline() = default;
+UNetPipeline::UNetPipeline(UNetPipeline&&) noexcept = default;
+UNetPipeline& UNetPipeline::operator=(UNetPipeline&&) noexcept = default;
+UNetPipeline::~UNetPipeline() = default;
+UNetPipeline::UNetPipeline(const UNetPipeline& pipe, SharingComponents)
+    : DiffusionPipeline(pipe, SharingComponents{}),
+      unet_(pipe.unet_),
+      vae_(pipe.vae_),
+      samplers_(pipe.samplers_) {}
+
+void UNetPipeline::begin_loading(pipelines::PipelineFolder& folder, const std::string& model,
+                                 const PipelineLoadOptions& options, const char* pipeline_class,
+                                 const char* kind) {
+  // No component of the family is split yet: refused rather than run whole on every rank.
+  KILN_CHECK(
+      options.tensor_parallel <= 1 && options.parallel_config.empty(),
+      pipeline_class << ": tensor parallelism (--tp) splits no component of the UNet family yet (the "
+                        "UNet's attention and feed-forward could be; its convolutions would not): run it "
+                        "with --tp 1");
+  path_ = folder.path();
+  name_ = options.single_file.empty() ? model : options.single_file;  // what the images name
+  dtype_ = options.dtype;
+  make_context(options, model);
+  // A finetune's single file: its components, the folder's configs (and components the file lacks).
+  if (!options.single_file.empty()) {
+    single_file_ = std::make_shared<models::StableDiffusionSingleFile>(
+        models::open_stable_diffusion_single_file(options.single_file));
+    const std::string found = models::kind_name(single_file_->kind);
+    KILN_CHECK(found == kind, options.single_file << ": an " << found << " checkpoint, which "
+                                                  << (found == "SDXL" ? "StableDiffusionXLPipeline"
+                                                                      : "StableDiffusionPipeline")
+                                                  << " runs, not " << pipeline_class);
+  }
+  samplers_ = std::make_shared<UNetSamplers>(
+      folder.need("scheduler", {"EulerDiscreteScheduler", "EulerAncestralDiscreteScheduler",
+                                "DPMSolverMultistepScheduler", "DDIMScheduler", "PNDMScheduler"}));
+  folder.loaded("scheduler");
+}
+
+const nn::WeightSource* UNetPipeline::single_file_component(const std::string& component) const {
+  if (!single_file_) return nullptr;
+  return component == "text_encoder_2" ? single_file_->text_encoder_2.get()
+                                       : single_file_->text_encoder.get();
+}
+
+void UNetPipeline::finish_loading_unet(pipelines::PipelineFolder& folder,
+                                       const PipelineLoadOptions& options) {
+  unet_ = models::load_unet(folder.need("unet", {"UNet2DConditionModel"}), options.dtype, single_file_.get());
+  folder.loaded("unet");
+  vae_ = models::load_vae(folder.need("vae", {"AutoencoderKL"}), options.dtype,
+                          single_file_ ? single_file_->vae.get() : nullptr);
+  folder.loaded("vae");
+  single_file_.reset();
+  finish_loading(options.packed_weight_budget);
+  const int64_t in = unet_->config().in_channels;
+  KILN_CHECK(in == vae_->config().latent_channels,
+             path_ << ": unet in_channels " << in << " is not the vae's latent_channels "
+                   << vae_->config().latent_channels
+                   << (in == 9 ? " (a 9-channel inpainting UNet, which Kiln does not run yet)" : ""));
+}
+
+int64_t UNetPipeline::default_image_size() const {
+  return unet_->config().sample_size * vae_->config().scale_factor();
+}
+
+pipelines::ResolvedRequest UNetPipeline::resolved(const PipelineRequest& request) const {
+  return pipelines::resolve_with_image_size(request, defaults(), registered_class().edits_an_image(),
+                                            vae_->config().scale_factor());
+}
+
+void UNetPipeline::check_unet_request(const PipelineRequest& request) const {
+  const char* name = class_name();
+  const pipelines::ResolvedRequest r = resolved(request);
+  pipelines::check_image_size(name, r.height, r.width, vae_->config().scale_factor());
+  pipelines::check_task_inputs(registered_class().task, name, request, r);
+  samplers_->check(request);
+}
+
+PipelineOutput UNetPipeline::run_unet(const PipelineRequest& request, const pipelines::CallControl& control,
+                                      const UNetConditioning& conditioning) {
+  const pipelines::ResolvedRequest call = resolved(request);
+  pipelines::CallGenerators generators(request);
+  const std::unique_ptr<Scheduler> schedule = samplers_->for_call(request, call.num_inference_steps);
+  // The latents in the prompt's dtype (diffusers' prepare_latents); at strength 1, inpainting starts from the
+  // noise itself, as diffusers' SD and SDXL inpainting do.
+  const pipelines::TaskCall task{.task = registered_class().task,
+                                 .pipeline = class_name(),
+                                 .request = request,
+                                 .call = call,
+                                 .batch = pipelines::batch_size(request),
+                                 .dtype = dtype_,
+                                 .generators = generators,
+                                 .schedule = *schedule,
+                                 .codec = *vae_,
+                                 .noise_at_full_strength = true};
+  const pipelines::TaskStart start = pipelines::start_latents(task);
+  const models::UNetStep step{.unet = *unet_,
+                              .context = conditioning.context,
+                              .added = conditioning.added,
+                              .guided = conditioning.guided,
+                              .guidance_scale = call.guidance_scale,
+                              .guidance_rescale = request.guidance_rescale.value_or(0.0f)};
+  return denoise_and_decode(
+      task, start,
+      [&](const Tensor& latents, int, float t) { return models::unet_noise_prediction(step, latents, t); },
+      [&](const Tensor& latents) {
+        // latents / scaling_factor, decoded in the pipeline's dtype (diffusers upcasts only float16 VAEs).
+        return pipelines::postprocess(vae_->decode(vae_->from_latents(latents.to(dtype_))));
+      },
+      conditioning.guided, {{"scheduler", samplers_->describe(request)}}, control);
+}
+
+ActivationEstimate UNetPipeline::unet_activations(const PipelineRequest& request,
+                                                  const Device& device) const {
+  const pipelines::ResolvedRequest call = resolved(request);
+  const int64_t factor = vae_->config().scale_factor();
+  ActivationEstimate e{.height = call.height, .width = call.width};
+  const int64_t images = pipelines::batch_size(request);
+  e.transformer = unet_activation_bytes(unet_->config(), images * (call.guidance_scale > 1.0f ? 2 : 1),
+                                        call.height / factor, call.width / factor, dtype());
+  e.vae = vae_activation_bytes(*vae_, images, call.height, call.width, dtype(), device);
+  return e;
+}
+
+models::LatentCodec& UNetPipeline::latent_codec() const {
+  return *vae_;
+}
+
+nn::Module& UNetPipeline::denoiser() {
+  return *unet_;
+}
+
+}  // namespace kiln
