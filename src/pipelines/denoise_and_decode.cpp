@@ -63,7 +63,8 @@ PipelineOutput DiffusionPipeline::denoise_and_decode(
                       .blend = start.blend,
                       .on_step_end = task.request.callback_on_step_end,
                       .checkpoint = [&](const std::string& where) { control.checkpoint(where); }});
-  // The denoiser's memory handed on (model offload): the transformer, or the UNet, whatever its component name.
+  // The denoiser's memory handed on (model offload): the transformer, or the UNet, whatever its component
+  // name.
   nn::Module* const denoiser_module = &denoiser();
   std::string denoiser_name = "transformer";
   for (const auto& [component, module] : components())
