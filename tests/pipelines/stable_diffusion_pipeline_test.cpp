@@ -128,6 +128,26 @@ TEST(StableDiffusionPipeline, ThePromptChangesTheImage) {
   }
 }
 
+// A LoRA in diffusers' (PEFT) layout on the UNet's and the text encoders' Linear layers
+// (tools/goldens/sd_lora.py), unfused at a weight (SD1.5) and fused at a scale (SDXL): diffusers' image after
+// the same calls.
+TEST(StableDiffusionPipeline, DiffusersLorasGiveDiffusersImage) {
+  for (const char* model : {"sd15", "sdxl"}) {
+    const GoldenFile g("sd", std::string("lora_") + model);
+    const std::unique_ptr<DiffusionPipeline> pipe = g.load();
+    pipe->load_lora_weights(testing::data_path(std::string("lora/") + model + "_diffusers.safetensors"),
+                            {.adapter_name = "sd"});
+    const std::string& script = g.meta("script");
+    if (script.find("set sd=") != std::string::npos)
+      pipe->set_adapters({"sd"}, {std::stod(script.substr(script.find("set sd=") + 7))});
+    if (script.find("fuse ") != std::string::npos)
+      pipe->fuse_lora({.lora_scale = std::stod(script.substr(script.find("fuse ") + 5))});
+    PipelineRequest request = sd_request(g);
+    request.prompt = g.meta("prompt");
+    expect_images_match((*pipe)(request), g);
+  }
+}
+
 TEST(StableDiffusionPipeline, Bfloat16StaysWithinItsNoise) {
   for (const char* name : {"sd15_bf16_cat_64x64_s0", "sdxl_bf16_cat_64x64_s0"}) {
     const GoldenFile g("sd", name);

@@ -106,6 +106,12 @@ Family family() {
       {"StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline"},
       text_to_image_fields(sdxl_prompts));
   descriptor.classes.insert(descriptor.classes.end(), xl.begin(), xl.end());
+  // diffusers' StableDiffusion(XL)LoraLoaderMixin in its own (PEFT) layout: the UNet's and the text encoders'
+  // Linear layers. kohya's files and LoCon (adapters on the convolutions) are not read yet.
+  descriptor.lora = lora::LoraFamily{.name = "Stable Diffusion",
+                                     .components = {"unet", "text_encoder", "text_encoder_2"},
+                                     .fuse_components = {"unet", "text_encoder", "text_encoder_2"},
+                                     .formats = {lora::LoraFormat::Diffusers}};
   descriptor.unloaded_component = unloaded_component;
   descriptor.single_file = single_file;
   return descriptor;
