@@ -160,6 +160,23 @@ def test_a_sampler_swapped_as_diffusers_scripts_do_gives_diffusers_image():
         flux.scheduler = kiln.EulerDiscreteScheduler()
 
 
+def test_stable_diffusion_lora_matches_diffusers():
+    """load_lora_weights / set_adapters on SD1.5 and fuse_lora on SDXL, diffusers' layout (tools/goldens/sd_lora.py)."""
+    for model in ("sd15", "sdxl"):
+        tensors, m = golden("sd", f"lora_{model}.safetensors")
+        pipe = kiln.DiffusionPipeline.from_pretrained(data_path("models", m["model"]))
+        pipe.load_lora_weights(data_path("lora", f"{model}_diffusers.safetensors"), adapter_name="sd")
+        script = m["script"]
+        if "set sd=" in script:
+            pipe.set_adapters(["sd"], [float(script.split("set sd=")[1])])
+        if "fuse " in script:
+            pipe.fuse_lora(lora_scale=float(script.split("fuse ")[1]))
+        image = pipe(m["prompt"], height=int(m["height"]), width=int(m["width"]),
+                     num_inference_steps=int(m["num_inference_steps"]), guidance_scale=float(m["guidance_scale"]),
+                     generator=int(m["seed"])).images[0]
+        assert max_level_difference(image, tensors["image_u8"][0]) <= 1, model
+
+
 def test_np_and_pil_outputs_agree(tiny_flux):
     from conftest import small_call
 
