@@ -82,9 +82,9 @@ TEST(PipelineRegistry, FromPretrainedPicksTheClassOfModelIndex) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   const std::string refused =
       testing::error_message([] { pipeline_class("QwenImagePipeline", "x/model_index.json"); });
-  EXPECT_NE(refused.find("pipeline class 'QwenImagePipeline' is not supported (Kiln runs " +
-                         names.front() + ", "),
-            std::string::npos)
+  EXPECT_NE(
+      refused.find("pipeline class 'QwenImagePipeline' is not supported (Kiln runs " + names.front() + ", "),
+      std::string::npos)
       << refused;
 }
 
