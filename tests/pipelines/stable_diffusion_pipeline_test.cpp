@@ -3,7 +3,8 @@
 // (tools/goldens/sd_notes.md says what each stage does): CLIP's tokens and embeddings (clip_skip, SDXL's two
 // towers, its zero negative embeddings), the UNet on diffusers' own inputs (SDXL's added conditions, a size
 // whose latents are odd at the deeper levels), every sampler through the whole call, guidance_rescale,
-// bfloat16.
+// bfloat16; an SD 2.1-shaped pipeline (gelu CLIP, linear projections, upcast_attention, v-prediction;
+// tools/goldens/sd2.py).
 #include <gtest/gtest.h>
 
 #include "kiln/families/stable_diffusion/stable_diffusion_pipeline.h"
@@ -98,7 +99,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "sd15_euler_32x32_s6", "sd15_euler_a_32x32_s7", "sd15_dpmpp2m_32x32_s8",
                       "sd15_dpmpp2m_karras_32x32_s9", "sd15_ddim_32x32_s10", "sdxl_cat_64x64_s0",
                       "sdxl_prompt2_negative_48x64_s1", "sdxl_empty_negative_32x32_s2",
-                      "sdxl_micro_cond_32x48_s3", "sdxl_rescale_32x32_s4", "sdxl_dpmpp2m_karras_32x32_s5"));
+                      "sdxl_micro_cond_32x48_s3", "sdxl_rescale_32x32_s4", "sdxl_dpmpp2m_karras_32x32_s5",
+                      "sd2_vpred_32x32_s30", "sd2_euler_48x32_s31"));
 
 class StableDiffusionEditing : public ::testing::TestWithParam<const char*> {};
 
