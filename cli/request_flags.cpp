@@ -48,7 +48,8 @@ double parse_number(const RequestField& f, const std::string& typed) {
   // Bounds a user would type say so; a bound at float's largest only keeps the value finite.
   const double largest = std::numeric_limits<float>::max();
   if (f.min && f.max && *f.max != largest && *f.min != -largest)
-    KILN_FAIL(f.flag << " " << typed << " is outside [" << bound_text(*f.min) << ", " << bound_text(*f.max) << "]");
+    KILN_FAIL(f.flag << " " << typed << " is outside [" << bound_text(*f.min) << ", " << bound_text(*f.max)
+                     << "]");
   KILN_FAIL(f.flag << ": expected " << f.range() << ", got " << typed);
 }
 
