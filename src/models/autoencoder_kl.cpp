@@ -460,14 +460,19 @@ AutoencoderKL::LatentDistribution AutoencoderKL::split_moments(const Tensor& mom
   return {halves[0], clamp(halves[1], -30.0, 20.0)};
 }
 
-std::unique_ptr<AutoencoderKL> load_autoencoder_kl(const std::string& folder, DType dtype) {
+std::unique_ptr<AutoencoderKL> load_autoencoder_kl(const std::string& folder, DType dtype,
+                                                   const nn::WeightSource* from) {
   const AutoencoderKLConfig config = AutoencoderKLConfig::from_file(folder + "/config.json");
   KILN_CHECK(!config.flux2, folder << "/config.json: an AutoencoderKLFlux2 (FLUX.2 VAE); load it with "
                                       "load_autoencoder_kl_flux2");
   auto model = std::make_unique<AutoencoderKL>(config);
-  nn::CheckpointWeights weights(folder);
   nn::LoadOptions options;
   options.dtype = dtype;
+  if (from != nullptr) {
+    model->load_weights(*from, options);
+    return model;
+  }
+  nn::CheckpointWeights weights(folder);
   model->load_weights(weights, options);
   return model;
 }

@@ -141,11 +141,16 @@ ClipTextOutput ClipTextModel::forward(const Tensor& token_ids, bool output_hidde
   return out;
 }
 
-std::unique_ptr<ClipTextModel> load_clip_text_model(const std::string& folder, DType dtype) {
+std::unique_ptr<ClipTextModel> load_clip_text_model(const std::string& folder, DType dtype,
+                                                    const nn::WeightSource* from) {
   auto model = std::make_unique<ClipTextModel>(ClipTextConfig::from_file(folder + "/config.json"));
-  nn::CheckpointWeights weights(folder);
   nn::LoadOptions options;
   options.dtype = dtype;
+  if (from != nullptr) {
+    model->load_weights(*from, options);
+    return model;
+  }
+  nn::CheckpointWeights weights(folder);
   options.ignore_prefixes = {"text_model.embeddings.position_ids"};  // a buffer older transformers saved
   const nn::RenamedWeights prefixed(weights, [](const std::string& name) {
     return name.rfind("text_model.", 0) == 0 || name.rfind("text_projection.", 0) == 0 ? name

@@ -155,6 +155,9 @@ class AutoencoderKL : public nn::Module, public LatentCodec {
 };
 
 // Reads `folder`/config.json and the weights (encoder and decoder), converted to `dtype`.
-std::unique_ptr<AutoencoderKL> load_autoencoder_kl(const std::string& folder, DType dtype);
+// `weights`: the weights from elsewhere instead of the folder's (a single file's view, under diffusers'
+// names).
+std::unique_ptr<AutoencoderKL> load_autoencoder_kl(const std::string& folder, DType dtype,
+                                                   const nn::WeightSource* weights = nullptr);
 
 }  // namespace kiln::models

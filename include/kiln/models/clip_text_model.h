@@ -63,6 +63,8 @@ class ClipTextModel : public nn::Module {
 
 // Reads `folder`/config.json and the weights in `folder`, converted to `dtype`. Accepts both namings of the
 // checkpoint ("text_model.*" as the real FLUX/SD3 repos have, and the prefix-less one transformers 5 writes).
-std::unique_ptr<ClipTextModel> load_clip_text_model(const std::string& folder, DType dtype);
+// `weights`: the weights from elsewhere instead (a single file's view, under the "text_model.*" names).
+std::unique_ptr<ClipTextModel> load_clip_text_model(const std::string& folder, DType dtype,
+                                                    const nn::WeightSource* weights = nullptr);
 
 }  // namespace kiln::models

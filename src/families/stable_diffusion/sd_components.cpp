@@ -34,24 +34,4 @@ std::shared_ptr<UNet2DConditionModel> load_unet(const std::string& folder, DType
   return model;
 }
 
-std::shared_ptr<ClipTextModel> load_clip(const std::string& folder, DType dtype,
-                                         const nn::WeightSource* weights) {
-  if (weights == nullptr) return load_clip_text_model(folder, dtype);
-  auto model = std::make_shared<ClipTextModel>(ClipTextConfig::from_file(folder + "/config.json"));
-  nn::LoadOptions options;
-  options.dtype = dtype;
-  model->load_weights(*weights, options);
-  return model;
-}
-
-std::shared_ptr<AutoencoderKL> load_vae(const std::string& folder, DType dtype,
-                                        const nn::WeightSource* weights) {
-  if (weights == nullptr) return load_autoencoder_kl(folder, dtype);
-  auto model = std::make_shared<AutoencoderKL>(AutoencoderKLConfig::from_file(folder + "/config.json"));
-  nn::LoadOptions options;
-  options.dtype = dtype;
-  model->load_weights(*weights, options);
-  return model;
-}
-
 }  // namespace kiln::models

@@ -1,8 +1,8 @@
 #include "kiln/families/stable_diffusion/stable_diffusion_pipeline.h"
 
 #include "families/stable_diffusion/clip_prompts.h"
-#include "families/stable_diffusion/sd_components.h"
 #include "kiln/core/log.h"
+#include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/clip_text_model.h"
 #include "kiln/ops.h"
 #include "kiln/pipelines/pipeline_registry.h"
@@ -88,8 +88,9 @@ void StableDiffusionPipeline::load(StableDiffusionPipeline& pipe, const std::str
   pipe.tokenizer_ = std::make_shared<tokenizers::ClipTokenizer>(tokenizers::ClipTokenizer::from_directory(
       folder.need("tokenizer", {"CLIPTokenizer", "CLIPTokenizerFast"})));
   folder.loaded("tokenizer");
-  pipe.text_encoder_ = models::load_clip(folder.need("text_encoder", {"CLIPTextModel"}), options.dtype,
-                                         pipe.single_file_component("text_encoder"));
+  pipe.text_encoder_ =
+      models::load_clip_text_model(folder.need("text_encoder", {"CLIPTextModel"}), options.dtype,
+                                   pipe.single_file_component("text_encoder"));
   folder.loaded("text_encoder");
   pipe.finish_loading_unet(folder, options);
   const auto& uc = pipe.unet_->config();

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "families/stable_diffusion/clip_prompts.h"
-#include "families/stable_diffusion/sd_components.h"
 #include "kiln/core/log.h"
+#include "kiln/models/autoencoder_kl.h"
 #include "kiln/models/clip_text_model.h"
 #include "kiln/ops.h"
 #include "kiln/pipelines/pipeline_registry.h"
@@ -115,11 +115,13 @@ void StableDiffusionXLPipeline::load(StableDiffusionXLPipeline& pipe, const std:
             folder.need(name, {"CLIPTokenizer", "CLIPTokenizerFast"})));
     folder.loaded(name);
   }
-  pipe.text_encoder_ = models::load_clip(folder.need("text_encoder", {"CLIPTextModel"}), options.dtype,
-                                         pipe.single_file_component("text_encoder"));
+  pipe.text_encoder_ =
+      models::load_clip_text_model(folder.need("text_encoder", {"CLIPTextModel"}), options.dtype,
+                                   pipe.single_file_component("text_encoder"));
   folder.loaded("text_encoder");
-  pipe.text_encoder_2_ = models::load_clip(folder.need("text_encoder_2", {"CLIPTextModelWithProjection"}),
-                                           options.dtype, pipe.single_file_component("text_encoder_2"));
+  pipe.text_encoder_2_ =
+      models::load_clip_text_model(folder.need("text_encoder_2", {"CLIPTextModelWithProjection"}),
+                                   options.dtype, pipe.single_file_component("text_encoder_2"));
   folder.loaded("text_encoder_2");
   pipe.finish_loading_unet(folder, options);
   const auto& uc = pipe.unet_->config();

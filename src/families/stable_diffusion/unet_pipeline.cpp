@@ -64,8 +64,8 @@ void UNetPipeline::finish_loading_unet(pipelines::PipelineFolder& folder,
                                        const PipelineLoadOptions& options) {
   unet_ = models::load_unet(folder.need("unet", {"UNet2DConditionModel"}), options.dtype, single_file_.get());
   folder.loaded("unet");
-  vae_ = models::load_vae(folder.need("vae", {"AutoencoderKL"}), options.dtype,
-                          single_file_ ? single_file_->vae.get() : nullptr);
+  vae_ = models::load_autoencoder_kl(folder.need("vae", {"AutoencoderKL"}), options.dtype,
+                                     single_file_ ? single_file_->vae.get() : nullptr);
   folder.loaded("vae");
   single_file_.reset();
   finish_loading(options.packed_weight_budget);
@@ -97,7 +97,7 @@ PipelineOutput UNetPipeline::run_unet(const PipelineRequest& request, const pipe
                                       const UNetConditioning& conditioning) {
   const pipelines::ResolvedRequest call = resolved(request);
   pipelines::CallGenerators generators(request);
-  const std::unique_ptr<Scheduler> schedule = samplers_->for_call(request, call.num_inference_steps);
+  const std::unique_ptr<DiscreteScheduler> schedule = samplers_->for_call(request, call.num_inference_steps);
   // The latents in the prompt's dtype (diffusers' prepare_latents); at strength 1, inpainting starts from the
   // noise itself, as diffusers' SD and SDXL inpainting do.
   const pipelines::TaskCall task{.task = registered_class().task,
@@ -124,7 +124,7 @@ PipelineOutput UNetPipeline::run_unet(const PipelineRequest& request, const pipe
         // latents / scaling_factor, decoded in the pipeline's dtype (diffusers upcasts only float16 VAEs).
         return pipelines::postprocess(vae_->decode(vae_->from_latents(latents.to(dtype_))));
       },
-      conditioning.guided, {{"scheduler", samplers_->describe(request)}}, control);
+      conditioning.guided, {{"scheduler", UNetSamplers::describe(*schedule)}}, control);
 }
 
 ActivationEstimate UNetPipeline::unet_activations(const PipelineRequest& request,

@@ -49,17 +49,15 @@ void UNetSamplers::check(const PipelineRequest& request) const {
   if (swaps(request)) named(request, class_name_, config_);
 }
 
-std::unique_ptr<Scheduler> UNetSamplers::for_call(const PipelineRequest& request, int steps) const {
+std::unique_ptr<DiscreteScheduler> UNetSamplers::for_call(const PipelineRequest& request, int steps) const {
   std::unique_ptr<DiscreteScheduler> sampler =
       swaps(request) ? named(request, class_name_, config_) : scheduler_from_config(class_name_, config_);
   sampler->set_timesteps(steps);
   return sampler;
 }
 
-std::string UNetSamplers::describe(const PipelineRequest& request) const {
-  if (!swaps(request)) return class_name_;
-  const std::unique_ptr<DiscreteScheduler> sampler = named(request, class_name_, config_);
-  return std::string(sampler->class_name()) + (sampler->config().use_karras_sigmas ? ", karras" : "");
+std::string UNetSamplers::describe(const DiscreteScheduler& sampler) {
+  return std::string(sampler.class_name()) + (sampler.config().use_karras_sigmas ? ", karras" : "");
 }
 
 }  // namespace kiln

@@ -8,7 +8,7 @@
 
 #include "kiln/io/json_config.h"
 #include "kiln/pipelines/pipeline_request.h"
-#include "kiln/schedulers/scheduler.h"
+#include "kiln/schedulers/discrete_schedule.h"
 
 namespace kiln {
 
@@ -22,9 +22,9 @@ class UNetSamplers {
   // Throws RequestError (field "scheduler") for a sampler name Kiln does not have, listing those it has.
   void check(const PipelineRequest& request) const;
   // The call's own sampler, set for `steps` steps.
-  std::unique_ptr<Scheduler> for_call(const PipelineRequest& request, int steps) const;
-  // The sampler's name as the image's metadata records it (the class, ", karras" with Karras sigmas).
-  std::string describe(const PipelineRequest& request) const;
+  std::unique_ptr<DiscreteScheduler> for_call(const PipelineRequest& request, int steps) const;
+  // A sampler's name as the image's metadata records it (the class, ", karras" with Karras sigmas).
+  static std::string describe(const DiscreteScheduler& sampler);
 
  private:
   std::string folder_, class_name_;
