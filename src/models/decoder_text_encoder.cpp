@@ -15,7 +15,9 @@ namespace kiln::models {
 namespace {
 
 // RoPE settings, from transformers 5's rope_parameters or transformers 4's rope_theta / rope_scaling.
-double read_rope_theta(const io::JsonConfig& c) {
+// Qwen2.5-VL's multimodal RoPE ("mrope": the frequencies in three sections, rotated by a token's time,
+// height and width positions) is the default RoPE for text alone, whose three positions are its index.
+double read_rope_theta(const io::JsonConfig& c, bool multimodal) {
   std::string type = "default";
   double theta = 10000.0;
   if (c.has("rope_parameters")) {
@@ -30,9 +32,15 @@ double read_rope_theta(const io::JsonConfig& c) {
                                       : scaling.get_or<std::string>("type", "default");
     }
   }
-  KILN_CHECK(type == "default", c.where("rope_parameters")
-                                    << ": RoPE type \"" << type
-                                    << "\" is not supported (the FLUX.2 text encoders use the default RoPE)");
+  if (multimodal && c.has("rope_parameters")) {
+    const auto rope = c.object("rope_parameters");
+    if (rope.get_or<std::string>("type", "default") == "mrope") type = "default";
+  }
+  if (multimodal && type == "mrope") type = "default";
+  KILN_CHECK(type == "default",
+             c.where("rope_parameters")
+                 << ": RoPE type \"" << type
+                 << "\" is not supported (the text encoders Kiln runs use the default RoPE)");
   return theta;
 }
 
@@ -51,17 +59,22 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
 DecoderTextEncoderConfig DecoderTextEncoderConfig::from_file(const std::string& path) {
   const auto file = io::JsonConfig::load(path);
   const std::string model_type = file.get_or<std::string>("model_type", "");
-  const io::JsonConfig c = model_type == "mistral3" ? file.object("text_config") : file;
-  const std::string text_type =
-      c.get_or<std::string>("model_type", model_type == "mistral3" ? "mistral" : "");
+  // Mistral3's text model is its text_config; Qwen2.5-VL's too under transformers 5, at the top level in the
+  // files transformers 4 wrote (Qwen-Image's).
+  const bool nested = model_type == "mistral3" || (model_type == "qwen2_5_vl" && file.has("text_config"));
+  const io::JsonConfig c = nested ? file.object("text_config") : file;
+  std::string text_type = c.get_or<std::string>("model_type", model_type == "mistral3" ? "mistral" : "");
+  if (text_type == "qwen2_5_vl_text") text_type = "qwen2_5_vl";
   DecoderTextEncoderConfig r;
   if (text_type == "mistral") {
     r.family = DecoderFamily::Mistral;
   } else if (text_type == "qwen3") {
     r.family = DecoderFamily::Qwen3;
+  } else if (text_type == "qwen2_5_vl") {
+    r.family = DecoderFamily::Qwen2_5_VL;
   } else {
     KILN_FAIL(path << ": model_type \"" << (text_type.empty() ? model_type : text_type)
-                   << "\" is not a FLUX.2 text encoder (expected mistral3, mistral or qwen3)");
+                   << "\" is not a text encoder Kiln runs (expected mistral3, mistral, qwen3 or qwen2_5_vl)");
   }
   r.vocab_size = c.get<int64_t>("vocab_size");
   r.hidden_size = c.get<int64_t>("hidden_size");
@@ -74,12 +87,14 @@ DecoderTextEncoderConfig DecoderTextEncoderConfig::from_file(const std::string& 
                : r.num_attention_heads > 0 ? r.hidden_size / r.num_attention_heads
                                            : 0;
   r.rms_norm_eps = c.get_or<double>("rms_norm_eps", 1e-6);
-  r.rope_theta = read_rope_theta(c);
-  r.attention_bias = c.get_or<bool>("attention_bias", false);
+  r.rope_theta = read_rope_theta(c, r.family == DecoderFamily::Qwen2_5_VL);
+  // Qwen2's attention has biases on q, k and v (not o), whatever the config says.
+  r.attention_bias = r.family == DecoderFamily::Qwen2_5_VL ? false : c.get_or<bool>("attention_bias", false);
+  r.qkv_bias = r.family == DecoderFamily::Qwen2_5_VL || r.attention_bias;
   KILN_CHECK(c.get_or<std::string>("hidden_act", "silu") == "silu",
              c.where("hidden_act") << ": expected \"silu\" (SwiGLU MLP)");
-  const bool sliding = r.family == DecoderFamily::Qwen3 ? c.get_or<bool>("use_sliding_window", false)
-                                                        : c.has("sliding_window");
+  const bool sliding = r.family == DecoderFamily::Mistral ? c.has("sliding_window")
+                                                          : c.get_or<bool>("use_sliding_window", false);
   KILN_CHECK(!sliding, c.where("sliding_window") << ": sliding-window attention is not supported");
   for (auto [name, v] : {std::pair<const char*, int64_t>{"vocab_size", r.vocab_size},
                          {"hidden_size", r.hidden_size},
@@ -120,9 +135,9 @@ DecoderTextEncoder::Layer::Layer(const DecoderTextEncoderConfig& c, const nn::Te
       head_dim(c.head_dim),
       input_layernorm(c.hidden_size, c.rms_norm_eps, true, RmsNormStyle::Llama),
       post_attention_layernorm(c.hidden_size, c.rms_norm_eps, true, RmsNormStyle::Llama),
-      q_proj(c.hidden_size, c.num_attention_heads * c.head_dim, c.attention_bias, nn::column(tp)),
-      k_proj(c.hidden_size, c.num_key_value_heads * c.head_dim, c.attention_bias, nn::column(tp)),
-      v_proj(c.hidden_size, c.num_key_value_heads * c.head_dim, c.attention_bias, nn::column(tp)),
+      q_proj(c.hidden_size, c.num_attention_heads * c.head_dim, c.qkv_bias, nn::column(tp)),
+      k_proj(c.hidden_size, c.num_key_value_heads * c.head_dim, c.qkv_bias, nn::column(tp)),
+      v_proj(c.hidden_size, c.num_key_value_heads * c.head_dim, c.qkv_bias, nn::column(tp)),
       o_proj(c.num_attention_heads * c.head_dim, c.hidden_size, c.attention_bias, nn::row(tp)),
       q_norm(c.head_dim, c.rms_norm_eps, true, RmsNormStyle::Llama),
       k_norm(c.head_dim, c.rms_norm_eps, true, RmsNormStyle::Llama),
@@ -334,7 +349,15 @@ std::unique_ptr<DecoderTextEncoder> load_decoder_text_encoder(const DecoderTextE
     };
   } else {
     options.ignore_prefixes.push_back("lm_head.");
-    rename = [](const std::string& name) { return name.rfind("model.", 0) == 0 ? name.substr(6) : name; };
+    // Qwen2.5-VL: the vision tower (visual.*, or model.visual.* in the module tree) is not read here; the
+    // language model is model.* as save_pretrained writes it, model.language_model.* in the module tree.
+    for (const char* p : {"visual.", "model.visual."}) options.ignore_prefixes.push_back(p);
+    rename = [](const std::string& name) {
+      for (const std::string prefix : {"model.language_model.", "model."}) {
+        if (name.rfind(prefix, 0) == 0) return name.substr(prefix.size());
+      }
+      return name;
+    };
   }
   const nn::RenamedWeights renamed(weights, rename);
   model->load_weights(renamed, options);

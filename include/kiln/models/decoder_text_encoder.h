@@ -1,7 +1,10 @@
 // The decoder-only language models FLUX.2 encodes prompts with, run for their hidden states:
 //  - the language model of transformers' Mistral3ForConditionalGeneration (MistralModel: FLUX.2-dev's Mistral
 //    Small 3.x), text path only; the vision tower and projector are not loaded;
-//  - Qwen3ForCausalLM's Qwen3Model (FLUX.2 [klein]): the same decoder with per-head RMSNorm on q and k.
+//  - Qwen3ForCausalLM's Qwen3Model (FLUX.2 [klein], Z-Image): the same decoder with per-head RMSNorm on q and
+//  k;
+//  - the language model of Qwen2_5_VLForConditionalGeneration (Qwen-Image's Qwen2.5-VL-7B), text path only:
+//    biases on q, k and v; its multimodal RoPE is the default one for text (the vision tower is not loaded).
 // Both: token embedding, then layers of pre-norm grouped-query self-attention (rotate-half RoPE at positions
 // 0..S-1, causal and key-padding mask) and a SwiGLU MLP, RMSNorm in the Llama style (normalised in float32,
 // rounded to the activation dtype, times the weight), no biases unless the config asks for them; a final
@@ -16,7 +19,7 @@
 
 namespace kiln::models {
 
-enum class DecoderFamily { Mistral, Qwen3 };
+enum class DecoderFamily { Mistral, Qwen3, Qwen2_5_VL };
 
 struct DecoderTextEncoderConfig {
   DecoderFamily family = DecoderFamily::Mistral;
@@ -30,8 +33,10 @@ struct DecoderTextEncoderConfig {
   double rms_norm_eps = 1e-5;
   double rope_theta = 1e9;
   bool attention_bias = false;  // Qwen3's attention_bias: biases on q, k, v and o
+  bool qkv_bias = false;        // biases on q, k and v (attention_bias, or Qwen2.5-VL's)
 
-  // A text encoder's config.json: Mistral3Config (its text_config), MistralConfig or Qwen3Config. RoPE comes
+  // A text encoder's config.json: Mistral3Config (its text_config), MistralConfig, Qwen3Config or
+  // Qwen2_5_VLConfig (its text_config, or its top level as transformers 4 wrote it). RoPE comes
   // from rope_theta / rope_scaling (transformers 4) or rope_parameters (transformers 5); only the default
   // RoPE is supported, and sliding-window attention is refused (the FLUX.2 encoders have none).
   static DecoderTextEncoderConfig from_file(const std::string& config_json);
