@@ -17,6 +17,8 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/layout.h"
+#include "kiln/runtime/counters.h"
+#include "kiln/runtime/eager_mode.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -199,6 +201,51 @@ TEST(QwenImageTransformer, ConfigRefusesOtherVariantsByName) {
   EXPECT_EQ(real.inner_dim(), 3072);
   EXPECT_EQ(real.out_channels, 64);
   EXPECT_EQ(QwenImageTransformerConfig::from_json("{}").out_channels, 16);
+}
+
+TEST(QwenImageTransformer, EveryExecutionModeMatchesDiffusers) {
+  // Deferred-and-fused, the compiled forward and the compiled blocks, with the mask (the "masked" programs)
+  // and without; then two grid layouts of the same token count through one compiled model: the RoPE tables
+  // are inputs of the program, not constants of it.
+  for (const char* name : {"mask_3x5", "edit_3x5_4x2"}) {
+    const Case c = golden(name);
+    {
+      const auto model = load(float32);
+      EagerModeGuard fuse(EagerMode::DeferAndFuse);
+      EXPECT_TRUE(testing::rel_max_error_within(run(*model, c), c.expected, 1e-4)) << name << " fuse";
+    }
+    const auto compiled = load(float32);
+    compiled->compile({.fullgraph = true, .dynamic = false});
+    EXPECT_TRUE(testing::rel_max_error_within(run(*compiled, c), c.expected, 1e-4)) << name << " compile";
+    const auto blocks = load(float32);
+    blocks->compile_repeated_blocks();
+    reset_counters();
+    EXPECT_TRUE(testing::rel_max_error_within(run(*blocks, c), c.expected, 1e-4)) << name << " blocks";
+    EXPECT_EQ(counters().graphs_compiled, 1) << name;  // one program for both blocks
+  }
+  const auto compiled = load(float32);
+  compiled->compile({.fullgraph = true, .dynamic = false});
+  const auto eager = load(float32);
+  Case c = golden("edit_3x5_4x2");
+  run(*compiled, c);
+  c.shapes = {{1, 23, 1}};
+  EXPECT_TRUE(testing::rel_max_error_within(run(*compiled, c), run(*eager, c), 1e-5));
+}
+
+TEST(QwenImageTransformer, StepCacheRunsTheBlocks) {
+  // First Block Cache: the same inputs twice, the second evaluation reuses the blocks after the first, and
+  // gives the first's output.
+  const auto model = load(float32);
+  const Case c = golden("mask_3x5");
+  model->step_cache()->reset(FirstBlockCacheConfig{.threshold = 0.05}, 2);
+  const Tensor first = run(*model, c);
+  const Tensor second = run(*model, c);
+  const auto& decisions = model->step_cache()->decisions();
+  ASSERT_EQ(decisions.size(), 2u);
+  EXPECT_TRUE(decisions[0].computed);
+  EXPECT_FALSE(decisions[1].computed);
+  EXPECT_TRUE(testing::rel_max_error_within(first, c.expected, 1e-4));
+  EXPECT_TRUE(testing::rel_max_error_within(second, c.expected, 1e-4));
 }
 
 TEST(QwenImageTransformer, RepeatedBlocksAreTheTransformerBlocks) {
