@@ -1,7 +1,7 @@
 // QwenImageTransformer2DModel against diffusers, on the tiny model of
 // tools/goldens/qwen_image_transformer.py: a batch whose second prompt is padded (the text key mask), a mask
-// with holes, a non-square grid with odd sides, the Edit pipelines' two grids per sample, bfloat16; and the
-// refusals of bad folders and inputs.
+// with holes, a non-square grid with odd sides, the Edit pipelines' two grids per sample (and zero_cond_t),
+// bfloat16; the execution modes and the step cache; and the refusals of bad folders and inputs.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -182,7 +182,7 @@ TEST(QwenImageTransformer, ConfigRefusesOtherVariantsByName) {
   const QwenImageTransformerConfig c = QwenImageTransformerConfig::from_json(text);
   EXPECT_EQ(c.inner_dim(), 64);
   EXPECT_EQ(c.out_channels, 4);
-  for (const char* flag : {"zero_cond_t", "use_additional_t_cond", "use_layer3d_rope", "guidance_embeds"}) {
+  for (const char* flag : {"use_additional_t_cond", "use_layer3d_rope", "guidance_embeds"}) {
     std::string edited = text;
     const std::string key = std::string("\"") + flag + "\": false";
     ASSERT_NE(edited.find(key), std::string::npos) << flag;
@@ -201,6 +201,36 @@ TEST(QwenImageTransformer, ConfigRefusesOtherVariantsByName) {
   EXPECT_EQ(real.inner_dim(), 3072);
   EXPECT_EQ(real.out_channels, 64);
   EXPECT_EQ(QwenImageTransformerConfig::from_json("{}").out_channels, 16);
+}
+
+// The tiny model's folder with zero_cond_t set (Qwen-Image-Edit-2511's config; the same weights).
+std::string zero_cond_folder() {
+  const std::string dir = testing::temp_dir("qwen_zero_cond");
+  std::ifstream in(testing::data_path(std::string(kModel) + "/config.json"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "\"zero_cond_t\": false";
+  text.replace(text.find(key), key.size(), "\"zero_cond_t\": true");
+  std::ofstream(dir + "/config.json") << text;
+  std::filesystem::copy_file(testing::data_path(std::string(kModel) + "/diffusion_pytorch_model.safetensors"),
+                             dir + "/diffusion_pytorch_model.safetensors");
+  return dir;
+}
+
+TEST(QwenImageTransformer, ZeroCondTMatchesDiffusers) {
+  // Two grids, the second (the input image) modulated by t = 0; batch 2 with the second prompt padded; eager,
+  // compiled and compiled blocks.
+  const Case c = golden("zero_cond_3x5_4x2");
+  const std::string folder = zero_cond_folder();
+  auto model = models::load_qwen_image_transformer(folder, float32);
+  ASSERT_TRUE(model->config().zero_cond_t);
+  EXPECT_TRUE(testing::rel_max_error_within(run(*model, c), c.expected, 1e-4));
+  model->compile({.fullgraph = true, .dynamic = false});
+  EXPECT_TRUE(testing::rel_max_error_within(run(*model, c), c.expected, 1e-4)) << "compile";
+  model = models::load_qwen_image_transformer(folder, float32);
+  model->compile_repeated_blocks();
+  EXPECT_TRUE(testing::rel_max_error_within(run(*model, c), c.expected, 1e-4)) << "blocks";
+  // Without zero_cond_t the reference grid's tokens change.
+  EXPECT_FALSE(testing::rel_max_error_within(run(*load(float32), c), c.expected, 1e-3));
 }
 
 TEST(QwenImageTransformer, EveryExecutionModeMatchesDiffusers) {

@@ -5,7 +5,8 @@ and outputs for Kiln's parity tests.
 
 Outputs (committed; CI never runs this script):
   tests/data/models/qwen-image-transformer-tiny/            config.json + diffusion_pytorch_model.safetensors (f32)
-  tests/data/goldens/qwen_image_transformer/<case>.safetensors
+  tests/data/goldens/qwen_image_transformer/<case>.safetensors   (zero_cond_*: the same weights with
+                                                                  zero_cond_t=True in the config)
       hidden_states, encoder_hidden_states, encoder_hidden_states_mask (int64; absent: None), timestep,
       img_shapes (int64 [n, 3]: the entries every sample shares), output; and the RoPE tables diffusers builds
       (rope_image_cos/sin, rope_text_cos/sin [S, head_dim / 2] float32) to locate a mismatch.
@@ -39,6 +40,8 @@ CASES = [
     ("bf16_mask_3x5", torch.bfloat16, 2, 7, 3, [(1, 3, 5)], [0.9, 0.35], 0),
     # A mask on one sample of batch 1, with all its tokens valid but two in the middle (any pattern is allowed).
     ("holes_4x4", torch.float32, 1, 8, "holes", [(1, 4, 4)], [0.5], 2),
+    # Qwen-Image-Edit-2511's zero_cond_t (the same weights): the input image's tokens modulated by t = 0.
+    ("zero_cond_3x5_4x2", torch.float32, 2, 7, 3, [(1, 3, 5), (1, 4, 2)], [0.6, 0.125], 3),
 ]
 
 
@@ -64,6 +67,14 @@ def rope_tables(model, img_shapes, text_len):
             "rope_text_cos": text.real.float(), "rope_text_sin": text.imag.float()}
 
 
+def zero_cond_model(model):
+    from diffusers import QwenImageTransformer2DModel
+
+    zero = QwenImageTransformer2DModel(**CONFIG, zero_cond_t=True)
+    zero.load_state_dict(model.state_dict())
+    return zero.eval()
+
+
 def run_case(model, name, dtype, batch, text_len, padded, img_shapes, timesteps, seed):
     g = torch.Generator("cpu").manual_seed(seed)
     tokens = sum(f * h * w for f, h, w in img_shapes)
@@ -77,7 +88,7 @@ def run_case(model, name, dtype, batch, text_len, padded, img_shapes, timesteps,
         mask = torch.ones(batch, text_len, dtype=torch.int64)
         mask[1, text_len - padded:] = 0
     timestep = torch.tensor(timesteps, dtype=torch.float32)
-    m = copy.deepcopy(model).to(dtype)  # the float32 model stays as saved
+    m = (zero_cond_model(model) if name.startswith("zero_cond") else copy.deepcopy(model)).to(dtype)
     with torch.no_grad():
         out = m(hidden_states=hidden, encoder_hidden_states=encoder, encoder_hidden_states_mask=mask,
                 timestep=timestep, img_shapes=[list(img_shapes)] * batch, return_dict=False)[0]

@@ -111,35 +111,54 @@ QwenImageTransformerBlock::QwenImageTransformerBlock(int64_t dim, int64_t heads,
 
 std::pair<Tensor, Tensor> QwenImageTransformerBlock::forward(const Tensor& x, const Tensor& c,
                                                              const Tensor& silu_temb, const Tensor& cos,
-                                                             const Tensor& sin, const Tensor& mask) const {
-  if (!is_compiled()) return forward_eager(x, c, silu_temb, cos, sin, mask);
-  std::vector<Tensor> inputs{x, c, silu_temb, cos, sin};
-  if (mask.defined()) inputs.push_back(mask);  // the traced graph differs with a mask
+                                                             const Tensor& sin, const Tensor& mask,
+                                                             const Tensor& reference) const {
+  if (!is_compiled()) return forward_eager(x, c, silu_temb, cos, sin, mask, reference);
+  // The traced graph differs with a mask and with zero_cond_t: each is its own program.
+  std::vector<Tensor> inputs{x, c, silu_temb, cos, sin, mask, reference};
+  std::erase_if(inputs, [](const Tensor& t) { return !t.defined(); });
+  const bool masked = mask.defined(), zero_cond = reference.defined();
   const std::vector<Tensor> out = call_compiled(
       inputs,
-      [this](const auto& in) {
-        const auto [x1, c1] =
-            forward_eager(in[0], in[1], in[2], in[3], in[4], in.size() > 5 ? in[5] : Tensor());
+      [this, masked, zero_cond](const auto& in) {
+        const Tensor m = masked ? in[5] : Tensor();
+        const Tensor r = zero_cond ? in[masked ? 6 : 5] : Tensor();
+        const auto [x1, c1] = forward_eager(in[0], in[1], in[2], in[3], in[4], m, r);
         return std::vector<Tensor>{x1, c1};
       },
-      mask.defined() ? "masked" : "");
+      std::string(masked ? "masked" : "") + (zero_cond ? "zero_cond" : ""));
   return {out[0], out[1]};
 }
 
 std::pair<Tensor, Tensor> QwenImageTransformerBlock::forward_eager(const Tensor& x, const Tensor& c,
                                                                    const Tensor& silu_temb, const Tensor& cos,
-                                                                   const Tensor& sin,
-                                                                   const Tensor& mask) const {
+                                                                   const Tensor& sin, const Tensor& mask,
+                                                                   const Tensor& reference) const {
   enum { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
-  const std::vector<Tensor> m = chunk(img_mod_(silu_temb), 6, 1);
-  const std::vector<Tensor> mc = chunk(txt_mod_(silu_temb), 6, 1);
+  const int64_t batch = x.size(0);
+  // The image's chunks per token, [B, 1, D] (or [B, L, D] under zero_cond_t: the t = 0 rows where
+  // `reference`), applied as diffusers' _modulate: x * (1 + scale) + shift, and x + gate * y.
+  std::vector<Tensor> m = chunk(img_mod_(silu_temb), 6, 1);
+  for (Tensor& p : m) {
+    p = reference.defined()
+            ? where(reference, p.narrow(0, batch, batch).unsqueeze(1), p.narrow(0, 0, batch).unsqueeze(1))
+            : p.unsqueeze(1);
+  }
+  const auto modulate_image = [&](const Tensor& normed, int scale, int shift) {
+    return add(mul(normed, add(1.0, m[static_cast<size_t>(scale)])), m[static_cast<size_t>(shift)]);
+  };
+  const auto gate_image = [&](const Tensor& residual, int gate, const Tensor& y) {
+    return add(residual, mul(m[static_cast<size_t>(gate)], y));
+  };
+  // The text takes t's rows alone.
+  const std::vector<Tensor> mc = chunk(txt_mod_(silu_temb.narrow(0, 0, batch)), 6, 1);
   const auto [attn_x, attn_c] =
-      attn_.forward(modulate(layer_norm_plain(x, kNormEps), m[kScaleMsa], m[kShiftMsa]),
+      attn_.forward(modulate_image(layer_norm_plain(x, kNormEps), kScaleMsa, kShiftMsa),
                     modulate(layer_norm_plain(c, kNormEps), mc[kScaleMsa], mc[kShiftMsa]), cos, sin, mask);
-  Tensor x1 = gated_residual(x, m[kGateMsa], attn_x);
+  Tensor x1 = gate_image(x, kGateMsa, attn_x);
   Tensor c1 = gated_residual(c, mc[kGateMsa], attn_c);
-  x1 = gated_residual(x1, m[kGateMlp],
-                      img_mlp_.forward(modulate(layer_norm_plain(x1, kNormEps), m[kScaleMlp], m[kShiftMlp])));
+  x1 = gate_image(x1, kGateMlp,
+                  img_mlp_.forward(modulate_image(layer_norm_plain(x1, kNormEps), kScaleMlp, kShiftMlp)));
   c1 = gated_residual(
       c1, mc[kGateMlp],
       txt_mlp_.forward(modulate(layer_norm_plain(c1, kNormEps), mc[kScaleMlp], mc[kShiftMlp])));

@@ -57,23 +57,29 @@ class QwenImageAttention : public nn::Module {
   nn::RMSNorm norm_q_, norm_k_, norm_added_q_, norm_added_k_;
 };
 
-// QwenImageTransformerBlock(zero_cond_t=False). Each stream s (img, txt) has s_mod.1 = Linear(dim, 6 * dim)
+// QwenImageTransformerBlock. Each stream s (img, txt) has s_mod.1 = Linear(dim, 6 * dim)
 // of silu(temb), chunked as shift, scale, gate of the attention then of the MLP;
 //   s += gate1 * attention_s(LayerNorm(s) * (1 + scale1) + shift1)
 //   s += gate2 * s_mlp(LayerNorm(s) * (1 + scale2) + shift2)
 // with one joint attention for both streams; float16 streams are clipped to its range after the block.
+// zero_cond_t (Qwen-Image-Edit-2511): silu_temb holds 2B rows, those of t then those of t = 0; the text and
+// the image tokens outside `reference` take the first B, the `reference` tokens (the input images) the rest.
 class QwenImageTransformerBlock : public nn::Module {
  public:
   QwenImageTransformerBlock(int64_t dim, int64_t heads, int64_t head_dim, const nn::TensorParallel& tp = {});
   // Returns {x, c} after the block; through the compiled cache when compiled (compile_repeated_blocks).
+  // cos/sin and mask as QwenImageAttention's; silu_temb [B, dim], or [2B, dim] with `reference` bool [1, L,
+  // 1] (zero_cond_t; undefined otherwise).
   std::pair<Tensor, Tensor> forward(const Tensor& x, const Tensor& c, const Tensor& silu_temb,
-                                    const Tensor& cos, const Tensor& sin, const Tensor& mask) const;
+                                    const Tensor& cos, const Tensor& sin, const Tensor& mask,
+                                    const Tensor& reference = {}) const;
   bool supports_compile() const override { return true; }
   void use_step_cache(nn::StepCache* cache) { attn_.use_step_cache(cache); }
 
  private:
   std::pair<Tensor, Tensor> forward_eager(const Tensor& x, const Tensor& c, const Tensor& silu_temb,
-                                          const Tensor& cos, const Tensor& sin, const Tensor& mask) const;
+                                          const Tensor& cos, const Tensor& sin, const Tensor& mask,
+                                          const Tensor& reference) const;
   nn::Linear img_mod_, txt_mod_;
   QwenImageAttention attn_;
   GeluTanhFeedForward img_mlp_, txt_mlp_;

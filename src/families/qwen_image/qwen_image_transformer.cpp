@@ -1,5 +1,6 @@
 #include "kiln/families/qwen_image/qwen_image_transformer.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "families/qwen_image/qwen_image_blocks.h"
@@ -106,37 +107,53 @@ Tensor QwenImageTransformer2DModel::forward(const Tensor& hidden_states, const T
     const Tensor image_kept = Tensor::full({batch, image}, 1.0, boolean, text_kept.device());
     mask = concat({text_kept, image_kept}, 1).view({batch, 1, 1, text + image});
   }
-  std::vector<Tensor> inputs{hidden_states, encoder_hidden_states, timestep, rope.cos, rope.sin};
-  for (Tensor& t : inputs) t = on_weights_device(t);
-  if (mask.defined()) inputs.push_back(mask);
-  const auto eager = [this](const std::vector<Tensor>& in) {
-    return forward_eager(in[0], in[1], in.size() > 5 ? in[5] : Tensor(), in[2], in[3], in[4]);
+  // zero_cond_t: which image tokens follow the first grid (the input images, modulated by t = 0), [1, L, 1].
+  Tensor reference;
+  if (c.zero_cond_t) {
+    const QwenImageShape& noise = img_shapes.front();
+    std::vector<float> kept(static_cast<size_t>(image), 1.0f);
+    std::fill_n(kept.begin(), noise.frames * noise.height * noise.width, 0.0f);
+    reference = ne(Tensor::from_vector(kept, {1, image, 1}), 0.0);
+  }
+  std::vector<Tensor> inputs{hidden_states, encoder_hidden_states, timestep, rope.cos, rope.sin, mask,
+                             reference};
+  for (Tensor& t : inputs)
+    if (t.defined()) t = on_weights_device(t);
+  std::erase_if(inputs, [](const Tensor& t) { return !t.defined(); });
+  const bool masked = mask.defined(), zero_cond = reference.defined();
+  const auto eager = [this, masked, zero_cond](const std::vector<Tensor>& in) {
+    return forward_eager(in[0], in[1], masked ? in[5] : Tensor(), in[2], in[3], in[4],
+                         zero_cond ? in[masked ? 6 : 5] : Tensor());
   };
   // A step cache decides between the blocks, on the host: the whole forward cannot be one program then.
   if (!is_compiled() || step_cache_.active()) return eager(inputs);
   return call_compiled(
       inputs, [&](const auto& in) { return std::vector<Tensor>{eager(in)}; },
-      mask.defined() ? "masked" : "")[0];
+      std::string(masked ? "masked" : "") + (zero_cond ? "zero_cond" : ""))[0];
 }
 
 Tensor QwenImageTransformer2DModel::forward_eager(const Tensor& hidden_states,
                                                   const Tensor& encoder_hidden_states, const Tensor& mask,
                                                   const Tensor& timestep, const Tensor& rope_cos,
-                                                  const Tensor& rope_sin) const {
+                                                  const Tensor& rope_sin, const Tensor& reference) const {
   const DType dtype = img_in_.dtype();
+  const int64_t batch = hidden_states.size(0);
   Tensor x = img_in_(hidden_states);
-  // diffusers: timestep.to(hidden_states.dtype); the scale by 1000 comes inside the sinusoid.
-  const Tensor temb = time_text_embed_->forward(timestep.to(dtype));
+  // diffusers: timestep.to(hidden_states.dtype); the scale by 1000 comes inside the sinusoid. zero_cond_t
+  // embeds [t, 0 * t] (2B rows); the text and norm_out take the first B.
+  Tensor t = timestep.to(dtype);
+  if (reference.defined()) t = concat({t, mul(t, 0.0)}, 0);
+  const Tensor silu_temb = silu(time_text_embed_->forward(t));
   Tensor ctx = txt_in_(txt_norm_(encoder_hidden_states));
-  const Tensor silu_temb = silu(temb);
   const auto run_blocks = [&](size_t first, size_t last, const nn::BlockStreams& in) {
     Tensor xi = in.image, ci = in.text;
     for (size_t i = first; i < last; ++i)
-      std::tie(xi, ci) = transformer_blocks_[i]->forward(xi, ci, silu_temb, rope_cos, rope_sin, mask);
+      std::tie(xi, ci) =
+          transformer_blocks_[i]->forward(xi, ci, silu_temb, rope_cos, rope_sin, mask, reference);
     return nn::BlockStreams{xi, ci};
   };
   x = step_cache_.run(transformer_blocks_.size(), {x, ctx}, run_blocks).image;
-  return proj_out_(norm_out_->forward(x, silu_temb));
+  return proj_out_(norm_out_->forward(x, silu_temb.narrow(0, 0, batch)));
 }
 
 std::unique_ptr<QwenImageTransformer2DModel> load_qwen_image_transformer(const std::string& folder,

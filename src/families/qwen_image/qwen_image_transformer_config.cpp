@@ -22,8 +22,7 @@ constexpr std::array<std::string_view, 12> kKnownKeys = {
 struct UnsupportedFlag {
   std::string_view key, what;
 };
-constexpr std::array<UnsupportedFlag, 4> kUnsupportedFlags = {{
-    {"zero_cond_t", "Qwen-Image-Edit-2511's (the input images modulated by a zero timestep)"},
+constexpr std::array<UnsupportedFlag, 3> kUnsupportedFlags = {{
     {"use_additional_t_cond", "Qwen-Image-Layered's (an extra timestep condition embedding)"},
     {"use_layer3d_rope", "Qwen-Image-Layered's (QwenEmbedLayer3DRope)"},
     {"guidance_embeds",
@@ -54,11 +53,10 @@ QwenImageTransformerConfig QwenImageTransformerConfig::from_config(const io::Jso
   }
   for (const UnsupportedFlag& flag : kUnsupportedFlags) {
     const std::string key(flag.key);
-    KILN_CHECK(
-        !f.get_or<bool>(key, false),
-        f.where(key) << " is true: " << flag.what
-                     << "; Kiln runs the Qwen-Image / Qwen-Image-Edit / Qwen-Image-Edit-2509 transformer, "
-                        "where it is false");
+    KILN_CHECK(!f.get_or<bool>(key, false),
+               f.where(key) << " is true: " << flag.what
+                            << "; Kiln runs the Qwen-Image / Qwen-Image-Edit(-2509, -2511) transformer, "
+                               "where it is false");
   }
   QwenImageTransformerConfig c;
   c.patch_size = f.get_or<int64_t>("patch_size", c.patch_size);
@@ -75,6 +73,7 @@ QwenImageTransformerConfig QwenImageTransformerConfig::from_config(const io::Jso
   c.joint_attention_dim = f.get_or<int64_t>("joint_attention_dim", c.joint_attention_dim);
   c.guidance_embeds = f.get_or<bool>("guidance_embeds", c.guidance_embeds);
   c.axes_dims_rope = f.get_or<std::vector<int64_t>>("axes_dims_rope", c.axes_dims_rope);
+  c.zero_cond_t = f.get_or<bool>("zero_cond_t", c.zero_cond_t);
   c.validate(f.origin());
   return c;
 }

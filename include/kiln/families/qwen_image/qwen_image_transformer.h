@@ -1,10 +1,11 @@
-// QwenImageTransformer2DModel (Qwen-Image, Qwen-Image-Edit, Qwen-Image-Edit-2509), the denoiser of diffusers'
-// QwenImage pipelines: a dual-stream MMDiT. The packed latents (img_in) and the RMSNorm'd text features
-// (txt_norm, txt_in) each keep their own stream through every block (own modulation, LayerNorms, q/k/v and
-// output projections, feed-forward) and meet in one joint attention over [text | image], the text's padding
-// keys masked. Positions: 3-axis RoPE on interleaved pairs; each image's patches are centred on the grid
-// (scale_rope), its frame axis the image's index; the text's tokens follow the images' largest half-side on
-// every axis. Parameter names are diffusers', so a diffusers `transformer/` folder loads by name.
+// QwenImageTransformer2DModel (Qwen-Image, Qwen-Image-Edit, -Edit-2509; with zero_cond_t, -Edit-2511), the
+// denoiser of diffusers' QwenImage pipelines: a dual-stream MMDiT. The packed latents (img_in) and the
+// RMSNorm'd text features (txt_norm, txt_in) each keep their own stream through every block (own modulation,
+// LayerNorms, q/k/v and output projections, feed-forward) and meet in one joint attention over
+// [text | image], the text's padding keys masked. Positions: 3-axis RoPE on interleaved pairs; each image's
+// patches are centred on the grid (scale_rope), its frame axis the image's index; the text's tokens follow
+// the images' largest half-side on every axis. Parameter names are diffusers', so a diffusers `transformer/`
+// folder loads by name.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +28,16 @@ struct QwenImageTransformerConfig {
           num_attention_heads = 24, joint_attention_dim = 3584;
   bool guidance_embeds = false;
   std::vector<int64_t> axes_dims_rope = {16, 56, 56};
+  // Qwen-Image-Edit-2511: the tokens after the first img_shapes entry (the input images) are modulated by the
+  // embedding of t = 0, the noise's by t's; the text and norm_out by t's.
+  bool zero_cond_t = false;
 
   // The model width (num_attention_heads * attention_head_dim).
   int64_t inner_dim() const { return num_attention_heads * attention_head_dim; }
 
   // Reads a parsed config.json: "_class_name" must be QwenImageTransformer2DModel, a key this implementation
-  // does not know is an error, and the flags of the variants Kiln does not run (zero_cond_t: Qwen-Image-Edit-
-  // 2511; use_additional_t_cond, use_layer3d_rope: Qwen-Image-Layered; guidance_embeds) are refused by name.
+  // does not know is an error, and the flags of the variants Kiln does not run (use_additional_t_cond,
+  // use_layer3d_rope: Qwen-Image-Layered; guidance_embeds) are refused by name.
   static QwenImageTransformerConfig from_config(const io::JsonConfig& config);
   static QwenImageTransformerConfig from_json(const std::string& text,
                                               const std::string& source = "config.json");
@@ -94,7 +98,7 @@ class QwenImageTransformer2DModel : public nn::Module {
  private:
   Tensor forward_eager(const Tensor& hidden_states, const Tensor& encoder_hidden_states,
                        const Tensor& encoder_mask, const Tensor& timestep, const Tensor& rope_cos,
-                       const Tensor& rope_sin) const;
+                       const Tensor& rope_sin, const Tensor& reference) const;
 
   mutable nn::StepCache step_cache_;  // a call's state; calls to a pipeline are served one at a time
   QwenImageTransformerConfig config_;
