@@ -1,0 +1,160 @@
+// AutoencoderKLQwenImage against diffusers 0.42.1 on a tiny random model (tools/goldens/qwen_image_vae.py):
+// encode's posterior, decode (with its clamp), the pipelines' latent normalisation, in float32 and bfloat16;
+// and what it refuses: several frames, sizes the encoder cannot take, incomplete checkpoints, configs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "kiln/families/qwen_image/autoencoder_kl_qwen_image.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/ops.h"
+#include "support/test_data.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string model_dir() {
+  return testing::data_path("models/qwen-image-vae-tiny");
+}
+
+io::SafetensorsFile golden(const char* name) {
+  return io::SafetensorsFile(testing::data_path(std::string("goldens/qwen_image_vae/") + name + ".safetensors"));
+}
+
+void expect_error(const std::function<void()>& run, const std::string& words) {
+  try {
+    run();
+    ADD_FAILURE() << "no error; expected one containing '" << words << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(QwenImageVae, ReadsItsConfig) {
+  const auto vae = models::load_autoencoder_kl_qwen_image(model_dir(), float32);
+  const auto& c = vae->config();
+  EXPECT_EQ(c.base_dim, 4);
+  EXPECT_EQ(c.z_dim, 4);
+  EXPECT_EQ(c.dim_mult, (std::vector<int64_t>{1, 2, 3, 2}));
+  EXPECT_EQ(c.temperal_downsample, (std::vector<bool>{false, true, true}));
+  EXPECT_EQ(c.scale_factor(), 8);
+  EXPECT_EQ(vae->pixels_per_latent(), 8);
+  EXPECT_EQ(vae->latent_shape(2, 32, 48), (Shape{2, 4, 4, 6}));
+  // Qwen-Image's own config leaves nothing to defaults but these would be its values.
+  const auto real = models::AutoencoderKLQwenImageConfig::from_json(R"({"_class_name": "AutoencoderKLQwenImage"})");
+  EXPECT_EQ(real.scale_factor(), 8);
+  EXPECT_EQ(real.latents_mean.size(), 16u);
+  EXPECT_DOUBLE_EQ(real.latents_std.back(), 1.9160);
+}
+
+// float32 end to end: torch and oneDNN sum the 3x3 convolutions' products in different orders (~1e-7
+// relative each), and ~30 layers of conv + RMS norm + attention carry that to ~1e-6 of the output range; 1e-4
+// of the largest value leaves a margin of ~100 and still fails on any dropped term (a gamma, a bias, a
+// wrong kernel slice move the output by tens of percent).
+TEST(QwenImageVae, EncodeMatchesDiffusersFloat32) {
+  const auto g = golden("f32");
+  const auto vae = models::load_autoencoder_kl_qwen_image(model_dir(), float32);
+  const auto dist = vae->encode(g.tensor("image"));
+  EXPECT_TRUE(testing::rel_max_error_within(dist.mean, g.tensor("mean"), 1e-4));
+  EXPECT_TRUE(testing::rel_max_error_within(dist.logvar, g.tensor("logvar"), 1e-4));
+  // diffusers' [B, C, 1, H, W] is taken as well.
+  const auto framed = vae->encode(g.tensor("image").unsqueeze(2));
+  EXPECT_TRUE(testing::rel_max_error_within(framed.mean, g.tensor("mean"), 1e-4));
+}
+
+TEST(QwenImageVae, DecodeMatchesDiffusersFloat32AndClamps) {
+  const auto g = golden("f32");
+  const auto vae = models::load_autoencoder_kl_qwen_image(model_dir(), float32);
+  const Tensor image = vae->decode(g.tensor("z"));
+  EXPECT_EQ(image.shape(), (Shape{2, 3, 32, 48}));
+  // The golden's decoder output exceeds [-1, 1] in part, so the clamp is exercised; away from the clip
+  // points the values must match to float32 noise.
+  EXPECT_TRUE(testing::all_close(image, g.tensor("decoded"), 1e-4, 1e-5));
+  EXPECT_TRUE(testing::rel_max_error_within(image, g.tensor("decoded"), 1e-4));
+}
+
+TEST(QwenImageVae, NormalisesLatentsAsThePipelines) {
+  for (const char* name : {"f32", "bf16"}) {
+    const auto g = golden(name);
+    const auto vae = models::load_autoencoder_kl_qwen_image(model_dir(), float32);
+    // Elementwise with the same roundings as torch (the statistics rounded to the latents' dtype first):
+    // exact.
+    EXPECT_TRUE(testing::all_close(vae->to_latents(g.tensor("mean")), g.tensor("to_latents"), 0, 0)) << name;
+    EXPECT_TRUE(testing::all_close(vae->from_latents(g.tensor("z")), g.tensor("from_latents"), 0, 0)) << name;
+  }
+}
+
+// bfloat16 rounds every conv and norm output to 8 significant bits, at points that differ from torch's
+// kernels (oneDNN rounds each conv once from float32); over ~30 layers that is a few percent of the output
+// range, as for AutoencoderKL (autoencoder_kl_test.cpp), so 5% of the largest magnitude is the bound.
+TEST(QwenImageVae, Bfloat16StaysWithinRounding) {
+  const auto g = golden("bf16");
+  const auto vae = models::load_autoencoder_kl_qwen_image(model_dir(), bfloat16);
+  const Tensor image = vae->decode(g.tensor("z"));
+  EXPECT_EQ(image.dtype(), bfloat16);
+  EXPECT_TRUE(testing::rel_max_error_within(image, g.tensor("decoded"), 5e-2));
+  const auto dist = vae->encode(g.tensor("image"));
+  EXPECT_EQ(dist.mean.dtype(), bfloat16);
+  EXPECT_TRUE(testing::rel_max_error_within(dist.mean, g.tensor("mean"), 5e-2));
+  EXPECT_TRUE(testing::rel_max_error_within(dist.logvar, g.tensor("logvar"), 5e-2));
+}
+
+TEST(QwenImageVae, RefusesSeveralFramesAndSizesItCannotTake) {
+  const auto vae = models::load_autoencoder_kl_qwen_image(model_dir(), float32);
+  expect_error([&] { vae->encode(Tensor::zeros({1, 3, 2, 32, 32})); }, "single images only (T = 1)");
+  expect_error([&] { vae->decode(Tensor::zeros({1, 4, 3, 4, 4})); }, "single images only (T = 1)");
+  expect_error([&] { vae->encode(Tensor::zeros({1, 3, 36, 32})); }, "is not a multiple of 8");
+  expect_error([&] { vae->encode(Tensor::zeros({1, 4, 32, 32})); }, "expected [B, 3, H, W]");
+  expect_error([&] { vae->decode(Tensor::zeros({1, 16, 4, 4})); }, "expected [B, 4, H, W]");
+  expect_error([&] { vae->to_latents(Tensor::zeros({1, 3, 4, 4})); }, "expected latents [B, 4, h, w]");
+  expect_error([&] { vae->set_tiling(512); }, "not supported for this VAE yet");
+  vae->set_tiling(std::nullopt);
+}
+
+// A copy of the tiny folder whose checkpoint is changed by `edit` (tensor name -> tensor).
+std::string corrupted_copy(const std::string& name,
+                           const std::function<void(std::map<std::string, Tensor>&)>& edit) {
+  const std::string dir = testing::temp_dir(name);
+  fs::copy_file(model_dir() + "/config.json", dir + "/config.json");
+  const io::SafetensorsFile src(model_dir() + "/diffusion_pytorch_model.safetensors");
+  std::map<std::string, Tensor> tensors;
+  for (const auto& n : src.names()) tensors[n] = src.tensor(n);
+  edit(tensors);
+  io::save_safetensors(dir + "/diffusion_pytorch_model.safetensors", {tensors.begin(), tensors.end()});
+  return dir;
+}
+
+TEST(QwenImageVae, LoadingIsStrictAndNamesTheTensor) {
+  const std::string missing = corrupted_copy(
+      "qvae_missing", [](auto& t) { t.erase("decoder.up_blocks.1.upsamplers.0.time_conv.weight"); });
+  expect_error([&] { models::load_autoencoder_kl_qwen_image(missing, float32); },
+               "decoder.up_blocks.1.upsamplers.0.time_conv.weight");
+  const std::string reshaped = corrupted_copy("qvae_shape", [](auto& t) {
+    t["encoder.down_blocks.3.norm1.gamma"] = Tensor::zeros({4, 1, 1});
+  });
+  expect_error([&] { models::load_autoencoder_kl_qwen_image(reshaped, float32); },
+               "encoder.down_blocks.3.norm1.gamma");
+  const std::string extra =
+      corrupted_copy("qvae_extra", [](auto& t) { t["encoder.norm_out.bias"] = Tensor::zeros({8, 1, 1, 1}); });
+  expect_error([&] { models::load_autoencoder_kl_qwen_image(extra, float32); }, "encoder.norm_out.bias");
+}
+
+TEST(QwenImageVae, RefusesConfigsItDoesNotRunByName) {
+  using models::AutoencoderKLQwenImageConfig;
+  expect_error([] { AutoencoderKLQwenImageConfig::from_json(R"({"_class_name": "AutoencoderKLWan"})"); },
+               "expected \"AutoencoderKLQwenImage\"");
+  expect_error([] { AutoencoderKLQwenImageConfig::from_json(R"({"attn_scales": [0.5]})"); }, "attn_scales");
+  expect_error([] { AutoencoderKLQwenImageConfig::from_json(R"({"temperal_downsample": [true, true]})"); },
+               "temperal_downsample has 2 entries");
+  expect_error([] { AutoencoderKLQwenImageConfig::from_json(R"({"temperal_downsample": [1, 0, 0]})"); },
+               "expected a list of booleans");
+  expect_error([] { AutoencoderKLQwenImageConfig::from_json(R"({"z_dim": 4})"); }, "latents_mean");
+  expect_error([] { AutoencoderKLQwenImageConfig::from_json(R"({"is_residual": true})"); }, "is_residual");
+}
+
+}  // namespace
+}  // namespace kiln
