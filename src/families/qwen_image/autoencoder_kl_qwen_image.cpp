@@ -26,14 +26,14 @@ Tensor AutoencoderKLQwenImage::frame_of(const Tensor& x, const char* op, int64_t
   KILN_CHECK(x.defined(), "AutoencoderKLQwenImage." << op << ": undefined input");
   Tensor frame = x;
   if (x.dim() == 5) {
-    KILN_CHECK(x.size(2) == 1, "AutoencoderKLQwenImage." << op << ": got " << x.size(2) << " frames "
-                                                         << shape_str(x.shape())
-                                                         << "; Kiln runs this VAE on single images only (T = 1)");
+    KILN_CHECK(x.size(2) == 1, "AutoencoderKLQwenImage."
+                                   << op << ": got " << x.size(2) << " frames " << shape_str(x.shape())
+                                   << "; Kiln runs this VAE on single images only (T = 1)");
     frame = x.select(2, 0);
   }
   KILN_CHECK(frame.dim() == 4 && frame.size(1) == channels,
-             "AutoencoderKLQwenImage." << op << ": expected [B, " << channels << ", H, W] (or [B, " << channels
-                                       << ", 1, H, W]), got " << shape_str(x.shape()));
+             "AutoencoderKLQwenImage." << op << ": expected [B, " << channels << ", H, W] (or [B, "
+                                       << channels << ", 1, H, W]), got " << shape_str(x.shape()));
   return on_weights_device(frame).to(layers_->quant_conv.weight.dtype());
 }
 
@@ -87,12 +87,14 @@ Tensor AutoencoderKLQwenImage::from_latents(const Tensor& latents) const {
 }
 
 void AutoencoderKLQwenImage::set_tiling(std::optional<int64_t> tile_size) {
-  KILN_CHECK(!tile_size, "AutoencoderKLQwenImage: tiled decoding/encoding is not supported for this VAE yet "
-                         "(asked for tiles of "
-                             << *tile_size << " pixels); decode whole images");
+  KILN_CHECK(!tile_size,
+             "AutoencoderKLQwenImage: tiled decoding/encoding is not supported for this VAE yet "
+             "(asked for tiles of "
+                 << *tile_size << " pixels); decode whole images");
 }
 
-std::unique_ptr<AutoencoderKLQwenImage> load_autoencoder_kl_qwen_image(const std::string& folder, DType dtype) {
+std::unique_ptr<AutoencoderKLQwenImage> load_autoencoder_kl_qwen_image(const std::string& folder,
+                                                                       DType dtype) {
   auto model = std::make_unique<AutoencoderKLQwenImage>(
       AutoencoderKLQwenImageConfig::from_file(folder + "/config.json"));
   nn::CheckpointWeights weights(folder);

@@ -111,7 +111,8 @@ Encoder::Encoder(const AutoencoderKLQwenImageConfig& c) : conv_in(c.input_channe
     out = c.base_dim * c.dim_mult[i];
     for (int64_t j = 0; j < c.num_res_blocks; ++j, in = out)
       down_blocks.push_back(std::make_unique<ResidualBlock>(in, out));
-    if (i + 1 < levels) down_blocks.push_back(std::make_unique<Resample>(out, false, c.temperal_downsample[i]));
+    if (i + 1 < levels)
+      down_blocks.push_back(std::make_unique<Resample>(out, false, c.temperal_downsample[i]));
   }
   for (size_t k = 0; k < down_blocks.size(); ++k)
     register_module("down_blocks." + std::to_string(k), down_blocks[k].get());

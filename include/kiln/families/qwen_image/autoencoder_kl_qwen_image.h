@@ -22,15 +22,16 @@ struct AutoencoderKLQwenImageConfig {
   int64_t z_dim = 16;
   std::vector<int64_t> dim_mult = {1, 2, 4, 4};
   int64_t num_res_blocks = 2;
-  std::vector<double> attn_scales;               // must be empty
+  std::vector<double> attn_scales;                              // must be empty
   std::vector<bool> temperal_downsample = {false, true, true};  // diffusers' spelling; len(dim_mult) - 1
-  double dropout = 0.0;                          // inactive at inference
+  double dropout = 0.0;                                         // inactive at inference
   int64_t input_channels = 3;
   std::vector<double> latents_mean, latents_std;  // z_dim values each
 
   static AutoencoderKLQwenImageConfig from_file(const std::string& config_json);
   // Parses config.json's text; `origin` names it in errors.
-  static AutoencoderKLQwenImageConfig from_json(const std::string& text, const std::string& origin = "config.json");
+  static AutoencoderKLQwenImageConfig from_json(const std::string& text,
+                                                const std::string& origin = "config.json");
   // Pixels per latent pixel: 2 ** len(temperal_downsample) (8 for Qwen-Image).
   int64_t scale_factor() const { return int64_t{1} << temperal_downsample.size(); }
 };
@@ -53,7 +54,8 @@ class AutoencoderKLQwenImage : public nn::Module, public LatentCodec {
   LatentDistribution encode(const Tensor& images) const override;
   Tensor to_latents(const Tensor& vae_latents) const override;
   Tensor from_latents(const Tensor& latents) const override;
-  // z [B, z_dim, h, w] (or [B, z_dim, 1, h, w]) -> images [B, input_channels, 8h, 8w] in z's dtype, CLAMPED to
+  // z [B, z_dim, h, w] (or [B, z_dim, 1, h, w]) -> images [B, input_channels, 8h, 8w] in z's dtype, CLAMPED
+  // to
   // [-1, 1]: unlike AutoencoderKL's, diffusers' AutoencoderKLQwenImage.decode clamps its output.
   Tensor decode(const Tensor& vae_latents) const override;
   // Tiled decoding is not implemented for this VAE: a tile size throws kiln::Error saying so; nullopt is
@@ -72,6 +74,7 @@ class AutoencoderKLQwenImage : public nn::Module, public LatentCodec {
 // Reads `folder`/config.json and `folder`'s safetensors, converted to `dtype`. Strict: every tensor of the
 // checkpoint must be one of the model's, with its shape, and every one of the model's must be present; the
 // error names the tensor.
-std::unique_ptr<AutoencoderKLQwenImage> load_autoencoder_kl_qwen_image(const std::string& folder, DType dtype);
+std::unique_ptr<AutoencoderKLQwenImage> load_autoencoder_kl_qwen_image(const std::string& folder,
+                                                                       DType dtype);
 
 }  // namespace kiln::models
