@@ -124,8 +124,45 @@ TEST(QwenImageVae, RefusesSeveralFramesAndSizesItCannotTake) {
   expect_error([&] { vae->encode(Tensor::zeros({1, 4, 32, 32})); }, "expected [B, 3, H, W]");
   expect_error([&] { vae->decode(Tensor::zeros({1, 16, 4, 4})); }, "expected [B, 4, H, W]");
   expect_error([&] { vae->to_latents(Tensor::zeros({1, 3, 4, 4})); }, "expected latents [B, 4, h, w]");
-  expect_error([&] { vae->set_tiling(512); }, "not supported for this VAE yet");
+}
+
+// diffusers' enable_tiling(24, 24, 16, 16) on the 32x48 image and its 4x6 latents: 2x3 tiles each way,
+// blended in place with their upper and left neighbours. Same float32 tolerances as untiled; the tiled decode
+// is not clamped, as in diffusers.
+TEST(QwenImageVae, TiledMatchesDiffusersFloat32) {
+  const auto g = golden("f32");
+  const auto t = golden("tiled");
+  auto vae = models::load_autoencoder_kl_qwen_image(model_dir(), float32);
+  vae->enable_tiling({.tile_sample_min_height = 24,
+                      .tile_sample_min_width = 24,
+                      .tile_sample_stride_height = 16,
+                      .tile_sample_stride_width = 16});
+  const auto dist = vae->encode(g.tensor("image"));
+  EXPECT_TRUE(testing::rel_max_error_within(dist.mean, t.tensor("mean"), 1e-4));
+  EXPECT_TRUE(testing::rel_max_error_within(dist.logvar, t.tensor("logvar"), 1e-4));
+  const Tensor image = vae->decode(g.tensor("z"));
+  EXPECT_GT(max(abs(image)).item(), 1.0);
+  EXPECT_TRUE(testing::rel_max_error_within(image, t.tensor("decoded"), 1e-4));
+  // Inputs that fit in one tile run whole (and the decode is clamped again).
+  vae->enable_tiling();
+  EXPECT_TRUE(testing::rel_max_error_within(vae->decode(g.tensor("z")), g.tensor("decoded"), 1e-4));
   vae->set_tiling(std::nullopt);
+  EXPECT_FALSE(vae->tiling().has_value());
+}
+
+TEST(QwenImageVae, SetTilingTakesDiffusersProportions) {
+  auto vae = models::load_autoencoder_kl_qwen_image(model_dir(), float32);
+  vae->set_tiling(0);
+  ASSERT_TRUE(vae->tiling().has_value());
+  EXPECT_EQ(vae->tiling()->tile_sample_min_height, 256);
+  EXPECT_EQ(vae->tiling()->tile_sample_stride_width, 192);
+  vae->set_tiling(512);
+  EXPECT_EQ(vae->tiling()->tile_sample_min_width, 512);
+  EXPECT_EQ(vae->tiling()->tile_sample_stride_height, 384);
+  expect_error([&] { vae->set_tiling(8); }, "tile_sample_stride_height 0 is not a positive multiple of 8");
+  expect_error([&] { vae->set_tiling(100); }, "tile_sample_min_height 100 is not a positive multiple of 8");
+  expect_error([&] { vae->enable_tiling({.tile_sample_stride_width = 264}); },
+               "(the tiles would leave gaps)");
 }
 
 // A copy of the tiny folder whose checkpoint is changed by `edit` (tensor name -> tensor).

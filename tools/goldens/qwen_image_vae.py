@@ -25,6 +25,9 @@ Outputs (committed; CI never runs this script):
       decoded_f32, the float32 model's decode of the same z: bfloat16's noise in this decoder (whose conv_out is
       scaled up) reaches 0.46 of the [-1, 1] range at single pixels in torch itself, so the test bounds Kiln's
       bfloat16 decode by torch's own distance to this float32 result.
+  tests/data/goldens/qwen_image_vae/tiled.safetensors
+      mean, logvar, decoded of f32's image and z with vae.enable_tiling(**TILING) (the metadata holds TILING); the
+      tiled decode is not clamped (diffusers' _decode returns tiled_decode's result before its clamp).
 
 Usage: python tools/goldens/qwen_image_vae.py   (torch, diffusers 0.42.1, safetensors from pip)
 """
@@ -43,6 +46,8 @@ MODEL = os.path.join(ROOT, "tests", "data", "models", "qwen-image-vae-tiny")
 GOLDENS = os.path.join(ROOT, "tests", "data", "goldens", "qwen_image_vae")
 
 Z_DIM = 4
+TILING = dict(tile_sample_min_height=24, tile_sample_min_width=24, tile_sample_stride_height=16,
+              tile_sample_stride_width=16)
 TINY = dict(base_dim=4, z_dim=Z_DIM, dim_mult=[1, 2, 3, 2], num_res_blocks=2, attn_scales=[],
             temperal_downsample=[False, True, True], dropout=0.0)
 
@@ -95,7 +100,20 @@ def main():
     vae.save_pretrained(MODEL, safe_serialization=True)
     os.makedirs(GOLDENS, exist_ok=True)
     meta = meta_of(dict(model="qwen-image-vae-tiny", config=TINY))
-    save_file(stages(vae, torch.float32), os.path.join(GOLDENS, "f32.safetensors"), meta)
+    f32 = stages(vae, torch.float32)
+    save_file(f32, os.path.join(GOLDENS, "f32.safetensors"), meta)
+    # Tiled (diffusers' enable_tiling with 24-pixel tiles every 16 pixels: 3-latent tiles every 2 latents, blended
+    # over 8 pixels when decoding and 1 latent when encoding), on f32's image and z.
+    vae.enable_tiling(**TILING)
+    with torch.no_grad():
+        dist = vae.encode(f32["image"][:, :, None]).latent_dist
+        tiled = dict(mean=dist.mean[:, :, 0], logvar=dist.logvar[:, :, 0],
+                     decoded=vae.decode(f32["z"][:, :, None]).sample[:, :, 0])
+    vae.disable_tiling()
+    assert tiled["decoded"].abs().max() > 1, "diffusers clamps a tiled decode now: the golden's premise changed"
+    assert not torch.allclose(tiled["decoded"].clamp(-1, 1), f32["decoded"], atol=1e-3), "no tiling happened"
+    save_file(tiled, os.path.join(GOLDENS, "tiled.safetensors"), meta_of(dict(model="qwen-image-vae-tiny", **TILING)))
+
     # bfloat16's own noise: the float32 model's decode of the same (bfloat16-rounded) latents, to measure how far
     # torch's bfloat16 decode lies from it.
     torch.manual_seed(1)

@@ -1,6 +1,7 @@
 #include "kiln/families/qwen_image/autoencoder_kl_qwen_image.h"
 
 #include "families/qwen_image/qwen_image_vae_layers.h"
+#include "families/qwen_image/qwen_image_vae_tiling.h"
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/ops.h"
 
@@ -43,7 +44,9 @@ LatentDistribution AutoencoderKLQwenImage::encode(const Tensor& images) const {
   KILN_CHECK(x.size(2) % f == 0 && x.size(3) % f == 0, "AutoencoderKLQwenImage.encode: image size "
                                                            << x.size(2) << "x" << x.size(3)
                                                            << " is not a multiple of " << f);
-  const Tensor moments = layers_->quant_conv.forward(layers_->encoder.forward(x));
+  const bool tiled =
+      tiling_ && (x.size(2) > tiling_->tile_sample_min_height || x.size(3) > tiling_->tile_sample_min_width);
+  const Tensor moments = tiled ? tiled_encode(x) : encoder_forward(x);
   const auto halves = chunk(moments, 2, 1);
   // diffusers' DiagonalGaussianDistribution clamps the log-variance to [-30, 20].
   return {halves[0].to(images.dtype()), clamp(halves[1], -30.0, 20.0).to(images.dtype())};
@@ -51,8 +54,75 @@ LatentDistribution AutoencoderKLQwenImage::encode(const Tensor& images) const {
 
 Tensor AutoencoderKLQwenImage::decode(const Tensor& vae_latents) const {
   const Tensor z = frame_of(vae_latents, "decode", config_.z_dim);
-  const Tensor image = layers_->decoder.forward(layers_->post_quant_conv.forward(z));
-  return clamp(image, -1.0, 1.0).to(vae_latents.dtype());
+  const int64_t f = config_.scale_factor();
+  if (tiling_ &&
+      (z.size(2) > tiling_->tile_sample_min_height / f || z.size(3) > tiling_->tile_sample_min_width / f))
+    return tiled_decode(z).to(vae_latents.dtype());
+  return clamp(decoder_forward(z), -1.0, 1.0).to(vae_latents.dtype());
+}
+
+Tensor AutoencoderKLQwenImage::decoder_forward(const Tensor& z) const {
+  return layers_->decoder.forward(layers_->post_quant_conv.forward(z));
+}
+
+Tensor AutoencoderKLQwenImage::encoder_forward(const Tensor& x) const {
+  return layers_->quant_conv.forward(layers_->encoder.forward(x));
+}
+
+Tensor AutoencoderKLQwenImage::tiled_decode(const Tensor& z) const {
+  const auto& t = *tiling_;
+  const int64_t f = config_.scale_factor();
+  const qwen_image_vae::TileGrid grid{
+      .tile_h = t.tile_sample_min_height / f,
+      .tile_w = t.tile_sample_min_width / f,
+      .stride_h = t.tile_sample_stride_height / f,
+      .stride_w = t.tile_sample_stride_width / f,
+      .blend_h = t.tile_sample_min_height - t.tile_sample_stride_height,
+      .blend_w = t.tile_sample_min_width - t.tile_sample_stride_width,
+      .keep_h = t.tile_sample_stride_height,
+      .keep_w = t.tile_sample_stride_width,
+      .out_h = z.size(2) * f,
+      .out_w = z.size(3) * f,
+  };
+  return qwen_image_vae::run_tiled(z, grid, [this](const Tensor& tile) { return decoder_forward(tile); });
+}
+
+Tensor AutoencoderKLQwenImage::tiled_encode(const Tensor& x) const {
+  const auto& t = *tiling_;
+  const int64_t f = config_.scale_factor();
+  const qwen_image_vae::TileGrid grid{
+      .tile_h = t.tile_sample_min_height,
+      .tile_w = t.tile_sample_min_width,
+      .stride_h = t.tile_sample_stride_height,
+      .stride_w = t.tile_sample_stride_width,
+      .blend_h = t.tile_sample_min_height / f - t.tile_sample_stride_height / f,
+      .blend_w = t.tile_sample_min_width / f - t.tile_sample_stride_width / f,
+      .keep_h = t.tile_sample_stride_height / f,
+      .keep_w = t.tile_sample_stride_width / f,
+      .out_h = x.size(2) / f,
+      .out_w = x.size(3) / f,
+  };
+  return qwen_image_vae::run_tiled(x, grid, [this](const Tensor& tile) { return encoder_forward(tile); });
+}
+
+void AutoencoderKLQwenImage::enable_tiling(const AutoencoderKLQwenImageTiling& t) {
+  const int64_t f = config_.scale_factor();
+  const auto check = [f](const char* name, int64_t value) {
+    KILN_CHECK(value > 0 && value % f == 0,
+               "AutoencoderKLQwenImage.enable_tiling: " << name << " " << value
+                                                        << " is not a positive multiple of " << f);
+  };
+  check("tile_sample_min_height", t.tile_sample_min_height);
+  check("tile_sample_min_width", t.tile_sample_min_width);
+  check("tile_sample_stride_height", t.tile_sample_stride_height);
+  check("tile_sample_stride_width", t.tile_sample_stride_width);
+  KILN_CHECK(t.tile_sample_stride_height <= t.tile_sample_min_height &&
+                 t.tile_sample_stride_width <= t.tile_sample_min_width,
+             "AutoencoderKLQwenImage.enable_tiling: strides "
+                 << t.tile_sample_stride_height << "x" << t.tile_sample_stride_width << " exceed the tiles "
+                 << t.tile_sample_min_height << "x" << t.tile_sample_min_width
+                 << " (the tiles would leave gaps)");
+  tiling_ = t;
 }
 
 namespace {
@@ -87,10 +157,17 @@ Tensor AutoencoderKLQwenImage::from_latents(const Tensor& latents) const {
 }
 
 void AutoencoderKLQwenImage::set_tiling(std::optional<int64_t> tile_size) {
-  KILN_CHECK(!tile_size,
-             "AutoencoderKLQwenImage: tiled decoding/encoding is not supported for this VAE yet "
-             "(asked for tiles of "
-                 << *tile_size << " pixels); decode whole images");
+  if (!tile_size) {
+    disable_tiling();
+    return;
+  }
+  AutoencoderKLQwenImageTiling t;
+  if (*tile_size != 0) {
+    const int64_t f = config_.scale_factor();
+    const int64_t stride = *tile_size * 3 / 4 / f * f;
+    t = {*tile_size, *tile_size, stride, stride};
+  }
+  enable_tiling(t);
 }
 
 std::unique_ptr<AutoencoderKLQwenImage> load_autoencoder_kl_qwen_image(const std::string& folder,

@@ -36,6 +36,16 @@ struct AutoencoderKLQwenImageConfig {
   int64_t scale_factor() const { return int64_t{1} << temperal_downsample.size(); }
 };
 
+// diffusers' AutoencoderKLQwenImage.enable_tiling arguments (pixels; its defaults). Tiles of tile_sample_min
+// pixels (tile_sample_min / 8 latents) start every tile_sample_stride pixels; each decoded tile fades into
+// its upper and left neighbours over min - stride pixels (encoded: latents) and contributes its first stride
+// pixels (latents) of rows and columns. Sizes and strides must be multiples of scale_factor(), each stride
+// at most its size.
+struct AutoencoderKLQwenImageTiling {
+  int64_t tile_sample_min_height = 256, tile_sample_min_width = 256;
+  int64_t tile_sample_stride_height = 192, tile_sample_stride_width = 192;
+};
+
 // As a LatentCodec: latents [B, z_dim, H / 8, W / 8], normalised per channel as the Qwen-Image pipelines do:
 // to_latents(z) = (z - latents_mean) * (1 / latents_std), from_latents(x) = x / (1 / latents_std) +
 // latents_mean, with mean and 1 / std (computed in float32) rounded to the latents' dtype first.
@@ -58,14 +68,28 @@ class AutoencoderKLQwenImage : public nn::Module, public LatentCodec {
   // to
   // [-1, 1]: unlike AutoencoderKL's, diffusers' AutoencoderKLQwenImage.decode clamps its output.
   Tensor decode(const Tensor& vae_latents) const override;
-  // Tiled decoding is not implemented for this VAE: a tile size throws kiln::Error saying so; nullopt is
-  // accepted (whole images, the only mode).
+  // A tile size: enable_tiling with square tiles of that many pixels (0: diffusers' 256) and a stride of
+  // three quarters of it (diffusers' 192 / 256) rounded down to a multiple of 8; nullopt: disable_tiling().
   void set_tiling(std::optional<int64_t> tile_size) override;
+
+  // diffusers' enable_tiling / disable_tiling: from now on decode() runs tiled_decode() when the latents are
+  // larger than a tile's latents in either dimension, and encode() runs tiled_encode() when the image is
+  // larger than a tile. As in diffusers, a tiled decode is NOT clamped (diffusers' _decode returns
+  // tiled_decode's result before its clamp). Throws kiln::Error naming the value for sizes that cannot tile.
+  void enable_tiling(const AutoencoderKLQwenImageTiling& tiling = {});
+  void disable_tiling() { tiling_.reset(); }
+  const std::optional<AutoencoderKLQwenImageTiling>& tiling() const { return tiling_; }
 
   struct Layers;  // the encoder's and decoder's modules (src/families/qwen_image/qwen_image_vae_layers.h)
 
  private:
   Tensor frame_of(const Tensor& x, const char* op, int64_t channels) const;
+  Tensor decoder_forward(const Tensor& z) const;  // post_quant_conv + decoder, not clamped
+  Tensor encoder_forward(const Tensor& x) const;  // encoder + quant_conv: the moments [B, 2 z_dim, h, w]
+  Tensor tiled_decode(const Tensor& z) const;
+  Tensor tiled_encode(const Tensor& x) const;
+
+  std::optional<AutoencoderKLQwenImageTiling> tiling_;
 
   AutoencoderKLQwenImageConfig config_;
   std::unique_ptr<Layers> layers_;
