@@ -7,9 +7,12 @@
 #include <fstream>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "kiln/families/qwen_image/autoencoder_kl_qwen_image.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/ops.h"
+#include "support/layout_source.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -45,7 +48,7 @@ TEST(QwenImageVae, ReadsItsConfig) {
   EXPECT_EQ(c.scale_factor(), 8);
   EXPECT_EQ(vae->pixels_per_latent(), 8);
   EXPECT_EQ(vae->latent_shape(2, 32, 48), (Shape{2, 4, 4, 6}));
-  // Qwen-Image's own config leaves nothing to defaults but these would be its values.
+  // A config that leaves values out gets diffusers' defaults, which are Qwen-Image's.
   const auto real =
       models::AutoencoderKLQwenImageConfig::from_json(R"({"_class_name": "AutoencoderKLQwenImage"})");
   EXPECT_EQ(real.scale_factor(), 8);
@@ -163,6 +166,25 @@ TEST(QwenImageVae, SetTilingTakesDiffusersProportions) {
   expect_error([&] { vae->set_tiling(100); }, "tile_sample_min_height 100 is not a positive multiple of 8");
   expect_error([&] { vae->enable_tiling({.tile_sample_stride_width = 264}); },
                "(the tiles would leave gaps)");
+}
+
+// The real Qwen-Image VAE (tools/goldens/qwen_image_vae.py recorded its names and shapes on the meta device):
+// the model built from its config has exactly those tensors and loads strictly from them. Registering
+// parameters allocates nothing and the layout source broadcasts one element, so this costs no memory.
+TEST(QwenImageVae, TheRealModelHasDiffusersNamesAndShapes) {
+  std::ifstream in(testing::data_path("goldens/qwen_image_vae/real_layout.json"));
+  const nlohmann::json layout = nlohmann::json::parse(in);
+  const auto config = models::AutoencoderKLQwenImageConfig::from_json(layout["config"].dump());
+  EXPECT_EQ(config.scale_factor(), 8);
+  models::AutoencoderKLQwenImage vae(config);
+  std::map<std::string, Shape> mine, want;
+  for (const auto& [name, shape] : vae.parameter_shapes()) mine[name] = shape;
+  for (const auto& [name, shape] : layout["vae"].items()) want[name] = shape.get<Shape>();
+  EXPECT_EQ(mine, want);
+  nn::LoadOptions options;
+  options.dtype = bfloat16;
+  EXPECT_NO_THROW(vae.load_weights(testing::LayoutSource(want, bfloat16), options));
+  EXPECT_EQ(vae.latent_shape(1, 1024, 768), (Shape{1, 16, 128, 96}));
 }
 
 // A copy of the tiny folder whose checkpoint is changed by `edit` (tensor name -> tensor).

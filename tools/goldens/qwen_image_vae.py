@@ -28,6 +28,9 @@ Outputs (committed; CI never runs this script):
   tests/data/goldens/qwen_image_vae/tiled.safetensors
       mean, logvar, decoded of f32's image and z with vae.enable_tiling(**TILING) (the metadata holds TILING); the
       tiled decode is not clamped (diffusers' _decode returns tiled_decode's result before its clamp).
+  tests/data/goldens/qwen_image_vae/real_layout.json
+      the real Qwen-Image VAE's config (the class's defaults) and its tensors' names and shapes, built on the meta
+      device: Kiln's model of that config must have exactly these and load strictly from them.
 
 Usage: python tools/goldens/qwen_image_vae.py   (torch, diffusers 0.42.1, safetensors from pip)
 """
@@ -94,7 +97,22 @@ def stages(vae, dtype):
     return out
 
 
+def real_layout():
+    """AutoencoderKLQwenImage's defaults are Qwen-Image's VAE (base_dim 96, dim_mult [1, 2, 4, 4], num_res_blocks 2,
+    z_dim 16, its latent statistics): built on the meta device, its config and every tensor's name and shape."""
+    from diffusers import AutoencoderKLQwenImage
+
+    with torch.device("meta"):
+        vae = AutoencoderKLQwenImage()
+    config = {k: v for k, v in dict(vae.config).items() if not k.startswith("_")}
+    config["_class_name"] = "AutoencoderKLQwenImage"
+    return {"config": config, "vae": {k: list(v.shape) for k, v in vae.state_dict().items()}}
+
+
 def main():
+    with open(os.path.join(GOLDENS, "real_layout.json"), "w") as f:
+        json.dump(real_layout(), f, indent=1, sort_keys=True)
+        f.write("\n")
     vae = build()
     shutil.rmtree(MODEL, ignore_errors=True)
     vae.save_pretrained(MODEL, safe_serialization=True)
