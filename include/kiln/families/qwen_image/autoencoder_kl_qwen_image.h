@@ -64,9 +64,9 @@ class AutoencoderKLQwenImage : public nn::Module, public LatentCodec {
   LatentDistribution encode(const Tensor& images) const override;
   Tensor to_latents(const Tensor& vae_latents) const override;
   Tensor from_latents(const Tensor& latents) const override;
-  // z [B, z_dim, h, w] (or [B, z_dim, 1, h, w]) -> images [B, input_channels, 8h, 8w] in z's dtype, CLAMPED
-  // to
-  // [-1, 1]: unlike AutoencoderKL's, diffusers' AutoencoderKLQwenImage.decode clamps its output.
+  // z [B, z_dim, h, w] (or [B, z_dim, 1, h, w]) -> images [B, input_channels, 8h, 8w] in z's dtype (computed
+  // in the weights'), CLAMPED to [-1, 1]: unlike AutoencoderKL's, diffusers' AutoencoderKLQwenImage.decode
+  // clamps its output (but for a tiled decode, below).
   Tensor decode(const Tensor& vae_latents) const override;
   // A tile size: enable_tiling with square tiles of that many pixels (0: diffusers' 256) and a stride of
   // three quarters of it (diffusers' 192 / 256) rounded down to a multiple of 8; nullopt: disable_tiling().
@@ -89,10 +89,9 @@ class AutoencoderKLQwenImage : public nn::Module, public LatentCodec {
   Tensor tiled_decode(const Tensor& z) const;
   Tensor tiled_encode(const Tensor& x) const;
 
-  std::optional<AutoencoderKLQwenImageTiling> tiling_;
-
   AutoencoderKLQwenImageConfig config_;
   std::unique_ptr<Layers> layers_;
+  std::optional<AutoencoderKLQwenImageTiling> tiling_;
 };
 
 // Reads `folder`/config.json and `folder`'s safetensors, converted to `dtype`. Strict: every tensor of the
