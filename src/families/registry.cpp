@@ -9,7 +9,8 @@
   X(flux2)               \
   X(chroma)              \
   X(z_image)             \
-  X(stable_diffusion)
+  X(stable_diffusion)    \
+  X(qwen_image)
 
 namespace kiln {
 

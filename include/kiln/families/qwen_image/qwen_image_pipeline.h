@@ -1,0 +1,90 @@
+// QwenImagePipeline: Qwen-Image text-to-image, as diffusers' QwenImagePipeline, from a diffusers folder or a
+// Hugging Face repo id in the local cache:
+//
+//   auto pipe = kiln::QwenImagePipeline::from_pretrained("Qwen/Qwen-Image", {.dtype = kiln::bfloat16});
+//   auto result = pipe({.prompt = "a coffee shop sign that reads \"Kiln\"", .negative_prompt = " ",
+//                       .true_cfg_scale = 4.0f, .generator = kiln::Generator(0)});
+//   result.images[0].save("output.png");
+//
+// Each prompt goes through the pipeline's template (a system message asking to describe the image) and
+// Qwen2.5-VL's language model; its final hidden states at the prompt's tokens, less the template's first 34,
+// are its text features (cut at max_sequence_length, the prompts of a call zero-padded to the longest with a
+// mask). The dual-stream MMDiT (kiln/families/qwen_image/qwen_image_transformer.h) denoises the VAE's 16
+// channels packed as 2 x 2 patches, on the schedule sigmas = linspace(1, 1/n, n) shifted by the image's
+// token count; the causal 3-D VAE (kiln/families/qwen_image/autoencoder_kl_qwen_image.h) decodes its single
+// frame. True classifier-free guidance with a negative prompt and true_cfg_scale > 1:
+// neg + s * (cond - neg), rescaled token by token to the norm of cond. Defaults: diffusers' (1024 x 1024, 50
+// steps, true_cfg_scale 4, 512 tokens).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/pipelines/diffusion_pipeline.h"
+
+namespace kiln {
+
+namespace models {
+class DecoderTextEncoder;
+class QwenImageTransformer2DModel;
+class AutoencoderKLQwenImage;
+}  // namespace models
+namespace tokenizers {
+class BpeTokenizer;
+}  // namespace tokenizers
+class FlowMatchEulerDiscreteScheduler;
+
+class QwenImagePipeline : public DiffusionPipeline {
+ public:
+  static QwenImagePipeline from_pretrained(const std::string& model, const PipelineLoadOptions& options = {});
+  QwenImagePipeline(QwenImagePipeline&&) noexcept;
+  QwenImagePipeline& operator=(QwenImagePipeline&&) noexcept;
+  ~QwenImagePipeline() override;
+  // diffusers' from_pipe: a QwenImagePipeline holding `pipe`'s components, nothing loaded again.
+  static QwenImagePipeline from_pipe(const QwenImagePipeline& pipe);
+
+  const char* class_name() const override { return "QwenImagePipeline"; }
+  PipelineDefaults family_defaults() const override;
+
+  // ---- the stages, as diffusers names them
+  // The templated prompt the tokenizer reads (prompt_template_encode).
+  static std::string template_prompt(const std::string& prompt);
+  // The template's tokens dropped from the text encoder's states (prompt_template_encode_start_idx).
+  static constexpr int64_t kTemplateTokens = 34;
+  // The longest max_sequence_length diffusers takes.
+  static constexpr int64_t kMaxSequenceLength = 1024;
+  // The templated prompt's token ids, alone (no padding), cut at kMaxSequenceLength + kTemplateTokens.
+  std::vector<int64_t> tokenize(const std::string& prompt) const;
+  // encode_prompt: the prompts' text features [B * n, S, hidden] in the text encoder's dtype (each prompt's
+  // row n times) and their mask [B * n, S] int64, undefined when no token is padding.
+  std::pair<Tensor, Tensor> encode_prompt(const std::vector<std::string>& prompts, int n,
+                                          int64_t max_sequence_length) const;
+
+  const models::QwenImageTransformer2DModel& transformer() const { return *transformer_; }
+  models::QwenImageTransformer2DModel& transformer() { return *transformer_; }
+  std::vector<std::pair<std::string, nn::Module*>> components() const override;
+  nn::Module& denoiser() override;
+  ActivationEstimate estimate_activations(const PipelineRequest& request,
+                                          const Device& device) const override;
+
+ protected:
+  QwenImagePipeline(const QwenImagePipeline& pipe, SharingComponents);
+  QwenImagePipeline();
+  static void load(QwenImagePipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
+                   const char* pipeline_class);
+  void check_loaded_request(const PipelineRequest& request) const override;
+
+ private:
+  models::LatentCodec& latent_codec() const override;
+  PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
+
+  std::shared_ptr<tokenizers::BpeTokenizer> tokenizer_;
+  std::shared_ptr<models::DecoderTextEncoder> text_encoder_;
+  std::shared_ptr<models::QwenImageTransformer2DModel> transformer_;
+  std::shared_ptr<models::AutoencoderKLQwenImage> vae_;
+  std::shared_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,54 @@
+// Qwen-Image (Qwen/Qwen-Image): text-to-image, as diffusers' QwenImagePipeline. A 60-block dual-stream MMDiT
+// over the image's 2 x 2 patches and Qwen2.5-VL's text features, a causal 3-D VAE over a single frame.
+#include "families/family_helpers.h"
+#include "kiln/families/qwen_image/autoencoder_kl_qwen_image.h"
+#include "kiln/families/qwen_image/qwen_image_pipeline.h"
+#include "kiln/families/qwen_image/qwen_image_transformer.h"
+
+namespace kiln::qwen_image {
+
+namespace {
+
+std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, const std::string& folder) {
+  if (class_name == "QwenImageTransformer2DModel")
+    return std::make_unique<models::QwenImageTransformer2DModel>(
+        models::QwenImageTransformerConfig::from_file(folder));
+  if (class_name == "AutoencoderKLQwenImage")
+    return std::make_unique<models::AutoencoderKLQwenImage>(
+        models::AutoencoderKLQwenImageConfig::from_file(folder + "/config.json"));
+  if (class_name == "Qwen2_5_VLForConditionalGeneration") {
+    const auto config = models::DecoderTextEncoderConfig::from_file(folder + "/config.json");
+    return std::make_unique<models::DecoderTextEncoder>(config, config.num_hidden_layers, true);
+  }
+  return shared_unloaded_component(class_name, folder);
+}
+
+}  // namespace
+
+Family family() {
+  // Prompts as text (diffusers' prompt_embeds come with a mask, which the request does not carry); true
+  // classifier-free guidance.
+  const std::vector<std::string> prompts = {"prompt", "prompts", "negative_prompt", "negative_prompts",
+                                            "true_cfg_scale"};
+  const std::vector<std::string> splittable = {"transformer", "text_encoder"};
+  Family descriptor;
+  descriptor.name = "Qwen-Image";
+  descriptor.classes = {
+      {.name = "QwenImagePipeline",
+       .task = Task::TextToImage,
+       .fields = joined_fields({common_request_fields(), {"generators"}, prompts}),
+       .splittable_components = splittable,
+       .load = load_pipeline<QwenImagePipeline>,
+       .from_pipe = pipe_from<QwenImagePipeline, QwenImagePipeline>},
+  };
+  descriptor.unloaded_component = unloaded_component;
+  // Qwen2.5-VL read to hidden_states[-1]: every layer and the final norm; not its vision tower.
+  descriptor.partial_weights = [](const io::ComponentSummary& component) {
+    return decoder_text_encoder_weights(component, [](const models::DecoderTextEncoderConfig& config) {
+      return std::vector<int64_t>{config.num_hidden_layers};
+    });
+  };
+  return descriptor;
+}
+
+}  // namespace kiln::qwen_image

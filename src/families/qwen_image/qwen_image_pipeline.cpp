@@ -1,0 +1,281 @@
+#include "kiln/families/qwen_image/qwen_image_pipeline.h"
+
+#include <algorithm>
+
+#include "families/family_helpers.h"
+#include "families/qwen_image/qwen_image_guidance.h"
+#include "kiln/core/log.h"
+#include "kiln/families/qwen_image/autoencoder_kl_qwen_image.h"
+#include "kiln/families/qwen_image/qwen_image_transformer.h"
+#include "kiln/models/decoder_text_encoder.h"
+#include "kiln/models/flux_transformer.h"
+#include "kiln/ops.h"
+#include "kiln/pipelines/activation_estimate.h"
+#include "kiln/pipelines/pipeline_registry.h"
+#include "kiln/schedulers/flow_match_euler.h"
+#include "kiln/tokenizers/bpe_tokenizer.h"
+#include "pipelines/call_control.h"
+#include "pipelines/call_generators.h"
+#include "pipelines/encoder_activations.h"
+#include "pipelines/pipeline_common.h"
+#include "pipelines/task_stages.h"
+
+namespace kiln {
+
+QwenImagePipeline::QwenImagePipeline() = default;
+QwenImagePipeline::QwenImagePipeline(QwenImagePipeline&&) noexcept = default;
+QwenImagePipeline& QwenImagePipeline::operator=(QwenImagePipeline&&) noexcept = default;
+QwenImagePipeline::~QwenImagePipeline() = default;
+QwenImagePipeline::QwenImagePipeline(const QwenImagePipeline& pipe, SharingComponents)
+    : DiffusionPipeline(pipe, SharingComponents{}),
+      tokenizer_(pipe.tokenizer_),
+      text_encoder_(pipe.text_encoder_),
+      transformer_(pipe.transformer_),
+      vae_(pipe.vae_),
+      scheduler_(pipe.scheduler_) {}
+
+QwenImagePipeline QwenImagePipeline::from_pipe(const QwenImagePipeline& pipe) {
+  return QwenImagePipeline(pipe, SharingComponents{});
+}
+
+QwenImagePipeline QwenImagePipeline::from_pretrained(const std::string& model,
+                                                     const PipelineLoadOptions& options) {
+  QwenImagePipeline pipe;
+  load(pipe, model, options, "QwenImagePipeline");
+  return pipe;
+}
+
+PipelineDefaults QwenImagePipeline::family_defaults() const {
+  // guidance_scale is the guidance-distilled models' input, which no released Qwen-Image has (ignored).
+  return {.num_inference_steps = 50, .guidance_scale = 1.0f, .max_sequence_length = 512};
+}
+
+void QwenImagePipeline::load(QwenImagePipeline& pipe, const std::string& model,
+                             const PipelineLoadOptions& options, const char* pipeline_class) {
+  pipelines::PipelineFolder folder(model, options, pipeline_class, {"QwenImagePipeline"});
+  folder.set_component_count(5);
+  pipe.path_ = folder.path();
+  pipe.name_ = model;
+  pipe.dtype_ = options.dtype;
+  pipe.make_context(options, model);
+  ExecutionScope loading_in(pipe.context());
+  const auto done = [&](const char* name) { folder.loaded(name); };
+  pipe.scheduler_ =
+      std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteScheduler::from_pretrained(
+          folder.need("scheduler", {"FlowMatchEulerDiscreteScheduler"})));
+  done("scheduler");
+  pipe.tokenizer_ = std::make_unique<tokenizers::BpeTokenizer>(tokenizers::BpeTokenizer::from_directory(
+      folder.need("tokenizer", {"Qwen2Tokenizer", "Qwen2TokenizerFast"})));
+  done("tokenizer");
+  const std::vector<std::string>& splittable = find_pipeline_class(pipeline_class)->splittable_components;
+  // hidden_states[-1]: every layer and the final norm.
+  const std::string text_encoder = folder.need("text_encoder", {"Qwen2_5_VLForConditionalGeneration"});
+  const auto text_config = models::DecoderTextEncoderConfig::from_file(text_encoder + "/config.json");
+  KILN_CHECK(
+      text_config.family == models::DecoderFamily::Qwen2_5_VL,
+      text_encoder << ": Qwen-Image reads a Qwen2.5-VL text encoder; its config.json is another model");
+  pipe.text_encoder_ =
+      models::load_decoder_text_encoder(text_encoder, options.dtype, {text_config.num_hidden_layers},
+                                        options.tensor_parallel_for("text_encoder", splittable));
+  done("text_encoder");
+  pipe.transformer_ = models::load_qwen_image_transformer(
+      folder.need("transformer", {"QwenImageTransformer2DModel"}), options.dtype,
+      options.tensor_parallel_for("transformer", splittable));
+  done("transformer");
+  pipe.vae_ =
+      models::load_autoencoder_kl_qwen_image(folder.need("vae", {"AutoencoderKLQwenImage"}), options.dtype);
+  done("vae");
+  pipe.finish_loading(options.packed_weight_budget);
+  const auto& tc = pipe.transformer_->config();
+  KILN_CHECK(tc.joint_attention_dim == text_config.hidden_size,
+             pipe.path_ << ": transformer joint_attention_dim " << tc.joint_attention_dim
+                        << " does not match the text encoder's hidden_size " << text_config.hidden_size);
+  const int64_t z_dim = pipe.vae_->config().z_dim;
+  KILN_CHECK(tc.in_channels == 4 * z_dim && tc.out_channels == z_dim && tc.patch_size == 2,
+             pipe.path_ << ": transformer in_channels " << tc.in_channels << ", out_channels "
+                        << tc.out_channels << " and patch_size " << tc.patch_size
+                        << " do not fit the vae's z_dim " << z_dim << " (expected " << 4 * z_dim << ", "
+                        << z_dim << " and 2: 2 x 2 patches of the latents)");
+}
+
+std::string QwenImagePipeline::template_prompt(const std::string& prompt) {
+  return "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "
+         "text, "
+         "spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n" +
+         prompt + "<|im_end|>\n<|im_start|>assistant\n";
+}
+
+std::vector<int64_t> QwenImagePipeline::tokenize(const std::string& prompt) const {
+  tokenizers::BpeEncodeOptions options;
+  options.max_length = kMaxSequenceLength + kTemplateTokens;
+  options.pad_to_max_length = false;
+  return tokenizer_->encode(template_prompt(prompt), options).ids;
+}
+
+std::pair<Tensor, Tensor> QwenImagePipeline::encode_prompt(const std::vector<std::string>& prompts, int n,
+                                                           int64_t max_sequence_length) const {
+  // Each prompt alone: its padding would sit on the right under a causal mask, so its own tokens give the
+  // states diffusers' padded batch gives them.
+  std::vector<Tensor> features;
+  int64_t longest = 0;
+  for (const std::string& prompt : prompts) {
+    const std::vector<int64_t> ids = tokenize(prompt);
+    const auto length = static_cast<int64_t>(ids.size());
+    KILN_CHECK(length > kTemplateTokens, class_name() << ": the templated prompt has " << length
+                                                      << " tokens, no more than the template's first "
+                                                      << kTemplateTokens << " that are dropped");
+    if (length - kTemplateTokens > max_sequence_length)
+      warn("the prompt is longer than max_sequence_length (" + std::to_string(max_sequence_length) +
+           " tokens) and was truncated");
+    const Tensor states =
+        text_encoder_
+            ->hidden_states(Tensor::from_vector(ids, {1, length}), Tensor::full({1, length}, 1.0, int64),
+                            {text_encoder_->config().num_hidden_layers})[0]
+            .select(0, 0);
+    const int64_t kept = std::min(length - kTemplateTokens, max_sequence_length);
+    features.push_back(states.narrow(0, kTemplateTokens, kept));
+    longest = std::max(longest, kept);
+  }
+  // Zero-padded to the longest, with a mask when any prompt is shorter; each prompt's row n times.
+  std::vector<Tensor> rows;
+  std::vector<int64_t> mask;
+  bool padded = false;
+  for (const Tensor& f : features) {
+    const int64_t length = f.size(0);
+    Tensor row = f;
+    if (length < longest) {
+      row = concat({f, Tensor::zeros({longest - length, f.size(1)}, f.dtype())}, 0);
+      padded = true;
+    }
+    for (int k = 0; k < n; ++k) {
+      rows.push_back(row.unsqueeze(0));
+      for (int64_t i = 0; i < longest; ++i) mask.push_back(i < length ? 1 : 0);
+    }
+  }
+  const auto batch = static_cast<int64_t>(rows.size());
+  return {concat(rows, 0), padded ? Tensor::from_vector(mask, {batch, longest}) : Tensor()};
+}
+
+void QwenImagePipeline::check_loaded_request(const PipelineRequest& request) const {
+  const char* name = class_name();
+  const int64_t multiple = vae_->config().scale_factor() * 2;
+  const pipelines::ResolvedRequest r =
+      pipelines::resolve_with_image_size(request, defaults(), registered_class().edits_an_image(), multiple);
+  pipelines::check_image_size(name, r.height, r.width, multiple);
+  pipelines::check_task_inputs(registered_class().task, name, request, r);
+  if (r.max_sequence_length > kMaxSequenceLength)
+    throw RequestError("max_sequence_length", std::string(name) + ": max_sequence_length " +
+                                                  std::to_string(r.max_sequence_length) +
+                                                  " is more than the " + std::to_string(kMaxSequenceLength) +
+                                                  " tokens Qwen-Image reads");
+}
+
+PipelineOutput QwenImagePipeline::run(const PipelineRequest& request, const pipelines::CallControl& control) {
+  const int64_t multiple = vae_->config().scale_factor() * 2;
+  const pipelines::ResolvedRequest call =
+      pipelines::resolve_with_image_size(request, defaults(), registered_class().edits_an_image(), multiple);
+  const int n = request.num_images_per_prompt;
+  const std::vector<std::string> prompts = pipelines::prompt_list(request);
+  if (request.guidance_scale)
+    warn(std::string(class_name()) +
+         ": guidance_scale is ignored (the transformer is not guidance-distilled; true_cfg_scale with a "
+         "negative_prompt guides), as in diffusers");
+  // encode: the prompts, and with true CFG the negative ones (one per prompt).
+  const qwen_image::TrueCfg cfg = qwen_image::true_cfg_of(class_name(), request);
+  const auto [prompt_embeds, prompt_mask] = encode_prompt(prompts, n, call.max_sequence_length);
+  Tensor negative_embeds, negative_mask;
+  if (cfg.enabled) {
+    std::vector<std::string> negatives;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      negatives.push_back(pipelines::negative_prompt_of(request, i).value_or(""));
+    std::tie(negative_embeds, negative_mask) = encode_prompt(negatives, n, call.max_sequence_length);
+  }
+  release_after_use({{"text_encoder", text_encoder_.get()}});
+
+  pipelines::CallGenerators generators(request);
+  const int64_t batch = pipelines::batch_size(request);
+  const DType dtype = prompt_embeds.dtype();
+  const int64_t h = 2 * (call.height / multiple), w = 2 * (call.width / multiple);
+  const std::vector<models::QwenImageShape> img_shapes = {{.frames = 1, .height = h / 2, .width = w / 2}};
+
+  // The call's own schedule, shifted by the image's token count.
+  FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
+  schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps),
+                         calculate_shift(schedule.config(), (h / 2) * (w / 2)));
+
+  // The latents live in the prompt's dtype, packed as 2 x 2 patches (drawn as [B, 1, C, h, w]: the same
+  // numbers as [B, C, h, w]).
+  const pipelines::TaskCall task{
+      .task = registered_class().task,
+      .pipeline = class_name(),
+      .request = request,
+      .call = call,
+      .batch = batch,
+      .dtype = dtype,
+      .generators = generators,
+      .schedule = schedule,
+      .codec = *vae_,
+      .pack = [](const Tensor& latents) { return models::flux_pack_latents(latents); }};
+  const pipelines::TaskStart start = pipelines::start_latents(task);
+
+  // denoise, decode
+  const auto model_output = [&](const Tensor& x, int, float timestep) {
+    // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
+    const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
+    const Tensor positive = transformer_->forward(x, prompt_embeds, prompt_mask, t, img_shapes);
+    if (!cfg.enabled) return positive;
+    cache_context("uncond");
+    const Tensor negative = transformer_->forward(x, negative_embeds, negative_mask, t, img_shapes);
+    cache_context("cond");
+    return qwen_image::norm_rescaled_cfg(positive, negative, cfg.scale);
+  };
+  std::map<std::string, std::string> extra;
+  if (cfg.enabled) extra["true_cfg_scale"] = std::to_string(cfg.scale);
+  return denoise_and_decode(
+      task, start, model_output,
+      [&](const Tensor& latents) {
+        const Tensor unpacked = models::flux_unpack_latents(latents, h, w).to(dtype_);
+        return pipelines::postprocess(vae_->decode(vae_->from_latents(unpacked)));
+      },
+      cfg.enabled, std::move(extra), control);
+}
+
+std::vector<std::pair<std::string, nn::Module*>> QwenImagePipeline::components() const {
+  return {{"text_encoder", text_encoder_.get()}, {"transformer", transformer_.get()}, {"vae", vae_.get()}};
+}
+
+models::LatentCodec& QwenImagePipeline::latent_codec() const {
+  return *vae_;
+}
+
+nn::Module& QwenImagePipeline::denoiser() {
+  return *transformer_;
+}
+
+ActivationEstimate QwenImagePipeline::estimate_activations(const PipelineRequest& request,
+                                                           const Device& device) const {
+  const int64_t multiple = vae_->config().scale_factor() * 2;
+  const pipelines::ResolvedRequest call =
+      pipelines::resolve_with_image_size(request, defaults(), registered_class().edits_an_image(), multiple);
+  const models::QwenImageTransformerConfig& tc = transformer_->config();
+  const models::DecoderTextEncoderConfig& te = text_encoder_->config();
+  const int64_t batch = pipelines::batch_size(request);
+  const int64_t image_tokens = (call.height / multiple) * (call.width / multiple);
+  ActivationEstimate e{.height = call.height, .width = call.width};
+  // Each prompt alone under a causal mask (no fused attention), the template's tokens with it.
+  e.text_encoders =
+      block_stack_activation_bytes({.tokens = call.max_sequence_length + kTemplateTokens,
+                                    .width = std::max(te.hidden_size, te.num_attention_heads * te.head_dim),
+                                    .mlp_width = te.intermediate_size,
+                                    .heads = te.num_attention_heads,
+                                    .fused_attention = false},
+                                   dtype());
+  // True CFG runs two calls of batch B, one after the other.
+  e.transformer =
+      pipelines::dit_step_activation_bytes(batch, image_tokens + call.max_sequence_length,
+                                           tc.num_attention_heads, tc.attention_head_dim, dtype(), device);
+  e.vae = qwen_image::vae_activation_bytes(vae_->config(), batch, call.height, call.width, dtype());
+  return e;
+}
+
+}  // namespace kiln
