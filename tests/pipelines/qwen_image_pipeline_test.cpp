@@ -25,8 +25,15 @@ using testing::GoldenFile;
 
 std::unique_ptr<QwenImagePipeline> load_qwen_image(const GoldenFile& g, PipelineLoadOptions options = {}) {
   options.dtype = g.meta("dtype") == "bfloat16" ? bfloat16 : float32;
-  return std::make_unique<QwenImagePipeline>(
-      QwenImagePipeline::from_pretrained(testing::data_path("models/" + g.meta("model")), options));
+  const std::string folder = testing::data_path("models/" + g.meta("model"));
+  const std::string& cls = g.meta("pipeline");
+  if (cls == "QwenImageImg2ImgPipeline")
+    return std::make_unique<QwenImageImg2ImgPipeline>(
+        QwenImageImg2ImgPipeline::from_pretrained(folder, options));
+  if (cls == "QwenImageInpaintPipeline")
+    return std::make_unique<QwenImageInpaintPipeline>(
+        QwenImageInpaintPipeline::from_pretrained(folder, options));
+  return std::make_unique<QwenImagePipeline>(QwenImagePipeline::from_pretrained(folder, options));
 }
 
 // The recorded per-prompt tensors `<prefix>_0`, `<prefix>_1`, ... .
@@ -107,6 +114,25 @@ TEST(QwenImagePipeline, Bfloat16StaysWithinItsNoise) {
   const double mean = testing::mean_level_difference(out.images[0].pixels, g["image_u8"].select(0, 0));
   std::printf("[ levels   ] Qwen-Image bf16: mean %.3f vs diffusers\n", mean);
   EXPECT_LE(mean, 2.0);
+}
+
+TEST(QwenImagePipeline, ImageToImageMatchesDiffusers) {
+  const GoldenFile g("qwen_image", "img2img_80x64_s4");
+  expect_images_match((*load_qwen_image(g))(g.request()), g);
+}
+
+TEST(QwenImagePipeline, InpaintingMatchesDiffusers) {
+  const GoldenFile g("qwen_image", "inpaint_80x64_s5");
+  expect_images_match((*load_qwen_image(g))(g.request()), g);
+}
+
+// The editing classes run on the text-to-image class's components (kiln serve's way), nothing loaded again.
+TEST(QwenImagePipeline, TheEditingClassesShareTheTextToImageComponents) {
+  const GoldenFile t2i("qwen_image", "cat_64x64_s0"), i2i("qwen_image", "img2img_80x64_s4");
+  const auto pipe = load_qwen_image(t2i);
+  QwenImageImg2ImgPipeline edit = QwenImageImg2ImgPipeline::from_pipe(*pipe);
+  EXPECT_EQ(&edit.transformer(), &pipe->transformer());
+  expect_images_match(edit(i2i.request()), i2i);
 }
 
 TEST(QwenImagePipeline, RequestsItCannotRunAreRefusedBeforeAnyWork) {

@@ -39,6 +39,7 @@ import sys
 
 import numpy as np
 import torch
+from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chroma import meta_of, save_file  # noqa: E402  (the shared golden-writing helpers)
@@ -152,7 +153,19 @@ CASES = [
     ("bf16_cfg_64x64_s1", "QwenImagePipeline", "qwen-image-tiny-bf16", torch.bfloat16,
      dict(prompt=CAT, negative_prompt=NEGATIVE, true_cfg_scale=4.0, height=64, width=64, num_inference_steps=3,
           max_sequence_length=64, seed=1)),
+    # QwenImageImg2ImgPipeline resizes the image (ref_a: 72 x 88) to height x width (1024 x 1024 unless given).
+    # strength 0.6 of 4 steps: t_start = int(4 - 2.4) = 1, three steps run.
+    ("img2img_80x64_s4", "QwenImageImg2ImgPipeline", "qwen-image-tiny", torch.float32,
+     dict(prompt=CAT, negative_prompt=NEGATIVE, true_cfg_scale=3.0, image="ref_a", height=80, width=64,
+          strength=0.6, num_inference_steps=4, max_sequence_length=64, seed=4)),
+    # QwenImageInpaintPipeline: edit.py's hard-edged box mask; strength 0.8 of 4 steps: all four run; after each
+    # the kept region is reset to the image latents noised to the next step.
+    ("inpaint_80x64_s5", "QwenImageInpaintPipeline", "qwen-image-tiny", torch.float32,
+     dict(prompt=FOX, image="ref_a", mask_image="mask_box", height=80, width=64, strength=0.8,
+          num_inference_steps=4, max_sequence_length=64, seed=5)),
 ]
+IMAGES = os.path.join(ROOT, "tests", "data", "goldens", "flux2")  # edit.py's input images
+MASKS = os.path.join(ROOT, "tests", "data", "goldens", "edit")  # edit.py's masks
 
 
 def run_case(name, cls_name, model, dtype, args, pipe=None):
@@ -214,6 +227,10 @@ def run_case(name, cls_name, model, dtype, args, pipe=None):
         return kwargs
 
     call = {k: list(v) if isinstance(v, list) else v for k, v in args.items()}
+    if "image" in args:
+        call["image"] = Image.open(os.path.join(IMAGES, args["image"] + ".png")).convert("RGB")
+    if "mask_image" in args:
+        call["mask_image"] = Image.open(os.path.join(MASKS, args["mask_image"] + ".png"))
     with torch.no_grad():
         result = pipe(**call, generator=torch.Generator("cpu").manual_seed(seed), output_type="np",
                       callback_on_step_end=on_step)

@@ -1,5 +1,6 @@
-// Qwen-Image (Qwen/Qwen-Image): text-to-image, as diffusers' QwenImagePipeline. A 60-block dual-stream MMDiT
-// over the image's 2 x 2 patches and Qwen2.5-VL's text features, a causal 3-D VAE over a single frame.
+// Qwen-Image (Qwen/Qwen-Image): text-to-image, image-to-image and inpainting, as diffusers'
+// QwenImagePipeline, QwenImageImg2ImgPipeline and QwenImageInpaintPipeline. A 60-block dual-stream MMDiT over
+// the image's 2 x 2 patches and Qwen2.5-VL's text features, a causal 3-D VAE over a single frame.
 #include "families/family_helpers.h"
 #include "kiln/families/qwen_image/autoencoder_kl_qwen_image.h"
 #include "kiln/families/qwen_image/qwen_image_pipeline.h"
@@ -31,15 +32,40 @@ Family family() {
   const std::vector<std::string> prompts = {"prompt", "prompts", "negative_prompt", "negative_prompts",
                                             "true_cfg_scale"};
   const std::vector<std::string> splittable = {"transformer", "text_encoder"};
+  const std::vector<std::string> text_to_image =
+      joined_fields({common_request_fields(), {"generators"}, prompts});
+  const std::vector<std::string> siblings = {"QwenImagePipeline", "QwenImageImg2ImgPipeline",
+                                             "QwenImageInpaintPipeline"};
+  const auto others = [&](const std::string& self) {
+    std::vector<std::string> out;
+    for (const std::string& s : siblings)
+      if (s != self) out.push_back(s);
+    return out;
+  };
   Family descriptor;
   descriptor.name = "Qwen-Image";
   descriptor.classes = {
       {.name = "QwenImagePipeline",
        .task = Task::TextToImage,
-       .fields = joined_fields({common_request_fields(), {"generators"}, prompts}),
+       .fields = text_to_image,
        .splittable_components = splittable,
+       .loads_folders_of = others("QwenImagePipeline"),
        .load = load_pipeline<QwenImagePipeline>,
        .from_pipe = pipe_from<QwenImagePipeline, QwenImagePipeline>},
+      {.name = "QwenImageImg2ImgPipeline",
+       .task = Task::ImageToImage,
+       .fields = joined_fields({text_to_image, {"image", "strength"}}),
+       .splittable_components = splittable,
+       .loads_folders_of = others("QwenImageImg2ImgPipeline"),
+       .load = load_pipeline<QwenImageImg2ImgPipeline>,
+       .from_pipe = pipe_from<QwenImageImg2ImgPipeline, QwenImagePipeline>},
+      {.name = "QwenImageInpaintPipeline",
+       .task = Task::Inpainting,
+       .fields = joined_fields({text_to_image, {"image", "mask_image", "strength", "padding_mask_crop"}}),
+       .splittable_components = splittable,
+       .loads_folders_of = others("QwenImageInpaintPipeline"),
+       .load = load_pipeline<QwenImageInpaintPipeline>,
+       .from_pipe = pipe_from<QwenImageInpaintPipeline, QwenImagePipeline>},
   };
   descriptor.unloaded_component = unloaded_component;
   // Qwen2.5-VL read to hidden_states[-1]: every layer and the final norm; not its vision tower.

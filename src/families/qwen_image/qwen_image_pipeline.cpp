@@ -38,10 +38,31 @@ QwenImagePipeline QwenImagePipeline::from_pipe(const QwenImagePipeline& pipe) {
   return QwenImagePipeline(pipe, SharingComponents{});
 }
 
+QwenImageImg2ImgPipeline QwenImageImg2ImgPipeline::from_pipe(const QwenImagePipeline& pipe) {
+  return QwenImageImg2ImgPipeline(pipe, SharingComponents{});
+}
+QwenImageInpaintPipeline QwenImageInpaintPipeline::from_pipe(const QwenImagePipeline& pipe) {
+  return QwenImageInpaintPipeline(pipe, SharingComponents{});
+}
+
 QwenImagePipeline QwenImagePipeline::from_pretrained(const std::string& model,
                                                      const PipelineLoadOptions& options) {
   QwenImagePipeline pipe;
   load(pipe, model, options, "QwenImagePipeline");
+  return pipe;
+}
+
+QwenImageImg2ImgPipeline QwenImageImg2ImgPipeline::from_pretrained(const std::string& model,
+                                                                   const PipelineLoadOptions& options) {
+  QwenImageImg2ImgPipeline pipe;
+  load(pipe, model, options, "QwenImageImg2ImgPipeline");
+  return pipe;
+}
+
+QwenImageInpaintPipeline QwenImageInpaintPipeline::from_pretrained(const std::string& model,
+                                                                   const PipelineLoadOptions& options) {
+  QwenImageInpaintPipeline pipe;
+  load(pipe, model, options, "QwenImageInpaintPipeline");
   return pipe;
 }
 
@@ -50,9 +71,19 @@ PipelineDefaults QwenImagePipeline::family_defaults() const {
   return {.num_inference_steps = 50, .guidance_scale = 1.0f, .max_sequence_length = 512};
 }
 
+PipelineDefaults QwenImageImg2ImgPipeline::family_defaults() const {
+  return {.num_inference_steps = 50, .guidance_scale = 1.0f, .max_sequence_length = 512, .strength = 0.6};
+}
+
+PipelineDefaults QwenImageInpaintPipeline::family_defaults() const {
+  return {.num_inference_steps = 50, .guidance_scale = 1.0f, .max_sequence_length = 512, .strength = 0.6};
+}
+
 void QwenImagePipeline::load(QwenImagePipeline& pipe, const std::string& model,
                              const PipelineLoadOptions& options, const char* pipeline_class) {
-  pipelines::PipelineFolder folder(model, options, pipeline_class, {"QwenImagePipeline"});
+  pipelines::PipelineFolder folder(
+      model, options, pipeline_class,
+      {"QwenImagePipeline", "QwenImageImg2ImgPipeline", "QwenImageInpaintPipeline"});
   folder.set_component_count(5);
   pipe.path_ = folder.path();
   pipe.name_ = model;
@@ -159,8 +190,8 @@ std::pair<Tensor, Tensor> QwenImagePipeline::encode_prompt(const std::vector<std
 void QwenImagePipeline::check_loaded_request(const PipelineRequest& request) const {
   const char* name = class_name();
   const int64_t multiple = vae_->config().scale_factor() * 2;
-  const pipelines::ResolvedRequest r =
-      pipelines::resolve_with_image_size(request, defaults(), registered_class().edits_an_image(), multiple);
+  // Without height and width, diffusers' 1024 x 1024, whatever the size of an image to edit.
+  const pipelines::ResolvedRequest r = pipelines::resolve(request, defaults());
   pipelines::check_image_size(name, r.height, r.width, multiple);
   pipelines::check_task_inputs(registered_class().task, name, request, r);
   if (r.max_sequence_length > kMaxSequenceLength)
@@ -172,8 +203,7 @@ void QwenImagePipeline::check_loaded_request(const PipelineRequest& request) con
 
 PipelineOutput QwenImagePipeline::run(const PipelineRequest& request, const pipelines::CallControl& control) {
   const int64_t multiple = vae_->config().scale_factor() * 2;
-  const pipelines::ResolvedRequest call =
-      pipelines::resolve_with_image_size(request, defaults(), registered_class().edits_an_image(), multiple);
+  const pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
   const int n = request.num_images_per_prompt;
   const std::vector<std::string> prompts = pipelines::prompt_list(request);
   if (request.guidance_scale)
@@ -255,8 +285,7 @@ nn::Module& QwenImagePipeline::denoiser() {
 ActivationEstimate QwenImagePipeline::estimate_activations(const PipelineRequest& request,
                                                            const Device& device) const {
   const int64_t multiple = vae_->config().scale_factor() * 2;
-  const pipelines::ResolvedRequest call =
-      pipelines::resolve_with_image_size(request, defaults(), registered_class().edits_an_image(), multiple);
+  const pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
   const models::QwenImageTransformerConfig& tc = transformer_->config();
   const models::DecoderTextEncoderConfig& te = text_encoder_->config();
   const int64_t batch = pipelines::batch_size(request);

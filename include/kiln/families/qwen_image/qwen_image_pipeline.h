@@ -1,4 +1,5 @@
-// QwenImagePipeline: Qwen-Image text-to-image, as diffusers' QwenImagePipeline, from a diffusers folder or a
+// QwenImagePipeline: Qwen-Image text-to-image, as diffusers' QwenImagePipeline (and its image-to-image and
+// inpainting siblings below), from a diffusers folder or a
 // Hugging Face repo id in the local cache:
 //
 //   auto pipe = kiln::QwenImagePipeline::from_pretrained("Qwen/Qwen-Image", {.dtype = kiln::bfloat16});
@@ -85,6 +86,40 @@ class QwenImagePipeline : public DiffusionPipeline {
   std::shared_ptr<models::QwenImageTransformer2DModel> transformer_;
   std::shared_ptr<models::AutoencoderKLQwenImage> vae_;
   std::shared_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
+};
+
+// QwenImageImg2ImgPipeline: Qwen-Image image-to-image. `image` (one) is resized to height x width (1024 x
+// 1024 unless given, as diffusers), encoded by the VAE (its posterior sampled: the generator's first draw),
+// normalised by the VAE's per-channel statistics, noised to the schedule's step int(n - n * strength) and
+// denoised from there. Loads QwenImagePipeline folders too. Defaults: QwenImagePipeline's, strength 0.6.
+class QwenImageImg2ImgPipeline : public QwenImagePipeline {
+ public:
+  static QwenImageImg2ImgPipeline from_pretrained(const std::string& model,
+                                                  const PipelineLoadOptions& options = {});
+  static QwenImageImg2ImgPipeline from_pipe(const QwenImagePipeline& pipe);
+  const char* class_name() const override { return "QwenImageImg2ImgPipeline"; }
+  PipelineDefaults family_defaults() const override;
+
+ private:
+  QwenImageImg2ImgPipeline() = default;
+  QwenImageImg2ImgPipeline(const QwenImagePipeline& pipe, SharingComponents)
+      : QwenImagePipeline(pipe, SharingComponents{}) {}
+};
+
+// QwenImageInpaintPipeline: Qwen-Image inpainting: `image` and `mask_image` (white repaints, black keeps;
+// binarised), the kept region put back from the image noised to each next step. Defaults: strength 0.6.
+class QwenImageInpaintPipeline : public QwenImagePipeline {
+ public:
+  static QwenImageInpaintPipeline from_pretrained(const std::string& model,
+                                                  const PipelineLoadOptions& options = {});
+  static QwenImageInpaintPipeline from_pipe(const QwenImagePipeline& pipe);
+  const char* class_name() const override { return "QwenImageInpaintPipeline"; }
+  PipelineDefaults family_defaults() const override;
+
+ private:
+  QwenImageInpaintPipeline() = default;
+  QwenImageInpaintPipeline(const QwenImagePipeline& pipe, SharingComponents)
+      : QwenImagePipeline(pipe, SharingComponents{}) {}
 };
 
 }  // namespace kiln
