@@ -24,6 +24,7 @@ FLUX = str(MODELS / "flux-tiny-schnell")
 SD3 = str(MODELS / "sd3-tiny-medium")
 CHROMA = str(MODELS / "chroma-tiny")
 Z_IMAGE = str(MODELS / "z-image-tiny")
+QWEN_IMAGE = str(MODELS / "qwen-image-tiny")
 SHAPES = str(ROOT / "models" / "kiln-shapes-64")
 LORAS = str(ROOT / "tests" / "data" / "lora")
 # A request of the tiny models that runs in a fraction of a second.

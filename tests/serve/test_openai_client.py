@@ -140,6 +140,34 @@ def test_z_image_and_its_own_fields_are_served_with_no_code_of_their_own(tmp_pat
         assert server.stop() == 0, server.log()
 
 
+def test_qwen_image_is_served_with_no_code_of_its_own(tmp_path):
+    """Qwen-Image with true CFG (a negative prompt and true_cfg_scale): the image kiln generate writes, and its
+    fields in the model list."""
+    from conftest import QWEN_IMAGE, Server
+
+    server = Server("--model", QWEN_IMAGE)
+    try:
+        # 128 tokens: the tiny tokenizer spells the template's system message in more than the 34 tokens the
+        # pipeline drops (the real one in exactly 34), so the prompt starts further in.
+        fields = {"negative_prompt": "blurry", "true_cfg_scale": 3, "max_sequence_length": 128}
+        served = generate(client(server), "qwen-image-tiny", "a red circle", 3, **fields)
+        written = kiln_generate(tmp_path, QWEN_IMAGE, "a red circle", 3, size=TINY["size"], steps=TINY["steps"],
+                                **fields)
+        np.testing.assert_array_equal(decode_png(served)[0], decode_png(written)[0])
+        unguided = generate(client(server), "qwen-image-tiny", "a red circle", 3, max_sequence_length=128)
+        assert not np.array_equal(decode_png(served)[0], decode_png(unguided)[0])
+        model = client(server).models.list().data[0].model_dump()["kiln"]
+        assert model["pipeline"] == "QwenImagePipeline"
+        names = [f["json"] for f in model["fields"]]
+        assert "true_cfg_scale" in names and "negative_prompt" in names and "cfg_truncation" not in names
+        steps = next(f for f in model["fields"] if f["json"] == "steps")
+        assert steps["default"] == 50  # QwenImagePipeline's, once loaded
+        with pytest.raises(Exception, match="max_sequence_length"):
+            generate(client(server), "qwen-image-tiny", "a red circle", 3, max_sequence_length=2000)
+    finally:
+        assert server.stop() == 0, server.log()
+
+
 def test_the_unet_family_and_its_samplers_are_served_with_no_code_of_their_own(tmp_path):
     """SD1.5 and SDXL (the UNet family), each with a sampler the request names and its own fields (clip_skip,
     SDXL's micro-conditioning): the image kiln generate writes; the sampler in the image's text chunks."""
