@@ -1,8 +1,9 @@
-// The families added as registered units (Chroma, Z-Image) on a PJRT device (pipe.to("xla-cpu")) in strict
-// eager and the three other modes, and offloaded onto it (by component, and by groups of blocks copied
-// ahead): diffusers' image within one 8-bit level, as on the cpu (tests/pipelines/<family>_*_test.cpp), and
-// the cpu backend's image within one level. Each runs a guided golden: Chroma's with its attention mask,
-// Z-Image's with a prompt and a negative prompt padded to different lengths (two programs a step).
+// The families added as registered units (Chroma, Z-Image, Qwen-Image) on a PJRT device (pipe.to("xla-cpu"))
+// in strict eager and the three other modes, and offloaded onto it (by component, and by groups of blocks
+// copied ahead): diffusers' image within one 8-bit level, as on the cpu
+// (tests/pipelines/<family>_*_test.cpp), and the cpu backend's image within one level. Each runs a guided
+// golden: Chroma's with its attention mask, Z-Image's with a prompt and a negative prompt padded to different
+// lengths (two programs a step), Qwen-Image's with true CFG (two calls a step) and two images per prompt.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -74,7 +75,8 @@ TEST_P(FamilyOnDevice, OffloadedOntoTheDeviceGivesDiffusersImage) {
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyOnDevice,
                          ::testing::Values(std::pair{"chroma", "cfg_cat_64x64_s0"},
-                                           std::pair{"z_image", "cfg_cat_64x64_s1"}),
+                                           std::pair{"z_image", "cfg_cat_64x64_s1"},
+                                           std::pair{"qwen_image", "cfg_48x80_s1"}),
                          [](const auto& info) { return std::string(info.param.first); });
 
 }  // namespace

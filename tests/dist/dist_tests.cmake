@@ -48,6 +48,13 @@ add_test(NAME dist.generate_z_image_tp2
                  ${KILN_TINY_GENERATE} --output ${CMAKE_CURRENT_BINARY_DIR}/dist_z_image_tp2.png)
 set_tests_properties(dist.generate_z_image_tp2 PROPERTIES PASS_REGULAR_EXPRESSION "wrote .*dist_z_image_tp2.png"
                      LABELS dist)
+# Qwen-Image likewise, with true CFG (its image: tensor_parallel_qwen_image_test.cpp).
+add_test(NAME dist.generate_qwen_image_tp2
+         COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --model
+                 ${CMAKE_CURRENT_SOURCE_DIR}/data/models/qwen-image-tiny --negative-prompt "blurry" --true-cfg-scale 3
+                 ${KILN_TINY_GENERATE} --output ${CMAKE_CURRENT_BINARY_DIR}/dist_qwen_image_tp2.png)
+set_tests_properties(dist.generate_qwen_image_tp2 PROPERTIES
+                     PASS_REGULAR_EXPRESSION "wrote .*dist_qwen_image_tp2.png" LABELS dist)
 # On PJRT devices: rank r on xla-cpu:r (the image itself: tensor_parallel_pipeline_test.cpp).
 add_test(NAME dist.generate_flux_tp2_on_xla_cpu
          COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --device xla-cpu --model ${KILN_TINY_FLUX}

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include "kiln/dist/device_mesh.h"
+#include "kiln/families/qwen_image/qwen_image_pipeline.h"
 #include "kiln/families/qwen_image/qwen_image_transformer.h"
 #include "kiln/io/safetensors.h"
+#include "support/pipeline_comparison.h"
 #include "support/test_data.h"
 
 namespace kiln {
@@ -32,6 +34,25 @@ TEST(TensorParallelQwenImage, MatchesOneRank) {
   for (const auto& [name, t] : full->named_parameters()) full_bytes += t->nbytes();
   for (const auto& [name, t] : shard->named_parameters()) shard_bytes += t->defined() ? t->nbytes() : 0;
   EXPECT_LT(shard_bytes, full_bytes * 6 / 10);
+}
+
+// The whole pipeline with its transformer (heads) and its Qwen2.5-VL text encoder split over two ranks: the
+// one-rank image (within one 8-bit level), which is diffusers'; true CFG with texts of different lengths, so
+// both calls of each step are split, one with a mask.
+TEST(TensorParallelPipeline, QwenImageDrawsTheOneRankImage) {
+  const testing::GoldenFile g("qwen_image", "list_cfg_64x64_s2");
+  const std::string model = testing::data_path("models/qwen-image-tiny");
+  auto one = QwenImagePipeline::from_pretrained(model);
+  const PipelineOutput expected = one(g.request());
+  const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("cpu", {2})};
+  PipelineLoadOptions options;
+  options.parallel_config = {{"transformer", parallel}, {"text_encoder", parallel}};
+  auto split = QwenImagePipeline::from_pretrained(model, options);
+  const PipelineOutput out = split(g.request());
+  ASSERT_EQ(out.images.size(), expected.images.size());
+  for (size_t i = 0; i < out.images.size(); ++i)
+    EXPECT_LE(testing::max_level_difference(out.images[i], expected.images[i]), 1) << "image " << i;
+  testing::expect_images_match(out, g);
 }
 
 }  // namespace
