@@ -36,7 +36,7 @@ Family family() {
   descriptor.classes = {
       {.name = "QwenImagePipeline",
        .task = Task::TextToImage,
-       .fields = joined_fields({common_request_fields(), {"generators"}, prompts}),
+       .fields = joined_fields({common_request_fields(), {"generators", "cache"}, prompts}),
        .splittable_components = splittable,
        .load = load_pipeline<QwenImagePipeline>,
        .from_pipe = pipe_from<QwenImagePipeline, QwenImagePipeline>},
