@@ -33,7 +33,7 @@ Family family() {
                                             "true_cfg_scale"};
   const std::vector<std::string> splittable = {"transformer", "text_encoder"};
   const std::vector<std::string> text_to_image =
-      joined_fields({common_request_fields(), {"generators"}, prompts});
+      joined_fields({common_request_fields(), {"generators", "cache"}, prompts});
   const std::vector<std::string> siblings = {"QwenImagePipeline", "QwenImageImg2ImgPipeline",
                                              "QwenImageInpaintPipeline"};
   const auto others = [&](const std::string& self) {
