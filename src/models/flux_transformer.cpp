@@ -39,6 +39,7 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& conf
   register_module("time_text_embed", time_text_embed_.get());
   register_module("context_embedder", &context_embedder_);
   register_module("x_embedder", &x_embedder_);
+  step_cache_.set_published_mag_ratios(flux_mag_ratios());  // MagCache's default: FLUX.1-dev's
   for (int64_t i = 0; i < config.num_layers; ++i) {
     transformer_blocks_.push_back(std::make_unique<FluxTransformerBlock>(dim, config.num_attention_heads,
                                                                          config.attention_head_dim, tp));

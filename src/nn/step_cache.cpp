@@ -182,7 +182,7 @@ void StepCache::reset(const std::optional<StepCacheConfig>& call, int num_infere
   mag_ratios_.clear();
   if (const auto* mag = call ? std::get_if<MagCacheConfig>(&*call) : nullptr; mag && !mag->calibrate)
     mag_ratios_ =
-        resampled(mag->mag_ratios.empty() ? flux_mag_ratios() : mag->mag_ratios, num_inference_steps);
+        resampled(mag->mag_ratios.empty() ? published_mag_ratios_ : mag->mag_ratios, num_inference_steps);
 }
 
 bool StepCache::agreed(bool computed) {

@@ -79,6 +79,13 @@ void DiffusionPipeline::check_request(const PipelineRequest& request) const {
           "TaylorSeer forecasts each attention inside the blocks, which a compiled block program "
           "runs whole: it runs in the eager modes (--mode eager or fuse)");
   }
+  if (const auto* mag = cache ? std::get_if<MagCacheConfig>(&*cache) : nullptr;
+      mag && !mag->calibrate && mag->mag_ratios.empty() && denoiser_cache()->published_mag_ratios().empty())
+    throw RequestError("cache", std::string("MagCache needs the checkpoint's magnitude ratios, and none are "
+                                            "published for ") +
+                                    class_name() +
+                                    "'s transformer: measure them with magcache:calibrate, then pass them as "
+                                    "magcache:THRESHOLD:ratios=r1,r2,...");
   if (cache && denoiser.is_compiled())
     throw RequestError(
         "cache",

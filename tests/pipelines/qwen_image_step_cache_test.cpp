@@ -249,5 +249,25 @@ TEST(QwenImageStepCache, EnabledOnTheTransformerOrAskedForByTheCall) {
   }
 }
 
+// MagCache without ratios of its own takes the published ones, and there are none for Qwen-Image (diffusers
+// refuses such a config too): refused naming the field and the way to measure them, before any work.
+TEST(QwenImageMagCache, NoRatiosOfItsOwnIsRefused) {
+  const QwenCacheCase g("fbc_64x64_s61");
+  QwenImagePipeline pipe =
+      QwenImagePipeline::from_pretrained(testing::data_path("models/" + g.meta("model")));
+  PipelineRequest request = g.request();
+  request.cache = "magcache:0.3";
+  try {
+    pipe(request);
+    ADD_FAILURE() << "MagCache ran on Qwen-Image without ratios";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.field(), "cache");
+    EXPECT_NE(std::string(e.what()).find("magcache:calibrate"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(pipe.transformer().step_cache()->decisions().empty());
+  request.cache = "magcache:calibrate";
+  EXPECT_NO_THROW(pipe(request));
+}
+
 }  // namespace
 }  // namespace kiln

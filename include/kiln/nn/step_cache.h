@@ -1,5 +1,5 @@
 // Step caching: skipping transformer work between neighbouring denoising steps, as diffusers'
-// `transformer.enable_cache(config)` does (diffusers/hooks/). Kiln has two of diffusers' caches:
+// `transformer.enable_cache(config)` does (diffusers/hooks/). Kiln has three of diffusers' caches:
 //
 //   First Block Cache (FirstBlockCacheConfig): the first repeated block always runs; the rest run only when
 //   the first block's residual (its output less its input) changed by more than `threshold` since the last
@@ -40,7 +40,9 @@ struct FirstBlockCacheConfig {
 // diffusers' MagCacheConfig (hooks/mag_cache.py): from the step `retention_ratio` of the call's steps in, the
 // blocks are skipped while the error accumulated from the magnitude ratios, sum |1 - prod ratio|, stays
 // within `threshold`, for at most `max_skip_steps` steps in a row. `mag_ratios` are the checkpoint's, one per
-// step (resampled to the call's steps as diffusers does); empty: diffusers' FLUX_MAG_RATIOS (FLUX.1-dev's).
+// step (resampled to the call's steps as diffusers does); empty: the ratios published for the transformer
+// (StepCache::published_mag_ratios: diffusers' FLUX_MAG_RATIOS, FLUX.1-dev's, for FLUX.1), refused where
+// none are.
 // `calibrate` skips nothing and measures the ratios instead (StepCache::calibrated_mag_ratios). diffusers'
 // own num_inference_steps is the call's here.
 struct MagCacheConfig {
@@ -98,6 +100,11 @@ class StepCache {
     double change = -1;
   };
   using RunBlocks = std::function<BlockStreams(size_t first, size_t last, const BlockStreams&)>;
+
+  // The magnitude ratios published for this transformer's checkpoints (FLUX.1: diffusers' FLUX_MAG_RATIOS),
+  // which a MagCache config without its own uses; empty where none are (such a config is refused).
+  void set_published_mag_ratios(std::vector<double> ratios) { published_mag_ratios_ = std::move(ratios); }
+  const std::vector<double>& published_mag_ratios() const { return published_mag_ratios_; }
 
   // diffusers' enable_cache / disable_cache: the cache every call uses unless its request names its own.
   void enable(const StepCacheConfig& config) { config_ = config; }
@@ -159,6 +166,7 @@ class StepCache {
 
   std::optional<StepCacheConfig> config_;
   std::optional<StepCacheConfig> active_;
+  std::vector<double> published_mag_ratios_;
   int num_inference_steps_ = 0;
   std::vector<float> mag_ratios_;  // the active MagCache's ratios at the call's steps
   std::string context_ = "cond";
