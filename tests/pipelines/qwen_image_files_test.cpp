@@ -1,12 +1,13 @@
 // Qwen-Image's transformer from the single files people run it from (tools/goldens/qwen_image_files.py):
-// ComfyUI's one .safetensors (diffusers' names; with ComfyUI's checkpoint prefix too) gives the folder's image,
-// and city96-style GGUFs (arch "qwen_image", Q8_0 and Q4_0 weights that stay quantized, F32 norms, biases and
-// embedders) give diffusers' from_single_file(..., GGUFQuantizationConfig) images within one 8-bit level.
-// Files of other families, and a single file under tensor parallelism, are refused by name.
+// ComfyUI's one .safetensors (diffusers' names; with ComfyUI's checkpoint prefix too) gives the folder's
+// image, and city96-style GGUFs (arch "qwen_image", Q8_0 and Q4_0 weights that stay quantized, F32 norms,
+// biases and embedders) give diffusers' from_single_file(..., GGUFQuantizationConfig) images within one 8-bit
+// level. Files of other families, and a single file under tensor parallelism, are refused by name.
 #include <gtest/gtest.h>
 
 #include <cctype>
 
+#include "families/family_helpers.h"
 #include "families/qwen_image/qwen_image_single_file.h"
 #include "kiln/families/qwen_image/qwen_image_pipeline.h"
 #include "kiln/io/safetensors.h"
@@ -87,27 +88,36 @@ TEST(QwenImageFiles, FilesItCannotReadAreRefusedByName) {
   // Other families' transformers: Z-Image's GGUF (named by its architecture) and Chroma's single file.
   const std::string config = testing::data_path("models/qwen-image-tiny/transformer");
   try {
-    models::load_qwen_image_single_file(testing::data_path("goldens/z_image/transformer_single_file-Q8_0.gguf"),
-                                        config, float32);
+    models::load_qwen_image_single_file(
+        testing::data_path("goldens/z_image/transformer_single_file-Q8_0.gguf"), config, float32);
     ADD_FAILURE() << "a Z-Image GGUF was read as Qwen-Image";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not a Qwen-Image transformer"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("'lumina2'"), std::string::npos) << e.what();
   }
   try {
-    models::load_qwen_image_single_file(testing::data_path("goldens/chroma/transformer_single_file.safetensors"),
-                                        config, float32);
+    models::load_qwen_image_single_file(
+        testing::data_path("goldens/chroma/transformer_single_file.safetensors"), config, float32);
     ADD_FAILURE() << "a Chroma file was read as Qwen-Image";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not a Qwen-Image transformer"), std::string::npos) << e.what();
   }
-  // Under tensor parallelism.
+  // Under tensor parallelism (the check QwenImagePipeline::load runs before it reads a single file; a whole
+  // two-rank load would stop earlier here, at the one-process device mesh).
   try {
-    load({.transformer_file = file("transformer_single_file.safetensors"), .tensor_parallel = 2});
+    single_file_transformer_config(
+        testing::data_path("models/qwen-image-tiny"),
+        {.transformer_file = file("transformer_single_file.safetensors"), .tensor_parallel = 2},
+        "QwenImagePipeline");
     ADD_FAILURE() << "a single file was split across ranks";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot be split across ranks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("QwenImagePipeline: a single-file transformer cannot be split"),
+              std::string::npos)
+        << e.what();
   }
+  EXPECT_EQ(
+      single_file_transformer_config(testing::data_path("models/qwen-image-tiny"), {}, "QwenImagePipeline"),
+      testing::data_path("models/qwen-image-tiny/transformer/config.json"));
 }
 
 }  // namespace

@@ -2,9 +2,9 @@
 // QwenImagePipeline.load_lora_weights on the tiny pipeline: diffusers/PEFT names (transformer.*), kohya's
 // (lora_unet_transformer_blocks_0_attn_to_k, lora_unet_norm_out_linear, alpha / rank), the
 // diffusion_model.-prefixed lora_A / lora_B with alphas on some modules, and lightx2v's Qwen-Image-Lightning
-// style (bare names, lora_down / lora_up / alpha on every block Linear). Each gives diffusers' image within one
-// 8-bit level; fused at 0.7 and unfused at adapter weight 0.6, diffusers' images too. Other families' LoRAs
-// are refused naming what does not fit.
+// style (bare names, lora_down / lora_up / alpha on every block Linear). Each gives diffusers' image within
+// one 8-bit level; fused at 0.7 and unfused at adapter weight 0.6, diffusers' images too. Other families'
+// LoRAs are refused naming what does not fit.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -45,7 +45,8 @@ TEST_P(QwenImageLora, EachLayoutGivesDiffusersImage) {
   expect_images_match(pipe(base.request()), base);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, QwenImageLora, ::testing::Values("diffusers", "kohya", "comfy", "lightning"));
+INSTANTIATE_TEST_SUITE_P(Layouts, QwenImageLora,
+                         ::testing::Values("diffusers", "kohya", "comfy", "lightning"));
 
 TEST(QwenImageLora, FusedAtAScaleGivesDiffusersFusedImage) {
   const GoldenFile base("qwen_image", "cat_64x64_s0"), g("qwen_image_files", "lora_diffusers_fused_0.7");
@@ -71,16 +72,17 @@ TEST(QwenImageLora, AnotherFamilysLoraIsRefusedNamingIt) {
   QwenImagePipeline pipe = tiny();
   // (file, what the message must say)
   const std::pair<const char*, const char*> cases[] = {
-      // FLUX.1's and Z-Image's original names: modules Qwen-Image does not have.
+      // FLUX.1's original names: modules Qwen-Image does not have.
       {"flux_bfl.safetensors", "not a module of the Qwen-Image transformer"},
       {"flux_kohya.safetensors", "not a module of the Qwen-Image transformer"},
-      {"z_image_comfy.safetensors", "not a module of the Qwen-Image transformer"},
+      // Z-Image's (none of them Qwen-Image's: read as diffusion_model.-prefixed diffusers names).
+      {"z_image_comfy.safetensors", "the model has no layer transformer.cap_embedder.1"},
       // A layout Qwen-Image's loader does not read.
       {"flux_xlabs.safetensors", "XLabs layout are not for Qwen-Image"},
       // Stable Diffusion's UNet.
       {"sd15_diffusers.safetensors", "is not one Qwen-Image pipelines load LoRA into"},
       // FLUX.1's diffusers names: its single-stream blocks are no layer of Qwen-Image.
-      {"flux_diffusers.safetensors", "transformer."},
+      {"flux_diffusers.safetensors", "the model has no layer transformer.context_embedder"},
   };
   for (const auto& [file, expected] : cases) {
     try {

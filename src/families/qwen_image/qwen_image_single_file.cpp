@@ -13,7 +13,8 @@ constexpr const char* kComfyPrefix = "model.diffusion_model.";
 
 // The tensors that tell a Qwen-Image transformer from the MMDiTs sharing its block names (FLUX.1 and SD3 in
 // diffusers' layout have transformer_blocks.0.attn.add_q_proj too, but no img_mod / txt_norm).
-const char* const kSignature[] = {"img_in.weight", "txt_norm.weight", "transformer_blocks.0.img_mod.1.weight"};
+const char* const kSignature[] = {"img_in.weight", "txt_norm.weight",
+                                  "transformer_blocks.0.img_mod.1.weight"};
 
 // " (a GGUF of arch 'lumina2')" for a GGUF file that names its architecture, else "".
 std::string gguf_architecture(const nn::WeightSource& w) {
@@ -35,8 +36,8 @@ bool is_qwen_image_single_file(const nn::WeightSource& w) {
 QwenImageTransformerConfig infer_qwen_image_config(const nn::WeightSource& w) {
   const std::string p = nn::MappedWeights::prefix_if_present(w, kComfyPrefix);
   const auto shape_of = [&](const std::string& name, size_t dims) {
-    KILN_CHECK(w.contains(p + name),
-               w.description() << ": not a Qwen-Image transformer: no tensor '" << p + name << "'");
+    KILN_CHECK(w.contains(p + name), w.description()
+                                         << ": not a Qwen-Image transformer: no tensor '" << p + name << "'");
     const Shape shape = w.shape(p + name);
     KILN_CHECK(shape.size() == dims, w.description() << ": " << p + name << " should be " << dims
                                                      << "-d, got " << shape_str(shape));
@@ -61,10 +62,10 @@ QwenImageTransformerConfig infer_qwen_image_config(const nn::WeightSource& w) {
   c.num_layers = 0;
   while (w.contains(p + "transformer_blocks." + std::to_string(c.num_layers) + ".img_mod.1.weight"))
     ++c.num_layers;
-  KILN_CHECK(head_dim == 128,
-             w.description() << ": " << head_dim
-                             << "-wide heads: their RoPE axes cannot be read off the file; give a "
-                                "config.json (the transformer folder's) beside it");
+  KILN_CHECK(head_dim == 128, w.description()
+                                  << ": " << head_dim
+                                  << "-wide heads: their RoPE axes cannot be read off the file; give a "
+                                     "config.json (the transformer folder's) beside it");
   c.validate(w.description());
   return c;
 }
@@ -87,9 +88,9 @@ std::unique_ptr<QwenImageTransformer2DModel> load_qwen_image_single_file(const s
   std::string prefix = nn::MappedWeights::prefix_if_present(*file, kComfyPrefix);
   nn::LoadOptions load;
   load.dtype = dtype;
-  model->load_weights(nn::MappedWeights(std::move(file), std::move(m.entries), std::move(prefix),
-                                        "Qwen-Image single file"),
-                      load);
+  model->load_weights(
+      nn::MappedWeights(std::move(file), std::move(m.entries), std::move(prefix), "Qwen-Image single file"),
+      load);
   return model;
 }
 

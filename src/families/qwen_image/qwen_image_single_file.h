@@ -1,10 +1,10 @@
-// Qwen-Image's transformer as one file: ComfyUI's qwen_image_bf16.safetensors (Comfy-Org's split files) and the
-// GGUFs made from it (city96's and QuantStack's, arch "qwen_image"), read as diffusers'
+// Qwen-Image's transformer as one file: ComfyUI's qwen_image_bf16.safetensors (Comfy-Org's split files) and
+// the GGUFs made from it (city96's and QuantStack's, arch "qwen_image"), read as diffusers'
 // QwenImageTransformer2DModel.from_single_file reads them. Qwen-Image's original layout is diffusers' own
-// (ComfyUI's model keeps diffusers' module names; diffusers maps the checkpoint through the identity), so only
-// an optional "model.diffusion_model." prefix (ComfyUI's checkpoint saves) is taken off. A GGUF's quantized
-// Linear weights stay quantized; its F32 / F16 / BF16 tensors (norms, biases, the embedders city96 keeps at
-// full precision) load as any other.
+// (ComfyUI's model keeps diffusers' module names; diffusers maps the checkpoint through the identity), so
+// only an optional "model.diffusion_model." prefix (ComfyUI's checkpoint saves) is taken off. A GGUF's
+// quantized Linear weights stay quantized; its F32 / F16 / BF16 tensors (norms, biases, the embedders city96
+// keeps at full precision) load as any other.
 #pragma once
 
 #include <memory>
