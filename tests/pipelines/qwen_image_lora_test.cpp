@@ -3,13 +3,14 @@
 // (lora_unet_transformer_blocks_0_attn_to_k, lora_unet_norm_out_linear, alpha / rank), the
 // diffusion_model.-prefixed lora_A / lora_B with alphas on some modules, and lightx2v's Qwen-Image-Lightning
 // style (bare names, lora_down / lora_up / alpha on every block Linear). Each gives diffusers' image within
-// one 8-bit level; fused at 0.7 and unfused at adapter weight 0.6, diffusers' images too. Other families'
-// LoRAs are refused naming what does not fit.
+// one 8-bit level; fused at 0.7, unfused at adapter weight 0.6 and on a Q8_0 GGUF transformer, diffusers'
+// images too. Other families' LoRAs are refused naming what does not fit.
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "kiln/families/qwen_image/qwen_image_pipeline.h"
+#include "kiln/families/qwen_image/qwen_image_transformer.h"
 #include "support/pipeline_comparison.h"
 #include "support/test_data.h"
 
@@ -65,6 +66,22 @@ TEST(QwenImageLora, UnfusedAtAnAdapterWeightGivesDiffusersImage) {
   QwenImagePipeline pipe = tiny();
   pipe.load_lora_weights(testing::data_path("lora/" + g.meta("lora")), {.adapter_name = "a"});
   pipe.set_adapters({"a"}, {std::stod(g.meta("adapter_weight"))});
+  expect_images_match(pipe(base.request()), g);
+}
+
+TEST(QwenImageLora, OnAGgufTransformerGivesDiffusersImage) {
+  // The Lightning-style LoRA over the Q8_0 GGUF transformer, unfused: the quantized weights stay quantized.
+  const GoldenFile base("qwen_image", "cat_64x64_s0"), g("qwen_image_files", "lora_lightning_gguf_q8_0");
+  QwenImagePipeline pipe = QwenImagePipeline::from_pretrained(
+      testing::data_path("models/qwen-image-tiny"),
+      {.transformer_file = testing::data_path("goldens/qwen_image_files/" + g.meta("transformer_file"))});
+  const lora::LoraLoadReport report =
+      pipe.load_lora_weights(testing::data_path("lora/" + g.meta("lora")), {.adapter_name = "a"});
+  EXPECT_EQ(report.layers.at("transformer"), std::stoll(g.meta("layers"))) << report.describe();
+  int quantized = 0;
+  for (const auto& [name, t] : pipe.transformer().named_parameters())
+    quantized += t->defined() && t->dtype() == uint8;
+  EXPECT_EQ(quantized, 2 * 14 + 4);
   expect_images_match(pipe(base.request()), g);
 }
 

@@ -3,7 +3,8 @@
 (QwenImageLoraLoaderMixin: the transformer only; every layout but diffusers' own goes through
 _convert_non_diffusers_qwen_lora_to_diffusers, which folds alpha / rank into the weights).
 
-Writes (pip install torch diffusers==0.42.1 transformers peft safetensors; run tools/goldens/qwen_image.py first).
+Writes (pip install torch diffusers==0.42.1 transformers peft safetensors gguf; run tools/goldens/qwen_image.py and
+qwen_image_files.py first).
 Every file is random (fixed seed) on the tiny transformer of qwen_image.py (2 blocks, width 64, text 48):
   tests/data/lora/qwen_image_diffusers.safetensors   PEFT names: transformer.<module>.lora_A.weight [r, in] /
       .lora_B.weight [out, r], NO alpha (with .alpha keys diffusers 0.42.1 runs its converter, which prefixes a
@@ -18,8 +19,11 @@ Every file is random (fixed seed) on the tiny transformer of qwen_image.py (2 bl
   tests/data/goldens/qwen_image_files/lora_<name>.safetensors   image_u8 and transformer_out_step0 of
       qwen_image.py's cat_64x64_s0 call with the LoRA loaded (adapter "a", weight 1), for name in diffusers, kohya,
       comfy, lightning; diffusers_fused_0.7: the diffusers LoRA after pipe.fuse_lora(lora_scale=0.7);
-      kohya_weight_0.6: the kohya LoRA unfused at pipe.set_adapters(["a"], [0.6]). Metadata: qwen_image.py's, plus
-      lora (the file), layers (how many Linear layers it reaches) and lora_scale / adapter_weight.
+      kohya_weight_0.6: the kohya LoRA unfused at pipe.set_adapters(["a"], [0.6]); lightning_gguf_q8_0: the
+      Lightning-style LoRA on the Q8_0 GGUF transformer of qwen_image_files.py (from_single_file with
+      GGUFQuantizationConfig(compute_dtype=float32); PEFT wraps the GGUF layers, unfused), how small machines run
+      Qwen-Image. Metadata: qwen_image.py's, plus lora (the file), layers (how many Linear layers it reaches) and
+      lora_scale / adapter_weight / transformer_file.
 alpha / rank is a power of two everywhere, so diffusers' folding of it into the weights is exact.
 
 Run from the repository root: python3 tools/goldens/qwen_image_lora.py
@@ -121,8 +125,14 @@ def adapted_modules(transformer):
     return {n: m for n, m in transformer.named_modules() if isinstance(m, BaseTunerLayer)}
 
 
-def lora_golden(case, file, want, baseline, fuse_scale=None, adapter_weight=None):
+def lora_golden(case, file, want, baseline, fuse_scale=None, adapter_weight=None, transformer_file=None):
     pipe = qwen_image.load_pipeline(*BASE_CASE[1:4])
+    if transformer_file is not None:
+        from diffusers import GGUFQuantizationConfig, QwenImageTransformer2DModel
+
+        pipe.transformer = QwenImageTransformer2DModel.from_single_file(
+            os.path.join(OUT, transformer_file), config=TINY, subfolder="transformer", torch_dtype=torch.float32,
+            quantization_config=GGUFQuantizationConfig(compute_dtype=torch.float32))
     pipe.load_lora_weights(os.path.join(LORA, file), adapter_name="a")
     adapted = adapted_modules(pipe.transformer)
     assert set(adapted) == set(want), set(adapted) ^ set(want)
@@ -144,6 +154,8 @@ def lora_golden(case, file, want, baseline, fuse_scale=None, adapter_weight=None
         meta["lora_scale"] = repr(fuse_scale)
     if adapter_weight is not None:
         meta["adapter_weight"] = repr(adapter_weight)
+    if transformer_file is not None:
+        meta["transformer_file"] = transformer_file
     save_file({k: tensors[k].contiguous() for k in ("image_u8", "transformer_out_step0")}, golden, metadata=meta)
     effect = (tensors["image_u8"].float() - baseline.float()).abs().mean().item()
     print(f"wrote lora_{case}: {len(adapted)} adapted layers; mean level difference from the image without LoRA "
@@ -168,6 +180,9 @@ def main():
     lora_golden("diffusers_fused_0.7", file, want, baseline, fuse_scale=0.7)
     file, want = files["kohya"]
     lora_golden("kohya_weight_0.6", file, want, baseline, adapter_weight=0.6)
+    # Run after qwen_image_files.py, which writes the GGUF.
+    file, want = files["lightning"]
+    lora_golden("lightning_gguf_q8_0", file, want, baseline, transformer_file="transformer_single_file-Q8_0.gguf")
 
 
 if __name__ == "__main__":
