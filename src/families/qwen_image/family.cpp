@@ -10,6 +10,27 @@ namespace kiln::qwen_image {
 
 namespace {
 
+// The transformer's modules as the non-diffusers LoRA layouts name them. Qwen-Image's original names are
+// diffusers' own, so the table is the identity: it lets diffusers'
+// _convert_non_diffusers_qwen_lora_to_diffusers layouts through, kohya's flattened names
+// (lora_unet_transformer_blocks_0_attn_to_q, lora_unet_norm_out_linear), the diffusion_model.-prefixed ones
+// (ai-toolkit, ComfyUI-side trainers) and lightx2v's bare ones (Qwen-Image-Lightning:
+// transformer_blocks.0.attn.to_q.lora_down.weight), each pair scaled by its own alpha / rank.
+lora::OriginalLayout original_layout() {
+  lora::OriginalLayout layout;
+  std::vector<lora::OriginalModule>& block = layout.block("transformer_blocks", "transformer_blocks");
+  for (const char* module :
+       {"img_mod.1", "txt_mod.1", "attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj", "attn.add_k_proj",
+        "attn.add_v_proj", "attn.to_out.0", "attn.to_add_out", "img_mlp.net.0.proj", "img_mlp.net.2",
+        "txt_mlp.net.0.proj", "txt_mlp.net.2"})
+    block.push_back({module, {module}});
+  for (const char* module :
+       {"img_in", "txt_in", "proj_out", "norm_out.linear", "time_text_embed.timestep_embedder.linear_1",
+        "time_text_embed.timestep_embedder.linear_2"})
+    layout.top_level.push_back({module, {module}});
+  return layout;
+}
+
 std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, const std::string& folder) {
   if (class_name == "QwenImageTransformer2DModel")
     return std::make_unique<models::QwenImageTransformer2DModel>(
@@ -67,6 +88,13 @@ Family family() {
        .load = load_pipeline<QwenImageInpaintPipeline>,
        .from_pipe = pipe_from<QwenImageInpaintPipeline, QwenImagePipeline>},
   };
+  // diffusers' QwenImageLoraLoaderMixin: the transformer only.
+  descriptor.lora = lora::LoraFamily{
+      .name = "Qwen-Image",
+      .components = {"transformer"},
+      .fuse_components = {"transformer"},
+      .formats = {lora::LoraFormat::Diffusers, lora::LoraFormat::Kohya, lora::LoraFormat::BlackForestLabs},
+      .original = original_layout()};
   descriptor.unloaded_component = unloaded_component;
   // Qwen2.5-VL read to hidden_states[-1]: every layer and the final norm; not its vision tower.
   descriptor.partial_weights = [](const io::ComponentSummary& component) {

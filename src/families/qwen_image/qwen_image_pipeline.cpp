@@ -4,6 +4,7 @@
 
 #include "families/family_helpers.h"
 #include "families/qwen_image/qwen_image_guidance.h"
+#include "families/qwen_image/qwen_image_single_file.h"
 #include "kiln/core/log.h"
 #include "kiln/families/qwen_image/autoencoder_kl_qwen_image.h"
 #include "kiln/families/qwen_image/qwen_image_transformer.h"
@@ -109,9 +110,16 @@ void QwenImagePipeline::load(QwenImagePipeline& pipe, const std::string& model,
       models::load_decoder_text_encoder(text_encoder, options.dtype, {text_config.num_hidden_layers},
                                         options.tensor_parallel_for("text_encoder", splittable));
   done("text_encoder");
-  pipe.transformer_ = models::load_qwen_image_transformer(
-      folder.need("transformer", {"QwenImageTransformer2DModel"}), options.dtype,
-      options.tensor_parallel_for("transformer", splittable));
+  if (options.transformer_file.empty()) {
+    pipe.transformer_ = models::load_qwen_image_transformer(
+        folder.need("transformer", {"QwenImageTransformer2DModel"}), options.dtype,
+        options.tensor_parallel_for("transformer", splittable));
+  } else {
+    // As ComfyUI ships it (or a GGUF of it), with the folder's config when it has one.
+    pipe.transformer_ = models::load_qwen_image_single_file(
+        options.transformer_file, single_file_transformer_config(folder.path(), options, pipeline_class),
+        options.dtype);
+  }
   done("transformer");
   pipe.vae_ =
       models::load_autoencoder_kl_qwen_image(folder.need("vae", {"AutoencoderKLQwenImage"}), options.dtype);
