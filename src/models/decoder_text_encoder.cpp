@@ -139,11 +139,13 @@ DecoderTextEncoderConfig DecoderTextEncoderConfig::from_file(const std::string& 
     r.mrope_section = read_mrope_section(c);
     int64_t total = 0;
     for (int64_t v : r.mrope_section) {
-      KILN_CHECK(v >= 0 && v <= r.head_dim, c.where("mrope_section") << ": " << v << " is not in 0..head_dim");
+      KILN_CHECK(v >= 0 && v <= r.head_dim, c.where("mrope_section")
+                                                << ": " << v << " is not in 0..head_dim");
       total += v;
     }
     KILN_CHECK(r.mrope_section.empty() || (r.mrope_section.size() == 3 && total == r.head_dim / 2),
-               c.where("mrope_section") << ": expected 3 sections summing to head_dim / 2 = " << r.head_dim / 2);
+               c.where("mrope_section")
+                   << ": expected 3 sections summing to head_dim / 2 = " << r.head_dim / 2);
     r.image_token_id = file.get_or<int64_t>("image_token_id", r.image_token_id);
     if (file.has("vision_config")) {
       r.spatial_merge_size = file.object("vision_config").get_or<int64_t>("spatial_merge_size", 2);
@@ -307,12 +309,13 @@ std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const T
   const auto [cos, sin] = rope_tables(ids.size(1), config_.head_dim, config_.rope_theta);
   std::string key = "hidden_states";
   for (int64_t k : indices) key += " " + std::to_string(k);
-  return call_compiled({on_weights_device(ids), on_weights_device(key_mask(attention_mask)),
-                        on_weights_device(cos), on_weights_device(sin)},
-                       [this, &indices](const std::vector<Tensor>& in) {
-                         return forward_eager(in[0], in[1], in[2], in[3], indices);
-                       },
-                       key);
+  return call_compiled(
+      {on_weights_device(ids), on_weights_device(key_mask(attention_mask)), on_weights_device(cos),
+       on_weights_device(sin)},
+      [this, &indices](const std::vector<Tensor>& in) {
+        return forward_eager(in[0], in[1], in[2], in[3], indices);
+      },
+      key);
 }
 
 std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const Tensor& attention_mask,
@@ -328,9 +331,16 @@ std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const T
                                                  << config_.hidden_size << "]");
   KILN_CHECK(images->spatial_merge_size > 0, "DecoderTextEncoder: spatial_merge_size must be positive");
   int64_t expected = 0;
-  for (const ImageGrid& g : images->grids) expected += g.patches() / (images->spatial_merge_size * images->spatial_merge_size);
+  for (const ImageGrid& g : images->grids) {
+    KILN_CHECK(g.t > 0 && g.t <= 1024 && g.h > 0 && g.h <= limits::kMaxImageSide && g.w > 0 &&
+                   g.w <= limits::kMaxImageSide,
+               "DecoderTextEncoder: image grid (" << g.t << ", " << g.h << ", " << g.w << ") out of range");
+  }
+  for (const ImageGrid& g : images->grids)
+    expected += g.patches() / (images->spatial_merge_size * images->spatial_merge_size);
   const int64_t B = ids.size(0), S = ids.size(1);
-  // The embeddings: row i of the token embeddings [B * S, hidden], or image embedding k for the k-th image token.
+  // The embeddings: row i of the token embeddings [B * S, hidden], or image embedding k for the k-th image
+  // token.
   const std::vector<int64_t> id = ids.contiguous().to_vector<int64_t>();
   std::vector<int64_t> scatter(id.size());
   int64_t k = 0;
@@ -339,7 +349,8 @@ std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const T
   }
   KILN_CHECK(k == embeds.size(0) && k == expected,
              "DecoderTextEncoder: " << k << " image tokens (id " << images->image_token_id << ") for "
-                                    << embeds.size(0) << " image embeddings (the grids make " << expected << ")");
+                                    << embeds.size(0) << " image embeddings (the grids make " << expected
+                                    << ")");
   Tensor cos, sin;
   if (images->multimodal_positions) {
     std::tie(cos, sin) = mrope_tables(mrope_positions(ids, attention_mask, *images), config_.head_dim,
@@ -347,15 +358,17 @@ std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const T
   } else {
     std::tie(cos, sin) = rope_tables(S, config_.head_dim, config_.rope_theta);
   }
-  std::string key = images->multimodal_positions ? "multimodal 3-D hidden_states" : "multimodal hidden_states";
+  std::string key =
+      images->multimodal_positions ? "multimodal 3-D hidden_states" : "multimodal hidden_states";
   for (int64_t i : indices) key += " " + std::to_string(i);
-  return call_compiled({on_weights_device(ids), on_weights_device(key_mask(attention_mask)),
-                        on_weights_device(cos), on_weights_device(sin), on_weights_device(embeds),
-                        on_weights_device(Tensor::from_vector(scatter, {B * S}))},
-                       [this, &indices](const std::vector<Tensor>& in) {
-                         return forward_eager(in[0], in[1], in[2], in[3], indices, in[4], in[5]);
-                       },
-                       key);
+  return call_compiled(
+      {on_weights_device(ids), on_weights_device(key_mask(attention_mask)), on_weights_device(cos),
+       on_weights_device(sin), on_weights_device(embeds),
+       on_weights_device(Tensor::from_vector(scatter, {B * S}))},
+      [this, &indices](const std::vector<Tensor>& in) {
+        return forward_eager(in[0], in[1], in[2], in[3], indices, in[4], in[5]);
+      },
+      key);
 }
 
 Tensor DecoderTextEncoder::mrope_positions(const Tensor& ids, const Tensor& attention_mask,
@@ -378,11 +391,13 @@ Tensor DecoderTextEncoder::mrope_positions(const Tensor& ids, const Tensor& atte
     for (size_t i = 0; i < kept.size();) {
       const bool is_image = id[static_cast<size_t>(b * S + kept[i])] == images.image_token_id;
       size_t end = i;
-      while (end < kept.size() && (id[static_cast<size_t>(b * S + kept[end])] == images.image_token_id) == is_image)
+      while (end < kept.size() &&
+             (id[static_cast<size_t>(b * S + kept[end])] == images.image_token_id) == is_image)
         ++end;
       if (!is_image) {
         for (size_t j = i; j < end; ++j) {
-          for (int64_t axis = 0; axis < 3; ++axis) at(axis, b, kept[j]) = current + static_cast<int64_t>(j - i);
+          for (int64_t axis = 0; axis < 3; ++axis)
+            at(axis, b, kept[j]) = current + static_cast<int64_t>(j - i);
         }
         current += static_cast<int64_t>(end - i);
       } else {
@@ -413,7 +428,8 @@ Tensor DecoderTextEncoder::mrope_positions(const Tensor& ids, const Tensor& atte
 }
 
 std::pair<Tensor, Tensor> DecoderTextEncoder::mrope_tables(const Tensor& positions, int64_t head_dim,
-                                                           double theta, const std::vector<int64_t>& mrope_section) {
+                                                           double theta,
+                                                           const std::vector<int64_t>& mrope_section) {
   const int64_t half = head_dim / 2, B = positions.size(1), S = positions.size(2);
   int64_t total = 0;
   for (int64_t v : mrope_section) total += v;
@@ -449,7 +465,8 @@ std::pair<Tensor, Tensor> DecoderTextEncoder::mrope_tables(const Tensor& positio
 std::vector<Tensor> DecoderTextEncoder::forward_eager(const Tensor& ids, const Tensor& key_mask,
                                                       const Tensor& cos, const Tensor& sin,
                                                       const std::vector<int64_t>& indices,
-                                                      const Tensor& image_embeds, const Tensor& scatter) const {
+                                                      const Tensor& image_embeds,
+                                                      const Tensor& scatter) const {
   const int64_t L = config_.num_hidden_layers;
   const int64_t deepest = *std::max_element(indices.begin(), indices.end());
   std::vector<Tensor> states(static_cast<size_t>(L + 1));

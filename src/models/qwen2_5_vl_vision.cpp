@@ -122,17 +122,18 @@ Tensor Qwen2_5_VLVisionModel::forward(const Tensor& pixel_values, const std::vec
   for (const ImageGrid& g : grids) {
     KILN_CHECK(g.t > 0 && g.h > 0 && g.w > 0 && g.h % merge == 0 && g.w % merge == 0 &&
                    g.h <= limits::kMaxImageSide && g.w <= limits::kMaxImageSide && g.t <= 1024,
-               "Qwen2_5_VLVisionModel: image grid (" << g.t << ", " << g.h << ", " << g.w
-                                                     << ") must be positive, its height and width multiples of "
-                                                        "spatial_merge_size "
-                                                     << merge);
+               "Qwen2_5_VLVisionModel: image grid ("
+                   << g.t << ", " << g.h << ", " << g.w
+                   << ") must be positive, its height and width multiples of "
+                      "spatial_merge_size "
+                   << merge);
     patches += g.patches();
   }
-  KILN_CHECK(pixel_values.dim() == 2 && pixel_values.size(0) == patches &&
-                 pixel_values.size(1) == c.patch_values(),
-             "Qwen2_5_VLVisionModel: pixel_values " << shape_str(pixel_values.shape()) << " should be ["
-                                                    << patches << ", " << c.patch_values()
-                                                    << "] (the grids' patches, C * T * P * P values each)");
+  KILN_CHECK(
+      pixel_values.dim() == 2 && pixel_values.size(0) == patches && pixel_values.size(1) == c.patch_values(),
+      "Qwen2_5_VLVisionModel: pixel_values " << shape_str(pixel_values.shape()) << " should be [" << patches
+                                             << ", " << c.patch_values()
+                                             << "] (the grids' patches, C * T * P * P values each)");
   const VisionLayout layout = vision_layout(grids, merge, c.window_size, c.patch_size);
   // The patch order the blocks run in: merged patches in window order, each one's unit patches together.
   std::vector<int64_t> order;
@@ -174,8 +175,8 @@ std::unique_ptr<Qwen2_5_VLVisionModel> load_qwen2_5_vl_vision(const Qwen2_5_VLVi
   nn::LoadOptions options;
   options.dtype = dtype;
   // The language model and its head are the text encoder's (DecoderTextEncoder).
-  for (const char* p : {"model.language_model.", "model.embed_tokens.", "model.layers.", "model.norm.",
-                        "lm_head."}) {
+  for (const char* p :
+       {"model.language_model.", "model.embed_tokens.", "model.layers.", "model.norm.", "lm_head."}) {
     options.ignore_prefixes.push_back(p);
   }
   const nn::RenamedWeights renamed(weights, [](const std::string& name) {

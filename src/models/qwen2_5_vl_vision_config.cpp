@@ -9,8 +9,8 @@ namespace kiln::models {
 
 Qwen2_5_VLVisionConfig Qwen2_5_VLVisionConfig::from_file(const std::string& path) {
   const auto file = io::JsonConfig::load(path);
-  KILN_CHECK(file.has("vision_config"),
-             file.where("vision_config") << ": missing (expected a Qwen2_5_VLConfig with a vision tower)");
+  KILN_CHECK(file.has("vision_config"), file.where("vision_config")
+                                            << ": missing (expected a Qwen2_5_VLConfig with a vision tower)");
   const io::JsonConfig c = file.object("vision_config");
   Qwen2_5_VLVisionConfig r;
   r.depth = c.get_or<int64_t>("depth", r.depth);
@@ -33,7 +33,8 @@ Qwen2_5_VLVisionConfig Qwen2_5_VLVisionConfig::from_file(const std::string& path
     r.rope_theta = rope.get_or<double>("rope_theta", r.rope_theta);
   }
   const std::string act = c.get_or<std::string>("hidden_act", "silu");
-  KILN_CHECK(act == "silu", c.where("hidden_act") << ": expected \"silu\" (SwiGLU MLP), got \"" << act << "\"");
+  KILN_CHECK(act == "silu", c.where("hidden_act")
+                                << ": expected \"silu\" (SwiGLU MLP), got \"" << act << "\"");
   for (auto [name, v] : {std::pair<const char*, int64_t>{"depth", r.depth},
                          {"hidden_size", r.hidden_size},
                          {"intermediate_size", r.intermediate_size},
@@ -67,8 +68,8 @@ Qwen2_5_VLVisionConfig Qwen2_5_VLVisionConfig::from_file(const std::string& path
              c.where("window_size") << ": " << r.window_size << " is smaller than one merged patch ("
                                     << r.patch_size * r.spatial_merge_size << " pixels)");
   for (int64_t i : r.fullatt_block_indexes) {
-    KILN_CHECK(i >= 0 && i < r.depth,
-               c.where("fullatt_block_indexes") << ": block " << i << " outside 0.." << r.depth - 1);
+    KILN_CHECK(i >= 0 && i < r.depth, c.where("fullatt_block_indexes")
+                                          << ": block " << i << " outside 0.." << r.depth - 1);
   }
   KILN_CHECK(std::isfinite(r.rope_theta) && r.rope_theta > 0,
              c.where("rope_parameters") << ": expected a positive rope_theta, got " << r.rope_theta);

@@ -1,5 +1,5 @@
-// Where each patch of Qwen2.5-VL's vision tower sits: its 2-D rotary position, the window order the blocks run
-// in and the attention groups (transformers' get_vision_position_ids, get_vision_window_index and the
+// Where each patch of Qwen2.5-VL's vision tower sits: its 2-D rotary position, the window order the blocks
+// run in and the attention groups (transformers' get_vision_position_ids, get_vision_window_index and the
 // cumulative sequence lengths of its vision attention).
 #pragma once
 

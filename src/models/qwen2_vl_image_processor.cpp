@@ -40,9 +40,8 @@ AxisWeights axis_weights(int64_t in, int64_t out) {
   for (int64_t i = 0; i < out; ++i) {
     const double center = scale * (static_cast<double>(i) + 0.5);
     const int64_t first = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
-    const int64_t count =
-        std::clamp<int64_t>(std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in) - first, 0,
-                            r.max_taps);
+    const int64_t count = std::clamp<int64_t>(
+        std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in) - first, 0, r.max_taps);
     double total = 0.0;
     double* row = w.data() + i * r.max_taps;
     for (int64_t j = 0; j < count; ++j) {
@@ -148,10 +147,12 @@ Qwen2VLImageProcessorConfig Qwen2VLImageProcessorConfig::from_folder(const std::
 std::pair<int64_t, int64_t> qwen2_vl_smart_resize(int64_t height, int64_t width, int64_t factor,
                                                   int64_t min_pixels, int64_t max_pixels) {
   KILN_CHECK(height > 0 && width > 0, "Qwen2-VL image processor: empty image " << width << "x" << height);
-  const double h = static_cast<double>(height), w = static_cast<double>(width), f = static_cast<double>(factor);
+  const double h = static_cast<double>(height), w = static_cast<double>(width),
+               f = static_cast<double>(factor);
   KILN_CHECK(std::max(h, w) / std::min(h, w) <= 200,
-             "Qwen2-VL image processor: a " << width << "x" << height
-                                            << " image's aspect ratio is over 200, which the processor refuses");
+             "Qwen2-VL image processor: a "
+                 << width << "x" << height
+                 << " image's aspect ratio is over 200, which the processor refuses");
   // Python's round: ties to even, as nearbyint in the default rounding mode.
   int64_t h_bar = static_cast<int64_t>(std::nearbyint(h / f)) * factor;
   int64_t w_bar = static_cast<int64_t>(std::nearbyint(w / f)) * factor;
@@ -172,15 +173,16 @@ QwenVLImageInput qwen2_vl_preprocess(const Image& image, const Qwen2VLImageProce
   KILN_CHECK(H > 0 && W > 0 && H <= limits::kMaxImageSide && W <= limits::kMaxImageSide &&
                  (ch == 1 || ch == 2 || ch == 3 || ch == 4) &&
                  image.pixels.size() == static_cast<size_t>(H * W * ch),
-             "Qwen2-VL image processor: expected an image of 1 to " << limits::kMaxImageSide
-                                                                    << " pixels a side, 1 to 4 channels, got "
-                                                                    << W << "x" << H << "x" << ch);
+             "Qwen2-VL image processor: expected an image of 1 to "
+                 << limits::kMaxImageSide << " pixels a side, 1 to 4 channels, got " << W << "x" << H << "x"
+                 << ch);
   const int64_t factor = config.patch_size * config.merge_size;
   // Planes [3, H, W]; gray replicated, alpha dropped (PIL's convert("RGB")).
   std::vector<uint8_t> planes(static_cast<size_t>(C * H * W));
   for (int64_t c = 0; c < C; ++c) {
     const int64_t from = ch < 3 ? 0 : c;
-    for (int64_t p = 0; p < H * W; ++p) planes[static_cast<size_t>(c * H * W + p)] = image.pixels[p * ch + from];
+    for (int64_t p = 0; p < H * W; ++p)
+      planes[static_cast<size_t>(c * H * W + p)] = image.pixels[p * ch + from];
   }
   int64_t h = H, w = W;
   if (config.do_resize) {
@@ -190,9 +192,10 @@ QwenVLImageInput qwen2_vl_preprocess(const Image& image, const Qwen2VLImageProce
     if (rh != h) planes = resample(planes, C, h, w, false, rh);
     h = rh;
   }
-  KILN_CHECK(h % factor == 0 && w % factor == 0,
-             "Qwen2-VL image processor: a " << w << "x" << h << " image (not resized) must have sides multiple of "
-                                            << factor << " (patch_size * merge_size)");
+  KILN_CHECK(h % factor == 0 && w % factor == 0, "Qwen2-VL image processor: a "
+                                                     << w << "x" << h
+                                                     << " image (not resized) must have sides multiple of "
+                                                     << factor << " (patch_size * merge_size)");
   // Rescale and normalise fused, in float32, as the torchvision backend: mean and std scaled by
   // 1 / rescale_factor first.
   std::vector<float> mean(3), std_(3);
@@ -241,15 +244,16 @@ std::string qwen2_vl_expand_image_tokens(const std::string& text, const std::vec
   std::string out;
   size_t from = 0, image = 0;
   for (size_t at = text.find(pad); at != std::string::npos; at = text.find(pad, from)) {
-    KILN_CHECK(image < grids.size(), "Qwen2-VL processor: the text has more " << pad << " tokens than the "
-                                                                              << grids.size() << " images given");
+    KILN_CHECK(image < grids.size(), "Qwen2-VL processor: the text has more "
+                                         << pad << " tokens than the " << grids.size() << " images given");
     out.append(text, from, at - from);
     const int64_t tokens = grids[image++].patches() / (merge_size * merge_size);
     for (int64_t k = 0; k < tokens; ++k) out += pad;
     from = at + pad.size();
   }
-  KILN_CHECK(image == grids.size(), "Qwen2-VL processor: the text has " << image << " " << pad << " tokens for "
-                                                                        << grids.size() << " images");
+  KILN_CHECK(image == grids.size(), "Qwen2-VL processor: the text has " << image << " " << pad
+                                                                        << " tokens for " << grids.size()
+                                                                        << " images");
   out.append(text, from, std::string::npos);
   return out;
 }

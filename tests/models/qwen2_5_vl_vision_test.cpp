@@ -1,6 +1,7 @@
 // Qwen2.5-VL reading images, as Qwen-Image-Edit encodes its prompt, against transformers on the tiny model of
-// tools/goldens/qwen2_5_vl_vision.py: the image processor (torchvision backend), the vision tower (windows and
-// full attention), and the language model with the image embeddings at the image tokens, 3-D positions or not.
+// tools/goldens/qwen2_5_vl_vision.py: the image processor (torchvision backend), the vision tower (windows
+// and full attention), and the language model with the image embeddings at the image tokens, 3-D positions or
+// not.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -126,12 +127,31 @@ TEST(Qwen2_5_VLVision, ProcessorThenTowerMatchesTransformers) {
                                             refs.tensor("image_embeds"), 1e-5));
 }
 
-TEST(Qwen2_5_VLVision, Bfloat16StaysClose) {
+// The whole bfloat16 call (vision tower, then the language model on its bf16 embeddings) against
+// transformers' own bfloat16 run, loaded as diffusers loads it (bf16 against float32 differs by 7% here:
+// widened weights). Every op rounds to 8 significant bits and the two do not round at exactly the same
+// places, so a few ulps accumulate: measured 0.9% for the tower, 1.6% for the language model given
+// transformers' embeddings, 2.8% for the chain; bounded at 2%, 3% and 5%.
+TEST(Qwen2_5_VLVision, Bfloat16MatchesTransformersBfloat16) {
+  auto refs = golden("edit");
+  const auto grids = grids_of(refs.tensor("image_grid_thw"));
   auto vision = models::load_qwen2_5_vl_vision(model_path("text_encoder"), bfloat16);
-  auto refs = golden("edit_plus");
-  const Tensor out = vision->forward(refs.tensor("pixel_values"), grids_of(refs.tensor("image_grid_thw")));
-  EXPECT_EQ(out.dtype(), bfloat16);
-  EXPECT_TRUE(testing::rel_max_error_within(out.to(float32), refs.tensor("image_embeds"), 0.05));
+  const Tensor embeds = vision->forward(refs.tensor("pixel_values"), grids);
+  EXPECT_EQ(embeds.dtype(), bfloat16);
+  EXPECT_TRUE(testing::rel_max_error_within(embeds.to(float32), refs.tensor("bf16_image_embeds"), 2e-2));
+  const auto config = models::DecoderTextEncoderConfig::from_file(model_path("text_encoder/config.json"));
+  auto encoder = models::load_decoder_text_encoder(model_path("text_encoder"), bfloat16, {3});
+  const auto images = models::multimodal_inputs(config, embeds, grids);
+  const auto states =
+      encoder->hidden_states(refs.tensor("input_ids"), refs.tensor("attention_mask"), {3}, &images);
+  EXPECT_EQ(states[0].dtype(), bfloat16);
+  EXPECT_TRUE(testing::rel_max_error_within(states[0].to(float32), refs.tensor("bf16_mrope_hidden_3"), 5e-2));
+  // The language model alone, from transformers' own bf16 image embeddings.
+  const auto same_inputs =
+      models::multimodal_inputs(config, refs.tensor("bf16_image_embeds").to(bfloat16), grids);
+  const auto exact =
+      encoder->hidden_states(refs.tensor("input_ids"), refs.tensor("attention_mask"), {3}, &same_inputs);
+  EXPECT_TRUE(testing::rel_max_error_within(exact[0].to(float32), refs.tensor("bf16_mrope_hidden_3"), 3e-2));
 }
 
 TEST(Qwen2_5_VLVision, StrictLoadingNamesTheTensor) {
@@ -181,11 +201,11 @@ TEST_P(Qwen2_5_VLLanguageGoldens, HiddenStatesMatchTransformersFloat32) {
   auto refs = golden(name);
   const auto config = models::DecoderTextEncoderConfig::from_file(model_path("text_encoder/config.json"));
   auto encoder = models::load_decoder_text_encoder(model_path("text_encoder"), float32, {0, 1, 3});
-  const auto images =
-      models::multimodal_inputs(config, refs.tensor("image_embeds"), grids_of(refs.tensor("image_grid_thw")), three_d);
+  const auto images = models::multimodal_inputs(config, refs.tensor("image_embeds"),
+                                                grids_of(refs.tensor("image_grid_thw")), three_d);
   if (three_d) {
-    const Tensor positions = models::DecoderTextEncoder::mrope_positions(refs.tensor("input_ids"),
-                                                                         refs.tensor("attention_mask"), images);
+    const Tensor positions = models::DecoderTextEncoder::mrope_positions(
+        refs.tensor("input_ids"), refs.tensor("attention_mask"), images);
     EXPECT_EQ(positions.to_vector<int64_t>(), refs.tensor("position_ids").contiguous().to_vector<int64_t>());
   }
   const auto states =
@@ -207,8 +227,10 @@ TEST(Qwen2_5_VLLanguage, VisionTowerThenLanguageModelMatchesTransformers) {
   auto vision = models::load_qwen2_5_vl_vision(model_path("text_encoder"), float32);
   auto encoder = models::load_decoder_text_encoder(model_path("text_encoder"), float32, {3});
   const auto grids = grids_of(refs.tensor("image_grid_thw"));
-  const auto images = models::multimodal_inputs(config, vision->forward(refs.tensor("pixel_values"), grids), grids);
-  const auto states = encoder->hidden_states(refs.tensor("input_ids"), refs.tensor("attention_mask"), {3}, &images);
+  const auto images =
+      models::multimodal_inputs(config, vision->forward(refs.tensor("pixel_values"), grids), grids);
+  const auto states =
+      encoder->hidden_states(refs.tensor("input_ids"), refs.tensor("attention_mask"), {3}, &images);
   EXPECT_TRUE(testing::rel_max_error_within(states[0], refs.tensor("mrope_hidden_3"), 1e-4));
 }
 
@@ -228,6 +250,26 @@ TEST(Qwen2_5_VLLanguage, MismatchedImagesAreClearErrors) {
   // The wrong width.
   auto narrow = models::multimodal_inputs(config, embeds.narrow(1, 0, 40), grids);
   EXPECT_THROW(encoder->hidden_states(ids, mask, {1}, &narrow), Error);
+}
+
+// The multimodal path through compile() (one program for the whole call) and compile_repeated_blocks() (one
+// per layer shape, the [B, 1, S, D] tables as inputs).
+TEST(Qwen2_5_VLLanguage, CompiledPathsMatch) {
+  auto refs = golden("edit");
+  const auto config = models::DecoderTextEncoderConfig::from_file(model_path("text_encoder/config.json"));
+  const auto images =
+      models::multimodal_inputs(config, refs.tensor("image_embeds"), grids_of(refs.tensor("image_grid_thw")));
+  const Tensor ids = refs.tensor("input_ids"), mask = refs.tensor("attention_mask");
+  for (int mode = 0; mode < 2; ++mode) {
+    auto encoder = models::load_decoder_text_encoder(model_path("text_encoder"), float32, {3});
+    if (mode == 0) encoder->compile({.fullgraph = true, .dynamic = false});
+    if (mode == 1) encoder->compile_repeated_blocks();
+    for (int call = 0; call < 2; ++call) {
+      const auto states = encoder->hidden_states(ids, mask, {3}, &images);
+      EXPECT_TRUE(testing::rel_max_error_within(states[0], refs.tensor("mrope_hidden_3"), 1e-4))
+          << "mode " << mode << " call " << call;
+    }
+  }
 }
 
 }  // namespace

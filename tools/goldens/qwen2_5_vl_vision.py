@@ -20,6 +20,7 @@ Outputs (committed; CI never runs this script):
       position_ids [3, 1, S] (get_rope_index), and the hidden states 0, 1 and 3 (3 = final-normed) twice:
       mrope_hidden_<k> with the 3-D positions (mm_token_type_ids given, as transformers 4 always did) and
       pipeline_hidden_<k> as diffusers 0.42.1 calls transformers 5 (no mm_token_type_ids: positions 0..S-1).
+      The edit case also holds bf16_image_embeds and bf16_mrope_hidden_3: the same call with the model in bfloat16.
       Metadata: the prompt text, the drop index.
 
 Usage: PYTHONPATH=<torchvision> python3 tools/goldens/qwen2_5_vl_vision.py (torch, transformers 5, torchvision,
@@ -103,7 +104,7 @@ def build():
 
 
 def main():
-    from transformers import AutoProcessor, Qwen2VLProcessor
+    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration, Qwen2VLProcessor
 
     qwen, processor = build()
     shutil.rmtree(MODEL, ignore_errors=True)
@@ -161,6 +162,18 @@ def main():
         for k in (0, 1, 3):
             t[f"mrope_hidden_{k}"] = mrope[k].float()
             t[f"pipeline_hidden_{k}"] = plain[k].float()
+        if name == "edit":
+            # The whole call in bfloat16 (the vision tower's embeddings too), loaded as diffusers loads a bf16
+            # pipeline (from_pretrained in bf16: the rotary inv_freq buffers stay float32, which .to(bf16) would
+            # round).
+            bf16 = Qwen2_5_VLForConditionalGeneration.from_pretrained(os.path.join(MODEL, "text_encoder"),
+                                                                      dtype=torch.bfloat16).eval()
+            with torch.no_grad():
+                t["bf16_image_embeds"] = torch.cat(
+                    bf16.model.get_image_features(inputs["pixel_values"], grid).pooler_output, 0).float()
+                t["bf16_mrope_hidden_3"] = bf16(
+                    input_ids=ids, attention_mask=mask, pixel_values=inputs["pixel_values"], image_grid_thw=grid,
+                    mm_token_type_ids=inputs["mm_token_type_ids"], output_hidden_states=True).hidden_states[3].float()
         save_file(t, os.path.join(GOLDENS, name + ".safetensors"), {"prompt": text, "drop_idx": json.dumps(DROP)})
         print(name, tuple(ids.shape), grid.tolist(), "image tokens", int((ids == qwen.config.image_token_id).sum()))
 

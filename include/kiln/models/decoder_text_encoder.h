@@ -3,10 +3,12 @@
 //    Small 3.x), text path only; the vision tower and projector are not loaded;
 //  - Qwen3ForCausalLM's Qwen3Model (FLUX.2 [klein], Z-Image): the same decoder with per-head RMSNorm on q and
 //  k;
-//  - the language model of Qwen2_5_VLForConditionalGeneration (Qwen-Image's Qwen2.5-VL-7B): biases on q, k and
+//  - the language model of Qwen2_5_VLForConditionalGeneration (Qwen-Image's Qwen2.5-VL-7B): biases on q, k
+//  and
 //    v; its multimodal RoPE is the default one for text alone. With images (Qwen-Image-Edit), the vision
-//    tower's embeddings (kiln/models/qwen2_5_vl_vision.h, run by the caller) replace the <|image_pad|> tokens'
-//    and the rotary frequencies split in mrope_section turn with each token's (time, row, column) position.
+//    tower's embeddings (kiln/models/qwen2_5_vl_vision.h, run by the caller) replace the <|image_pad|>
+//    tokens' and the rotary frequencies split in mrope_section turn with each token's (time, row, column)
+//    position.
 // Both: token embedding, then layers of pre-norm grouped-query self-attention (rotate-half RoPE at positions
 // 0..S-1, causal and key-padding mask) and a SwiGLU MLP, RMSNorm in the Llama style (normalised in float32,
 // rounded to the activation dtype, times the weight), no biases unless the config asks for them; a final
@@ -87,7 +89,8 @@ class DecoderTextEncoder : public nn::Module {
   // The same with images (Qwen2.5-VL only; null `images`: the text path above): the image tokens of `ids`
   // (every row's, in order) embedded by images->image_embeds, positions as images->multimodal_positions says.
   std::vector<Tensor> hidden_states(const Tensor& ids, const Tensor& attention_mask,
-                                    const std::vector<int64_t>& indices, const MultimodalInputs* images) const;
+                                    const std::vector<int64_t>& indices,
+                                    const MultimodalInputs* images) const;
 
   // The layers built; compile_repeated_blocks() compiles one program per layer shape, shared by every layer
   // (their weights bound as inputs).
@@ -103,7 +106,8 @@ class DecoderTextEncoder : public nn::Module {
   static std::pair<Tensor, Tensor> mrope_tables(const Tensor& positions, int64_t head_dim, double theta,
                                                 const std::vector<int64_t>& mrope_section);
   // transformers' get_rope_index for ids [B, S] and attention_mask [B, S]: positions [3, B, S] int64.
-  static Tensor mrope_positions(const Tensor& ids, const Tensor& attention_mask, const MultimodalInputs& images);
+  static Tensor mrope_positions(const Tensor& ids, const Tensor& attention_mask,
+                                const MultimodalInputs& images);
 
  private:
   struct Layer : nn::Module {
@@ -125,7 +129,8 @@ class DecoderTextEncoder : public nn::Module {
   std::vector<Tensor> forward_eager(const Tensor& ids, const Tensor& key_mask, const Tensor& cos,
                                     const Tensor& sin, const std::vector<int64_t>& indices,
                                     const Tensor& image_embeds = {}, const Tensor& scatter = {}) const;
-  void check_inputs(const Tensor& ids, const Tensor& attention_mask, const std::vector<int64_t>& indices) const;
+  void check_inputs(const Tensor& ids, const Tensor& attention_mask,
+                    const std::vector<int64_t>& indices) const;
   Tensor key_mask(const Tensor& attention_mask) const;
 
   DecoderTextEncoderConfig config_;

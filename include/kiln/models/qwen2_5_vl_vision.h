@@ -1,10 +1,11 @@
-// The vision tower of Qwen2.5-VL (transformers' Qwen2_5_VisionTransformerPretrainedModel), as Qwen-Image-Edit's
-// prompt encoding runs it on the input images: patches embedded by a matmul (the checkpoint's bias-free Conv3d
-// over temporal x patch x patch), 2-D rotary embeddings over each image's patch grid, pre-norm blocks (RMSNorm,
-// attention within windows of window_size pixels except the fullatt_block_indexes blocks, which attend over the
-// whole image; a SwiGLU MLP with biases), then the patch merger (RMSNorm, the spatial_merge_size^2 neighbouring
-// patches concatenated, Linear-GELU-Linear to out_hidden_size). The sequence runs in window order (groups of
-// merged patches) and the merged output is put back in the processor's order.
+// The vision tower of Qwen2.5-VL (transformers' Qwen2_5_VisionTransformerPretrainedModel), as
+// Qwen-Image-Edit's prompt encoding runs it on the input images: patches embedded by a matmul (the
+// checkpoint's bias-free Conv3d over temporal x patch x patch), 2-D rotary embeddings over each image's patch
+// grid, pre-norm blocks (RMSNorm, attention within windows of window_size pixels except the
+// fullatt_block_indexes blocks, which attend over the whole image; a SwiGLU MLP with biases), then the patch
+// merger (RMSNorm, the spatial_merge_size^2 neighbouring patches concatenated, Linear-GELU-Linear to
+// out_hidden_size). The sequence runs in window order (groups of merged patches) and the merged output is put
+// back in the processor's order.
 #pragma once
 
 #include <memory>
@@ -33,7 +34,8 @@ struct Qwen2_5_VLVisionConfig {
   // Values of one patch as the processor flattens it: in_channels * temporal_patch_size * patch_size^2.
   int64_t patch_values() const { return in_channels * temporal_patch_size * patch_size * patch_size; }
 
-  // The vision_config of a Qwen2_5_VLConfig (the text encoder's config.json, as transformers 4 or 5 wrote it).
+  // The vision_config of a Qwen2_5_VLConfig (the text encoder's config.json, as transformers 4 or 5 wrote
+  // it).
   static Qwen2_5_VLVisionConfig from_file(const std::string& config_json);
 };
 

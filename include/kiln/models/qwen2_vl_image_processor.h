@@ -1,10 +1,10 @@
-// transformers' Qwen2VLImageProcessor as Qwen-Image-Edit's processor/ folder loads it under transformers 5 with
-// torchvision installed (AutoImageProcessor's default backend): the image resized to a multiple of
-// patch_size * merge_size within [min_pixels, max_pixels] (smart_resize) with torchvision's antialiased bicubic
-// on 8-bit pixels (torch's fixed-point uint8 kernel: a horizontal then a vertical pass, each rounded to 8 bits),
-// rescaled and normalised in float32 ((x - mean * 255) / (std * 255), the fused form), then cut into patches
-// merge_size x merge_size at a time, each patch's values channel-major and repeated temporal_patch_size times
-// (a still image is a clip of identical frames).
+// transformers' Qwen2VLImageProcessor as Qwen-Image-Edit's processor/ folder loads it under transformers 5
+// with torchvision installed (AutoImageProcessor's default backend): the image resized to a multiple of
+// patch_size * merge_size within [min_pixels, max_pixels] (smart_resize) with torchvision's antialiased
+// bicubic on 8-bit pixels (torch's fixed-point uint8 kernel: a horizontal then a vertical pass, each rounded
+// to 8 bits), rescaled and normalised in float32 ((x - mean * 255) / (std * 255), the fused form), then cut
+// into patches merge_size x merge_size at a time, each patch's values channel-major and repeated
+// temporal_patch_size times (a still image is a clip of identical frames).
 #pragma once
 
 #include <string>
@@ -41,8 +41,8 @@ struct QwenVLImageInput {
   ImageGrid grid;       // t = 1
 };
 
-// transformers' smart_resize: the (height, width) an image is resized to. Throws when the aspect ratio is over
-// 200, as transformers does.
+// transformers' smart_resize: the (height, width) an image is resized to. Throws when the aspect ratio is
+// over 200, as transformers does.
 std::pair<int64_t, int64_t> qwen2_vl_smart_resize(int64_t height, int64_t width, int64_t factor,
                                                   int64_t min_pixels, int64_t max_pixels);
 
