@@ -47,11 +47,21 @@ double read_rope_theta(const io::JsonConfig& c, bool multimodal) {
 // Rotate-half RoPE as transformers applies it: in float32 one fused op; in bf16/f16 transformers casts the
 // tables to the activation dtype and rounds after each product and the sum (q * cos + rotate_half(q) * sin),
 // which the unfused ops reproduce.
+// Multimodal tables [B, 1, S, D] take the unfused ops in float32 too (the same products and sum).
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  if (x.dtype() == float32) return apply_rope(x, cos, sin, RopeStyle::RotateHalf);
+  if (x.dtype() == float32 && cos.dim() == 2) return apply_rope(x, cos, sin, RopeStyle::RotateHalf);
   const int64_t half = x.size(-1) / 2;
   const Tensor rotated = concat({neg(x.narrow(-1, half, half)), x.narrow(-1, 0, half)}, -1);
   return add(mul(x, cos.to(x.dtype())), mul(rotated, sin.to(x.dtype())));
+}
+
+// Qwen2.5-VL's mrope_section, from rope_parameters (transformers 5) or rope_scaling (transformers 4).
+std::vector<int64_t> read_mrope_section(const io::JsonConfig& c) {
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (c.has(key) && c.object(key).has("mrope_section"))
+      return c.object(key).get<std::vector<int64_t>>("mrope_section");
+  }
+  return {};
 }
 
 }  // namespace
@@ -125,6 +135,25 @@ DecoderTextEncoderConfig DecoderTextEncoderConfig::from_file(const std::string& 
                  << ": " << r.num_key_value_heads << " does not divide num_attention_heads "
                  << r.num_attention_heads);
   KILN_CHECK(r.head_dim % 2 == 0, c.where("head_dim") << ": RoPE needs an even head_dim, got " << r.head_dim);
+  if (r.family == DecoderFamily::Qwen2_5_VL) {
+    r.mrope_section = read_mrope_section(c);
+    int64_t total = 0;
+    for (int64_t v : r.mrope_section) {
+      KILN_CHECK(v >= 0 && v <= r.head_dim, c.where("mrope_section")
+                                                << ": " << v << " is not in 0..head_dim");
+      total += v;
+    }
+    KILN_CHECK(r.mrope_section.empty() || (r.mrope_section.size() == 3 && total == r.head_dim / 2),
+               c.where("mrope_section")
+                   << ": expected 3 sections summing to head_dim / 2 = " << r.head_dim / 2);
+    r.image_token_id = file.get_or<int64_t>("image_token_id", r.image_token_id);
+    if (file.has("vision_config")) {
+      r.spatial_merge_size = file.object("vision_config").get_or<int64_t>("spatial_merge_size", 2);
+      KILN_CHECK(r.spatial_merge_size > 0 && r.spatial_merge_size <= 64,
+                 file.where("vision_config.spatial_merge_size")
+                     << ": expected 1..64, got " << r.spatial_merge_size);
+    }
+  }
   return r;
 }
 
@@ -239,8 +268,8 @@ std::vector<nn::BlockList> DecoderTextEncoder::repeated_blocks() const {
   return {nn::block_list("layers", layers_)};
 }
 
-std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const Tensor& attention_mask,
-                                                      const std::vector<int64_t>& indices) const {
+void DecoderTextEncoder::check_inputs(const Tensor& ids, const Tensor& attention_mask,
+                                      const std::vector<int64_t>& indices) const {
   KILN_CHECK(ids.dim() == 2 && ids.dtype() == int64,
              "DecoderTextEncoder: expected int64 token ids [batch, seq], got "
                  << dtype_name(ids.dtype()) << " " << shape_str(ids.shape()));
@@ -262,32 +291,190 @@ std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const T
                                                        << id << " outside the vocabulary (0.."
                                                        << config_.vocab_size - 1 << ")");
   }
-  const int64_t B = ids.size(0), S = ids.size(1);
-  const auto [cos, sin] = rope_tables(S, config_.head_dim, config_.rope_theta);
+}
+
+Tensor DecoderTextEncoder::key_mask(const Tensor& attention_mask) const {
   // Keys with mask 0 are never attended: an additive -inf bias [B, 1, 1, S] beside the causal mask.
+  const int64_t B = attention_mask.size(0), S = attention_mask.size(1);
   std::vector<float> bias(static_cast<size_t>(B * S));
   const std::vector<int64_t> mask = attention_mask.contiguous().to(int64).to_vector<int64_t>();
   for (size_t i = 0; i < bias.size(); ++i)
     bias[i] = mask[i] != 0 ? 0.0f : -std::numeric_limits<float>::infinity();
-  const Tensor key_mask = Tensor::from_vector(bias, {B, 1, 1, S});
+  return Tensor::from_vector(bias, {B, 1, 1, S});
+}
 
+std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const Tensor& attention_mask,
+                                                      const std::vector<int64_t>& indices) const {
+  check_inputs(ids, attention_mask, indices);
+  const auto [cos, sin] = rope_tables(ids.size(1), config_.head_dim, config_.rope_theta);
   std::string key = "hidden_states";
   for (int64_t k : indices) key += " " + std::to_string(k);
   return call_compiled(
-      {on_weights_device(ids), on_weights_device(key_mask), on_weights_device(cos), on_weights_device(sin)},
+      {on_weights_device(ids), on_weights_device(key_mask(attention_mask)), on_weights_device(cos),
+       on_weights_device(sin)},
       [this, &indices](const std::vector<Tensor>& in) {
         return forward_eager(in[0], in[1], in[2], in[3], indices);
       },
       key);
 }
 
+std::vector<Tensor> DecoderTextEncoder::hidden_states(const Tensor& ids, const Tensor& attention_mask,
+                                                      const std::vector<int64_t>& indices,
+                                                      const MultimodalInputs* images) const {
+  if (images == nullptr) return hidden_states(ids, attention_mask, indices);
+  KILN_CHECK(config_.family == DecoderFamily::Qwen2_5_VL,
+             "DecoderTextEncoder: images are only read by Qwen2.5-VL's language model");
+  check_inputs(ids, attention_mask, indices);
+  const Tensor& embeds = images->image_embeds;
+  KILN_CHECK(embeds.dim() == 2 && embeds.size(1) == config_.hidden_size,
+             "DecoderTextEncoder: image_embeds " << shape_str(embeds.shape()) << " should be [M, "
+                                                 << config_.hidden_size << "]");
+  KILN_CHECK(images->spatial_merge_size > 0, "DecoderTextEncoder: spatial_merge_size must be positive");
+  int64_t expected = 0;
+  for (const ImageGrid& g : images->grids) {
+    KILN_CHECK(g.t > 0 && g.t <= 1024 && g.h > 0 && g.h <= limits::kMaxImageSide && g.w > 0 &&
+                   g.w <= limits::kMaxImageSide,
+               "DecoderTextEncoder: image grid (" << g.t << ", " << g.h << ", " << g.w << ") out of range");
+  }
+  for (const ImageGrid& g : images->grids)
+    expected += g.patches() / (images->spatial_merge_size * images->spatial_merge_size);
+  const int64_t B = ids.size(0), S = ids.size(1);
+  // The embeddings: row i of the token embeddings [B * S, hidden], or image embedding k for the k-th image
+  // token.
+  const std::vector<int64_t> id = ids.contiguous().to_vector<int64_t>();
+  std::vector<int64_t> scatter(id.size());
+  int64_t k = 0;
+  for (size_t i = 0; i < id.size(); ++i) {
+    scatter[i] = id[i] == images->image_token_id ? B * S + k++ : static_cast<int64_t>(i);
+  }
+  KILN_CHECK(k == embeds.size(0) && k == expected,
+             "DecoderTextEncoder: " << k << " image tokens (id " << images->image_token_id << ") for "
+                                    << embeds.size(0) << " image embeddings (the grids make " << expected
+                                    << ")");
+  Tensor cos, sin;
+  if (images->multimodal_positions) {
+    std::tie(cos, sin) = mrope_tables(mrope_positions(ids, attention_mask, *images), config_.head_dim,
+                                      config_.rope_theta, images->mrope_section);
+  } else {
+    std::tie(cos, sin) = rope_tables(S, config_.head_dim, config_.rope_theta);
+  }
+  std::string key =
+      images->multimodal_positions ? "multimodal 3-D hidden_states" : "multimodal hidden_states";
+  for (int64_t i : indices) key += " " + std::to_string(i);
+  return call_compiled(
+      {on_weights_device(ids), on_weights_device(key_mask(attention_mask)), on_weights_device(cos),
+       on_weights_device(sin), on_weights_device(embeds),
+       on_weights_device(Tensor::from_vector(scatter, {B * S}))},
+      [this, &indices](const std::vector<Tensor>& in) {
+        return forward_eager(in[0], in[1], in[2], in[3], indices, in[4], in[5]);
+      },
+      key);
+}
+
+Tensor DecoderTextEncoder::mrope_positions(const Tensor& ids, const Tensor& attention_mask,
+                                           const MultimodalInputs& images) {
+  const int64_t B = ids.size(0), S = ids.size(1), merge = images.spatial_merge_size;
+  const std::vector<int64_t> id = ids.contiguous().to_vector<int64_t>();
+  const std::vector<int64_t> mask = attention_mask.contiguous().to(int64).to_vector<int64_t>();
+  std::vector<int64_t> out(static_cast<size_t>(3 * B * S), 0);
+  auto at = [&](int64_t axis, int64_t b, int64_t s) -> int64_t& {
+    return out[static_cast<size_t>((axis * B + b) * S + s)];
+  };
+  size_t image = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    // The row's tokens (padding skipped) in runs of text and of image tokens; each image run is one image.
+    std::vector<int64_t> kept;
+    for (int64_t s = 0; s < S; ++s) {
+      if (mask[static_cast<size_t>(b * S + s)] != 0) kept.push_back(s);
+    }
+    int64_t current = 0;
+    for (size_t i = 0; i < kept.size();) {
+      const bool is_image = id[static_cast<size_t>(b * S + kept[i])] == images.image_token_id;
+      size_t end = i;
+      while (end < kept.size() &&
+             (id[static_cast<size_t>(b * S + kept[end])] == images.image_token_id) == is_image)
+        ++end;
+      if (!is_image) {
+        for (size_t j = i; j < end; ++j) {
+          for (int64_t axis = 0; axis < 3; ++axis)
+            at(axis, b, kept[j]) = current + static_cast<int64_t>(j - i);
+        }
+        current += static_cast<int64_t>(end - i);
+      } else {
+        KILN_CHECK(image < images.grids.size(), "DecoderTextEncoder: more runs of image tokens than the "
+                                                    << images.grids.size() << " image grids given");
+        const ImageGrid& g = images.grids[image++];
+        const int64_t gh = g.h / merge, gw = g.w / merge;
+        KILN_CHECK(static_cast<int64_t>(end - i) == g.t * gh * gw,
+                   "DecoderTextEncoder: image " << image - 1 << " has " << end - i << " tokens, its grid ("
+                                                << g.t << ", " << g.h << ", " << g.w << ") makes "
+                                                << g.t * gh * gw);
+        size_t j = i;
+        for (int64_t t = 0; t < g.t; ++t) {
+          for (int64_t y = 0; y < gh; ++y) {
+            for (int64_t x = 0; x < gw; ++x, ++j) {
+              at(0, b, kept[j]) = current + t;
+              at(1, b, kept[j]) = current + y;
+              at(2, b, kept[j]) = current + x;
+            }
+          }
+        }
+        current += std::max(gh, gw);
+      }
+      i = end;
+    }
+  }
+  return Tensor::from_vector(out, {3, B, S});
+}
+
+std::pair<Tensor, Tensor> DecoderTextEncoder::mrope_tables(const Tensor& positions, int64_t head_dim,
+                                                           double theta,
+                                                           const std::vector<int64_t>& mrope_section) {
+  const int64_t half = head_dim / 2, B = positions.size(1), S = positions.size(2);
+  int64_t total = 0;
+  for (int64_t v : mrope_section) total += v;
+  KILN_CHECK(mrope_section.size() == 3 && total == half,
+             "DecoderTextEncoder: mrope_section must have 3 sections summing to head_dim / 2 = " << half);
+  std::vector<int64_t> axis_of(static_cast<size_t>(half));
+  for (int64_t i = 0, axis = 0, end = mrope_section[0]; i < half; ++i) {
+    while (i >= end) end += mrope_section[static_cast<size_t>(++axis)];
+    axis_of[static_cast<size_t>(i)] = axis;
+  }
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv_freq[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(theta), exponent);
+  }
+  const std::vector<int64_t> pos = positions.contiguous().to_vector<int64_t>();
+  std::vector<float> cos(static_cast<size_t>(B * S * head_dim)), sin(cos.size());
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t axis = axis_of[static_cast<size_t>(i)];
+        const float p = static_cast<float>(pos[static_cast<size_t>((axis * B + b) * S + s)]);
+        const float angle = p * inv_freq[static_cast<size_t>(i)];
+        const size_t at = static_cast<size_t>((b * S + s) * head_dim + i);
+        cos[at] = cos[at + static_cast<size_t>(half)] = std::cos(angle);
+        sin[at] = sin[at + static_cast<size_t>(half)] = std::sin(angle);
+      }
+    }
+  }
+  return {Tensor::from_vector(cos, {B, 1, S, head_dim}), Tensor::from_vector(sin, {B, 1, S, head_dim})};
+}
+
 std::vector<Tensor> DecoderTextEncoder::forward_eager(const Tensor& ids, const Tensor& key_mask,
                                                       const Tensor& cos, const Tensor& sin,
-                                                      const std::vector<int64_t>& indices) const {
+                                                      const std::vector<int64_t>& indices,
+                                                      const Tensor& image_embeds,
+                                                      const Tensor& scatter) const {
   const int64_t L = config_.num_hidden_layers;
   const int64_t deepest = *std::max_element(indices.begin(), indices.end());
   std::vector<Tensor> states(static_cast<size_t>(L + 1));
   Tensor x = embed_tokens_(ids);
+  if (image_embeds.defined()) {
+    const int64_t B = x.size(0), S = x.size(1), D = x.size(2);
+    x = embedding(concat({x.reshape({B * S, D}), image_embeds.to(x.dtype())}, 0), scatter).reshape({B, S, D});
+  }
   states[0] = x;
   const int64_t run = std::min<int64_t>(deepest, num_layers_built());
   for (int64_t i = 0; i < run; ++i) {
@@ -299,6 +486,18 @@ std::vector<Tensor> DecoderTextEncoder::forward_eager(const Tensor& ids, const T
   out.reserve(indices.size());
   for (int64_t k : indices) out.push_back(states[static_cast<size_t>(k)]);
   return out;
+}
+
+MultimodalInputs multimodal_inputs(const DecoderTextEncoderConfig& config, const Tensor& image_embeds,
+                                   const std::vector<ImageGrid>& grids, bool multimodal_positions) {
+  MultimodalInputs r;
+  r.image_embeds = image_embeds;
+  r.grids = grids;
+  r.image_token_id = config.image_token_id;
+  r.spatial_merge_size = config.spatial_merge_size;
+  r.mrope_section = config.mrope_section;
+  r.multimodal_positions = multimodal_positions;
+  return r;
 }
 
 DecoderLayersNeeded decoder_layers_needed(const DecoderTextEncoderConfig& config,
