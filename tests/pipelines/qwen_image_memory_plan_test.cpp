@@ -83,9 +83,10 @@ TEST(QwenImageMemoryPlan, BudgetsBelowTheWeightsOffloadAndKeepTheImage) {
     EXPECT_EQ(pipe(guided_call()).images[0].pixels, resident) << plan.describe();
   }
 
-  // Groups of blocks, what a budget picks for the real 60-block transformer (docs/qwen_image.md, "Measured"):
-  // the tiny one's two blocks, one group each with the next brought in while one runs, hold all of it, so no
-  // budget plans them here; asked for, they stream the dual-stream blocks and keep the image.
+  // Groups of blocks, what a budget under a real-width transformer picks (docs/qwen_image.md, "Measured": 8
+  // blocks of width 3072 under 4 GiB stream in groups of 3): the tiny one's two blocks, one group each with
+  // the next brought in while one runs, hold all of it, so no budget plans them here; asked for, they stream
+  // the dual-stream blocks and keep the image.
   auto pipe = load();
   pipe.enable_group_offload({.blocks_per_group = 1, .prefetch = true});
   EXPECT_EQ(pipe(guided_call()).images[0].pixels, resident);
