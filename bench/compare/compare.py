@@ -10,6 +10,11 @@ cut-down depth where said):
         dual attention), classifier-free guidance as one batch of 2, 333 text tokens (77 CLIP + 256 T5)
   zimage ZImageTransformer2DModel, Z-Image-Turbo config (width 3840, 30 heads), --zimage-layers main layers (default
         2) after one noise and one context refiner block, a 160-token caption of Qwen3's 2560 (padded to 160)
+  qwenimage QwenImageTransformer2DModel at its defaults (Qwen-Image: width 3072, 24 heads of 128), --qwenimage-layers
+        dual-stream blocks (default 2) of the real 60, 200 text tokens of Qwen2.5-VL's 3584 (no padding, no mask);
+        one call of the transformer (QwenImagePipeline with true classifier-free guidance makes two a step, the
+        prompt's and the negative prompt's, each this shape). As for sdxl, a line below the table extrapolates
+        each engine's call to the 60 blocks by FLOPs (an estimate).
   t5    T5EncoderModel, T5 v1.1 XXL config, --t5-layers layers (default 2), --t5-tokens tokens (default 512)
   sd15  UNet2DConditionModel, Stable Diffusion 1.5's config (block_out_channels 320/640/1280/1280, 8 heads,
         cross-attention 768) at its full depth (860 M parameters), a guided batch of 2, 77 text tokens
@@ -156,7 +161,8 @@ def unet_config(args, model):
 
 def case_dir(args, model):
     depth = {"flux": f"{args.flux_layers}+{args.flux_layers}", "flux2": f"{args.flux2_layers}+{args.flux2_layers}",
-             "sd3": str(args.sd3_layers), "t5": str(args.t5_layers), "zimage": f"1+{args.zimage_layers}"}
+             "sd3": str(args.sd3_layers), "t5": str(args.t5_layers), "zimage": f"1+{args.zimage_layers}",
+             "qwenimage": str(args.qwenimage_layers)}
     if model in UNETS:
         name = "sd15" if model == "sd15" else f"sdxl-1+2+{sdxl_layers(args, model)}"
         return os.path.join(os.path.expanduser(args.cache), name + ("-tiny" if args.tiny else ""))
@@ -196,6 +202,10 @@ def make_checkpoint(args, model, folder):
             config = {k: v for k, v in json.load(f)["transformer_config"].items() if not k.startswith("_")}
         config.update(n_layers=args.zimage_layers, n_refiner_layers=1)
         net = ZImageTransformer2DModel(**config)
+    elif model == "qwenimage":
+        from diffusers import QwenImageTransformer2DModel
+
+        net = QwenImageTransformer2DModel(num_layers=args.qwenimage_layers)  # the defaults are Qwen-Image's
     elif model in UNETS:
         from diffusers import UNet2DConditionModel
 
@@ -288,6 +298,15 @@ def make_inputs(args, model, folder, size):
             "cap_feats": torch.randn(160, 2560, generator=g, dtype=bf16),
             "t": torch.full([1], 0.0, dtype=torch.float32),
         }
+    elif model == "qwenimage":
+        # QwenImagePipeline's call: the packed latents (a grid of 2x2 patches of 16 channels), the prompt's
+        # Qwen2.5-VL features, t / 1000 of the first step in the latents' dtype; img_shapes follow from the size.
+        grid = size // 16
+        t = {
+            "hidden_states": torch.randn(1, grid * grid, 64, generator=g, dtype=bf16),
+            "encoder_hidden_states": torch.randn(1, 200, 3584, generator=g, dtype=bf16),
+            "timestep": torch.full([1], 1.0, dtype=bf16),
+        }
     else:
         t = {"input_ids": torch.randint(0, 32128, (1, size), generator=g, dtype=torch.int64)}
     save_file(t, path + ".tmp")
@@ -313,6 +332,8 @@ def torch_worker(args):
         from diffusers import SD3Transformer2DModel as Cls
     elif args.model == "zimage":
         from diffusers import ZImageTransformer2DModel as Cls
+    elif args.model == "qwenimage":
+        from diffusers import QwenImageTransformer2DModel as Cls
     elif args.model in UNETS:
         from diffusers import UNet2DConditionModel as Cls
     else:
@@ -327,6 +348,12 @@ def torch_worker(args):
     elif args.model == "zimage":
         def call(m):
             return m([inputs["x"]], inputs["t"], [inputs["cap_feats"]], return_dict=False)[0][0]
+    elif args.model == "qwenimage":
+        grid = round(inputs["hidden_states"].shape[1] ** 0.5)
+
+        def call(m):
+            return m(inputs["hidden_states"], inputs["encoder_hidden_states"], None, inputs["timestep"],
+                     img_shapes=[[(1, grid, grid)]], return_dict=False)[0]
     elif args.model in UNETS:
         added = {k: inputs[k] for k in ("text_embeds", "time_ids") if k in inputs} or None
 
@@ -422,6 +449,7 @@ def main():
     ap.add_argument("--flux2-layers", type=int, default=1)
     ap.add_argument("--sd3-layers", type=int, default=2)
     ap.add_argument("--zimage-layers", type=int, default=2)
+    ap.add_argument("--qwenimage-layers", type=int, default=2, help="qwenimage: dual-stream blocks (the real 60)")
     ap.add_argument("--t5-layers", type=int, default=2)
     ap.add_argument("--t5-tokens", type=int, default=512)
     ap.add_argument("--sdxl-layers", type=int, default=2,
@@ -471,8 +499,9 @@ def main():
 
     cases = []
     for model in args.models.split(","):
-        if model not in ("flux", "flux2", "sd3", "zimage", "t5") + UNETS:
-            sys.exit(f"compare.py: unknown model '{model}' (flux, flux2, sd3, zimage, t5, {', '.join(UNETS)})")
+        if model not in ("flux", "flux2", "sd3", "zimage", "qwenimage", "t5") + UNETS:
+            sys.exit(f"compare.py: unknown model '{model}' (flux, flux2, sd3, zimage, qwenimage, t5, "
+                     f"{', '.join(UNETS)})")
         if args.tiny and not missing and model not in UNETS:
             sys.exit(f"compare.py: --tiny makes checkpoints for {', '.join(UNETS)} only, not {model} (its tiny "
                      f"model runs without PyTorch: --no-torch --tiny)")
@@ -493,7 +522,7 @@ def main():
         if args.prepare_only and missing:
             sys.exit(f"compare.py: --prepare-only needs PyTorch ({missing})")
         layers = {"flux": args.flux_layers, "flux2": args.flux2_layers, "sd3": args.sd3_layers,
-                  "t5": args.t5_layers, "zimage": args.zimage_layers, "sd15": 0,
+                  "t5": args.t5_layers, "zimage": args.zimage_layers, "qwenimage": args.qwenimage_layers, "sd15": 0,
                   "sdxl": args.sdxl_layers, "sdxl-full": 10}[model]
         torch_res, failed = {}, []
         if not missing:
@@ -557,8 +586,9 @@ def main():
         if full and full == full:
             est = [f"{e} {m} ~{r['median_s'] * full / flops:.2f} s"
                    for e, res in (("torch", torch_res), ("kiln", kiln_res)) for m, r in res.items()]
-            extrapolated.append(f"{label}: cut to {layers} of SDXL's 10 transformer blocks at the deepest level and in "
-                                f"the middle; {flops / 1e9:.4g} of the real depth's {full / 1e9:.4g} GFLOP a step. "
+            cut = (f"cut to {layers} of Qwen-Image's 60 dual-stream blocks" if model == "qwenimage" else
+                   f"cut to {layers} of SDXL's 10 transformer blocks at the deepest level and in the middle")
+            extrapolated.append(f"{label}: {cut}; {flops / 1e9:.4g} of the real depth's {full / 1e9:.4g} GFLOP a step. "
                                 f"Estimated full-depth step (x{full / flops:.2f}, at the cut model's FLOP rate): "
                                 + ", ".join(est))
         if first:

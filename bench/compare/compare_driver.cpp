@@ -9,14 +9,17 @@
 //   PyTorch's output for the same inputs ("expected"), the max relative error max|kiln - torch| / max|torch|.
 //
 // Usage:
-//   bench_compare_driver --model flux|flux2|sd3|zimage|t5|sd15|sdxl
+//   bench_compare_driver --model flux|flux2|sd3|zimage|qwenimage|t5|sd15|sdxl
 //                        [--mode eager|fuse|compile|compile-blocks] [--steps N]
 //                        (--checkpoint DIR [--inputs FILE] | --random [--size PX] [--layers N] [--tiny])
 //                        [--matmul-reps N (0 = skip the matmul timing)]
-// --size is the image side in pixels for flux, flux2, sd3, zimage, sd15 and sdxl (512, 1024) and the token
-// count for t5.
-// zimage is Z-Image-Turbo-shaped (width 3840, 30 heads, a 160-token caption of 2560): --layers main layers
-// (default 2) after one noise and one context refiner block.
+// --size is the image side in pixels for flux, flux2, sd3, zimage, qwenimage, sd15 and sdxl (512, 1024) and
+// the token count for t5. zimage is Z-Image-Turbo-shaped (width 3840, 30 heads, a 160-token caption of 2560):
+// --layers main layers (default 2) after one noise and one context refiner block. qwenimage is
+// Qwen-Image-shaped (QwenImageTransformer2DModel's defaults: width 3072, 24 heads of 128, 200 text tokens of
+// Qwen2.5-VL's 3584, every token valid): --layers dual-stream blocks (default 2) of the real 60, and the
+// FLOPs of the full depth are reported too. One call of the transformer: with true classifier-free guidance,
+// QwenImagePipeline's step is two such calls (the prompt's and the negative prompt's).
 // --layers: flux and flux2 double and single blocks each (default 1), sd3 blocks (default 2; block 0 has the
 // dual attention), t5 layers (default 2). flux2 is FLUX.2-dev-shaped (width 6144, 48 heads, 512 text tokens
 // of 15360). sd15 is Stable Diffusion 1.5's UNet2DConditionModel at its full depth; sdxl is SDXL base's with
@@ -48,6 +51,7 @@
 #include "../bench_util.h"
 #include "../bf16_ceiling.h"
 #include "backends/cpu/cpu_features.h"
+#include "kiln/families/qwen_image/qwen_image_transformer.h"
 #include "kiln/families/stable_diffusion/unet_2d_condition.h"
 #include "kiln/families/z_image/z_image_transformer.h"
 #include "kiln/io/safetensors.h"
@@ -73,12 +77,12 @@ struct Options {
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(
-      stderr,
-      "bench_compare_driver: %s\nusage: bench_compare_driver --model flux|flux2|sd3|zimage|t5|sd15|sdxl "
-      "[--mode eager|fuse|compile|compile-blocks] [--steps N] (--checkpoint DIR [--inputs FILE] | "
-      "--random [--size PX] [--layers N] [--tiny]) [--matmul-reps N]\n",
-      why.c_str());
+  std::fprintf(stderr,
+               "bench_compare_driver: %s\nusage: bench_compare_driver --model "
+               "flux|flux2|sd3|zimage|qwenimage|t5|sd15|sdxl "
+               "[--mode eager|fuse|compile|compile-blocks] [--steps N] (--checkpoint DIR [--inputs FILE] | "
+               "--random [--size PX] [--layers N] [--tiny]) [--matmul-reps N]\n",
+               why.c_str());
   std::exit(2);
 }
 
@@ -123,9 +127,9 @@ Options parse(int argc, char** argv) {
     else
       usage("unknown argument '" + a + "'");
   }
-  if (o.model != "flux" && o.model != "flux2" && o.model != "sd3" && o.model != "zimage" && o.model != "t5" &&
-      o.model != "sd15" && o.model != "sdxl")
-    usage("--model must be flux, flux2, sd3, zimage, t5, sd15 or sdxl");
+  if (o.model != "flux" && o.model != "flux2" && o.model != "sd3" && o.model != "zimage" &&
+      o.model != "qwenimage" && o.model != "t5" && o.model != "sd15" && o.model != "sdxl")
+    usage("--model must be flux, flux2, sd3, zimage, qwenimage, t5, sd15 or sdxl");
   if (o.mode != "eager" && o.mode != "fuse" && o.mode != "compile" && o.mode != "compile-blocks")
     usage("--mode must be eager, fuse, compile or compile-blocks");
   if (o.random == !o.checkpoint.empty()) usage("give exactly one of --checkpoint DIR and --random");
@@ -302,7 +306,7 @@ struct Case {
   std::function<kiln::Tensor()> step;
   Workload work;
   std::optional<kiln::Tensor> expected;
-  double full_depth_flops = NAN;  // a cut model's FLOPs per step at its real depth (sdxl)
+  double full_depth_flops = NAN;  // a cut model's FLOPs per step at its real depth (sdxl, qwenimage)
 };
 
 // The inputs file written by compare.py: named input tensors and, optionally, PyTorch's output.
@@ -588,6 +592,76 @@ Case z_image_case(const Options& o, const InputFile& in) {
   return out;
 }
 
+// Qwen-Image: every dual-stream block's image and text streams each have q, k, v and an output projection
+// (d x d) and a GELU feed-forward (d x 4d, 4d x d) over their own rows, and one joint attention over both;
+// img_in, txt_in and proj_out. The modulations (d x 6d per stream) act on one row and are left out.
+Workload qwen_image_workload(const kiln::models::QwenImageTransformerConfig& c, int64_t batch, int64_t n,
+                             int64_t l) {
+  const int64_t d = c.inner_dim(), f = 4 * d, s = n + l, b = batch, k = c.num_layers;
+  const int64_t out = c.patch_size * c.patch_size * c.out_channels;
+  Workload w;
+  w.linears = {{b * n, c.in_channels, d, 1}, {b * l, c.joint_attention_dim, d, 1}, {b * n, d, out, 1}};
+  for (const int64_t rows : {b * n, b * l})
+    w.linears.insert(w.linears.end(), {{rows, d, d, 4 * k}, {rows, d, f, k}, {rows, f, d, k}});
+  w.attention_flops = 4.0 * b * s * s * d * k;
+  return w;
+}
+
+Case qwen_image_case(const Options& o, const InputFile& in) {
+  using kiln::bfloat16;
+  std::unique_ptr<kiln::models::QwenImageTransformer2DModel> model;
+  kiln::Tensor hidden, text, t;
+  int64_t grid = o.size / 16;
+  if (o.random) {
+    kiln::models::QwenImageTransformerConfig c;  // diffusers' defaults are Qwen-Image's widths
+    c.num_layers = o.layers > 0 ? o.layers : 2;
+    if (o.tiny) {
+      c.num_attention_heads = 2;
+      c.attention_head_dim = 32;
+      c.axes_dims_rope = {8, 12, 12};
+      c.joint_attention_dim = 48;
+    }
+    model = std::make_unique<kiln::models::QwenImageTransformer2DModel>(c);
+    kiln::nn::LoadOptions load;
+    load.dtype = bfloat16;
+    model->load_weights(kiln::bench::RandomWeights(*model, bfloat16), load);
+    kiln::Generator gen(0);
+    hidden = kiln::bench::random({1, grid * grid, c.in_channels}, bfloat16, gen, 1.0);
+    text = kiln::bench::random({1, o.tiny ? 8 : 200, c.joint_attention_dim}, bfloat16, gen, 1.0);
+    t = kiln::Tensor::full({1}, 1.0, bfloat16);
+  } else {
+    model = kiln::models::load_qwen_image_transformer(o.checkpoint, bfloat16);
+    hidden = in.get("hidden_states");
+    text = in.get("encoder_hidden_states");
+    t = in.get("timestep");
+    grid = static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(hidden.shape()[1]))));
+    KILN_CHECK(grid * grid == hidden.shape()[1],
+               "bench_compare_driver: qwenimage's inputs must be a square "
+               "grid of patches, got "
+                   << hidden.shape()[1] << " image tokens");
+  }
+  const auto& c = model->config();
+  const int64_t n = hidden.shape()[1], l = text.shape()[1];
+  Case out;
+  out.work = qwen_image_workload(c, hidden.shape()[0], n, l);
+  std::ostringstream d;
+  d << "qwenimage " << c.num_layers << " blocks, width " << c.inner_dim() << ", " << n << " image + " << l
+    << " text tokens, one call";
+  if (c.inner_dim() == 3072 && c.num_layers != 60) {
+    auto full = c;
+    full.num_layers = 60;
+    const Workload real = qwen_image_workload(full, hidden.shape()[0], n, l);
+    out.full_depth_flops = real.linear_flops() + real.attention_flops;
+    d << " (cut from Qwen-Image's 60)";
+  }
+  out.work.description = d.str();
+  auto* m = model.get();
+  const std::vector<kiln::models::QwenImageShape> shapes = {{.frames = 1, .height = grid, .width = grid}};
+  out.step = [=] { return m->forward(hidden, text, kiln::Tensor(), t, shapes); };
+  out.model = std::move(model);
+  return out;
+}
+
 // UNet2DConditionModel (diffusers' block layout, the one the SD 1.x/2.x and SDXL checkpoints use). Its
 // convolutions count as the matmuls they are: a k x k convolution from cin to cout channels over P output
 // pixels is a Linear of P rows, k k cin inputs and cout outputs. Per level of the down path: ResNet blocks
@@ -790,12 +864,13 @@ int run(const Options& o) {
     if (o.inputs.empty()) usage("--checkpoint needs --inputs FILE (written by compare.py)");
     in.file = std::make_unique<kiln::io::SafetensorsFile>(o.inputs);
   }
-  Case c = o.model == "flux"     ? flux_case(o, in)
-           : o.model == "flux2"  ? flux2_case(o, in)
-           : o.model == "sd3"    ? sd3_case(o, in)
-           : o.model == "zimage" ? z_image_case(o, in)
-           : o.model == "t5"     ? t5_case(o, in)
-                                 : unet_case(o, in);
+  Case c = o.model == "flux"        ? flux_case(o, in)
+           : o.model == "flux2"     ? flux2_case(o, in)
+           : o.model == "sd3"       ? sd3_case(o, in)
+           : o.model == "zimage"    ? z_image_case(o, in)
+           : o.model == "qwenimage" ? qwen_image_case(o, in)
+           : o.model == "t5"        ? t5_case(o, in)
+                                    : unet_case(o, in);
   c.expected = in.expected();
   const double weight_bytes = static_cast<double>(c.model->parameter_bytes(kiln::bfloat16));
 
