@@ -3,6 +3,7 @@
 // the image's 2 x 2 patches and Qwen2.5-VL's text features, a causal 3-D VAE over a single frame.
 #include "families/family_helpers.h"
 #include "kiln/families/qwen_image/autoencoder_kl_qwen_image.h"
+#include "kiln/families/qwen_image/qwen_image_edit_pipeline.h"
 #include "kiln/families/qwen_image/qwen_image_pipeline.h"
 #include "kiln/families/qwen_image/qwen_image_transformer.h"
 
@@ -87,6 +88,12 @@ Family family() {
        .loads_folders_of = others("QwenImageInpaintPipeline"),
        .load = load_pipeline<QwenImageInpaintPipeline>,
        .from_pipe = pipe_from<QwenImageInpaintPipeline, QwenImagePipeline>},
+      // Its own checkpoint (Qwen-Image-Edit: another transformer, the processor); the image as context.
+      {.name = "QwenImageEditPipeline",
+       .task = Task::ImageEditing,
+       .fields = joined_fields({text_to_image, {"image"}}),
+       .splittable_components = splittable,
+       .load = load_pipeline<QwenImageEditPipeline>},
   };
   // diffusers' QwenImageLoraLoaderMixin: the transformer only.
   descriptor.lora = lora::LoraFamily{

@@ -10,6 +10,8 @@
 #include "kiln/families/qwen_image/qwen_image_transformer.h"
 #include "kiln/models/decoder_text_encoder.h"
 #include "kiln/models/flux_transformer.h"
+#include "kiln/models/qwen2_5_vl_vision.h"
+#include "kiln/models/qwen2_vl_image_processor.h"
 #include "kiln/ops.h"
 #include "kiln/pipelines/activation_estimate.h"
 #include "kiln/pipelines/pipeline_registry.h"
@@ -82,10 +84,14 @@ PipelineDefaults QwenImageInpaintPipeline::family_defaults() const {
 
 void QwenImagePipeline::load(QwenImagePipeline& pipe, const std::string& model,
                              const PipelineLoadOptions& options, const char* pipeline_class) {
-  pipelines::PipelineFolder folder(
-      model, options, pipeline_class,
-      {"QwenImagePipeline", "QwenImageImg2ImgPipeline", "QwenImageInpaintPipeline"});
-  folder.set_component_count(5);
+  // The editing class reads its own folders (Qwen-Image-Edit: the processor and Qwen2.5-VL's vision tower
+  // beside the rest); the others each other's.
+  const bool edits = std::string(pipeline_class) == "QwenImageEditPipeline";
+  const std::initializer_list<const char*> siblings = {"QwenImagePipeline", "QwenImageImg2ImgPipeline",
+                                                       "QwenImageInpaintPipeline"};
+  pipelines::PipelineFolder folder(model, options, pipeline_class,
+                                   edits ? std::initializer_list<const char*>{} : siblings);
+  folder.set_component_count(edits ? 6 : 5);
   pipe.path_ = folder.path();
   pipe.name_ = model;
   pipe.dtype_ = options.dtype;
@@ -110,6 +116,16 @@ void QwenImagePipeline::load(QwenImagePipeline& pipe, const std::string& model,
       models::load_decoder_text_encoder(text_encoder, options.dtype, {text_config.num_hidden_layers},
                                         options.tensor_parallel_for("text_encoder", splittable));
   done("text_encoder");
+  if (edits) {
+    pipe.processor_ = std::make_shared<models::Qwen2VLImageProcessorConfig>(
+        models::Qwen2VLImageProcessorConfig::from_folder(folder.need("processor", {"Qwen2VLProcessor"})));
+    pipe.vision_ = models::load_qwen2_5_vl_vision(text_encoder, options.dtype);
+    KILN_CHECK(
+        pipe.vision_->config().out_hidden_size == text_config.hidden_size,
+        text_encoder << ": the vision tower's out_hidden_size " << pipe.vision_->config().out_hidden_size
+                     << " does not match the language model's hidden_size " << text_config.hidden_size);
+    done("processor");
+  }
   if (options.transformer_file.empty()) {
     pipe.transformer_ = models::load_qwen_image_transformer(
         folder.need("transformer", {"QwenImageTransformer2DModel"}), options.dtype,
@@ -151,31 +167,29 @@ std::vector<int64_t> QwenImagePipeline::tokenize(const std::string& prompt) cons
   return tokenizer_->encode(template_prompt(prompt), options).ids;
 }
 
-std::pair<Tensor, Tensor> QwenImagePipeline::encode_prompt(const std::vector<std::string>& prompts, int n,
-                                                           int64_t max_sequence_length) const {
+Tensor QwenImagePipeline::prompt_features(const std::vector<int64_t>& ids, int64_t drop,
+                                          int64_t max_sequence_length,
+                                          const models::MultimodalInputs* images) const {
+  const auto length = static_cast<int64_t>(ids.size());
+  KILN_CHECK(length > drop, class_name() << ": the templated prompt has " << length
+                                         << " tokens, no more than the template's first " << drop
+                                         << " that are dropped");
+  if (length - drop > max_sequence_length)
+    warn("the prompt is longer than max_sequence_length (" + std::to_string(max_sequence_length) +
+         " tokens) and was truncated");
   // Each prompt alone: its padding would sit on the right under a causal mask, so its own tokens give the
   // states diffusers' padded batch gives them.
-  std::vector<Tensor> features;
+  const Tensor states =
+      text_encoder_
+          ->hidden_states(Tensor::from_vector(ids, {1, length}), Tensor::full({1, length}, 1.0, int64),
+                          {text_encoder_->config().num_hidden_layers}, images)[0]
+          .select(0, 0);
+  return states.narrow(0, drop, std::min(length - drop, max_sequence_length));
+}
+
+std::pair<Tensor, Tensor> QwenImagePipeline::batched_features(const std::vector<Tensor>& features, int n) {
   int64_t longest = 0;
-  for (const std::string& prompt : prompts) {
-    const std::vector<int64_t> ids = tokenize(prompt);
-    const auto length = static_cast<int64_t>(ids.size());
-    KILN_CHECK(length > kTemplateTokens, class_name() << ": the templated prompt has " << length
-                                                      << " tokens, no more than the template's first "
-                                                      << kTemplateTokens << " that are dropped");
-    if (length - kTemplateTokens > max_sequence_length)
-      warn("the prompt is longer than max_sequence_length (" + std::to_string(max_sequence_length) +
-           " tokens) and was truncated");
-    const Tensor states =
-        text_encoder_
-            ->hidden_states(Tensor::from_vector(ids, {1, length}), Tensor::full({1, length}, 1.0, int64),
-                            {text_encoder_->config().num_hidden_layers})[0]
-            .select(0, 0);
-    const int64_t kept = std::min(length - kTemplateTokens, max_sequence_length);
-    features.push_back(states.narrow(0, kTemplateTokens, kept));
-    longest = std::max(longest, kept);
-  }
-  // Zero-padded to the longest, with a mask when any prompt is shorter; each prompt's row n times.
+  for (const Tensor& f : features) longest = std::max(longest, f.size(0));
   std::vector<Tensor> rows;
   std::vector<int64_t> mask;
   bool padded = false;
@@ -195,6 +209,34 @@ std::pair<Tensor, Tensor> QwenImagePipeline::encode_prompt(const std::vector<std
   return {concat(rows, 0), padded ? Tensor::from_vector(mask, {batch, longest}) : Tensor()};
 }
 
+std::pair<Tensor, Tensor> QwenImagePipeline::encode_prompt(const std::vector<std::string>& prompts, int n,
+                                                           int64_t max_sequence_length) const {
+  std::vector<Tensor> features;
+  for (const std::string& prompt : prompts)
+    features.push_back(prompt_features(tokenize(prompt), kTemplateTokens, max_sequence_length));
+  return batched_features(features, n);
+}
+
+QwenImagePipeline::CallText QwenImagePipeline::encode_call(
+    const PipelineRequest& request,
+    const std::function<std::pair<Tensor, Tensor>(const std::vector<std::string>&)>& encode) const {
+  if (request.guidance_scale)
+    warn(std::string(class_name()) +
+         ": guidance_scale is ignored (the transformer is not guidance-distilled; true_cfg_scale with a "
+         "negative_prompt guides), as in diffusers");
+  const qwen_image::TrueCfg cfg = qwen_image::true_cfg_of(class_name(), request);
+  CallText text{.true_cfg = cfg.enabled, .true_cfg_scale = cfg.scale};
+  const std::vector<std::string> prompts = pipelines::prompt_list(request);
+  std::tie(text.embeds, text.mask) = encode(prompts);
+  if (cfg.enabled) {
+    std::vector<std::string> negatives;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      negatives.push_back(pipelines::negative_prompt_of(request, i).value_or(""));
+    std::tie(text.negative_embeds, text.negative_mask) = encode(negatives);
+  }
+  return text;
+}
+
 void QwenImagePipeline::check_loaded_request(const PipelineRequest& request) const {
   const char* name = class_name();
   const int64_t multiple = vae_->config().scale_factor() * 2;
@@ -210,33 +252,28 @@ void QwenImagePipeline::check_loaded_request(const PipelineRequest& request) con
 }
 
 PipelineOutput QwenImagePipeline::run(const PipelineRequest& request, const pipelines::CallControl& control) {
-  const int64_t multiple = vae_->config().scale_factor() * 2;
   const pipelines::ResolvedRequest call = pipelines::resolve(request, defaults());
-  const int n = request.num_images_per_prompt;
-  const std::vector<std::string> prompts = pipelines::prompt_list(request);
-  if (request.guidance_scale)
-    warn(std::string(class_name()) +
-         ": guidance_scale is ignored (the transformer is not guidance-distilled; true_cfg_scale with a "
-         "negative_prompt guides), as in diffusers");
-  // encode: the prompts, and with true CFG the negative ones (one per prompt).
-  const qwen_image::TrueCfg cfg = qwen_image::true_cfg_of(class_name(), request);
-  const auto [prompt_embeds, prompt_mask] = encode_prompt(prompts, n, call.max_sequence_length);
-  Tensor negative_embeds, negative_mask;
-  if (cfg.enabled) {
-    std::vector<std::string> negatives;
-    for (size_t i = 0; i < prompts.size(); ++i)
-      negatives.push_back(pipelines::negative_prompt_of(request, i).value_or(""));
-    std::tie(negative_embeds, negative_mask) = encode_prompt(negatives, n, call.max_sequence_length);
-  }
-  release_after_use({{"text_encoder", text_encoder_.get()}});
+  const CallText text = encode_call(request, [&](const std::vector<std::string>& prompts) {
+    return encode_prompt(prompts, request.num_images_per_prompt, call.max_sequence_length);
+  });
+  return denoise(request, call, text, Tensor(), std::nullopt, control);
+}
 
+PipelineOutput QwenImagePipeline::denoise(const PipelineRequest& request,
+                                          const pipelines::ResolvedRequest& call, const CallText& text,
+                                          const Tensor& context,
+                                          const std::optional<models::QwenImageShape>& context_shape,
+                                          const pipelines::CallControl& control) {
+  release_after_use({{"text_encoder", text_encoder_.get()}, {"vision_encoder", vision_.get()}});
+  const int64_t multiple = vae_->config().scale_factor() * 2;
   pipelines::CallGenerators generators(request);
   const int64_t batch = pipelines::batch_size(request);
-  const DType dtype = prompt_embeds.dtype();
+  const DType dtype = text.embeds.dtype();
   const int64_t h = 2 * (call.height / multiple), w = 2 * (call.width / multiple);
-  const std::vector<models::QwenImageShape> img_shapes = {{.frames = 1, .height = h / 2, .width = w / 2}};
+  std::vector<models::QwenImageShape> img_shapes = {{.frames = 1, .height = h / 2, .width = w / 2}};
+  if (context_shape) img_shapes.push_back(*context_shape);
 
-  // The call's own schedule, shifted by the image's token count.
+  // The call's own schedule, shifted by the noise's token count.
   FlowMatchEulerDiscreteScheduler schedule = *scheduler_;
   schedule.set_timesteps(call.num_inference_steps, flux_sigmas(call.num_inference_steps),
                          calculate_shift(schedule.config(), (h / 2) * (w / 2)));
@@ -260,22 +297,28 @@ PipelineOutput QwenImagePipeline::run(const PipelineRequest& request, const pipe
   const auto model_output = [&](const Tensor& x, int, float timestep) {
     // diffusers: t.expand(B).to(latents.dtype) / 1000, in the latents' dtype.
     const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
-    const Tensor positive = transformer_->forward(x, prompt_embeds, prompt_mask, t, img_shapes);
-    if (!cfg.enabled) return positive;
+    // The image to edit: its tokens after the noise's, their prediction dropped.
+    const Tensor input = context.defined() ? concat({x, context.to(x.device())}, 1) : x;
+    const auto predict = [&](const Tensor& embeds, const Tensor& mask) {
+      const Tensor out = transformer_->forward(input, embeds, mask, t, img_shapes);
+      return context.defined() ? out.narrow(1, 0, x.size(1)) : out;
+    };
+    const Tensor positive = predict(text.embeds, text.mask);
+    if (!text.true_cfg) return positive;
     cache_context("uncond");
-    const Tensor negative = transformer_->forward(x, negative_embeds, negative_mask, t, img_shapes);
+    const Tensor negative = predict(text.negative_embeds, text.negative_mask);
     cache_context("cond");
-    return qwen_image::norm_rescaled_cfg(positive, negative, cfg.scale);
+    return qwen_image::norm_rescaled_cfg(positive, negative, text.true_cfg_scale);
   };
   std::map<std::string, std::string> extra;
-  if (cfg.enabled) extra["true_cfg_scale"] = std::to_string(cfg.scale);
+  if (text.true_cfg) extra["true_cfg_scale"] = std::to_string(text.true_cfg_scale);
   return denoise_and_decode(
       task, start, model_output,
       [&](const Tensor& latents) {
         const Tensor unpacked = models::flux_unpack_latents(latents, h, w).to(dtype_);
         return pipelines::postprocess(vae_->decode(vae_->from_latents(unpacked)));
       },
-      cfg.enabled, std::move(extra), control);
+      text.true_cfg, std::move(extra), control);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> QwenImagePipeline::components() const {

@@ -18,20 +18,28 @@
 // steps, true_cfg_scale 4, 512 tokens).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kiln/families/qwen_image/qwen_image_transformer.h"
 #include "kiln/pipelines/diffusion_pipeline.h"
 
 namespace kiln {
 
 namespace models {
 class DecoderTextEncoder;
-class QwenImageTransformer2DModel;
 class AutoencoderKLQwenImage;
+struct MultimodalInputs;
+class Qwen2_5_VLVisionModel;
+struct Qwen2VLImageProcessorConfig;
 }  // namespace models
+namespace pipelines {
+struct ResolvedRequest;
+}  // namespace pipelines
 namespace tokenizers {
 class BpeTokenizer;
 }  // namespace tokenizers
@@ -76,16 +84,45 @@ class QwenImagePipeline : public DiffusionPipeline {
   static void load(QwenImagePipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
                    const char* pipeline_class);
   void check_loaded_request(const PipelineRequest& request) const override;
-
- private:
-  models::LatentCodec& latent_codec() const override;
   PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
+
+  // One prompt's text features: the text encoder's final states at `ids` (with `images` in the places of its
+  // image tokens), less the template's first `drop` tokens, cut at max_sequence_length.
+  Tensor prompt_features(const std::vector<int64_t>& ids, int64_t drop, int64_t max_sequence_length,
+                         const models::MultimodalInputs* images = nullptr) const;
+  // Per-prompt features zero-padded to the longest, each n times, and their mask (undefined: none padded).
+  static std::pair<Tensor, Tensor> batched_features(const std::vector<Tensor>& features, int n);
+
+  // What a call's transformer reads of its text: the prompts' features and mask and, under true CFG, the
+  // negative prompts'.
+  struct CallText {
+    Tensor embeds, mask, negative_embeds, negative_mask;
+    bool true_cfg = false;  // diffusers' do_true_cfg
+    float true_cfg_scale = 4.0f;
+  };
+  // The request's prompts (and negative prompts, one per prompt, under true CFG) through `encode`.
+  CallText encode_call(
+      const PipelineRequest& request,
+      const std::function<std::pair<Tensor, Tensor>(const std::vector<std::string>&)>& encode) const;
+  // Prepare, denoise and decode, the stages every class shares: the task's start at call.height x call.width
+  // and, for the editing class, the image's packed latents `context` beside the noise's tokens (its grid
+  // `context_shape`), their prediction dropped.
+  PipelineOutput denoise(const PipelineRequest& request, const pipelines::ResolvedRequest& call,
+                         const CallText& text, const Tensor& context,
+                         const std::optional<models::QwenImageShape>& context_shape,
+                         const pipelines::CallControl& control);
 
   std::shared_ptr<tokenizers::BpeTokenizer> tokenizer_;
   std::shared_ptr<models::DecoderTextEncoder> text_encoder_;
   std::shared_ptr<models::QwenImageTransformer2DModel> transformer_;
   std::shared_ptr<models::AutoencoderKLQwenImage> vae_;
   std::shared_ptr<FlowMatchEulerDiscreteScheduler> scheduler_;
+  // The editing class's: Qwen2.5-VL's vision tower and its processor's settings (null for the others).
+  std::shared_ptr<models::Qwen2_5_VLVisionModel> vision_;
+  std::shared_ptr<models::Qwen2VLImageProcessorConfig> processor_;
+
+ private:
+  models::LatentCodec& latent_codec() const override;
 };
 
 // QwenImageImg2ImgPipeline: Qwen-Image image-to-image. `image` (one) is resized to height x width (1024 x
