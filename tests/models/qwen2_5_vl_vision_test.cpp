@@ -8,10 +8,10 @@
 #include <fstream>
 
 #include "kiln/core/error.h"
+#include "kiln/families/qwen_image/qwen2_vl_image_processor.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/models/decoder_text_encoder.h"
 #include "kiln/models/qwen2_5_vl_vision.h"
-#include "kiln/models/qwen2_vl_image_processor.h"
 #include "kiln/nn/checkpoint_weights.h"
 #include "kiln/nn/renamed_weights.h"
 #include "kiln/tokenizers/bpe_tokenizer.h"

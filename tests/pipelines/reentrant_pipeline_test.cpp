@@ -81,10 +81,10 @@ TEST(PipelineRegistry, FromPretrainedPicksTheClassOfModelIndex) {
         "StableDiffusion3InpaintPipeline", "StableDiffusion3Pipeline"})
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   const std::string refused =
-      testing::error_message([] { pipeline_class("QwenImagePipeline", "x/model_index.json"); });
-  EXPECT_NE(
-      refused.find("pipeline class 'QwenImagePipeline' is not supported (Kiln runs " + names.front() + ", "),
-      std::string::npos)
+      testing::error_message([] { pipeline_class("QwenImageLayeredPipeline", "x/model_index.json"); });
+  EXPECT_NE(refused.find("pipeline class 'QwenImageLayeredPipeline' is not supported (Kiln runs " +
+                         names.front() + ", "),
+            std::string::npos)
       << refused;
 }
 

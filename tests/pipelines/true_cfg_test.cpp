@@ -135,7 +135,7 @@ TEST(TrueCfgRules, OtherPipelinesRefuseItByName) {
   scale.true_cfg_scale = 3.0f;
   for (const char* pipeline :
        {"StableDiffusion3Pipeline", "StableDiffusion3Img2ImgPipeline", "Flux2Pipeline", "Flux2KleinPipeline"})
-    expect_refused(pipeline, scale, "true_cfg_scale", "the FLUX.1 pipelines do");
+    expect_refused(pipeline, scale, "true_cfg_scale", "the FLUX.1 and Qwen-Image pipelines do");
   expect_refused("FluxFillPipeline", scale, "true_cfg_scale", "FluxFillPipeline takes no true_cfg_scale");
   PipelineRequest negative;
   negative.negative_prompt = "blurry";

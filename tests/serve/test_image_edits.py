@@ -176,7 +176,7 @@ def test_bad_uploads_are_refused_naming_the_field(server, pictures, tmp_path):
     refused(server, "image", "expected a PNG image", files={"image": ("image.png", truncated, "image/png")})
     huge = png_bytes(np.zeros((4100, 4100), np.uint8), "L")  # 16.8 million pixels, a few kilobytes
     refused(server, "image", "4100x4100 pixels is more than", files={"image": ("huge.png", huge, "image/png")})
-    refused(server, "mask_image", "ChromaPipeline has no inpainting pipeline (FLUX.1, SD3, Z-Image and Stable Diffusion folders have)",
+    refused(server, "mask_image", "ChromaPipeline has no inpainting pipeline (FLUX.1, SD3, Z-Image, Stable Diffusion and Qwen-Image folders have)",
             body={"model": "chroma-tiny", "prompt": "x", "image": base64.b64encode(pictures["image"].read_bytes())
                   .decode(), "mask_image": base64.b64encode(pictures["mask"].read_bytes()).decode()})
     refused(server, "image", "required: the image to edit", body={"model": "flux-tiny-schnell", "prompt": "x"})

@@ -1,4 +1,4 @@
-#include "kiln/models/qwen2_vl_image_processor.h"
+#include "kiln/families/qwen_image/qwen2_vl_image_processor.h"
 
 #include <algorithm>
 #include <cmath>
