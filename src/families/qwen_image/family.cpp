@@ -101,6 +101,7 @@ Family family() {
        .task = Task::ImageEditing,
        .fields = joined_fields({text_to_image, {"image"}}),
        .splittable_components = splittable,
+       .max_images = 0,  // diffusers sets no limit
        .load = load_pipeline<QwenImageEditPlusPipeline>},
   };
   // diffusers' QwenImageLoraLoaderMixin: the transformer only.

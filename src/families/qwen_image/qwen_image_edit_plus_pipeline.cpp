@@ -45,7 +45,8 @@ ProcessedImages process(const std::vector<Image>& images, const models::Qwen2VLI
 
 QwenImageEditPlusPipeline::QwenImageEditPlusPipeline() = default;
 QwenImageEditPlusPipeline::QwenImageEditPlusPipeline(QwenImageEditPlusPipeline&&) noexcept = default;
-QwenImageEditPlusPipeline& QwenImageEditPlusPipeline::operator=(QwenImageEditPlusPipeline&&) noexcept = default;
+QwenImageEditPlusPipeline& QwenImageEditPlusPipeline::operator=(QwenImageEditPlusPipeline&&) noexcept =
+    default;
 QwenImageEditPlusPipeline::~QwenImageEditPlusPipeline() = default;
 
 QwenImageEditPlusPipeline QwenImageEditPlusPipeline::from_pretrained(const std::string& model,
@@ -113,9 +114,9 @@ std::pair<Tensor, Tensor> QwenImageEditPlusPipeline::encode_prompt(const std::ve
   // embeddings fill every prompt's image tokens, image k its k-th run.
   const ProcessedImages processed = process(images, *processor_);
   const Tensor embeds = vision_->forward(processed.pixel_values.to(dtype_), processed.grids);
-  const models::MultimodalInputs inputs = models::multimodal_inputs(text_encoder_->config(), embeds,
-                                                                    processed.grids,
-                                                                    /*multimodal_positions=*/true);
+  const models::MultimodalInputs inputs =
+      models::multimodal_inputs(text_encoder_->config(), embeds, processed.grids,
+                                /*multimodal_positions=*/true);
   std::vector<Tensor> features;
   for (const std::string& prompt : prompts)
     features.push_back(

@@ -16,7 +16,8 @@
 // transformer call (their prediction dropped), each at its own grid. Without height and width, the output
 // has the LAST image's ratio at 1024 x 1024 area. One prompt a call (diffusers refuses more); any number of
 // images (diffusers sets no limit; the model was trained with one to three). Everything else is
-// QwenImagePipeline's: true CFG with the norm rescale (true_cfg_scale 4 by default), the schedule, the decode.
+// QwenImagePipeline's: true CFG with the norm rescale (true_cfg_scale 4 by default), the schedule, the
+// decode.
 //
 // Positions: as QwenImageEditPipeline, Kiln gives the image tokens Qwen2.5-VL's own 3-D positions, which
 // diffusers 0.42.1 (under transformers 5) does not pass.
