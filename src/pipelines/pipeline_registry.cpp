@@ -175,8 +175,10 @@ void PipelineClass::check_fields(const PipelineRequest& request) const {
       pipelines::check_edit_inputs(pipeline, request, true);
       break;
     case Task::ImageEditing:
-      pipelines::refuse(request.image.size() > 1, "image",
-                        name + " edits one image, got " + std::to_string(request.image.size()));
+      pipelines::refuse(max_images > 0 && request.image.size() > max_images, "image",
+                        name + " edits " +
+                            (max_images == 1 ? "one image" : std::to_string(max_images) + " images") +
+                            " at most, got " + std::to_string(request.image.size()));
       break;
     case Task::TextToImage:
       break;

@@ -46,6 +46,9 @@ struct PipelineClass {
   // The classes whose folders it loads besides its own, as diffusers lets them (FluxImg2ImgPipeline loads a
   // FluxPipeline folder).
   std::vector<std::string> loads_folders_of;
+  // How many images an image-editing class reads (0: any number, as Qwen-Image-Edit-2509's); more are
+  // refused.
+  size_t max_images = 1;
   std::function<std::unique_ptr<DiffusionPipeline>(const std::string& model,
                                                    const PipelineLoadOptions& options)>
       load;

@@ -1,9 +1,11 @@
 // Qwen-Image (Qwen/Qwen-Image): text-to-image, image-to-image and inpainting, as diffusers'
-// QwenImagePipeline, QwenImageImg2ImgPipeline and QwenImageInpaintPipeline. A 60-block dual-stream MMDiT over
+// QwenImagePipeline, QwenImageImg2ImgPipeline and QwenImageInpaintPipeline; editing (one image, several) as
+// QwenImageEditPipeline and QwenImageEditPlusPipeline. A 60-block dual-stream MMDiT over
 // the image's 2 x 2 patches and Qwen2.5-VL's text features, a causal 3-D VAE over a single frame.
 #include "families/family_helpers.h"
 #include "kiln/families/qwen_image/autoencoder_kl_qwen_image.h"
 #include "kiln/families/qwen_image/qwen_image_edit_pipeline.h"
+#include "kiln/families/qwen_image/qwen_image_edit_plus_pipeline.h"
 #include "kiln/families/qwen_image/qwen_image_pipeline.h"
 #include "kiln/families/qwen_image/qwen_image_transformer.h"
 
@@ -94,6 +96,13 @@ Family family() {
        .fields = joined_fields({text_to_image, {"image"}}),
        .splittable_components = splittable,
        .load = load_pipeline<QwenImageEditPipeline>},
+      // Qwen-Image-Edit-2509's: several images, each read by Qwen2.5-VL and beside the noise.
+      {.name = "QwenImageEditPlusPipeline",
+       .task = Task::ImageEditing,
+       .fields = joined_fields({text_to_image, {"image"}}),
+       .splittable_components = splittable,
+       .max_images = 0,  // diffusers sets no limit
+       .load = load_pipeline<QwenImageEditPlusPipeline>},
   };
   // diffusers' QwenImageLoraLoaderMixin: the transformer only.
   descriptor.lora = lora::LoraFamily{

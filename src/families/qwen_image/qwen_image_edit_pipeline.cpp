@@ -137,7 +137,7 @@ PipelineOutput QwenImageEditPipeline::run(const PipelineRequest& request,
   const int64_t multiple = vae_->config().scale_factor() * 2;
   const models::QwenImageShape shape{
       .frames = 1, .height = image.height / multiple, .width = image.width / multiple};
-  return denoise(request, call, text, models::flux_pack_latents(repeated), shape, control);
+  return denoise(request, call, text, models::flux_pack_latents(repeated), {shape}, control);
 }
 
 std::vector<std::pair<std::string, nn::Module*>> QwenImageEditPipeline::components() const {

@@ -84,9 +84,10 @@ PipelineDefaults QwenImageInpaintPipeline::family_defaults() const {
 
 void QwenImagePipeline::load(QwenImagePipeline& pipe, const std::string& model,
                              const PipelineLoadOptions& options, const char* pipeline_class) {
-  // The editing class reads its own folders (Qwen-Image-Edit: the processor and Qwen2.5-VL's vision tower
-  // beside the rest); the others each other's.
-  const bool edits = std::string(pipeline_class) == "QwenImageEditPipeline";
+  // The editing classes read their own folders (Qwen-Image-Edit, -2509: the processor and Qwen2.5-VL's
+  // vision tower beside the rest); the others each other's.
+  const bool edits = std::string(pipeline_class) == "QwenImageEditPipeline" ||
+                     std::string(pipeline_class) == "QwenImageEditPlusPipeline";
   const std::initializer_list<const char*> siblings = {"QwenImagePipeline", "QwenImageImg2ImgPipeline",
                                                        "QwenImageInpaintPipeline"};
   pipelines::PipelineFolder folder(model, options, pipeline_class,
@@ -256,13 +257,13 @@ PipelineOutput QwenImagePipeline::run(const PipelineRequest& request, const pipe
   const CallText text = encode_call(request, [&](const std::vector<std::string>& prompts) {
     return encode_prompt(prompts, request.num_images_per_prompt, call.max_sequence_length);
   });
-  return denoise(request, call, text, Tensor(), std::nullopt, control);
+  return denoise(request, call, text, Tensor(), {}, control);
 }
 
 PipelineOutput QwenImagePipeline::denoise(const PipelineRequest& request,
                                           const pipelines::ResolvedRequest& call, const CallText& text,
                                           const Tensor& context,
-                                          const std::optional<models::QwenImageShape>& context_shape,
+                                          const std::vector<models::QwenImageShape>& context_shapes,
                                           const pipelines::CallControl& control) {
   release_after_use({{"text_encoder", text_encoder_.get()}, {"vision_encoder", vision_.get()}});
   const int64_t multiple = vae_->config().scale_factor() * 2;
@@ -271,7 +272,7 @@ PipelineOutput QwenImagePipeline::denoise(const PipelineRequest& request,
   const DType dtype = text.embeds.dtype();
   const int64_t h = 2 * (call.height / multiple), w = 2 * (call.width / multiple);
   std::vector<models::QwenImageShape> img_shapes = {{.frames = 1, .height = h / 2, .width = w / 2}};
-  if (context_shape) img_shapes.push_back(*context_shape);
+  img_shapes.insert(img_shapes.end(), context_shapes.begin(), context_shapes.end());
 
   // The call's own schedule, shifted by the noise's token count.
   FlowMatchEulerDiscreteScheduler schedule = *scheduler_;

@@ -20,7 +20,6 @@
 
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -105,11 +104,11 @@ class QwenImagePipeline : public DiffusionPipeline {
       const PipelineRequest& request,
       const std::function<std::pair<Tensor, Tensor>(const std::vector<std::string>&)>& encode) const;
   // Prepare, denoise and decode, the stages every class shares: the task's start at call.height x call.width
-  // and, for the editing class, the image's packed latents `context` beside the noise's tokens (its grid
-  // `context_shape`), their prediction dropped.
+  // and, for the editing classes, the images' packed latents `context` (each image's tokens in turn) beside
+  // the noise's tokens, `context_shapes` their grids in that order, their prediction dropped.
   PipelineOutput denoise(const PipelineRequest& request, const pipelines::ResolvedRequest& call,
                          const CallText& text, const Tensor& context,
-                         const std::optional<models::QwenImageShape>& context_shape,
+                         const std::vector<models::QwenImageShape>& context_shapes,
                          const pipelines::CallControl& control);
 
   std::shared_ptr<tokenizers::BpeTokenizer> tokenizer_;
