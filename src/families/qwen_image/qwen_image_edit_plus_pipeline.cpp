@@ -4,10 +4,10 @@
 #include <cmath>
 
 #include "kiln/families/qwen_image/autoencoder_kl_qwen_image.h"
+#include "kiln/families/qwen_image/qwen2_vl_image_processor.h"
 #include "kiln/models/decoder_text_encoder.h"
 #include "kiln/models/flux_transformer.h"
 #include "kiln/models/qwen2_5_vl_vision.h"
-#include "kiln/models/qwen2_vl_image_processor.h"
 #include "kiln/ops.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "kiln/tokenizers/bpe_tokenizer.h"
