@@ -1,6 +1,8 @@
 """The tiny FLUX.1, SD3.5, FLUX.2, Chroma, Z-Image, SD1.5, SDXL and Qwen-Image pipelines from Python give diffusers' images within one 8-bit level
 (float32): the goldens the C++ tests use (tools/goldens/)."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -130,6 +132,25 @@ def test_qwen_image_matches_diffusers(case):
                   **kwargs).images
     assert len(images) == len(tensors["image_u8"])
     for image, want in zip(images, tensors["image_u8"]):
+        assert max_level_difference(image, want) <= 1
+
+
+@pytest.mark.parametrize("folder,case", [("qwen_image_edit", "edit_cfg_48x80_s1"),
+                                         ("qwen_image_edit_plus", "plus_2img_64x64_s0")])
+def test_qwen_image_edit_matches_diffusers(folder, case):
+    """Qwen-Image-Edit and -2509 take their images as `image` (one, or a list), from the registry alone."""
+    tensors, m = golden(folder, case + ".safetensors")
+    pipe = kiln.DiffusionPipeline.from_pretrained(data_path("models", m["model"]))
+    assert type(pipe).__name__ == m["pipeline"]
+    names = (m["image"] if "image" in m else m["images"]).split(",")
+    images = [Image.open(data_path("goldens", "flux2", n + ".png")) for n in names]
+    kwargs = dict(negative_prompt=m["negative_prompt"], true_cfg_scale=float(m["true_cfg_scale"])) \
+        if "negative_prompt" in m else {}
+    out = pipe(m["prompt"], image=images if len(images) > 1 else images[0], height=int(m["height"]),
+               width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]), generator=int(m["seed"]),
+               **kwargs).images
+    assert len(out) == len(tensors["image_u8"])
+    for image, want in zip(out, tensors["image_u8"]):
         assert max_level_difference(image, want) <= 1
 
 
