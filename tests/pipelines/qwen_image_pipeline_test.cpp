@@ -152,6 +152,19 @@ TEST(QwenImagePipeline, RequestsItCannotRunAreRefusedBeforeAnyWork) {
   EXPECT_THROW((*pipe)(image), RequestError);
 }
 
+// Tensor parallelism splits the heads: a degree that does not divide them is refused by name, before any
+// weight is read.
+TEST(QwenImagePipeline, ATensorParallelDegreeThatDoesNotDivideTheHeadsIsRefused) {
+  const auto config =
+      models::QwenImageTransformerConfig::from_file(testing::data_path("models/qwen-image-tiny/transformer"));
+  try {
+    models::QwenImageTransformer2DModel model(config, {.rank = 0, .size = 3});
+    ADD_FAILURE() << "3 ranks were taken for " << config.num_attention_heads << " heads";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_attention_heads"), std::string::npos) << e.what();
+  }
+}
+
 // A folder whose transformer config does not describe its weights fails while loading, naming the tensor.
 TEST(QwenImagePipeline, AFolderWhoseConfigAndWeightsDisagreeIsRefused) {
   namespace fs = std::filesystem;
