@@ -237,3 +237,22 @@ def test_a1111_img2img_is_served_as_front_ends_send_it(server, pictures, tmp_pat
         assert status == 400 and answer["error"]["param"] == field, (field, answer)
     status, answer = post({"init_images": None})
     assert status == 400 and answer["error"]["param"] == "init_images", answer
+
+
+def test_qwen_image_edit_takes_the_uploaded_image_as_the_image_to_edit(pictures, tmp_path):
+    """An editing class of its own checkpoint (Qwen-Image-Edit): the upload is its `image`, read by Qwen2.5-VL and
+    the VAE, and the edit is the one `kiln generate --image` makes, and depends on the image."""
+    model = str(MODELS / "qwen-image-edit-tiny")
+    server = Server("--model", model)
+    try:
+        fields = {"negative_prompt": " ", "true_cfg_scale": 3, "max_sequence_length": 512}
+        served = edit(server, "qwen-image-edit-tiny", "make it snow", 5, pictures["image"], **fields)
+        written = kiln_generate(tmp_path, model, "make it snow", 5, size=SIZE, steps=STEPS, image=pictures["image"],
+                                **fields)
+        assert assert_same_png(served, written)["pipeline"] == "QwenImageEditPipeline"
+        other = np.array(Image.open(pictures["image"]))[::-1].copy()
+        (tmp_path / "flipped.png").write_bytes(png_bytes(other))
+        flipped = edit(server, "qwen-image-edit-tiny", "make it snow", 5, tmp_path / "flipped.png", **fields)
+        assert not np.array_equal(decode_png(flipped)[0], decode_png(served)[0])
+    finally:
+        assert server.stop() == 0, server.log()
