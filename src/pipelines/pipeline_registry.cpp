@@ -179,6 +179,8 @@ void PipelineClass::check_fields(const PipelineRequest& request) const {
                         name + " edits " +
                             (max_images == 1 ? "one image" : std::to_string(max_images) + " images") +
                             " at most, got " + std::to_string(request.image.size()));
+      pipelines::refuse(request.image.size() < min_images, "image",
+                        name + " edits an image: give the image to edit (image; kiln generate --image)");
       break;
     case Task::TextToImage:
       break;

@@ -47,8 +47,10 @@ struct PipelineClass {
   // FluxPipeline folder).
   std::vector<std::string> loads_folders_of;
   // How many images an image-editing class reads (0: any number, as Qwen-Image-Edit-2509's); more are
-  // refused.
+  // refused. And how many it needs (Kontext and FLUX.2 run from text alone; Qwen-Image-Edit edits one): fewer
+  // are refused before anything loads.
   size_t max_images = 1;
+  size_t min_images = 0;
   std::function<std::unique_ptr<DiffusionPipeline>(const std::string& model,
                                                    const PipelineLoadOptions& options)>
       load;

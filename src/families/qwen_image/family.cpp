@@ -95,6 +95,7 @@ Family family() {
        .task = Task::ImageEditing,
        .fields = joined_fields({text_to_image, {"image"}}),
        .splittable_components = splittable,
+       .min_images = 1,
        .load = load_pipeline<QwenImageEditPipeline>},
       // Qwen-Image-Edit-2509's: several images, each read by Qwen2.5-VL and beside the noise.
       {.name = "QwenImageEditPlusPipeline",
@@ -102,6 +103,7 @@ Family family() {
        .fields = joined_fields({text_to_image, {"image"}}),
        .splittable_components = splittable,
        .max_images = 0,  // diffusers sets no limit
+       .min_images = 1,
        .load = load_pipeline<QwenImageEditPlusPipeline>},
   };
   // diffusers' QwenImageLoraLoaderMixin: the transformer only.
