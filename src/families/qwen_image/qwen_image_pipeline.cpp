@@ -239,14 +239,17 @@ QwenImagePipeline::CallText QwenImagePipeline::encode_call(
 }
 
 void QwenImagePipeline::check_loaded_request(const PipelineRequest& request) const {
-  const char* name = class_name();
-  const int64_t multiple = vae_->config().scale_factor() * 2;
   // Without height and width, diffusers' 1024 x 1024, whatever the size of an image to edit.
-  const pipelines::ResolvedRequest r = pipelines::resolve(request, defaults());
-  pipelines::check_image_size(name, r.height, r.width, multiple);
-  pipelines::check_task_inputs(registered_class().task, name, request, r);
+  check_call(request, pipelines::resolve(request, defaults()));
+}
+
+void QwenImagePipeline::check_call(const PipelineRequest& request,
+                                   const pipelines::ResolvedRequest& r) const {
+  const std::string name = class_name();
+  pipelines::check_image_size(name.c_str(), r.height, r.width, vae_->config().scale_factor() * 2);
+  pipelines::check_task_inputs(registered_class().task, name.c_str(), request, r);
   if (r.max_sequence_length > kMaxSequenceLength)
-    throw RequestError("max_sequence_length", std::string(name) + ": max_sequence_length " +
+    throw RequestError("max_sequence_length", name + ": max_sequence_length " +
                                                   std::to_string(r.max_sequence_length) +
                                                   " is more than the " + std::to_string(kMaxSequenceLength) +
                                                   " tokens Qwen-Image reads");
@@ -323,7 +326,10 @@ PipelineOutput QwenImagePipeline::denoise(const PipelineRequest& request,
 }
 
 std::vector<std::pair<std::string, nn::Module*>> QwenImagePipeline::components() const {
-  return {{"text_encoder", text_encoder_.get()}, {"transformer", transformer_.get()}, {"vae", vae_.get()}};
+  std::vector<std::pair<std::string, nn::Module*>> out = {{"text_encoder", text_encoder_.get()}};
+  if (vision_) out.emplace_back("vision_encoder", vision_.get());  // the editing classes'
+  out.insert(out.end(), {{"transformer", transformer_.get()}, {"vae", vae_.get()}});
+  return out;
 }
 
 models::LatentCodec& QwenImagePipeline::latent_codec() const {

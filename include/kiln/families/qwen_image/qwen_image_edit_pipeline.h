@@ -35,10 +35,10 @@ class QwenImageEditPipeline : public QwenImagePipeline {
   ~QwenImageEditPipeline() override;
   const char* class_name() const override { return "QwenImageEditPipeline"; }
 
-  // The template's tokens dropped from the text encoder's states (prompt_template_encode_start_idx).
-  static constexpr int64_t kEditTemplateTokens = 64;
   // The templated instruction, one "<|image_pad|>" where the image goes.
   static std::string template_prompt(const std::string& prompt);
+  // The area the image is resized to, for Qwen2.5-VL and the VAE alike.
+  static constexpr int64_t kImageArea = 1024 * 1024;
   // diffusers' calculate_dimensions(1024 * 1024, width / height): (width, height), multiples of 32.
   static std::pair<int64_t, int64_t> image_size(int64_t width, int64_t height);
   // The image as the pipeline resizes it (PIL's Lanczos, to image_size()).
@@ -48,8 +48,6 @@ class QwenImageEditPipeline : public QwenImagePipeline {
   // encode_prompt with the image: the text features [B * n, S, hidden] and mask (undefined: none padded).
   std::pair<Tensor, Tensor> encode_prompt(const std::vector<std::string>& prompts, const Image& image, int n,
                                           int64_t max_sequence_length) const;
-
-  std::vector<std::pair<std::string, nn::Module*>> components() const override;
 
  protected:
   void check_loaded_request(const PipelineRequest& request) const override;

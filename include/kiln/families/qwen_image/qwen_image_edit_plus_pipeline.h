@@ -41,8 +41,6 @@ class QwenImageEditPlusPipeline : public QwenImagePipeline {
   ~QwenImageEditPlusPipeline() override;
   const char* class_name() const override { return "QwenImageEditPlusPipeline"; }
 
-  // The template's tokens dropped from the text encoder's states (prompt_template_encode_start_idx).
-  static constexpr int64_t kEditTemplateTokens = 64;
   // The areas each image is resized to: for Qwen2.5-VL (CONDITION_IMAGE_SIZE) and the VAE (VAE_IMAGE_SIZE).
   static constexpr int64_t kConditionArea = 384 * 384;
   static constexpr int64_t kVaeArea = 1024 * 1024;
@@ -59,8 +57,6 @@ class QwenImageEditPlusPipeline : public QwenImagePipeline {
   std::pair<Tensor, Tensor> encode_prompt(const std::vector<std::string>& prompts,
                                           const std::vector<Image>& images, int n,
                                           int64_t max_sequence_length) const;
-
-  std::vector<std::pair<std::string, nn::Module*>> components() const override;
 
  protected:
   void check_loaded_request(const PipelineRequest& request) const override;

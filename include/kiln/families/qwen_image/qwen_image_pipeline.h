@@ -35,6 +35,7 @@ class AutoencoderKLQwenImage;
 struct MultimodalInputs;
 class Qwen2_5_VLVisionModel;
 struct Qwen2VLImageProcessorConfig;
+struct ImageGrid;
 }  // namespace models
 namespace pipelines {
 struct ResolvedRequest;
@@ -63,6 +64,9 @@ class QwenImagePipeline : public DiffusionPipeline {
   static constexpr int64_t kTemplateTokens = 34;
   // The longest max_sequence_length diffusers takes.
   static constexpr int64_t kMaxSequenceLength = 1024;
+  // The editing classes' template tokens dropped from the text encoder's states (their
+  // prompt_template_encode_start_idx).
+  static constexpr int64_t kEditTemplateTokens = 64;
   // The templated prompt's token ids, alone (no padding), cut at kMaxSequenceLength + kTemplateTokens.
   std::vector<int64_t> tokenize(const std::string& prompt) const;
   // encode_prompt: the prompts' text features [B * n, S, hidden] in the text encoder's dtype (each prompt's
@@ -110,6 +114,33 @@ class QwenImagePipeline : public DiffusionPipeline {
                          const CallText& text, const Tensor& context,
                          const std::vector<models::QwenImageShape>& context_shapes,
                          const pipelines::CallControl& control);
+
+  // The refusals every class shares that need the call's size: the size, the task's inputs, the text length.
+  void check_call(const PipelineRequest& request, const pipelines::ResolvedRequest& call) const;
+
+  // ---- the editing classes' stages (qwen_image_edit_stages.cpp)
+  // diffusers' calculate_dimensions: (width, height) of an image of that ratio at `area` pixels, each side a
+  // multiple of 32; and the image resized to it with PIL's Lanczos.
+  static std::pair<int64_t, int64_t> edit_image_size(int64_t area, int64_t width, int64_t height);
+  static Image edit_resized(const Image& image, int64_t area);
+  // `text` (its image tokens one per image) with each image's tokens expanded for its grid, as the processor
+  // tokenises it (no truncation, no padding).
+  std::vector<int64_t> tokenize_with_images(const std::string& text,
+                                            const std::vector<models::ImageGrid>& grids) const;
+  // The grids the processor cuts `images` into.
+  std::vector<models::ImageGrid> image_grids(const std::vector<Image>& images) const;
+  // encode_prompt with images: each prompt as `templated` writes it; the images read once by the processor
+  // and the vision tower, their embeddings in every prompt's image tokens at their 3-D positions.
+  std::pair<Tensor, Tensor> encode_prompt_with_images(
+      const std::vector<std::string>& prompts, const std::vector<Image>& images,
+      const std::function<std::string(const std::string&)>& templated, int n,
+      int64_t max_sequence_length) const;
+  // The images' latents (the posterior's mode, normalised), packed and concatenated image after image, each
+  // repeated for the call's `batch` images; and each one's grid.
+  std::pair<Tensor, std::vector<models::QwenImageShape>> image_context(const std::vector<Image>& images,
+                                                                       DType dtype, int64_t batch) const;
+  // Refuses an image whose sides differ more than Qwen2.5-VL's processor takes.
+  void check_edit_images(const PipelineRequest& request) const;
 
   std::shared_ptr<tokenizers::BpeTokenizer> tokenizer_;
   std::shared_ptr<models::DecoderTextEncoder> text_encoder_;
