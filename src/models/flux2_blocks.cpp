@@ -123,15 +123,22 @@ Tensor Flux2SingleTransformerBlock::forward_eager(const Tensor& s, const Tensor&
   // Flux2Modulation.split(mod, 1): shift, scale, gate.
   const std::vector<Tensor> m = chunk(mod_single, 3, 1);
   const Tensor n = modulate(layer_norm_plain(s, eps_), m[1], m[0]);
+  const Tensor out = step_cache_ == nullptr || !step_cache_->forecasts_modules()
+                         ? parallel_attention(n, rope)
+                         : step_cache_->module_outputs(
+                               this, [&] { return std::vector<Tensor>{parallel_attention(n, rope)}; })[0];
+  return clip_if_float16(gated_residual(s, m[2], out));
+}
+
+Tensor Flux2SingleTransformerBlock::parallel_attention(const Tensor& n, const FluxRopeTables& rope) const {
   // [q | k | v | gate | up] (this rank's slices of each, in that order).
   const Tensor p = to_qkv_mlp_proj_(n);
-  const int64_t batch = s.size(0), seq = s.size(1), inner = heads_ * head_dim_;
+  const int64_t batch = n.size(0), seq = n.size(1), inner = heads_ * head_dim_;
   auto heads = [&](int64_t i) { return p.narrow(2, i * inner, inner).view({batch, seq, heads_, head_dim_}); };
   const Tensor attn = rope_attention(norm_q_(heads(0)), norm_k_(heads(1)), heads(2), rope.cos, rope.sin);
   const Tensor mlp = swiglu(p.narrow(2, 3 * inner, 2 * mlp_hidden_));
   // to_out reads [attention | mlp] along the features.
-  const Tensor out = to_out_(concat({attn, mlp}, 2));
-  return clip_if_float16(gated_residual(s, m[2], out));
+  return to_out_(concat({attn, mlp}, 2));
 }
 
 }  // namespace kiln::models

@@ -64,6 +64,9 @@ class Flux2TransformerBlock : public nn::Module {
   std::pair<Tensor, Tensor> forward(const Tensor& x, const Tensor& c, const Tensor& mod_img,
                                     const Tensor& mod_txt, const FluxRopeTables& rope) const;
   bool supports_compile() const override { return true; }
+  // TaylorSeer (kiln/nn/step_cache.h): the step cache that may forecast attn's (image, text) outputs, as
+  // diffusers hooks transformer_blocks.N.attn; null: none.
+  void use_step_cache(nn::StepCache* cache) { attn_.use_step_cache(cache); }
 
  private:
   std::pair<Tensor, Tensor> forward_eager(const Tensor& x, const Tensor& c, const Tensor& mod_img,
@@ -81,11 +84,18 @@ class Flux2SingleTransformerBlock : public nn::Module {
                               const nn::TensorParallel& tp = {});
   Tensor forward(const Tensor& s, const Tensor& mod_single, const FluxRopeTables& rope) const;
   bool supports_compile() const override { return true; }
+  // TaylorSeer (kiln/nn/step_cache.h): the step cache that may forecast what diffusers' attn
+  // (Flux2ParallelSelfAttention, hooked as single_transformer_blocks.N.attn) returns: to_out of the attention
+  // and the MLP, before the gate; null: none.
+  void use_step_cache(nn::StepCache* cache) { step_cache_ = cache; }
 
  private:
   Tensor forward_eager(const Tensor& s, const Tensor& mod_single, const FluxRopeTables& rope) const;
+  // diffusers' attn: [q | k | v | gate | up] from the modulated input, attention and SwiGLU, then to_out.
+  Tensor parallel_attention(const Tensor& n, const FluxRopeTables& rope) const;
   int64_t heads_, head_dim_, mlp_hidden_;  // this rank's heads and MLP width
   double eps_;
+  nn::StepCache* step_cache_ = nullptr;
   nn::RMSNorm norm_q_, norm_k_;
   nn::Linear to_qkv_mlp_proj_, to_out_;
 };

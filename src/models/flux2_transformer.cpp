@@ -1,5 +1,6 @@
 #include "kiln/models/flux2_transformer.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "kiln/nn/checkpoint_weights.h"
@@ -49,13 +50,17 @@ Flux2Transformer2DModel::Flux2Transformer2DModel(const Flux2TransformerConfig& c
     transformer_blocks_.push_back(
         std::make_unique<Flux2TransformerBlock>(dim, heads, head_dim, mlp, config.eps, tp));
     register_module("transformer_blocks." + std::to_string(i), transformer_blocks_.back().get());
+    transformer_blocks_.back()->use_step_cache(&step_cache_);  // TaylorSeer forecasts the attentions
   }
   for (int64_t i = 0; i < config.num_single_layers; ++i) {
     single_transformer_blocks_.push_back(
         std::make_unique<Flux2SingleTransformerBlock>(dim, heads, head_dim, mlp, config.eps, tp));
     register_module("single_transformer_blocks." + std::to_string(i),
                     single_transformer_blocks_.back().get());
+    single_transformer_blocks_.back()->use_step_cache(&step_cache_);
   }
+  // No magnitude ratios are published for FLUX.2 (diffusers ships FLUX.1-dev's only): MagCache needs the
+  // call's own (measured with magcache:calibrate), and one without is refused by name.
   norm_out_ = std::make_unique<AdaLayerNormContinuous>(dim, /*bias=*/false, tp, config.eps);
   register_module("norm_out", norm_out_.get());
   register_module("proj_out", &proj_out_);
@@ -68,7 +73,9 @@ Tensor Flux2Transformer2DModel::forward(const Tensor& hidden, const Tensor& enco
                                         const Tensor& img_ids, Flux2TransformerTrace* trace) const {
   std::vector<Tensor> inputs{hidden, encoder_hidden, timestep, guidance, txt_ids, img_ids};
   for (Tensor& t : inputs) t = on_weights_device(t);
-  if (!is_compiled())
+  // A step cache decides between the blocks, on the host: the whole forward cannot be one program then (the
+  // pipelines refuse a cache in compile mode; compile-blocks compiles the blocks and leaves it the decision).
+  if (!is_compiled() || step_cache_.active())
     return forward_eager(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], inputs[5], trace);
   KILN_CHECK(
       trace == nullptr,
@@ -114,6 +121,9 @@ Tensor Flux2Transformer2DModel::forward_eager(const Tensor& hidden, const Tensor
   KILN_CHECK(img_ids.defined() && img_ids.dim() == 2 && img_ids.size(0) == image && img_ids.size(1) == axes,
              op << ": expected img_ids [" << image << ", " << axes << "], got " << describe(img_ids));
 
+  KILN_CHECK(!step_cache_.active() || !std::holds_alternative<FirstBlockCacheConfig>(*step_cache_.active()),
+             op << ": " << flux2_first_block_cache_refusal());
+
   // diffusers: timestep.to(hidden_states.dtype) * 1000 (likewise guidance), each step rounded to that dtype.
   const Tensor t = mul(timestep.to(dtype), 1000.0);
   const Tensor g = guidance.defined() ? mul(guidance.to(dtype), 1000.0) : Tensor();
@@ -132,19 +142,36 @@ Tensor Flux2Transformer2DModel::forward_eager(const Tensor& hidden, const Tensor
   const FluxRopeTables rope =
       flux_rope_tables(concat({txt_ids.to(float32), img_ids.to(float32)}, 0), c.axes_dims_rope, c.rope_theta);
 
-  for (const auto& block : transformer_blocks_) {
-    std::tie(x, ctx) = block->forward(x, ctx, mod_img, mod_txt, rope);
-    if (trace) trace->double_blocks.emplace_back(ctx, x);
-  }
-  // The single-stream blocks see [text; image], concatenated once as diffusers does.
-  Tensor joint = concat({ctx, x}, 1);
-  for (const auto& block : single_transformer_blocks_) {
-    joint = block->forward(joint, mod_single, rope);
-    if (trace) trace->single_blocks.push_back(joint);
-  }
-  const Tensor normed = norm_out_->forward(joint.narrow(1, text, image), silu_temb);
+  // Blocks [first, last) of the double-stream blocks followed by the single-stream ones, as the step cache
+  // asks for them. The single-stream blocks see [text; image], concatenated once as diffusers does; the
+  // streams handed back are its image rows (the noise's and the reference images') and its text rows.
+  const size_t doubles = transformer_blocks_.size();
+  const auto run_blocks = [&](size_t first, size_t last, const nn::BlockStreams& in) {
+    Tensor x = in.image, ctx = in.text;
+    for (size_t i = first; i < std::min(last, doubles); ++i) {
+      std::tie(x, ctx) = transformer_blocks_[i]->forward(x, ctx, mod_img, mod_txt, rope);
+      if (trace) trace->double_blocks.emplace_back(ctx, x);
+    }
+    if (last <= doubles) return nn::BlockStreams{x, ctx};
+    Tensor joint = concat({ctx, x}, 1);
+    for (size_t i = std::max(first, doubles); i < last; ++i) {
+      joint = single_transformer_blocks_[i - doubles]->forward(joint, mod_single, rope);
+      if (trace) trace->single_blocks.push_back(joint);
+    }
+    return nn::BlockStreams{joint.narrow(1, text, image), joint.narrow(1, 0, text)};
+  };
+  x = step_cache_.run(doubles + single_transformer_blocks_.size(), {x, ctx}, run_blocks).image;
+  const Tensor normed = norm_out_->forward(x, silu_temb);
   if (trace) trace->norm_out = normed;
   return proj_out_(normed);
+}
+
+std::string flux2_first_block_cache_refusal() {
+  return "First Block Cache does not run on FLUX.2: diffusers 0.42.1 has no working First Block Cache for "
+         "FLUX.2 (its single-stream blocks return the text and image tokens as one tensor, which its cache's "
+         "last-block hook cannot take apart), so there is no reference to match. MagCache "
+         "(magcache:calibrate, "
+         "then magcache:THRESHOLD:ratios=...) and TaylorSeer (taylorseer) run on FLUX.2";
 }
 
 std::unique_ptr<Flux2Transformer2DModel> load_flux2_transformer(const std::string& folder, DType dtype,

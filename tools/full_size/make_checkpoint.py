@@ -9,8 +9,8 @@ than the machine's memory can be written. Tokenizers are the small ones of the c
 ids are valid for the real vocabularies); the scheduler config is the real one.
 
 Usage: python tools/full_size/make_checkpoint.py --model flux-schnell --out /tmp/flux1-schnell-full
-       (--model flux-schnell | flux-dev | sd35-large | sd35-medium | qwen-image; about 33 / 33 / 28 / 16 / 57 GB
-       of disk)
+       (--model flux-schnell | flux-dev | flux2-dev | sd35-large | sd35-medium | qwen-image; about 33 / 33 /
+       67 / 28 / 16 / 57 GB of disk)
        --blocks D,S and --t5-layers N keep every width and shape but fewer FLUX transformer blocks (D double,
        S single; SD3: --blocks N) and T5 layers: a FLUX-shaped pipeline that fits a small machine, e.g.
        --blocks 2,4 --t5-layers 2 (about 4 GB) for the load test of kiln serve (bench/serve_load.py).
@@ -23,6 +23,13 @@ Usage: python tools/full_size/make_checkpoint.py --model flux-schnell --out /tmp
        layers, every width kept: e.g. --blocks 8 --text-layers 4 (about 10 GB). The tokenizer is the tiny
        Qwen2 BPE of tests/data/models/qwen-image-tiny (its special tokens at other ids than the real
        vocabulary's, all valid in it).
+       flux2-dev: Flux2Pipeline with FLUX.2-dev's transformer (Flux2Transformer2DModel: width 6144, 48 heads,
+       SwiGLU 18432, 8 double and 48 single blocks; --blocks D,S cuts them) and VAE (AutoencoderKLFlux2) at their
+       real configs (tools/goldens/flux2_real_configs.json). Its text encoder is the committed tiny Mistral of
+       tests/data/models/flux2-tiny-dev-full (31 layers of width 32, its tokenizer), not Mistral Small 3.x's 24 B
+       parameters, so the transformer's joint_attention_dim is that encoder's 3 x 32 = 96 instead of 15360: only
+       context_embedder is narrower; the text tokens the blocks see are full width. E.g. --blocks 1,3 (about
+       5 GB) for bench/step_cache.py.
 Needs torch, diffusers, transformers, safetensors (pip).
 """
 import argparse
@@ -152,6 +159,17 @@ def components(kind, blocks=None, t5_layers=None, text_layers=None):
 
     if kind == "qwen-image":
         makers = qwen_image_makers(blocks, text_layers)
+    elif kind == "flux2-dev":
+        from diffusers import AutoencoderKLFlux2, Flux2Transformer2DModel
+
+        # The tiny Mistral's three hidden states (text_encoder_out_layers 10, 20, 30) of width 32.
+        config = shallower(real("flux2_real_configs.json", "transformer_dev"),
+                           {"num_layers": blocks[0] if blocks else None,
+                            "num_single_layers": blocks[1] if blocks else None, "joint_attention_dim": 3 * 32})
+        makers = [
+            ("transformer", lambda: Flux2Transformer2DModel(**config), "diffusion_pytorch_model"),
+            ("vae", lambda: AutoencoderKLFlux2(**real("flux2_real_configs.json", "vae")), "diffusion_pytorch_model"),
+        ]
     elif kind.startswith("flux"):
         key = "transformer_schnell" if kind == "flux-schnell" else "transformer_dev"
         makers = [
@@ -191,7 +209,7 @@ def components(kind, blocks=None, t5_layers=None, text_layers=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True,
-                    choices=["flux-schnell", "flux-dev", "sd35-large", "sd35-medium", "qwen-image"])
+                    choices=["flux-schnell", "flux-dev", "flux2-dev", "sd35-large", "sd35-medium", "qwen-image"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--shard-gb", type=float, default=5.0)
     ap.add_argument("--seed", type=int, default=0)
@@ -214,10 +232,14 @@ def main():
     # tokenizers, scheduler config (FLUX.1-schnell's has shift 1.0 without dynamic shifting, dev's and SD3.5's
     # their own; Qwen-Image's is Qwen/Qwen-Image's, tools/goldens/qwen_image.py's SCHEDULER).
     tiny = {"flux-schnell": "flux-tiny-schnell", "flux-dev": "flux-tiny-dev", "sd35-large": "sd3-tiny-large",
-            "sd35-medium": "sd3-tiny-medium", "qwen-image": "qwen-image-tiny"}[args.model]
+            "sd35-medium": "sd3-tiny-medium", "qwen-image": "qwen-image-tiny",
+            "flux2-dev": "flux2-tiny-dev-full"}[args.model]
     shutil.rmtree(args.out, ignore_errors=True)
     shutil.copytree(os.path.join(TINY, tiny), args.out,
                     ignore=shutil.ignore_patterns("*.safetensors", "*.safetensors.index.json", "config.json"))
+    if args.model == "flux2-dev":  # the tiny text encoder, weights and all
+        shutil.copytree(os.path.join(TINY, tiny, "text_encoder"), os.path.join(args.out, "text_encoder"),
+                        dirs_exist_ok=True)
     total = 0
     for i, (name, model, stem, rename) in enumerate(components(args.model, blocks, args.t5_layers, args.text_layers)):
         folder = os.path.join(args.out, name)

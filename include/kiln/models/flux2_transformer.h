@@ -21,6 +21,7 @@
 #include "kiln/io/json_config.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/module.h"
+#include "kiln/nn/step_cache.h"
 
 namespace kiln::models {
 
@@ -110,12 +111,19 @@ class Flux2Transformer2DModel : public nn::Module {
   bool supports_compile() const override { return true; }
   // The double-stream transformer_blocks, then the single_transformer_blocks.
   std::vector<nn::BlockList> repeated_blocks() const override;
+  // Step caching (kiln/nn/step_cache.h), as diffusers 0.42.1's hooks run on FLUX.2: MagCache over the
+  // double-stream blocks then the single-stream ones (its residual: the image rows, reference images'
+  // included, less the blocks' image input), with the ratios of a calibration (none are published for
+  // FLUX.2); TaylorSeer forecasting every attention (transformer_blocks.N.attn,
+  // single_transformer_blocks.N.attn). First Block Cache is refused (flux2_first_block_cache_refusal).
+  nn::StepCache* step_cache() const override { return &step_cache_; }
 
   const Flux2TransformerConfig& config() const { return config_; }
   // The dtype the model computes in (its loaded weights').
   DType dtype() const { return x_embedder_.dtype(); }
 
  private:
+  mutable nn::StepCache step_cache_;  // a call's state; calls to a pipeline are served one at a time
   Tensor forward_eager(const Tensor& hidden, const Tensor& encoder_hidden, const Tensor& timestep,
                        const Tensor& guidance, const Tensor& txt_ids, const Tensor& img_ids,
                        Flux2TransformerTrace* trace) const;
@@ -130,6 +138,11 @@ class Flux2Transformer2DModel : public nn::Module {
   std::unique_ptr<AdaLayerNormContinuous> norm_out_;
   nn::Linear proj_out_;
 };
+
+// Why First Block Cache is refused on FLUX.2: diffusers 0.42.1 has none that works there (its single-stream
+// blocks return text and image tokens as one tensor, which its First Block Cache cannot take apart), so there
+// are no decisions or image of diffusers' to match. The message names the caches that do work.
+std::string flux2_first_block_cache_refusal();
 
 // Builds the model from `folder` (a diffusers transformer/ component: config.json and one or several
 // safetensors files) and loads its weights converted to `dtype` (no copy when stored so). With `tp`, only

@@ -71,9 +71,11 @@ std::optional<LoadedWeights> partial_weights(const io::ComponentSummary& compone
 
 Family family() {
   // One text encoder, reference images (`image`); klein's classifier-free guidance takes a negative prompt,
-  // FLUX.2-dev's embedded guidance none.
-  const std::vector<std::string> dev =
-      joined_fields({common_request_fields(), {"generators", "prompt", "prompts", "prompt_embeds", "image"}});
+  // FLUX.2-dev's embedded guidance none. Step caches (`cache`): MagCache with the ratios of a calibration
+  // (none are published for FLUX.2) and TaylorSeer; First Block Cache is refused by name (diffusers 0.42.1
+  // has no working one on FLUX.2: models::flux2_first_block_cache_refusal).
+  const std::vector<std::string> dev = joined_fields(
+      {common_request_fields(), {"generators", "prompt", "prompts", "prompt_embeds", "image", "cache"}});
   const std::vector<std::string> splittable = {"transformer", "text_encoder"};
   Family descriptor;
   descriptor.name = "FLUX.2";

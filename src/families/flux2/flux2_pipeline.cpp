@@ -217,6 +217,13 @@ void Flux2PipelineBase::check_loaded_request(const PipelineRequest& request) con
   // checked by resolved().
   const pipelines::ResolvedRequest c = pipelines::resolve(request, defaults());
   if (request.height || request.width) pipelines::check_image_size(name(), c.height, c.width, 1);
+  // The call's step cache (its own, else the transformer's enabled one): First Block Cache is refused, as it
+  // has no working reference in diffusers on FLUX.2. (A malformed spec was refused with the fields.)
+  std::optional<StepCacheConfig> cache = transformer_->step_cache()->config();
+  if (request.cache)
+    cache = *request.cache == "none" ? std::nullopt : std::optional(parse_step_cache(*request.cache));
+  pipelines::refuse(cache && std::holds_alternative<FirstBlockCacheConfig>(*cache), "cache",
+                    std::string(name()) + ": " + models::flux2_first_block_cache_refusal());
   pipelines::refuse(
       !request.prompt_embeds.defined() && !has_prompt_encoder(), "prompt",
       std::string(name()) + ": this " + name() +
@@ -298,11 +305,17 @@ PipelineOutput Flux2PipelineBase::run(const PipelineRequest& request, const pipe
         // diffusers: t.expand(B).to(latents.dtype) / 1000; the reference latents follow the noise.
         const Tensor t = div(Tensor::full({batch}, timestep, float32).to(x.dtype()), 1000.0);
         const Tensor input = image_latents.defined() ? concat({x, image_latents.to(x.device())}, 1) : x;
+        // The step cache's contexts, as Flux2KleinPipeline enters them (Flux2Pipeline enters none, which
+        // diffusers' MagCache runs as one context and its TaylorSeer refuses; here it is "cond", as
+        // FLUX.1's).
+        cache_context("cond");
         Tensor v =
             transformer_->forward(input, embeds, t, guidance, text_ids, ids).narrow(1, 0, image_tokens);
         if (!cfg) return v;
+        cache_context("uncond");
         const Tensor uncond =
             transformer_->forward(input, negative, t, Tensor(), negative_ids, ids).narrow(1, 0, image_tokens);
+        cache_context("cond");
         return add(uncond, mul(sub(v, uncond), scale));
       },
       [&](const Tensor& latents) { return decode_latents(latents, call.height, call.width); }, cfg,
