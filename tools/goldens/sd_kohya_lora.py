@@ -14,7 +14,7 @@ Outputs (committed; CI never runs this):
   tests/data/lora/sdxl_kohya.safetensors   sdxl_diffusers.safetensors' pairs under SGM's UNet names
                                            (lora_unet_input_blocks_4_1_..., middle_block_1_..., output_blocks_
                                            0_1_...) and lora_te1_ (CLIP-L) / lora_te2_ (OpenCLIP bigG)
-  Every pair has an .alpha different from its rank (1, 2 or 6 for rank 4), so alpha / rank is tested.
+  Every pair has an .alpha different from its rank 4 (UNet 2, CLIP-L 6, bigG 1), so alpha / rank is tested.
   tests/data/goldens/sd/lora_kohya_<model>_<unfused|fused>.safetensors   image_u8 of one call after
                                            load_lora_weights, then set_adapters weight 0.7 (unfused) or
                                            fuse_lora(lora_scale=0.8) (fused), the call in the metadata
@@ -29,7 +29,10 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MODELS = os.path.join(ROOT, "tests", "data", "models")
 LORA = os.path.join(ROOT, "tests", "data", "lora")
 GOLDENS = os.path.join(ROOT, "tests", "data", "goldens", "sd")
-ALPHAS = (1.0, 2.0, 6.0)
+# One alpha per component, none equal to the rank (4). Within a component diffusers 0.42 scales every pair by
+# its own alpha only outside the attention layers: their converted alpha names keep ".processor", match no
+# module, and those layers take the component's most common alpha. kohya writes one network_alpha for all.
+ALPHAS = {"lora_unet": 2.0, "lora_te": 6.0, "lora_te1": 6.0, "lora_te2": 1.0}
 
 
 def sgm_module(module, layers_per_block):
@@ -68,8 +71,8 @@ def kohya_file(pipe, model):
                 out[flat + ".lora_down.weight"] = torch.randn(4, m.in_channels, 1, 1, generator=g) * 0.3
                 out[flat + ".lora_up.weight"] = torch.randn(m.out_channels, 4, 1, 1, generator=g) * 0.3
     names = sorted({k.split(".")[0] for k in out})
-    for i, name in enumerate(names):
-        out[name + ".alpha"] = torch.tensor(ALPHAS[i % len(ALPHAS)])
+    for name in names:
+        out[name + ".alpha"] = torch.tensor(ALPHAS["_".join(name.split("_")[:2])])
     return out, len(names)
 
 
