@@ -122,8 +122,17 @@ LoraContents read_lora_file(const std::string& path, const LoraFamily& family, c
     std::vector<LayerAdapter> layers;
     const io::TensorInfo& down_info = file.info(pair.down);
     const io::TensorInfo& up_info = file.info(pair.up);
-    const Shape &ds = down_info.shape, &us = up_info.shape;
-    if (ds.size() != 2 || us.size() != 2 || ds[0] < 1 || ds[0] != us[1]) {
+    // A 1x1 convolution's pair ([rank, in, 1, 1] and [out, rank, 1, 1], PEFT's lora.Conv2d) is a linear one,
+    // for a layer that is a 1x1 convolution (nn::Linear::is_pointwise_conv).
+    const bool four_d = down_info.shape.size() == 4 && up_info.shape.size() == 4;
+    const bool pointwise = four_d && down_info.shape[2] == 1 && down_info.shape[3] == 1 &&
+                           up_info.shape[2] == 1 && up_info.shape[3] == 1;
+    const Shape ds = pointwise ? Shape{down_info.shape[0], down_info.shape[1]} : down_info.shape;
+    const Shape us = pointwise ? Shape{up_info.shape[0], up_info.shape[1]} : up_info.shape;
+    if (four_d && !pointwise) {
+      why = "down " + shape_str(down_info.shape) + " and up " + shape_str(up_info.shape) +
+            " are a convolution's pair (LoCon): Kiln does not load LoRA into convolutions yet";
+    } else if (ds.size() != 2 || us.size() != 2 || ds[0] < 1 || ds[0] != us[1]) {
       why = "down " + shape_str(ds) + " and up " + shape_str(us) +
             " are not a low-rank pair ([rank, in] and [out, rank])";
     } else if (!is_floating(down_info.dtype) || !is_floating(up_info.dtype)) {
@@ -138,6 +147,10 @@ LoraContents read_lora_file(const std::string& path, const LoraFamily& family, c
         why = "the model has no layer " + t.component + "." + t.module;
       } else if (const auto seen = reached_by.find(layer); seen != reached_by.end()) {
         why = "layer " + t.component + "." + t.module + " is also reached by '" + seen->second + "'";
+      } else if (pointwise && !layer->is_pointwise_conv()) {
+        why = "down " + shape_str(down_info.shape) + " and up " + shape_str(up_info.shape) +
+              " are a 1x1 convolution's pair, but " + t.component + "." + t.module +
+              " is a Linear (expected [rank, in] and [out, rank])";
       } else {
         const bool pad =
             family.pads_narrow_down && t.component == "transformer" && ds[1] < layer->in_features();
@@ -159,8 +172,8 @@ LoraContents read_lora_file(const std::string& path, const LoraFamily& family, c
       out.skipped.emplace_back(pair.name, why);
       continue;
     }
-    const Tensor down = file.tensor(pair.down);
-    Tensor up = file.tensor(pair.up);
+    const Tensor down = file.tensor(pair.down).reshape(ds);
+    Tensor up = file.tensor(pair.up).reshape(us);
     if (pair.swap_up_halves) up = concat({up.narrow(0, us[0] / 2, us[0] / 2), up.narrow(0, 0, us[0] / 2)}, 0);
     const std::optional<double> own_alpha =
         pair.alpha.empty() ? std::nullopt : std::optional<double>(alpha_value(file, pair.alpha));

@@ -23,7 +23,8 @@ const char* format_name(LoraFormat format) {
 }
 
 bool LoraFamily::takes(LoraFormat format) const {
-  return format == LoraFormat::Diffusers || std::find(formats.begin(), formats.end(), format) != formats.end();
+  return format == LoraFormat::Diffusers ||
+         std::find(formats.begin(), formats.end(), format) != formats.end();
 }
 
 namespace {
@@ -75,7 +76,8 @@ bool is_xlabs_key(const std::string& key) {
 }
 
 bool is_bfl_key(const std::string& key, const LoraFamily* family) {
-  return is_original_top_level_name(first_segment(unwrapped(key)), family) || starts_with(key, "text_encoders.");
+  return is_original_top_level_name(first_segment(unwrapped(key)), family) ||
+         starts_with(key, "text_encoders.");
 }
 
 bool looks_like_lora_tensor(const std::string& key) {
@@ -105,16 +107,17 @@ Mapping skipped(std::string why) {
 
 Mapping transformer_targets(const std::string& dotted, const LoraFamily& family) {
   const auto t = original_module_targets(family.original, dotted);
-  if (!t) return unknown("not a module of the " + family.name + " transformer");
+  if (!t) return unknown("not a module of the " + family.name + " " + family.denoiser);
   Mapping m;
-  for (const std::string& module : t->modules) m.targets.push_back({"transformer", module});
+  for (const std::string& module : t->modules) m.targets.push_back({family.denoiser, module});
   m.swap_up_halves = t->swap_up_halves;
   return m;
 }
 
-Mapping clip_targets(const std::string& flat, const LoraFamily& family) {
+Mapping clip_targets(const std::string& flat, const LoraFamily& family,
+                     const std::string& component = "text_encoder") {
   if (!family.clip_text_encoder) return skipped("diffusers loads no text-encoder LoRA into " + family.name);
-  if (const auto dotted = clip_dotted_name(flat)) return Mapping{{{"text_encoder", *dotted}}, false, "", ""};
+  if (const auto dotted = clip_dotted_name(flat)) return Mapping{{{component, *dotted}}, false, "", ""};
   if (flat.find("text_projection") != std::string::npos ||
       flat.find("position_embedding") != std::string::npos)
     return skipped("CLIP's text_projection and position_embedding: diffusers drops them too");
@@ -146,15 +149,26 @@ Mapping diffusers_mapping(const std::string& module, const LoraFamily& family) {
 
 Mapping kohya_mapping(const std::string& module, const LoraFamily& family) {
   if (starts_with(module, "lora_unet_")) {
-    const auto dotted = original_dotted_name(family.original, module.substr(10));
-    if (!dotted) return unknown("not a module of the " + family.name + " transformer");
+    const std::string flat = module.substr(10);
+    if (family.kohya_denoiser_module) {
+      if (const auto found = family.kohya_denoiser_module(flat)) {
+        if (!found->refused.empty()) return unknown(found->refused);
+        return Mapping{{{family.denoiser, found->module}}, false, "", ""};
+      }
+      return unknown("not a module of the " + family.name + " " + family.denoiser);
+    }
+    const auto dotted = original_dotted_name(family.original, flat);
+    if (!dotted) return unknown("not a module of the " + family.name + " " + family.denoiser);
     return transformer_targets(*dotted, family);
   }
   for (const char* prefix : {"lora_te1_", "lora_te_"})
     if (starts_with(module, prefix)) return clip_targets(module.substr(std::string(prefix).size()), family);
+  if (family.clip_text_encoder_2 && starts_with(module, "lora_te2_"))
+    return clip_targets(module.substr(9), family, "text_encoder_2");
   if (starts_with(module, "lora_te2_") || starts_with(module, "lora_te3_"))
     return skipped("a T5 (lora_te2_ / lora_te3_) LoRA: diffusers loads none");
-  return unknown("not a kohya name (lora_unet_*, lora_te1_* or lora_te_*)");
+  return unknown(std::string("not a kohya name (lora_unet_*, lora_te1_* or lora_te_*") +
+                 (family.clip_text_encoder_2 ? ", lora_te2_*)" : ")"));
 }
 
 Mapping bfl_mapping(const std::string& module, const LoraFamily& family) {
@@ -225,11 +239,13 @@ std::string other_kind(const std::string& key) {
 
 }  // namespace
 
-std::optional<LoraFormat> detect_lora_format(const std::vector<std::string>& names, const LoraFamily* family) {
+std::optional<LoraFormat> detect_lora_format(const std::vector<std::string>& names,
+                                             const LoraFamily* family) {
   if (std::none_of(names.begin(), names.end(), looks_like_lora_tensor)) return std::nullopt;
   if (std::any_of(names.begin(), names.end(), is_kohya_key)) return LoraFormat::Kohya;
   if (std::any_of(names.begin(), names.end(), is_xlabs_key)) return LoraFormat::XLabs;
-  if (std::any_of(names.begin(), names.end(), [&](const std::string& key) { return is_bfl_key(key, family); }))
+  if (std::any_of(names.begin(), names.end(),
+                  [&](const std::string& key) { return is_bfl_key(key, family); }))
     return LoraFormat::BlackForestLabs;
   return LoraFormat::Diffusers;
 }
@@ -243,7 +259,8 @@ LoraKeys plan_lora_keys(const std::vector<std::string>& names, const LoraFamily&
                          << (names.empty() ? "" : "; the first is '" + names.front() + "'"));
   if (!family.takes(*format)) {
     std::string taken;
-    for (LoraFormat f : {LoraFormat::Diffusers, LoraFormat::Kohya, LoraFormat::BlackForestLabs, LoraFormat::XLabs})
+    for (LoraFormat f :
+         {LoraFormat::Diffusers, LoraFormat::Kohya, LoraFormat::BlackForestLabs, LoraFormat::XLabs})
       if (family.takes(f)) taken += std::string(taken.empty() ? "" : ", ") + format_name(f);
     KILN_FAIL("LoRA files in the " << format_name(*format) << " layout are not for " << family.name
                                    << ": its pipelines take " << taken << " ones, as diffusers does");

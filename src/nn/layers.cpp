@@ -57,6 +57,12 @@ Tensor Linear::forward(const Tensor& x) const {
   KILN_FAIL("internal: unknown Linear sharding");
 }
 
+void Linear::store_weight_as_pointwise_conv() {
+  KILN_CHECK(parallel_.sharding == Sharding::Replicated, "Linear: a 1x1 convolution's weight is not sharded");
+  set_checkpoint_shape("weight", {out_, in_, 1, 1});
+  pointwise_conv_ = true;
+}
+
 DType Linear::dtype() const {
   return is_quantized() ? weight_storage.compute_dtype : weight.dtype();
 }

@@ -54,6 +54,18 @@ void Module::register_quantizable_parameter(const std::string& name, Tensor* slo
                                   .full_shape = full});
 }
 
+void Module::set_checkpoint_shape(const std::string& name, Shape stored) {
+  for (Parameter& p : parameters_) {
+    if (p.name != name) continue;
+    KILN_CHECK(!p.shard && shape_numel(stored) == shape_numel(p.shape),
+               type_name() << ": parameter '" << name << "' of shape " << shape_str(p.shape)
+                           << " cannot be stored as " << shape_str(stored));
+    p.full_shape = std::move(stored);
+    return;
+  }
+  KILN_FAIL(type_name() << ": no parameter '" << name << "' to set the checkpoint shape of");
+}
+
 void Module::register_module(const std::string& name, Module* child) {
   children_.emplace_back(name, child);
 }
@@ -134,9 +146,10 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
     KILN_CHECK(stored == p->full_shape, source.description()
                                             << ": tensor '" << name << "' has shape " << shape_str(stored)
                                             << " but the model config expects " << shape_str(p->full_shape));
+    const bool reshaped = !p->shard && p->full_shape != p->shape;
     if (p->quantized != nullptr) {
       *p->quantized = QuantizedStorage{quant::StorageType::F32, options.dtype};
-      if (options.keep_quantized) {
+      if (options.keep_quantized && !reshaped) {
         quant::QuantizedTensor q = source.load_quantized(name);
         if (q.defined() && quant::traits(q.type).is_quantized) {
           *p->slot = q.blocks;
@@ -148,6 +161,7 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
       }
     }
     Tensor t = p->shard ? source.load_slices(name, p->shard->dim, p->shard->ranges()) : source.load(name);
+    if (reshaped) t = t.reshape(p->shape);
     *p->slot = t.to(options.dtype);
     used.insert(name);
     if (options.on_loaded) options.on_loaded(name, p->slot->nbytes());

@@ -12,7 +12,7 @@ lora::LoraAdapters& DiffusionPipeline::lora_adapters() {
     const Family& family = *pipeline_class(class_name(), "").family;
     KILN_CHECK(family.lora, class_name() << " does not take LoRA adapters (the " << family.name
                                          << " pipelines take none)");
-    lora = std::make_unique<lora::LoraAdapters>(*family.lora, class_name(), components());
+    lora = std::make_unique<lora::LoraAdapters>(lora_family(*family.lora), class_name(), components());
   }
   return *lora;
 }

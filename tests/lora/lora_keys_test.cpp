@@ -192,5 +192,97 @@ TEST(LoraKeys, LayoutsAFamilyDoesNotTakeAndTensorsKilnDoesNotRunAreRefused) {
   EXPECT_NE(error_of([&] { plan_lora_keys(bias, lora_family("FLUX.1")); }).find("biases"), std::string::npos);
 }
 
+// kohya's names for Stable Diffusion (diffusers' _maybe_map_sgm_blocks_to_diffusers and
+// _convert_non_diffusers_lora_to_diffusers), planned with the registered family (a UNet of 2 ResNets a
+// level).
+std::vector<std::string> sd_targets(const std::string& kohya_module) {
+  const LoraKeys keys = plan_lora_keys(pair_of(kohya_module, ".lora_down.weight", ".lora_up.weight"),
+                                       lora_family("Stable Diffusion"));
+  EXPECT_EQ(keys.format, LoraFormat::Kohya);
+  if (keys.pairs.size() != 1) return {"unknown: " + (keys.unknown.empty() ? "" : keys.unknown[0].second)};
+  return targets_of(keys.pairs[0]);
+}
+
+using Targets = std::vector<std::string>;
+
+TEST(LoraKeys, KohyaStableDiffusionUNetInDiffusersNames) {
+  EXPECT_EQ(sd_targets("lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q"),
+            Targets{"unet:down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q"});
+  EXPECT_EQ(sd_targets("lora_unet_up_blocks_3_attentions_2_transformer_blocks_0_attn2_to_out_0"),
+            Targets{"unet:up_blocks.3.attentions.2.transformer_blocks.0.attn2.to_out.0"});
+  EXPECT_EQ(sd_targets("lora_unet_mid_block_attentions_0_transformer_blocks_0_ff_net_0_proj"),
+            Targets{"unet:mid_block.attentions.0.transformer_blocks.0.ff.net.0.proj"});
+  EXPECT_EQ(sd_targets("lora_unet_down_blocks_1_attentions_1_transformer_blocks_0_ff_net_2"),
+            Targets{"unet:down_blocks.1.attentions.1.transformer_blocks.0.ff.net.2"});
+  EXPECT_EQ(sd_targets("lora_unet_down_blocks_1_attentions_0_proj_in"),
+            Targets{"unet:down_blocks.1.attentions.0.proj_in"});
+  EXPECT_EQ(sd_targets("lora_unet_mid_block_attentions_0_proj_out"),
+            Targets{"unet:mid_block.attentions.0.proj_out"});
+  EXPECT_EQ(sd_targets("lora_unet_down_blocks_0_resnets_1_time_emb_proj"),
+            Targets{"unet:down_blocks.0.resnets.1.time_emb_proj"});
+  EXPECT_EQ(sd_targets("lora_unet_time_embedding_linear_1"), Targets{"unet:time_embedding.linear_1"});
+  // Not a module of the UNet: named.
+  EXPECT_NE(sd_targets("lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn3_to_q")[0].find(
+                "not a module of the Stable Diffusion unet"),
+            std::string::npos);
+}
+
+TEST(LoraKeys, KohyaStableDiffusionUNetInSgmNames) {
+  // input_blocks.i: level (i-1)/3, layer (i-1)%3 with 2 ResNets a level; middle_block.1: the attention;
+  // output_blocks.i: level i/3, layer i%3.
+  EXPECT_EQ(sd_targets("lora_unet_input_blocks_4_1_transformer_blocks_0_attn1_to_q"),
+            Targets{"unet:down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q"});
+  EXPECT_EQ(sd_targets("lora_unet_input_blocks_8_1_transformer_blocks_1_attn2_to_k"),
+            Targets{"unet:down_blocks.2.attentions.1.transformer_blocks.1.attn2.to_k"});
+  EXPECT_EQ(sd_targets("lora_unet_middle_block_1_transformer_blocks_0_ff_net_2"),
+            Targets{"unet:mid_block.attentions.0.transformer_blocks.0.ff.net.2"});
+  EXPECT_EQ(sd_targets("lora_unet_middle_block_1_proj_in"), Targets{"unet:mid_block.attentions.0.proj_in"});
+  EXPECT_EQ(sd_targets("lora_unet_output_blocks_0_1_transformer_blocks_0_attn1_to_out_0"),
+            Targets{"unet:up_blocks.0.attentions.0.transformer_blocks.0.attn1.to_out.0"});
+  EXPECT_EQ(sd_targets("lora_unet_output_blocks_5_1_proj_out"),
+            Targets{"unet:up_blocks.1.attentions.2.proj_out"});
+  EXPECT_EQ(sd_targets("lora_unet_input_blocks_1_0_emb_layers_1"),
+            Targets{"unet:down_blocks.0.resnets.0.time_emb_proj"});
+  EXPECT_EQ(sd_targets("lora_unet_time_embed_2"), Targets{"unet:time_embedding.linear_2"});
+  EXPECT_EQ(sd_targets("lora_unet_label_emb_0_0"), Targets{"unet:add_embedding.linear_1"});
+  // input_blocks.3 is level 0's downsampler, not an attention.
+  EXPECT_NE(sd_targets("lora_unet_input_blocks_3_1_proj_in")[0].find("not a module"), std::string::npos);
+}
+
+TEST(LoraKeys, KohyaStableDiffusionTextEncoders) {
+  EXPECT_EQ(sd_targets("lora_te_text_model_encoder_layers_0_self_attn_q_proj"),
+            Targets{"text_encoder:text_model.encoder.layers.0.self_attn.q_proj"});
+  EXPECT_EQ(sd_targets("lora_te1_text_model_encoder_layers_11_mlp_fc1"),
+            Targets{"text_encoder:text_model.encoder.layers.11.mlp.fc1"});
+  // SDXL's second CLIP (OpenCLIP bigG), not a T5.
+  EXPECT_EQ(sd_targets("lora_te2_text_model_encoder_layers_31_self_attn_out_proj"),
+            Targets{"text_encoder_2:text_model.encoder.layers.31.self_attn.out_proj"});
+  // FLUX.1's lora_te2_ stays T5's, which diffusers skips.
+  const LoraKeys flux = plan_lora_keys(
+      pair_of("lora_te2_encoder_block_0_layer_0_SelfAttention_q", ".lora_down.weight", ".lora_up.weight"),
+      lora_family("FLUX.1"));
+  EXPECT_TRUE(flux.pairs.empty());
+  ASSERT_EQ(flux.skipped.size(), 2u);
+  EXPECT_NE(flux.skipped[0].second.find("T5"), std::string::npos);
+}
+
+TEST(LoraKeys, KohyaStableDiffusionConvolutionsAreRefusedByName) {
+  for (const auto& [kohya, module] :
+       {std::pair<std::string, std::string>{"lora_unet_down_blocks_0_resnets_0_conv1",
+                                            "down_blocks.0.resnets.0.conv1"},
+        {"lora_unet_input_blocks_1_0_in_layers_2", "down_blocks.0.resnets.0.conv1"},
+        {"lora_unet_output_blocks_2_1_conv", "up_blocks.0.upsamplers.0.conv"},
+        {"lora_unet_input_blocks_3_0_op", "down_blocks.0.downsamplers.0.conv"},
+        {"lora_unet_conv_in", "conv_in"}}) {
+    const LoraKeys keys = plan_lora_keys(pair_of(kohya, ".lora_down.weight", ".lora_up.weight"),
+                                         lora_family("Stable Diffusion"));
+    EXPECT_TRUE(keys.pairs.empty()) << kohya;
+    ASSERT_EQ(keys.unknown.size(), 1u) << kohya;
+    EXPECT_EQ(keys.unknown[0].first, kohya + ".lora_down.weight");
+    EXPECT_NE(keys.unknown[0].second.find("convolution " + module + " (LoCon)"), std::string::npos)
+        << keys.unknown[0].second;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::lora

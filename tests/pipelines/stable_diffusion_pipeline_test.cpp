@@ -7,9 +7,12 @@
 // tools/goldens/sd2.py).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "kiln/families/stable_diffusion/stable_diffusion_pipeline.h"
 #include "kiln/families/stable_diffusion/stable_diffusion_xl_pipeline.h"
 #include "kiln/families/stable_diffusion/unet_2d_condition.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/ops.h"
 #include "support/pipeline_comparison.h"
 #include "support/test_data.h"
@@ -148,6 +151,77 @@ TEST(StableDiffusionPipeline, DiffusersLorasGiveDiffusersImage) {
     request.prompt = g.meta("prompt");
     expect_images_match((*pipe)(request), g);
   }
+}
+
+// kohya's (sd-scripts) files (tools/goldens/sd_kohya_lora.py), every pair with an alpha other than its
+// rank: SD1.5's in diffusers' flat names with 4-D pairs on the 1x1-convolution proj_in / proj_out and
+// lora_te_ for CLIP; SDXL's in SGM's block names (input_blocks / middle_block / output_blocks) with lora_te1_
+// (CLIP-L) and lora_te2_ (OpenCLIP bigG). Every pair loads (as in diffusers, which adapted as many layers),
+// and the image is diffusers' unfused at a weight and fused at a scale.
+TEST(StableDiffusionPipeline, KohyaLorasGiveDiffusersImage) {
+  const std::map<std::string, std::map<std::string, int64_t>> layers = {
+      {"sd15", {{"unet", 132}, {"text_encoder", 12}}},
+      {"sdxl", {{"unet", 242}, {"text_encoder", 12}, {"text_encoder_2", 8}}}};
+  for (const char* model : {"sd15", "sdxl"})
+    for (const char* kind : {"unfused", "fused"}) {
+      SCOPED_TRACE(std::string(model) + " " + kind);
+      const GoldenFile g("sd", std::string("lora_kohya_") + model + "_" + kind);
+      const std::unique_ptr<DiffusionPipeline> pipe = g.load();
+      const lora::LoraLoadReport report = pipe->load_lora_weights(
+          testing::data_path(std::string("lora/") + model + "_kohya.safetensors"), {.adapter_name = "sd"});
+      EXPECT_EQ(report.format, lora::LoraFormat::Kohya);
+      EXPECT_EQ(report.layers, layers.at(model));
+      EXPECT_TRUE(report.skipped.empty()) << report.describe();
+      const std::string& script = g.meta("script");
+      if (script.find("set sd=") != std::string::npos)
+        pipe->set_adapters({"sd"}, {std::stod(script.substr(script.find("set sd=") + 7))});
+      if (script.find("fuse ") != std::string::npos)
+        pipe->fuse_lora({.lora_scale = std::stod(script.substr(script.find("fuse ") + 5))});
+      PipelineRequest request = sd_request(g);
+      request.prompt = g.meta("prompt");
+      expect_images_match((*pipe)(request), g);
+    }
+}
+
+// A LoCon pair (a 3x3 convolution's, on a ResNet's conv1) is refused naming it; ignore_mismatches skips it
+// and loads the rest. A 1x1 convolution's pair on a layer that is a Linear (SDXL's proj_in) is refused too.
+TEST(StableDiffusionPipeline, KohyaConvolutionPairsAreRefusedByName) {
+  const std::string path = testing::temp_dir("sd_kohya_locon") + "/locon.safetensors";
+  const std::string conv = "lora_unet_down_blocks_0_resnets_0_conv1";
+  const std::string attn = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q";
+  io::save_safetensors(path, {{conv + ".lora_down.weight", testing::values({4, 16, 3, 3}, 1)},
+                              {conv + ".lora_up.weight", testing::values({16, 4, 1, 1}, 2)},
+                              {attn + ".lora_down.weight", testing::values({4, 16}, 3)},
+                              {attn + ".lora_up.weight", testing::values({16, 4}, 4)}});
+  const std::unique_ptr<DiffusionPipeline> sd15 =
+      DiffusionPipeline::from_pretrained(testing::data_path("models/sd15-tiny"));
+  std::string error;
+  try {
+    sd15->load_lora_weights(path);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("'" + conv + ".lora_down.weight'"), std::string::npos) << error;
+  EXPECT_NE(error.find("LoCon"), std::string::npos) << error;
+  EXPECT_TRUE(sd15->get_list_adapters().empty());
+  const lora::LoraLoadReport report = sd15->load_lora_weights(path, {.ignore_mismatches = true});
+  EXPECT_EQ(report.layers, (std::map<std::string, int64_t>{{"unet", 1}}));
+  ASSERT_EQ(report.skipped.size(), 1u);
+  EXPECT_EQ(report.skipped[0].first, conv + ".lora_down.weight");
+
+  const std::string pointwise = testing::temp_dir("sd_kohya_pointwise") + "/pointwise.safetensors";
+  const std::string proj_in = "lora_unet_input_blocks_4_1_proj_in";
+  io::save_safetensors(pointwise, {{proj_in + ".lora_down.weight", testing::values({4, 24, 1, 1}, 1)},
+                                   {proj_in + ".lora_up.weight", testing::values({24, 4, 1, 1}, 2)}});
+  const std::unique_ptr<DiffusionPipeline> sdxl =
+      DiffusionPipeline::from_pretrained(testing::data_path("models/sdxl-tiny"));
+  error.clear();
+  try {
+    sdxl->load_lora_weights(pointwise);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("unet.down_blocks.1.attentions.0.proj_in is a Linear"), std::string::npos) << error;
 }
 
 TEST(StableDiffusionPipeline, Bfloat16StaysWithinItsNoise) {

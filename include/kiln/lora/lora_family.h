@@ -5,6 +5,8 @@
 // converts a file's names with it; nothing in lora/ names a family.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +47,12 @@ struct OriginalLayout {
 inline constexpr const char* kDoubleBlocks = "double_blocks";
 inline constexpr const char* kSingleBlocks = "single_blocks";
 
+// A kohya module of a denoiser the family names itself (LoraFamily::kohya_denoiser_module).
+struct KohyaModule {
+  std::string module;   // diffusers' module name in the denoiser
+  std::string refused;  // non-empty: why Kiln does not load a pair there (a convolution's LoCon pair)
+};
+
 struct LoraFamily {
   std::string name;  // "FLUX.1", in messages
   // The components adapters load into (diffusers' _lora_loadable_modules, the prefixes of its layout) and
@@ -52,11 +60,22 @@ struct LoraFamily {
   std::vector<std::string> components, fuse_components;
   // The layouts it takes; the diffusers (PEFT) one always.
   std::vector<LoraFormat> formats = {LoraFormat::Diffusers};
+  // The component kohya's lora_unet_ pairs and the original layout's modules load into ("transformer"; a
+  // UNet's "unet").
+  std::string denoiser = "transformer";
   // Its transformer's modules under their original names (kohya, Black Forest Labs and XLabs files).
   OriginalLayout original;
+  // For a denoiser the family names itself rather than by `original`: a kohya lora_unet_ name without its
+  // prefix ("down_blocks_0_attentions_0_proj_in") as the denoiser's diffusers module
+  // ("down_blocks.0.attentions.0.proj_in"), nullopt for none of its modules. A pipeline may refine it from
+  // its loaded config (DiffusionPipeline::lora_family).
+  std::function<std::optional<KohyaModule>(const std::string& flat)> kohya_denoiser_module;
   // Whether kohya's lora_te1_ / lora_te_ and Black Forest Labs' text_encoders.clip_l pairs load into
   // text_encoder (a CLIP text model), as FLUX.1's do.
   bool clip_text_encoder = false;
+  // Whether kohya's lora_te2_ pairs load into text_encoder_2 as a CLIP text model (SDXL's OpenCLIP bigG, in
+  // transformers' CLIPTextModelWithProjection names) rather than being T5's, which diffusers skips (FLUX.1).
+  bool clip_text_encoder_2 = false;
   // Whether a transformer pair whose down is narrower than its layer's input is padded with zeros, as
   // diffusers' FLUX loader does (_maybe_expand_lora_state_dict: XLabs' single-block proj_lora reads the
   // attention part of proj_out's input).

@@ -6,7 +6,9 @@
 //                      diffusion_model.<module>
 //   kohya (sd-scripts) lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight / .lora_up.weight / .alpha:
 //                      Black Forest Labs' modules with '_' for '.' (FLUX.1, FLUX.2), lora_te1_* /
-//                      lora_te_* for CLIP
+//                      lora_te_* for CLIP; a UNet's (SD1.5, SDXL) in diffusers' or SGM's names as its family
+//                      maps them (LoraFamily::kohya_denoiser_module), lora_te2_* for SDXL's second CLIP
+//                      (elsewhere T5's, skipped)
 //   Each family says which layouts it takes (LoraFamily::formats); the others are refused by name. Text
 //   encoders' pairs are read only where the family loads LoRA into them.
 //   Black Forest Labs  [diffusion_model. | base_model.model.]double_blocks.0.img_attn.qkv.lora_A.weight (or

@@ -43,6 +43,11 @@ class Linear : public Module {
   Sharding sharding() const { return parallel_.sharding; }
   Tensor weight, bias;
   QuantizedStorage weight_storage;
+  // The layer is a 1x1 convolution run on tokens (diffusers' Transformer2DModel proj_in / proj_out without
+  // use_linear_projection): the checkpoint holds its weight as [out, in, 1, 1], and LoRA pairs for it may
+  // come as a 1x1 convolution's ([rank, in, 1, 1] and [out, rank, 1, 1], PEFT's lora.Conv2d).
+  void store_weight_as_pointwise_conv();
+  bool is_pointwise_conv() const { return pointwise_conv_; }
 
   // ---- LoRA adapters (src/nn/linear_lora.cpp)
   // Adds adapter `name` (replacing one of that name): the whole layer's down [rank, in_features] and up
@@ -81,6 +86,7 @@ class Linear : public Module {
   void rebuild_adapters();
 
   int64_t in_, out_;
+  bool pointwise_conv_ = false;
   LinearParallel parallel_;
   Tensor lora_down_, lora_up_;
   std::shared_ptr<Adapters> adapters_;  // null until an adapter is added

@@ -173,6 +173,10 @@ class Module {
   // registered shape is the slice's, and load_weights reads only the slice (kiln/nn/tensor_parallel.h).
   void register_sharded_parameter(const std::string& name, Tensor* slot, const Shape& full_shape,
                                   ParameterShard shard);
+  // The checkpoint stores parameter `name` (registered, not sharded) as `stored`, a shape of as many values
+  // (a 1x1 convolution's [out, in, 1, 1] for a Linear's [out, in]): load_weights takes that shape and
+  // reshapes it to the registered one (a view, no copy); it is never kept block-quantized.
+  void set_checkpoint_shape(const std::string& name, Shape stored);
   // `name` may be dotted ("self_attn.q_proj") to reproduce a checkpoint's nesting without scope modules.
   void register_module(const std::string& name, Module* child);
   // Registers `slot` (a member) as a tensor the forward reads besides the parameters, set at run time rather
@@ -202,7 +206,7 @@ class Module {
     Shape shape;
     bool optional;
     QuantizedStorage* quantized = nullptr;
-    Shape full_shape;                     // the checkpoint's shape (== shape unless sharded)
+    Shape full_shape;  // the checkpoint's shape (== shape unless sharded or set_checkpoint_shape)
     std::optional<ParameterShard> shard;  // set for a tensor-parallel slice
   };
   void collect(const std::string& prefix, std::vector<std::pair<std::string, const Parameter*>>& out) const;

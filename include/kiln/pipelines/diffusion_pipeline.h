@@ -282,6 +282,9 @@ class DiffusionPipeline {
   virtual void check_loaded_request(const PipelineRequest& request) const = 0;
   // The VAE, as the latents' codec (kiln/models/latent_codec.h).
   virtual models::LatentCodec& latent_codec() const = 0;
+  // What LoRA means for this pipeline: its family's descriptor (`registered`), which a class may refine from
+  // its loaded configs (the UNet pipelines: kohya's SGM block numbers follow the UNet's layers_per_block).
+  virtual lora::LoraFamily lora_family(const lora::LoraFamily& registered) const { return registered; }
 
   // Sets the pipeline's execution context: options.context, else a new one named after the pipeline and the
   // model. Loading then happens inside it.

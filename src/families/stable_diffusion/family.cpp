@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "families/family_helpers.h"
+#include "families/stable_diffusion/sd_kohya_lora.h"
 #include "families/stable_diffusion/sd_single_file.h"
 #include "kiln/families/stable_diffusion/stable_diffusion_pipeline.h"
 #include "kiln/families/stable_diffusion/stable_diffusion_xl_pipeline.h"
@@ -106,12 +107,11 @@ Family family() {
       {"StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline"},
       text_to_image_fields(sdxl_prompts));
   descriptor.classes.insert(descriptor.classes.end(), xl.begin(), xl.end());
-  // diffusers' StableDiffusion(XL)LoraLoaderMixin in its own (PEFT) layout: the UNet's and the text encoders'
-  // Linear layers. kohya's files and LoCon (adapters on the convolutions) are not read yet.
-  descriptor.lora = lora::LoraFamily{.name = "Stable Diffusion",
-                                     .components = {"unet", "text_encoder", "text_encoder_2"},
-                                     .fuse_components = {"unet", "text_encoder", "text_encoder_2"},
-                                     .formats = {lora::LoraFormat::Diffusers}};
+  // diffusers' StableDiffusion(XL)LoraLoaderMixin in its own (PEFT) layout and kohya's: the UNet's and the
+  // text encoders' Linear layers and SD1.x's 1x1 proj_in / proj_out. LoCon (adapters on the convolutions) is
+  // refused by name. SD1.5's and SDXL's UNets have 2 ResNets a level (SDXL 3 levels, SD1.5 4: 4 reads both);
+  // a loaded pipeline takes its UNet's own (UNetPipeline::lora_family).
+  descriptor.lora = models::stable_diffusion_lora_family(4, 2);
   descriptor.unloaded_component = unloaded_component;
   descriptor.single_file = single_file;
   return descriptor;

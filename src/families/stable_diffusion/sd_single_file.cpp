@@ -544,4 +544,23 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
   return out;
 }
 
+std::optional<std::string> sgm_unet_module(const std::string& dotted, int64_t levels,
+                                           int64_t layers_per_block) {
+  if (levels < 1 || layers_per_block < 1) return std::nullopt;
+  // The input blocks the UNet's config implies: each level's ResNets (with their attentions), then its
+  // downsampler except on the last level; input_blocks.0 is conv_in.
+  UnetLayout u;
+  u.levels = levels;
+  u.layers_per_block = layers_per_block;
+  u.output_blocks = levels * (layers_per_block + 1);
+  int64_t id = 1;
+  for (int64_t level = 0; level < levels; ++level) {
+    for (int64_t layer = 0; layer < layers_per_block; ++layer) u.inputs[id++] = {level, layer, false};
+    if (level + 1 < levels) u.inputs[id++] = {level, 0, true};
+  }
+  const auto name = unet_name(dotted + ".weight", u);
+  if (!name || name->size() < 7 || name->compare(name->size() - 7, 7, ".weight") != 0) return std::nullopt;
+  return name->substr(0, name->size() - 7);
+}
+
 }  // namespace kiln::models

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,5 +45,12 @@ StableDiffusionSingleFile open_stable_diffusion_single_file(const std::string& p
 // not one the format deliberately carries beside the weights (EMA copies, DDPM and sampler buffers, CLIP's
 // position_ids, OpenCLIP's logit_scale, the VAE's training loss).
 StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<const nn::WeightSource> file);
+
+// A module of the original (SGM / ldm) UNet ("input_blocks.4.1.transformer_blocks.0.attn1.to_q",
+// "middle_block.1.proj_in", "output_blocks.2.2.conv") as diffusers' UNet2DConditionModel names it for a UNet
+// of `levels` levels of `layers_per_block` ResNets each ("down_blocks.1.attentions.1.transformer_blocks.0.
+// attn1.to_q"), as the single-file conversion maps its weights; nullopt for none of its modules.
+std::optional<std::string> sgm_unet_module(const std::string& dotted, int64_t levels,
+                                           int64_t layers_per_block);
 
 }  // namespace kiln::models

@@ -110,38 +110,31 @@ Tensor UNetTransformerBlock::forward_eager(const Tensor& x, const Tensor& contex
 
 UNetSpatialTransformer::UNetSpatialTransformer(int64_t channels, int64_t heads, int64_t layers,
                                                int64_t context_dim, int64_t groups, bool linear_projection)
-    : linear_projection_(linear_projection), norm_(groups, channels, kTransformerNormEps) {
-  register_module("norm", &norm_);
-  if (linear_projection) {
-    proj_in_linear_ = std::make_unique<nn::Linear>(channels, channels);
-    register_module("proj_in", proj_in_linear_.get());
-  } else {
-    proj_in_conv_ = std::make_unique<nn::Conv2d>(channels, channels, 1);
-    register_module("proj_in", proj_in_conv_.get());
+    : norm_(groups, channels, kTransformerNormEps),
+      proj_in_(channels, channels),
+      proj_out_(channels, channels) {
+  // Without use_linear_projection, proj_in and proj_out are 1x1 convolutions: the same product on the tokens,
+  // with the weight stored [out, in, 1, 1] (and LoRA pairs for them in that shape too).
+  if (!linear_projection) {
+    proj_in_.store_weight_as_pointwise_conv();
+    proj_out_.store_weight_as_pointwise_conv();
   }
+  register_module("norm", &norm_);
+  register_module("proj_in", &proj_in_);
   for (int64_t i = 0; i < layers; ++i) {
     blocks_.push_back(std::make_unique<UNetTransformerBlock>(channels, heads, context_dim));
     register_module(index("transformer_blocks", static_cast<size_t>(i)), blocks_.back().get());
   }
-  if (linear_projection) {
-    proj_out_linear_ = std::make_unique<nn::Linear>(channels, channels);
-    register_module("proj_out", proj_out_linear_.get());
-  } else {
-    proj_out_conv_ = std::make_unique<nn::Conv2d>(channels, channels, 1);
-    register_module("proj_out", proj_out_conv_.get());
-  }
+  register_module("proj_out", &proj_out_);
 }
 
 Tensor UNetSpatialTransformer::forward(const Tensor& x, const Tensor& context) const {
   const int64_t b = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   const auto to_tokens = [&](const Tensor& t) { return t.permute({0, 2, 3, 1}).reshape({b, h * w, c}); };
   const auto to_map = [&](const Tensor& t) { return t.reshape({b, h, w, c}).permute({0, 3, 1, 2}); };
-  Tensor tokens =
-      linear_projection_ ? (*proj_in_linear_)(to_tokens(norm_(x))) : to_tokens((*proj_in_conv_)(norm_(x)));
+  Tensor tokens = proj_in_(to_tokens(norm_(x)));
   for (const auto& block : blocks_) tokens = block->forward(tokens, context);
-  const Tensor out = linear_projection_ ? to_map((*proj_out_linear_)(tokens))
-                                        : (*proj_out_conv_)(to_map(tokens).contiguous());
-  return add(out, x);
+  return add(to_map(proj_out_(tokens)), x);
 }
 
 UNetDownBlock::UNetDownBlock(const UNetBlockShape& s, int64_t in, int64_t out, int64_t layers, int64_t heads,

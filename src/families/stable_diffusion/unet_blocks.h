@@ -59,8 +59,9 @@ class UNetTransformerBlock : public nn::Module {
   nn::Linear ff_in_, ff_out_;
 };
 
-// Transformer2DModel over a feature map: GroupNorm (eps 1e-6), proj_in (1x1 conv, or a Linear on the tokens
-// with use_linear_projection), the blocks over the h*w tokens, proj_out, added to the input.
+// Transformer2DModel over a feature map: GroupNorm (eps 1e-6), proj_in on the tokens (a 1x1 conv, stored so,
+// or a Linear with use_linear_projection: the same product), the blocks over the h*w tokens, proj_out, added
+// to the input.
 class UNetSpatialTransformer : public nn::Module {
  public:
   UNetSpatialTransformer(int64_t channels, int64_t heads, int64_t layers, int64_t context_dim, int64_t groups,
@@ -69,10 +70,8 @@ class UNetSpatialTransformer : public nn::Module {
   const std::vector<std::unique_ptr<UNetTransformerBlock>>& blocks() const { return blocks_; }
 
  private:
-  bool linear_projection_;
   nn::GroupNorm norm_;
-  std::unique_ptr<nn::Conv2d> proj_in_conv_, proj_out_conv_;
-  std::unique_ptr<nn::Linear> proj_in_linear_, proj_out_linear_;
+  nn::Linear proj_in_, proj_out_;
   std::vector<std::unique_ptr<UNetTransformerBlock>> blocks_;
 };
 

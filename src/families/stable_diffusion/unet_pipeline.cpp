@@ -1,6 +1,7 @@
 #include "kiln/families/stable_diffusion/unet_pipeline.h"
 
 #include "families/stable_diffusion/sd_components.h"
+#include "families/stable_diffusion/sd_kohya_lora.h"
 #include "families/stable_diffusion/sd_single_file.h"
 #include "families/stable_diffusion/unet_activations.h"
 #include "families/stable_diffusion/unet_guidance.h"
@@ -141,6 +142,14 @@ ActivationEstimate UNetPipeline::unet_activations(const PipelineRequest& request
 
 models::LatentCodec& UNetPipeline::latent_codec() const {
   return *vae_;
+}
+
+lora::LoraFamily UNetPipeline::lora_family(const lora::LoraFamily& registered) const {
+  const models::UNet2DConditionConfig& c = unet_->config();
+  lora::LoraFamily family = models::stable_diffusion_lora_family(
+      static_cast<int64_t>(c.block_out_channels.size()), c.layers_per_block.front());
+  family.name = registered.name;
+  return family;
 }
 
 nn::Module& UNetPipeline::denoiser() {

@@ -77,6 +77,8 @@ class UNetPipeline : public DiffusionPipeline {
 
  private:
   models::LatentCodec& latent_codec() const override;
+  // The family's LoRA descriptor for this UNet's levels and layers_per_block (kohya's SGM names).
+  lora::LoraFamily lora_family(const lora::LoraFamily& registered) const override;
 
   // Open while loading from a single file; released once loading ends.
   std::shared_ptr<models::StableDiffusionSingleFile> single_file_;
