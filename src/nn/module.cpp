@@ -108,7 +108,9 @@ std::vector<std::pair<std::string, Shape>> Module::parameter_shapes(const std::s
   collect(prefix, all);
   std::vector<std::pair<std::string, Shape>> out;
   out.reserve(all.size());
-  for (const auto& [name, p] : all) out.emplace_back(name, p->shape);
+  // A parameter stored in another shape than it runs in (a pointwise convolution's weight run as a Linear's)
+  // is named in the checkpoint's; a tensor-parallel rank's slice in its own.
+  for (const auto& [name, p] : all) out.emplace_back(name, p->shard ? p->shape : p->full_shape);
   return out;
 }
 

@@ -92,7 +92,8 @@ class Module {
   // This module and every module under it with its full dotted name ("" for this one, then
   // "transformer_blocks.0", "transformer_blocks.0.attn", ...), in registration order.
   std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
-  // Every parameter's full dotted name and registered shape (what the checkpoint must hold).
+  // Every parameter's full dotted name and the shape the checkpoint must hold (set_checkpoint_shape's where
+  // set; a tensor-parallel rank's slice in its local shape).
   std::vector<std::pair<std::string, Shape>> parameter_shapes(const std::string& prefix = "");
   int64_t num_parameters();
   // Bytes the parameters occupy (after loading) or would occupy in `dtype`; weights kept block-quantized
