@@ -137,26 +137,29 @@ std::pair<double, double> range_in(const std::string& spec, const std::string& t
 template <typename Config>
 Config parse_attention_cache(const std::string& spec, const std::vector<std::string>& parts) {
   Config config;
-  for (size_t i = 1; i < parts.size(); ++i) {
-    const size_t equals = parts[i].find('=');
-    const std::string key = parts[i].substr(0, equals);
-    const std::string value = equals == std::string::npos ? "" : parts[i].substr(equals + 1);
-    if (key == "skip" && equals != std::string::npos) {
-      config.spatial_attention_block_skip_range = whole_in(spec, value, "skip", 1000);
-    } else if (key == "range" && equals != std::string::npos) {
-      config.spatial_attention_timestep_skip_range = range_in(spec, value);
-    } else if constexpr (std::is_same_v<Config, FasterCacheConfig>) {
-      KILN_CHECK(key == "weight" && equals != std::string::npos,
-                 "step cache '" << spec << "': unknown option '" << parts[i] << "' (" << kForms << ")");
-      config.attention_weight = signed_number_in(spec, value, "weight");
-    } else {
-      KILN_FAIL("step cache '" << spec << "': unknown option '" << parts[i] << "' (" << kForms << ")");
-    }
-  }
   try {
+    for (size_t i = 1; i < parts.size(); ++i) {
+      const size_t equals = parts[i].find('=');
+      const std::string key = parts[i].substr(0, equals);
+      const std::string value = equals == std::string::npos ? "" : parts[i].substr(equals + 1);
+      if (key == "skip" && equals != std::string::npos) {
+        config.spatial_attention_block_skip_range = whole_in(spec, value, "skip", 1000);
+      } else if (key == "range" && equals != std::string::npos) {
+        config.spatial_attention_timestep_skip_range = range_in(spec, value);
+      } else if constexpr (std::is_same_v<Config, FasterCacheConfig>) {
+        KILN_CHECK(key == "weight" && equals != std::string::npos,
+                   "step cache '" << spec << "': unknown option '" << parts[i] << "'");
+        config.attention_weight = signed_number_in(spec, value, "weight");
+      } else {
+        KILN_FAIL("step cache '" << spec << "': unknown option '" << parts[i] << "'");
+      }
+    }
     check_step_cache(config);
   } catch (const Error& e) {
-    KILN_FAIL("step cache '" << spec << "': " << e.what() << " (" << kForms << ")");
+    // Every refusal names the spec and the forms a spec takes.
+    const std::string what = e.what();
+    const std::string named = what.find("step cache '") == 0 ? what : "step cache '" + spec + "': " + what;
+    KILN_FAIL(named << (what.find(kForms) == std::string::npos ? std::string(" (") + kForms + ")" : ""));
   }
   return config;
 }

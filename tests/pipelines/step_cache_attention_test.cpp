@@ -1,14 +1,15 @@
 // Pyramid Attention Broadcast and FasterCache (guidance-distilled) against diffusers 0.42.1's own hooks
-// (tools/goldens/step_cache_attention.py) on the tiny FLUX.1 and Qwen-Image pipelines: at every evaluation each
-// attention of the blocks computes or reuses as diffusers' did (its schedule reads the scheduler's timestep),
-// and the image is diffusers': float32 within one 8-bit level on 99% of the values, bfloat16 within its noise.
-// True classifier-free guidance, compiled blocks, malformed specs and FasterCache's unconditional-branch form
-// are refused by name.
+// (tools/goldens/step_cache_attention.py) on the tiny FLUX.1 and Qwen-Image pipelines: at every evaluation
+// each attention of the blocks computes or reuses as diffusers' did (its schedule reads the scheduler's
+// timestep), and the image is diffusers': float32 within one 8-bit level on 99% of the values, bfloat16
+// within its noise. True classifier-free guidance, compiled blocks, malformed specs and FasterCache's
+// unconditional-branch form are refused by name.
 #include <gtest/gtest.h>
 
 #include <numeric>
 
 #include "kiln/families/flux1/flux_pipeline.h"
+#include "kiln/models/flux_transformer.h"
 #include "kiln/nn/step_cache.h"
 #include "support/pipeline_comparison.h"
 #include "support/test_data.h"
@@ -179,9 +180,10 @@ TEST(AttentionCache, CompiledModesRefuseThemByName) {
 }
 
 TEST(AttentionCacheSpec, ReadsWhatItWritesAndRefusesTheMalformed) {
-  for (const char* spec : {"pab:skip=2:range=100,800", "pab:skip=3:range=50,900", "pab:skip=1:range=-1.5,999.25",
-                           "fastercache:skip=2:range=-1,681:weight=0.5",
-                           "fastercache:skip=3:range=200,900:weight=0.3", "fastercache:skip=2:range=0,1000:weight=-1"})
+  for (const char* spec :
+       {"pab:skip=2:range=100,800", "pab:skip=3:range=50,900", "pab:skip=1:range=-1.5,999.25",
+        "fastercache:skip=2:range=-1,681:weight=0.5", "fastercache:skip=3:range=200,900:weight=0.3",
+        "fastercache:skip=2:range=0,1000:weight=-1"})
     EXPECT_EQ(step_cache_spec(parse_step_cache(spec)), spec);
   const auto pab = std::get<PyramidAttentionBroadcastConfig>(parse_step_cache("pab"));
   EXPECT_EQ(pab.spatial_attention_block_skip_range, 2);
@@ -195,9 +197,9 @@ TEST(AttentionCacheSpec, ReadsWhatItWritesAndRefusesTheMalformed) {
 
   for (const char* bad :
        {"pab:skip=0", "pab:skip=1.5", "pab:skip=", "pab:range=800", "pab:range=800,100", "pab:range=100,100",
-        "pab:range=a,800", "pab:range=100,800,900", "pab:range=100,inf", "pab:weight=0.5", "pab:2", "pab:skip",
-        "fastercache:weight=x", "fastercache:weight=nan", "fastercache:skip=-1", "fastercache:range=,681",
-        "fastercache:colour=red", "fastercache:0.5"}) {
+        "pab:range=a,800", "pab:range=100,800,900", "pab:range=100,inf", "pab:weight=0.5", "pab:2",
+        "pab:skip", "fastercache:weight=x", "fastercache:weight=nan", "fastercache:skip=-1",
+        "fastercache:range=,681", "fastercache:colour=red", "fastercache:0.5"}) {
     try {
       parse_step_cache(bad);
       ADD_FAILURE() << "parsed " << bad;
@@ -222,8 +224,10 @@ TEST(AttentionCache, FasterCacheOfTheUnconditionalBranchIsRefusedByName) {
     EXPECT_NE(std::string(e.what()).find("batch-concatenated"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(pipe->denoiser().step_cache()->config().has_value());
-  EXPECT_THROW(check_step_cache(PyramidAttentionBroadcastConfig{.spatial_attention_block_skip_range = 0}), Error);
-  EXPECT_THROW(check_step_cache(FasterCacheConfig{.spatial_attention_timestep_skip_range = {681, -1}}), Error);
+  EXPECT_THROW(check_step_cache(PyramidAttentionBroadcastConfig{.spatial_attention_block_skip_range = 0}),
+               Error);
+  EXPECT_THROW(check_step_cache(FasterCacheConfig{.spatial_attention_timestep_skip_range = {681, -1}}),
+               Error);
   EXPECT_NO_THROW(check_step_cache(FasterCacheConfig{}));
 }
 
