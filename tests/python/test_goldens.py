@@ -413,7 +413,7 @@ def _share_within_one_level(image, want):
 
 
 @pytest.mark.parametrize("diffusers_config", [False, True])
-def test_pyramid_attention_broadcast_matches_diffusers(diffusers_config):
+def test_pyramid_attention_broadcast_cache_matches_diffusers(diffusers_config):
     """pipe.transformer.enable_cache(PyramidAttentionBroadcastConfig(...)), Kiln's class or diffusers' own (whose
     current_timestep_callback Kiln does not need): diffusers' image (tools/goldens/step_cache_attention.py) and
     reused steps; settings Kiln's transformers have nothing for, and true CFG, are refused by name."""
