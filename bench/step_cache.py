@@ -52,7 +52,7 @@ def run(kiln, model, size, steps, cache, extra, out):
     seconds = time.monotonic() - start
     if done.returncode != 0:
         sys.exit(f"kiln generate failed ({' '.join(args)}):\n{done.stderr[-2000:]}")
-    reused = re.search(r"(?:reused|forecast) at steps (\S+)", done.stderr)
+    reused = re.search(r"(?:reused|forecast|extrapolated) at steps (\S+)", done.stderr)
     return seconds, (reused.group(1) if reused else "")
 
 

@@ -248,13 +248,16 @@ void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, co
   }
   if (!out.images.empty() && out.images[0].metadata.count("cache") > 0) {
     const std::string& reused = out.images[0].metadata.at("cache_reused");
-    std::fprintf(stderr, "kiln: step cache %s: %s\n", out.images[0].metadata.at("cache").c_str(),
+    const std::string& spec = out.images[0].metadata.at("cache");
+    // The attention caches reuse inside the blocks: TaylorSeer forecasts, PAB gives the last outputs again,
+    // FasterCache extrapolates from the last two.
+    const char* what = spec.rfind("taylorseer", 0) == 0    ? "the attentions were forecast at steps "
+                       : spec.rfind("pab", 0) == 0         ? "the attentions were reused at steps "
+                       : spec.rfind("fastercache", 0) == 0 ? "the attentions were extrapolated at steps "
+                                                           : "the blocks were reused at steps ";
+    std::fprintf(stderr, "kiln: step cache %s: %s\n", spec.c_str(),
                  reused == "none" ? "every step ran its blocks"
-                                  : ((out.images[0].metadata.at("cache").rfind("taylorseer", 0) == 0
-                                          ? "the attentions were forecast at steps "
-                                          : "the blocks were reused at steps ") +
-                                     reused + " (computed at the others)")
-                                        .c_str());
+                                  : (what + reused + " (computed at the others)").c_str());
   }
   if (!out.images.empty() && out.images[0].metadata.count("mag_ratios") > 0)
     std::fprintf(stderr,

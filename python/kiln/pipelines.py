@@ -65,6 +65,93 @@ class TaylorSeerCacheConfig:
     taylor_factors_dtype: object = "bfloat16"
 
 
+@dataclasses.dataclass
+class PyramidAttentionBroadcastConfig:
+    """diffusers' PyramidAttentionBroadcastConfig, its spatial part (every attention of the blocks): an attention
+    runs at its first step, whenever the timestep (the scheduler's t; Kiln knows it, so no
+    `current_timestep_callback` is needed) is not strictly inside `spatial_attention_timestep_skip_range`, and at
+    one step in `spatial_attention_block_skip_range`; at the others its last outputs are reused. None: diffusers'
+    fallback, 2. The temporal and cross-attention parts have nothing to act on in Kiln's transformers (joint
+    self-attentions, no temporal attention): setting them is refused."""
+
+    spatial_attention_block_skip_range: int = None
+    temporal_attention_block_skip_range: int = None
+    cross_attention_block_skip_range: int = None
+    spatial_attention_timestep_skip_range: tuple = (100, 800)
+    current_timestep_callback: object = None
+
+
+@dataclasses.dataclass
+class FasterCacheConfig:
+    """diffusers' FasterCacheConfig in its guidance-distilled form (is_guidance_distilled=True, Kiln's default,
+    the only form Kiln has: the unconditional-branch approximation needs a batch-concatenated CFG call and an
+    image-shaped transformer output): inside `spatial_attention_timestep_skip_range` an attention runs at one
+    step in `spatial_attention_block_skip_range` and is extrapolated from its last two outputs in between,
+    t + (t - t_2) * `attention_weight` (diffusers' attention_weight_callback's default constant, 0.5)."""
+
+    spatial_attention_block_skip_range: int = 2
+    spatial_attention_timestep_skip_range: tuple = (-1, 681)
+    attention_weight: float = 0.5
+    is_guidance_distilled: bool = True
+    current_timestep_callback: object = None
+
+
+# diffusers' default identifiers (hooks/_common.py, hooks/faster_cache.py): every attention of the blocks, the
+# only ones Kiln's attention caches act on.
+_PAB_SPATIAL_IDENTIFIERS = ("blocks", "transformer_blocks", "single_transformer_blocks", "layers",
+                            "visual_transformer_blocks")
+_FASTER_SPATIAL_IDENTIFIERS = ("^blocks.*attn", "^transformer_blocks.*attn", "^single_transformer_blocks.*attn")
+
+
+def _timestep_range(name, value):
+    try:
+        low, high = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"enable_cache: {name} must be two timesteps (low, high), got {value!r}") from None
+    return f"{low!r},{high!r}"
+
+
+def _attention_cache_spec(config):
+    """The spec of a Pyramid Attention Broadcast or FasterCache config, Kiln's or diffusers'; what Kiln cannot
+    honour refused by name."""
+    pab = type(config).__name__ == "PyramidAttentionBroadcastConfig"
+    name = "Pyramid Attention Broadcast" if pab else "FasterCache"
+    if pab:
+        for other in ("temporal_attention_block_skip_range", "cross_attention_block_skip_range"):
+            if getattr(config, other, None) is not None:
+                raise ValueError(f"enable_cache: {name}'s {other} has nothing to act on in Kiln: FLUX.1's and "
+                                 f"Qwen-Image's attentions are joint self-attentions, and they have no temporal "
+                                 f"attention; set spatial_attention_block_skip_range")
+        identifiers = getattr(config, "spatial_attention_block_identifiers", _PAB_SPATIAL_IDENTIFIERS)
+        if tuple(identifiers) != _PAB_SPATIAL_IDENTIFIERS:
+            raise ValueError(f"enable_cache: Kiln's {name} acts on every attention of the blocks (diffusers' default "
+                             f"spatial_attention_block_identifiers); other identifiers are not in Kiln")
+        skip = config.spatial_attention_block_skip_range
+        skip = 2 if skip is None else skip  # diffusers' fallback when no skip range is set
+        window = _timestep_range("spatial_attention_timestep_skip_range", config.spatial_attention_timestep_skip_range)
+        return f"pab:skip={int(skip)}:range={window}"
+    if not getattr(config, "is_guidance_distilled", True):
+        raise ValueError("enable_cache: FasterCache with is_guidance_distilled=False is not in Kiln: its "
+                         "unconditional-branch approximation needs a batch-concatenated classifier-free-guidance "
+                         "call and an image-shaped (B, C, H, W) transformer output, and Kiln's transformers output "
+                         "packed tokens and run true CFG's branches as two calls; pass is_guidance_distilled=True "
+                         "(the attention part, for guidance-distilled models such as FLUX.1)")
+    if getattr(config, "temporal_attention_block_skip_range", None) is not None:
+        raise ValueError("enable_cache: FasterCache's temporal_attention_block_skip_range has nothing to act on in "
+                         "Kiln: its transformers have no temporal attention")
+    identifiers = getattr(config, "spatial_attention_block_identifiers", _FASTER_SPATIAL_IDENTIFIERS)
+    if tuple(identifiers) != _FASTER_SPATIAL_IDENTIFIERS:
+        raise ValueError(f"enable_cache: Kiln's {name} acts on every attention of the blocks (diffusers' default "
+                         f"spatial_attention_block_identifiers); other identifiers are not in Kiln")
+    weight = getattr(config, "attention_weight", 0.5)
+    if getattr(config, "attention_weight_callback", None) is not None:
+        raise ValueError("enable_cache: FasterCache's attention_weight_callback is not in Kiln (it may read the "
+                         "module and the step, which Kiln's engine cannot call back into); its weight is a constant: "
+                         "kiln.FasterCacheConfig(attention_weight=...), default 0.5 as diffusers'")
+    window = _timestep_range("spatial_attention_timestep_skip_range", config.spatial_attention_timestep_skip_range)
+    return f"fastercache:skip={int(config.spatial_attention_block_skip_range)}:range={window}:weight={float(weight)!r}"
+
+
 def _step_cache_spec(config):
     """The spec Kiln's engine reads ("fbcache:0.12") of a cache config, Kiln's or diffusers' (by its class
     name, so that diffusers need not be imported here)."""
@@ -91,10 +178,12 @@ def _step_cache_spec(config):
         if config.mag_ratios is not None:
             spec += ":ratios=" + ",".join(repr(float(r)) for r in list(config.mag_ratios))
         return spec
+    if type(config).__name__ in ("PyramidAttentionBroadcastConfig", "FasterCacheConfig"):
+        return _attention_cache_spec(config)
     if isinstance(config, str):
         return config
-    raise TypeError(f"enable_cache: Kiln has diffusers' FirstBlockCacheConfig, MagCacheConfig and "
-                    f"TaylorSeerCacheConfig; got "
+    raise TypeError(f"enable_cache: Kiln has diffusers' FirstBlockCacheConfig, MagCacheConfig, "
+                    f"TaylorSeerCacheConfig, PyramidAttentionBroadcastConfig and FasterCacheConfig; got "
                     f"{type(config).__name__}")
 
 
@@ -400,5 +489,6 @@ def _pipeline_classes():
 
 
 globals().update(_pipeline_classes())
-__all__ = ["DiffusionPipeline", "FirstBlockCacheConfig", "MagCacheConfig", "PipelineOutput", "TaylorSeerCacheConfig",
+__all__ = ["DiffusionPipeline", "FasterCacheConfig", "FirstBlockCacheConfig", "MagCacheConfig", "PipelineOutput",
+           "PyramidAttentionBroadcastConfig", "TaylorSeerCacheConfig",
            *sorted(_CLASSES)]

@@ -195,6 +195,7 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
 void Module::enable_cache(const StepCacheConfig& config) {
   StepCache* cache = step_cache();
   KILN_CHECK(cache != nullptr, type_name() << " takes no step cache (the transformers of FLUX.1 do)");
+  check_step_cache(config);
   cache->enable(config);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
+#include <type_traits>
 
 #include "kiln/core/error.h"
 #include "kiln/dist/process_group.h"
@@ -16,7 +17,9 @@ namespace {
 constexpr const char* kForms =
     "fbcache:THRESHOLD (First Block Cache, e.g. fbcache:0.12), magcache:THRESHOLD[:max_skip=N][:retention=R]"
     "[:ratios=R1,R2,...] or magcache:calibrate (MagCache), taylorseer[:interval=N][:warmup=N][:order=N]"
-    "[:until=N][:factors=bf16|f32] (TaylorSeer), or none";
+    "[:until=N][:factors=bf16|f32] (TaylorSeer), pab[:skip=N][:range=LOW,HIGH] (Pyramid Attention Broadcast, "
+    "e.g. pab:skip=2:range=100,800), fastercache[:skip=N][:range=LOW,HIGH][:weight=W] (FasterCache, e.g. "
+    "fastercache:skip=2:range=-1,681:weight=0.5), or none";
 
 // A finite number >= 0 from `text`; throws naming `spec` and `what`.
 double number_in(const std::string& spec, const std::string& text, const char* what) {
@@ -109,6 +112,58 @@ TaylorSeerCacheConfig parse_taylorseer(const std::string& spec, const std::vecto
   return config;
 }
 
+// A finite number (of either sign) from `text`; throws naming `spec` and `what`.
+double signed_number_in(const std::string& spec, const std::string& text, const char* what) {
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  KILN_CHECK(!text.empty() && end == text.c_str() + text.size() && errno == 0 && std::isfinite(value),
+             "step cache '" << spec << "': " << what << " must be a finite number, got '" << text << "' ("
+                            << kForms << ")");
+  return value;
+}
+
+// "LOW,HIGH": a timestep range.
+std::pair<double, double> range_in(const std::string& spec, const std::string& text) {
+  const std::vector<std::string> ends = split(text, ',');
+  KILN_CHECK(ends.size() == 2, "step cache '" << spec << "': range must be two timesteps LOW,HIGH (e.g. "
+                                              << "range=100,800), got '" << text << "'");
+  return {signed_number_in(spec, ends[0], "the range's low end"),
+          signed_number_in(spec, ends[1], "the range's high end")};
+}
+
+// "pab[:skip=N][:range=LOW,HIGH]" and "fastercache[:skip=N][:range=LOW,HIGH][:weight=W]": the options both
+// read, and FasterCache's weight.
+template <typename Config>
+Config parse_attention_cache(const std::string& spec, const std::vector<std::string>& parts) {
+  Config config;
+  try {
+    for (size_t i = 1; i < parts.size(); ++i) {
+      const size_t equals = parts[i].find('=');
+      const std::string key = parts[i].substr(0, equals);
+      const std::string value = equals == std::string::npos ? "" : parts[i].substr(equals + 1);
+      if (key == "skip" && equals != std::string::npos) {
+        config.spatial_attention_block_skip_range = whole_in(spec, value, "skip", 1000);
+      } else if (key == "range" && equals != std::string::npos) {
+        config.spatial_attention_timestep_skip_range = range_in(spec, value);
+      } else if constexpr (std::is_same_v<Config, FasterCacheConfig>) {
+        KILN_CHECK(key == "weight" && equals != std::string::npos,
+                   "step cache '" << spec << "': unknown option '" << parts[i] << "'");
+        config.attention_weight = signed_number_in(spec, value, "weight");
+      } else {
+        KILN_FAIL("step cache '" << spec << "': unknown option '" << parts[i] << "'");
+      }
+    }
+    check_step_cache(config);
+  } catch (const Error& e) {
+    // Every refusal names the spec and the forms a spec takes.
+    const std::string what = e.what();
+    const std::string named = what.find("step cache '") == 0 ? what : "step cache '" + spec + "': " + what;
+    KILN_FAIL(named << (what.find(kForms) == std::string::npos ? std::string(" (") + kForms + ")" : ""));
+  }
+  return config;
+}
+
 // diffusers' nearest_interp: `ratios` (float32) at `steps` points, index round(i * scale) in float32 with
 // ties to even, as torch.round does.
 std::vector<float> resampled(const std::vector<double>& ratios, int steps) {
@@ -130,6 +185,8 @@ StepCacheConfig parse_step_cache(const std::string& spec) {
   const std::vector<std::string> parts = split(spec, ':');
   if (parts[0] == "magcache") return parse_mag_cache(spec, parts);
   if (parts[0] == "taylorseer") return parse_taylorseer(spec, parts);
+  if (parts[0] == "pab") return parse_attention_cache<PyramidAttentionBroadcastConfig>(spec, parts);
+  if (parts[0] == "fastercache") return parse_attention_cache<FasterCacheConfig>(spec, parts);
   KILN_CHECK(parts[0] == "fbcache" && parts.size() == 2, "step cache '" << spec << "': expected " << kForms);
   return FirstBlockCacheConfig{.threshold = number_in(spec, parts[1], "the threshold")};
 }
@@ -147,6 +204,18 @@ std::string step_cache_spec(const StepCacheConfig& config) {
     if (taylor->factors_dtype == float32) out << ":factors=f32";
     return out.str();
   }
+  if (const auto* pab = std::get_if<PyramidAttentionBroadcastConfig>(&config)) {
+    out << "pab:skip=" << pab->spatial_attention_block_skip_range
+        << ":range=" << pab->spatial_attention_timestep_skip_range.first << ","
+        << pab->spatial_attention_timestep_skip_range.second;
+    return out.str();
+  }
+  if (const auto* faster = std::get_if<FasterCacheConfig>(&config)) {
+    out << "fastercache:skip=" << faster->spatial_attention_block_skip_range
+        << ":range=" << faster->spatial_attention_timestep_skip_range.first << ","
+        << faster->spatial_attention_timestep_skip_range.second << ":weight=" << faster->attention_weight;
+    return out.str();
+  }
   const auto& mag = std::get<MagCacheConfig>(config);
   if (mag.calibrate) return "magcache:calibrate";
   out << "magcache:" << mag.threshold << ":max_skip=" << mag.max_skip_steps
@@ -156,6 +225,49 @@ std::string step_cache_spec(const StepCacheConfig& config) {
     for (size_t i = 0; i < mag.mag_ratios.size(); ++i) out << (i ? "," : "") << mag.mag_ratios[i];
   }
   return out.str();
+}
+
+namespace {
+
+// The checks PAB's and FasterCache's configs share.
+template <typename Config>
+void check_attention_cache(const char* name, const Config& config) {
+  const auto [low, high] = config.spatial_attention_timestep_skip_range;
+  KILN_CHECK(config.spatial_attention_block_skip_range >= 1,
+             name << ": spatial_attention_block_skip_range must be at least 1 (an attention runs at one "
+                     "evaluation in that many), got "
+                  << config.spatial_attention_block_skip_range);
+  KILN_CHECK(
+      std::isfinite(low) && std::isfinite(high) && low < high,
+      name << ": spatial_attention_timestep_skip_range must be two finite timesteps, the low one first "
+              "(e.g. 100, 800), got "
+           << low << ", " << high);
+}
+
+}  // namespace
+
+void check_step_cache(const StepCacheConfig& config) {
+  if (const auto* pab = std::get_if<PyramidAttentionBroadcastConfig>(&config))
+    check_attention_cache("Pyramid Attention Broadcast", *pab);
+  if (const auto* faster = std::get_if<FasterCacheConfig>(&config)) {
+    check_attention_cache("FasterCache", *faster);
+    KILN_CHECK(std::isfinite(faster->attention_weight),
+               "FasterCache: the attention weight must be a finite number, got " << faster->attention_weight);
+    KILN_CHECK(
+        faster->is_guidance_distilled,
+        "FasterCache with is_guidance_distilled=false is not in Kiln: its unconditional-branch part "
+        "approximates the negative half of a batch-concatenated classifier-free-guidance call from the "
+        "positive half's frequencies, which needs one call of both halves and an image-shaped (B, C, H, "
+        "W) transformer output; FLUX.1's and Qwen-Image's transformers output packed tokens and run true "
+        "CFG's halves as two calls. Kiln has its attention part: is_guidance_distilled=true");
+  }
+}
+
+const char* attention_step_cache_name(const StepCacheConfig& config) {
+  if (std::holds_alternative<TaylorSeerCacheConfig>(config)) return "TaylorSeer";
+  if (std::holds_alternative<PyramidAttentionBroadcastConfig>(config)) return "Pyramid Attention Broadcast";
+  if (std::holds_alternative<FasterCacheConfig>(config)) return "FasterCache";
+  return nullptr;
 }
 
 const std::vector<double>& flux_mag_ratios() {
@@ -176,6 +288,8 @@ void StepCache::reset(const std::optional<StepCacheConfig>& call, int num_infere
   states_.clear();
   mag_states_.clear();
   taylor_states_.clear();
+  attention_states_.clear();
+  in_evaluation_ = false;
   evaluations_.clear();
   decisions_.clear();
   calibrated_.clear();
@@ -208,13 +322,83 @@ bool taylor_computes(const TaylorSeerCacheConfig& config, int step) {
 }  // namespace
 
 bool StepCache::forecasts_modules() const {
-  return active_ && std::holds_alternative<TaylorSeerCacheConfig>(*active_);
+  return active_ && attention_step_cache_name(*active_) != nullptr;
+}
+
+void StepCache::count_attention(bool computed) {
+  if (!in_evaluation_ || decisions_.empty()) return;
+  Decision& d = decisions_.back();
+  if (d.attentions_computed + d.attentions_reused == 0) d.computed = computed;
+  (computed ? d.attentions_computed : d.attentions_reused) += 1;
 }
 
 std::vector<Tensor> StepCache::module_outputs(const void* key,
                                               const std::function<std::vector<Tensor>()>& compute) {
   if (!forecasts_modules()) return compute();
-  const auto& config = std::get<TaylorSeerCacheConfig>(*active_);
+  if (const auto* taylor = std::get_if<TaylorSeerCacheConfig>(&*active_))
+    return taylor_outputs(*taylor, key, compute);
+  // diffusers' PAB and FasterCache hooks are not context-aware: one state per attention. (True CFG, whose two
+  // evaluations would share it, is refused before the call.)
+  AttentionState& state = attention_states_[key];
+  if (const auto* pab = std::get_if<PyramidAttentionBroadcastConfig>(&*active_))
+    return broadcast_outputs(*pab, state, compute);
+  return faster_outputs(std::get<FasterCacheConfig>(*active_), state, compute);
+}
+
+namespace {
+
+// diffusers' `low < current_timestep < high`: the float32 timestep against the ends (python numbers, which
+// torch compares in the tensor's float32).
+bool strictly_inside(const std::pair<double, double>& range, float timestep) {
+  return static_cast<float>(range.first) < timestep && timestep < static_cast<float>(range.second);
+}
+
+}  // namespace
+
+std::vector<Tensor> StepCache::broadcast_outputs(const PyramidAttentionBroadcastConfig& config,
+                                                 AttentionState& state,
+                                                 const std::function<std::vector<Tensor>()>& compute) {
+  // diffusers' PyramidAttentionBroadcastHook.new_forward.
+  const bool computes = state.latest.empty() || state.iteration == 0 ||
+                        !strictly_inside(config.spatial_attention_timestep_skip_range, timestep_) ||
+                        state.iteration % config.spatial_attention_block_skip_range == 0;
+  if (computes) state.latest = compute();
+  state.iteration += 1;
+  count_attention(computes);
+  return state.latest;
+}
+
+std::vector<Tensor> StepCache::faster_outputs(const FasterCacheConfig& config, AttentionState& state,
+                                              const std::function<std::vector<Tensor>()>& compute) {
+  // diffusers' FasterCacheBlockHook.new_forward, guidance-distilled: inside the range only the evaluations
+  // whose index is a positive multiple of the skip range compute. (diffusers fails on an evaluation inside
+  // the range with nothing cached yet, a range holding the first timestep; Kiln computes it.)
+  const bool inside = strictly_inside(config.spatial_attention_timestep_skip_range, timestep_);
+  const bool computes =
+      !inside || state.latest.empty() ||
+      (state.iteration > 0 && state.iteration % config.spatial_attention_block_skip_range == 0);
+  std::vector<Tensor> outputs;
+  if (computes) {
+    outputs = compute();
+  } else {
+    // Each output of the module apart: t + (t - t_2) * weight, each operation in the outputs' dtype as
+    // torch's is (a bfloat16 tensor times a python float stays bfloat16; the CPU kernels multiply by the
+    // weight as a float32).
+    const double weight = static_cast<float>(config.attention_weight);
+    for (size_t i = 0; i < state.latest.size(); ++i)
+      outputs.push_back(add(state.latest[i], mul(sub(state.latest[i], state.previous[i]), weight)));
+  }
+  // diffusers' cache [t_2, t]: [out, out] at the first evaluation, then [t, out] (an extrapolated output
+  // counts as the next t).
+  state.previous = state.latest.empty() ? outputs : state.latest;
+  state.latest = outputs;
+  state.iteration += 1;
+  count_attention(computes);
+  return outputs;
+}
+
+std::vector<Tensor> StepCache::taylor_outputs(const TaylorSeerCacheConfig& config, const void* key,
+                                              const std::function<std::vector<Tensor>()>& compute) {
   TaylorState& state = taylor_states_[{context_, key}];
   state.current_step += 1;
   if (taylor_computes(config, state.current_step)) {
@@ -239,6 +423,7 @@ std::vector<Tensor> StepCache::module_outputs(const void* key,
     }
     state.factors = std::move(factors);
     state.last_update_step = state.current_step;
+    count_attention(true);
     return outputs;
   }
   // diffusers' TaylorSeerState.predict: the sum over the orders of factor * offset^order / order!, in the
@@ -257,6 +442,7 @@ std::vector<Tensor> StepCache::module_outputs(const void* key,
     }
     outputs.push_back(out);
   }
+  count_attention(false);
   return outputs;
 }
 
@@ -264,11 +450,22 @@ BlockStreams StepCache::run(size_t count, const BlockStreams& in, const RunBlock
   if (!active_ || count < 2) return run_blocks(0, count, in);
   if (const auto* first = std::get_if<FirstBlockCacheConfig>(&*active_))
     return run_first_block(*first, count, in, run_blocks);
-  if (const auto* taylor = std::get_if<TaylorSeerCacheConfig>(&*active_)) {
-    // The attentions decide for themselves (module_outputs): the same schedule, recorded here.
-    const int step = evaluations_[context_]++;
-    decisions_.push_back({context_, taylor_computes(*taylor, step), -1});
-    return run_blocks(0, count, in);
+  if (forecasts_modules()) {
+    // The attentions decide for themselves (module_outputs), each counted in the evaluation's Decision (its
+    // `computed` the first attention's). TaylorSeer's schedule is the config's alone, recorded here too.
+    Decision decision{context_, true, -1};
+    if (const auto* taylor = std::get_if<TaylorSeerCacheConfig>(&*active_))
+      decision.computed = taylor_computes(*taylor, evaluations_[context_]++);
+    decisions_.push_back(decision);
+    in_evaluation_ = true;
+    try {
+      BlockStreams out = run_blocks(0, count, in);
+      in_evaluation_ = false;
+      return out;
+    } catch (...) {
+      in_evaluation_ = false;
+      throw;
+    }
   }
   return run_mag(std::get<MagCacheConfig>(*active_), count, in, run_blocks);
 }

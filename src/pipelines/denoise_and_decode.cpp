@@ -55,10 +55,16 @@ PipelineOutput DiffusionPipeline::denoise_and_decode(
   // The call's step cache, its every context's state fresh (diffusers resets them after each call).
   nn::StepCache* cache = denoiser_cache();
   if (cache != nullptr) cache->reset(call_cache(task.request), task.call.num_inference_steps);
+  // Every evaluation's timestep reaches the cache first (diffusers' pipe.current_timestep, which Pyramid
+  // Attention Broadcast's and FasterCache's ranges read), whatever the family.
+  const auto timed_output = [&](const Tensor& x, int step, float timestep) {
+    if (cache != nullptr) cache->set_timestep(timestep);
+    return model_output(x, step, timestep);
+  };
   const Tensor latents = pipelines::denoise(
       start.latents, {.scheduler = schedule.get(),
                       .start_step = start.start_step,
-                      .model_output = model_output,
+                      .model_output = timed_output,
                       .noise = pipelines::noise_draw(task.generators),
                       .blend = start.blend,
                       .on_step_end = task.request.callback_on_step_end,

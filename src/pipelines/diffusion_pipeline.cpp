@@ -69,16 +69,34 @@ void DiffusionPipeline::check_request(const PipelineRequest& request) const {
   check_loaded_request(request);
   const std::optional<StepCacheConfig> cache = call_cache(request);
   const nn::Module& denoiser = const_cast<DiffusionPipeline*>(this)->denoiser();
-  if (cache && std::holds_alternative<TaylorSeerCacheConfig>(*cache)) {
+  if (cache) {
+    try {
+      check_step_cache(*cache);
+    } catch (const Error& e) {
+      throw RequestError("cache", e.what());
+    }
+  }
+  if (const char* name = cache ? attention_step_cache_name(*cache) : nullptr) {
     bool blocks_compiled = denoiser.is_compiled();
     for (const nn::BlockList& list : denoiser.repeated_blocks())
       blocks_compiled = blocks_compiled || (!list.blocks.empty() && list.blocks.front()->is_compiled());
     if (blocks_compiled)
-      throw RequestError(
-          "cache",
-          "TaylorSeer forecasts each attention inside the blocks, which a compiled block program "
-          "runs whole: it runs in the eager modes (--mode eager or fuse)");
+      throw RequestError("cache",
+                         std::string(name) +
+                             " works on each attention inside the blocks, which a compiled block "
+                             "program runs whole: it runs in the eager modes (--mode eager or fuse)");
   }
+  if (cache && !std::holds_alternative<TaylorSeerCacheConfig>(*cache) && attention_step_cache_name(*cache) &&
+      true_cfg(request))
+    throw RequestError(
+        "cache",
+        std::string(attention_step_cache_name(*cache)) +
+            " with true classifier-free guidance (a negative prompt and true_cfg_scale > 1) is refused: "
+            "like diffusers' hook it keeps one state per attention, not per guidance branch, so the "
+            "negative evaluation would reuse the positive one's attention outputs and the positive "
+            "the negative's (diffusers 0.42.1 mixes them, and fails where the two prompts' text lengths "
+            "differ). Drop the negative prompt (or true_cfg_scale), or use fbcache, magcache or "
+            "taylorseer, which keep each branch apart");
   if (const auto* mag = cache ? std::get_if<MagCacheConfig>(&*cache) : nullptr;
       mag && !mag->calibrate && mag->mag_ratios.empty() && denoiser_cache()->published_mag_ratios().empty())
     throw RequestError("cache", std::string("MagCache needs the checkpoint's magnitude ratios, and none are "

@@ -311,7 +311,10 @@ std::vector<RequestField> make_fields() {
           "cache", "Step cache",
           "skip transformer work between neighbouring steps: fbcache:THRESHOLD (diffusers' First Block "
           "Cache, e.g. fbcache:0.12), magcache:THRESHOLD (MagCache, e.g. magcache:0.06), magcache:calibrate, "
-          "taylorseer (TaylorSeer, e.g. taylorseer:interval=5), or none; unset: the transformer's "
+          "taylorseer (TaylorSeer, e.g. taylorseer:interval=5), pab (Pyramid Attention Broadcast, e.g. "
+          "pab:skip=2:range=100,800), fastercache (FasterCache, e.g. "
+          "fastercache:skip=2:range=-1,681:weight=0.5), "
+          "or none; unset: the transformer's "
           "enable_cache",
           "--cache", "cache"),
       KILN_MEMBER(cache));

@@ -400,3 +400,73 @@ def test_taylorseer_matches_diffusers():
     assert image.info["cache"] == m["cache"]
     with pytest.raises(ValueError, match="lite mode"):
         pipe.transformer.enable_cache(TaylorSeerCacheConfig(use_lite_mode=True))
+
+
+def _attention_cache_call(m):
+    return dict(prompt=m["prompt"], height=int(m["height"]), width=int(m["width"]),
+                num_inference_steps=int(m["num_inference_steps"]), guidance_scale=float(m["guidance_scale"]),
+                max_sequence_length=int(m["max_sequence_length"]), generator=int(m["seed"]))
+
+
+def _share_within_one_level(image, want):
+    return float(np.mean(np.abs(np.asarray(image).astype(np.int32) - want.astype(np.int32)) <= 1))
+
+
+@pytest.mark.parametrize("diffusers_config", [False, True])
+def test_pyramid_attention_broadcast_cache_matches_diffusers(diffusers_config):
+    """pipe.transformer.enable_cache(PyramidAttentionBroadcastConfig(...)), Kiln's class or diffusers' own (whose
+    current_timestep_callback Kiln does not need): diffusers' image (tools/goldens/step_cache_attention.py) and
+    reused steps; settings Kiln's transformers have nothing for, and true CFG, are refused by name."""
+    tensors, m = golden("step_cache_attention", "pab_flux_dev_64x64_s91.safetensors")
+    pipe = kiln.FluxPipeline.from_pretrained(data_path("models", m["model"]))
+    if diffusers_config:
+        from diffusers import PyramidAttentionBroadcastConfig
+    else:
+        from kiln import PyramidAttentionBroadcastConfig
+    pipe.transformer.enable_cache(PyramidAttentionBroadcastConfig(
+        spatial_attention_block_skip_range=2, spatial_attention_timestep_skip_range=(100, 800),
+        current_timestep_callback=lambda: None))
+    call = _attention_cache_call(m)
+    image = pipe(**call).images[0]
+    assert _share_within_one_level(image, tensors["image_u8"]) >= 0.99
+    reused = [str(i + 1) for i, c in enumerate(tensors["computed"].tolist()) if not c]
+    assert image.info["cache"] == m["cache"] and image.info["cache_reused"] == ",".join(reused)
+    with pytest.raises(kiln.RequestError, match="Pyramid Attention Broadcast with true classifier-free guidance"):
+        pipe(**call, negative_prompt="blurry", true_cfg_scale=3.0)
+    with pytest.raises(ValueError, match="temporal_attention_block_skip_range has nothing to act on"):
+        pipe.transformer.enable_cache(PyramidAttentionBroadcastConfig(temporal_attention_block_skip_range=2))
+    if diffusers_config:
+        with pytest.raises(ValueError, match="other identifiers are not in Kiln"):
+            pipe.transformer.enable_cache(PyramidAttentionBroadcastConfig(spatial_attention_block_identifiers=("attn",)))
+
+
+def test_faster_cache_matches_diffusers():
+    """FasterCache, guidance-distilled: diffusers' own FasterCacheConfig(is_guidance_distilled=True) with its
+    defaults, and Kiln's with another weight, skip range and timestep range, give diffusers' images; the
+    unconditional-branch form (diffusers' default is_guidance_distilled=False) and a weight callback are refused
+    by name."""
+    from diffusers import FasterCacheConfig as DiffusersFasterCacheConfig
+
+    tensors, m = golden("step_cache_attention", "faster_flux_dev_64x64_s95.safetensors")
+    pipe = kiln.FluxPipeline.from_pretrained(data_path("models", m["model"]))
+    pipe.transformer.enable_cache(DiffusersFasterCacheConfig(is_guidance_distilled=True,
+                                                             current_timestep_callback=lambda: None))
+    image = pipe(**_attention_cache_call(m)).images[0]
+    assert _share_within_one_level(image, tensors["image_u8"]) >= 0.99
+    assert image.info["cache"] == m["cache"]
+
+    tensors, m = golden("step_cache_attention", "faster_flux_dev_w03_64x64_s96.safetensors")
+    pipe.transformer.enable_cache(kiln.FasterCacheConfig(spatial_attention_block_skip_range=3,
+                                                         spatial_attention_timestep_skip_range=(200, 900),
+                                                         attention_weight=0.3))
+    image = pipe(**_attention_cache_call(m)).images[0]
+    assert _share_within_one_level(image, tensors["image_u8"]) >= 0.99
+    assert image.info["cache"] == m["cache"]
+
+    with pytest.raises(ValueError, match="is_guidance_distilled=False is not in Kiln"):
+        pipe.transformer.enable_cache(DiffusersFasterCacheConfig())
+    with pytest.raises(ValueError, match="is_guidance_distilled=False is not in Kiln"):
+        pipe.transformer.enable_cache(kiln.FasterCacheConfig(is_guidance_distilled=False))
+    with pytest.raises(ValueError, match="attention_weight_callback is not in Kiln"):
+        pipe.transformer.enable_cache(DiffusersFasterCacheConfig(is_guidance_distilled=True,
+                                                                 attention_weight_callback=lambda _: 0.3))

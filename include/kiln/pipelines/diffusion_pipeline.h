@@ -280,6 +280,10 @@ class DiffusionPipeline {
   // The request checks that need the loaded pipeline (sizes against its VAE and transformer, ...), after the
   // field checks of its class (PipelineClass::check_fields).
   virtual void check_loaded_request(const PipelineRequest& request) const = 0;
+  // Whether the request asks for true classifier-free guidance (diffusers' do_true_cfg: a negative prompt and
+  // a true_cfg_scale above 1, its default the family's), whose negative evaluations are separate transformer
+  // calls; false for the families that have none.
+  virtual bool true_cfg(const PipelineRequest&) const { return false; }
   // The VAE, as the latents' codec (kiln/models/latent_codec.h).
   virtual models::LatentCodec& latent_codec() const = 0;
   // What LoRA means for this pipeline: its family's descriptor (`registered`), which a class may refine from

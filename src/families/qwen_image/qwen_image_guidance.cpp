@@ -10,11 +10,15 @@
 
 namespace kiln::qwen_image {
 
+bool true_cfg_enabled(const PipelineRequest& request) {
+  return request.true_cfg_scale.value_or(4.0f) > 1.0f && pipelines::has_negative_prompt(request);
+}
+
 TrueCfg true_cfg_of(const char* pipeline, const PipelineRequest& request) {
   TrueCfg cfg;
   cfg.scale = request.true_cfg_scale.value_or(4.0f);
   const bool negative = pipelines::has_negative_prompt(request);
-  cfg.enabled = cfg.scale > 1.0f && negative;
+  cfg.enabled = true_cfg_enabled(request);
   if (negative && cfg.scale <= 1.0f)
     warn(std::string(pipeline) + ": negative_prompt is ignored unless true_cfg_scale > 1, as in diffusers");
   else if (!negative && request.true_cfg_scale && cfg.scale > 1.0f)

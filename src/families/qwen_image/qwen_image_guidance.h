@@ -20,6 +20,8 @@ struct TrueCfg {
   float scale = 4.0f;
 };
 TrueCfg true_cfg_of(const char* pipeline, const PipelineRequest& request);
+// true_cfg_of's `enabled`, without its warnings.
+bool true_cfg_enabled(const PipelineRequest& request);
 
 // neg + scale * (cond - neg), each token's prediction rescaled to the norm of cond's (over the channels), in
 // the predictions' dtype as diffusers rounds it.

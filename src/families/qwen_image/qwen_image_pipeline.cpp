@@ -238,6 +238,10 @@ QwenImagePipeline::CallText QwenImagePipeline::encode_call(
   return text;
 }
 
+bool QwenImagePipeline::true_cfg(const PipelineRequest& request) const {
+  return qwen_image::true_cfg_enabled(request);
+}
+
 void QwenImagePipeline::check_loaded_request(const PipelineRequest& request) const {
   // Without height and width, diffusers' 1024 x 1024, whatever the size of an image to edit.
   check_call(request, pipelines::resolve(request, defaults()));
