@@ -171,7 +171,9 @@ std::string flux2_first_block_cache_refusal() {
          "FLUX.2 (its single-stream blocks return the text and image tokens as one tensor, which its cache's "
          "last-block hook cannot take apart), so there is no reference to match. MagCache "
          "(magcache:calibrate, "
-         "then magcache:THRESHOLD:ratios=...) and TaylorSeer (taylorseer) run on FLUX.2";
+         "then magcache:THRESHOLD:ratios=...), TaylorSeer (taylorseer), Pyramid Attention Broadcast (pab) "
+         "and "
+         "FasterCache (fastercache) run on FLUX.2";
 }
 
 std::unique_ptr<Flux2Transformer2DModel> load_flux2_transformer(const std::string& folder, DType dtype,

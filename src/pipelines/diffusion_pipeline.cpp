@@ -87,15 +87,18 @@ void DiffusionPipeline::check_request(const PipelineRequest& request) const {
                              "program runs whole: it runs in the eager modes (--mode eager or fuse)");
   }
   if (cache && !std::holds_alternative<TaylorSeerCacheConfig>(*cache) && attention_step_cache_name(*cache) &&
-      true_cfg(request))
+      negative_evaluations(request))
     throw RequestError(
         "cache",
         std::string(attention_step_cache_name(*cache)) +
-            " with true classifier-free guidance (a negative prompt and true_cfg_scale > 1) is refused: "
+            " with classifier-free guidance whose negative prompt runs in transformer calls of its own (true "
+            "CFG: a negative prompt and true_cfg_scale > 1; FLUX.2 klein: guidance_scale > 1) is refused: "
             "like diffusers' hook it keeps one state per attention, not per guidance branch, so the "
             "negative evaluation would reuse the positive one's attention outputs and the positive "
             "the negative's (diffusers 0.42.1 mixes them, and fails where the two prompts' text lengths "
-            "differ). Drop the negative prompt (or true_cfg_scale), or use fbcache, magcache or "
+            "differ). Drop the guidance (the negative prompt or true_cfg_scale; klein: guidance_scale 1), or "
+            "use "
+            "fbcache, magcache or "
             "taylorseer, which keep each branch apart");
   if (const auto* mag = cache ? std::get_if<MagCacheConfig>(&*cache) : nullptr;
       mag && !mag->calibrate && mag->mag_ratios.empty() && denoiser_cache()->published_mag_ratios().empty())

@@ -4,7 +4,8 @@
 // transformer_blocks.N.attn and single_transformer_blocks.N.attn) take diffusers' decision at every
 // transformer evaluation (klein's guidance "uncond" context its own), with the error that decided it, with
 // and without a reference image, and give diffusers' image: float32 within one 8-bit level on 99% of its
-// values, bfloat16 within its noise. First Block Cache, which diffusers cannot run on FLUX.2, and MagCache
+// values, bfloat16 within its noise; Pyramid Attention Broadcast and FasterCache compute or reuse each attention as
+// diffusers' hooks do. First Block Cache, which diffusers cannot run on FLUX.2, and MagCache
 // without ratios are refused by name. Compiled blocks take MagCache's decisions and give its image; they
 // refuse TaylorSeer, and compile mode any cache.
 #include <gtest/gtest.h>
@@ -183,6 +184,59 @@ TEST(Flux2TaylorSeer, TheAttentionsAreForecast) {
   }
 }
 
+// Pyramid Attention Broadcast and FasterCache (guidance-distilled) on every attention: at each evaluation
+// each attention computes or reuses (PAB: its last output; FasterCache: its extrapolation) as diffusers'
+// hooks did, by the scheduler's timestep, with and without a reference image, and the image is diffusers'.
+class Flux2AttentionCache : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Flux2AttentionCache, ComputesAndReusesAsDiffusersDoesAndGivesItsImage) {
+  const Flux2CacheCase g(GetParam());
+  const auto pipe = g.load();
+  const PipelineOutput out = run_checking_latents(*pipe, g);
+  const nn::StepCache& cache = *pipe->denoiser().step_cache();
+  EXPECT_EQ(decisions_of(cache), golden_decisions(g));
+  const Tensor modules = g["modules_computed"];
+  const std::vector<int64_t> ran = modules.to_vector<int64_t>();
+  ASSERT_EQ(cache.decisions().size(), static_cast<size_t>(modules.size(0))) << g.name;
+  for (int64_t e = 0; e < modules.size(0); ++e) {
+    int64_t computed = 0;
+    for (int64_t m = 0; m < modules.size(1); ++m) computed += ran[e * modules.size(1) + m];
+    EXPECT_EQ(cache.decisions()[e].attentions_computed, computed) << g.name << " evaluation " << e;
+    EXPECT_EQ(cache.decisions()[e].attentions_reused, modules.size(1) - computed)
+        << g.name << " evaluation " << e;
+  }
+  expect_image_matches(out, g);
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, Flux2AttentionCache,
+                         ::testing::Values("pab_64x64_s91", "pab_ref1_64x48_s92", "faster_w03_64x64_s95",
+                                           "faster_bf16_64x64_s97"));
+
+// klein's classifier-free guidance evaluates the negative prompt in calls of its own, and these caches keep
+// one state per attention for both (diffusers' hooks mix the two branches): refused by name before any step;
+// a call without that guidance runs.
+TEST(Flux2AttentionCache, KleinGuidanceIsRefusedByName) {
+  const Flux2CacheCase g("taylor_klein_cfg_64x64_s82");
+  const auto pipe = g.load();
+  for (const char* spec : {"pab", "fastercache"}) {
+    PipelineRequest request = g.request();
+    request.cache = spec;
+    try {
+      (*pipe)(request);
+      ADD_FAILURE() << spec << " ran with klein's guidance";
+    } catch (const RequestError& e) {
+      EXPECT_EQ(e.field(), "cache");
+      EXPECT_NE(std::string(e.what()).find("klein"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(pipe->denoiser().step_cache()->decisions().empty()) << spec;
+  }
+  PipelineRequest unguided = g.request();
+  unguided.cache = "pab";
+  unguided.guidance_scale = 1.0f;
+  EXPECT_NO_THROW((*pipe)(unguided));
+  EXPECT_FALSE(pipe->denoiser().step_cache()->decisions().empty());
+}
+
 // diffusers 0.42.1 has no working First Block Cache on FLUX.2 (its single-stream blocks return one tensor its
 // tail hook cannot take apart): Kiln refuses it by name, asked for by the call or enabled on the transformer,
 // naming the caches that do run, before any step.
@@ -200,6 +254,7 @@ TEST(Flux2StepCache, FirstBlockCacheIsRefusedByName) {
           << what;
       EXPECT_NE(what.find("magcache:calibrate"), std::string::npos) << what;
       EXPECT_NE(what.find("taylorseer"), std::string::npos) << what;
+      EXPECT_NE(what.find("pab"), std::string::npos) << what;
     }
     EXPECT_TRUE(pipe->denoiser().step_cache()->decisions().empty()) << how;
   };

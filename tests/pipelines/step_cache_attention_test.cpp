@@ -157,9 +157,9 @@ TEST(AttentionCache, TrueClassifierFreeGuidanceIsRefusedByName) {
       EXPECT_NO_THROW(pipe->check_request(request));
       request.true_cfg_scale = 3.0f;
     }
-    expect_cache_refused(*pipe, request, {"Pyramid Attention Broadcast", "true classifier-free guidance"});
+    expect_cache_refused(*pipe, request, {"Pyramid Attention Broadcast", "true CFG"});
     request.cache = "fastercache";
-    expect_cache_refused(*pipe, request, {"FasterCache", "true classifier-free guidance", "per attention"});
+    expect_cache_refused(*pipe, request, {"FasterCache", "true CFG", "per attention"});
     // The caches that keep each branch apart take it.
     request.cache = "taylorseer";
     EXPECT_NO_THROW(pipe->check_request(request));

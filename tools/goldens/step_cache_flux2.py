@@ -84,6 +84,18 @@ TAYLOR_CASES = [
 ]
 
 
+# Pyramid Attention Broadcast and FasterCache (guidance-distilled): name, pipeline, cache, Kiln's config (skip,
+# range, weight), call arguments; recorded per attention as tools/goldens/step_cache_attention.py records them.
+ATTENTION_CASES = [
+    ("pab_64x64_s91", DEV, "pab", dict(skip=2, range=(100, 800)), dict(SQUARE, num_inference_steps=12, seed=91)),
+    ("pab_ref1_64x48_s92", DEV, "pab", dict(skip=3, range=(50, 900)), dict(REF, num_inference_steps=12, seed=92)),
+    ("faster_w03_64x64_s95", DEV, "fastercache", dict(skip=2, range=(-1, 950), weight=0.3),
+     dict(SQUARE, num_inference_steps=12, seed=95)),
+    ("faster_bf16_64x64_s97", DEV_BF16, "fastercache", dict(skip=2, range=(-1, 681), weight=0.5),
+     dict(SQUARE, num_inference_steps=12, seed=97)),
+]
+
+
 def load_pipeline(cls_name, model, dtype):
     """diffusers' `cls_name` from tests/data/models/`model` in `dtype`, without its (null) text encoder, its
     progress bar off."""
@@ -271,6 +283,58 @@ def run_taylor_case(name, pipeline, config_args, args):
     save(name, meta_of(args, pipeline, spec), record, result, steps, embeds)
 
 
+def run_attention_case(name, pipeline, cache, config, args):
+    """Pyramid Attention Broadcast or FasterCache: whether each hooked attention ran at each evaluation (and the
+    timestep the hooks read from the pipeline, `pipe.current_timestep`). Flux2Pipeline's cache context does not
+    matter here: these hooks keep one state per attention whatever the context."""
+    from diffusers import FasterCacheConfig, PyramidAttentionBroadcastConfig
+    from diffusers.hooks import faster_cache as fc
+    from diffusers.hooks import pyramid_attention_broadcast as pab
+    from step_cache_attention import recording_hook, spec_of
+
+    pipe = load_pipeline(*pipeline)
+    embeds = embeddings(pipe, args)
+    names = {id(m): n for n, m in pipe.transformer.named_modules()}
+    record = []
+    hook_class = pab.PyramidAttentionBroadcastHook if cache == "pab" else fc.FasterCacheBlockHook
+    saved = recording_hook(hook_class, names, pipe, record)
+    try:
+        if cache == "pab":
+            pipe.transformer.enable_cache(PyramidAttentionBroadcastConfig(
+                spatial_attention_block_skip_range=config["skip"],
+                spatial_attention_timestep_skip_range=config["range"],
+                current_timestep_callback=lambda: pipe.current_timestep))
+        else:
+            weight = config["weight"]
+            pipe.transformer.enable_cache(FasterCacheConfig(
+                spatial_attention_block_skip_range=config["skip"],
+                spatial_attention_timestep_skip_range=config["range"],
+                attention_weight_callback=lambda _: weight, is_guidance_distilled=True,
+                current_timestep_callback=lambda: pipe.current_timestep))
+        result, steps = call(pipe, args, embeds)
+    finally:
+        hook_class.new_forward = saved
+    modules = []
+    for module, _, _ in record:
+        if module in modules:
+            break
+        modules.append(module)
+    assert modules == [f"transformer_blocks.{i}.attn" for i in range(len(pipe.transformer.transformer_blocks))] + \
+        [f"single_transformer_blocks.{i}.attn" for i in range(len(pipe.transformer.single_transformer_blocks))], \
+        f"{name}: hooked {modules}"
+    evaluations = len(record) // len(modules)
+    assert evaluations * len(modules) == len(record) and evaluations == args["num_inference_steps"], name
+    computed = [[record[e * len(modules) + m][1] for m in range(len(modules))] for e in range(evaluations)]
+    timesteps = [record[e * len(modules)][2] for e in range(evaluations)]
+    lo, hi = config["range"]
+    inside = [i for i, t in enumerate(timesteps) if lo < t < hi]
+    assert inside and len(inside) < evaluations, f"{name}: pick steps with timesteps inside and outside the range"
+    extra = {"modules_computed": torch.tensor([[int(c) for c in row] for row in computed], dtype=torch.int64),
+             "timestep": torch.tensor(timesteps, dtype=torch.float64)}
+    save(name, meta_of(args, pipeline, spec_of(cache, config)), [("cond", row[0], -1.0) for row in computed],
+         result, steps, embeds, extra)
+
+
 def check_first_block_cache_fails():
     """diffusers 0.42.1's First Block Cache on Flux2Pipeline, inside a "cond" context: its tail hook fails on the
     single-stream blocks' one output tensor."""
@@ -302,6 +366,9 @@ def main():
     for case in TAYLOR_CASES:
         if not wanted or case[0] in wanted:
             run_taylor_case(*case)
+    for case in ATTENTION_CASES:
+        if not wanted or case[0] in wanted:
+            run_attention_case(*case)
 
 
 if __name__ == "__main__":

@@ -280,10 +280,11 @@ class DiffusionPipeline {
   // The request checks that need the loaded pipeline (sizes against its VAE and transformer, ...), after the
   // field checks of its class (PipelineClass::check_fields).
   virtual void check_loaded_request(const PipelineRequest& request) const = 0;
-  // Whether the request asks for true classifier-free guidance (diffusers' do_true_cfg: a negative prompt and
-  // a true_cfg_scale above 1, its default the family's), whose negative evaluations are separate transformer
-  // calls; false for the families that have none.
-  virtual bool true_cfg(const PipelineRequest&) const { return false; }
+  // Whether the call's classifier-free guidance evaluates the negative prompt in transformer calls of its own
+  // (the step cache's "uncond" context): true CFG (diffusers' do_true_cfg: a negative prompt and a
+  // true_cfg_scale above 1, its default the family's), FLUX.2 klein's guidance_scale above 1; false for the
+  // families that have none.
+  virtual bool negative_evaluations(const PipelineRequest&) const { return false; }
   // The VAE, as the latents' codec (kiln/models/latent_codec.h).
   virtual models::LatentCodec& latent_codec() const = 0;
   // What LoRA means for this pipeline: its family's descriptor (`registered`), which a class may refine from

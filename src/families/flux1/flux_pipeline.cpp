@@ -295,7 +295,7 @@ PipelineDefaults FluxFillPipeline::family_defaults() const {
   return {.num_inference_steps = 50, .guidance_scale = 30.0f, .strength = 1.0};
 }
 
-bool FluxPipeline::true_cfg(const PipelineRequest& request) const {
+bool FluxPipeline::negative_evaluations(const PipelineRequest& request) const {
   // As call_prompts decides it: true_cfg_scale defaults to 1 (off).
   return request.true_cfg_scale.value_or(1.0f) > 1.0f && pipelines::has_negative_prompt(request);
 }

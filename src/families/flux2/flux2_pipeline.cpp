@@ -212,6 +212,10 @@ pipelines::ResolvedRequest Flux2PipelineBase::resolved(const PipelineRequest& re
   return c;
 }
 
+bool Flux2PipelineBase::negative_evaluations(const PipelineRequest& request) const {
+  return classifier_free_guidance(pipelines::resolve(request, defaults()).guidance_scale);
+}
+
 void Flux2PipelineBase::check_loaded_request(const PipelineRequest& request) const {
   // A size given explicitly is checked against its limit here already; one taken from a reference image is
   // checked by resolved().

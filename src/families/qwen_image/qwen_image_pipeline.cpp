@@ -238,7 +238,7 @@ QwenImagePipeline::CallText QwenImagePipeline::encode_call(
   return text;
 }
 
-bool QwenImagePipeline::true_cfg(const PipelineRequest& request) const {
+bool QwenImagePipeline::negative_evaluations(const PipelineRequest& request) const {
   return qwen_image::true_cfg_enabled(request);
 }
 

@@ -99,7 +99,7 @@ class FluxPipeline : public DiffusionPipeline {
   static void load(FluxPipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
                    const char* pipeline_class, std::initializer_list<const char*> compatible);
   void check_loaded_request(const PipelineRequest& request) const override;
-  bool true_cfg(const PipelineRequest& request) const override;
+  bool negative_evaluations(const PipelineRequest& request) const override;
 
   // ---- what the editing classes add to the shared stages (pipelines/task_stages.h)
   // The call's size: the request's (or the defaults); Kontext's keeps its aspect ratio at max_area.

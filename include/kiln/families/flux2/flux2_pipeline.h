@@ -119,6 +119,8 @@ class Flux2PipelineBase : public DiffusionPipeline {
  private:
   // The call's checks that do not depend on the reference images (sizes given, prompts, steps, ...).
   void check_loaded_request(const PipelineRequest& request) const override;
+  // klein's classifier-free guidance evaluates the negative prompt in calls of its own.
+  bool negative_evaluations(const PipelineRequest& request) const override;
   PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
   // The request's values with defaults resolved (the size from the first reference image), its size checked.
   pipelines::ResolvedRequest resolved(const PipelineRequest& request,

@@ -87,7 +87,7 @@ class QwenImagePipeline : public DiffusionPipeline {
   static void load(QwenImagePipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
                    const char* pipeline_class);
   void check_loaded_request(const PipelineRequest& request) const override;
-  bool true_cfg(const PipelineRequest& request) const override;
+  bool negative_evaluations(const PipelineRequest& request) const override;
   PipelineOutput run(const PipelineRequest& request, const pipelines::CallControl& control) override;
 
   // One prompt's text features: the text encoder's final states at `ids` (with `images` in the places of its
