@@ -431,7 +431,7 @@ def test_pyramid_attention_broadcast_cache_matches_diffusers(diffusers_config):
     assert _share_within_one_level(image, tensors["image_u8"]) >= 0.99
     reused = [str(i + 1) for i, c in enumerate(tensors["computed"].tolist()) if not c]
     assert image.info["cache"] == m["cache"] and image.info["cache_reused"] == ",".join(reused)
-    with pytest.raises(kiln.RequestError, match="Pyramid Attention Broadcast with true classifier-free guidance"):
+    with pytest.raises(kiln.RequestError, match="Pyramid Attention Broadcast with classifier-free guidance whose negative prompt"):
         pipe(**call, negative_prompt="blurry", true_cfg_scale=3.0)
     with pytest.raises(ValueError, match="temporal_attention_block_skip_range has nothing to act on"):
         pipe.transformer.enable_cache(PyramidAttentionBroadcastConfig(temporal_attention_block_skip_range=2))
