@@ -15,6 +15,7 @@
 
 #include "kiln/families/chroma/chroma_pipeline.h"
 #include "kiln/families/chroma/chroma_transformer.h"
+#include "kiln/models/flux_transformer.h"
 #include "support/pipeline_comparison.h"
 #include "support/test_data.h"
 
@@ -216,6 +217,29 @@ TEST(ChromaStepCache, FirstBlockCacheAndMagCacheAreRefusedByName) {
   EXPECT_FALSE(pipe->denoiser().step_cache()->active().has_value());
   EXPECT_NO_THROW((*pipe)(g.cached_request()));
   EXPECT_EQ(decisions_of(*pipe->denoiser().step_cache()), golden_decisions(g));
+}
+
+// The transformer itself refuses them too, called with one of them in effect outside the pipeline's checks.
+TEST(ChromaStepCache, TheTransformerRefusesTheBlockCaches) {
+  const ChromaCacheCase g("taylor_i3_o2_64x64_s102");
+  const auto pipe = g.load();
+  const auto& transformer = dynamic_cast<ChromaPipeline&>(*pipe).transformer();
+  nn::StepCache& cache = *transformer.step_cache();
+  const Tensor hidden = Tensor::zeros({1, 16, 64}, float32), text = Tensor::zeros({1, 5, 32}, float32);
+  const Tensor t = Tensor::full({1}, 0.5, float32);
+  const Tensor txt_ids = models::flux_text_ids(5, float32), img_ids = models::flux_latent_image_ids(4, 4);
+  EXPECT_NO_THROW(transformer.forward(hidden, text, t, txt_ids, img_ids, Tensor()));
+  for (const StepCacheConfig& config :
+       {StepCacheConfig(FirstBlockCacheConfig{}), StepCacheConfig(MagCacheConfig{})}) {
+    cache.reset(config, 4);
+    try {
+      transformer.forward(hidden, text, t, txt_ids, img_ids, Tensor());
+      ADD_FAILURE() << step_cache_spec(config) << " ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("does not run on Chroma"), std::string::npos) << e.what();
+    }
+  }
+  cache.reset(std::nullopt, 0);
 }
 
 // Chroma's classifier-free guidance (guidance_scale > 1) evaluates the negative prompt in calls of its own,
