@@ -194,8 +194,8 @@ void Module::load_weights(const WeightSource& source, const LoadOptions& options
 
 void Module::enable_cache(const StepCacheConfig& config) {
   StepCache* cache = step_cache();
-  KILN_CHECK(cache != nullptr, type_name() << " takes no step cache (the transformers of FLUX.1, FLUX.2 and "
-                                              "Qwen-Image do: docs/step_caching.md)");
+  KILN_CHECK(cache != nullptr, type_name() << " takes no step cache (the transformers of FLUX.1, FLUX.2, "
+                                              "Qwen-Image and Chroma do: docs/step_caching.md)");
   check_step_cache(config);
   cache->enable(config);
 }

@@ -92,14 +92,14 @@ void DiffusionPipeline::check_request(const PipelineRequest& request) const {
         "cache",
         std::string(attention_step_cache_name(*cache)) +
             " with classifier-free guidance whose negative prompt runs in transformer calls of its own (true "
-            "CFG: a negative prompt and true_cfg_scale > 1; FLUX.2 klein: guidance_scale > 1) is refused: "
+            "CFG: a negative prompt and true_cfg_scale > 1; FLUX.2 klein and Chroma: guidance_scale > 1) is "
+            "refused: "
             "like diffusers' hook it keeps one state per attention, not per guidance branch, so the "
             "negative evaluation would reuse the positive one's attention outputs and the positive "
             "the negative's (diffusers 0.42.1 mixes them, and fails where the two prompts' text lengths "
-            "differ). Drop the guidance (the negative prompt or true_cfg_scale; klein: guidance_scale 1), or "
-            "use "
-            "fbcache, magcache or "
-            "taylorseer, which keep each branch apart");
+            "differ). Drop the guidance (the negative prompt or true_cfg_scale; klein and Chroma: "
+            "guidance_scale 1), or use taylorseer (or, where they run, fbcache or magcache), which keep each "
+            "branch apart");
   if (const auto* mag = cache ? std::get_if<MagCacheConfig>(&*cache) : nullptr;
       mag && !mag->calibrate && mag->mag_ratios.empty() && denoiser_cache()->published_mag_ratios().empty())
     throw RequestError("cache", std::string("MagCache needs the checkpoint's magnitude ratios, and none are "

@@ -45,6 +45,9 @@ class ChromaTransformerBlock : public nn::Module {
                                     const Tensor& text_rows, const FluxRopeTables& rope,
                                     const Tensor& bias) const;
   bool supports_compile() const override { return true; }
+  // The step cache that may forecast, broadcast or extrapolate attn's (image, text) outputs (TaylorSeer, PAB,
+  // FasterCache on transformer_blocks.N.attn); null: none.
+  void use_step_cache(nn::StepCache* cache) { attn_.use_step_cache(cache); }
 
  private:
   std::pair<Tensor, Tensor> forward_eager(const Tensor& x, const Tensor& c, const Tensor& image_rows,
@@ -61,6 +64,8 @@ class ChromaSingleTransformerBlock : public nn::Module {
                                const nn::TensorParallel& tp = {});
   Tensor forward(const Tensor& s, const Tensor& rows, const FluxRopeTables& rope, const Tensor& bias) const;
   bool supports_compile() const override { return true; }
+  // As ChromaTransformerBlock's, on single_transformer_blocks.N.attn (its output before proj_out).
+  void use_step_cache(nn::StepCache* cache) { attn_.use_step_cache(cache); }
 
  private:
   Tensor forward_eager(const Tensor& s, const Tensor& rows, const FluxRopeTables& rope,

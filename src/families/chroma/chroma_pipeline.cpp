@@ -1,6 +1,9 @@
 #include "kiln/families/chroma/chroma_pipeline.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <variant>
 
 #include "families/chroma/chroma_single_file.h"
 #include "families/family_helpers.h"
@@ -146,6 +149,19 @@ void ChromaPipeline::check_loaded_request(const PipelineRequest& request) const 
   const pipelines::ResolvedRequest r = pipelines::resolve(request, defaults());
   pipelines::check_image_size(name, r.height, r.width, vae_->config().scale_factor() * 2);
   pipelines::check_task_inputs(registered_class().task, name, request, r);
+  // The call's step cache (its own, else the transformer's enabled one): First Block Cache and MagCache are
+  // refused, as diffusers 0.42.1 cannot run them on Chroma. (A malformed spec was refused with the fields.)
+  std::optional<StepCacheConfig> cache = transformer_->step_cache()->config();
+  if (request.cache)
+    cache = *request.cache == "none" ? std::nullopt : std::optional(parse_step_cache(*request.cache));
+  if (cache && (std::holds_alternative<FirstBlockCacheConfig>(*cache) ||
+                std::holds_alternative<MagCacheConfig>(*cache)))
+    pipelines::refuse(true, "cache", std::string(name) + ": " + models::chroma_block_cache_refusal(*cache));
+}
+
+bool ChromaPipeline::negative_evaluations(const PipelineRequest& request) const {
+  // As run() decides it (diffusers' do_classifier_free_guidance): the negative prompt in a call of its own.
+  return pipelines::resolve(request, defaults()).guidance_scale > 1.0f;
 }
 
 PipelineOutput ChromaPipeline::run(const PipelineRequest& request, const pipelines::CallControl& control) {
@@ -207,12 +223,18 @@ PipelineOutput ChromaPipeline::run(const PipelineRequest& request, const pipelin
       [&](const Tensor& x, int, float timestep) {
         const Tensor t = Tensor::full({batch}, timestep, float32);
         const Tensor scaled = div(round_first ? t.to(x.dtype()) : t, 1000.0);
+        // The step cache's contexts: "cond", then "uncond" for the negative call (diffusers' ChromaPipeline
+        // enters none, where its TaylorSeer refuses to run; the references enter these, as FLUX.1's
+        // pipeline).
+        cache_context("cond");
         const Tensor positive =
             transformer_->forward(x, prompt.prompt_embeds, scaled, prompt.text_ids, image_ids, mask);
         if (!negative) return positive;
         // diffusers: neg + guidance_scale * (pos - neg), two calls of batch B.
+        cache_context("uncond");
         const Tensor uncond = transformer_->forward(x, negative->prompt_embeds, scaled, negative->text_ids,
                                                     image_ids, negative_mask);
+        cache_context("cond");
         return add(uncond, mul(static_cast<double>(guidance_scale), sub(positive, uncond)));
       },
       [&](const Tensor& latents) {

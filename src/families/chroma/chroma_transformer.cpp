@@ -1,6 +1,10 @@
 #include "kiln/families/chroma/chroma_transformer.h"
 
+#include <algorithm>
+#include <optional>
+#include <string>
 #include <tuple>
+#include <variant>
 
 #include "families/chroma/chroma_blocks.h"
 #include "families/chroma/chroma_single_file.h"
@@ -41,6 +45,7 @@ ChromaTransformer2DModel::ChromaTransformer2DModel(const ChromaTransformerConfig
     transformer_blocks_.push_back(std::make_unique<ChromaTransformerBlock>(dim, config.num_attention_heads,
                                                                            config.attention_head_dim, tp));
     register_module("transformer_blocks." + std::to_string(i), transformer_blocks_.back().get());
+    transformer_blocks_.back()->use_step_cache(&step_cache_);  // the attention caches act on the attentions
   }
   const auto mlp_hidden = static_cast<int64_t>(static_cast<double>(dim) * kSingleMlpRatio);
   for (int64_t i = 0; i < config.num_single_layers; ++i) {
@@ -48,6 +53,7 @@ ChromaTransformer2DModel::ChromaTransformer2DModel(const ChromaTransformerConfig
         dim, config.num_attention_heads, config.attention_head_dim, mlp_hidden, tp));
     register_module("single_transformer_blocks." + std::to_string(i),
                     single_transformer_blocks_.back().get());
+    single_transformer_blocks_.back()->use_step_cache(&step_cache_);
   }
   register_module("proj_out", &proj_out_);
 }
@@ -78,7 +84,9 @@ Tensor ChromaTransformer2DModel::forward(const Tensor& hidden, const Tensor& enc
   const auto eager = [this](const std::vector<Tensor>& in) {
     return forward_eager(in[0], in[1], in[2], in[3], in[4], in.size() > 5 ? in[5] : Tensor());
   };
-  if (!is_compiled()) return eager(inputs);
+  // A step cache decides inside the blocks, on the host: the whole forward cannot be one program then (the
+  // pipeline refuses a cache in compile mode).
+  if (!is_compiled() || step_cache_.active()) return eager(inputs);
   return call_compiled(
       inputs, [&](const auto& in) { return std::vector<Tensor>{eager(in)}; },
       attention_mask.defined() ? "masked" : "")[0];
@@ -115,6 +123,11 @@ Tensor ChromaTransformer2DModel::forward_eager(const Tensor& hidden, const Tenso
              op << ": expected an attention_mask [" << batch << ", " << text + image
                 << "] (the text's tokens, then the image's), got " << describe(attention_mask));
 
+  if (const std::optional<StepCacheConfig>& cache = step_cache_.active(); cache)
+    KILN_CHECK(!std::holds_alternative<FirstBlockCacheConfig>(*cache) &&
+                   !std::holds_alternative<MagCacheConfig>(*cache),
+               op << ": " << chroma_block_cache_refusal(*cache));
+
   Tensor x = x_embedder_(hidden);
   // Every block's modulation at once: [B, M, D].
   const Tensor mods = modulations(timestep);
@@ -131,16 +144,37 @@ Tensor ChromaTransformer2DModel::forward_eager(const Tensor& hidden, const Tenso
   const int64_t singles = c.num_single_layers, doubles = c.num_layers;
   // Rows: single block k at 3k; double block k's image stream at 3 Ns + 6k, its text stream 6 Nd further.
   const auto rows = [&](int64_t first, int64_t count) { return mods.narrow(1, first, count).contiguous(); };
-  for (int64_t k = 0; k < doubles; ++k)
-    std::tie(x, ctx) = transformer_blocks_[static_cast<size_t>(k)]->forward(
-        x, ctx, rows(3 * singles + 6 * k, 6), rows(3 * singles + 6 * doubles + 6 * k, 6), rope, bias);
-  Tensor joint = concat({ctx, x}, 1);
-  for (int64_t k = 0; k < singles; ++k)
-    joint = single_transformer_blocks_[static_cast<size_t>(k)]->forward(joint, rows(3 * k, 3), rope, bias);
-  x = joint.narrow(1, text, image);
+  // Blocks [first, last) of the double-stream blocks followed by the single-stream ones, as the step cache
+  // asks for them (the attention caches: all at once, each evaluation recorded); the single-stream blocks see
+  // [text; image], concatenated once as diffusers does.
+  const auto run_blocks = [&](size_t first, size_t last, const nn::BlockStreams& in) {
+    Tensor xs = in.image, cs = in.text;
+    const auto d = static_cast<size_t>(doubles);
+    for (size_t i = first; i < std::min(last, d); ++i) {
+      const auto k = static_cast<int64_t>(i);
+      std::tie(xs, cs) = transformer_blocks_[i]->forward(
+          xs, cs, rows(3 * singles + 6 * k, 6), rows(3 * singles + 6 * doubles + 6 * k, 6), rope, bias);
+    }
+    if (last <= d) return nn::BlockStreams{xs, cs};
+    Tensor joint = concat({cs, xs}, 1);
+    for (size_t i = std::max(first, d); i < last; ++i)
+      joint = single_transformer_blocks_[i - d]->forward(joint, rows(3 * static_cast<int64_t>(i - d), 3),
+                                                         rope, bias);
+    return nn::BlockStreams{joint.narrow(1, text, image), joint.narrow(1, 0, text)};
+  };
+  x = step_cache_.run(static_cast<size_t>(doubles + singles), {x, ctx}, run_blocks).image;
   // The final norm's rows: shift, then scale (not AdaLayerNormContinuous' order).
   const int64_t last = c.modulation_rows();
   return proj_out_(modulate(layer_norm_plain(x), mods.select(1, last - 1), mods.select(1, last - 2)));
+}
+
+std::string chroma_block_cache_refusal(const StepCacheConfig& cache) {
+  const char* name = std::holds_alternative<FirstBlockCacheConfig>(cache) ? "First Block Cache" : "MagCache";
+  return std::string(name) +
+         " does not run on Chroma: diffusers 0.42.1 cannot run it there (Chroma's transformer blocks are not "
+         "in its hook registry, TransformerBlockRegistry, so enable_cache fails with \"not registered\"), so "
+         "there is no reference to match. TaylorSeer (taylorseer), Pyramid Attention Broadcast (pab) and "
+         "FasterCache (fastercache) run on Chroma";
 }
 
 std::unique_ptr<ChromaTransformer2DModel> load_chroma_transformer(const std::string& folder, DType dtype,

@@ -23,8 +23,11 @@ Family family() {
   // Prompts as text: diffusers pairs given embeddings with attention masks, which the request does not carry.
   const std::vector<std::string> prompts = {"prompt", "prompts", "negative_prompt", "negative_prompts"};
   const std::vector<std::string> splittable = {"transformer", "text_encoder"};
+  // Step caches (`cache`): TaylorSeer, Pyramid Attention Broadcast and FasterCache (these two without
+  // classifier-free guidance); First Block Cache and MagCache are refused by name (diffusers 0.42.1 runs
+  // neither on Chroma: models::chroma_block_cache_refusal).
   const std::vector<std::string> text_to_image =
-      joined_fields({common_request_fields(), {"generators"}, prompts});
+      joined_fields({common_request_fields(), {"generators", "cache"}, prompts});
   Family descriptor;
   descriptor.name = "Chroma";
   descriptor.classes = {

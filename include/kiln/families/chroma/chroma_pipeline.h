@@ -69,6 +69,8 @@ class ChromaPipeline : public DiffusionPipeline {
   static void load(ChromaPipeline& pipe, const std::string& model, const PipelineLoadOptions& options,
                    const char* pipeline_class);
   void check_loaded_request(const PipelineRequest& request) const override;
+  // Classifier-free guidance (guidance_scale > 1) evaluates the negative prompt in calls of its own.
+  bool negative_evaluations(const PipelineRequest& request) const override;
 
  private:
   models::LatentCodec& latent_codec() const override;

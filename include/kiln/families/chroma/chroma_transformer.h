@@ -14,6 +14,7 @@
 #include "kiln/io/json_config.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/module.h"
+#include "kiln/nn/step_cache.h"
 
 namespace kiln::models {
 
@@ -85,6 +86,11 @@ class ChromaTransformer2DModel : public nn::Module {
   bool supports_compile() const override { return true; }
   // The double-stream transformer_blocks, then the single_transformer_blocks.
   std::vector<nn::BlockList> repeated_blocks() const override;
+  // Step caching (kiln/nn/step_cache.h), as diffusers 0.42.1's hooks run on Chroma: TaylorSeer, Pyramid
+  // Attention Broadcast and FasterCache on every attention (transformer_blocks.N.attn,
+  // single_transformer_blocks.N.attn). First Block Cache and MagCache are refused
+  // (chroma_block_cache_refusal).
+  nn::StepCache* step_cache() const override { return &step_cache_; }
   const ChromaTransformerConfig& config() const { return config_; }
 
   // diffusers' ChromaTransformer2DModel.from_single_file: Chroma as lodestones ship it, one .safetensors (or
@@ -99,6 +105,7 @@ class ChromaTransformer2DModel : public nn::Module {
  private:
   Tensor forward_eager(const Tensor& hidden, const Tensor& encoder_hidden, const Tensor& timestep,
                        const Tensor& txt_ids, const Tensor& img_ids, const Tensor& attention_mask) const;
+  mutable nn::StepCache step_cache_;  // a call's state; calls to a pipeline are served one at a time
   ChromaTransformerConfig config_;
   std::unique_ptr<ChromaApproximator> distilled_guidance_layer_;
   nn::Linear context_embedder_;
@@ -107,6 +114,12 @@ class ChromaTransformer2DModel : public nn::Module {
   std::vector<std::unique_ptr<ChromaSingleTransformerBlock>> single_transformer_blocks_;
   nn::Linear proj_out_;
 };
+
+// Why First Block Cache and MagCache (`cache`: either config) are refused on Chroma: diffusers 0.42.1 cannot
+// run them there (Chroma's blocks are not in its TransformerBlockRegistry, so enable_cache fails with "not
+// registered"), so there are no decisions or image of diffusers' to match. The message names the caches that
+// do run.
+std::string chroma_block_cache_refusal(const StepCacheConfig& cache);
 
 // The model of `folder` (a diffusers transformer/ component) with its weights in `dtype`; with `tp`, this
 // rank's slices only.
