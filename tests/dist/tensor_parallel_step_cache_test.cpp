@@ -1,6 +1,9 @@
-// First Block Cache under tensor parallelism: every rank takes rank 0's decision (a broadcast), which is
-// diffusers' (tools/goldens/step_cache.py), and the split pipeline draws the one-rank image, true CFG's two
-// contexts included.
+// Step caches under tensor parallelism. First Block Cache: every rank takes rank 0's decision (a broadcast),
+// which is diffusers' (tools/goldens/step_cache.py), and the split pipeline draws the one-rank image, true
+// CFG's two contexts included. Pyramid Attention Broadcast and FasterCache decide from the schedule alone
+// (the timestep and each attention's count, replicated on every rank): the split pipeline computes and reuses
+// each attention as diffusers' hooks did (tools/goldens/step_cache_attention.py) and draws the one-rank
+// image.
 #include <gtest/gtest.h>
 
 #include "kiln/dist/device_mesh.h"
@@ -31,6 +34,34 @@ TEST(TensorParallelPipeline, FirstBlockCacheTakesTheSameDecisionsOnEveryRank) {
     EXPECT_EQ(decisions[i].computed, computed[i] != 0) << "evaluation " << i;
   EXPECT_LE(testing::max_level_difference(image, expected), 1);
   EXPECT_EQ(image.metadata.at("cache_reused"), expected.metadata.at("cache_reused"));
+}
+
+TEST(TensorParallelPipeline, AttentionCachesTakeTheSameDecisionsOnEveryRank) {
+  for (const char* name : {"pab_flux_dev_64x64_s91", "faster_flux_dev_64x64_s95"}) {
+    const testing::GoldenFile g("step_cache_attention", name);
+    PipelineRequest request = g.request();
+    request.cache = g.meta("cache");
+    const std::string model = testing::data_path("models/" + g.meta("model"));
+    auto one = FluxPipeline::from_pretrained(model);
+    const Image expected = one(request).images.front();
+    const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("cpu", {2})};
+    PipelineLoadOptions options;
+    options.parallel_config = {{"transformer", parallel}, {"text_encoder_2", parallel}};
+    auto split = FluxPipeline::from_pretrained(model, options);
+    const Image image = split(request).images.front();
+    const Tensor modules = g["modules_computed"];
+    const std::vector<int64_t> ran = modules.to_vector<int64_t>();
+    const auto& decisions = split.transformer().step_cache()->decisions();
+    ASSERT_EQ(decisions.size(), static_cast<size_t>(modules.size(0))) << name;
+    for (int64_t e = 0; e < modules.size(0); ++e) {
+      int64_t computed = 0;
+      for (int64_t m = 0; m < modules.size(1); ++m) computed += ran[e * modules.size(1) + m];
+      EXPECT_EQ(decisions[e].attentions_computed, computed) << name << " evaluation " << e;
+    }
+    EXPECT_LE(testing::max_level_difference(image, expected), 1) << name;
+    EXPECT_GE(testing::share_within_one_level(image.pixels, g["image_u8"]), 0.99) << name;
+    EXPECT_EQ(image.metadata.at("cache_reused"), expected.metadata.at("cache_reused")) << name;
+  }
 }
 
 }  // namespace
