@@ -53,8 +53,13 @@ def real(file, key):
 
 
 def draw(name, shape, generator):
-    """Weights a forward pass stays finite on: norm scales near 1, biases near 0, the rest N(0, 0.02)."""
+    """Weights a forward pass stays finite on: norm scales and batch-norm variances (FLUX.2's VAE: a negative one
+    would make its latents NaN) near 1, biases near 0, the rest N(0, 0.02)."""
     leaf = name.rsplit(".", 1)[-1]
+    if leaf == "running_var":
+        return (1 + 0.02 * torch.randn(shape, generator=generator)).to(torch.bfloat16)
+    if leaf == "num_batches_tracked":
+        return torch.zeros(shape, dtype=torch.int64)
     if "norm" in name and leaf in ("weight", "scale"):
         return (1 + 0.02 * torch.randn(shape, generator=generator)).to(torch.bfloat16)
     if leaf == "bias":
