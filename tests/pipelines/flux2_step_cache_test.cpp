@@ -4,8 +4,8 @@
 // transformer_blocks.N.attn and single_transformer_blocks.N.attn) take diffusers' decision at every
 // transformer evaluation (klein's guidance "uncond" context its own), with the error that decided it, with
 // and without a reference image, and give diffusers' image: float32 within one 8-bit level on 99% of its
-// values, bfloat16 within its noise; Pyramid Attention Broadcast and FasterCache compute or reuse each attention as
-// diffusers' hooks do. First Block Cache, which diffusers cannot run on FLUX.2, and MagCache
+// values, bfloat16 within its noise; Pyramid Attention Broadcast and FasterCache compute or reuse each
+// attention as diffusers' hooks do. First Block Cache, which diffusers cannot run on FLUX.2, and MagCache
 // without ratios are refused by name. Compiled blocks take MagCache's decisions and give its image; they
 // refuse TaylorSeer, and compile mode any cache.
 #include <gtest/gtest.h>
