@@ -17,38 +17,19 @@
 #include "kiln/families/chroma/chroma_transformer.h"
 #include "kiln/models/flux_transformer.h"
 #include "support/pipeline_comparison.h"
+#include "support/step_cache_goldens.h"
 #include "support/test_data.h"
 
 namespace kiln {
 namespace {
 
-struct ChromaCacheCase : testing::GoldenFile {
-  explicit ChromaCacheCase(const std::string& name) : GoldenFile("step_cache_chroma", name) {}
-  bool bf16() const { return meta("dtype") == "bfloat16"; }
-  PipelineRequest cached_request() const {
-    PipelineRequest r = request();
-    r.cache = meta("cache");
-    return r;
-  }
+struct ChromaCacheCase : testing::StepCacheCase {
+  explicit ChromaCacheCase(const std::string& name) : StepCacheCase("step_cache_chroma", name) {}
 };
 
-// Per evaluation: context (0 cond, 1 uncond) and whether the cache computed (the first attention).
-using Decisions = std::vector<std::pair<int64_t, int64_t>>;
-
-Decisions decisions_of(const nn::StepCache& cache) {
-  Decisions out;
-  for (const nn::StepCache::Decision& d : cache.decisions())
-    out.emplace_back(d.context == "cond" ? 0 : 1, d.computed ? 1 : 0);
-  return out;
-}
-
-Decisions golden_decisions(const ChromaCacheCase& g) {
-  const std::vector<int64_t> context = g["context"].to_vector<int64_t>();
-  const std::vector<int64_t> computed = g["computed"].to_vector<int64_t>();
-  Decisions out;
-  for (size_t i = 0; i < context.size(); ++i) out.emplace_back(context[i], computed[i]);
-  return out;
-}
+using testing::Decisions;
+using testing::decisions_of;
+using testing::golden_decisions;
 
 // float32: within one 8-bit level of diffusers' image on at least 99% of its values (and printed: at most how
 // far); bfloat16: a mean difference of at most 2 levels. The image's text names the cache and the cond steps
@@ -66,24 +47,13 @@ void expect_image_matches(const PipelineOutput& out, const ChromaCacheCase& g) {
     EXPECT_GE(share, 0.99) << g.name;
   }
   EXPECT_EQ(out.images[0].metadata.at("cache"), step_cache_spec(parse_step_cache(g.meta("cache"))));
-  std::string reused;
-  int step = 0;
-  for (const auto& [context, computed] : golden_decisions(g)) {
-    if (context != 0) continue;
-    ++step;
-    if (!computed) reused += (reused.empty() ? "" : ",") + std::to_string(step);
-  }
+  const std::string reused = testing::golden_reused_steps(g);
   ASSERT_FALSE(reused.empty()) << g.name << ": the golden reuses nothing";
   EXPECT_EQ(out.images[0].metadata.at("cache_reused").substr(0, reused.size()), reused) << g.name;
 }
 
 // The call with the golden's cache; the latents after the first and the last step checked against diffusers'.
 PipelineOutput run_checking_latents(DiffusionPipeline& pipe, const ChromaCacheCase& g) {
-  PipelineRequest request = g.cached_request();
-  std::vector<Tensor> steps;
-  request.callback_on_step_end = [&](StepState& s) { steps.push_back(s.latents.contiguous()); };
-  PipelineOutput out = pipe(request);
-  EXPECT_EQ(static_cast<int>(steps.size()), std::stoi(g.meta("steps_run"))) << g.name;
   // TaylorSeer's default factors are bfloat16: a factor rounded one way here and the other in diffusers now
   // and then, which guidance (scale 4) amplifies, leaves the guided float32 call's latents 5e-4 from
   // diffusers' at the end (its image within one level everywhere); with float32 factors
@@ -93,11 +63,7 @@ PipelineOutput run_checking_latents(DiffusionPipeline& pipe, const ChromaCacheCa
   const bool bf16_factors =
       g.meta("cache").rfind("taylorseer", 0) == 0 && g.meta("cache").find("factors=f32") == std::string::npos;
   const double tolerance = g.bf16() ? (guided ? 6e-2 : 3e-2) : (guided && bf16_factors ? 1e-3 : 2e-4);
-  if (!steps.empty()) {
-    EXPECT_TRUE(testing::rel_max_error_within(steps.front(), g["latents_step0"], tolerance)) << g.name;
-    EXPECT_TRUE(testing::rel_max_error_within(steps.back(), g["latents_final"], tolerance)) << g.name;
-  }
-  return out;
+  return testing::run_checking_latents(pipe, g, tolerance);
 }
 
 // TaylorSeer on every attention: diffusers' schedule and its image, with its defaults and classifier-free

@@ -13,38 +13,19 @@
 #include "kiln/families/qwen_image/qwen_image_pipeline.h"
 #include "kiln/families/qwen_image/qwen_image_transformer.h"
 #include "support/pipeline_comparison.h"
+#include "support/step_cache_goldens.h"
 #include "support/test_data.h"
 
 namespace kiln {
 namespace {
 
-struct QwenCacheCase : testing::GoldenFile {
-  explicit QwenCacheCase(const std::string& name) : GoldenFile("step_cache_qwen_image", name) {}
-  bool bf16() const { return meta("dtype") == "bfloat16"; }
-  PipelineRequest cached_request() const {
-    PipelineRequest r = request();
-    r.cache = meta("cache");
-    return r;
-  }
+struct QwenCacheCase : testing::StepCacheCase {
+  explicit QwenCacheCase(const std::string& name) : StepCacheCase("step_cache_qwen_image", name) {}
 };
 
-// Per evaluation: context (0 cond, 1 uncond) and whether the cache computed.
-using Decisions = std::vector<std::pair<int64_t, int64_t>>;
-
-Decisions decisions_of(const nn::StepCache& cache) {
-  Decisions out;
-  for (const nn::StepCache::Decision& d : cache.decisions())
-    out.emplace_back(d.context == "cond" ? 0 : 1, d.computed ? 1 : 0);
-  return out;
-}
-
-Decisions golden_decisions(const QwenCacheCase& g) {
-  const std::vector<int64_t> context = g["context"].to_vector<int64_t>();
-  const std::vector<int64_t> computed = g["computed"].to_vector<int64_t>();
-  Decisions out;
-  for (size_t i = 0; i < context.size(); ++i) out.emplace_back(context[i], computed[i]);
-  return out;
-}
+using testing::Decisions;
+using testing::decisions_of;
+using testing::golden_decisions;
 
 // The change that decided each evaluation (First Block Cache's relative change, MagCache's accumulated
 // error), -1 where diffusers measured none.
@@ -78,29 +59,14 @@ void expect_image_matches(const PipelineOutput& out, const QwenCacheCase& g) {
     EXPECT_LE(largest, 1) << g.name;
   }
   EXPECT_EQ(out.images[0].metadata.at("cache"), step_cache_spec(parse_step_cache(g.meta("cache"))));
-  std::string reused;
-  int step = 0;
-  for (const auto& [context, computed] : golden_decisions(g)) {
-    if (context != 0) continue;
-    ++step;
-    if (!computed) reused += (reused.empty() ? "" : ",") + std::to_string(step);
-  }
+  const std::string reused = testing::golden_reused_steps(g);
   EXPECT_EQ(out.images[0].metadata.at("cache_reused").substr(0, reused.size()), reused) << g.name;
 }
 
 // The call with the golden's cache; the latents after the first and the last step checked against diffusers'.
 PipelineOutput run_checking_latents(DiffusionPipeline& pipe, const QwenCacheCase& g) {
-  PipelineRequest request = g.cached_request();
-  std::vector<Tensor> steps;
-  request.callback_on_step_end = [&](StepState& s) { steps.push_back(s.latents.contiguous()); };
-  PipelineOutput out = pipe(request);
-  EXPECT_EQ(static_cast<int>(steps.size()), std::stoi(g.meta("steps_run"))) << g.name;
   const double tolerance = g.bf16() ? 3e-2 : 2e-4;
-  if (!steps.empty()) {
-    EXPECT_TRUE(testing::rel_max_error_within(steps.front(), g["latents_step0"], tolerance)) << g.name;
-    EXPECT_TRUE(testing::rel_max_error_within(steps.back(), g["latents_final"], tolerance)) << g.name;
-  }
-  return out;
+  return testing::run_checking_latents(pipe, g, tolerance);
 }
 
 class QwenImageFirstBlockCache : public ::testing::TestWithParam<const char*> {};
