@@ -93,12 +93,14 @@ def recording_hook(hook_class, names, pipe, record):
     return new_forward
 
 
-def run_case(name, cls_name, model, dtype, cache, config, args):
+def hooked_call(pipe, cache, config, run, evaluations):
+    """diffusers' own PAB or FasterCache (guidance-distilled) hook with Kiln's config on pipe.transformer, reading
+    the pipeline's current timestep; run() makes the call. Returns run()'s result, the hooked attentions in the
+    order they run, whether each ran at each of the `evaluations`, and the timestep each evaluation saw."""
     from diffusers import FasterCacheConfig, PyramidAttentionBroadcastConfig
     from diffusers.hooks import faster_cache as fc
     from diffusers.hooks import pyramid_attention_broadcast as pab
 
-    pipe = load_pipeline(cls_name, model, dtype)
     names = {id(m): n for n, m in pipe.transformer.named_modules()}
     record = []
     hook_class = pab.PyramidAttentionBroadcastHook if cache == "pab" else fc.FasterCacheBlockHook
@@ -117,10 +119,7 @@ def run_case(name, cls_name, model, dtype, cache, config, args):
                 attention_weight_callback=lambda _: weight,
                 is_guidance_distilled=True,
                 current_timestep_callback=lambda: pipe.current_timestep))
-        call = dict(args)
-        seed = call.pop("seed")
-        result, steps = call_tracking_latents(
-            pipe, dict(call, generator=torch.Generator().manual_seed(seed), output_type="np"))
+        result = run()
     finally:
         hook_class.new_forward = saved
 
@@ -129,13 +128,22 @@ def run_case(name, cls_name, model, dtype, cache, config, args):
         if module in modules:
             break
         modules.append(module)
-    assert len(record) % len(modules) == 0, f"{name}: {len(record)} attention calls, {len(modules)} modules"
-    evaluations = len(record) // len(modules)
-    assert evaluations == args["num_inference_steps"], f"{name}: {evaluations} evaluations"
+    assert len(record) == evaluations * len(modules), f"{len(record)} attention calls, {len(modules)} modules"
     computed = [[record[e * len(modules) + m][1] for m in range(len(modules))] for e in range(evaluations)]
     for e in range(evaluations):
-        assert [record[e * len(modules) + m][0] for m in range(len(modules))] == modules, f"{name}: module order"
+        assert [record[e * len(modules) + m][0] for m in range(len(modules))] == modules, "module order"
     timesteps = [record[e * len(modules)][2] for e in range(evaluations)]
+    return result, modules, computed, timesteps
+
+
+def run_case(name, cls_name, model, dtype, cache, config, args):
+    pipe = load_pipeline(cls_name, model, dtype)
+    call = dict(args)
+    seed = call.pop("seed")
+    evaluations = args["num_inference_steps"]
+    (result, steps), modules, computed, timesteps = hooked_call(
+        pipe, cache, config, lambda: call_tracking_latents(
+            pipe, dict(call, generator=torch.Generator().manual_seed(seed), output_type="np")), evaluations)
 
     meta = dict(args, pipeline=cls_name, model=model, dtype=str(dtype).split(".")[-1], cache=spec_of(cache, config),
                 modules=",".join(modules), steps_run=len(steps))

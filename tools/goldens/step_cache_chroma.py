@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_cache_flux2  # noqa: E402
 from edit import MODELS, call_tracking_latents  # noqa: E402
-from step_cache_attention import recording_hook, spec_of  # noqa: E402
+from step_cache_attention import hooked_call, spec_of  # noqa: E402
 from step_cache_flux2 import meta_of, save  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -154,42 +154,12 @@ def run_taylor_case(name, pipeline, config_args, args):
 def run_attention_case(name, pipeline, cache, config, args):
     """Pyramid Attention Broadcast or FasterCache, without guidance: whether each hooked attention ran at each
     evaluation, and the timestep the hooks read from the pipeline (`pipe.current_timestep`)."""
-    from diffusers import FasterCacheConfig, PyramidAttentionBroadcastConfig
-    from diffusers.hooks import faster_cache as fc
-    from diffusers.hooks import pyramid_attention_broadcast as pab
-
     assert args["guidance_scale"] <= 1.0, f"{name}: these caches mix the guidance branches"
     pipe = load_pipeline(*pipeline)
-    names = {id(m): n for n, m in pipe.transformer.named_modules()}
-    record = []
-    hook_class = pab.PyramidAttentionBroadcastHook if cache == "pab" else fc.FasterCacheBlockHook
-    saved = recording_hook(hook_class, names, pipe, record)
-    try:
-        if cache == "pab":
-            pipe.transformer.enable_cache(PyramidAttentionBroadcastConfig(
-                spatial_attention_block_skip_range=config["skip"],
-                spatial_attention_timestep_skip_range=config["range"],
-                current_timestep_callback=lambda: pipe.current_timestep))
-        else:
-            weight = config["weight"]
-            pipe.transformer.enable_cache(FasterCacheConfig(
-                spatial_attention_block_skip_range=config["skip"],
-                spatial_attention_timestep_skip_range=config["range"],
-                attention_weight_callback=lambda _: weight, is_guidance_distilled=True,
-                current_timestep_callback=lambda: pipe.current_timestep))
-        result, steps = call(pipe, args)
-    finally:
-        hook_class.new_forward = saved
-    modules = []
-    for module, _, _ in record:
-        if module in modules:
-            break
-        modules.append(module)
+    (result, steps), modules, computed, timesteps = hooked_call(
+        pipe, cache, config, lambda: call(pipe, args), args["num_inference_steps"])
     assert modules == attentions(pipe), f"{name}: hooked {modules}"
-    evaluations = len(record) // len(modules)
-    assert evaluations * len(modules) == len(record) and evaluations == args["num_inference_steps"], name
-    computed = [[record[e * len(modules) + m][1] for m in range(len(modules))] for e in range(evaluations)]
-    timesteps = [record[e * len(modules)][2] for e in range(evaluations)]
+    evaluations = len(computed)
     lo, hi = config["range"]
     inside = [i for i, t in enumerate(timesteps) if lo < t < hi]
     assert inside and len(inside) < evaluations, \

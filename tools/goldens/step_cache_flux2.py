@@ -287,45 +287,16 @@ def run_attention_case(name, pipeline, cache, config, args):
     """Pyramid Attention Broadcast or FasterCache: whether each hooked attention ran at each evaluation (and the
     timestep the hooks read from the pipeline, `pipe.current_timestep`). Flux2Pipeline's cache context does not
     matter here: these hooks keep one state per attention whatever the context."""
-    from diffusers import FasterCacheConfig, PyramidAttentionBroadcastConfig
-    from diffusers.hooks import faster_cache as fc
-    from diffusers.hooks import pyramid_attention_broadcast as pab
-    from step_cache_attention import recording_hook, spec_of
+    from step_cache_attention import hooked_call, spec_of
 
     pipe = load_pipeline(*pipeline)
     embeds = embeddings(pipe, args)
-    names = {id(m): n for n, m in pipe.transformer.named_modules()}
-    record = []
-    hook_class = pab.PyramidAttentionBroadcastHook if cache == "pab" else fc.FasterCacheBlockHook
-    saved = recording_hook(hook_class, names, pipe, record)
-    try:
-        if cache == "pab":
-            pipe.transformer.enable_cache(PyramidAttentionBroadcastConfig(
-                spatial_attention_block_skip_range=config["skip"],
-                spatial_attention_timestep_skip_range=config["range"],
-                current_timestep_callback=lambda: pipe.current_timestep))
-        else:
-            weight = config["weight"]
-            pipe.transformer.enable_cache(FasterCacheConfig(
-                spatial_attention_block_skip_range=config["skip"],
-                spatial_attention_timestep_skip_range=config["range"],
-                attention_weight_callback=lambda _: weight, is_guidance_distilled=True,
-                current_timestep_callback=lambda: pipe.current_timestep))
-        result, steps = call(pipe, args, embeds)
-    finally:
-        hook_class.new_forward = saved
-    modules = []
-    for module, _, _ in record:
-        if module in modules:
-            break
-        modules.append(module)
+    (result, steps), modules, computed, timesteps = hooked_call(
+        pipe, cache, config, lambda: call(pipe, args, embeds), args["num_inference_steps"])
     assert modules == [f"transformer_blocks.{i}.attn" for i in range(len(pipe.transformer.transformer_blocks))] + \
         [f"single_transformer_blocks.{i}.attn" for i in range(len(pipe.transformer.single_transformer_blocks))], \
         f"{name}: hooked {modules}"
-    evaluations = len(record) // len(modules)
-    assert evaluations * len(modules) == len(record) and evaluations == args["num_inference_steps"], name
-    computed = [[record[e * len(modules) + m][1] for m in range(len(modules))] for e in range(evaluations)]
-    timesteps = [record[e * len(modules)][2] for e in range(evaluations)]
+    evaluations = len(computed)
     lo, hi = config["range"]
     inside = [i for i, t in enumerate(timesteps) if lo < t < hi]
     assert inside and len(inside) < evaluations, f"{name}: pick steps with timesteps inside and outside the range"
