@@ -59,6 +59,10 @@ Flux2Transformer2DModel::Flux2Transformer2DModel(const Flux2TransformerConfig& c
                     single_transformer_blocks_.back().get());
     single_transformer_blocks_.back()->use_step_cache(&step_cache_);
   }
+  step_cache_.set_refusal([](const StepCacheConfig& cache) {
+    return std::holds_alternative<FirstBlockCacheConfig>(cache) ? flux2_first_block_cache_refusal()
+                                                                : std::string();
+  });
   // No magnitude ratios are published for FLUX.2 (diffusers ships FLUX.1-dev's only): MagCache needs the
   // call's own (measured with magcache:calibrate), and one without is refused by name.
   norm_out_ = std::make_unique<AdaLayerNormContinuous>(dim, /*bias=*/false, tp, config.eps);
@@ -120,9 +124,6 @@ Tensor Flux2Transformer2DModel::forward_eager(const Tensor& hidden, const Tensor
              op << ": expected txt_ids [" << text << ", " << axes << "], got " << describe(txt_ids));
   KILN_CHECK(img_ids.defined() && img_ids.dim() == 2 && img_ids.size(0) == image && img_ids.size(1) == axes,
              op << ": expected img_ids [" << image << ", " << axes << "], got " << describe(img_ids));
-
-  KILN_CHECK(!step_cache_.active() || !std::holds_alternative<FirstBlockCacheConfig>(*step_cache_.active()),
-             op << ": " << flux2_first_block_cache_refusal());
 
   // diffusers: timestep.to(hidden_states.dtype) * 1000 (likewise guidance), each step rounded to that dtype.
   const Tensor t = mul(timestep.to(dtype), 1000.0);

@@ -447,6 +447,10 @@ std::vector<Tensor> StepCache::taylor_outputs(const TaylorSeerCacheConfig& confi
 }
 
 BlockStreams StepCache::run(size_t count, const BlockStreams& in, const RunBlocks& run_blocks) {
+  if (active_) {
+    const std::string why = refusal(*active_);
+    KILN_CHECK(why.empty(), "step cache " << step_cache_spec(*active_) << ": " << why);
+  }
   if (!active_ || count < 2) return run_blocks(0, count, in);
   if (const auto* first = std::get_if<FirstBlockCacheConfig>(&*active_))
     return run_first_block(*first, count, in, run_blocks);

@@ -75,6 +75,8 @@ void DiffusionPipeline::check_request(const PipelineRequest& request) const {
     } catch (const Error& e) {
       throw RequestError("cache", e.what());
     }
+    if (const std::string why = denoiser_cache()->refusal(*cache); !why.empty())
+      throw RequestError("cache", std::string(class_name()) + ": " + why);
   }
   if (const char* name = cache ? attention_step_cache_name(*cache) : nullptr) {
     bool blocks_compiled = denoiser.is_compiled();

@@ -153,6 +153,12 @@ class StepCache {
   // which a MagCache config without its own uses; empty where none are (such a config is refused).
   void set_published_mag_ratios(std::vector<double> ratios) { published_mag_ratios_ = std::move(ratios); }
   const std::vector<double>& published_mag_ratios() const { return published_mag_ratios_; }
+  // Why this transformer does not take `config` (empty: it does): a cache diffusers has no working reference
+  // for on it (FLUX.2's First Block Cache, Chroma's block caches). The pipeline's request check refuses such
+  // a cache by name, and run() too where a call has one in effect outside that check.
+  using Refusal = std::function<std::string(const StepCacheConfig&)>;
+  void set_refusal(Refusal refusal) { refusal_ = std::move(refusal); }
+  std::string refusal(const StepCacheConfig& config) const { return refusal_ ? refusal_(config) : ""; }
 
   // diffusers' enable_cache / disable_cache: the cache every call uses unless its request names its own.
   void enable(const StepCacheConfig& config) { config_ = config; }
@@ -235,6 +241,7 @@ class StepCache {
   std::optional<StepCacheConfig> config_;
   std::optional<StepCacheConfig> active_;
   std::vector<double> published_mag_ratios_;
+  Refusal refusal_;
   int num_inference_steps_ = 0;
   std::vector<float> mag_ratios_;  // the active MagCache's ratios at the call's steps
   std::string context_ = "cond";

@@ -149,14 +149,6 @@ void ChromaPipeline::check_loaded_request(const PipelineRequest& request) const 
   const pipelines::ResolvedRequest r = pipelines::resolve(request, defaults());
   pipelines::check_image_size(name, r.height, r.width, vae_->config().scale_factor() * 2);
   pipelines::check_task_inputs(registered_class().task, name, request, r);
-  // The call's step cache (its own, else the transformer's enabled one): First Block Cache and MagCache are
-  // refused, as diffusers 0.42.1 cannot run them on Chroma. (A malformed spec was refused with the fields.)
-  std::optional<StepCacheConfig> cache = transformer_->step_cache()->config();
-  if (request.cache)
-    cache = *request.cache == "none" ? std::nullopt : std::optional(parse_step_cache(*request.cache));
-  if (cache && (std::holds_alternative<FirstBlockCacheConfig>(*cache) ||
-                std::holds_alternative<MagCacheConfig>(*cache)))
-    pipelines::refuse(true, "cache", std::string(name) + ": " + models::chroma_block_cache_refusal(*cache));
 }
 
 bool ChromaPipeline::negative_evaluations(const PipelineRequest& request) const {

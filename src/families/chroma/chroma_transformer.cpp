@@ -56,6 +56,12 @@ ChromaTransformer2DModel::ChromaTransformer2DModel(const ChromaTransformerConfig
     single_transformer_blocks_.back()->use_step_cache(&step_cache_);
   }
   register_module("proj_out", &proj_out_);
+  step_cache_.set_refusal([](const StepCacheConfig& cache) {
+    return std::holds_alternative<FirstBlockCacheConfig>(cache) ||
+                   std::holds_alternative<MagCacheConfig>(cache)
+               ? chroma_block_cache_refusal(cache)
+               : std::string();
+  });
 }
 
 ChromaTransformer2DModel::~ChromaTransformer2DModel() = default;
@@ -122,11 +128,6 @@ Tensor ChromaTransformer2DModel::forward_eager(const Tensor& hidden, const Tenso
                                            attention_mask.size(1) == text + image),
              op << ": expected an attention_mask [" << batch << ", " << text + image
                 << "] (the text's tokens, then the image's), got " << describe(attention_mask));
-
-  if (const std::optional<StepCacheConfig>& cache = step_cache_.active(); cache)
-    KILN_CHECK(!std::holds_alternative<FirstBlockCacheConfig>(*cache) &&
-                   !std::holds_alternative<MagCacheConfig>(*cache),
-               op << ": " << chroma_block_cache_refusal(*cache));
 
   Tensor x = x_embedder_(hidden);
   // Every block's modulation at once: [B, M, D].

@@ -221,13 +221,6 @@ void Flux2PipelineBase::check_loaded_request(const PipelineRequest& request) con
   // checked by resolved().
   const pipelines::ResolvedRequest c = pipelines::resolve(request, defaults());
   if (request.height || request.width) pipelines::check_image_size(name(), c.height, c.width, 1);
-  // The call's step cache (its own, else the transformer's enabled one): First Block Cache is refused, as it
-  // has no working reference in diffusers on FLUX.2. (A malformed spec was refused with the fields.)
-  std::optional<StepCacheConfig> cache = transformer_->step_cache()->config();
-  if (request.cache)
-    cache = *request.cache == "none" ? std::nullopt : std::optional(parse_step_cache(*request.cache));
-  pipelines::refuse(cache && std::holds_alternative<FirstBlockCacheConfig>(*cache), "cache",
-                    std::string(name()) + ": " + models::flux2_first_block_cache_refusal());
   pipelines::refuse(
       !request.prompt_embeds.defined() && !has_prompt_encoder(), "prompt",
       std::string(name()) + ": this " + name() +
