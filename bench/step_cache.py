@@ -19,6 +19,7 @@ import math
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -47,13 +48,29 @@ def run(kiln, model, size, steps, cache, extra, out):
     args = [kiln, "generate", "--model", model, "--prompt", "a photo of a cat on a windowsill, golden hour",
             "--width", str(size), "--height", str(size), "--steps", str(steps), "--seed", "0",
             "--cache", cache, "--output", out, *extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     done = subprocess.run(args, capture_output=True, text=True)
     seconds = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds (user + system) of the command: on a host shared with other work they move far less than the
+    # wall time does, so their ratio is the steadier one there.
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode != 0:
         sys.exit(f"kiln generate failed ({' '.join(args)}):\n{done.stderr[-2000:]}")
     reused = re.search(r"(?:reused|forecast|extrapolated) at steps (\S+)", done.stderr)
-    return seconds, (reused.group(1) if reused else "")
+    return seconds, cpu, (reused.group(1) if reused else "")
+
+
+def count_steps(listed):
+    """How many steps a list such as "4,6-9,11" names."""
+    if not listed or listed == "none":
+        return 0
+    total = 0
+    for part in listed.split(","):
+        low, _, high = part.partition("-")
+        total += int(high) - int(low) + 1 if high else 1
+    return total
 
 
 def distance(a, b):
@@ -78,6 +95,7 @@ def main():
 
     specs = ["none", *args.cache]
     times = {s: [] for s in specs}
+    cpu_times = {s: [] for s in specs}
     reused = {}
     with tempfile.TemporaryDirectory() as tmp:
         images = {s: os.path.join(tmp, f"{i}.png") for i, s in enumerate(specs)}
@@ -85,22 +103,25 @@ def main():
             # Interleaved, in an order that turns each repeat, so that drift on a shared host spreads evenly.
             order = specs[r % len(specs):] + specs[:r % len(specs)]
             for s in order:
-                seconds, reused[s] = run(args.kiln, args.model, args.size, args.steps, s, args.extra, images[s])
+                seconds, cpu, reused[s] = run(args.kiln, args.model, args.size, args.steps, s, args.extra,
+                                              images[s])
                 times[s].append(seconds)
+                cpu_times[s].append(cpu)
         print(f"step caching, {os.path.basename(args.model.rstrip('/'))} at {args.size}x{args.size}, {args.steps} "
               f"steps, {' '.join(args.extra)}; host: {host()}; {args.repeat} runs each")
         print("| cache | steps computed | wall time (s) min / median / max | ratio to uncached (median) | "
-              "distance to uncached: mean / max levels, PSNR |")
-        print("|---|---|---|---|---|")
+              "CPU time (s, median) | CPU-time ratio | distance to uncached: mean / max levels, PSNR |")
+        print("|---|---|---|---|---|---|---|")
         base = statistics.median(times["none"])
+        cpu_base = statistics.median(cpu_times["none"])
         for s in specs:
-            skipped = len(reused[s].split(",")) if reused.get(s) and reused[s] != "none" else 0
+            skipped = count_steps(reused.get(s))
             mean, peak, psnr = distance(images[s], images["none"])
-            t = times[s]
+            t, c = times[s], statistics.median(cpu_times[s])
             print(f"| {s} | {args.steps - skipped} of {args.steps}"
                   f"{' (reused ' + reused[s] + ')' if skipped else ''} | {min(t):.1f} / {statistics.median(t):.1f} / "
-                  f"{max(t):.1f} | {base / statistics.median(t):.2f}x | {mean:.2f} / {peak} / "
-                  f"{'inf' if psnr == float('inf') else f'{psnr:.1f} dB'} |")
+                  f"{max(t):.1f} | {base / statistics.median(t):.2f}x | {c:.1f} | {cpu_base / c:.2f}x | "
+                  f"{mean:.2f} / {peak} / {'inf' if psnr == float('inf') else f'{psnr:.1f} dB'} |")
 
 
 if __name__ == "__main__":

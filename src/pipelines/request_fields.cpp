@@ -356,6 +356,16 @@ std::vector<RequestField> make_fields() {
              "SDXL: crops_coords_top_left for the negative prompt", 0, kMaxSide,
              "--negative-crops-coords-top-left", "negative_crops_coords_top_left"),
       KILN_MEMBER(negative_crops_coords_top_left));
+  add(ranged("aesthetic_score", "Aesthetic score",
+             "SDXL refiner: the aesthetic score (0-10, LAION's aesthetic predictor's scale) the image is "
+             "said to "
+             "have (default 6)",
+             0, 10, "--aesthetic-score", "aesthetic_score"),
+      KILN_MEMBER(aesthetic_score));
+  add(ranged("negative_aesthetic_score", "Negative aesthetic score",
+             "SDXL refiner: aesthetic_score for the negative prompt (default 2.5)", 0, 10,
+             "--negative-aesthetic-score", "negative_aesthetic_score"),
+      KILN_MEMBER(negative_aesthetic_score));
   // ---- randomness
   add(with_list_form(field("generator", "Seed",
                            "the random generator, from a seed (torch.Generator(\"cpu\")"

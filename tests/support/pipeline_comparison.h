@@ -91,6 +91,9 @@ struct GoldenFile {
     }
     if (has("clip_skip")) r.clip_skip = std::stoi(meta("clip_skip"));
     if (has("guidance_rescale")) r.guidance_rescale = std::stof(meta("guidance_rescale"));
+    if (has("aesthetic_score")) r.aesthetic_score = std::stof(meta("aesthetic_score"));
+    if (has("negative_aesthetic_score"))
+      r.negative_aesthetic_score = std::stof(meta("negative_aesthetic_score"));
     for (auto [key, field] :
          {std::pair{"original_size", &PipelineRequest::original_size},
           {"target_size", &PipelineRequest::target_size},

@@ -154,6 +154,10 @@ struct PipelineRequest {
   std::vector<int64_t> original_size, target_size, crops_coords_top_left;
   // The same for classifier-free guidance's negative side (defaults: the positive side's).
   std::vector<int64_t> negative_original_size, negative_target_size, negative_crops_coords_top_left;
+  // The SDXL refiner's added condition (its folder's requires_aesthetics_score): the aesthetic score the
+  // image is said to have, and the negative side's (diffusers' defaults 6 and 2.5). Image-to-image and
+  // inpainting.
+  std::optional<float> aesthetic_score, negative_aesthetic_score;
   std::optional<Generator> generator;  // torch's default seed when absent
   // diffusers' generator list, in the text-to-image pipelines: image i's noise drawn from generators[i] (so
   // each image is the one its generator makes alone); one per image (prompts x num_images_per_prompt), or

@@ -49,9 +49,12 @@ std::vector<std::string> text_to_image_fields(const std::vector<std::string>& pr
 }
 
 // Three classes over the same folders: text-to-image, image-to-image and inpainting.
+// `editing`: the fields only the image-to-image and inpainting classes take (SDXL's aesthetic scores:
+// diffusers' text-to-image class has no refiner conditioning).
 template <class TextToImage, class ImageToImage, class Inpainting>
 std::vector<PipelineClass> three_classes(const std::vector<std::string>& names,
-                                         const std::vector<std::string>& text_to_image) {
+                                         const std::vector<std::string>& text_to_image,
+                                         const std::vector<std::string>& editing = {}) {
   const auto others = [&](const std::string& self) {
     std::vector<std::string> out;
     for (const std::string& s : names)
@@ -67,13 +70,14 @@ std::vector<PipelineClass> three_classes(const std::vector<std::string>& names,
        .from_pipe = pipe_from<TextToImage, TextToImage>},
       {.name = names[1],
        .task = Task::ImageToImage,
-       .fields = joined_fields({text_to_image, {"image", "strength"}}),
+       .fields = joined_fields({text_to_image, editing, {"image", "strength"}}),
        .loads_folders_of = others(names[1]),
        .load = load_pipeline<ImageToImage>,
        .from_pipe = pipe_from<ImageToImage, TextToImage>},
       {.name = names[2],
        .task = Task::Inpainting,
-       .fields = joined_fields({text_to_image, {"image", "mask_image", "strength", "padding_mask_crop"}}),
+       .fields =
+           joined_fields({text_to_image, editing, {"image", "mask_image", "strength", "padding_mask_crop"}}),
        .loads_folders_of = others(names[2]),
        .load = load_pipeline<Inpainting>,
        .from_pipe = pipe_from<Inpainting, TextToImage>},
@@ -105,7 +109,7 @@ Family family() {
   const std::vector<PipelineClass> xl = three_classes<
       StableDiffusionXLPipeline, StableDiffusionXLImg2ImgPipeline, StableDiffusionXLInpaintPipeline>(
       {"StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline"},
-      text_to_image_fields(sdxl_prompts));
+      text_to_image_fields(sdxl_prompts), {"aesthetic_score", "negative_aesthetic_score"});
   descriptor.classes.insert(descriptor.classes.end(), xl.begin(), xl.end());
   // diffusers' StableDiffusion(XL)LoraLoaderMixin in its own (PEFT) layout and kohya's: the UNet's and the
   // text encoders' Linear layers and SD1.x's 1x1 proj_in / proj_out. LoCon (adapters on the convolutions) is

@@ -99,20 +99,25 @@ Tensor UNet2DConditionModel::time_embedding(const Tensor& timestep, int64_t batc
   Tensor emb = time_linear_2_(silu(time_linear_1_(freq.to(dtype()))));
   if (!c.text_time()) return emb;
   const char* op = "UNet2DConditionModel";
-  const int64_t pooled = c.projection_class_embeddings_input_dim - 6 * c.addition_time_embed_dim;
+  // As diffusers' UNet: the pooled prompt beside one addition_time_embed_dim-wide sinusoid per time id, as
+  // many ids as projection_class_embeddings_input_dim leaves room for (SDXL base 6, the refiner 5).
+  KILN_CHECK(added.time_ids.defined() && added.time_ids.dim() == 2 && added.time_ids.size(0) == batch &&
+                 added.time_ids.size(1) > 0,
+             op << ": addition_embed_type \"text_time\" needs time_ids [" << batch << ", ids], got "
+                << describe(added.time_ids));
+  const int64_t count = added.time_ids.size(1);
+  const int64_t pooled = c.projection_class_embeddings_input_dim - count * c.addition_time_embed_dim;
   KILN_CHECK(added.text_embeds.defined() && added.text_embeds.dim() == 2 &&
                  added.text_embeds.size(0) == batch && added.text_embeds.size(1) == pooled,
-             op << ": addition_embed_type \"text_time\" needs text_embeds [" << batch << ", " << pooled
-                << "] (the pooled prompt), got " << describe(added.text_embeds));
-  KILN_CHECK(added.time_ids.defined() && added.time_ids.dim() == 2 && added.time_ids.size(0) == batch &&
-                 added.time_ids.size(1) == 6,
-             op << ": addition_embed_type \"text_time\" needs time_ids [" << batch << ", 6], got "
-                << describe(added.time_ids));
+             op << ": addition_embed_type \"text_time\" with " << count << " time ids needs text_embeds ["
+                << batch << ", " << pooled << "] (the pooled prompt: projection_class_embeddings_input_dim "
+                << c.projection_class_embeddings_input_dim << " less " << count << " x addition_time_embed_dim "
+                << c.addition_time_embed_dim << "), got " << describe(added.text_embeds));
   // add_time_proj over the flattened ids, each id's sinusoid side by side, then beside the pooled prompt.
-  const Tensor ids = on_weights_device(added.time_ids).to(float32).reshape({batch * 6});
+  const Tensor ids = on_weights_device(added.time_ids).to(float32).reshape({batch * count});
   const Tensor time_embeds =
       timestep_sinusoid(ids, c.addition_time_embed_dim, c.flip_sin_to_cos, c.freq_shift)
-          .reshape({batch, 6 * c.addition_time_embed_dim});
+          .reshape({batch, count * c.addition_time_embed_dim});
   const Tensor add_embeds =
       concat({on_weights_device(added.text_embeds).to(float32), time_embeds}, 1).to(emb.dtype());
   return add(emb, (*add_linear_2_)(silu((*add_linear_1_)(add_embeds))));

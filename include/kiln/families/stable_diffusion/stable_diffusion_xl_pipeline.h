@@ -10,6 +10,11 @@
 // prompt, the negative embeddings are zeros (the folder's force_zeros_for_empty_prompt, true for SDXL base).
 // The folder's scheduler (Euler for SDXL base) or the call's `scheduler`; AutoencoderKL decodes latents /
 // scaling_factor. Defaults: diffusers' (sample_size * 8 pixels square: 1024, 50 steps, guidance 5).
+//
+// The refiner's folder (stabilityai/stable-diffusion-xl-refiner-1.0: no text_encoder, its model_index.json's
+// requires_aesthetics_score) loads as the image-to-image and inpainting classes: the second tower alone reads
+// the prompt, and the time ids hold an aesthetic score (aesthetic_score, negative_aesthetic_score) in place
+// of the target size. The text-to-image class refuses it, as diffusers' fails on it.
 #pragma once
 
 #include <memory>
@@ -46,10 +51,13 @@ class StableDiffusionXLPipeline : public UNetPipeline {
     Tensor pooled_prompt_embeds;  // [B, projection_dim of text_encoder_2]
   };
   // encode_prompt for one side of guidance: hidden_states[-(clip_skip + 2)] of both towers side by side and
-  // the second tower's text_embeds, in the pipeline's dtype.
+  // the second tower's text_embeds, in the pipeline's dtype. The refiner's one tower reads `prompts`.
   PromptEmbeddings encode_prompt(const std::vector<std::string>& prompts,
                                  const std::vector<std::string>& prompts_2, int clip_skip = 0) const;
 
+  // Whether this is the refiner: its UNet is conditioned on an aesthetic score (model_index.json's
+  // requires_aesthetics_score).
+  bool requires_aesthetics_score() const { return requires_aesthetics_score_; }
   std::vector<std::pair<std::string, nn::Module*>> components() const override;
   ActivationEstimate estimate_activations(const PipelineRequest& request,
                                           const Device& device) const override;
@@ -66,15 +74,22 @@ class StableDiffusionXLPipeline : public UNetPipeline {
   // _get_add_time_ids for the call's rows: the positive ids, or under guidance the negative's and the
   // positive's as diffusers orders them for the class's task.
   Tensor add_time_ids(const PipelineRequest& request, bool guided) const;
+  // 6 (original size, crop corner, target size), or the refiner's 5 (an aesthetic score for the target size).
+  int64_t time_id_count() const;
+  // The UNet's context and added-condition widths against the text encoders' and the time ids'.
+  void check_conditioning_widths() const;
+  // Warns about the request's fields this folder and class do not read (as diffusers ignores them).
+  void warn_unread_fields(const PipelineRequest& request) const;
 
-  std::shared_ptr<tokenizers::ClipTokenizer> tokenizer_, tokenizer_2_;
-  std::shared_ptr<models::ClipTextModel> text_encoder_, text_encoder_2_;
+  std::shared_ptr<tokenizers::ClipTokenizer> tokenizer_, tokenizer_2_;  // tokenizer_: null in the refiner
+  std::shared_ptr<models::ClipTextModel> text_encoder_,
+      text_encoder_2_;  // text_encoder_: null in the refiner
   bool force_zeros_for_empty_prompt_ = true;
+  bool requires_aesthetics_score_ = false;
 };
 
-// StableDiffusionXLImg2ImgPipeline: image-to-image from an SDXL base folder (the refiner's aesthetic-score
-// conditioning is not run yet). Without height and width, the image's own size (rounded down to multiples of
-// 8). Defaults: strength 0.3.
+// StableDiffusionXLImg2ImgPipeline: image-to-image from an SDXL base or refiner folder. Without height and
+// width, the image's own size (rounded down to multiples of 8). Defaults: strength 0.3.
 class StableDiffusionXLImg2ImgPipeline : public StableDiffusionXLPipeline {
  public:
   static StableDiffusionXLImg2ImgPipeline from_pretrained(const std::string& model,
