@@ -77,8 +77,9 @@ Tensor sample_latents(const models::AutoencoderKL::LatentDistribution& posterior
   return add(posterior.mean, mul(std, noise));
 }
 
-int first_step(int num_inference_steps, double strength) {
+int first_step(int num_inference_steps, double strength, bool whole_steps) {
   const double n = num_inference_steps;
+  if (whole_steps) return num_inference_steps - std::min(static_cast<int>(n * strength), num_inference_steps);
   const double init_timestep = std::min(n * strength, n);
   return static_cast<int>(std::max(n - init_timestep, 0.0));
 }

@@ -25,7 +25,9 @@ Tensor resize_nearest(const Tensor& x, int64_t height, int64_t width);
 // DiagonalGaussianDistribution.sample(generator): mean + exp(0.5 logvar) * randn, in the mean's dtype.
 Tensor sample_latents(const models::AutoencoderKL::LatentDistribution& posterior, Generator& generator);
 // The pipelines' get_timesteps: the first of `num_inference_steps` steps that `strength` (in [0, 1]) runs,
-// int(max(n - min(n * strength, n), 0)) in Python floats.
-int first_step(int num_inference_steps, double strength);
+// int(max(n - min(n * strength, n), 0)) in Python floats; with `whole_steps` (diffusers' SD and SDXL
+// pipelines) n - min(int(n * strength), n): the steps run are floored first (SDXL inpainting's default 0.9999
+// of 30 steps runs 29, not 30).
+int first_step(int num_inference_steps, double strength, bool whole_steps = false);
 
 }  // namespace kiln::pipelines

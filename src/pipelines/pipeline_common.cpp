@@ -11,6 +11,7 @@
 #include "kiln/io/model_ref.h"
 #include "kiln/ops.h"
 #include "kiln/runtime/execution_context.h"
+#include "pipelines/image_processor.h"
 
 namespace kiln::pipelines {
 
@@ -280,14 +281,13 @@ void check_guidance_scale(const char* pipeline, float guidance_scale, const char
   }
 }
 
-void check_strength(const char* pipeline, double strength, int num_inference_steps) {
+void check_strength(const char* pipeline, double strength, int num_inference_steps, bool whole_steps) {
   if (!(strength >= 0.0 && strength <= 1.0)) {
     std::ostringstream message;
     message << pipeline << ": strength must be in [0, 1], got " << strength;
     throw RequestError("strength", message.str());
   }
-  const double n = num_inference_steps;
-  if (n - static_cast<int>(std::max(n - std::min(n * strength, n), 0.0)) < 1) {
+  if (num_inference_steps - first_step(num_inference_steps, strength, whole_steps) < 1) {
     std::ostringstream message;
     message << pipeline << ": strength " << strength << " leaves no step of " << num_inference_steps
             << " (it runs int(num_inference_steps * strength) steps, at least one is needed)";

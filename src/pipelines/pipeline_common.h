@@ -97,8 +97,9 @@ void check_prompt_size(const char* pipeline, const char* field, const std::strin
 void check_max_sequence_length(const char* pipeline, int64_t max_sequence_length);
 void check_images_per_prompt(const char* pipeline, int num_images_per_prompt);
 void check_guidance_scale(const char* pipeline, float guidance_scale, const char* field = "guidance_scale");
-// strength in [0, 1], and a schedule of `num_inference_steps` it leaves at least one step of.
-void check_strength(const char* pipeline, double strength, int num_inference_steps);
+// strength in [0, 1], and a schedule of `num_inference_steps` it leaves at least one step of (counted as
+// first_step counts them, `whole_steps` or not).
+void check_strength(const char* pipeline, double strength, int num_inference_steps, bool whole_steps = false);
 // The one image an editing pipeline starts from (request.image), and the mask when `with_mask`.
 void check_edit_inputs(const char* pipeline, const PipelineRequest& request, bool with_mask);
 

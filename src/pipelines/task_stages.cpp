@@ -33,7 +33,7 @@ TaskStart from_noise(const TaskCall& c) {
 TaskStart from_image(const TaskCall& c) {
   const PipelineRequest& r = c.request;
   TaskStart start;
-  start.start_step = first_step(c.call.num_inference_steps, c.call.strength);
+  start.start_step = first_step(c.call.num_inference_steps, c.call.strength, c.whole_strength_steps);
   // padding_mask_crop: the image and the mask cropped around the mask and fitted to the call's size.
   if (c.task == Task::Inpainting) start.crop = check_mask_crop(c.pipeline, r, c.call.height, c.call.width);
   const Image& image =
@@ -45,23 +45,39 @@ TaskStart from_image(const TaskCall& c) {
     start.mask = preprocess_mask(mask, c.call.height, c.call.width);
   }
   // prepare_latents: the image encoded (its posterior sampled: the generator's first draw), then the noise,
-  // the image noised to the first step the strength runs.
-  const Tensor encoded = encode_image(c.codec, start.image, c.dtype, &c.generators.single());
-  const Tensor image_latents = repeated(encoded, c.batch);
+  // the image noised to the first step the strength runs. At full strength inpainting may start from the
+  // noise itself, and a denoiser that reads the masked image then never needs the image's latents: diffusers
+  // does not encode it (no draw).
+  const bool inpainting = c.task == Task::Inpainting;
+  const bool noise_itself = inpainting && c.noise_at_full_strength && c.call.strength == 1.0;
+  const bool channels = inpainting && c.masked_image_channels;
+  Tensor image_latents;
+  if (!(channels && noise_itself))
+    image_latents = repeated(encode_image(c.codec, start.image, c.dtype, &c.generators.single()), c.batch);
   const Shape shape = c.codec.latent_shape(c.batch, c.call.height, c.call.width);
-  const Tensor noise = randn_tensor(shape, c.generators.noise(), c.dtype).to(image_latents.device());
-  const bool noise_itself = c.task == Task::Inpainting && c.noise_at_full_strength && c.call.strength == 1.0;
+  Tensor noise = randn_tensor(shape, c.generators.noise(), c.dtype);
+  if (image_latents.defined()) noise = noise.to(image_latents.device());
   // At full strength that noise is scaled as text-to-image's (init_noise_sigma: 1 for flow matching).
   const double sigma = c.schedule.init_noise_sigma();
   start.latents = packed(c, noise_itself ? (sigma != 1.0 ? mul(noise, sigma) : noise)
                                          : c.schedule.scale_noise(image_latents, start.start_step, noise));
-  if (c.task != Task::Inpainting) return start;
-  // prepare_mask_latents: the mask at the latents' size, one value per channel. (diffusers also encodes the
-  // masked image here, which a transformer of the latents' own channels never reads; its posterior sample is
-  // drawn all the same, so that the generator ends where diffusers' does.)
+  if (!inpainting) return start;
+  // prepare_mask_latents: the mask at the latents' size (nearest), and the masked image (black where the mask
+  // repaints: the image times mask < 0.5, the mask being 0 or 1) encoded, its posterior sampled after the
+  // noise.
+  const Tensor small = resize_nearest(start.mask, shape[2], shape[3]).to(c.dtype);
+  if (channels) {
+    const Tensor masked = mul(start.image, sub(1.0, start.mask));
+    start.masked_image_latents =
+        repeated(encode_image(c.codec, masked, c.dtype, &c.generators.single()), c.batch);
+    start.mask_latents = repeated(small, c.batch);
+    return start;
+  }
+  // A denoiser of the latents' own channels never reads the masked image; its posterior sample is drawn all
+  // the same, so that the generator ends where diffusers' does. The mask, one value per channel, blends the
+  // kept region back after each step.
   const Shape one = c.codec.latent_shape(1, c.call.height, c.call.width);
   (void)randn_tensor(one, c.generators.single(), c.dtype);
-  const Tensor small = resize_nearest(start.mask, shape[2], shape[3]).to(c.dtype);
   const Tensor mask = packed(c, small.expand(shape).contiguous());
   start.blend = inpaint_blend(c.schedule, packed(c, image_latents), packed(c, noise), mask);
   return start;
@@ -95,10 +111,10 @@ TaskStart start_latents(const TaskCall& c) {
 }
 
 void check_task_inputs(Task task, const char* pipeline, const PipelineRequest& request,
-                       const ResolvedRequest& call) {
+                       const ResolvedRequest& call, bool whole_strength_steps) {
   if (task == Task::Inpainting) check_mask_crop(pipeline, request, call.height, call.width);
   if (task == Task::ImageToImage || task == Task::Inpainting || task == Task::Fill)
-    check_strength(pipeline, call.strength, call.num_inference_steps);
+    check_strength(pipeline, call.strength, call.num_inference_steps, whole_strength_steps);
 }
 
 std::map<std::string, std::string> call_metadata(const TaskCall& c, const std::string& model, DType dtype,

@@ -36,6 +36,13 @@ struct TaskCall {
   // strength 1 rather than from the image noised to the first step (the same values where that step's sigma
   // is exactly 1).
   bool noise_at_full_strength = false;
+  // Inpainting with a denoiser that reads the mask and the masked image's latents beside the latents
+  // (diffusers' 9-channel inpainting UNets): TaskStart carries them, nothing is blended back, and at full
+  // strength (with noise_at_full_strength) the image itself is not encoded, as diffusers skips it there.
+  bool masked_image_channels = false;
+  // diffusers' SD and SDXL pipelines floor the steps a strength runs (int(n * strength)) where the flow-match
+  // ones do not (first_step's whole_steps).
+  bool whole_strength_steps = false;
 };
 
 struct TaskStart {
@@ -43,6 +50,9 @@ struct TaskStart {
   int start_step = 0;
   // Inpainting: after each step, the region outside the mask put back from the image noised to the next step.
   std::function<Tensor(const Tensor&, int)> blend;
+  // Inpainting with masked_image_channels instead (not packed, in the latents' dtype): the mask at the
+  // latents' size [B, 1, h, w] (nearest) and the masked image's latents [B, C, h, w] (its posterior sampled).
+  Tensor mask_latents, masked_image_latents;
   std::optional<CropRegion> crop;  // inpainting's padding_mask_crop
   // The editing tasks' preprocessed (and cropped) image [1, 3, H, W] in [-1, 1] and mask [1, 1, H, W] of 0
   // and 1, for what a family adds of its own (Fill's masked image).
@@ -53,7 +63,8 @@ struct TaskStart {
 // generators). Image-to-image, inpainting and Fill: the image (cropped with padding_mask_crop) encoded, its
 // posterior sampled (the generator's first draw), then noise, the image noised to the first step the strength
 // runs; inpainting also draws the masked image's posterior sample diffusers draws (so the generator ends
-// where diffusers' does) and blends the kept region back after each step.
+// where diffusers' does) and blends the kept region back after each step, or, with masked_image_channels,
+// hands the denoiser the mask and that sample (and skips the image's own encoding at full strength).
 TaskStart start_latents(const TaskCall& c);
 
 // The call's noise for a scheduler's step (DenoiseLoop::noise): drawn from its generators, image by image.
@@ -63,9 +74,10 @@ NoiseDraw noise_draw(CallGenerators& generators);
 // posterior sampled with `generator`, its mean without one.
 Tensor encode_image(const models::LatentCodec& codec, const Tensor& image, DType dtype, Generator* generator);
 
-// The checks of a task's inputs that need the call's size: strength leaves a step; the crop fits.
+// The checks of a task's inputs that need the call's size: strength leaves a step (counted as TaskCall's
+// whole_strength_steps says); the crop fits.
 void check_task_inputs(Task task, const char* pipeline, const PipelineRequest& request,
-                       const ResolvedRequest& call);
+                       const ResolvedRequest& call, bool whole_strength_steps = false);
 
 // The metadata every image of the call carries: the model, class, seed, steps, guidance, size and dtype; the
 // prompt and its tokens (unless embeddings were given), prompt_2 / prompt_3 when set, and the negative prompt

@@ -182,12 +182,30 @@ TEST(StableDiffusionSingleFile, SdxlRefinerIsRefusedByName) {
                     "an SDXL refiner checkpoint", "no CLIP-L");
 }
 
-TEST(StableDiffusionSingleFile, InpaintingUnetIsRefusedByName) {
-  auto tensors = tensors_of(single_file("sd15_tiny"));
+// Inpainting UNets (9 input channels: the latents, the mask and the masked image's latents) are read like
+// the others: the tiny SD1.5 inpainting UNet alone (tools/goldens/sd_inpaint9.py) equals its folder's, and an
+// SDXL file whose conv_in takes 9 channels is an SDXL one of 9. Other counts are refused naming them.
+TEST(StableDiffusionSingleFile, InpaintingUnetsAreRead) {
+  const StableDiffusionSingleFile sd15 =
+      models::open_stable_diffusion_single_file(single_file("sd15_inpaint_tiny_unet_only"));
+  EXPECT_EQ(sd15.kind, Kind::SD1);
+  EXPECT_EQ(sd15.in_channels, 9);
+  EXPECT_EQ(sd15.text_encoder, nullptr);
+  expect_unet_equals_folder(*sd15.unet, "sd15-inpaint-tiny");
+
+  auto tensors = tensors_of(single_file("sdxl_tiny"));
   for (auto& [name, t] : tensors)
     if (name == "model.diffusion_model.input_blocks.0.0.weight") t = zeros_of({16, 9, 3, 3});
-  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(write("inpaint", tensors)),
-                    "inpaint.safetensors", "an SD1.x inpainting checkpoint", "9 input channels");
+  const StableDiffusionSingleFile sdxl =
+      models::open_stable_diffusion_single_file(write("xl_inpaint", tensors));
+  EXPECT_EQ(sdxl.kind, Kind::SDXL);
+  EXPECT_EQ(sdxl.in_channels, 9);
+  EXPECT_EQ(sdxl.unet->shape("conv_in.weight"), (Shape{16, 9, 3, 3}));
+
+  for (auto& [name, t] : tensors)
+    if (name == "model.diffusion_model.input_blocks.0.0.weight") t = zeros_of({16, 8, 3, 3});
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(write("eight", tensors)), "eight.safetensors",
+                    "an SDXL UNet taking 8 input channels", "inpainting 9");
 }
 
 TEST(StableDiffusionSingleFile, OtherFamiliesAreNeitherSd1NorSdxl) {

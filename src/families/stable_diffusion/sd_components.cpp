@@ -17,7 +17,9 @@ std::string joined(const std::vector<int64_t>& v) {
 std::shared_ptr<UNet2DConditionModel> load_unet(const std::string& folder, DType dtype,
                                                 const StableDiffusionSingleFile* file) {
   if (file == nullptr) return load_unet_2d_condition(folder, dtype);
-  const UNet2DConditionConfig config = UNet2DConditionConfig::from_file(folder);
+  UNet2DConditionConfig config = UNet2DConditionConfig::from_file(folder);
+  // An inpainting finetune on its base model's configs: the only difference is the first convolution's input.
+  if (file->in_channels == 9 && config.in_channels == 4) config.in_channels = 9;
   const std::string& from = file->unet->description();
   KILN_CHECK(config.in_channels == file->in_channels &&
                  config.cross_attention_dim == file->cross_attention_dim &&

@@ -474,13 +474,10 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
   KILN_CHECK(conv_in_shape.size() == 4,
              where << ": " << conv_in << " should be a 4-d convolution, got " << shape_str(conv_in_shape));
   out.in_channels = conv_in_shape[1];
-  KILN_CHECK(out.in_channels != 9, where
-                                       << ": an " << kind_name(out.kind)
-                                       << " inpainting checkpoint (its UNet takes 9 input channels: the "
-                                          "latents, the mask and the masked image), which Kiln does not run");
-  KILN_CHECK(out.in_channels == 4, where << ": an " << kind_name(out.kind) << " UNet taking "
-                                         << out.in_channels
-                                         << " input channels where text-to-image takes 4 latent channels");
+  // 4 latent channels, or an inpainting UNet's 9 (the latents, the mask and the masked image's latents).
+  KILN_CHECK(out.in_channels == 4 || out.in_channels == 9,
+             where << ": an " << kind_name(out.kind) << " UNet taking " << out.in_channels
+                   << " input channels where text-to-image takes 4 latent channels and inpainting 9");
   out.cross_attention_dim = cross;
 
   const UnetLayout layout = unet_layout(*file, names);

@@ -6,8 +6,8 @@
 // convert_ldm_clip_checkpoint, convert_open_clip_checkpoint, convert_ldm_vae_checkpoint). Each component is a
 // view of the file under diffusers' names: renames are zero-copy, bigG's fused attn.in_proj rows are split
 // into q/k/v, the VAE's 1x1-conv attention weights are viewed as matrices, bigG's text_projection is
-// transposed. Files of kinds Kiln recognises but does not run (SD2, the SDXL refiner, inpainting UNets) are
-// refused by name.
+// transposed. Inpainting UNets (9 input channels) are read as the others. Files of kinds Kiln recognises but
+// does not run (SD2, the SDXL refiner) are refused by name.
 #pragma once
 
 #include <memory>
@@ -24,7 +24,7 @@ struct StableDiffusionSingleFile {
   Kind kind = Kind::SD1;
   // What the UNet's shapes say (diffusers reads the same off the file; the rest of each config, such as the
   // head counts, comes from a diffusers folder or the family's defaults).
-  int64_t in_channels = 0;
+  int64_t in_channels = 0;  // 4, or an inpainting UNet's 9
   int64_t cross_attention_dim = 0;
   int64_t layers_per_block = 0;             // the same at every level (diffusers' conversion assumes it)
   std::vector<int64_t> block_out_channels;  // per level, from each level's first ResNet

@@ -5,7 +5,13 @@
 namespace kiln::models {
 
 Tensor unet_noise_prediction(const UNetStep& step, const Tensor& latents, float t) {
-  const Tensor x = step.guided ? concat({latents, latents}, 0) : latents;
+  // diffusers' cat([scale_model_input(latents), mask, masked_image_latents], dim=1), each doubled under
+  // guidance: the same as doubling the concatenation.
+  const Tensor in =
+      step.inpainting_channels.defined()
+          ? concat({latents, step.inpainting_channels.to(latents.dtype()).to(latents.device())}, 1)
+          : latents;
+  const Tensor x = step.guided ? concat({in, in}, 0) : in;
   const Tensor timestep = Tensor::full({x.size(0)}, static_cast<double>(t), float32);
   const Tensor out = step.unet.forward(x, timestep, step.context, step.added).to(latents.dtype());
   if (!step.guided) return out;

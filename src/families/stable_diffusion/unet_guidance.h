@@ -16,10 +16,15 @@ struct UNetStep {
   bool guided = false;
   float guidance_scale = 1.0f;
   float guidance_rescale = 0.0f;
+  // A 9-channel inpainting UNet's: the mask [B, 1, h, w] and the masked image's latents [B, 4, h, w] side by
+  // side on the channels, given after the latents' own (the same for both halves under guidance); undefined
+  // for a UNet of the latents' channels.
+  Tensor inpainting_channels;
 };
 
-// The noise prediction for `latents` [B, C, h, w] (already scale_model_input's) at timestep `t`, in the
-// latents' dtype: uncond + g * (text - uncond) under guidance, then rescaled when guidance_rescale > 0.
+// The noise prediction for `latents` [B, C, h, w] (already scale_model_input's; an inpainting UNet's
+// channels concatenated after them) at timestep `t`, in the latents' dtype: uncond + g * (text - uncond)
+// under guidance, then rescaled when guidance_rescale > 0.
 Tensor unet_noise_prediction(const UNetStep& step, const Tensor& latents, float t);
 
 // diffusers' rescale_noise_cfg: cfg * (std(text) / std(cfg)) mixed with cfg by `rescale`, per image (std

@@ -7,6 +7,7 @@
 #include "families/stable_diffusion/unet_guidance.h"
 #include "families/stable_diffusion/unet_samplers.h"
 #include "kiln/models/autoencoder_kl.h"
+#include "kiln/ops.h"
 #include "kiln/pipelines/activation_estimate.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "pipelines/call_control.h"
@@ -70,11 +71,20 @@ void UNetPipeline::finish_loading_unet(pipelines::PipelineFolder& folder,
   folder.loaded("vae");
   single_file_.reset();
   finish_loading(options.packed_weight_budget);
-  const int64_t in = unet_->config().in_channels;
-  KILN_CHECK(in == vae_->config().latent_channels,
-             path_ << ": unet in_channels " << in << " is not the vae's latent_channels "
-                   << vae_->config().latent_channels
-                   << (in == 9 ? " (a 9-channel inpainting UNet, which Kiln does not run yet)" : ""));
+  // The latents' channels, or an inpainting UNet's (diffusers' num_channels_unet == 9): the latents, the mask
+  // and the masked image's latents.
+  const int64_t in = unet_->config().in_channels, latent = vae_->config().latent_channels;
+  KILN_CHECK(in == latent || in == 2 * latent + 1,
+             path_ << ": unet in_channels " << in << " is neither the vae's latent_channels " << latent
+                   << " nor an inpainting UNet's " << 2 * latent + 1
+                   << " (the latents, the mask and the masked image's latents)");
+  KILN_CHECK(unet_->config().out_channels == latent, path_ << ": unet out_channels "
+                                                           << unet_->config().out_channels
+                                                           << " is not the vae's latent_channels " << latent);
+}
+
+bool UNetPipeline::inpainting_unet() const {
+  return unet_->config().in_channels != vae_->config().latent_channels;
 }
 
 int64_t UNetPipeline::default_image_size() const {
@@ -90,7 +100,17 @@ void UNetPipeline::check_unet_request(const PipelineRequest& request) const {
   const char* name = class_name();
   const pipelines::ResolvedRequest r = resolved(request);
   pipelines::check_image_size(name, r.height, r.width, vae_->config().scale_factor());
-  pipelines::check_task_inputs(registered_class().task, name, request, r);
+  // An inpainting UNet has nothing to read in its mask and masked-image channels without a mask: diffusers'
+  // text-to-image and image-to-image pipelines fail on it (its first convolution gets 4 channels of 9).
+  if (inpainting_unet() && registered_class().task != Task::Inpainting)
+    throw RequestError("mask_image",
+                       std::string(name) + ": the UNet takes " + std::to_string(unet_->config().in_channels) +
+                           " input channels (an inpainting UNet: the latents, the mask and the "
+                           "masked image's latents), which only inpainting gives it: run it as " +
+                           (unet_->config().text_time() ? "StableDiffusionXLInpaintPipeline"
+                                                        : "StableDiffusionInpaintPipeline") +
+                           " with an image and a mask_image");
+  pipelines::check_task_inputs(registered_class().task, name, request, r, /*whole_strength_steps=*/true);
   samplers_->check(request);
 }
 
@@ -100,7 +120,8 @@ PipelineOutput UNetPipeline::run_unet(const PipelineRequest& request, const pipe
   pipelines::CallGenerators generators(request);
   const std::unique_ptr<DiscreteScheduler> schedule = samplers_->for_call(request, call.num_inference_steps);
   // The latents in the prompt's dtype (diffusers' prepare_latents); at strength 1, inpainting starts from the
-  // noise itself, as diffusers' SD and SDXL inpainting do.
+  // noise itself, as diffusers' SD and SDXL inpainting do, and a strength runs int(n * strength) steps (their
+  // get_timesteps). A 9-channel UNet is handed the mask and the masked image's latents instead of a blend.
   const pipelines::TaskCall task{.task = registered_class().task,
                                  .pipeline = class_name(),
                                  .request = request,
@@ -110,14 +131,22 @@ PipelineOutput UNetPipeline::run_unet(const PipelineRequest& request, const pipe
                                  .generators = generators,
                                  .schedule = *schedule,
                                  .codec = *vae_,
-                                 .noise_at_full_strength = true};
+                                 .noise_at_full_strength = true,
+                                 .masked_image_channels = inpainting_unet(),
+                                 .whole_strength_steps = true};
   const pipelines::TaskStart start = pipelines::start_latents(task);
-  const models::UNetStep step{.unet = *unet_,
-                              .context = conditioning.context,
-                              .added = conditioning.added,
-                              .guided = conditioning.guided,
-                              .guidance_scale = call.guidance_scale,
-                              .guidance_rescale = request.guidance_rescale.value_or(0.0f)};
+  const models::UNetStep step{
+      .unet = *unet_,
+      .context = conditioning.context,
+      .added = conditioning.added,
+      .guided = conditioning.guided,
+      .guidance_scale = call.guidance_scale,
+      .guidance_rescale = request.guidance_rescale.value_or(0.0f),
+      .inpainting_channels = start.mask_latents.defined()
+                                 ? concat({start.mask_latents.to(start.masked_image_latents.device()),
+                                           start.masked_image_latents},
+                                          1)
+                                 : Tensor()};
   return denoise_and_decode(
       task, start,
       [&](const Tensor& latents, int, float t) { return models::unet_noise_prediction(step, latents, t); },

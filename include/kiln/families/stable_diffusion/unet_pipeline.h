@@ -70,6 +70,9 @@ class UNetPipeline : public DiffusionPipeline {
   ActivationEstimate unet_activations(const PipelineRequest& request, const Device& device) const;
   // The UNet's sample_size in pixels: diffusers' default height and width.
   int64_t default_image_size() const;
+  // Whether the UNet is an inpainting one (diffusers' num_channels_unet == 9): it reads the mask and the
+  // masked image's latents beside the latents, and runs only as the inpainting class.
+  bool inpainting_unet() const;
 
   std::shared_ptr<models::UNet2DConditionModel> unet_;
   std::shared_ptr<models::AutoencoderKL> vae_;
