@@ -50,6 +50,8 @@ std::vector<Family> wired(std::vector<Family> families) {
       if (!c.edits_an_image()) {
         c.image_to_image = sibling_of(family, c, Task::ImageToImage);
         c.inpainting = sibling_of(family, c, Task::Inpainting);
+      } else if (c.task == Task::ImageToImage) {
+        c.inpainting = sibling_of(family, c, Task::Inpainting);  // an image-to-image folder given a mask
       }
     }
   }
@@ -188,7 +190,8 @@ void PipelineClass::check_fields(const PipelineRequest& request) const {
 }
 
 const PipelineClass& class_for_images(const PipelineClass& folder, bool mask) {
-  if (folder.edits_an_image()) return folder;
+  if (folder.edits_an_image() && !(mask && folder.task == Task::ImageToImage && !folder.inpainting.empty()))
+    return folder;
   const Task task = mask ? Task::Inpainting : Task::ImageToImage;
   const std::string& sibling = mask ? folder.inpainting : folder.image_to_image;
   if (!sibling.empty()) return pipeline_class(sibling, folder.name);

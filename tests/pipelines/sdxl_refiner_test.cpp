@@ -9,6 +9,7 @@
 
 #include "kiln/families/stable_diffusion/stable_diffusion_xl_pipeline.h"
 #include "kiln/ops.h"
+#include "kiln/pipelines/pipeline_registry.h"
 #include "nlohmann/json.hpp"
 #include "support/pipeline_comparison.h"
 #include "support/test_data.h"
@@ -96,6 +97,16 @@ TEST(SdxlRefiner, TextToImageIsRefusedByName) {
   call.aesthetic_score = 11.0f;
   error = error_of([&] { (*pipe)(call); });
   EXPECT_NE(error.find("aesthetic_score"), std::string::npos) << error;
+}
+
+// The refiner's folder names its image-to-image class; given a mask, its inpainting sibling runs it (as
+// kiln generate --init-image --mask and kiln serve pick).
+TEST(SdxlRefiner, AMaskPicksTheInpaintingSibling) {
+  const PipelineClass& folder = pipeline_class("StableDiffusionXLImg2ImgPipeline", "");
+  EXPECT_EQ(class_for_images(folder, true).name, "StableDiffusionXLInpaintPipeline");
+  EXPECT_EQ(class_for_images(folder, false).name, "StableDiffusionXLImg2ImgPipeline");
+  EXPECT_EQ(class_for_images(pipeline_class("StableDiffusionXLInpaintPipeline", ""), false).name,
+            "StableDiffusionXLInpaintPipeline");
 }
 
 // A folder whose requires_aesthetics_score disagrees with its UNet's added-condition width is refused before

@@ -60,7 +60,7 @@ struct PipelineClass {
   std::function<std::unique_ptr<DiffusionPipeline>(const DiffusionPipeline& pipe)> from_pipe;
 
   // Filled in by the registry: the family, and its classes that edit this class's folders' images (empty when
-  // there is none, or when this class edits an image itself).
+  // there is none, or when this class edits an image itself; an image-to-image class has its inpainting one).
   const Family* family = nullptr;
   std::string image_to_image, inpainting;
 
@@ -112,11 +112,12 @@ const PipelineClass& pipeline_class(const std::string& name, const std::string& 
 const PipelineClass* find_pipeline_class(std::string_view name);
 
 // The class that starts from an image on `folder`'s folders (`folder`: a loaded folder's class): itself when
-// it edits one (image-to-image, inpainting, Fill); else its inpainting sibling when a mask comes with the
-// image, its image-to-image sibling without, as `kiln generate --init-image/--mask` picks. Throws
-// RequestError (field "mask_image" with a mask, else "image") naming the families whose folders have one,
-// when it has none (Kontext and FLUX.2 take their images as context instead: kiln serve gives them the images
-// as `image`).
+// it edits one (image-to-image, inpainting, Fill), but an image-to-image folder's inpainting sibling when a
+// mask comes (the SDXL refiner's folder names StableDiffusionXLImg2ImgPipeline); else its inpainting sibling
+// when a mask comes with the image, its image-to-image sibling without, as `kiln generate
+// --init-image/--mask` picks. Throws RequestError (field "mask_image" with a mask, else "image") naming the
+// families whose folders have one, when it has none (Kontext and FLUX.2 take their images as context instead:
+// kiln serve gives them the images as `image`).
 const PipelineClass& class_for_images(const PipelineClass& folder, bool mask);
 
 // diffusers' from_pipe by class: a pipeline of class `target` holding `pipe`'s components, nothing loaded
