@@ -1,16 +1,16 @@
 // A whole LoRA file (.safetensors) read for a tiny pipeline of every registered family that takes LoRA (the
-// first folder of tests/data/models of the family, its LoRA components built from the committed configs by the
-// family, weights not loaded): the layout's
-// names, alphas, lora_adapter_metadata, shapes checked against the layers, fused layers split, downs padded.
-// Whatever reads must fit its layer exactly, and is then added to it as an adapter and activated (the
-// combined pair's slicing and scaling), once with ignore_mismatches and once without.
+// first folder of tests/data/models of the family, its LoRA components built from the committed configs by
+// the family, weights not loaded): the layout's names, alphas, lora_adapter_metadata, shapes checked against
+// the layers, fused layers split, downs padded. Whatever reads must fit its layer exactly, and is then added
+// to it as an adapter and activated (the combined pair's slicing and scaling), once with ignore_mismatches
+// and once without.
 #include <map>
 #include <memory>
 #include <vector>
 
-#include "fuzz_support.h"
 #include <algorithm>
 #include <filesystem>
+#include "fuzz_support.h"
 
 #include "kiln/io/model_index.h"
 #include "kiln/lora/lora_file.h"
@@ -24,14 +24,14 @@ namespace {
 struct Pipeline {
   const lora::LoraFamily* family = nullptr;
   std::map<std::string, std::unique_ptr<nn::Module>> components;
-  std::map<std::string, std::map<std::string, nn::Linear*>> layers;
+  std::map<std::string, std::map<std::string, nn::LoraLayer*>> layers;
 
   void index() {
     for (auto& [component, module] : components)
       for (const auto& [name, m] : module->named_modules())
-        if (auto* l = dynamic_cast<nn::Linear*>(m)) layers[component][name] = l;
+        if (auto* l = dynamic_cast<nn::LoraLayer*>(m)) layers[component][name] = l;
   }
-  nn::Linear* find(const std::string& component, const std::string& module) const {
+  nn::LoraLayer* find(const std::string& component, const std::string& module) const {
     const auto c = layers.find(component);
     if (c == layers.end()) return nullptr;
     for (const std::string& name : {module, "text_model." + module})
@@ -77,6 +77,21 @@ std::vector<Pipeline>& tiny_pipelines() {
   return all;
 }
 
+// A Linear's down [rank, in] and up [out, rank]; a convolution's down [rank, in, k, k] and up [out, rank, 1,
+// 1].
+bool fits(const lora::LayerAdapter& l) {
+  const Shape& d = l.down.shape();
+  const Shape& u = l.up.shape();
+  if (const auto* linear = dynamic_cast<const nn::Linear*>(l.layer))
+    return d.size() == 2 && u.size() == 2 && d[1] == linear->in_features() &&
+           u[0] == linear->out_features() && d[0] == u[1];
+  if (const auto* conv = dynamic_cast<const nn::Conv2d*>(l.layer))
+    return d.size() == 4 && u.size() == 4 && d[0] == u[1] && d[1] == conv->in_channels() &&
+           d[2] == conv->kernel() && d[3] == conv->kernel() && u[0] == conv->out_channels() && u[2] == 1 &&
+           u[3] == 1;
+  return false;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -94,11 +109,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz::expect_clean([&] {
         const lora::LoraContents contents = lora::read_lora_file(file.path(), *pipe.family, find, ignore);
         for (const lora::LayerAdapter& l : contents.layers) {
-          fuzz::require(l.layer != nullptr && l.down.dim() == 2 && l.up.dim() == 2,
+          fuzz::require(l.layer != nullptr && l.down.defined() && l.up.defined(),
                         "a layer adapter without its pair");
-          fuzz::require(l.down.size(1) == l.layer->in_features() && l.up.size(0) == l.layer->out_features() &&
-                            l.down.size(0) == l.up.size(1),
-                        "an adapter that does not fit its layer");
+          fuzz::require(fits(l), "an adapter that does not fit its layer");
           l.layer->add_adapter("fuzz", l.down, l.up, l.scale);
           l.layer->set_active_adapters({{"fuzz", 0.5}});
           const std::vector<float> up = l.layer->lora_up().to_vector<float>();

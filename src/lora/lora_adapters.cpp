@@ -47,12 +47,12 @@ void LoraAdapters::refuse_while_fused(const char* what) const {
                                        << joined(fused_components_) << "; call unfuse_lora() first");
 }
 
-std::map<std::string, std::vector<nn::Linear*>> LoraAdapters::adapted_layers() const {
-  std::map<std::string, std::vector<nn::Linear*>> out;
+std::map<std::string, std::vector<nn::LoraLayer*>> LoraAdapters::adapted_layers() const {
+  std::map<std::string, std::vector<nn::LoraLayer*>> out;
   for (const Adapter& a : adapters_)
     for (const auto& [component, layers] : a.layers) {
       auto& list = out[component];
-      for (nn::Linear* l : layers)
+      for (nn::LoraLayer* l : layers)
         if (std::find(list.begin(), list.end(), l) == list.end()) list.push_back(l);
     }
   return out;
@@ -60,7 +60,7 @@ std::map<std::string, std::vector<nn::Linear*>> LoraAdapters::adapted_layers() c
 
 void LoraAdapters::apply_active() {
   for (const auto& [component, layers] : adapted_layers())
-    for (nn::Linear* layer : layers) layer->set_active_adapters(active_);
+    for (nn::LoraLayer* layer : layers) layer->set_active_adapters(active_);
 }
 
 LoraLoadReport LoraAdapters::load(const std::string& path, const LoraLoadOptions& options) {
@@ -72,14 +72,14 @@ LoraLoadReport LoraAdapters::load(const std::string& path, const LoraLoadOptions
                           [&](const Adapter& a) { return a.name == report.adapter_name; }),
              pipeline_class_ << ".load_lora_weights: adapter name '" << report.adapter_name
                              << "' is already in use; choose another adapter_name");
-  // Each component's layers by their diffusers module names. transformers' CLIPTextModel (5.x) names its
-  // layers without the text_model. prefix that CLIPTextModelWithProjection and older files keep: both are
-  // found.
-  std::map<std::string, std::map<std::string, nn::Linear*>> by_name;
+  // Each component's layers that take LoRA (Linears, convolutions) by their diffusers module names.
+  // transformers' CLIPTextModel (5.x) names its layers without the text_model. prefix that
+  // CLIPTextModelWithProjection and older files keep: both are found.
+  std::map<std::string, std::map<std::string, nn::LoraLayer*>> by_name;
   for (const auto& [component, module] : components_)
     for (const auto& [name, m] : module->named_modules())
-      if (auto* linear = dynamic_cast<nn::Linear*>(m)) by_name[component][name] = linear;
-  const LayerLookup find = [&](const std::string& component, const std::string& module) -> nn::Linear* {
+      if (auto* layer = dynamic_cast<nn::LoraLayer*>(m)) by_name[component][name] = layer;
+  const LayerLookup find = [&](const std::string& component, const std::string& module) -> nn::LoraLayer* {
     const auto c = by_name.find(component);
     if (c == by_name.end()) return nullptr;
     for (const std::string& name : {module, "text_model." + module}) {
@@ -103,7 +103,7 @@ LoraLoadReport LoraAdapters::load(const std::string& path, const LoraLoadOptions
     }
   } catch (...) {
     for (const auto& [component, layers] : adapter.layers)
-      for (nn::Linear* layer : layers) layer->delete_adapter(adapter.name);
+      for (nn::LoraLayer* layer : layers) layer->delete_adapter(adapter.name);
     throw;
   }
   for (const auto& [component, layers] : adapter.layers)
@@ -145,20 +145,20 @@ void LoraAdapters::fuse(const FuseLoraOptions& options) {
   for (const std::string& c : components) {
     const auto it = layers.find(c);
     if (it == layers.end()) continue;
-    for (nn::Linear* layer : it->second) layer->fuse_adapters(options.lora_scale);
+    for (nn::LoraLayer* layer : it->second) layer->fuse_adapters(options.lora_scale);
     fused_components_.push_back(c);
   }
 }
 
 void LoraAdapters::unfuse() {
   for (const auto& [component, layers] : adapted_layers())
-    for (nn::Linear* layer : layers) layer->unfuse_adapters();
+    for (nn::LoraLayer* layer : layers) layer->unfuse_adapters();
   fused_components_.clear();
 }
 
 void LoraAdapters::unload() {
   for (const auto& [component, layers] : adapted_layers())
-    for (nn::Linear* layer : layers) layer->clear_adapters();
+    for (nn::LoraLayer* layer : layers) layer->clear_adapters();
   adapters_.clear();
   active_.clear();
   fused_components_.clear();
@@ -172,7 +172,7 @@ void LoraAdapters::delete_adapters(const std::vector<std::string>& names) {
     KILN_CHECK(it != adapters_.end(),
                pipeline_class_ << ".delete_adapters: no adapter named '" << name << "'");
     for (const auto& [component, layers] : it->layers)
-      for (nn::Linear* layer : layers) layer->delete_adapter(name);
+      for (nn::LoraLayer* layer : layers) layer->delete_adapter(name);
     adapters_.erase(it);
     active_.erase(
         std::remove_if(active_.begin(), active_.end(), [&](const auto& a) { return a.first == name; }),

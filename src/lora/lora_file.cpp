@@ -93,6 +93,107 @@ Tensor padded(const Tensor& down, int64_t width) {
   return concat({down, Tensor::zeros({down.size(0), width - down.size(1)}, down.dtype())}, 1);
 }
 
+// A pair's share of one layer: the rows of up that feed it, and the width its down is padded to (0: none).
+struct Share {
+  LoraTarget target;
+  nn::LoraLayer* layer = nullptr;
+  int64_t rows = 0;
+  int64_t padded_width = 0;
+};
+
+// Where a pair goes, with the shapes its tensors are read in; `why` non-empty: it fits nowhere, and why.
+struct Shares {
+  std::vector<Share> layers;
+  Shape down_shape, up_shape;
+  std::string why;
+};
+
+// A pair on one convolution (PEFT's lora.Conv2d; kohya's and LyCORIS' LoCon): down [rank, in, k, k], a
+// convolution with the layer's kernel, and up [out, rank, 1, 1].
+Shares convolution_share(const Shape& ds, const Shape& us, const LoraPairKeys& pair, nn::Conv2d& conv,
+                         const std::map<const nn::LoraLayer*, std::string>& reached_by) {
+  const LoraTarget& t = pair.targets.front();
+  const int64_t k = conv.kernel();
+  Shares out;
+  out.down_shape = ds;
+  out.up_shape = us;
+  if (const auto seen = reached_by.find(&conv); seen != reached_by.end()) {
+    out.why = "layer " + t.component + "." + t.module + " is also reached by '" + seen->second + "'";
+    return out;
+  }
+  if (ds.size() == 4 && us.size() == 4 && ds[0] >= 1 && ds[1] == conv.in_channels() && ds[2] == k &&
+      ds[3] == k && us[0] == conv.out_channels() && us[1] == ds[0] && us[2] == 1 && us[3] == 1) {
+    out.layers.push_back(Share{t, &conv, us[0], 0});
+    return out;
+  }
+  const std::string rank = ds.empty() ? "rank" : std::to_string(ds[0]);
+  out.why = "down " + shape_str(ds) + " and up " + shape_str(us) + " do not fit the convolution " +
+            t.component + "." + t.module + " of weight " +
+            shape_str({conv.out_channels(), conv.in_channels(), k, k}) + " (expected down [" + rank + ", " +
+            std::to_string(conv.in_channels()) + ", " + std::to_string(k) + ", " + std::to_string(k) +
+            "] and up [" + std::to_string(conv.out_channels()) + ", " + rank + ", 1, 1])";
+  return out;
+}
+
+// A pair on Linear layers: down [rank, in] and up [out, rank] (or a 1x1 convolution's [rank, in, 1, 1] and
+// [out, rank, 1, 1] for a Linear stored as one, nn::Linear::is_pointwise_conv); a pair on several layers (a
+// fused layer the model keeps apart) feeds each its rows of up.
+Shares linear_shares(const Shape& down_shape, const Shape& up_shape, const LoraPairKeys& pair,
+                     const LoraFamily& family, const LayerLookup& find,
+                     const std::map<const nn::LoraLayer*, std::string>& reached_by) {
+  Shares out;
+  const bool four_d = down_shape.size() == 4 && up_shape.size() == 4;
+  const bool pointwise =
+      four_d && down_shape[2] == 1 && down_shape[3] == 1 && up_shape[2] == 1 && up_shape[3] == 1;
+  const Shape ds = pointwise ? Shape{down_shape[0], down_shape[1]} : down_shape;
+  const Shape us = pointwise ? Shape{up_shape[0], up_shape[1]} : up_shape;
+  out.down_shape = ds;
+  out.up_shape = us;
+  if (four_d && !pointwise) {
+    const LoraTarget& t = pair.targets.front();
+    out.why = "down " + shape_str(down_shape) + " and up " + shape_str(up_shape) +
+              " are a convolution's pair, but " + t.component + "." + t.module +
+              " is a Linear (expected [rank, in] and [out, rank])";
+    return out;
+  }
+  if (ds.size() != 2 || us.size() != 2 || ds[0] < 1 || ds[0] != us[1]) {
+    out.why = "down " + shape_str(down_shape) + " and up " + shape_str(up_shape) +
+              " are not a low-rank pair ([rank, in] and [out, rank])";
+    return out;
+  }
+  int64_t rows = 0;
+  for (const LoraTarget& t : pair.targets) {
+    nn::LoraLayer* const found = find(t.component, t.module);
+    auto* const layer = dynamic_cast<nn::Linear*>(found);
+    if (found == nullptr) {
+      out.why = "the model has no layer " + t.component + "." + t.module;
+    } else if (layer == nullptr) {
+      out.why = "layer " + t.component + "." + t.module + " is a convolution, which one pair alone reaches";
+    } else if (const auto seen = reached_by.find(layer); seen != reached_by.end()) {
+      out.why = "layer " + t.component + "." + t.module + " is also reached by '" + seen->second + "'";
+    } else if (pointwise && !layer->is_pointwise_conv()) {
+      out.why = "down " + shape_str(down_shape) + " and up " + shape_str(up_shape) +
+                " are a 1x1 convolution's pair, but " + t.component + "." + t.module +
+                " is a Linear (expected [rank, in] and [out, rank])";
+    } else {
+      const bool pad =
+          family.pads_narrow_down && t.component == "transformer" && ds[1] < layer->in_features();
+      if (ds[1] != layer->in_features() && !pad)
+        out.why = "down " + shape_str(ds) + " does not fit layer " + t.component + "." + t.module + " of " +
+                  std::to_string(layer->in_features()) + " input features";
+      out.layers.push_back(Share{t, layer, layer->out_features(), pad ? layer->in_features() : 0});
+      rows += layer->out_features();
+    }
+    if (!out.why.empty()) return out;
+  }
+  if (rows != us[0])
+    out.why = "up " + shape_str(us) + " has " + std::to_string(us[0]) + " rows, but its layer" +
+              (out.layers.size() > 1 ? "s have " : " has ") + std::to_string(rows) + " output features";
+  else if (pair.swap_up_halves && us[0] % 2 != 0)
+    out.why = "up " + shape_str(us) + " cannot be split into (shift, scale) halves";
+  return out;
+}
+
 }  // namespace
 
 LoraContents read_lora_file(const std::string& path, const LoraFamily& family, const LayerLookup& find,
@@ -116,78 +217,46 @@ LoraContents read_lora_file(const std::string& path, const LoraFamily& family, c
 
   const auto alphas = keys.format == LoraFormat::Diffusers ? diffusers_alphas(file, keys)
                                                            : std::map<std::string, ComponentAlphas>{};
-  std::map<const nn::Linear*, std::string> reached_by;
+  std::map<const nn::LoraLayer*, std::string> reached_by;
   for (const LoraPairKeys& pair : keys.pairs) {
-    std::string why;
-    std::vector<LayerAdapter> layers;
     const io::TensorInfo& down_info = file.info(pair.down);
     const io::TensorInfo& up_info = file.info(pair.up);
-    // A 1x1 convolution's pair ([rank, in, 1, 1] and [out, rank, 1, 1], PEFT's lora.Conv2d) is a linear one,
-    // for a layer that is a 1x1 convolution (nn::Linear::is_pointwise_conv).
-    const bool four_d = down_info.shape.size() == 4 && up_info.shape.size() == 4;
-    const bool pointwise = four_d && down_info.shape[2] == 1 && down_info.shape[3] == 1 &&
-                           up_info.shape[2] == 1 && up_info.shape[3] == 1;
-    const Shape ds = pointwise ? Shape{down_info.shape[0], down_info.shape[1]} : down_info.shape;
-    const Shape us = pointwise ? Shape{up_info.shape[0], up_info.shape[1]} : up_info.shape;
-    if (four_d && !pointwise) {
-      why = "down " + shape_str(down_info.shape) + " and up " + shape_str(up_info.shape) +
-            " are a convolution's pair (LoCon): Kiln does not load LoRA into convolutions yet";
-    } else if (ds.size() != 2 || us.size() != 2 || ds[0] < 1 || ds[0] != us[1]) {
-      why = "down " + shape_str(ds) + " and up " + shape_str(us) +
-            " are not a low-rank pair ([rank, in] and [out, rank])";
-    } else if (!is_floating(down_info.dtype) || !is_floating(up_info.dtype)) {
+    // A pair whose one target is a convolution is a convolution's (LoCon); the others are Linears'.
+    const LoraTarget& first = pair.targets.front();
+    nn::LoraLayer* const first_layer = find(first.component, first.module);
+    auto* const conv = pair.targets.size() == 1 ? dynamic_cast<nn::Conv2d*>(first_layer) : nullptr;
+    Shares shares;
+    if (first_layer == nullptr)
+      shares.why = "the model has no layer " + first.component + "." + first.module;
+    else if (conv != nullptr)
+      shares = convolution_share(down_info.shape, up_info.shape, pair, *conv, reached_by);
+    else
+      shares = linear_shares(down_info.shape, up_info.shape, pair, family, find, reached_by);
+    std::string why = shares.why;
+    if (why.empty() && (!is_floating(down_info.dtype) || !is_floating(up_info.dtype)))
       why = "down and up must be floating point, got " + std::string(dtype_name(down_info.dtype)) + " and " +
             std::string(dtype_name(up_info.dtype));
-    }
-    int64_t rows = 0;
-    for (const LoraTarget& t : pair.targets) {
-      if (!why.empty()) break;
-      nn::Linear* layer = find(t.component, t.module);
-      if (layer == nullptr) {
-        why = "the model has no layer " + t.component + "." + t.module;
-      } else if (const auto seen = reached_by.find(layer); seen != reached_by.end()) {
-        why = "layer " + t.component + "." + t.module + " is also reached by '" + seen->second + "'";
-      } else if (pointwise && !layer->is_pointwise_conv()) {
-        why = "down " + shape_str(down_info.shape) + " and up " + shape_str(up_info.shape) +
-              " are a 1x1 convolution's pair, but " + t.component + "." + t.module +
-              " is a Linear (expected [rank, in] and [out, rank])";
-      } else {
-        const bool pad =
-            family.pads_narrow_down && t.component == "transformer" && ds[1] < layer->in_features();
-        if (ds[1] != layer->in_features() && !pad)
-          why = "down " + shape_str(ds) + " does not fit layer " + t.component + "." + t.module + " of " +
-                std::to_string(layer->in_features()) + " input features";
-        layers.push_back(LayerAdapter{t, layer, {}, {}, 1.0, pair.name});
-        rows += layer->out_features();
-      }
-    }
-    if (why.empty() && rows != us[0])
-      why = "up " + shape_str(us) + " has " + std::to_string(us[0]) + " rows, but its layer" +
-            (layers.size() > 1 ? "s have " : " has ") + std::to_string(rows) + " output features";
-    if (why.empty() && pair.swap_up_halves && us[0] % 2 != 0)
-      why = "up " + shape_str(us) + " cannot be split into (shift, scale) halves";
     if (!why.empty()) {
       KILN_CHECK(ignore_mismatches,
                  path << ": tensor '" << pair.down << "' (" << pair.name << "): " << why << hint);
       out.skipped.emplace_back(pair.name, why);
       continue;
     }
-    const Tensor down = file.tensor(pair.down).reshape(ds);
-    Tensor up = file.tensor(pair.up).reshape(us);
-    if (pair.swap_up_halves) up = concat({up.narrow(0, us[0] / 2, us[0] / 2), up.narrow(0, 0, us[0] / 2)}, 0);
+    const Tensor down = file.tensor(pair.down).reshape(shares.down_shape);
+    Tensor up = file.tensor(pair.up).reshape(shares.up_shape);
+    const int64_t rank = shares.down_shape[0], rows = shares.up_shape[0];
+    if (pair.swap_up_halves) up = concat({up.narrow(0, rows / 2, rows / 2), up.narrow(0, 0, rows / 2)}, 0);
     const std::optional<double> own_alpha =
         pair.alpha.empty() ? std::nullopt : std::optional<double>(alpha_value(file, pair.alpha));
-    const auto component_alphas = alphas.find(pair.targets.front().component);
+    const auto component_alphas = alphas.find(first.component);
     const double scale = component_alphas != alphas.end()
-                             ? component_alphas->second.scale(pair.targets.front().module, own_alpha, ds[0])
-                             : own_alpha.value_or(static_cast<double>(ds[0])) / static_cast<double>(ds[0]);
+                             ? component_alphas->second.scale(first.module, own_alpha, rank)
+                             : own_alpha.value_or(static_cast<double>(rank)) / static_cast<double>(rank);
     int64_t offset = 0;
-    for (LayerAdapter& l : layers) {
-      const int64_t n = l.layer->out_features();
-      l.up = up.narrow(0, offset, n);
-      offset += n;
-      l.down = ds[1] < l.layer->in_features() ? padded(down, l.layer->in_features()) : down;
-      l.scale = scale;
+    for (const Share& share : shares.layers) {
+      LayerAdapter l{share.target, share.layer, down, up.narrow(0, offset, share.rows), scale, pair.name};
+      offset += share.rows;
+      if (share.padded_width > 0) l.down = padded(down, share.padded_width);
       reached_by[l.layer] = pair.name;
       out.layers.push_back(std::move(l));
     }

@@ -151,10 +151,8 @@ Mapping kohya_mapping(const std::string& module, const LoraFamily& family) {
   if (starts_with(module, "lora_unet_")) {
     const std::string flat = module.substr(10);
     if (family.kohya_denoiser_module) {
-      if (const auto found = family.kohya_denoiser_module(flat)) {
-        if (!found->refused.empty()) return unknown(found->refused);
+      if (const auto found = family.kohya_denoiser_module(flat))
         return Mapping{{{family.denoiser, found->module}}, false, "", ""};
-      }
       return unknown("not a module of the " + family.name + " " + family.denoiser);
     }
     const auto dotted = original_dotted_name(family.original, flat);

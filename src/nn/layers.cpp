@@ -1,6 +1,7 @@
 #include "kiln/nn/layers.h"
 
 #include "kiln/ops/collective.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/layout.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/quantized_linear.h"
@@ -99,13 +100,18 @@ Tensor GroupNorm::forward(const Tensor& x) const {
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
                bool with_bias)
-    : stride_(stride), padding_(padding) {
+    : in_(in_channels), out_(out_channels), kernel_(kernel), stride_(stride), padding_(padding) {
+  register_runtime_input(&lora_down_);
+  register_runtime_input(&lora_up_);
   register_parameter("weight", &weight, {out_channels, in_channels, kernel, kernel});
   if (with_bias) register_parameter("bias", &bias, {out_channels});
 }
 
 Tensor Conv2d::forward(const Tensor& x) const {
-  return conv2d(x, weight, bias, {stride_, stride_}, {padding_, padding_});
+  const Tensor y = conv2d(x, weight, bias, {stride_, stride_}, {padding_, padding_});
+  if (!lora_down_.defined()) return y;
+  // PEFT's lora.Conv2d: down is a convolution with the layer's kernel, stride and padding, up a 1x1 one.
+  return add(y, conv2d(conv2d(x, lora_down_, {}, {stride_, stride_}, {padding_, padding_}), lora_up_));
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim) {

@@ -266,22 +266,30 @@ TEST(LoraKeys, KohyaStableDiffusionTextEncoders) {
   EXPECT_NE(flux.skipped[0].second.find("T5"), std::string::npos);
 }
 
-TEST(LoraKeys, KohyaStableDiffusionConvolutionsAreRefusedByName) {
-  for (const auto& [kohya, module] :
-       {std::pair<std::string, std::string>{"lora_unet_down_blocks_0_resnets_0_conv1",
-                                            "down_blocks.0.resnets.0.conv1"},
-        {"lora_unet_input_blocks_1_0_in_layers_2", "down_blocks.0.resnets.0.conv1"},
-        {"lora_unet_output_blocks_2_1_conv", "up_blocks.0.upsamplers.0.conv"},
-        {"lora_unet_input_blocks_3_0_op", "down_blocks.0.downsamplers.0.conv"},
-        {"lora_unet_conv_in", "conv_in"}}) {
-    const LoraKeys keys = plan_lora_keys(pair_of(kohya, ".lora_down.weight", ".lora_up.weight"),
-                                         lora_family("Stable Diffusion"));
-    EXPECT_TRUE(keys.pairs.empty()) << kohya;
-    ASSERT_EQ(keys.unknown.size(), 1u) << kohya;
-    EXPECT_EQ(keys.unknown[0].first, kohya + ".lora_down.weight");
-    EXPECT_NE(keys.unknown[0].second.find("convolution " + module + " (LoCon)"), std::string::npos)
-        << keys.unknown[0].second;
-  }
+// LoCon files' convolutions and the ResNets' and embeddings' Linears, in diffusers' flat names (SD1.x) and
+// SGM's (SDXL), as diffusers' _maybe_map_sgm_blocks_to_diffusers and _convert_unet_lora_key name them.
+TEST(LoraKeys, KohyaStableDiffusionConvolutions) {
+  for (const auto& [kohya, module] : std::vector<std::pair<std::string, std::string>>{
+           {"lora_unet_conv_in", "conv_in"},
+           {"lora_unet_conv_out", "conv_out"},
+           {"lora_unet_down_blocks_0_resnets_0_conv1", "down_blocks.0.resnets.0.conv1"},
+           {"lora_unet_up_blocks_2_resnets_1_conv_shortcut", "up_blocks.2.resnets.1.conv_shortcut"},
+           {"lora_unet_down_blocks_1_downsamplers_0_conv", "down_blocks.1.downsamplers.0.conv"},
+           {"lora_unet_up_blocks_0_upsamplers_0_conv", "up_blocks.0.upsamplers.0.conv"},
+           {"lora_unet_mid_block_resnets_1_conv2", "mid_block.resnets.1.conv2"},
+           {"lora_unet_input_blocks_0_0", "conv_in"},
+           {"lora_unet_out_2", "conv_out"},
+           {"lora_unet_input_blocks_1_0_in_layers_2", "down_blocks.0.resnets.0.conv1"},
+           {"lora_unet_input_blocks_5_0_out_layers_3", "down_blocks.1.resnets.1.conv2"},
+           {"lora_unet_input_blocks_4_0_skip_connection", "down_blocks.1.resnets.0.conv_shortcut"},
+           {"lora_unet_input_blocks_4_0_emb_layers_1", "down_blocks.1.resnets.0.time_emb_proj"},
+           {"lora_unet_input_blocks_3_0_op", "down_blocks.0.downsamplers.0.conv"},
+           {"lora_unet_middle_block_0_in_layers_2", "mid_block.resnets.0.conv1"},
+           {"lora_unet_middle_block_2_out_layers_3", "mid_block.resnets.1.conv2"},
+           {"lora_unet_output_blocks_0_0_skip_connection", "up_blocks.0.resnets.0.conv_shortcut"},
+           {"lora_unet_output_blocks_2_1_conv", "up_blocks.0.upsamplers.0.conv"},
+           {"lora_unet_time_embed_0", "time_embedding.linear_1"}})
+    EXPECT_EQ(sd_targets(kohya), Targets{"unet:" + module}) << kohya;
 }
 
 }  // namespace

@@ -63,6 +63,43 @@ TEST(StableDiffusionModes, EveryOffloadGivesTheResidentImage) {
             "group offload");
 }
 
+// A LoCon (tools/goldens/sd_kohya_lora.py: pairs on the UNet's convolutions and time-embedding Linears),
+// unfused, in every mode and under every offload: diffusers' image. Its pairs are inputs of the compiled
+// programs, as a Linear's are: set_adapters again builds no program.
+TEST(StableDiffusionModes, LoConInEveryModeAndOffload) {
+  const GoldenFile g("sd", "lora_locon_sd15_unfused");
+  PipelineRequest request = sd_request(g);
+  request.prompt = g.meta("prompt");
+  const auto with_locon = [&] {
+    std::unique_ptr<DiffusionPipeline> pipe = g.load();
+    pipe->load_lora_weights(testing::data_path("lora/sd15_locon.safetensors"), {.adapter_name = "sd"});
+    pipe->set_adapters({"sd"}, {0.7});
+    return pipe;
+  };
+  for (ExecutionMode mode : {ExecutionMode::Fuse, ExecutionMode::Compile, ExecutionMode::CompileBlocks}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    const std::unique_ptr<DiffusionPipeline> pipe = with_locon();
+    testing::expect_images_match(in_mode(*pipe, mode, request), g);
+    if (mode == ExecutionMode::Compile) {
+      // A new combined pair of the same ranks: the same program.
+      pipe->set_adapters({"sd"}, {0.7});
+      reset_counters();
+      testing::expect_images_match((*pipe)(request), g);
+      EXPECT_EQ(counters().graphs_compiled, 0);
+    }
+  }
+  const auto offloaded = [&](const std::function<void(DiffusionPipeline&)>& offload, const char* what) {
+    const std::unique_ptr<DiffusionPipeline> pipe = with_locon();
+    offload(*pipe);
+    SCOPED_TRACE(what);
+    testing::expect_images_match((*pipe)(request), g);
+  };
+  offloaded([](DiffusionPipeline& p) { p.enable_model_cpu_offload(); }, "model offload");
+  offloaded([](DiffusionPipeline& p) { p.enable_sequential_cpu_offload(); }, "sequential offload");
+  offloaded([](DiffusionPipeline& p) { p.enable_group_offload({.blocks_per_group = 2, .prefetch = true}); },
+            "group offload");
+}
+
 TEST(StableDiffusionModes, TensorParallelismIsRefusedByName) {
   try {
     StableDiffusionXLPipeline::from_pretrained(testing::data_path("models/sdxl-tiny"),

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <stdexcept>
 
 #include "kiln/families/stable_diffusion/stable_diffusion_pipeline.h"
 #include "kiln/families/stable_diffusion/stable_diffusion_xl_pipeline.h"
@@ -133,6 +134,22 @@ TEST(StableDiffusionPipeline, ThePromptChangesTheImage) {
   }
 }
 
+// What a LoRA golden's script did after loading: set_adapters at a weight ("set sd=0.7") or fuse_lora at a
+// scale ("fuse 0.8").
+void apply_lora_script(DiffusionPipeline& pipe, const GoldenFile& g) {
+  const std::string& script = g.meta("script");
+  if (script.find("set sd=") != std::string::npos)
+    pipe.set_adapters({"sd"}, {std::stod(script.substr(script.find("set sd=") + 7))});
+  if (script.find("fuse ") != std::string::npos)
+    pipe.fuse_lora({.lora_scale = std::stod(script.substr(script.find("fuse ") + 5))});
+}
+
+PipelineRequest lora_request(const GoldenFile& g) {
+  PipelineRequest request = sd_request(g);
+  request.prompt = g.meta("prompt");
+  return request;
+}
+
 // A LoRA in diffusers' (PEFT) layout on the UNet's and the text encoders' Linear layers
 // (tools/goldens/sd_lora.py), unfused at a weight (SD1.5) and fused at a scale (SDXL): diffusers' image after
 // the same calls.
@@ -142,14 +159,8 @@ TEST(StableDiffusionPipeline, DiffusersLorasGiveDiffusersImage) {
     const std::unique_ptr<DiffusionPipeline> pipe = g.load();
     pipe->load_lora_weights(testing::data_path(std::string("lora/") + model + "_diffusers.safetensors"),
                             {.adapter_name = "sd"});
-    const std::string& script = g.meta("script");
-    if (script.find("set sd=") != std::string::npos)
-      pipe->set_adapters({"sd"}, {std::stod(script.substr(script.find("set sd=") + 7))});
-    if (script.find("fuse ") != std::string::npos)
-      pipe->fuse_lora({.lora_scale = std::stod(script.substr(script.find("fuse ") + 5))});
-    PipelineRequest request = sd_request(g);
-    request.prompt = g.meta("prompt");
-    expect_images_match((*pipe)(request), g);
+    apply_lora_script(*pipe, g);
+    expect_images_match((*pipe)(lora_request(g)), g);
   }
 }
 
@@ -172,25 +183,111 @@ TEST(StableDiffusionPipeline, KohyaLorasGiveDiffusersImage) {
       EXPECT_EQ(report.format, lora::LoraFormat::Kohya);
       EXPECT_EQ(report.layers, layers.at(model));
       EXPECT_TRUE(report.skipped.empty()) << report.describe();
-      const std::string& script = g.meta("script");
-      if (script.find("set sd=") != std::string::npos)
-        pipe->set_adapters({"sd"}, {std::stod(script.substr(script.find("set sd=") + 7))});
-      if (script.find("fuse ") != std::string::npos)
-        pipe->fuse_lora({.lora_scale = std::stod(script.substr(script.find("fuse ") + 5))});
-      PipelineRequest request = sd_request(g);
-      request.prompt = g.meta("prompt");
-      expect_images_match((*pipe)(request), g);
+      apply_lora_script(*pipe, g);
+      expect_images_match((*pipe)(lora_request(g)), g);
     }
 }
 
-// A LoCon pair (a 3x3 convolution's, on a ResNet's conv1) is refused naming it; ignore_mismatches skips it
-// and loads the rest. A 1x1 convolution's pair on a layer that is a Linear (SDXL's proj_in) is refused too.
-TEST(StableDiffusionPipeline, KohyaConvolutionPairsAreRefusedByName) {
+// LoCon files (tools/goldens/sd_kohya_lora.py): kohya / LyCORIS pairs on every convolution of the UNet
+// outside its attentions (conv_in, the ResNets' conv1 / conv2 / conv_shortcut, the down- and upsamplers'
+// conv, conv_out: down a k x k convolution, up a 1x1 one) and Linear pairs on the time (and SDXL's added)
+// embeddings and every time_emb_proj, each pair with its own rank and alpha; SD1.5's in diffusers' flat
+// names, SDXL's in SGM's (in_layers_2, out_layers_3, skip_connection, op, input_blocks_0_0, out_2, ...), and
+// SD1.5's pairs in diffusers' (PEFT) layout too. Every pair loads (diffusers adapted as many layers, each
+// scaled by its alpha / rank), and the image is diffusers' unfused at a weight and fused at a scale, several
+// levels from the image without it.
+TEST(StableDiffusionPipeline, LoConLorasGiveDiffusersImage) {
+  struct Case {
+    const char* golden;
+    const char* file;
+    lora::LoraFormat format;
+    int64_t layers;
+  };
+  for (const Case& c : {Case{"lora_locon_sd15_unfused", "sd15_locon", lora::LoraFormat::Kohya, 70},
+                        Case{"lora_locon_sd15_fused", "sd15_locon", lora::LoraFormat::Kohya, 70},
+                        Case{"lora_locon_peft_sd15", "sd15_locon_peft", lora::LoraFormat::Diffusers, 70},
+                        Case{"lora_locon_sdxl_unfused", "sdxl_locon", lora::LoraFormat::Kohya, 72},
+                        Case{"lora_locon_sdxl_fused", "sdxl_locon", lora::LoraFormat::Kohya, 72}}) {
+    SCOPED_TRACE(c.golden);
+    const GoldenFile g("sd", c.golden);
+    const std::unique_ptr<DiffusionPipeline> pipe = g.load();
+    // The LoRA changes diffusers' image visibly: the same call without it is far from it.
+    const PipelineOutput plain = (*pipe)(lora_request(g));
+    EXPECT_GT(testing::mean_level_difference(plain.images[0].pixels, g["image_u8"].select(0, 0)), 5.0);
+    const lora::LoraLoadReport report = pipe->load_lora_weights(
+        testing::data_path(std::string("lora/") + c.file + ".safetensors"), {.adapter_name = "sd"});
+    EXPECT_EQ(report.format, c.format);
+    EXPECT_EQ(report.layers, (std::map<std::string, int64_t>{{"unet", c.layers}}));
+    EXPECT_TRUE(report.skipped.empty()) << report.describe();
+    apply_lora_script(*pipe, g);
+    expect_images_match((*pipe)(lora_request(g)), g);
+  }
+}
+
+// Every parameter of `module` (its tensor: the same storage and view after a round trip).
+std::vector<std::pair<std::string, Tensor>> parameters_of(nn::Module& module) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, t] : module.named_parameters()) out.emplace_back(name, *t);
+  return out;
+}
+
+nn::Module& unet_of(const DiffusionPipeline& pipe) {
+  for (const auto& [name, module] : pipe.components())
+    if (name == "unet") return *module;
+  throw std::runtime_error("the pipeline has no unet");
+}
+
+// The LoCon changes the image (unfused, against the same pipeline without it); fused, it changes the
+// convolutions' weights, and unfuse_lora gives every weight back as it was (the same tensor); unloaded, the
+// pipeline draws its image without the LoRA, bit for bit.
+TEST(StableDiffusionPipeline, LoConChangesTheImageAndUnfusesAndUnloadsExactly) {
+  const GoldenFile g("sd", "lora_locon_sd15_unfused");
+  const std::unique_ptr<DiffusionPipeline> pipe = g.load();
+  const PipelineOutput plain = (*pipe)(lora_request(g));
+  const std::vector<uint8_t>& plain_pixels = plain.images[0].pixels;
+  const Tensor plain_u8 = Tensor::from_vector(plain_pixels, {static_cast<int64_t>(plain_pixels.size())});
+  const std::vector<std::pair<std::string, Tensor>> before = parameters_of(unet_of(*pipe));
+
+  pipe->load_lora_weights(testing::data_path("lora/sd15_locon.safetensors"), {.adapter_name = "sd"});
+  apply_lora_script(*pipe, g);
+  const PipelineOutput adapted = (*pipe)(lora_request(g));
+  EXPECT_GT(testing::mean_level_difference(adapted.images[0].pixels, plain_u8), 2.0);
+
+  pipe->fuse_lora({.lora_scale = 0.8});
+  const std::vector<std::pair<std::string, Tensor>> fused = parameters_of(unet_of(*pipe));
+  ASSERT_EQ(fused.size(), before.size());
+  int64_t changed = 0;
+  for (size_t i = 0; i < before.size(); ++i)
+    changed += fused[i].second.raw_data() != before[i].second.raw_data();
+  EXPECT_EQ(changed, 70);  // the 70 layers' weights, and nothing else
+  pipe->unfuse_lora();
+  const std::vector<std::pair<std::string, Tensor>> unfused = parameters_of(unet_of(*pipe));
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(unfused[i].second.raw_data(), before[i].second.raw_data()) << before[i].first;
+    EXPECT_EQ(unfused[i].second.shape(), before[i].second.shape()) << before[i].first;
+  }
+
+  pipe->unload_lora_weights();
+  EXPECT_TRUE(pipe->get_list_adapters().empty());
+  EXPECT_EQ((*pipe)(lora_request(g)).images[0].pixels, plain.images[0].pixels);
+}
+
+// A LoCon pair whose shapes do not fit its convolution (a 1x1 kernel for a 3x3 convolution; a Linear's 2-d
+// pair) is refused naming the tensor, the pair's shapes and the convolution's weight; ignore_mismatches skips
+// it and loads the rest. A convolution's pair on a Linear (time_emb_proj), or a 1x1 convolution's on a layer
+// that is a Linear (SDXL's proj_in), is refused too.
+TEST(StableDiffusionPipeline, MismatchedConvolutionPairsAreRefusedByName) {
   const std::string path = testing::temp_dir("sd_kohya_locon") + "/locon.safetensors";
   const std::string conv = "lora_unet_down_blocks_0_resnets_0_conv1";
+  const std::string out = "lora_unet_conv_out";
+  const std::string temb = "lora_unet_down_blocks_0_resnets_0_time_emb_proj";
   const std::string attn = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q";
-  io::save_safetensors(path, {{conv + ".lora_down.weight", testing::values({4, 16, 3, 3}, 1)},
+  io::save_safetensors(path, {{conv + ".lora_down.weight", testing::values({4, 16, 1, 1}, 1)},
+                              {temb + ".lora_down.weight", testing::values({4, 64, 3, 3}, 7)},
+                              {temb + ".lora_up.weight", testing::values({16, 4, 1, 1}, 8)},
                               {conv + ".lora_up.weight", testing::values({16, 4, 1, 1}, 2)},
+                              {out + ".lora_down.weight", testing::values({4, 16}, 5)},
+                              {out + ".lora_up.weight", testing::values({4, 4}, 6)},
                               {attn + ".lora_down.weight", testing::values({4, 16}, 3)},
                               {attn + ".lora_up.weight", testing::values({16, 4}, 4)}});
   const std::unique_ptr<DiffusionPipeline> sd15 =
@@ -201,13 +298,25 @@ TEST(StableDiffusionPipeline, KohyaConvolutionPairsAreRefusedByName) {
   } catch (const Error& e) {
     error = e.what();
   }
-  EXPECT_NE(error.find("'" + conv + ".lora_down.weight'"), std::string::npos) << error;
-  EXPECT_NE(error.find("LoCon"), std::string::npos) << error;
+  for (const std::string& part :
+       {"'" + conv + ".lora_down.weight'", std::string("down [4, 16, 1, 1] and up [16, 4, 1, 1]"),
+        std::string("convolution unet.down_blocks.0.resnets.0.conv1 of weight [16, 16, 3, 3]"),
+        std::string("expected down [4, 16, 3, 3] and up [16, 4, 1, 1]")})
+    EXPECT_NE(error.find(part), std::string::npos) << part << " in: " << error;
   EXPECT_TRUE(sd15->get_list_adapters().empty());
   const lora::LoraLoadReport report = sd15->load_lora_weights(path, {.ignore_mismatches = true});
   EXPECT_EQ(report.layers, (std::map<std::string, int64_t>{{"unet", 1}}));
-  ASSERT_EQ(report.skipped.size(), 1u);
-  EXPECT_EQ(report.skipped[0].first, conv + ".lora_down.weight");
+  std::map<std::string, std::string> skipped(report.skipped.begin(), report.skipped.end());
+  EXPECT_EQ(skipped.size(), 3u);
+  EXPECT_TRUE(skipped.count(conv)) << report.describe();
+  EXPECT_NE(skipped[temb].find("down [4, 64, 3, 3] and up [16, 4, 1, 1] are a convolution's pair, but "
+                               "unet.down_blocks.0.resnets.0.time_emb_proj is a Linear"),
+            std::string::npos)
+      << skipped[temb];
+  EXPECT_NE(skipped[out].find("down [4, 16] and up [4, 4] do not fit the convolution unet.conv_out of weight "
+                              "[4, 16, 3, 3] (expected down [4, 16, 3, 3] and up [4, 4, 1, 1])"),
+            std::string::npos)
+      << skipped[out];
 
   const std::string pointwise = testing::temp_dir("sd_kohya_pointwise") + "/pointwise.safetensors";
   const std::string proj_in = "lora_unet_input_blocks_4_1_proj_in";

@@ -24,7 +24,7 @@
 #include "kiln/lora/lora_keys.h"
 
 namespace kiln::nn {
-class Linear;
+class LoraLayer;
 class Module;
 }  // namespace kiln::nn
 
@@ -76,10 +76,10 @@ class LoraAdapters {
  private:
   struct Adapter {
     std::string name;
-    std::map<std::string, std::vector<nn::Linear*>> layers;  // per component
+    std::map<std::string, std::vector<nn::LoraLayer*>> layers;  // per component
   };
   // Every layer holding an adapter, per component (each once).
-  std::map<std::string, std::vector<nn::Linear*>> adapted_layers() const;
+  std::map<std::string, std::vector<nn::LoraLayer*>> adapted_layers() const;
   void apply_active();
   void refuse_while_fused(const char* what) const;
 

@@ -49,8 +49,7 @@ inline constexpr const char* kSingleBlocks = "single_blocks";
 
 // A kohya module of a denoiser the family names itself (LoraFamily::kohya_denoiser_module).
 struct KohyaModule {
-  std::string module;   // diffusers' module name in the denoiser
-  std::string refused;  // non-empty: why Kiln does not load a pair there (a convolution's LoCon pair)
+  std::string module;  // diffusers' module name in the denoiser
 };
 
 struct LoraFamily {

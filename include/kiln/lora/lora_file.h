@@ -21,15 +21,16 @@
 #include "kiln/lora/lora_keys.h"
 
 namespace kiln::nn {
-class Linear;
+class LoraLayer;
 }
 
 namespace kiln::lora {
 
-// One layer's share of a pair: the whole layer's down [rank, in_features] and up [out_features, rank].
+// One layer's share of a pair: the whole layer's down and up, a Linear's [rank, in_features] and
+// [out_features, rank], a convolution's [rank, in, k, k] and [out, rank, 1, 1] (kiln/nn/lora_layer.h).
 struct LayerAdapter {
   LoraTarget target;
-  nn::Linear* layer = nullptr;
+  nn::LoraLayer* layer = nullptr;
   Tensor down, up;
   double scale = 1.0;  // alpha / rank
   std::string source;  // the pair's module as the file names it
@@ -41,8 +42,9 @@ struct LoraContents {
   std::vector<std::pair<std::string, std::string>> skipped;  // (tensor or pair, why), in file order
 };
 
-// A component's Linear layer by its diffusers module name; nullptr when it has none of that name.
-using LayerLookup = std::function<nn::Linear*(const std::string& component, const std::string& module)>;
+// A component's layer that takes LoRA (an nn::Linear or nn::Conv2d) by its diffusers module name; nullptr
+// when it has none of that name.
+using LayerLookup = std::function<nn::LoraLayer*(const std::string& component, const std::string& module)>;
 
 // Reads `path` for a pipeline of `family` whose layers `find` gives. A pair that fits no layer (a name no
 // layout rule accounts for, a layer the model lacks, a shape or rank that does not match) is an error naming

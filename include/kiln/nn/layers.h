@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/nn/lora_layer.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/tensor_parallel.h"
 #include "kiln/ops/nn.h"
@@ -21,15 +22,10 @@ namespace kiln::nn {
 // sharding defines: a local slice of the output (Column), the full output (ColumnGathered, Row).
 // in_features/out_features stay the full layer's. A quantized weight is not sharded (replicated layers only).
 //
-// LoRA adapters (PEFT's lora.Linear, diffusers' load_lora_weights): each adapter is a low-rank pair down (A,
-// [rank, in_features]) and up (B, [out_features, rank]) with its scale (alpha / rank). The layer adds
-// sum_i w_i * scale_i * B_i (A_i x) for its active adapters (w_i: set_adapters' weights) as ONE low-rank
-// product beside the base weight, which stays as it is (memory-mapped, bfloat16 or GGUF blocks): lora_down
-// holds the active A_i stacked, lora_up the B_i side by side with w_i * scale_i folded in. Both are runtime
-// inputs of the module, so a compiled program takes them as inputs: new adapters or weights of the same total
-// rank never recompile. Without active adapters (lora_down undefined) the forward is exactly the plain
-// layer's. Under tensor parallelism A is split like the weight's input (Row) and B like its output (Column).
-class Linear : public Module {
+// LoRA adapters (PEFT's lora.Linear, kiln/nn/lora_layer.h): pairs down [rank, in_features] and up
+// [out_features, rank]; the active ones run inside the layer's product (linear_fused's low-rank pair). Under
+// tensor parallelism A is split like the weight's input (Row) and B like its output (Column).
+class Linear : public Module, public LoraLayer {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, LinearParallel parallel = {});
   ~Linear() override;
@@ -49,47 +45,29 @@ class Linear : public Module {
   void store_weight_as_pointwise_conv();
   bool is_pointwise_conv() const { return pointwise_conv_; }
 
-  // ---- LoRA adapters (src/nn/linear_lora.cpp)
-  // Adds adapter `name` (replacing one of that name): the whole layer's down [rank, in_features] and up
-  // [out_features, rank] in any floating dtype (this rank keeps its slice); `scale` is alpha / rank. It is
-  // inactive until set_active_adapters names it. Throws naming the shapes when they do not fit the layer.
-  void add_adapter(const std::string& name, const Tensor& down, const Tensor& up, double scale);
-  // Removes adapter `name` (inactive or not); absent names are ignored.
-  void delete_adapter(const std::string& name);
-  bool has_adapter(const std::string& name) const;
-  std::vector<std::string> adapter_names() const;
-  // The adapters the forward adds, each with its weight, in this order (names this layer does not hold are
-  // skipped: an adapter rarely touches every layer); rebuilds lora_down / lora_up. Refused while fused.
-  void set_active_adapters(const std::vector<std::pair<std::string, double>>& weights);
-  // PEFT's scale_layer + merge: the active adapters' weights are multiplied by `lora_scale` (they keep it
-  // after unfuse_adapters, as in diffusers) and their sum is added into the weight, computed in float32 and
-  // rounded once. The weight becomes an owned copy in the compute dtype (a quantized one, GGUF or fp8, is
-  // dequantized); the original is kept, untouched, for unfuse_adapters. No-op without active adapters.
-  void fuse_adapters(double lora_scale);
-  // The original weight (and its storage type) back, bit for bit; the adapters run unfused again.
-  void unfuse_adapters();
-  bool is_fused() const;
-  // Drops every adapter. A fused weight stays fused (diffusers' unload_lora_weights after fuse_lora).
-  void clear_adapters();
-  // The combined low-rank pair the forward reads (undefined without active adapters or while fused).
-  const Tensor& lora_down() const { return lora_down_; }
-  const Tensor& lora_up() const { return lora_up_; }
-
  private:
-  struct Adapters;
+  // LoraLayer (src/nn/linear_lora.cpp)
+  const char* lora_layer_kind() const override { return "Linear"; }
+  std::pair<Tensor, Tensor> adapter_pair(const std::string& name, const Tensor& down,
+                                         const Tensor& up) const override;
+  DType adapter_dtype() const override { return dtype(); }
+  Device adapter_device() const override { return weight.device(); }
+  void merge_into_weight(const Tensor& delta) override;
+  void restore_weight() override;
+  void drop_original_weight() override;
   // y plus the active adapters' low-rank product of x (y itself without them): a separate product and add
   // (GGUF-quantized and float16 weights).
   Tensor add_adapters(const Tensor& x, const Tensor& y) const;
   // x @ weight^T + b plus the active adapters' product: one linear_fused call carrying the low-rank pair
   // (the plain linear without adapters), so the adapters cost two thin products and no pass of their own.
   Tensor product(const Tensor& x, const Tensor& b) const;
-  void rebuild_adapters();
 
   int64_t in_, out_;
   bool pointwise_conv_ = false;
   LinearParallel parallel_;
-  Tensor lora_down_, lora_up_;
-  std::shared_ptr<Adapters> adapters_;  // null until an adapter is added
+  // The weight and its storage before fuse_adapters, restored as they were.
+  Tensor original_weight_;
+  QuantizedStorage original_storage_;
 };
 
 // torch.nn.LayerNorm over the last dimension; affine=false (FLUX) has no parameters.
@@ -133,16 +111,35 @@ class GroupNorm : public Module {
 };
 
 // torch.nn.Conv2d with square kernels: weight [out, in, k, k], bias [out].
-class Conv2d : public Module {
+//
+// LoRA adapters (PEFT's lora.Conv2d, kiln/nn/lora_layer.h; kohya's and LyCORIS' LoCon): pairs down [rank, in,
+// k, k], a convolution with the layer's kernel, stride and padding, and up [out, rank, 1, 1], a 1x1
+// convolution. The active ones run beside the base convolution: conv(x) + up(down(x)), w_i * scale_i folded
+// into up; fused, the weight gains up @ down (up [out, rank] times down [rank, in * k * k]).
+class Conv2d : public Module, public LoraLayer {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1, int64_t padding = 0,
          bool bias = true);
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
+  int64_t in_channels() const { return in_; }
+  int64_t out_channels() const { return out_; }
+  int64_t kernel() const { return kernel_; }
   Tensor weight, bias;
 
  private:
-  int64_t stride_, padding_;
+  // LoraLayer (src/nn/conv_lora.cpp)
+  const char* lora_layer_kind() const override { return "Conv2d"; }
+  std::pair<Tensor, Tensor> adapter_pair(const std::string& name, const Tensor& down,
+                                         const Tensor& up) const override;
+  DType adapter_dtype() const override { return weight.dtype(); }
+  Device adapter_device() const override { return weight.device(); }
+  void merge_into_weight(const Tensor& delta) override;
+  void restore_weight() override;
+  void drop_original_weight() override;
+
+  int64_t in_, out_, kernel_, stride_, padding_;
+  Tensor original_weight_;  // the weight before fuse_adapters, restored as it was
 };
 
 // torch.nn.Embedding: weight [num, dim].

@@ -116,8 +116,8 @@ Family family() {
       text_to_image_fields(sdxl_prompts), {"aesthetic_score", "negative_aesthetic_score"});
   descriptor.classes.insert(descriptor.classes.end(), xl.begin(), xl.end());
   // diffusers' StableDiffusion(XL)LoraLoaderMixin in its own (PEFT) layout and kohya's: the UNet's and the
-  // text encoders' Linear layers and SD1.x's 1x1 proj_in / proj_out. LoCon (adapters on the convolutions) is
-  // refused by name. SD1.5's and SDXL's UNets have 2 ResNets a level (SDXL 3 levels, SD1.5 4: 4 reads both);
+  // text encoders' Linear layers, SD1.x's 1x1 proj_in / proj_out and (LoCon) the UNet's convolutions. SD1.5's
+  // and SDXL's UNets have 2 ResNets a level (SDXL 3 levels, SD1.5 4: 4 reads both);
   // a loaded pipeline takes its UNet's own (UNetPipeline::lora_family).
   descriptor.lora = models::stable_diffusion_lora_family(4, 2);
   descriptor.unloaded_component = unloaded_component;

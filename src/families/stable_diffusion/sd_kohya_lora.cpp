@@ -122,12 +122,6 @@ std::optional<std::string> sgm_dotted(const std::string& flat) {
   return std::nullopt;
 }
 
-bool is_convolution(const std::string& module) {
-  const std::string last = module.substr(module.rfind('.') + 1);
-  return last == "conv1" || last == "conv2" || last == "conv_shortcut" || last == "conv" ||
-         last == "conv_in" || last == "conv_out";
-}
-
 }  // namespace
 
 std::optional<lora::KohyaModule> kohya_unet_module(const std::string& flat, int64_t levels,
@@ -136,12 +130,7 @@ std::optional<lora::KohyaModule> kohya_unet_module(const std::string& flat, int6
   if (!module)
     if (const auto dotted = sgm_dotted(flat)) module = sgm_unet_module(*dotted, levels, layers_per_block);
   if (!module) return std::nullopt;
-  lora::KohyaModule out{*module, ""};
-  if (is_convolution(*module))
-    out.refused =
-        "a LoRA on the UNet's convolution " + *module +
-        " (LoCon): Kiln does not load LoRA into convolutions yet (only proj_in / proj_out's 1x1 ones)";
-  return out;
+  return lora::KohyaModule{*module};
 }
 
 lora::LoraFamily stable_diffusion_lora_family(int64_t levels, int64_t layers_per_block) {

@@ -15,8 +15,9 @@
 namespace kiln::models {
 
 // `flat`: a kohya name without lora_unet_. Its diffusers module in a UNet of `levels` levels of
-// `layers_per_block` ResNets; a convolution (a LoCon pair: conv_in, the ResNets' conv1 / conv2 /
-// conv_shortcut, the samplers, conv_out) comes back refused, naming it. nullopt for no module of the UNet.
+// `layers_per_block` ResNets: the attentions' Linears and proj_in / proj_out, the embeddings' Linears and
+// the ResNets' time_emb_proj, and the convolutions LoCon files reach (conv_in, the ResNets' conv1 / conv2 /
+// conv_shortcut, the down- and upsamplers' conv, conv_out). nullopt for no module of the UNet.
 std::optional<lora::KohyaModule> kohya_unet_module(const std::string& flat, int64_t levels,
                                                    int64_t layers_per_block);
 
