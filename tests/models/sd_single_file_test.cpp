@@ -1,6 +1,7 @@
-// SD1.x and SDXL single files in the original Stability layout: tests/data/goldens/sd_single_file/ holds the
-// tiny folders sd15-tiny and sdxl-tiny written as one file each (tools/goldens/sd_single_file.py, which
-// proves with diffusers' from_single_file that the file holds exactly the folder's weights). Loaded through
+// SD1.x, SDXL and SDXL refiner single files in the original Stability layout: tests/data/goldens/
+// sd_single_file/ holds the tiny folders sd15-tiny, sdxl-tiny and sdxl-refiner-tiny written as one file each
+// (tools/goldens/sd_single_file.py, which proves with diffusers' from_single_file that the file holds exactly
+// the folder's weights). Loaded through
 // the single-file views, every parameter of the UNet, text encoder(s) and VAE must equal the folder's; files
 // of other kinds must be refused by name.
 #include <gtest/gtest.h>
@@ -173,13 +174,48 @@ TEST(StableDiffusionSingleFile, Sd2IsRefusedByName) {
                     "an SD2 checkpoint (v-prediction at 768)", "1024-wide context");
 }
 
-TEST(StableDiffusionSingleFile, SdxlRefinerIsRefusedByName) {
-  const std::string path =
-      write("refiner", {{"model.diffusion_model.input_blocks.0.0.weight", zeros_of({8, 4, 3, 3})},
-                        {"model.diffusion_model.label_emb.0.0.weight", zeros_of({8, 8})},
-                        {"conditioner.embedders.0.model.text_projection", zeros_of({8, 8})}});
-  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(path), "refiner.safetensors",
-                    "an SDXL refiner checkpoint", "no CLIP-L");
+// The refiner as Stability ships it (sd_xl_refiner_1.0.safetensors): OpenCLIP bigG alone at
+// conditioner.embedders.0.model, no CLIP-L; the tiny refiner written so (tools/goldens/sd_single_file.py,
+// checked there against diffusers' from_single_file) equals its folder.
+TEST(StableDiffusionSingleFile, SdxlRefinerFileEqualsTheFolder) {
+  const StableDiffusionSingleFile sf =
+      models::open_stable_diffusion_single_file(single_file("sdxl_refiner_tiny"));
+  EXPECT_EQ(sf.kind, Kind::SDXLRefiner);
+  EXPECT_STREQ(models::kind_name(sf.kind), "SDXL refiner");
+  EXPECT_STREQ(models::single_file_class(sf.kind, false), "StableDiffusionXLImg2ImgPipeline");
+  EXPECT_STREQ(models::default_config(sf.kind), "stabilityai/stable-diffusion-xl-refiner-1.0");
+  EXPECT_EQ(sf.in_channels, 4);
+  EXPECT_EQ(sf.cross_attention_dim, 32);  // the one tower's width
+  EXPECT_EQ(sf.block_out_channels, (std::vector<int64_t>{16, 24, 32}));
+  ASSERT_TRUE(sf.unet && sf.text_encoder_2 && sf.vae);
+  EXPECT_EQ(sf.text_encoder, nullptr);
+  EXPECT_EQ(sf.text_encoder_2->shape("text_projection.weight"), (Shape{24, 32}));
+  expect_unet_equals_folder(*sf.unet, "sdxl-refiner-tiny");
+  expect_clip_equals_folder(*sf.text_encoder_2, "sdxl-refiner-tiny", "text_encoder_2");
+  expect_vae_equals_folder(*sf.vae, "sdxl-refiner-tiny");
+
+  // The refiner's UNet alone is told from the base's by its context: bigG's 1280 wide (the base's 2048). Here
+  // the tiny UNet's cross-attention keys and values are widened to 1280 (the reader reads shapes only).
+  std::vector<std::pair<std::string, Tensor>> unet;
+  for (auto& [name, t] : tensors_of(single_file("sdxl_refiner_tiny"), "model.diffusion_model.")) {
+    const bool kv = name.find(".attn2.to_k.weight") != std::string::npos ||
+                    name.find(".attn2.to_v.weight") != std::string::npos;
+    unet.emplace_back(name, kv ? zeros_of({t.size(0), 1280}) : t);
+  }
+  const StableDiffusionSingleFile alone =
+      models::open_stable_diffusion_single_file(write("refiner_unet", unet));
+  EXPECT_EQ(alone.kind, Kind::SDXLRefiner);
+  EXPECT_EQ(alone.cross_attention_dim, 1280);
+  EXPECT_EQ(alone.text_encoder_2, nullptr);
+
+  // A refiner file with CLIP-L beside its bigG is no refiner: the stray tower is named.
+  const std::string with_clip_l = write(
+      "refiner_clip_l", tensors_of(single_file("sdxl_refiner_tiny"), "",
+                                   {{"conditioner.embedders.0.transformer.text_model.final_layer_norm.weight",
+                                     zeros_of({32})}}));
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(with_clip_l), "refiner_clip_l.safetensors",
+                    "an SDXL refiner single file with 1 tensors",
+                    "conditioner.embedders.0.transformer.text_model.final_layer_norm.weight");
 }
 
 // Inpainting UNets (9 input channels: the latents, the mask and the masked image's latents) are read like

@@ -1,7 +1,7 @@
 // The SDXL refiner and SDXL's time ids against diffusers 0.42 (tools/goldens/sd_refiner.py): the refiner's
 // folder (no first text tower, an aesthetic score in the time ids) through image-to-image and inpainting, and
-// the base's negative time ids, whose rules differ by class. Each golden's script checks that its image moves
-// when the tested value changes, so a misread id fails here.
+// the base's negative time ids, whose rules differ by class; the refiner as one file in Stability's layout.
+// Each golden's script checks that its image moves when the tested value changes, so a misread id fails here.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -107,6 +107,56 @@ TEST(SdxlRefiner, AMaskPicksTheInpaintingSibling) {
   EXPECT_EQ(class_for_images(folder, false).name, "StableDiffusionXLImg2ImgPipeline");
   EXPECT_EQ(class_for_images(pipeline_class("StableDiffusionXLInpaintPipeline", ""), false).name,
             "StableDiffusionXLInpaintPipeline");
+}
+
+// The refiner as one file in Stability's layout (tools/goldens/sd_single_file.py writes the tiny refiner so
+// and checks diffusers' from_single_file reads it back to every tensor), given as the model on the refiner
+// folder's configs: the folder's class and diffusers' image. diffusers' default configs for it are the
+// refiner's repo.
+TEST(SdxlRefiner, ASingleFileGivesTheFoldersImage) {
+  const std::string file = testing::data_path("goldens/sd_single_file/sdxl_refiner_tiny.safetensors");
+  const std::string folder = testing::data_path("models/sdxl-refiner-tiny");
+  const SingleFilePipeline found = single_file_pipeline(file);
+  EXPECT_EQ(found.pipeline_class, "StableDiffusionXLImg2ImgPipeline");
+  EXPECT_EQ(found.default_config, "stabilityai/stable-diffusion-xl-refiner-1.0");
+  const GoldenFile g("sd_refiner", "refiner_img2img_ref_a_s0");
+  ASSERT_EQ(g.meta("model"), "sdxl-refiner-tiny");
+  const auto pipe = DiffusionPipeline::from_pretrained(file, {.single_file_config = folder});
+  EXPECT_STREQ(pipe->class_name(), "StableDiffusionXLImg2ImgPipeline");
+  EXPECT_TRUE(dynamic_cast<StableDiffusionXLPipeline&>(*pipe).requires_aesthetics_score());
+  const PipelineOutput out = (*pipe)(refiner_request(g));
+  expect_images_match(out, g);
+  EXPECT_EQ(out.images[0].metadata.at("model"), file);
+}
+
+// A refiner file on a base's configs, and a base file on the refiner's, are refused naming the file, the
+// folder and what each is, whichever class is asked for.
+TEST(SdxlRefiner, AFileOnTheOtherKindsConfigsIsRefusedNamingBoth) {
+  const std::string refiner_file = testing::data_path("goldens/sd_single_file/sdxl_refiner_tiny.safetensors");
+  const std::string base_file = testing::data_path("goldens/sd_single_file/sdxl_tiny.safetensors");
+  const std::string refiner = testing::data_path("models/sdxl-refiner-tiny");
+  const std::string base = testing::data_path("models/sdxl-tiny");
+  std::string error =
+      error_of([&] { DiffusionPipeline::from_pretrained(refiner_file, {.single_file_config = base}); });
+  EXPECT_NE(error.find(refiner_file + ": an SDXL refiner checkpoint, but " + base), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("is an SDXL base (model_index.json: requires_aesthetics_score false)"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("--config stabilityai/stable-diffusion-xl-refiner-1.0"), std::string::npos) << error;
+  error = error_of([&] { StableDiffusionXLPipeline::from_pretrained(base, {.single_file = refiner_file}); });
+  EXPECT_NE(error.find("an SDXL refiner checkpoint, but " + base), std::string::npos) << error;
+  // The base's file asks for its text-to-image class: told the folder is the refiner, not that the refiner's
+  // text-to-image class is refused.
+  error = error_of([&] { DiffusionPipeline::from_pretrained(base_file, {.single_file_config = refiner}); });
+  EXPECT_NE(error.find(base_file + ": an SDXL base checkpoint, but " + refiner), std::string::npos) << error;
+  EXPECT_NE(error.find("is an SDXL refiner (model_index.json: requires_aesthetics_score true)"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("--config stabilityai/stable-diffusion-xl-base-1.0"), std::string::npos) << error;
+  error = error_of(
+      [&] { StableDiffusionXLImg2ImgPipeline::from_pretrained(refiner, {.single_file = base_file}); });
+  EXPECT_NE(error.find("an SDXL base checkpoint, but " + refiner), std::string::npos) << error;
 }
 
 // A folder whose requires_aesthetics_score disagrees with its UNet's added-condition width is refused before

@@ -22,10 +22,10 @@ std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, co
 }
 
 // A finetune as one file in Stability's layout (model.diffusion_model.input_blocks, cond_stage_model,
-// conditioner.embedders, first_stage_model): SD1.x on SD1.5's configs, SDXL on SDXL base's, as diffusers'
-// from_single_file picks them; an inpainting UNet (9 input channels) as the inpainting class, on the same
-// configs (load_unet takes in_channels from the file). Files of the layout that Kiln does not run (SD2, the
-// refiner) are refused naming what they are.
+// conditioner.embedders, first_stage_model): SD1.x on SD1.5's configs, SDXL on SDXL base's, the SDXL refiner
+// on the refiner's (as StableDiffusionXLImg2ImgPipeline, its folder's class), as diffusers' from_single_file
+// picks them; an inpainting UNet (9 input channels) as the inpainting class, on the same configs (load_unet
+// takes in_channels from the file). SD2 files are refused naming what they are.
 std::optional<SingleFilePipeline> single_file(const std::string& path) {
   const std::shared_ptr<const nn::WeightSource> file = nn::open_weight_file(path);
   bool stability = false;
@@ -35,12 +35,8 @@ std::optional<SingleFilePipeline> single_file(const std::string& path) {
       stability = stability || name.rfind(prefix, 0) == 0;
   if (!stability) return std::nullopt;
   const models::StableDiffusionSingleFile sd = models::read_stable_diffusion_single_file(file);
-  const bool inpainting = sd.in_channels == 9;
-  if (sd.kind == models::StableDiffusionSingleFile::Kind::SDXL)
-    return SingleFilePipeline{inpainting ? "StableDiffusionXLInpaintPipeline" : "StableDiffusionXLPipeline",
-                              "stabilityai/stable-diffusion-xl-base-1.0"};
-  return SingleFilePipeline{inpainting ? "StableDiffusionInpaintPipeline" : "StableDiffusionPipeline",
-                            "stable-diffusion-v1-5/stable-diffusion-v1-5"};
+  return SingleFilePipeline{models::single_file_class(sd.kind, sd.in_channels == 9),
+                            models::default_config(sd.kind)};
 }
 
 // The fields every class of the family takes: the common ones but CLIP's fixed 77 tokens, prompts as text,

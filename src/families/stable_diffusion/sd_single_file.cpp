@@ -14,13 +14,13 @@ namespace kiln::models {
 namespace {
 
 constexpr const char* kUnet = "model.diffusion_model.";
-constexpr const char* kClip = "cond_stage_model.transformer.";           // SD1.x's CLIP-L
-constexpr const char* kXlClip = "conditioner.embedders.0.transformer.";  // SDXL's CLIP-L
-constexpr const char* kXlOpenClip = "conditioner.embedders.1.model.";    // SDXL's OpenCLIP bigG
-constexpr const char* kVae = "first_stage_model.";
-// Telltales of the kinds refused by name.
-constexpr const char* kSd2OpenClip = "cond_stage_model.model.";             // SD2.x's OpenCLIP-H
+constexpr const char* kClip = "cond_stage_model.transformer.";              // SD1.x's CLIP-L
+constexpr const char* kXlClip = "conditioner.embedders.0.transformer.";     // SDXL's CLIP-L
+constexpr const char* kXlOpenClip = "conditioner.embedders.1.model.";       // SDXL's OpenCLIP bigG
 constexpr const char* kRefinerOpenClip = "conditioner.embedders.0.model.";  // the refiner's bigG, alone
+constexpr const char* kVae = "first_stage_model.";
+// The telltale of the kind refused by name.
+constexpr const char* kSd2OpenClip = "cond_stage_model.model.";  // SD2.x's OpenCLIP-H
 
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
@@ -396,7 +396,10 @@ bool deliberately_ignored(const std::string& name) {
   // CLIP's position_ids buffer; OpenCLIP's contrastive temperature and causal mask.
   if (starts_with(name, kClip) && is_position_ids(name.substr(std::string(kClip).size()))) return true;
   if (starts_with(name, kXlClip) && is_position_ids(name.substr(std::string(kXlClip).size()))) return true;
-  return name == std::string(kXlOpenClip) + "logit_scale" || name == std::string(kXlOpenClip) + "attn_mask";
+  for (const char* open_clip : {kXlOpenClip, kRefinerOpenClip})
+    if (name == std::string(open_clip) + "logit_scale" || name == std::string(open_clip) + "attn_mask")
+      return true;
+  return false;
 }
 
 // The file's top-level groups with their tensor counts ("double_blocks (38), final_layer (4)"), for the
@@ -434,7 +437,41 @@ int64_t unet_cross_attention_dim(const nn::WeightSource& file, const std::vector
 }  // namespace
 
 const char* kind_name(StableDiffusionSingleFile::Kind kind) {
-  return kind == StableDiffusionSingleFile::Kind::SDXL ? "SDXL" : "SD1.x";
+  switch (kind) {
+    case StableDiffusionSingleFile::Kind::SDXL:
+      return "SDXL";
+    case StableDiffusionSingleFile::Kind::SDXLRefiner:
+      return "SDXL refiner";
+    case StableDiffusionSingleFile::Kind::SD1:
+      break;
+  }
+  return "SD1.x";
+}
+
+const char* single_file_class(StableDiffusionSingleFile::Kind kind, bool inpainting) {
+  switch (kind) {
+    case StableDiffusionSingleFile::Kind::SDXL:
+      return inpainting ? "StableDiffusionXLInpaintPipeline" : "StableDiffusionXLPipeline";
+    case StableDiffusionSingleFile::Kind::SDXLRefiner:
+      // The refiner's own folder names its image-to-image class (it refines an image; diffusers'
+      // text-to-image class fails on its 5 time ids); given a mask, callers pick the inpainting sibling.
+      return inpainting ? "StableDiffusionXLInpaintPipeline" : "StableDiffusionXLImg2ImgPipeline";
+    case StableDiffusionSingleFile::Kind::SD1:
+      break;
+  }
+  return inpainting ? "StableDiffusionInpaintPipeline" : "StableDiffusionPipeline";
+}
+
+const char* default_config(StableDiffusionSingleFile::Kind kind) {
+  switch (kind) {
+    case StableDiffusionSingleFile::Kind::SDXL:
+      return "stabilityai/stable-diffusion-xl-base-1.0";
+    case StableDiffusionSingleFile::Kind::SDXLRefiner:
+      return "stabilityai/stable-diffusion-xl-refiner-1.0";
+    case StableDiffusionSingleFile::Kind::SD1:
+      break;
+  }
+  return "stable-diffusion-v1-5/stable-diffusion-v1-5";
 }
 
 StableDiffusionSingleFile open_stable_diffusion_single_file(const std::string& path) {
@@ -449,27 +486,28 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
   const int64_t cross = has_unet ? unet_cross_attention_dim(*file, names) : 0;
   const bool xl_unet = file->contains(std::string(kUnet) + "label_emb.0.0.weight");
 
-  // The kinds recognised and refused, by their text encoders or, in UNet-only files, the context width.
+  // The kind refused, by its text encoder or, in a UNet-only file, the context width.
   KILN_CHECK(
       !any_under(names, kSd2OpenClip) && (xl_unet || cross != 1024),
       where << ": an SD2 checkpoint (v-prediction at 768): "
             << (any_under(names, kSd2OpenClip) ? "its text encoder is OpenCLIP-H (cond_stage_model.model.*)"
                                                : "its UNet takes a 1024-wide context (OpenCLIP-H's)")
-            << "; Kiln reads SD1.x and SDXL base single files");
-  KILN_CHECK(
-      !(any_under(names, kRefinerOpenClip) && !any_under(names, kXlClip)) && !(xl_unet && cross == 1280),
-      where << ": an SDXL refiner checkpoint: "
-            << (any_under(names, kRefinerOpenClip)
-                    ? "OpenCLIP bigG alone (conditioner.embedders.0.model.*, no CLIP-L)"
-                    : "its UNet takes bigG's 1280-wide context alone")
-            << "; Kiln reads SD1.x and SDXL base single files");
+            << "; Kiln reads SD1.x, SDXL base and SDXL refiner single files");
   KILN_CHECK(has_unet, where << ": neither SD1.x nor SDXL in the original layout (no UNet at " << conv_in
                              << "); the file's top-level keys: " << top_level_groups(names));
 
+  // The refiner's sgm conditioner has one embedder, OpenCLIP bigG, at index 0 (diffusers' infer_diffusers_
+  // model_type: "xl_refiner" for bigG's layers at conditioner.embedders.0.model with none at embedders.1);
+  // its UNet alone is told by its context, bigG's 1280 wide (the base's is CLIP-L + bigG, 2048).
+  const bool refiner_tower = any_under(names, kRefinerOpenClip);
+  const bool refiner_unet =
+      xl_unet && cross == 1280 && !any_under(names, kXlOpenClip) && !any_under(names, kXlClip);
   StableDiffusionSingleFile out;
-  out.kind = xl_unet || any_under(names, kXlOpenClip) ? StableDiffusionSingleFile::Kind::SDXL
-                                                      : StableDiffusionSingleFile::Kind::SD1;
-  const bool xl = out.kind == StableDiffusionSingleFile::Kind::SDXL;
+  out.kind = refiner_tower || refiner_unet              ? StableDiffusionSingleFile::Kind::SDXLRefiner
+             : xl_unet || any_under(names, kXlOpenClip) ? StableDiffusionSingleFile::Kind::SDXL
+                                                        : StableDiffusionSingleFile::Kind::SD1;
+  const bool refiner = out.kind == StableDiffusionSingleFile::Kind::SDXLRefiner;
+  const bool xl = refiner || out.kind == StableDiffusionSingleFile::Kind::SDXL;
   const Shape conv_in_shape = file->shape(conv_in);
   KILN_CHECK(conv_in_shape.size() == 4,
              where << ": " << conv_in << " should be a 4-d convolution, got " << shape_str(conv_in_shape));
@@ -492,7 +530,10 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
   }
 
   ComponentMapping unet, te, te2, vae;
+  // The refiner has no CLIP-L: a file of its kind with one is refused below with the other stray tensors.
+  const bool reads_clip = !refiner;
   const std::string clip_prefix = xl ? kXlClip : kClip;
+  const std::string open_clip_prefix = refiner ? kRefinerOpenClip : kXlOpenClip;
   std::vector<std::string> leftovers;
   for (const auto& n : names) {
     if (deliberately_ignored(n)) continue;
@@ -502,11 +543,11 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
         unet.map.add(*to, n);
         used = true;
       }
-    } else if (starts_with(n, clip_prefix)) {
+    } else if (reads_clip && starts_with(n, clip_prefix)) {
       te.map.add(clip_name(n.substr(clip_prefix.size())), n);
       used = true;
-    } else if (xl && starts_with(n, kXlOpenClip)) {
-      used = add_open_clip(*file, n, n.substr(std::string(kXlOpenClip).size()), te2);
+    } else if (xl && starts_with(n, open_clip_prefix)) {
+      used = add_open_clip(*file, n, n.substr(open_clip_prefix.size()), te2);
     } else if (starts_with(n, kVae)) {
       bool conv_attention = false;
       if (auto to = vae_name(n.substr(std::string(kVae).size()), up_levels, conv_attention)) {
@@ -530,7 +571,7 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
                     << " tensors that are no part of its UNet, text encoders or VAE in the original layout: "
                     << list);
   }
-  KILN_CHECK(!xl || te.map.entries.empty() == te2.map.entries.empty(),
+  KILN_CHECK(!xl || refiner || te.map.entries.empty() == te2.map.entries.empty(),
              where << ": an SDXL file with "
                    << (te.map.entries.empty() ? "OpenCLIP bigG but no CLIP-L" : "CLIP-L but no OpenCLIP bigG")
                    << "; SDXL needs both text encoders");

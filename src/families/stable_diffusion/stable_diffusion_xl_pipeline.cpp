@@ -115,13 +115,16 @@ void StableDiffusionXLPipeline::load(StableDiffusionXLPipeline& pipe, const std:
   const auto& index = folder.index().raw;
   pipe.force_zeros_for_empty_prompt_ = index.get_or<bool>("force_zeros_for_empty_prompt", true);
   pipe.requires_aesthetics_score_ = index.get_or<bool>("requires_aesthetics_score", false);
+  // A single file must be of the folder's kind, checked first: a base file given the refiner's configs is
+  // told so, not that the refiner's text-to-image class is refused.
+  pipe.begin_loading(folder, model, options, pipeline_class,
+                     pipe.requires_aesthetics_score_ ? "SDXL refiner" : "SDXL");
   KILN_CHECK(!pipe.requires_aesthetics_score_ || std::string(pipeline_class) != kSiblings[0],
              folder.index().path
                  << ": an SDXL refiner (requires_aesthetics_score: its UNet is conditioned on an aesthetic "
                     "score, not a target size); it refines an image, as diffusers' "
                  << kSiblings[1] << " and " << kSiblings[2]
                  << " run it: give an image (kiln generate --init-image), and a mask to inpaint");
-  pipe.begin_loading(folder, model, options, pipeline_class, "SDXL");
   ExecutionScope loading_in(pipe.context());
   if (first_tower) {
     pipe.tokenizer_ = std::make_shared<tokenizers::ClipTokenizer>(tokenizers::ClipTokenizer::from_directory(

@@ -44,10 +44,23 @@ void UNetPipeline::begin_loading(pipelines::PipelineFolder& folder, const std::s
   if (!options.single_file.empty()) {
     single_file_ = std::make_shared<models::StableDiffusionSingleFile>(
         models::open_stable_diffusion_single_file(options.single_file));
-    const std::string found = models::kind_name(single_file_->kind);
+    const models::StableDiffusionSingleFile::Kind found_kind = single_file_->kind;
+    const std::string found = models::kind_name(found_kind);
+    // SDXL base and refiner files share the classes; the config folder says which one it describes
+    // (requires_aesthetics_score), and a file on the other's configs would mix their components and time ids.
+    const bool file_refiner = found_kind == models::StableDiffusionSingleFile::Kind::SDXLRefiner;
+    const bool folder_refiner = std::string(kind) == "SDXL refiner";
+    KILN_CHECK(file_refiner == folder_refiner || found == "SD1.x" || std::string(kind) == "SD1.x",
+               options.single_file << ": an SDXL " << (file_refiner ? "refiner" : "base")
+                                   << " checkpoint, but " << model
+                                   << ", whose configs it was given, is an SDXL "
+                                   << (folder_refiner ? "refiner" : "base")
+                                   << " (model_index.json: requires_aesthetics_score "
+                                   << (folder_refiner ? "true" : "false") << "): give the "
+                                   << (file_refiner ? "refiner" : "base") << "'s configs (--config "
+                                   << models::default_config(found_kind) << " or a folder of it)");
     KILN_CHECK(found == kind, options.single_file << ": an " << found << " checkpoint, which "
-                                                  << (found == "SDXL" ? "StableDiffusionXLPipeline"
-                                                                      : "StableDiffusionPipeline")
+                                                  << models::single_file_class(found_kind, false)
                                                   << " runs, not " << pipeline_class);
   }
   samplers_ = std::make_shared<UNetSamplers>(

@@ -48,7 +48,7 @@ class UNetPipeline : public DiffusionPipeline {
 
   // ---- loading, in the order a pipeline calls them
   // Refuses tensor parallelism, sets the pipeline's name, dtype and context, opens options.single_file (which
-  // must be a `kind` file: "SD1.x" or "SDXL") and loads the scheduler.
+  // must be a `kind` file: "SD1.x", "SDXL" or "SDXL refiner", the folder's kind) and loads the scheduler.
   void begin_loading(pipelines::PipelineFolder& folder, const std::string& model,
                      const PipelineLoadOptions& options, const char* pipeline_class, const char* kind);
   // The single file's text encoder view `component` ("text_encoder", "text_encoder_2"), null without one.
