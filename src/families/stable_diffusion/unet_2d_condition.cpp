@@ -111,8 +111,9 @@ Tensor UNet2DConditionModel::time_embedding(const Tensor& timestep, int64_t batc
                  added.text_embeds.size(0) == batch && added.text_embeds.size(1) == pooled,
              op << ": addition_embed_type \"text_time\" with " << count << " time ids needs text_embeds ["
                 << batch << ", " << pooled << "] (the pooled prompt: projection_class_embeddings_input_dim "
-                << c.projection_class_embeddings_input_dim << " less " << count << " x addition_time_embed_dim "
-                << c.addition_time_embed_dim << "), got " << describe(added.text_embeds));
+                << c.projection_class_embeddings_input_dim << " less " << count
+                << " x addition_time_embed_dim " << c.addition_time_embed_dim << "), got "
+                << describe(added.text_embeds));
   // add_time_proj over the flattened ids, each id's sinusoid side by side, then beside the pooled prompt.
   const Tensor ids = on_weights_device(added.time_ids).to(float32).reshape({batch * count});
   const Tensor time_embeds =
