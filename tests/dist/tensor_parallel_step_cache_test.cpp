@@ -6,29 +6,46 @@
 // image.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "kiln/dist/device_mesh.h"
 #include "kiln/families/flux1/flux_pipeline.h"
 #include "kiln/models/flux_transformer.h"
+#include "kiln/nn/step_cache.h"
 #include "support/pipeline_comparison.h"
 #include "support/test_data.h"
 
 namespace kiln {
 namespace {
 
-TEST(TensorParallelPipeline, FirstBlockCacheTakesTheSameDecisionsOnEveryRank) {
-  const testing::GoldenFile g("step_cache", "fbc_flux_dev_true_cfg_64x64_s33");
+// The golden's call with its cache on one rank and split over 2 (the transformer and T5, as --tp 2 splits
+// them): both images and the split transformer's decisions.
+struct OneAndTwoRanks {
+  Image one, two;
+  std::vector<nn::StepCache::Decision> decisions;
+};
+
+OneAndTwoRanks run_on_one_and_two_ranks(const testing::GoldenFile& g) {
   PipelineRequest request = g.request();
   request.cache = g.meta("cache");
   const std::string model = testing::data_path("models/" + g.meta("model"));
   auto one = FluxPipeline::from_pretrained(model);
-  const Image expected = one(request).images.front();
+  OneAndTwoRanks out{.one = one(request).images.front()};
   const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("cpu", {2})};
   PipelineLoadOptions options;
   options.parallel_config = {{"transformer", parallel}, {"text_encoder_2", parallel}};
   auto split = FluxPipeline::from_pretrained(model, options);
-  const Image image = split(request).images.front();
+  out.two = split(request).images.front();
+  out.decisions = split.transformer().step_cache()->decisions();
+  return out;
+}
+
+TEST(TensorParallelPipeline, FirstBlockCacheTakesTheSameDecisionsOnEveryRank) {
+  const testing::GoldenFile g("step_cache", "fbc_flux_dev_true_cfg_64x64_s33");
+  const OneAndTwoRanks run = run_on_one_and_two_ranks(g);
+  const Image &expected = run.one, &image = run.two;
   const std::vector<int64_t> computed = g["computed"].to_vector<int64_t>();
-  const auto& decisions = split.transformer().step_cache()->decisions();
+  const auto& decisions = run.decisions;
   ASSERT_EQ(decisions.size(), computed.size());
   for (size_t i = 0; i < computed.size(); ++i)
     EXPECT_EQ(decisions[i].computed, computed[i] != 0) << "evaluation " << i;
@@ -39,19 +56,11 @@ TEST(TensorParallelPipeline, FirstBlockCacheTakesTheSameDecisionsOnEveryRank) {
 TEST(TensorParallelPipeline, AttentionCachesTakeTheSameDecisionsOnEveryRank) {
   for (const char* name : {"pab_flux_dev_64x64_s91", "faster_flux_dev_64x64_s95"}) {
     const testing::GoldenFile g("step_cache_attention", name);
-    PipelineRequest request = g.request();
-    request.cache = g.meta("cache");
-    const std::string model = testing::data_path("models/" + g.meta("model"));
-    auto one = FluxPipeline::from_pretrained(model);
-    const Image expected = one(request).images.front();
-    const dist::TensorParallelConfig parallel{.mesh = dist::DeviceMesh("cpu", {2})};
-    PipelineLoadOptions options;
-    options.parallel_config = {{"transformer", parallel}, {"text_encoder_2", parallel}};
-    auto split = FluxPipeline::from_pretrained(model, options);
-    const Image image = split(request).images.front();
+    const OneAndTwoRanks run = run_on_one_and_two_ranks(g);
+    const Image &expected = run.one, &image = run.two;
     const Tensor modules = g["modules_computed"];
     const std::vector<int64_t> ran = modules.to_vector<int64_t>();
-    const auto& decisions = split.transformer().step_cache()->decisions();
+    const auto& decisions = run.decisions;
     ASSERT_EQ(decisions.size(), static_cast<size_t>(modules.size(0))) << name;
     for (int64_t e = 0; e < modules.size(0); ++e) {
       int64_t computed = 0;

@@ -90,22 +90,7 @@ TEST(ChromaTaylorSeer, TheAttentionsAreForecast) {
   for (const char* name : {"taylor_cfg_64x64_s101", "taylor_i3_o2_64x64_s102"}) {
     const ChromaCacheCase g(name);
     const auto pipe = g.load();
-    PipelineRequest uncached = g.request();
-    uncached.cache = "none";
-    Tensor last;
-    uncached.callback_on_step_end = [&](StepState& s) { last = s.latents.contiguous(); };
-    (*pipe)(uncached);
-    const std::vector<float> a = last.to(float32).to_vector<float>();
-    const std::vector<float> e = g["latents_final"].to(float32).to_vector<float>();
-    ASSERT_EQ(a.size(), e.size()) << name;
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::fabs(a[i] - e[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(e[i])));
-    }
-    const double error = diff / scale;
-    std::printf("[ uncached ] %s: latents %.3g from TaylorSeer's (relative)\n", name, error);
-    EXPECT_GT(error, 2e-3) << name;
+    EXPECT_GT(testing::uncached_latents_distance(*pipe, g), 2e-3) << name;
   }
 }
 
@@ -120,17 +105,8 @@ TEST_P(ChromaAttentionCache, ComputesAndReusesAsDiffusersDoesAndGivesItsImage) {
   const PipelineOutput out = run_checking_latents(*pipe, g);
   const nn::StepCache& cache = *pipe->denoiser().step_cache();
   EXPECT_EQ(decisions_of(cache), golden_decisions(g));
-  const Tensor modules = g["modules_computed"];
-  const std::vector<int64_t> ran = modules.to_vector<int64_t>();
-  ASSERT_EQ(modules.size(1), 4) << g.name << ": chroma-tiny has 2 + 2 attentions";
-  ASSERT_EQ(cache.decisions().size(), static_cast<size_t>(modules.size(0))) << g.name;
-  for (int64_t e = 0; e < modules.size(0); ++e) {
-    int64_t computed = 0;
-    for (int64_t m = 0; m < modules.size(1); ++m) computed += ran[e * modules.size(1) + m];
-    EXPECT_EQ(cache.decisions()[e].attentions_computed, computed) << g.name << " evaluation " << e;
-    EXPECT_EQ(cache.decisions()[e].attentions_reused, modules.size(1) - computed)
-        << g.name << " evaluation " << e;
-  }
+  ASSERT_EQ(g["modules_computed"].size(1), 4) << g.name << ": chroma-tiny has 2 + 2 attentions";
+  testing::expect_attentions_computed(cache.decisions(), g);
   expect_image_matches(out, g);
 }
 

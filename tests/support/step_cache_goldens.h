@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,6 +73,42 @@ inline PipelineOutput run_checking_latents(DiffusionPipeline& pipe, const StepCa
     EXPECT_TRUE(rel_max_error_within(steps.back(), g["latents_final"], tolerance)) << g.name;
   }
   return out;
+}
+
+// Each evaluation's counts of computed and reused attentions against the golden's per-attention record
+// (`modules_computed` [evaluations, attentions] of 0 and 1), for PAB and FasterCache.
+inline void expect_attentions_computed(const std::vector<nn::StepCache::Decision>& decisions,
+                                       const GoldenFile& g) {
+  const Tensor modules = g["modules_computed"];
+  const std::vector<int64_t> ran = modules.to_vector<int64_t>();
+  ASSERT_EQ(decisions.size(), static_cast<size_t>(modules.size(0))) << g.name;
+  for (int64_t e = 0; e < modules.size(0); ++e) {
+    int64_t computed = 0;
+    for (int64_t m = 0; m < modules.size(1); ++m) computed += ran[e * modules.size(1) + m];
+    EXPECT_EQ(decisions[e].attentions_computed, computed) << g.name << " evaluation " << e;
+    EXPECT_EQ(decisions[e].attentions_reused, modules.size(1) - computed) << g.name << " evaluation " << e;
+  }
+}
+
+// How far (relative max difference) the call without a cache ends from the cached call's final latents as
+// diffusers recorded them: what shows a forecast is used. Printed.
+inline double uncached_latents_distance(DiffusionPipeline& pipe, const StepCacheCase& g) {
+  PipelineRequest uncached = g.request();
+  uncached.cache = "none";
+  Tensor last;
+  uncached.callback_on_step_end = [&](StepState& s) { last = s.latents.contiguous(); };
+  pipe(uncached);
+  const std::vector<float> a = last.to(float32).to_vector<float>();
+  const std::vector<float> e = g["latents_final"].to(float32).to_vector<float>();
+  EXPECT_EQ(a.size(), e.size()) << g.name;
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < std::min(a.size(), e.size()); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - e[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(e[i])));
+  }
+  const double error = diff / scale;
+  std::printf("[ uncached ] %s: latents %.3g from the cached call's (relative)\n", g.name.c_str(), error);
+  return error;
 }
 
 }  // namespace kiln::testing
