@@ -20,18 +20,6 @@ namespace {
 using testing::expect_images_match;
 using testing::GoldenFile;
 
-// The recorded call (the embeddings were recorded, not given).
-PipelineRequest refiner_request(const GoldenFile& g) {
-  PipelineRequest r = g.request();
-  r.prompt_embeds = r.pooled_prompt_embeds = r.negative_prompt_embeds = r.negative_pooled_prompt_embeds =
-      Tensor();
-  if (!g.has("mask_image") && !g.has("height") && g.has("image")) {  // image-to-image at the image's size
-    r.height.reset();
-    r.width.reset();
-  }
-  return r;
-}
-
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -46,7 +34,7 @@ class SdxlTimeIds : public ::testing::TestWithParam<const char*> {};
 TEST_P(SdxlTimeIds, MatchDiffusers) {
   const GoldenFile g("sd_refiner", GetParam());
   const std::unique_ptr<DiffusionPipeline> loaded = g.load();
-  const PipelineRequest request = refiner_request(g);
+  const PipelineRequest request = g.text_request();
   auto& pipe = dynamic_cast<StableDiffusionXLPipeline&>(*loaded);
   EXPECT_EQ(pipe.requires_aesthetics_score(), g.meta("model").find("refiner") != std::string::npos);
   const auto e = pipe.encode_prompt({request.prompt}, {request.prompt_2.value_or(request.prompt)});
@@ -72,7 +60,7 @@ INSTANTIATE_TEST_SUITE_P(Goldens, SdxlTimeIds,
 
 TEST(SdxlRefiner, Bfloat16StaysWithinItsNoise) {
   const GoldenFile g("sd_refiner", "refiner_img2img_bf16_ref_a_s0");
-  const PipelineOutput out = (*g.load())(refiner_request(g));
+  const PipelineOutput out = (*g.load())(g.text_request());
   const double mean = testing::mean_level_difference(out.images[0].pixels, g["image_u8"].select(0, 0));
   std::printf("[ levels   ] refiner bf16: mean %.3f vs diffusers\n", mean);
   EXPECT_LE(mean, 2.0);
@@ -93,7 +81,7 @@ TEST(SdxlRefiner, TextToImageIsRefusedByName) {
   error = error_of([&] { text_to_image({.prompt = "a cat", .height = 32, .width = 32}); });
   EXPECT_NE(error.find("refines an image"), std::string::npos) << error;
   // Out of the refiner's range (LAION's aesthetic scores, 0 to 10): refused naming the field.
-  PipelineRequest call = refiner_request(GoldenFile("sd_refiner", "refiner_img2img_ref_a_s0"));
+  PipelineRequest call = GoldenFile("sd_refiner", "refiner_img2img_ref_a_s0").text_request();
   call.aesthetic_score = 11.0f;
   error = error_of([&] { (*pipe)(call); });
   EXPECT_NE(error.find("aesthetic_score"), std::string::npos) << error;
@@ -124,7 +112,7 @@ TEST(SdxlRefiner, ASingleFileGivesTheFoldersImage) {
   const auto pipe = DiffusionPipeline::from_pretrained(file, {.single_file_config = folder});
   EXPECT_STREQ(pipe->class_name(), "StableDiffusionXLImg2ImgPipeline");
   EXPECT_TRUE(dynamic_cast<StableDiffusionXLPipeline&>(*pipe).requires_aesthetics_score());
-  const PipelineOutput out = (*pipe)(refiner_request(g));
+  const PipelineOutput out = (*pipe)(g.text_request());
   expect_images_match(out, g);
   EXPECT_EQ(out.images[0].metadata.at("model"), file);
 }

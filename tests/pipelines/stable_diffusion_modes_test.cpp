@@ -19,13 +19,6 @@ namespace {
 
 using testing::GoldenFile;
 
-PipelineRequest sd_request(const GoldenFile& g) {
-  PipelineRequest r = g.request();
-  r.prompt_embeds = r.pooled_prompt_embeds = r.negative_prompt_embeds = r.negative_pooled_prompt_embeds =
-      Tensor();
-  return r;
-}
-
 PipelineOutput in_mode(DiffusionPipeline& pipe, ExecutionMode mode, const PipelineRequest& request) {
   pipe.configure({.mode = mode});
   std::optional<EagerModeGuard> fuse;
@@ -39,7 +32,7 @@ TEST(StableDiffusionModes, BothPipelinesMatchDiffusersInEveryMode) {
     for (ExecutionMode mode : {ExecutionMode::Fuse, ExecutionMode::Compile, ExecutionMode::CompileBlocks}) {
       const std::unique_ptr<DiffusionPipeline> pipe = g.load();
       reset_counters();
-      testing::expect_images_match(in_mode(*pipe, mode, sd_request(g)), g);
+      testing::expect_images_match(in_mode(*pipe, mode, g.text_request()), g);
       if (mode == ExecutionMode::Compile) {
         // One program for the whole guided UNet, reused by every later step.
         EXPECT_EQ(counters().graphs_compiled, 1) << name;
@@ -55,7 +48,7 @@ TEST(StableDiffusionModes, EveryOffloadGivesTheResidentImage) {
     const std::unique_ptr<DiffusionPipeline> pipe = g.load();
     offload(*pipe);
     SCOPED_TRACE(what);
-    testing::expect_images_match((*pipe)(sd_request(g)), g);
+    testing::expect_images_match((*pipe)(g.text_request()), g);
   };
   offloaded([](DiffusionPipeline& p) { p.enable_model_cpu_offload(); }, "model offload");
   offloaded([](DiffusionPipeline& p) { p.enable_sequential_cpu_offload(); }, "sequential offload");
@@ -68,7 +61,7 @@ TEST(StableDiffusionModes, EveryOffloadGivesTheResidentImage) {
 // programs, as a Linear's are: set_adapters again builds no program.
 TEST(StableDiffusionModes, LoConInEveryModeAndOffload) {
   const GoldenFile g("sd", "lora_locon_sd15_unfused");
-  PipelineRequest request = sd_request(g);
+  PipelineRequest request = g.text_request();
   request.prompt = g.meta("prompt");
   const auto with_locon = [&] {
     std::unique_ptr<DiffusionPipeline> pipe = g.load();

@@ -24,15 +24,6 @@ namespace {
 using testing::expect_images_match;
 using testing::GoldenFile;
 
-// The recorded call. tools/goldens/sd.py records the embeddings the prompts encode to (never given in place
-// of a prompt), so they are not the call's.
-PipelineRequest sd_request(const GoldenFile& g) {
-  PipelineRequest r = g.request();
-  r.prompt_embeds = r.pooled_prompt_embeds = r.negative_prompt_embeds = r.negative_pooled_prompt_embeds =
-      Tensor();
-  return r;
-}
-
 // The rows of a golden's per-image tensor that hold each prompt's first image.
 Tensor first_images(const Tensor& per_image, int64_t prompts, int images_per_prompt) {
   std::vector<Tensor> rows;
@@ -60,7 +51,7 @@ class StableDiffusionFloat32 : public ::testing::TestWithParam<const char*> {};
 TEST_P(StableDiffusionFloat32, EveryStageMatchesDiffusers) {
   const GoldenFile g("sd", GetParam());
   const std::unique_ptr<DiffusionPipeline> loaded = g.load();
-  const PipelineRequest request = sd_request(g);
+  const PipelineRequest request = g.text_request();
   if (!is_xl(g)) {
     auto& pipe = dynamic_cast<StableDiffusionPipeline&>(*loaded);
     const std::vector<std::string> prompts =
@@ -110,7 +101,7 @@ class StableDiffusionEditing : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(StableDiffusionEditing, MatchesDiffusers) {
   const GoldenFile g("sd", GetParam());
-  PipelineRequest request = sd_request(g);
+  PipelineRequest request = g.text_request();
   if (!g.has("mask_image")) {  // image-to-image at the image's own size, as diffusers
     request.height.reset();
     request.width.reset();
@@ -127,7 +118,7 @@ INSTANTIATE_TEST_SUITE_P(Goldens, StableDiffusionEditing,
 TEST(StableDiffusionPipeline, ThePromptChangesTheImage) {
   for (const char* name : {"sd15_cat_64x64_s0", "sdxl_cat_64x64_s0"}) {
     const GoldenFile g("sd", name);
-    PipelineRequest request = sd_request(g);
+    PipelineRequest request = g.text_request();
     request.prompt = "a red fox sitting in the snow at night";
     const PipelineOutput out = (*g.load())(request);
     EXPECT_GT(testing::mean_level_difference(out.images[0].pixels, g["image_u8"].select(0, 0)), 2.0) << name;
@@ -145,7 +136,7 @@ void apply_lora_script(DiffusionPipeline& pipe, const GoldenFile& g) {
 }
 
 PipelineRequest lora_request(const GoldenFile& g) {
-  PipelineRequest request = sd_request(g);
+  PipelineRequest request = g.text_request();
   request.prompt = g.meta("prompt");
   return request;
 }
@@ -336,7 +327,7 @@ TEST(StableDiffusionPipeline, MismatchedConvolutionPairsAreRefusedByName) {
 TEST(StableDiffusionPipeline, Bfloat16StaysWithinItsNoise) {
   for (const char* name : {"sd15_bf16_cat_64x64_s0", "sdxl_bf16_cat_64x64_s0"}) {
     const GoldenFile g("sd", name);
-    const PipelineOutput out = (*g.load())(sd_request(g));
+    const PipelineOutput out = (*g.load())(g.text_request());
     const double mean = testing::mean_level_difference(out.images[0].pixels, g["image_u8"].select(0, 0));
     std::printf("[ levels   ] %s: mean %.3f vs diffusers\n", name, mean);
     EXPECT_LE(mean, 2.0) << name;
@@ -356,7 +347,7 @@ TEST(StableDiffusionPipeline, ASingleFileAsTheModelGivesTheFoldersImage) {
     const auto pipe = DiffusionPipeline::from_pretrained(
         path, {.single_file_config = testing::data_path("models/" + g.meta("model"))});
     EXPECT_STREQ(pipe->class_name(), g.meta("pipeline").c_str()) << file;
-    const PipelineOutput out = (*pipe)(sd_request(g));
+    const PipelineOutput out = (*pipe)(g.text_request());
     expect_images_match(out, g);
     EXPECT_EQ(out.images[0].metadata.at("model"), path) << file;
   }

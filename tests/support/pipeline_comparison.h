@@ -113,6 +113,14 @@ struct GoldenFile {
     }
     return r;
   }
+  // The recorded call without the embeddings a script records beside the prompts (what they encode to,
+  // never given in their place: the UNet family's goldens, tools/goldens/sd*.py).
+  PipelineRequest text_request() const {
+    PipelineRequest r = request();
+    r.prompt_embeds = r.pooled_prompt_embeds = r.negative_prompt_embeds = r.negative_pooled_prompt_embeds =
+        Tensor();
+    return r;
+  }
   // The recorded pipeline class on the recorded model folder, in the recorded dtype (float32 when none).
   std::unique_ptr<DiffusionPipeline> load() const {
     const DType dtype = has("dtype") && meta("dtype") == "bfloat16" ? bfloat16 : float32;
