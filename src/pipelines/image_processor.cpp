@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kiln/ops.h"
+#include "kiln/schedulers/discrete_schedule.h"
 #include "pipelines/pil_convert.h"
 #include "pipelines/pil_resize.h"
 
@@ -78,8 +79,8 @@ Tensor sample_latents(const models::AutoencoderKL::LatentDistribution& posterior
 }
 
 int first_step(int num_inference_steps, double strength, bool whole_steps) {
+  if (whole_steps) return img2img_start_index(num_inference_steps, strength);
   const double n = num_inference_steps;
-  if (whole_steps) return num_inference_steps - std::min(static_cast<int>(n * strength), num_inference_steps);
   const double init_timestep = std::min(n * strength, n);
   return static_cast<int>(std::max(n - init_timestep, 0.0));
 }
