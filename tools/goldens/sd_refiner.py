@@ -46,7 +46,8 @@ from transformers.utils import logging as transformers_logging
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chroma import folder_size, meta_of, save_file  # noqa: E402
 from sd import (BF16, CHANNELS, F32, FOX, IMAGES, LIGHTHOUSE, MASKS, MODELS, NEGATIVE, ROOT, SDXL_SCHEDULER,  # noqa: E402
-                TE2_PROJECTION, TE_HIDDEN, TIME_EMBED, TOKENIZERS, clip_config, perturb, save_pipeline, tiny_vae)
+                TE2_PROJECTION, TE_HIDDEN, TIME_EMBED, TOKENIZERS, clip_config, load_pipeline as load, perturb,
+                save_pipeline, tiny_vae)
 
 GOLDENS = os.path.join(ROOT, "tests", "data", "goldens", "sd_refiner")
 REFINER = "sdxl-refiner-tiny"
@@ -77,15 +78,6 @@ def refiner_components():
     return dict(vae=vae, text_encoder=None, text_encoder_2=te2, tokenizer=None, tokenizer_2=tok2, unet=unet,
                 scheduler=sched, requires_aesthetics_score=True, force_zeros_for_empty_prompt=False,
                 add_watermarker=False)
-
-
-def load(cls_name, model, dtype):
-    import diffusers
-
-    pipe = getattr(diffusers, cls_name).from_pretrained(os.path.join(MODELS, model), torch_dtype=dtype,
-                                                        add_watermarker=False)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
 
 
 CASES = [
