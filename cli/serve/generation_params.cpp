@@ -113,8 +113,7 @@ double number_field(const RequestField& f, const json& v) {
   const std::string bounds = range.rfind(finite, 0) == 0 ? range.substr(finite.size()) : " " + range;
   if (!v.is_number()) refuse(field, "expected a number" + bounds + ", got " + std::string(type_name(v)));
   const double x = v.get<double>();
-  const bool in_range = std::isfinite(x) && (!f.min || x >= *f.min) && (!f.max || x <= *f.max);
-  if (!in_range) refuse(field, "expected a finite number" + bounds + ", got " + v.dump());
+  if (!f.within(x)) refuse(field, "expected a finite number" + bounds + ", got " + v.dump());
   return x;
 }
 

@@ -119,6 +119,7 @@ json fields_json(const PipelineClass& c, const std::optional<PipelineDefaults>& 
     const double largest = std::numeric_limits<float>::max();
     if (numeric && f.min && *f.min != -largest) field["min"] = *f.min;
     if (numeric && f.max && *f.max != largest) field["max"] = *f.max;
+    if (numeric && f.open) field["open"] = true;  // the bounds themselves excluded
     if (!f.choices.empty()) field["choices"] = f.choices;
     if (defaults)
       if (const std::optional<FieldValue> d = default_of(*defaults, f.name))

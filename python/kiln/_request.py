@@ -35,6 +35,13 @@ def _value(field, value):
     return value
 
 
+def _is_latents(value):
+    """diffusers' image-to-image and inpainting take an `image` of 4 channels [B, 4, h, w] as latents (SDXL's
+    hand-off: the base's output_type="latent" output), not as pixels."""
+    shape = getattr(value, "shape", None)
+    return shape is not None and len(shape) == 4 and shape[1] == 4
+
+
 def native_fields(arguments):
     """{field name: value of its kind} for the native call, from {keyword: value} (None: left unset). Raises
     TypeError naming the arguments no field takes."""
@@ -45,6 +52,9 @@ def native_fields(arguments):
     fields = {}
     for keyword, value in arguments.items():
         if value is None:
+            continue
+        if keyword == "image" and _is_latents(value):
+            fields["image_latents"] = _convert.to_kiln(value)
             continue
         field = _BY_KEYWORD[keyword]
         if field["list_form"] and isinstance(value, (list, tuple)):

@@ -14,9 +14,13 @@ Tensor denoise(Tensor latents, const DenoiseLoop& loop) {
   const int n = static_cast<int>(timesteps.size());
   KILN_CHECK(loop.start_step >= 0 && loop.start_step <= n,
              "denoise: the first step " << loop.start_step << " is outside the schedule's " << n << " steps");
+  KILN_CHECK(loop.end_step == -1 || (loop.end_step >= loop.start_step && loop.end_step <= n),
+             "denoise: the end step " << loop.end_step << " is not between the first step " << loop.start_step
+                                      << " and the schedule's " << n << " steps");
+  const int end = loop.end_step == -1 ? n : loop.end_step;
   // Every step asks for the same sizes: the CPU allocator keeps what a step frees for the next.
   const RepeatedShapesScope repeated(cpu);
-  for (int i = loop.start_step; i < n; ++i) {
+  for (int i = loop.start_step; i < end; ++i) {
     if (loop.checkpoint)
       loop.checkpoint(i == loop.start_step
                           ? "before the first denoising step"
@@ -31,7 +35,7 @@ Tensor denoise(Tensor latents, const DenoiseLoop& loop) {
     synchronize(latents.device());
     StepState state{
         .step = i,
-        .num_steps = n,
+        .num_steps = end,
         .timestep = timesteps[static_cast<size_t>(i)],
         .seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
         .latents = latents};
@@ -51,13 +55,13 @@ Tensor denoise(Tensor latents, const DenoiseLoop& loop) {
 }
 
 std::function<Tensor(const Tensor&, int)> inpaint_blend(const Scheduler& scheduler, Tensor image_latents,
-                                                        Tensor noise, Tensor mask) {
-  return [&scheduler, image_latents, noise, mask](const Tensor& x, int step) {
+                                                        Tensor noise, Tensor mask, int end_step) {
+  return [&scheduler, image_latents, noise, mask, end_step](const Tensor& x, int step) {
     const int next = step + 1;
     const Device on = x.device();
-    const Tensor kept = next < scheduler.num_inference_steps()
-                            ? scheduler.scale_noise(image_latents.to(on), next, noise.to(on))
-                            : image_latents.to(on);
+    const int end = end_step == -1 ? scheduler.num_inference_steps() : end_step;
+    const Tensor kept =
+        next < end ? scheduler.scale_noise(image_latents.to(on), next, noise.to(on)) : image_latents.to(on);
     return add(mul(sub(1.0, mask.to(on)), kept), mul(mask.to(on), x));
   };
 }

@@ -64,6 +64,7 @@ PipelineOutput DiffusionPipeline::denoise_and_decode(
   const Tensor latents = pipelines::denoise(
       start.latents, {.scheduler = schedule.get(),
                       .start_step = start.start_step,
+                      .end_step = start.end_step,
                       .model_output = timed_output,
                       .noise = pipelines::noise_draw(task.generators),
                       .blend = start.blend,

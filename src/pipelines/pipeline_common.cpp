@@ -66,7 +66,11 @@ ResolvedRequest resolve(const PipelineRequest& request, const PipelineDefaults& 
 ResolvedRequest resolve_with_image_size(const PipelineRequest& request, const PipelineDefaults& defaults,
                                         bool edits, int64_t multiple) {
   ResolvedRequest r = resolve(request, defaults);
-  if (edits && !request.image.empty()) {
+  // Latents to start from (SDXL's hand-off) give the size, as diffusers' image-to-image reads it off them.
+  if (edits && request.image_latents.defined() && request.image_latents.dim() == 4) {
+    if (!request.height) r.height = request.image_latents.shape()[2] * multiple;
+    if (!request.width) r.width = request.image_latents.shape()[3] * multiple;
+  } else if (edits && !request.image.empty()) {
     const Image& image = request.image.front();
     if (!request.height) r.height = std::max<int64_t>(image.height / multiple * multiple, multiple);
     if (!request.width) r.width = std::max<int64_t>(image.width / multiple * multiple, multiple);
@@ -296,9 +300,22 @@ void check_strength(const char* pipeline, double strength, int num_inference_ste
 }
 
 void check_edit_inputs(const char* pipeline, const PipelineRequest& request, bool with_mask) {
-  refuse(
-      request.image.size() != 1, "image",
-      std::string(pipeline) + " takes one image to start from, got " + std::to_string(request.image.size()));
+  // Latents to start from take the image's place (SDXL's hand-off); the class checks their channels.
+  if (request.image_latents.defined()) {
+    const Tensor& l = request.image_latents;
+    refuse(!request.image.empty(), "image_latents",
+           std::string(pipeline) +
+               ": image_latents replace the image to start from: give one or the other, "
+               "not both");
+    refuse(l.dim() != 4 || !is_floating(l.dtype()) || l.numel() == 0, "image_latents",
+           std::string(pipeline) +
+               ": image_latents must be a floating-point array [batch, channels, height " +
+               "/ scale, width / scale], got " + l.str());
+  } else {
+    refuse(request.image.size() != 1, "image",
+           std::string(pipeline) + " takes one image to start from, got " +
+               std::to_string(request.image.size()));
+  }
   refuse(with_mask && !request.mask_image, "mask_image", std::string(pipeline) + " needs a mask_image");
 }
 

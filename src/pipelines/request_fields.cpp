@@ -194,6 +194,15 @@ RequestField ranged(std::string name, std::string label, std::string help, doubl
   return f;
 }
 
+// A number strictly between min and max.
+RequestField open_ranged(std::string name, std::string label, std::string help, double min, double max,
+                         std::string flag = "", std::string json = "") {
+  RequestField f =
+      ranged(std::move(name), std::move(label), std::move(help), min, max, std::move(flag), std::move(json));
+  f.open = true;
+  return f;
+}
+
 RequestField with_list_form(RequestField f, std::string list_form) {
   f.list_form = std::move(list_form);
   return f;
@@ -256,6 +265,10 @@ std::vector<RequestField> make_fields() {
           "(FLUX.2)",
           "--image", "image"),
       KILN_MEMBER(image));
+  add(field("image_latents", "Image latents",
+            "SDXL image-to-image, inpainting: latents [1 or B, C, h, w] to start from instead of an image "
+            "(diffusers' image= as a latent tensor, e.g. a base's output_type latent output)"),
+      KILN_MEMBER(image_latents));
   add(field("mask_image", "Mask",
             "inpainting's mask: white is repainted, black kept (gray binarised at half)", "--mask",
             "mask_image"),
@@ -267,6 +280,16 @@ std::vector<RequestField> make_fields() {
   add(ranged("strength", "Strength", "how much of the image is redrawn (image-to-image, inpainting)", 0, 1,
              "--strength", "strength"),
       KILN_MEMBER(strength));
+  add(open_ranged("denoising_end", "Denoising end",
+                  "SDXL: stop at this fraction of the schedule (with output_type latent, the hand-off to a "
+                  "refiner run with the same denoising_start)",
+                  0, 1, "--denoising-end", "denoising_end"),
+      KILN_MEMBER(denoising_end));
+  add(open_ranged("denoising_start", "Denoising start",
+                  "SDXL image-to-image, inpainting: start at this fraction of the schedule, from the image's "
+                  "latents as they are (a base's denoising_end hand-off; strength ignored)",
+                  0, 1, "--denoising-start", "denoising_start"),
+      KILN_MEMBER(denoising_start));
   add(ranged("max_area", "Max area",
              "Kontext: the output's area in pixels (its aspect ratio is height x width's)", 256,
              kMaxSide * kMaxSide, "--max-area", "max_area"),
@@ -433,9 +456,7 @@ void check_text(const RequestField& field, const std::string& s) {
 }
 
 void check_number(const RequestField& field, double v) {
-  const bool in_range =
-      std::isfinite(v) && (!field.min || v >= *field.min) && (!field.max || v <= *field.max);
-  if (in_range) return;
+  if (field.within(v)) return;
   // Integers as the command line's and the server's limits say it ("height 1000000 exceeds the maximum
   // 16384"), numbers by their range.
   if (field.kind != FieldKind::Number && field.min && v < *field.min)
@@ -479,13 +500,18 @@ const char* field_kind_name(FieldKind kind) {
   return "?";
 }
 
+bool RequestField::within(double v) const {
+  return std::isfinite(v) && (!min || v > *min || (!open && v == *min)) &&
+         (!max || v < *max || (!open && v == *max));
+}
+
 std::string RequestField::range() const {
   const bool unbounded_below = !min || *min == -kMaxFloat, unbounded_above = !max || *max == kMaxFloat;
   if (kind == FieldKind::Number) {
     if (unbounded_below && unbounded_above) return "a finite value";
     if (unbounded_above) return "a finite value >= " + number_text(*min);
     if (unbounded_below) return "a finite value <= " + number_text(*max);
-    return "in [" + number_text(*min) + ", " + number_text(*max) + "]";
+    return (open ? "in (" : "in [") + number_text(*min) + ", " + number_text(*max) + (open ? ")" : "]");
   }
   if (min && max) return "between " + number_text(*min) + " and " + number_text(*max);
   if (min) return ">= " + number_text(*min);

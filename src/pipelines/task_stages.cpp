@@ -27,18 +27,31 @@ TaskStart from_noise(const TaskCall& c) {
   const double sigma = c.schedule.init_noise_sigma();
   if (sigma != 1.0) noise = mul(noise, sigma);
   start.latents = packed(c, noise);
+  start.end_step = c.end_step.value_or(-1);
   return start;
+}
+
+// Latents given to start from [1 or B, C, h, w], as the call's batch.
+Tensor given_latents(const TaskCall& c) {
+  const Tensor latents = c.request.image_latents.to(c.dtype);
+  return latents.shape()[0] == c.batch ? latents : repeated(latents, c.batch);
 }
 
 TaskStart from_image(const TaskCall& c) {
   const PipelineRequest& r = c.request;
   TaskStart start;
-  start.start_step = first_step(c.call.num_inference_steps, c.call.strength, c.whole_strength_steps);
+  start.start_step =
+      c.start_step.value_or(first_step(c.call.num_inference_steps, c.call.strength, c.whole_strength_steps));
+  start.end_step = c.end_step.value_or(-1);
+  const bool given = r.image_latents.defined();  // latents instead of an image
+  const bool add_noise = !c.start_step.has_value();
   // padding_mask_crop: the image and the mask cropped around the mask and fitted to the call's size.
   if (c.task == Task::Inpainting) start.crop = check_mask_crop(c.pipeline, r, c.call.height, c.call.width);
-  const Image& image =
-      start.crop ? crop_and_fill(r.image.front(), *start.crop, c.call.width, c.call.height) : r.image.front();
-  start.image = preprocess_image(image, c.call.height, c.call.width);
+  if (!given) {
+    const Image& image = start.crop ? crop_and_fill(r.image.front(), *start.crop, c.call.width, c.call.height)
+                                    : r.image.front();
+    start.image = preprocess_image(image, c.call.height, c.call.width);
+  }
   if (c.task != Task::ImageToImage) {
     const Image& mask =
         start.crop ? crop_and_fill(*r.mask_image, *start.crop, c.call.width, c.call.height) : *r.mask_image;
@@ -49,18 +62,26 @@ TaskStart from_image(const TaskCall& c) {
   // noise itself, and a denoiser that reads the masked image then never needs the image's latents: diffusers
   // does not encode it (no draw).
   const bool inpainting = c.task == Task::Inpainting;
-  const bool noise_itself = inpainting && c.noise_at_full_strength && c.call.strength == 1.0;
+  const bool noise_itself = inpainting && add_noise && c.noise_at_full_strength && c.call.strength == 1.0;
   const bool channels = inpainting && c.masked_image_channels;
   Tensor image_latents;
-  if (!(channels && noise_itself))
+  if (given)
+    image_latents = given_latents(c);
+  else if (!(channels && noise_itself))
     image_latents = repeated(encode_image(c.codec, start.image, c.dtype, &c.generators.single()), c.batch);
   const Shape shape = c.codec.latent_shape(c.batch, c.call.height, c.call.width);
+  // Without noise added, image-to-image draws none; inpainting still draws the noise its blend uses.
+  if (!add_noise && !inpainting) {
+    start.latents = packed(c, image_latents);
+    return start;
+  }
   Tensor noise = randn_tensor(shape, c.generators.noise(), c.dtype);
   if (image_latents.defined()) noise = noise.to(image_latents.device());
   // At full strength that noise is scaled as text-to-image's (init_noise_sigma: 1 for flow matching).
   const double sigma = c.schedule.init_noise_sigma();
-  start.latents = packed(c, noise_itself ? (sigma != 1.0 ? mul(noise, sigma) : noise)
-                                         : c.schedule.scale_noise(image_latents, start.start_step, noise));
+  start.latents = packed(c, !add_noise     ? image_latents
+                            : noise_itself ? (sigma != 1.0 ? mul(noise, sigma) : noise)
+                                           : c.schedule.scale_noise(image_latents, start.start_step, noise));
   if (!inpainting) return start;
   // prepare_mask_latents: the mask at the latents' size (nearest), and the masked image (black where the mask
   // repaints: the image times mask < 0.5, the mask being 0 or 1) encoded, its posterior sampled after the
@@ -76,10 +97,11 @@ TaskStart from_image(const TaskCall& c) {
   // A denoiser of the latents' own channels never reads the masked image; its posterior sample is drawn all
   // the same, so that the generator ends where diffusers' does. The mask, one value per channel, blends the
   // kept region back after each step.
+  // (Latents given have no masked image: diffusers draws nothing for it then.)
   const Shape one = c.codec.latent_shape(1, c.call.height, c.call.width);
-  (void)randn_tensor(one, c.generators.single(), c.dtype);
+  if (!given) (void)randn_tensor(one, c.generators.single(), c.dtype);
   const Tensor mask = packed(c, small.expand(shape).contiguous());
-  start.blend = inpaint_blend(c.schedule, packed(c, image_latents), packed(c, noise), mask);
+  start.blend = inpaint_blend(c.schedule, packed(c, image_latents), packed(c, noise), mask, start.end_step);
   return start;
 }
 

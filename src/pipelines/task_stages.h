@@ -43,11 +43,17 @@ struct TaskCall {
   // diffusers' SD and SDXL pipelines floor the steps a strength runs (int(n * strength)) where the flow-match
   // ones do not (first_step's whole_steps).
   bool whole_strength_steps = false;
+  // SDXL's hand-off (diffusers' denoising_start): the first step to run instead of strength's, the image's
+  // latents (request.image_latents as they are, or the image encoded) taken without noise added.
+  std::optional<int> start_step;
+  // diffusers' denoising_end: the step the loop stops before (unset: the schedule's end).
+  std::optional<int> end_step;
 };
 
 struct TaskStart {
   Tensor latents;  // in the denoiser's layout
   int start_step = 0;
+  int end_step = -1;  // the step the loop stops before; -1: the schedule's end
   // Inpainting: after each step, the region outside the mask put back from the image noised to the next step.
   std::function<Tensor(const Tensor&, int)> blend;
   // Inpainting with masked_image_channels instead (not packed, in the latents' dtype): the mask at the
@@ -60,11 +66,14 @@ struct TaskStart {
 };
 
 // Where the call starts, by its task. Text-to-image and image editing: noise (drawn from the request's
-// generators). Image-to-image, inpainting and Fill: the image (cropped with padding_mask_crop) encoded, its
-// posterior sampled (the generator's first draw), then noise, the image noised to the first step the strength
-// runs; inpainting also draws the masked image's posterior sample diffusers draws (so the generator ends
-// where diffusers' does) and blends the kept region back after each step, or, with masked_image_channels,
-// hands the denoiser the mask and that sample (and skips the image's own encoding at full strength).
+// generators). Latents given (request.image_latents) take the encoded image's place (no posterior drawn, nor
+// the masked image's); with TaskCall's start_step they are not noised (img2img draws no noise, inpainting
+// draws the noise its blend uses, as diffusers' prepare_latents with add_noise false). Image-to-image,
+// inpainting and Fill: the image (cropped with padding_mask_crop) encoded, its posterior sampled (the
+// generator's first draw), then noise, the image noised to the first step the strength runs; inpainting also
+// draws the masked image's posterior sample diffusers draws (so the generator ends where diffusers' does) and
+// blends the kept region back after each step, or, with masked_image_channels, hands the denoiser the mask
+// and that sample (and skips the image's own encoding at full strength).
 TaskStart start_latents(const TaskCall& c);
 
 // The call's noise for a scheduler's step (DenoiseLoop::noise): drawn from its generators, image by image.

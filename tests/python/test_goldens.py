@@ -187,6 +187,31 @@ def test_stable_diffusion_matches_diffusers(case):
         assert max_level_difference(image, want) <= 1
 
 
+@pytest.mark.parametrize("case", ["handoff_euler_48x40_s0", "handoff_dpmpp2m_32x32_s1", "handoff_inpaint_ref_a_40x48_s2"])
+def test_sdxl_hand_off_in_latents_matches_diffusers(case):
+    """diffusers' documented ensemble of expert denoisers, as written: the base's output_type="latent" at
+    denoising_end, given to the refiner as its image with denoising_start (tools/goldens/sd_handoff.py)."""
+    tensors, m = golden("sd_handoff", case + ".safetensors")
+    base = getattr(kiln, m["base_pipeline"]).from_pretrained(data_path("models", m["base_model"]))
+    refiner = getattr(kiln, m["pipeline"]).from_pretrained(data_path("models", m["model"]))
+    for pipe in (base, refiner):
+        pipe.set_progress_bar_config(disable=True)
+        if "scheduler" in m:
+            pipe.scheduler = getattr(kiln, m["scheduler"]).from_config(pipe.scheduler.config)
+    call = dict(prompt=m["prompt"], negative_prompt=m.get("negative_prompt"), height=int(m["height"]),
+                width=int(m["width"]), num_inference_steps=int(m["num_inference_steps"]),
+                guidance_scale=float(m["guidance_scale"]))
+    if "mask_image" in m:
+        call.update(image=Image.open(data_path("goldens", "flux2", m["image"] + ".png")),
+                    mask_image=Image.open(data_path("goldens", "edit", m["mask_image"] + ".png")))
+    fraction = float(m["denoising_end"])
+    latents = base(**call, denoising_end=fraction, output_type="latent", generator=int(m["seed"])).images
+    assert tuple(latents.shape) == tensors["base_latents"].shape
+    assert np.abs(np.asarray(latents) - tensors["base_latents"]).max() <= 1e-4 * np.abs(tensors["base_latents"]).max()
+    image = refiner(**dict(call, image=latents), denoising_start=fraction, generator=int(m["seed"])).images[0]
+    assert max_level_difference(image, tensors["image_u8"][0]) <= 1
+
+
 def test_a_sampler_swapped_as_diffusers_scripts_do_gives_diffusers_image():
     """pipe.scheduler = X.from_config(pipe.scheduler.config, ...), with Kiln's classes and with diffusers' own."""
     import diffusers

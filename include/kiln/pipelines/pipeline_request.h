@@ -109,6 +109,11 @@ struct PipelineRequest {
   // images, conditioning the generation; the image that image-to-image, inpainting and Fill start from (one).
   // The text-to-image pipelines refuse it.
   std::vector<Image> image;
+  // SDXL image-to-image and inpainting: latents [1 or B, C, h, w] to start from instead of an image
+  // (diffusers' `image=` given a tensor of the VAE's latent channels, e.g. the base's output_type "latent"
+  // output, as it leaves its loop: not divided by the VAE's scaling factor). They are taken as they are, not
+  // encoded; the call's size is theirs (h and w times the VAE's scale). `image` is then empty.
+  Tensor image_latents;
   // Inpainting's and Fill's mask: white repaints, black keeps (gray, binarised at half).
   std::optional<Image> mask_image;
   // Inpainting: repaint only the region around the mask, this many pixels wider on each side and grown to the
@@ -117,6 +122,13 @@ struct PipelineRequest {
   std::optional<int64_t> padding_mask_crop;
   // Image-to-image and inpainting: how much of the schedule runs, in [0, 1] (1: from pure noise).
   std::optional<double> strength;
+  // SDXL's hand-off between "expert denoisers" (diffusers' denoising_end / denoising_start), fractions in
+  // (0, 1) of the training schedule: a call with denoising_end stops before the first timestep below
+  // int(round(T - denoising_end * T)) (T: the scheduler's num_train_timesteps), one with denoising_start runs
+  // only the timesteps below int(round(T - denoising_start * T)), strength ignored, from its image_latents
+  // (or its image's) without adding noise. The base runs with denoising_end and output_type Latent, the
+  // refiner with the same fraction as denoising_start and those latents as image_latents.
+  std::optional<double> denoising_end, denoising_start;
   // FLUX.1 Kontext: the image's area in pixels (the size keeps the aspect ratio of height x width; default
   // 1024 x 1024), and whether the input image is resized to the trained resolution nearest its aspect ratio
   // (diffusers' _auto_resize, default true).

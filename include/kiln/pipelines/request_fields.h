@@ -51,6 +51,8 @@ struct RequestField {
   std::string help;   // one line: what it does
   // Integer, IntegerList and Number: the inclusive bounds; Text and TextList: `max` is the size in bytes.
   std::optional<double> min, max;
+  // A Number whose bounds themselves are out of range (denoising_end's (0, 1)).
+  bool open = false;
   std::vector<std::string> choices;  // Choice: the names it takes
   std::string flag;                  // kiln generate's flag ("--steps"); empty: no flag
   std::string json;                  // kiln serve's JSON field ("steps"); empty: not served
@@ -69,6 +71,8 @@ struct RequestField {
   std::function<void(PipelineRequest&, const FieldValue&)> set;
   std::function<void(PipelineRequest&)> reset;
 
+  // Whether `v` is finite and within the bounds (open ones excluded).
+  bool within(double v) const;
   // The name callers use for the field in Python (keyword, else name).
   const std::string& python_name() const { return keyword.empty() ? name : keyword; }
   // What the field accepts: "an integer between 1 and 1000", "a number, in [0, 1]", "text of at most 65536

@@ -109,7 +109,10 @@ Family family() {
   const std::vector<PipelineClass> xl = three_classes<
       StableDiffusionXLPipeline, StableDiffusionXLImg2ImgPipeline, StableDiffusionXLInpaintPipeline>(
       {"StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline"},
-      text_to_image_fields(sdxl_prompts), {"aesthetic_score", "negative_aesthetic_score"});
+      // denoising_end in every SDXL class; the refiner's end of the hand-off (denoising_start, latents as the
+      // image) only where diffusers takes an image.
+      joined_fields({text_to_image_fields(sdxl_prompts), {"denoising_end"}}),
+      {"aesthetic_score", "negative_aesthetic_score", "denoising_start", "image_latents"});
   descriptor.classes.insert(descriptor.classes.end(), xl.begin(), xl.end());
   // diffusers' StableDiffusion(XL)LoraLoaderMixin in its own (PEFT) layout and kohya's: the UNet's and the
   // text encoders' Linear layers, SD1.x's 1x1 proj_in / proj_out and (LoCon) the UNet's convolutions. SD1.5's

@@ -123,8 +123,74 @@ void UNetPipeline::check_unet_request(const PipelineRequest& request) const {
                            (unet_->config().text_time() ? "StableDiffusionXLInpaintPipeline"
                                                         : "StableDiffusionInpaintPipeline") +
                            " with an image and a mask_image");
-  pipelines::check_task_inputs(registered_class().task, name, request, r, /*whole_strength_steps=*/true);
+  // denoising_start replaces strength (diffusers ignores it then), so strength need leave no step.
+  pipelines::ResolvedRequest tasked = r;
+  if (request.denoising_start) tasked.strength = 1.0;
+  pipelines::check_task_inputs(registered_class().task, name, request, tasked, /*whole_strength_steps=*/true);
   samplers_->check(request);
+  check_hand_off(request);
+}
+
+void UNetPipeline::check_hand_off(const PipelineRequest& request) const {
+  const std::string name = class_name();
+  const pipelines::ResolvedRequest r = resolved(request);
+  const Tensor& given = request.image_latents;
+  // diffusers' 9-channel inpainting reads the masked image's latents, which latents given as the image do not
+  // have, and with denoising_start never computes the image's own (both fail there).
+  if (inpainting_unet() && (given.defined() || request.denoising_start))
+    throw RequestError(
+        given.defined() ? "image_latents" : "denoising_start",
+        name + ": " + (given.defined() ? "image_latents" : "denoising_start") +
+            " with an inpainting UNet (9 input channels: it reads the masked image's latents, "
+            "which a hand-off does not have; diffusers fails on it): refine with a UNet of the "
+            "latents' own channels (the SDXL refiner)");
+  if (given.defined() && given.dim() == 4) {
+    const int64_t channels = vae_->config().latent_channels, factor = vae_->config().scale_factor();
+    const int64_t batch = pipelines::batch_size(request);
+    const auto& shape = given.shape();
+    if (shape[1] != channels || (shape[0] != 1 && shape[0] != batch))
+      throw RequestError("image_latents", name + ": image_latents must be [1 or " + std::to_string(batch) +
+                                              " (the images of the call), " + std::to_string(channels) +
+                                              " (the VAE's latent channels), height / " +
+                                              std::to_string(factor) + ", width / " + std::to_string(factor) +
+                                              "], got " + given.str());
+    if (r.height != shape[2] * factor || r.width != shape[3] * factor)
+      throw RequestError(request.height && r.height != shape[2] * factor ? "height" : "width",
+                         name + ": height x width " + std::to_string(r.height) + "x" +
+                             std::to_string(r.width) + " is not the size of the image_latents " +
+                             given.str() + " (" + std::to_string(shape[2] * factor) + "x" +
+                             std::to_string(shape[3] * factor) + "): leave height and width out");
+    pipelines::refuse(request.padding_mask_crop.has_value(), "padding_mask_crop",
+                      name + ": padding_mask_crop crops an image, and image_latents are no image");
+  }
+  if (request.denoising_start && request.denoising_end && *request.denoising_start >= *request.denoising_end)
+    throw RequestError("denoising_start",
+                       name + ": denoising_start " + std::to_string(*request.denoising_start) +
+                           " must be below denoising_end " + std::to_string(*request.denoising_end));
+  if (request.denoising_start || request.denoising_end)
+    hand_off_steps(request, *samplers_->for_call(request, r.num_inference_steps));
+}
+
+UNetPipeline::HandOffSteps UNetPipeline::hand_off_steps(const PipelineRequest& request,
+                                                        const DiscreteScheduler& sampler) const {
+  HandOffSteps steps;
+  const int n = static_cast<int>(sampler.timesteps().size());
+  const auto none_left = [&](const char* field, double value) {
+    throw RequestError(field, std::string(class_name()) + ": " + field + " " + std::to_string(value) +
+                                  " leaves no step of the " + std::to_string(n) + " timesteps (" +
+                                  std::to_string(static_cast<int64_t>(sampler.timesteps().front())) + " to " +
+                                  std::to_string(static_cast<int64_t>(sampler.timesteps().back())) +
+                                  "): give more num_inference_steps or another fraction");
+  };
+  if (request.denoising_start) {
+    steps.start = UNetSamplers::denoising_start_step(sampler, *request.denoising_start);
+    if (*steps.start >= n) none_left("denoising_start", *request.denoising_start);
+  }
+  if (request.denoising_end) {
+    steps.end = UNetSamplers::denoising_end_step(sampler, *request.denoising_end, steps.start.value_or(0));
+    if (*steps.end == steps.start.value_or(0)) none_left("denoising_end", *request.denoising_end);
+  }
+  return steps;
 }
 
 PipelineOutput UNetPipeline::run_unet(const PipelineRequest& request, const pipelines::CallControl& control,
@@ -132,6 +198,7 @@ PipelineOutput UNetPipeline::run_unet(const PipelineRequest& request, const pipe
   const pipelines::ResolvedRequest call = resolved(request);
   pipelines::CallGenerators generators(request);
   const std::unique_ptr<DiscreteScheduler> schedule = samplers_->for_call(request, call.num_inference_steps);
+  const HandOffSteps hand_off = hand_off_steps(request, *schedule);
   // The latents in the prompt's dtype (diffusers' prepare_latents); at strength 1, inpainting starts from the
   // noise itself, as diffusers' SD and SDXL inpainting do, and a strength runs int(n * strength) steps (their
   // get_timesteps). A 9-channel UNet is handed the mask and the masked image's latents instead of a blend.
@@ -146,7 +213,9 @@ PipelineOutput UNetPipeline::run_unet(const PipelineRequest& request, const pipe
                                  .codec = *vae_,
                                  .noise_at_full_strength = true,
                                  .masked_image_channels = inpainting_unet(),
-                                 .whole_strength_steps = true};
+                                 .whole_strength_steps = true,
+                                 .start_step = hand_off.start,
+                                 .end_step = hand_off.end};
   const pipelines::TaskStart start = pipelines::start_latents(task);
   const models::UNetStep step{
       .unet = *unet_,

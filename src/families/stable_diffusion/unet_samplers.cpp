@@ -1,5 +1,8 @@
 #include "families/stable_diffusion/unet_samplers.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "kiln/core/error.h"
 #include "kiln/schedulers/scheduler_factory.h"
 
@@ -54,6 +57,34 @@ std::unique_ptr<DiscreteScheduler> UNetSamplers::for_call(const PipelineRequest&
       swaps(request) ? named(request, class_name_, config_) : scheduler_from_config(class_name_, config_);
   sampler->set_timesteps(steps);
   return sampler;
+}
+
+namespace {
+
+int64_t discrete_cutoff(const DiscreteScheduler& sampler, double fraction) {
+  const double t = static_cast<double>(sampler.config().num_train_timesteps);
+  // Python's round() rounds halves to even, as std::nearbyint does in the default rounding mode.
+  return static_cast<int64_t>(std::nearbyint(t - fraction * t));
+}
+
+}  // namespace
+
+int UNetSamplers::denoising_start_step(const DiscreteScheduler& sampler, double denoising_start) {
+  const int64_t cutoff = discrete_cutoff(sampler, denoising_start);
+  const std::vector<float>& timesteps = sampler.timesteps();
+  int below = 0;
+  for (float t : timesteps) below += static_cast<double>(t) < static_cast<double>(cutoff) ? 1 : 0;
+  if (sampler.order() == 2 && below % 2 == 0) ++below;
+  return std::max(static_cast<int>(timesteps.size()) - below, 0);
+}
+
+int UNetSamplers::denoising_end_step(const DiscreteScheduler& sampler, double denoising_end, int start) {
+  const int64_t cutoff = discrete_cutoff(sampler, denoising_end);
+  const std::vector<float>& timesteps = sampler.timesteps();
+  int kept = 0;
+  for (size_t i = static_cast<size_t>(start); i < timesteps.size(); ++i)
+    kept += static_cast<double>(timesteps[i]) >= static_cast<double>(cutoff) ? 1 : 0;
+  return start + kept;
 }
 
 std::string UNetSamplers::describe(const DiscreteScheduler& sampler) {

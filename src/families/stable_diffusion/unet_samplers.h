@@ -23,6 +23,13 @@ class UNetSamplers {
   void check(const PipelineRequest& request) const;
   // The call's own sampler, set for `steps` steps.
   std::unique_ptr<DiscreteScheduler> for_call(const PipelineRequest& request, int steps) const;
+  // SDXL's hand-off between expert denoisers, on a sampler set for the call: diffusers' discrete cutoff
+  // int(round(T - fraction * T)) (T: num_train_timesteps). The step denoising_start starts from
+  // (get_timesteps: the timesteps below the cutoff run, one more where a second-order sampler would cut a
+  // step in two), and the step denoising_end stops before (the timesteps from `start` at or above its cutoff
+  // run).
+  static int denoising_start_step(const DiscreteScheduler& sampler, double denoising_start);
+  static int denoising_end_step(const DiscreteScheduler& sampler, double denoising_end, int start);
   // A sampler's name as the image's metadata records it (the class, ", karras" with Karras sigmas).
   static std::string describe(const DiscreteScheduler& sampler);
 

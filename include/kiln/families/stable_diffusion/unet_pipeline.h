@@ -23,6 +23,7 @@ class PipelineFolder;
 struct ResolvedRequest;
 }  // namespace pipelines
 class UNetSamplers;
+class DiscreteScheduler;
 
 class UNetPipeline : public DiffusionPipeline {
  public:
@@ -73,6 +74,14 @@ class UNetPipeline : public DiffusionPipeline {
   // Whether the UNet is an inpainting one (diffusers' num_channels_unet == 9): it reads the mask and the
   // masked image's latents beside the latents, and runs only as the inpainting class.
   bool inpainting_unet() const;
+  // SDXL's hand-off (denoising_start / denoising_end) on the call's sampler: the first step and the step the
+  // loop stops before, each unset without its field. RequestError naming the field when it leaves no step.
+  struct HandOffSteps {
+    std::optional<int> start, end;
+  };
+  HandOffSteps hand_off_steps(const PipelineRequest& request, const DiscreteScheduler& sampler) const;
+  // Latents given as the image (image_latents) and denoising_start, against this UNet and VAE and the call.
+  void check_hand_off(const PipelineRequest& request) const;
 
   std::shared_ptr<models::UNet2DConditionModel> unet_;
   std::shared_ptr<models::AutoencoderKL> vae_;
