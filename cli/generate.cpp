@@ -50,6 +50,7 @@ std::string format_seconds(double s) {
 // --init-image's.
 std::string flag_for(const std::string& field, bool editing) {
   if (field == "image" && editing) return "--init-image";
+  if (field == "image_latents") return "--init-latents";
   return flag_of(field);
 }
 
@@ -74,7 +75,7 @@ void with_flag_names(bool editing, Check check) {
 // and --mask (a FluxPipeline folder runs FluxInpaintPipeline with --mask).
 const PipelineClass& class_for(const GenerateArgs& args, const io::ModelIndex& index) {
   const PipelineClass& folder = pipeline_class(index.class_name, index.path);
-  if (!args.init_image) return folder;
+  if (!args.init_image && !args.init_latents) return folder;
   try {
     return class_for_images(folder, args.request.given("mask_image"));
   } catch (const RequestError& e) {
@@ -91,11 +92,11 @@ Image read_image(const char* flag, const std::string& path, const char* what) {
   }
 }
 
-// The whole command on one rank (the only one without --tp): rank r works on the device r places after
-// `first_device`; rank 0 alone reports and writes the image.
-void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, const Device& first_device) {
-  const Device device = device_of_rank(first_device, dist::rank());
-  require_device(device);
+// The folder (or repo id) and single file that --model (and --config) name.
+struct ModelArg {
+  std::string model, single_file;
+};
+ModelArg model_arg(const GenerateArgs& args) {
   // A whole pipeline in one file runs on a folder's configs: --config, or its family's base model.
   std::string model = args.model, single_file;
   if (std::filesystem::is_regular_file(args.model)) {
@@ -116,6 +117,18 @@ void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, co
     KILN_CHECK(args.config.empty(), "--config " << args.config << ": only with a single file as --model ("
                                                 << args.model << " is a folder or repo id)");
   }
+  return {model, single_file};
+}
+
+// One pipeline's run on one rank (the only one without --tp): rank r works on the device r places after
+// `first_device`; rank 0 alone reports and writes the image (or, with --output-latents, the latents). With
+// `handed_on`, the call's latents come back there instead (the base's side of --refiner) and nothing is
+// written.
+void run_stage(const GenerateArgs& args, const PipelineRequest& flags, const Device& first_device,
+               Tensor* handed_on) {
+  const Device device = device_of_rank(first_device, dist::rank());
+  require_device(device);
+  const auto [model, single_file] = model_arg(args);
   const io::ResolvedModel resolved = io::resolve_model(model);
   const io::ModelIndex index = io::load_model_index(resolved.path);
   const PipelineClass& pipeline_class = class_for(args, index);
@@ -233,10 +246,29 @@ void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, co
     denoising->update(step.step + 1, format_seconds(step.seconds) + "/step, ETA " + format_seconds(eta) +
                                          (moved.empty() ? "" : ", " + moved));
   };
+  if (handed_on || args.output_latents) request.output_type = OutputType::Latent;
   PipelineOutput out;
   with_flag_names(editing, [&] { out = (*pipe)(request); });
+  if (handed_on) *handed_on = out.latents;
   if (!reporting) return;
   if (denoising) denoising->finish();
+  if (handed_on) {
+    std::fprintf(stderr, "kiln: %s stopped at denoising_end %s, its latents %s handed to the refiner\n",
+                 args.model.c_str(), format_number(*request.denoising_end).c_str(),
+                 out.latents.str().c_str());
+    return;
+  }
+  if (args.output_latents) {
+    std::map<std::string, std::string> metadata{{"model", args.model},
+                                                {"pipeline", pipeline_class.name},
+                                                {"seed", std::to_string(seed)},
+                                                {"prompt", request.prompt}};
+    if (request.denoising_end) metadata["denoising_end"] = format_number(*request.denoising_end);
+    io::save_safetensors(*args.output_latents, {{"latents", out.latents.to(float32).contiguous()}}, metadata);
+    std::fprintf(stderr, "kiln: wrote %s (latents %s, seed %llu)\n", args.output_latents->c_str(),
+                 out.latents.str().c_str(), static_cast<unsigned long long>(seed));
+    return;
+  }
   for (size_t i = 0; i < out.images.size(); ++i) {
     Image& image = out.images[i];
     if (!lora_metadata.empty()) image.metadata["lora"] = lora_metadata;
@@ -264,6 +296,59 @@ void generate_on_rank(const GenerateArgs& args, const PipelineRequest& flags, co
                  "kiln: MagCache calibration: the magnitude ratios of this model at %s steps are %s (use "
                  "them as --cache magcache:THRESHOLD:ratios=...)\n",
                  out.images[0].metadata.at("steps").c_str(), out.images[0].metadata.at("mag_ratios").c_str());
+}
+
+// The refiner's side of --refiner: its folder's image-to-image class (inpainting with --mask) from the base's
+// latents at denoising_start = the base's denoising_end, the base's other flags as they are.
+GenerateArgs refiner_args(const GenerateArgs& args) {
+  GenerateArgs refine = args;
+  refine.model = args.refiner;
+  refine.config.clear();
+  refine.transformer.clear();
+  refine.loras.clear();  // the base's adapters
+  refine.fuse_lora = refine.lora_skip_mismatches = false;
+  refine.init_image.reset();
+  refine.init_latents = "(the base's latents)";
+  refine.refiner.clear();
+  return refine;
+}
+
+PipelineRequest refiner_request(PipelineRequest request, const Tensor& latents) {
+  request.denoising_start = request.denoising_end;
+  request.denoising_end.reset();
+  request.strength.reset();  // denoising_start replaces it
+  request.image_latents = latents;
+  return request;
+}
+
+// The whole command on one rank: one pipeline, or with --refiner the base then the refiner, each with a
+// fresh generator of the same seed. The refiner's class and fields are checked before the base runs.
+void generate_on_rank(const GenerateArgs& args, PipelineRequest flags, const Device& first_device) {
+  if (args.refiner.empty()) return run_stage(args, flags, first_device, nullptr);
+  const GenerateArgs refine = refiner_args(args);
+  try {
+    const auto [model, single_file] = model_arg(refine);
+    const io::ModelIndex index = io::load_model_index(io::resolve_model(model).path);
+    const PipelineClass& refiner_class = class_for(refine, index);
+    PipelineRequest placeholder = refiner_request(flags, Tensor::zeros({1, 4, 1, 1}));
+    if (args.request.given("mask_image")) placeholder.mask_image = Image();
+    placeholder.image.clear();
+    refiner_class.check_fields(placeholder);
+  } catch (const Error& e) {
+    KILN_FAIL("--refiner " << args.refiner << ": " << e.what());
+  }
+  if (!flags.generator) {
+    uint64_t seed = (uint64_t{std::random_device{}()} << 16) ^ std::random_device{}();
+    dist::broadcast_from_rank0(&seed, sizeof seed);
+    flags.generator = Generator(seed);
+  }
+  Tensor latents;
+  run_stage(args, flags, first_device, &latents);
+  try {
+    run_stage(refine, refiner_request(flags, latents), first_device, nullptr);
+  } catch (const Error& e) {
+    KILN_FAIL("--refiner " << args.refiner << ": " << e.what());
+  }
 }
 
 // "kiln: cross-compiled 64 programs for tpu:v5e (TPU v5 lite) in 59.7 s; the largest needs 1.2 MiB there
@@ -327,6 +412,20 @@ void add_generate_command(CLI::App& app) {
       "--init-image", args->init_image,
       "image-to-image: the image (PNG) to start from, resized to --height x --width; with --mask, inpainting "
       "(the folder's image-to-image or inpainting pipeline runs, as diffusers' siblings load its folder)");
+  cmd->add_option(
+      "--init-latents", args->init_latents,
+      "SDXL image-to-image / inpainting: start from these latents (a .safetensors, as --output-latents "
+      "writes "
+      "it) instead of --init-image; with --denoising-start, a refiner continuing a base's --denoising-end");
+  cmd->add_option(
+      "--output-latents", args->output_latents,
+      "write the call's latents (.safetensors, as the denoising loop leaves them) instead of a PNG: "
+      "with --denoising-end, the base's side of a hand-off to a refiner (--init-latents)");
+  cmd->add_option(
+      "--refiner", args->refiner,
+      "SDXL's ensemble of expert denoisers in one run: --model stops at --denoising-end and this "
+      "refiner (a folder, repo id or single file) denoises the rest from its latents, each from a "
+      "fresh generator of the same seed; --lora applies to --model only");
   cmd->add_option("--output", args->output,
                   "PNG file to write; with --num-images N, OUTPUT-0.png ... OUTPUT-(N-1).png")
       ->capture_default_str();

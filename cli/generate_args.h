@@ -25,7 +25,14 @@ struct GenerateArgs {
   std::string config;
   RequestFlags request;  // the request's fields (cli/request_flags.h): --prompt, --steps, ...
   std::optional<std::string> init_image;  // image-to-image, inpainting, Fill: the image to start from
-  std::string output = "output.png";      // OUTPUT-0.png, OUTPUT-1.png, ... for several images
+  // SDXL's hand-off in latents: a .safetensors of latents to start from instead of --init-image (the
+  // refiner's side, with --denoising-start), and where the call's latents go instead of a PNG (the base's
+  // side, with --denoising-end).
+  std::optional<std::string> init_latents, output_latents;
+  // Both sides in one process: the base (--model) runs to --denoising-end, then this refiner from its
+  // latents at the same fraction, each with a fresh generator of the same seed (diffusers' example).
+  std::string refiner;
+  std::string output = "output.png";  // OUTPUT-0.png, OUTPUT-1.png, ... for several images
   ExecutionFlags execution;        // dtype, mode, offload, memory, VAE tiling, --tp (shared with kiln serve)
   std::vector<std::string> loras;  // --lora FILE[:SCALE], in order
   bool fuse_lora = false;          // --fuse-lora
@@ -45,6 +52,10 @@ LoraFlag parse_lora_flag(const std::string& value);
 // that is not a readable file, or why the output cannot be written; the pipelines check the rest (multiples
 // of the VAE's scale, ...) once loaded. Returns the request the flags describe (request_from_flags).
 PipelineRequest check_generate_args(const GenerateArgs& args);
+
+// The latents of an --init-latents file: its "latents" tensor (or its one tensor), [B, C, h, w] of a
+// floating-point dtype; throws kiln::Error naming the flag, the file and what it holds otherwise.
+Tensor read_init_latents(const std::string& path);
 
 // Between components while loading and between denoising steps: throws when SIGINT/SIGTERM asked for a stop
 // or a mapped checkpoint changed on disk (kiln/core/signals.h); `where` says how far the run got.

@@ -43,13 +43,12 @@ double parse_number(const RequestField& f, const std::string& typed) {
   const double v = std::strtod(typed.c_str(), &end);
   KILN_CHECK(!typed.empty() && end == typed.c_str() + typed.size(),
              f.flag << ": expected a number, got '" << typed << "'");
-  const bool in_range = std::isfinite(v) && (!f.min || v >= *f.min) && (!f.max || v <= *f.max);
-  if (in_range) return v;
+  if (f.within(v)) return v;
   // Bounds a user would type say so; a bound at float's largest only keeps the value finite.
   const double largest = std::numeric_limits<float>::max();
   if (f.min && f.max && *f.max != largest && *f.min != -largest)
-    KILN_FAIL(f.flag << " " << typed << " is outside [" << bound_text(*f.min) << ", " << bound_text(*f.max)
-                     << "]");
+    KILN_FAIL(f.flag << " " << typed << " is outside " << (f.open ? "(" : "[") << bound_text(*f.min) << ", "
+                     << bound_text(*f.max) << (f.open ? ")" : "]"));
   KILN_FAIL(f.flag << ": expected " << f.range() << ", got " << typed);
 }
 
