@@ -153,13 +153,17 @@ std::map<std::string, std::string> call_metadata(const TaskCall& c, const std::s
   if (r.prompt_2) metadata["prompt_2"] = *r.prompt_2;
   if (r.prompt_3) metadata["prompt_3"] = *r.prompt_3;
   if (negative && r.negative_prompt_2) metadata["negative_prompt_2"] = *r.negative_prompt_2;
+  // SDXL's hand-off: the part of the schedule the image comes from.
+  if (r.denoising_start) metadata["denoising_start"] = std::to_string(*r.denoising_start);
+  if (r.denoising_end) metadata["denoising_end"] = std::to_string(*r.denoising_end);
   return metadata;
 }
 
 PipelineOutput task_output(const TaskCall& c, const TaskStart& start, const Tensor& images,
                            std::map<std::string, std::string> metadata, bool negative) {
-  if (c.task == Task::ImageToImage || c.task == Task::Inpainting || c.task == Task::Fill)
-    metadata["strength"] = std::to_string(c.call.strength);
+  // (denoising_start replaces strength, which the call then ignores.)
+  const bool edits = c.task == Task::ImageToImage || c.task == Task::Inpainting || c.task == Task::Fill;
+  if (edits && !c.request.denoising_start) metadata["strength"] = std::to_string(c.call.strength);
   PipelineOutput output = make_output(c.request, images, std::move(metadata), start.crop);
   label_prompts(output, c.request, negative);
   c.generators.hand_back(output);

@@ -75,6 +75,9 @@ TEST_P(SdxlHandOff, MatchesDiffusers) {
   EXPECT_EQ(steps.timesteps, g["refiner_steps"].to_vector<float>()) << g.name;
   EXPECT_TRUE(testing::rel_max_error_within(steps.first, g["refiner_step0"], 1e-4)) << g.name;
   testing::expect_images_match(out, g);
+  // The image says which part of the schedule it comes from; strength, ignored, is not recorded.
+  EXPECT_EQ(out.images[0].metadata.at("denoising_start"), std::to_string(fraction)) << g.name;
+  EXPECT_EQ(out.images[0].metadata.count("strength"), 0u) << g.name;
 
   // Another denoising_end: the base's latents are diffusers' there too, and not those at `fraction`.
   const PipelineOutput earlier = (*base)(base_request(g, std::stod(g.meta("other_denoising_end"))));
@@ -98,6 +101,24 @@ TEST(SdxlHandOffRefiner, FromRecordedLatents) {
   refine.output_type = OutputType::Latent;
   const PipelineOutput out = (*refiner)(refine);
   EXPECT_TRUE(testing::rel_max_error_within(out.latents.to(float32), g["refiner_latents_final"], 1e-4));
+}
+
+// denoising_start with an image rather than latents (refining a decoded image at the hand-off's fraction):
+// diffusers encodes it (its posterior sampled) and adds no noise; strength is ignored.
+TEST(SdxlHandOffRefiner, FromAnImage) {
+  const GoldenFile g("sd_handoff", "refine_image_ref_a_s3");
+  const auto refiner = g.load();
+  PipelineRequest r = g.text_request();
+  r.denoising_start = std::stod(g.meta("denoising_start"));
+  Steps steps;
+  record(r, steps);
+  const PipelineOutput out = (*refiner)(r);
+  EXPECT_EQ(steps.timesteps, g["refiner_steps"].to_vector<float>());
+  EXPECT_TRUE(testing::rel_max_error_within(steps.first, g["refiner_step0"], 1e-4));
+  testing::expect_images_match(out, g);
+  r.strength = 0.9;  // ignored
+  r.callback_on_step_end = nullptr;
+  EXPECT_EQ((*refiner)(r).images[0].pixels, out.images[0].pixels);
 }
 
 // Refusals name the field, before any step: latents of the wrong channels, batch or size, both an image and

@@ -29,6 +29,9 @@ Cases:
     handoff_dpmpp2m_*    the same with DPMSolverMultistepScheduler (multistep: its history starts fresh in the
                          refiner, as diffusers' set_begin_index does)
     handoff_inpaint_*    inpainting base -> inpainting refiner, one mask
+    refine_image_*       the refiner's image-to-image with denoising_start and an image (not latents): the image
+                         encoded (its posterior sampled) and taken without noise, strength ignored; recorded as
+                         refiner_step0, refiner_steps, refiner_latents_final and image_u8 only
 
 Usage: python3 tools/goldens/sd_handoff.py   (torch, diffusers 0.42.1, transformers 5)
 """
@@ -142,6 +145,23 @@ def main():
                   metadata=meta_of(meta))
         print("wrote", name, {k: tuple(v.shape) for k, v in tensors.items()}, "base ran", len(base_steps),
               "refiner", len(steps))
+    # An image, not latents, with denoising_start: encoded, no noise added, strength ignored (another strength
+    # must not move the image).
+    name, args = "refine_image_ref_a_s3", dict(prompt=FOX, image="ref_a", num_inference_steps=6, guidance_scale=5.0,
+                                               strength=0.3, seed=3)
+    refiner = load(XLI, REFINER, F32)
+    call, seed = call_args(args)
+    out, steps = run(refiner, call, seed, denoising_start=0.6, output_type="np")
+    same, _ = run(refiner, dict(call, strength=0.9), seed, denoising_start=0.6, output_type="np")
+    assert (out.images == same.images).all()
+    assert len(steps) == sum(t < 400 for t in refiner.scheduler.timesteps.tolist()), steps
+    tensors = dict(refiner_step0=steps[0][1], refiner_steps=torch.tensor([t for t, _ in steps]),
+                   refiner_latents_final=steps[-1][1],
+                   image_u8=torch.from_numpy((out.images * 255).round().astype("uint8")))
+    meta = dict(args, denoising_start=0.6, pipeline=XLI, model=REFINER, dtype="float32")
+    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(GOLDENS, name + ".safetensors"),
+              metadata=meta_of(meta))
+    print("wrote", name, {k: tuple(v.shape) for k, v in tensors.items()}, "refiner", len(steps))
     print(f"goldens {folder_size(GOLDENS) / 1e6:.2f} MB")
 
 
