@@ -29,6 +29,7 @@ Cases:
     handoff_dpmpp2m_*    the same with DPMSolverMultistepScheduler (multistep: its history starts fresh in the
                          refiner, as diffusers' set_begin_index does)
     handoff_inpaint_*    inpainting base -> inpainting refiner, one mask
+    bad_latents_3_channels  latents of 3 channels (kiln generate --init-latents refuses them naming the VAE's 4)
     refine_image_*       the refiner's image-to-image with denoising_start and an image (not latents): the image
                          encoded (its posterior sampled) and taken without noise, strength ignored; recorded as
                          refiner_step0, refiner_steps, refiner_latents_final and image_u8 only
@@ -162,6 +163,8 @@ def main():
     save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(GOLDENS, name + ".safetensors"),
               metadata=meta_of(meta))
     print("wrote", name, {k: tuple(v.shape) for k, v in tensors.items()}, "refiner", len(steps))
+    # For the command line's refusal: a file of latents of 3 channels where the VAE has 4.
+    save_file({"latents": torch.zeros(1, 3, 24, 20)}, os.path.join(GOLDENS, "bad_latents_3_channels.safetensors"))
     print(f"goldens {folder_size(GOLDENS) / 1e6:.2f} MB")
 
 
