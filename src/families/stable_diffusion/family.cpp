@@ -55,6 +55,9 @@ template <class TextToImage, class ImageToImage, class Inpainting>
 std::vector<PipelineClass> three_classes(const std::vector<std::string>& names,
                                          const std::vector<std::string>& text_to_image,
                                          const std::vector<std::string>& editing = {}) {
+  // The UNet's transformer blocks split over tensor-parallel ranks (attention heads, feed-forward width);
+  // CLIP, the VAE and the UNet's convolutions stay whole on every rank.
+  const std::vector<std::string> splittable = {"unet"};
   const auto others = [&](const std::string& self) {
     std::vector<std::string> out;
     for (const std::string& s : names)
@@ -65,12 +68,14 @@ std::vector<PipelineClass> three_classes(const std::vector<std::string>& names,
       {.name = names[0],
        .task = Task::TextToImage,
        .fields = text_to_image,
+       .splittable_components = splittable,
        .loads_folders_of = others(names[0]),
        .load = load_pipeline<TextToImage>,
        .from_pipe = pipe_from<TextToImage, TextToImage>},
       {.name = names[1],
        .task = Task::ImageToImage,
        .fields = joined_fields({text_to_image, editing, {"image", "strength"}}),
+       .splittable_components = splittable,
        .loads_folders_of = others(names[1]),
        .load = load_pipeline<ImageToImage>,
        .from_pipe = pipe_from<ImageToImage, TextToImage>},
@@ -78,6 +83,7 @@ std::vector<PipelineClass> three_classes(const std::vector<std::string>& names,
        .task = Task::Inpainting,
        .fields =
            joined_fields({text_to_image, editing, {"image", "mask_image", "strength", "padding_mask_crop"}}),
+       .splittable_components = splittable,
        .loads_folders_of = others(names[2]),
        .load = load_pipeline<Inpainting>,
        .from_pipe = pipe_from<Inpainting, TextToImage>},

@@ -30,12 +30,8 @@ UNetPipeline::UNetPipeline(const UNetPipeline& pipe, SharingComponents)
 void UNetPipeline::begin_loading(pipelines::PipelineFolder& folder, const std::string& model,
                                  const PipelineLoadOptions& options, const char* pipeline_class,
                                  const char* kind) {
-  // No component of the family is split yet: refused rather than run whole on every rank.
-  KILN_CHECK(
-      options.tensor_parallel <= 1 && options.parallel_config.empty(),
-      pipeline_class << ": tensor parallelism (--tp) splits no component of the UNet family yet (the "
-                        "UNet's attention and feed-forward could be; its convolutions would not): run it "
-                        "with --tp 1");
+  // Only the UNet splits: a request to split anything else is refused before any weights load.
+  options.tensor_parallel_for("unet", {"unet"});
   path_ = folder.path();
   name_ = options.single_file.empty() ? model : options.single_file;  // what the images name
   dtype_ = options.dtype;
@@ -77,7 +73,8 @@ const nn::WeightSource* UNetPipeline::single_file_component(const std::string& c
 
 void UNetPipeline::finish_loading_unet(pipelines::PipelineFolder& folder,
                                        const PipelineLoadOptions& options) {
-  unet_ = models::load_unet(folder.need("unet", {"UNet2DConditionModel"}), options.dtype, single_file_.get());
+  unet_ = models::load_unet(folder.need("unet", {"UNet2DConditionModel"}), options.dtype, single_file_.get(),
+                            options.tensor_parallel_for("unet", {"unet"}));
   folder.loaded("unet");
   vae_ = models::load_autoencoder_kl(folder.need("vae", {"AutoencoderKL"}), options.dtype,
                                      single_file_ ? single_file_->vae.get() : nullptr);
