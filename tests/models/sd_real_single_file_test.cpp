@@ -1,9 +1,10 @@
-// The real single files finetunes ship as (v1-5-pruned.safetensors, sd_xl_base_1.0.safetensors,
-// sd_xl_refiner_1.0.safetensors), at full size: their names and shapes in Stability's original layout,
-// recorded on the meta device by tools/goldens/sd_real_single_file_layouts.py and checked there against
-// diffusers' own single-file conversion. Kiln tells each file's kind as diffusers does, reads the UNet's
-// shapes off it, and every component it takes from the file loads strictly into the model built from the real
-// config. Each tensor is one element broadcast to its shape, so 3.5 billion parameters cost no memory.
+// The real single files finetunes ship as (v1-5-pruned.safetensors, v2-1_768-ema-pruned.safetensors,
+// sd_xl_base_1.0.safetensors, sd_xl_refiner_1.0.safetensors), at full size: their names and shapes in
+// Stability's original layout, recorded on the meta device by tools/goldens/sd_real_single_file_layouts.py
+// and checked there against diffusers' own single-file conversion. Kiln tells each file's kind as diffusers
+// does, reads the UNet's shapes off it, and every component it takes from the file loads strictly into the
+// model built from the real config. Each tensor is one element broadcast to its shape, so 3.5 billion
+// parameters cost no memory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -64,6 +65,7 @@ struct Case {
 
 TEST(StableDiffusionRealSingleFiles, EveryComponentLoadsStrictlyFromTheFile) {
   for (const Case& c : {Case{"sd15", Kind::SD1, 768, {320, 640, 1280, 1280}},
+                        Case{"sd21", Kind::SD2, 1024, {320, 640, 1280, 1280}},
                         Case{"sdxl", Kind::SDXL, 2048, {320, 640, 1280}},
                         Case{"refiner", Kind::SDXLRefiner, 1280, {384, 768, 1536, 1536}}}) {
     SCOPED_TRACE(c.model);

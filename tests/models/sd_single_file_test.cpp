@@ -158,20 +158,47 @@ TEST(StableDiffusionSingleFile, AMissingTensorIsNamedWithItsComponent) {
                     "up_blocks.1.upsamplers.0.conv.weight");
 }
 
-TEST(StableDiffusionSingleFile, Sd2IsRefusedByName) {
-  const Tensor conv_in = zeros_of({8, 4, 3, 3});
-  const std::string full =
-      write("sd2", {{"model.diffusion_model.input_blocks.0.0.weight", conv_in},
-                    {"cond_stage_model.model.token_embedding.weight", zeros_of({10, 8})}});
-  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(full), "sd2.safetensors",
-                    "an SD2 checkpoint (v-prediction at 768)", "OpenCLIP-H");
-  // A UNet alone: SD2's 1024-wide context gives it away.
-  const std::string unet =
-      write("sd2_unet", {{"model.diffusion_model.input_blocks.0.0.weight", conv_in},
-                         {"model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight",
-                          zeros_of({8, 1024})}});
-  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(unet),
-                    "an SD2 checkpoint (v-prediction at 768)", "1024-wide context");
+// SD2.x as Stability ships it (v2-1_768-ema-pruned.safetensors): OpenCLIP-H at cond_stage_model.model (with
+// the projection and logit_scale SD2's CLIPTextModel has no parameter for), linear projections in the UNet;
+// the tiny SD 2.1 written so (tools/goldens/sd_single_file.py, checked there against diffusers'
+// from_single_file) equals its folder.
+TEST(StableDiffusionSingleFile, Sd2FileEqualsTheFolder) {
+  const StableDiffusionSingleFile sf = models::open_stable_diffusion_single_file(single_file("sd2_tiny"));
+  EXPECT_EQ(sf.kind, Kind::SD2);
+  EXPECT_STREQ(models::kind_name(sf.kind), "SD2.x");
+  EXPECT_STREQ(models::single_file_class(sf.kind, false), "StableDiffusionPipeline");
+  EXPECT_STREQ(models::single_file_class(sf.kind, true), "StableDiffusionInpaintPipeline");
+  EXPECT_STREQ(models::default_config(sf.kind), "stabilityai/stable-diffusion-2-1");
+  EXPECT_STREQ(models::default_config(sf.kind, true), "stabilityai/stable-diffusion-2-inpainting");
+  ASSERT_TRUE(sf.unet && sf.text_encoder && sf.vae);
+  EXPECT_EQ(sf.text_encoder_2, nullptr);
+  EXPECT_FALSE(sf.text_encoder->contains("text_projection.weight"));
+  expect_unet_equals_folder(*sf.unet, "sd2-tiny");
+  expect_clip_equals_folder(*sf.text_encoder, "sd2-tiny", "text_encoder");
+  expect_vae_equals_folder(*sf.vae, "sd2-tiny");
+
+  // A UNet alone: SD2's 1024-wide context gives it away (diffusers' "v2"); here the tiny UNet's
+  // cross-attention keys and values are widened to 1024 (the reader reads shapes only), and at its own 32 it
+  // reads as SD1.x.
+  std::vector<std::pair<std::string, Tensor>> unet;
+  for (auto& [name, t] : tensors_of(single_file("sd2_tiny"), "model.diffusion_model.")) {
+    const bool kv = name.find(".attn2.to_k.weight") != std::string::npos ||
+                    name.find(".attn2.to_v.weight") != std::string::npos;
+    unet.emplace_back(name, kv ? zeros_of({t.size(0), 1024}) : t);
+  }
+  const StableDiffusionSingleFile alone = models::open_stable_diffusion_single_file(write("sd2_unet", unet));
+  EXPECT_EQ(alone.kind, Kind::SD2);
+  EXPECT_EQ(alone.text_encoder, nullptr);
+  EXPECT_EQ(models::open_stable_diffusion_single_file(
+                write("sd2_unet_32", tensors_of(single_file("sd2_tiny"), "model.diffusion_model.")))
+                .kind,
+            Kind::SD1);
+  // An SD2 file with a CLIP-L beside OpenCLIP-H is no SD2 file: the stray tower is named.
+  auto tensors = tensors_of(single_file("sd2_tiny"));
+  tensors.emplace_back("cond_stage_model.transformer.text_model.final_layer_norm.weight", zeros_of({32}));
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(write("sd2_two_towers", tensors)),
+                    "an SD2.x single file",
+                    "cond_stage_model.transformer.text_model.final_layer_norm.weight");
 }
 
 // The refiner as Stability ships it (sd_xl_refiner_1.0.safetensors): OpenCLIP bigG alone at
@@ -248,17 +275,17 @@ TEST(StableDiffusionSingleFile, OtherFamiliesAreNeitherSd1NorSdxl) {
   // FLUX.1's layout (Chroma's file) and Z-Image's: the message lists what the file holds instead.
   EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(
                         testing::data_path("goldens/chroma/transformer_single_file.safetensors")),
-                    "transformer_single_file.safetensors", "neither SD1.x nor SDXL", "double_blocks (",
+                    "transformer_single_file.safetensors", "neither SD1.x, SD2.x nor SDXL", "double_blocks (",
                     "single_blocks (");
   EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(
                         testing::data_path("goldens/z_image/transformer_single_file.safetensors")),
-                    "neither SD1.x nor SDXL", "noise_refiner (", "x_embedder (");
+                    "neither SD1.x, SD2.x nor SDXL", "noise_refiner (", "x_embedder (");
   // ComfyUI's prefix is shown with the level under it, which tells the families apart.
   std::vector<std::pair<std::string, Tensor>> comfy;
   for (auto& [name, t] : tensors_of(testing::data_path("goldens/chroma/transformer_single_file.safetensors")))
     comfy.emplace_back("model.diffusion_model." + name, t);
   EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(write("comfy_flux", comfy)),
-                    "neither SD1.x nor SDXL", "model.diffusion_model.double_blocks (");
+                    "neither SD1.x, SD2.x nor SDXL", "model.diffusion_model.double_blocks (");
 }
 
 TEST(StableDiffusionSingleFile, UnexpectedTensorsAreNamed) {

@@ -351,7 +351,8 @@ TEST(StableDiffusionPipeline, Bfloat16StaysWithinItsNoise) {
 TEST(StableDiffusionPipeline, ASingleFileAsTheModelGivesTheFoldersImage) {
   for (const auto& [file, golden] : {std::pair{"sd15_tiny", "sd15_cat_64x64_s0"},
                                      {"sd15_tiny_unet_only", "sd15_cat_64x64_s0"},
-                                     {"sdxl_tiny", "sdxl_cat_64x64_s0"}}) {
+                                     {"sdxl_tiny", "sdxl_cat_64x64_s0"},
+                                     {"sd2_tiny", "sd2_vpred_32x32_s30"}}) {
     const GoldenFile g("sd", golden);
     const std::string path =
         testing::data_path(std::string("goldens/sd_single_file/") + file + ".safetensors");

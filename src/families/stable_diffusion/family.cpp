@@ -25,7 +25,7 @@ std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, co
 // conditioner.embedders, first_stage_model): SD1.x on SD1.5's configs, SDXL on SDXL base's, the SDXL refiner
 // on the refiner's (as StableDiffusionXLImg2ImgPipeline, its folder's class), as diffusers' from_single_file
 // picks them; an inpainting UNet (9 input channels) as the inpainting class, on the same configs (load_unet
-// takes in_channels from the file). SD2 files are refused naming what they are.
+// takes in_channels from the file); SD2.x on SD 2.1's (2-inpainting's for a 9-channel UNet).
 std::optional<SingleFilePipeline> single_file(const std::string& path) {
   const std::shared_ptr<const nn::WeightSource> file = nn::open_weight_file(path);
   bool stability = false;
@@ -36,7 +36,7 @@ std::optional<SingleFilePipeline> single_file(const std::string& path) {
   if (!stability) return std::nullopt;
   const models::StableDiffusionSingleFile sd = models::read_stable_diffusion_single_file(file);
   return SingleFilePipeline{models::single_file_class(sd.kind, sd.in_channels == 9),
-                            models::default_config(sd.kind)};
+                            models::default_config(sd.kind, sd.in_channels == 9)};
 }
 
 // The fields every class of the family takes: the common ones but CLIP's fixed 77 tokens, prompts as text,

@@ -19,7 +19,6 @@ constexpr const char* kXlClip = "conditioner.embedders.0.transformer.";     // S
 constexpr const char* kXlOpenClip = "conditioner.embedders.1.model.";       // SDXL's OpenCLIP bigG
 constexpr const char* kRefinerOpenClip = "conditioner.embedders.0.model.";  // the refiner's bigG, alone
 constexpr const char* kVae = "first_stage_model.";
-// The telltale of the kind refused by name.
 constexpr const char* kSd2OpenClip = "cond_stage_model.model.";  // SD2.x's OpenCLIP-H
 
 bool starts_with(const std::string& s, const std::string& prefix) {
@@ -173,7 +172,7 @@ UnetLayout unet_layout(const nn::WeightSource& file, const std::vector<std::stri
     }
     KILN_CHECK(file.contains(block + "out_layers.3.weight"),
                where << ": " << block << " is neither a ResNet block (out_layers.3.weight) nor a downsampler "
-                     << "(op.weight): not the UNet of SD1.x or SDXL");
+                     << "(op.weight): not the UNet of SD1.x, SD2.x or SDXL");
     if (layer == 0) u.block_out_channels.push_back(file.shape(block + "out_layers.3.weight")[0]);
     u.inputs[i] = {level, layer++, false};
   }
@@ -396,9 +395,15 @@ bool deliberately_ignored(const std::string& name) {
   // CLIP's position_ids buffer; OpenCLIP's contrastive temperature and causal mask.
   if (starts_with(name, kClip) && is_position_ids(name.substr(std::string(kClip).size()))) return true;
   if (starts_with(name, kXlClip) && is_position_ids(name.substr(std::string(kXlClip).size()))) return true;
-  for (const char* open_clip : {kXlOpenClip, kRefinerOpenClip})
+  for (const char* open_clip : {kXlOpenClip, kRefinerOpenClip, kSd2OpenClip})
     if (name == std::string(open_clip) + "logit_scale" || name == std::string(open_clip) + "attn_mask")
       return true;
+  // SD2 reads OpenCLIP-H's penultimate layer through a CLIPTextModel of 23 layers and no projection:
+  // diffusers' conversion skips the 24th layer (SD_2_TEXT_ENCODER_KEYS_TO_IGNORE) and the text encoder has no
+  // parameter for text_projection.
+  if (starts_with(name, std::string(kSd2OpenClip) + "transformer.resblocks.23.") ||
+      name == std::string(kSd2OpenClip) + "text_projection")
+    return true;
   return false;
 }
 
@@ -438,6 +443,8 @@ int64_t unet_cross_attention_dim(const nn::WeightSource& file, const std::vector
 
 const char* kind_name(StableDiffusionSingleFile::Kind kind) {
   switch (kind) {
+    case StableDiffusionSingleFile::Kind::SD2:
+      return "SD2.x";
     case StableDiffusionSingleFile::Kind::SDXL:
       return "SDXL";
     case StableDiffusionSingleFile::Kind::SDXLRefiner:
@@ -457,13 +464,18 @@ const char* single_file_class(StableDiffusionSingleFile::Kind kind, bool inpaint
       // text-to-image class fails on its 5 time ids); given a mask, callers pick the inpainting sibling.
       return inpainting ? "StableDiffusionXLInpaintPipeline" : "StableDiffusionXLImg2ImgPipeline";
     case StableDiffusionSingleFile::Kind::SD1:
+    case StableDiffusionSingleFile::Kind::SD2:
       break;
   }
   return inpainting ? "StableDiffusionInpaintPipeline" : "StableDiffusionPipeline";
 }
 
-const char* default_config(StableDiffusionSingleFile::Kind kind) {
+const char* default_config(StableDiffusionSingleFile::Kind kind, bool inpainting) {
   switch (kind) {
+    case StableDiffusionSingleFile::Kind::SD2:
+      // diffusers' DIFFUSERS_DEFAULT_PIPELINE_PATHS: "v2" (2.1, v-prediction at 768; a 512 epsilon file such
+      // as 2.1-base needs its own configs) and "inpainting_v2" (512, epsilon, in_channels 9).
+      return inpainting ? "stabilityai/stable-diffusion-2-inpainting" : "stabilityai/stable-diffusion-2-1";
     case StableDiffusionSingleFile::Kind::SDXL:
       return "stabilityai/stable-diffusion-xl-base-1.0";
     case StableDiffusionSingleFile::Kind::SDXLRefiner:
@@ -486,15 +498,11 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
   const int64_t cross = has_unet ? unet_cross_attention_dim(*file, names) : 0;
   const bool xl_unet = file->contains(std::string(kUnet) + "label_emb.0.0.weight");
 
-  // The kind refused, by its text encoder or, in a UNet-only file, the context width.
-  KILN_CHECK(
-      !any_under(names, kSd2OpenClip) && (xl_unet || cross != 1024),
-      where << ": an SD2 checkpoint (v-prediction at 768): "
-            << (any_under(names, kSd2OpenClip) ? "its text encoder is OpenCLIP-H (cond_stage_model.model.*)"
-                                               : "its UNet takes a 1024-wide context (OpenCLIP-H's)")
-            << "; Kiln reads SD1.x, SDXL base and SDXL refiner single files");
-  KILN_CHECK(has_unet, where << ": neither SD1.x nor SDXL in the original layout (no UNet at " << conv_in
-                             << "); the file's top-level keys: " << top_level_groups(names));
+  KILN_CHECK(has_unet, where << ": neither SD1.x, SD2.x nor SDXL in the original layout (no UNet at "
+                             << conv_in << "); the file's top-level keys: " << top_level_groups(names));
+  // SD2.x by its text encoder, OpenCLIP-H, or, in a UNet-only file, its context width (diffusers'
+  // infer_diffusers_model_type: "v2" for a 1024-wide attn2.to_k).
+  const bool sd2 = !xl_unet && (any_under(names, kSd2OpenClip) || cross == 1024);
 
   // The refiner's sgm conditioner has one embedder, OpenCLIP bigG, at index 0 (diffusers' infer_diffusers_
   // model_type: "xl_refiner" for bigG's layers at conditioner.embedders.0.model with none at embedders.1);
@@ -505,6 +513,7 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
   StableDiffusionSingleFile out;
   out.kind = refiner_tower || refiner_unet              ? StableDiffusionSingleFile::Kind::SDXLRefiner
              : xl_unet || any_under(names, kXlOpenClip) ? StableDiffusionSingleFile::Kind::SDXL
+             : sd2                                      ? StableDiffusionSingleFile::Kind::SD2
                                                         : StableDiffusionSingleFile::Kind::SD1;
   const bool refiner = out.kind == StableDiffusionSingleFile::Kind::SDXLRefiner;
   const bool xl = refiner || out.kind == StableDiffusionSingleFile::Kind::SDXL;
@@ -530,8 +539,9 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
   }
 
   ComponentMapping unet, te, te2, vae;
-  // The refiner has no CLIP-L: a file of its kind with one is refused below with the other stray tensors.
-  const bool reads_clip = !refiner;
+  // The refiner and SD2 have no CLIP-L: a file of theirs with one is refused below with the other stray
+  // tensors.
+  const bool reads_clip = !refiner && !sd2;
   const std::string clip_prefix = xl ? kXlClip : kClip;
   const std::string open_clip_prefix = refiner ? kRefinerOpenClip : kXlOpenClip;
   std::vector<std::string> leftovers;
@@ -548,6 +558,8 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
       used = true;
     } else if (xl && starts_with(n, open_clip_prefix)) {
       used = add_open_clip(*file, n, n.substr(open_clip_prefix.size()), te2);
+    } else if (sd2 && starts_with(n, kSd2OpenClip)) {  // SD2's one text encoder, OpenCLIP-H
+      used = add_open_clip(*file, n, n.substr(std::string(kSd2OpenClip).size()), te);
     } else if (starts_with(n, kVae)) {
       bool conv_attention = false;
       if (auto to = vae_name(n.substr(std::string(kVae).size()), up_levels, conv_attention)) {

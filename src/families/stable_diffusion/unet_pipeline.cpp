@@ -46,7 +46,8 @@ void UNetPipeline::begin_loading(pipelines::PipelineFolder& folder, const std::s
     // (requires_aesthetics_score), and a file on the other's configs would mix their components and time ids.
     const bool file_refiner = found_kind == models::StableDiffusionSingleFile::Kind::SDXLRefiner;
     const bool folder_refiner = std::string(kind) == "SDXL refiner";
-    KILN_CHECK(file_refiner == folder_refiner || found == "SD1.x" || std::string(kind) == "SD1.x",
+    const bool xl_file = found_kind == models::StableDiffusionSingleFile::Kind::SDXL || file_refiner;
+    KILN_CHECK(file_refiner == folder_refiner || !xl_file || std::string(kind) == "SD1.x",
                options.single_file << ": an SDXL " << (file_refiner ? "refiner" : "base")
                                    << " checkpoint, but " << model
                                    << ", whose configs it was given, is an SDXL "
@@ -55,9 +56,11 @@ void UNetPipeline::begin_loading(pipelines::PipelineFolder& folder, const std::s
                                    << (folder_refiner ? "true" : "false") << "): give the "
                                    << (file_refiner ? "refiner" : "base") << "'s configs (--config "
                                    << models::default_config(found_kind) << " or a folder of it)");
-    KILN_CHECK(found == kind, options.single_file << ": an " << found << " checkpoint, which "
-                                                  << models::single_file_class(found_kind, false)
-                                                  << " runs, not " << pipeline_class);
+    // StableDiffusionPipeline and its siblings run SD1.x and SD2.x alike (their folder's configs differ).
+    const bool sd2_as_sd = std::string(kind) == "SD1.x" && found == "SD2.x";
+    KILN_CHECK(found == kind || sd2_as_sd, options.single_file << ": an " << found << " checkpoint, which "
+                                                               << models::single_file_class(found_kind, false)
+                                                               << " runs, not " << pipeline_class);
   }
   samplers_ = std::make_shared<UNetSamplers>(
       folder.need("scheduler", {"EulerDiscreteScheduler", "EulerAncestralDiscreteScheduler",
