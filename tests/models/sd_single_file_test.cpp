@@ -298,6 +298,93 @@ TEST(StableDiffusionSingleFile, UnexpectedTensorsAreNamed) {
                     "embedding_manager.embedder.weight");
 }
 
+// OpenCLIP's text tower renamed as stable-diffusion.cpp's loader names it (src/name_conversion.cpp:
+// convert_open_clip_to_hf_clip_name): transformers' names under `to`, q/k/v still fused as self_attn.in_proj,
+// text_projection kept as OpenCLIP's [width, projection]; its logit_scale kept aside.
+std::string sdcpp_open_clip_name(const std::string& rest, const std::string& to) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"ln_final.", "text_model.final_layer_norm."},
+      {"positional_embedding", "text_model.embeddings.position_embedding.weight"},
+      {"token_embedding.weight", "text_model.embeddings.token_embedding.weight"},
+      {"text_projection", "text_model.text_projection"},
+      {"logit_scale", "logit_scale"},
+  };
+  for (const auto& [from, into] : kTop)
+    if (rest.rfind(from, 0) == 0) return to + into + rest.substr(std::string(from).size());
+  static const std::pair<const char*, const char*> kBlock[] = {
+      {"attn.in_proj_weight", "self_attn.in_proj.weight"},
+      {"attn.in_proj_bias", "self_attn.in_proj.bias"},
+      {"attn.out_proj.", "self_attn.out_proj."},
+      {"ln_1.", "layer_norm1."},
+      {"ln_2.", "layer_norm2."},
+      {"mlp.c_fc.", "mlp.fc1."},
+      {"mlp.c_proj.", "mlp.fc2."},
+  };
+  const std::string head = "transformer.resblocks.";
+  EXPECT_EQ(rest.rfind(head, 0), 0u) << rest;
+  const size_t dot = rest.find('.', head.size());
+  const std::string layer = rest.substr(head.size(), dot - head.size()), tail = rest.substr(dot + 1);
+  for (const auto& [from, into] : kBlock)
+    if (tail.rfind(from, 0) == 0)
+      return to + "text_model.encoder.layers." + layer + "." + into + tail.substr(std::string(from).size());
+  ADD_FAILURE() << "no stable-diffusion.cpp name for " << rest;
+  return rest;
+}
+
+// A file's tensors under stable-diffusion.cpp's names (what `sd -M convert` writes): SDXL's CLIP-L at
+// cond_stage_model.transformer., bigG at cond_stage_model.1.transformer. (the refiner's lone bigG at
+// cond_stage_model.transformer.), the UNet and the VAE as they were.
+std::vector<std::pair<std::string, Tensor>> sdcpp_layout(const std::string& path) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, t] : tensors_of(path)) {
+    std::string n = name;
+    if (n.rfind("conditioner.embedders.0.transformer.", 0) == 0)
+      n = "cond_stage_model.transformer." + n.substr(36);
+    else if (n.rfind("conditioner.embedders.1.model.", 0) == 0)
+      n = sdcpp_open_clip_name(n.substr(30), "cond_stage_model.1.transformer.");
+    else if (n.rfind("conditioner.embedders.0.model.", 0) == 0)
+      n = sdcpp_open_clip_name(n.substr(30), "cond_stage_model.transformer.");
+    if (n.size() > 11 && n.compare(n.size() - 11, 11, "logit_scale") == 0) continue;  // sd.cpp drops it
+    out.emplace_back(n, t);
+  }
+  return out;
+}
+
+TEST(StableDiffusionSingleFile, StableDiffusionCppNamesAreRead) {
+  const StableDiffusionSingleFile xl =
+      models::open_stable_diffusion_single_file(write("sdcpp_xl", sdcpp_layout(single_file("sdxl_tiny"))));
+  EXPECT_EQ(xl.kind, Kind::SDXL);
+  ASSERT_TRUE(xl.unet && xl.text_encoder && xl.text_encoder_2 && xl.vae);
+  EXPECT_EQ(xl.text_encoder_2->shape("text_projection.weight"), (Shape{24, 32}));
+  expect_unet_equals_folder(*xl.unet, "sdxl-tiny");
+  expect_clip_equals_folder(*xl.text_encoder, "sdxl-tiny", "text_encoder");
+  expect_clip_equals_folder(*xl.text_encoder_2, "sdxl-tiny", "text_encoder_2");
+  expect_vae_equals_folder(*xl.vae, "sdxl-tiny");
+
+  const StableDiffusionSingleFile refiner = models::open_stable_diffusion_single_file(
+      write("sdcpp_refiner", sdcpp_layout(single_file("sdxl_refiner_tiny"))));
+  EXPECT_EQ(refiner.kind, Kind::SDXLRefiner);
+  EXPECT_EQ(refiner.text_encoder, nullptr);
+  ASSERT_TRUE(refiner.text_encoder_2);
+  expect_clip_equals_folder(*refiner.text_encoder_2, "sdxl-refiner-tiny", "text_encoder_2");
+}
+
+// A UNet alone under the original names without model.diffusion_model. (city96's ComfyUI-GGUF files,
+// ComfyUI's extracted UNets) is read as with it.
+TEST(StableDiffusionSingleFile, AUnetWithoutThePrefixIsRead) {
+  std::vector<std::pair<std::string, Tensor>> bare;
+  for (auto& [name, t] : tensors_of(single_file("sdxl_tiny"), "model.diffusion_model."))
+    bare.emplace_back(name.substr(22), t);
+  const StableDiffusionSingleFile sf = models::open_stable_diffusion_single_file(write("bare_unet", bare));
+  EXPECT_EQ(sf.kind, Kind::SDXL);
+  EXPECT_EQ(sf.text_encoder, nullptr);
+  expect_unet_equals_folder(*sf.unet, "sdxl-tiny");
+  // What is no UNet tensor is still named.
+  bare.emplace_back("cond_stage_model.transformer.text_model.final_layer_norm.weight", zeros_of({32}));
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(write("bare_extra", bare)), "1 tensors",
+                    "model.diffusion_model.cond_stage_model.transformer.text_model.final_layer_norm.weight");
+}
+
 TEST(StableDiffusionSingleFile, SdxlWithoutClipLIsRefused) {
   auto tensors = tensors_of(single_file("sdxl_tiny"));
   std::erase_if(tensors, [](const auto& t) { return t.first.rfind("conditioner.embedders.0.", 0) == 0; });

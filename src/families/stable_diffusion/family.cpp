@@ -33,6 +33,8 @@ std::optional<SingleFilePipeline> single_file(const std::string& path) {
     for (const char* prefix : {"model.diffusion_model.input_blocks.", "cond_stage_model.",
                                "conditioner.embedders.", "first_stage_model."})
       stability = stability || name.rfind(prefix, 0) == 0;
+  // A UNet alone without the prefix (ComfyUI-GGUF's SD1.x / SDXL files).
+  stability = stability || (file->contains("input_blocks.0.0.weight") && file->contains("out.2.weight"));
   if (!stability) return std::nullopt;
   const models::StableDiffusionSingleFile sd = models::read_stable_diffusion_single_file(file);
   return SingleFilePipeline{models::single_file_class(sd.kind, sd.in_channels == 9),

@@ -9,6 +9,11 @@
 // 1x1-conv attention weights are viewed as matrices, bigG's text_projection is transposed. Inpainting UNets
 // (9 input channels) are read as the others. SD2.x files hold OpenCLIP-H at cond_stage_model.model.*, read
 // as diffusers reads it into SD2's CLIPTextModel (its 24th layer and its projection unused).
+// Also read: stable-diffusion.cpp's names (`sd -M convert`'s GGUF files: SDXL's CLIP-L at
+// cond_stage_model.transformer.*, bigG at cond_stage_model.1.transformer.* in transformers' names with q/k/v
+// fused as self_attn.in_proj, the refiner's bigG at cond_stage_model.transformer.*), and a UNet alone without
+// the model.diffusion_model. prefix (city96's ComfyUI-GGUF files). Quantized tensors (GGUF blocks, fp8) are
+// passed through as stored, so Linear weights stay quantized (nn::LoadOptions::keep_quantized).
 #pragma once
 
 #include <memory>
