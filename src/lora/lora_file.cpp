@@ -69,7 +69,8 @@ std::map<std::string, ComponentAlphas> diffusers_alphas(const io::SafetensorsFil
   const auto meta = file.metadata().find("lora_adapter_metadata");
   if (meta == file.metadata().end()) return out;
   const io::JsonConfig config = io::JsonConfig::parse(meta->second, file.path() + ": lora_adapter_metadata");
-  for (const std::string component : {"transformer", "text_encoder", "text_encoder_2"}) {
+  // The denoiser's entry is the transformer's, or the UNet family's unet.
+  for (const std::string component : {"transformer", "unet", "text_encoder", "text_encoder_2"}) {
     const std::string p = component + ".";
     KILN_CHECK(!config.get_or<bool>(p + "use_dora", false),
                file.path() << ": a DoRA adapter (" << p << "use_dora): DoRA is not supported");

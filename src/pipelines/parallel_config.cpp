@@ -9,11 +9,12 @@ nn::TensorParallel PipelineLoadOptions::tensor_parallel_for(
   for (const auto& [name, config] : parallel_config) {
     bool known = false;
     for (const std::string& s : splittable) known = known || s == name;
+    std::string names;
+    for (const std::string& s : splittable) names += (names.empty() ? "" : ", ") + s;
     KILN_CHECK(known, "parallel_config: component '"
-                          << name
-                          << "' cannot be split over ranks (CLIP and the VAE stay replicated); tensor "
-                          << "parallelism applies to the transformer and the large text encoder (T5; "
-                          << "FLUX.2's Mistral 3 / Qwen3)");
+                          << name << "' cannot be split over ranks (CLIP and the VAE stay replicated); this "
+                          << "pipeline splits "
+                          << (names.empty() ? std::string("none of its components") : names));
   }
   KILN_CHECK(tensor_parallel >= 1, "tensor_parallel must be at least 1, got " << tensor_parallel);
   auto it = parallel_config.find(component);

@@ -2,7 +2,7 @@
 // type (xla-cpu unless KILN_TEST_DEVICE says otherwise): the transformer and the large text encoder sharded
 // by their tensor-parallel plans, each device holding only its shards, the collectives inside executables
 // across the devices. Every rank draws the one-rank image (within one 8-bit level), on 2 and 4 devices and in
-// each execution mode, for FLUX.1, SD3.5 and FLUX.2.
+// each execution mode, for FLUX.1, SD3.5, FLUX.2 and SDXL's UNet.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -49,6 +49,13 @@ Case flux2() {
   r.guidance_scale = 4.0f;
   r.max_sequence_length = 40;
   return {"flux2-tiny-klein-full", {"transformer", "text_encoder"}, r};
+}
+
+// SDXL's UNet (its transformer blocks' heads and feed-forward; convolutions whole on each device), guided.
+Case sdxl() {
+  PipelineRequest r{.prompt = "a red circle", .height = 32, .width = 32, .num_inference_steps = 3};
+  r.negative_prompt = "blurry";
+  return {"sdxl-tiny", {"unet"}, r};
 }
 
 // kiln-shapes-64 (the README's model): 4 heads, so it splits 4 ways (the tiny test models have 2).
@@ -106,6 +113,10 @@ TEST(LocalRanksPipeline, FluxOnFourDevices) {
 
 TEST(LocalRanksPipeline, StableDiffusion3OnTwoDevices) {
   expect_every_rank_draws(sd3(), 2, ExecutionMode::Eager);
+}
+
+TEST(LocalRanksPipeline, StableDiffusionXLOnTwoDevices) {
+  expect_every_rank_draws(sdxl(), 2, ExecutionMode::CompileBlocks);
 }
 
 TEST(LocalRanksPipeline, Flux2FromAPromptOnTwoDevices) {

@@ -55,6 +55,14 @@ add_test(NAME dist.generate_qwen_image_tp2
                  ${KILN_TINY_GENERATE} --output ${CMAKE_CURRENT_BINARY_DIR}/dist_qwen_image_tp2.png)
 set_tests_properties(dist.generate_qwen_image_tp2 PROPERTIES
                      PASS_REGULAR_EXPRESSION "wrote .*dist_qwen_image_tp2.png" LABELS dist)
+# SDXL with its UNet's transformer blocks split (its images: tensor_parallel_stable_diffusion_test.cpp).
+add_test(NAME dist.generate_sdxl_tp2
+         COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --model
+                 ${CMAKE_CURRENT_SOURCE_DIR}/data/models/sdxl-tiny --prompt "a red circle" --negative-prompt "blurry"
+                 --height 32 --width 32 --steps 3 --seed 1 --dtype f32
+                 --output ${CMAKE_CURRENT_BINARY_DIR}/dist_sdxl_tp2.png)
+set_tests_properties(dist.generate_sdxl_tp2 PROPERTIES PASS_REGULAR_EXPRESSION "wrote .*dist_sdxl_tp2.png"
+                     LABELS dist)
 # On PJRT devices: rank r on xla-cpu:r (the image itself: tensor_parallel_pipeline_test.cpp).
 add_test(NAME dist.generate_flux_tp2_on_xla_cpu
          COMMAND ${KILN_MPIRUN2} $<TARGET_FILE:kiln_cli> generate --tp 2 --device xla-cpu --model ${KILN_TINY_FLUX}

@@ -41,6 +41,15 @@ class GgufBuilder {
     put<uint32_t>(kv_, value);
     ++n_kv_;
   }
+  // An array of int32 (as the gguf package writes a list of Python ints).
+  void add_i32_array(const std::string& key, const std::vector<int32_t>& values) {
+    put_string(kv_, key);
+    put<uint32_t>(kv_, 9);
+    put<uint32_t>(kv_, 5);
+    put<uint64_t>(kv_, values.size());
+    for (int32_t v : values) put<int32_t>(kv_, v);
+    ++n_kv_;
+  }
   // `ne` in ggml order (innermost first); the data follows the previous tensor's, aligned, unless `offset`
   // is given.
   void add_tensor(const std::string& name, std::vector<uint64_t> ne, uint32_t type, const std::string& bytes,
@@ -267,6 +276,37 @@ TEST(Gguf, RejectsBadMetadata) {
     GgufBuilder::put<uint64_t>(b, 1ull << 40);
     EXPECT_KILN_ERROR(io::GgufFile(write("arr.gguf", b)), "metadata 'arr'", "claims 1099511627776 elements");
   }
+}
+
+// city96's ComfyUI-GGUF stores some tensors reshaped to 256-wide rows and records the real shape under
+// comfy.gguf.orig_shape.<name>: the tensor reads back in that shape, its blocks stay quantized when the real
+// rows are whole blocks, and a recorded shape of another size is refused.
+TEST(Gguf, ComfyOriginalShapesAreTheTensorsShapes) {
+  const auto file = [](const std::vector<int32_t>& shape) {
+    GgufBuilder g;
+    g.add_i32_array("comfy.gguf.orig_shape.w", shape);
+    g.add_tensor("w", {64, 1}, 8, q8_0_block() + q8_0_block());
+    return g.bytes();
+  };
+  const nn::GgufWeights rows(write("orig_rows.gguf", file({2, 32})));
+  EXPECT_EQ(rows.shape("w"), (Shape{2, 32}));
+  const quant::QuantizedTensor q = rows.load_quantized("w");
+  ASSERT_TRUE(q.defined());
+  EXPECT_EQ(q.shape, (Shape{2, 32}));
+  EXPECT_EQ(q.blocks.shape(), (Shape{2, 34}));
+  const Tensor values = rows.load("w");
+  EXPECT_EQ(values.shape(), (Shape{2, 32}));
+  EXPECT_EQ(values.to_vector<float>(), q.dequantize().to_vector<float>());
+  EXPECT_EQ(values.to_vector<float>()[33], -7.5f);  // the second block's second value: 0.5 * (1 - 16)
+
+  // Rows of 16 are no whole Q8_0 blocks: plain values only.
+  const nn::GgufWeights narrow(write("orig_narrow.gguf", file({4, 16})));
+  EXPECT_EQ(narrow.shape("w"), (Shape{4, 16}));
+  EXPECT_FALSE(narrow.load_quantized("w").defined());
+  EXPECT_EQ(narrow.load("w").shape(), (Shape{4, 16}));
+
+  EXPECT_KILN_ERROR(nn::GgufWeights(write("orig_bad.gguf", file({3, 32}))), "orig_bad.gguf",
+                    "comfy.gguf.orig_shape.w gives [3, 32] for 'w', which holds [1, 64] values");
 }
 
 }  // namespace

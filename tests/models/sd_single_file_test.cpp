@@ -158,20 +158,47 @@ TEST(StableDiffusionSingleFile, AMissingTensorIsNamedWithItsComponent) {
                     "up_blocks.1.upsamplers.0.conv.weight");
 }
 
-TEST(StableDiffusionSingleFile, Sd2IsRefusedByName) {
-  const Tensor conv_in = zeros_of({8, 4, 3, 3});
-  const std::string full =
-      write("sd2", {{"model.diffusion_model.input_blocks.0.0.weight", conv_in},
-                    {"cond_stage_model.model.token_embedding.weight", zeros_of({10, 8})}});
-  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(full), "sd2.safetensors",
-                    "an SD2 checkpoint (v-prediction at 768)", "OpenCLIP-H");
-  // A UNet alone: SD2's 1024-wide context gives it away.
-  const std::string unet =
-      write("sd2_unet", {{"model.diffusion_model.input_blocks.0.0.weight", conv_in},
-                         {"model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight",
-                          zeros_of({8, 1024})}});
-  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(unet),
-                    "an SD2 checkpoint (v-prediction at 768)", "1024-wide context");
+// SD2.x as Stability ships it (v2-1_768-ema-pruned.safetensors): OpenCLIP-H at cond_stage_model.model (with
+// the projection and logit_scale SD2's CLIPTextModel has no parameter for), linear projections in the UNet;
+// the tiny SD 2.1 written so (tools/goldens/sd_single_file.py, checked there against diffusers'
+// from_single_file) equals its folder.
+TEST(StableDiffusionSingleFile, Sd2FileEqualsTheFolder) {
+  const StableDiffusionSingleFile sf = models::open_stable_diffusion_single_file(single_file("sd2_tiny"));
+  EXPECT_EQ(sf.kind, Kind::SD2);
+  EXPECT_STREQ(models::kind_name(sf.kind), "SD2.x");
+  EXPECT_STREQ(models::single_file_class(sf.kind, false), "StableDiffusionPipeline");
+  EXPECT_STREQ(models::single_file_class(sf.kind, true), "StableDiffusionInpaintPipeline");
+  EXPECT_STREQ(models::default_config(sf.kind), "stabilityai/stable-diffusion-2-1");
+  EXPECT_STREQ(models::default_config(sf.kind, true), "stabilityai/stable-diffusion-2-inpainting");
+  ASSERT_TRUE(sf.unet && sf.text_encoder && sf.vae);
+  EXPECT_EQ(sf.text_encoder_2, nullptr);
+  EXPECT_FALSE(sf.text_encoder->contains("text_projection.weight"));
+  expect_unet_equals_folder(*sf.unet, "sd2-tiny");
+  expect_clip_equals_folder(*sf.text_encoder, "sd2-tiny", "text_encoder");
+  expect_vae_equals_folder(*sf.vae, "sd2-tiny");
+
+  // A UNet alone: SD2's 1024-wide context gives it away (diffusers' "v2"); here the tiny UNet's
+  // cross-attention keys and values are widened to 1024 (the reader reads shapes only), and at its own 32 it
+  // reads as SD1.x.
+  std::vector<std::pair<std::string, Tensor>> unet;
+  for (auto& [name, t] : tensors_of(single_file("sd2_tiny"), "model.diffusion_model.")) {
+    const bool kv = name.find(".attn2.to_k.weight") != std::string::npos ||
+                    name.find(".attn2.to_v.weight") != std::string::npos;
+    unet.emplace_back(name, kv ? zeros_of({t.size(0), 1024}) : t);
+  }
+  const StableDiffusionSingleFile alone = models::open_stable_diffusion_single_file(write("sd2_unet", unet));
+  EXPECT_EQ(alone.kind, Kind::SD2);
+  EXPECT_EQ(alone.text_encoder, nullptr);
+  EXPECT_EQ(models::open_stable_diffusion_single_file(
+                write("sd2_unet_32", tensors_of(single_file("sd2_tiny"), "model.diffusion_model.")))
+                .kind,
+            Kind::SD1);
+  // An SD2 file with a CLIP-L beside OpenCLIP-H is no SD2 file: the stray tower is named.
+  auto tensors = tensors_of(single_file("sd2_tiny"));
+  tensors.emplace_back("cond_stage_model.transformer.text_model.final_layer_norm.weight", zeros_of({32}));
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(write("sd2_two_towers", tensors)),
+                    "an SD2.x single file",
+                    "cond_stage_model.transformer.text_model.final_layer_norm.weight");
 }
 
 // The refiner as Stability ships it (sd_xl_refiner_1.0.safetensors): OpenCLIP bigG alone at
@@ -248,17 +275,17 @@ TEST(StableDiffusionSingleFile, OtherFamiliesAreNeitherSd1NorSdxl) {
   // FLUX.1's layout (Chroma's file) and Z-Image's: the message lists what the file holds instead.
   EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(
                         testing::data_path("goldens/chroma/transformer_single_file.safetensors")),
-                    "transformer_single_file.safetensors", "neither SD1.x nor SDXL", "double_blocks (",
+                    "transformer_single_file.safetensors", "neither SD1.x, SD2.x nor SDXL", "double_blocks (",
                     "single_blocks (");
   EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(
                         testing::data_path("goldens/z_image/transformer_single_file.safetensors")),
-                    "neither SD1.x nor SDXL", "noise_refiner (", "x_embedder (");
+                    "neither SD1.x, SD2.x nor SDXL", "noise_refiner (", "x_embedder (");
   // ComfyUI's prefix is shown with the level under it, which tells the families apart.
   std::vector<std::pair<std::string, Tensor>> comfy;
   for (auto& [name, t] : tensors_of(testing::data_path("goldens/chroma/transformer_single_file.safetensors")))
     comfy.emplace_back("model.diffusion_model." + name, t);
   EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(write("comfy_flux", comfy)),
-                    "neither SD1.x nor SDXL", "model.diffusion_model.double_blocks (");
+                    "neither SD1.x, SD2.x nor SDXL", "model.diffusion_model.double_blocks (");
 }
 
 TEST(StableDiffusionSingleFile, UnexpectedTensorsAreNamed) {
@@ -269,6 +296,93 @@ TEST(StableDiffusionSingleFile, UnexpectedTensorsAreNamed) {
   EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(path), "extra.safetensors", "2 tensors",
                     "model.diffusion_model.input_blocks.1.2.mystery.weight",
                     "embedding_manager.embedder.weight");
+}
+
+// OpenCLIP's text tower renamed as stable-diffusion.cpp's loader names it (src/name_conversion.cpp:
+// convert_open_clip_to_hf_clip_name): transformers' names under `to`, q/k/v still fused as self_attn.in_proj,
+// text_projection kept as OpenCLIP's [width, projection]; its logit_scale kept aside.
+std::string sdcpp_open_clip_name(const std::string& rest, const std::string& to) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"ln_final.", "text_model.final_layer_norm."},
+      {"positional_embedding", "text_model.embeddings.position_embedding.weight"},
+      {"token_embedding.weight", "text_model.embeddings.token_embedding.weight"},
+      {"text_projection", "text_model.text_projection"},
+      {"logit_scale", "logit_scale"},
+  };
+  for (const auto& [from, into] : kTop)
+    if (rest.rfind(from, 0) == 0) return to + into + rest.substr(std::string(from).size());
+  static const std::pair<const char*, const char*> kBlock[] = {
+      {"attn.in_proj_weight", "self_attn.in_proj.weight"},
+      {"attn.in_proj_bias", "self_attn.in_proj.bias"},
+      {"attn.out_proj.", "self_attn.out_proj."},
+      {"ln_1.", "layer_norm1."},
+      {"ln_2.", "layer_norm2."},
+      {"mlp.c_fc.", "mlp.fc1."},
+      {"mlp.c_proj.", "mlp.fc2."},
+  };
+  const std::string head = "transformer.resblocks.";
+  EXPECT_EQ(rest.rfind(head, 0), 0u) << rest;
+  const size_t dot = rest.find('.', head.size());
+  const std::string layer = rest.substr(head.size(), dot - head.size()), tail = rest.substr(dot + 1);
+  for (const auto& [from, into] : kBlock)
+    if (tail.rfind(from, 0) == 0)
+      return to + "text_model.encoder.layers." + layer + "." + into + tail.substr(std::string(from).size());
+  ADD_FAILURE() << "no stable-diffusion.cpp name for " << rest;
+  return rest;
+}
+
+// A file's tensors under stable-diffusion.cpp's names (what `sd -M convert` writes): SDXL's CLIP-L at
+// cond_stage_model.transformer., bigG at cond_stage_model.1.transformer. (the refiner's lone bigG at
+// cond_stage_model.transformer.), the UNet and the VAE as they were.
+std::vector<std::pair<std::string, Tensor>> sdcpp_layout(const std::string& path) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, t] : tensors_of(path)) {
+    std::string n = name;
+    if (n.rfind("conditioner.embedders.0.transformer.", 0) == 0)
+      n = "cond_stage_model.transformer." + n.substr(36);
+    else if (n.rfind("conditioner.embedders.1.model.", 0) == 0)
+      n = sdcpp_open_clip_name(n.substr(30), "cond_stage_model.1.transformer.");
+    else if (n.rfind("conditioner.embedders.0.model.", 0) == 0)
+      n = sdcpp_open_clip_name(n.substr(30), "cond_stage_model.transformer.");
+    if (n.size() > 11 && n.compare(n.size() - 11, 11, "logit_scale") == 0) continue;  // sd.cpp drops it
+    out.emplace_back(n, t);
+  }
+  return out;
+}
+
+TEST(StableDiffusionSingleFile, StableDiffusionCppNamesAreRead) {
+  const StableDiffusionSingleFile xl =
+      models::open_stable_diffusion_single_file(write("sdcpp_xl", sdcpp_layout(single_file("sdxl_tiny"))));
+  EXPECT_EQ(xl.kind, Kind::SDXL);
+  ASSERT_TRUE(xl.unet && xl.text_encoder && xl.text_encoder_2 && xl.vae);
+  EXPECT_EQ(xl.text_encoder_2->shape("text_projection.weight"), (Shape{24, 32}));
+  expect_unet_equals_folder(*xl.unet, "sdxl-tiny");
+  expect_clip_equals_folder(*xl.text_encoder, "sdxl-tiny", "text_encoder");
+  expect_clip_equals_folder(*xl.text_encoder_2, "sdxl-tiny", "text_encoder_2");
+  expect_vae_equals_folder(*xl.vae, "sdxl-tiny");
+
+  const StableDiffusionSingleFile refiner = models::open_stable_diffusion_single_file(
+      write("sdcpp_refiner", sdcpp_layout(single_file("sdxl_refiner_tiny"))));
+  EXPECT_EQ(refiner.kind, Kind::SDXLRefiner);
+  EXPECT_EQ(refiner.text_encoder, nullptr);
+  ASSERT_TRUE(refiner.text_encoder_2);
+  expect_clip_equals_folder(*refiner.text_encoder_2, "sdxl-refiner-tiny", "text_encoder_2");
+}
+
+// A UNet alone under the original names without model.diffusion_model. (city96's ComfyUI-GGUF files,
+// ComfyUI's extracted UNets) is read as with it.
+TEST(StableDiffusionSingleFile, AUnetWithoutThePrefixIsRead) {
+  std::vector<std::pair<std::string, Tensor>> bare;
+  for (auto& [name, t] : tensors_of(single_file("sdxl_tiny"), "model.diffusion_model."))
+    bare.emplace_back(name.substr(22), t);
+  const StableDiffusionSingleFile sf = models::open_stable_diffusion_single_file(write("bare_unet", bare));
+  EXPECT_EQ(sf.kind, Kind::SDXL);
+  EXPECT_EQ(sf.text_encoder, nullptr);
+  expect_unet_equals_folder(*sf.unet, "sdxl-tiny");
+  // What is no UNet tensor is still named.
+  bare.emplace_back("cond_stage_model.transformer.text_model.final_layer_norm.weight", zeros_of({32}));
+  EXPECT_KILN_ERROR(models::open_stable_diffusion_single_file(write("bare_extra", bare)), "1 tensors",
+                    "model.diffusion_model.cond_stage_model.transformer.text_model.final_layer_norm.weight");
 }
 
 TEST(StableDiffusionSingleFile, SdxlWithoutClipLIsRefused) {

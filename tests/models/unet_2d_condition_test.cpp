@@ -92,5 +92,23 @@ TEST(UNet2DConditionConfig, ReadsTheLegacyHeadCountAndPerBlockValues) {
   EXPECT_EQ(xl.time_embed_dim(), 1280);
 }
 
+// Tensor parallelism splits the attention heads: a degree that does not divide a block's heads (SD1.5-tiny's
+// 4) is refused by name when the model is built, before any weight is read. (Two ranks:
+// tests/dist/tensor_parallel_stable_diffusion_test.cpp.)
+TEST(UNet2DConditionModel, RefusesATensorParallelDegreeThatDoesNotDivideTheHeads) {
+  const auto config =
+      models::UNet2DConditionConfig::from_file(testing::data_path("models/sd15-tiny/unet/config.json"));
+  try {
+    models::UNet2DConditionModel model(config, {.rank = 0, .size = 3});
+    ADD_FAILURE() << "3 ranks were taken for 4 heads";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attention heads at 16 channels (4) is not divisible by "
+                                         "the tensor-parallel degree 3"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(models::UNet2DConditionModel(config, {.rank = 1, .size = 2}));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -155,6 +155,17 @@ TEST(StableDiffusionPipeline, DiffusersLorasGiveDiffusersImage) {
   }
 }
 
+// The lora_adapter_metadata header diffusers' save_lora_weights writes (PEFT's LoraConfig per component) sets
+// the scales: unet.lora_alpha 8 over rank 4, one module at 2 by unet.alpha_pattern, text_encoder.lora_alpha 1
+// (tools/goldens/sd_lora.py asserts diffusers took them); read as alpha = rank, the image would differ.
+TEST(StableDiffusionPipeline, ALorasAdapterMetadataSetsItsScales) {
+  const GoldenFile g("sd", "lora_sd15_metadata");
+  const std::unique_ptr<DiffusionPipeline> pipe = g.load();
+  pipe->load_lora_weights(testing::data_path("lora/sd15_metadata.safetensors"), {.adapter_name = "sd"});
+  apply_lora_script(*pipe, g);
+  expect_images_match((*pipe)(lora_request(g)), g);
+}
+
 // kohya's (sd-scripts) files (tools/goldens/sd_kohya_lora.py), every pair with an alpha other than its
 // rank: SD1.5's in diffusers' flat names with 4-D pairs on the 1x1-convolution proj_in / proj_out and
 // lora_te_ for CLIP; SDXL's in SGM's block names (input_blocks / middle_block / output_blocks) with lora_te1_
@@ -340,7 +351,8 @@ TEST(StableDiffusionPipeline, Bfloat16StaysWithinItsNoise) {
 TEST(StableDiffusionPipeline, ASingleFileAsTheModelGivesTheFoldersImage) {
   for (const auto& [file, golden] : {std::pair{"sd15_tiny", "sd15_cat_64x64_s0"},
                                      {"sd15_tiny_unet_only", "sd15_cat_64x64_s0"},
-                                     {"sdxl_tiny", "sdxl_cat_64x64_s0"}}) {
+                                     {"sdxl_tiny", "sdxl_cat_64x64_s0"},
+                                     {"sd2_tiny", "sd2_vpred_32x32_s30"}}) {
     const GoldenFile g("sd", golden);
     const std::string path =
         testing::data_path(std::string("goldens/sd_single_file/") + file + ".safetensors");

@@ -19,6 +19,12 @@ Outputs (committed; CI never runs this script), in tests/data/goldens/sd_single_
                               positional_embedding, ln_final, text_projection stored transposed, logit_scale),
                               first_stage_model.*
   sd15_tiny_unet_only.safetensors   the SD1.5 UNet alone (model.diffusion_model.*), as UNet-only finetunes ship
+  sd2_tiny.safetensors        tests/data/models/sd2-tiny (tools/goldens/sd2.py: SD 2.1's layout, linear projections,
+                              v-prediction) as v2-1_768-ema-pruned.safetensors is laid out: model.diffusion_model.*,
+                              OpenCLIP-H's text tower at cond_stage_model.model.* (fused attn.in_proj, with the
+                              text_projection and logit_scale real SD2 files carry and SD2's CLIPTextModel has no
+                              parameter for), first_stage_model.*; from_single_file(file, config=folder) gives the
+                              folder's UNet, text encoder and VAE
   sdxl_refiner_tiny.safetensors     tests/data/models/sdxl-refiner-tiny (tools/goldens/sd_refiner.py) as
                               sd_xl_refiner_1.0.safetensors is laid out: model.diffusion_model.*, OpenCLIP bigG
                               ALONE at conditioner.embedders.0.model.* (no CLIP-L, no embedders.1),
@@ -238,6 +244,15 @@ def build(name):
         te2 = read(os.path.join(folder, "text_encoder_2", "model.safetensors"))
         out.update(prefixed("conditioner.embedders.0.model.", open_clip_to_original(te2)))
         return out, prefixed("model.diffusion_model.", unet)
+    if name.startswith("sd2"):  # OpenCLIP-H under ldm's FrozenOpenCLIPEmbedder
+        te = read(os.path.join(folder, "text_encoder", "model.safetensors"))
+        clip = open_clip_to_original(te)
+        width = clip["token_embedding.weight"].shape[1]
+        # OpenCLIP's projection ([width, embed]): real SD2 files carry it; nothing in SD2 reads it.
+        clip["text_projection"] = torch.randn(width, width, generator=torch.Generator().manual_seed(2)) * 0.1
+        out.update(prefixed("cond_stage_model.model.", clip))
+        out.update(ddpm_buffers())
+        return out, prefixed("model.diffusion_model.", unet)
     te = clip_to_original(read(os.path.join(folder, "text_encoder", "model.safetensors")))
     # The position ids buffer old transformers saved and SD1.x / SDXL files still hold.
     te["text_model.embeddings.position_ids"] = torch.arange(77, dtype=torch.int64)[None]
@@ -319,7 +334,7 @@ def verify_unet_only(name, path):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    for name, file in (("sd15-tiny", "sd15_tiny"), ("sdxl-tiny", "sdxl_tiny")):
+    for name, file in (("sd15-tiny", "sd15_tiny"), ("sdxl-tiny", "sdxl_tiny"), ("sd2-tiny", "sd2_tiny")):
         tensors, unet = build(name)
         path = os.path.join(OUT, file + ".safetensors")
         save_file({k: v.contiguous() for k, v in tensors.items()}, path)

@@ -1,8 +1,11 @@
 // WeightSource over a GGUF file. Tensors keep the file's names and report torch-order shapes; load() gives
 // plain floats (F32/F16/BF16 as zero-copy views, quantized types dequantized), load_quantized() the raw
 // blocks of quantized tensors, so Linear weights stay quantized in memory (nn::LoadOptions::keep_quantized).
+// Tensors that ComfyUI-GGUF stored reshaped (metadata comfy.gguf.orig_shape.<name>) report and load with
+// their real shape.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -25,6 +28,7 @@ class GgufWeights final : public WeightSource {
 
  private:
   std::shared_ptr<io::GgufFile> file_;
+  std::map<std::string, Shape> original_shapes_;
 };
 
 }  // namespace kiln::nn

@@ -25,7 +25,7 @@ std::unique_ptr<nn::Module> unloaded_component(const std::string& class_name, co
 // conditioner.embedders, first_stage_model): SD1.x on SD1.5's configs, SDXL on SDXL base's, the SDXL refiner
 // on the refiner's (as StableDiffusionXLImg2ImgPipeline, its folder's class), as diffusers' from_single_file
 // picks them; an inpainting UNet (9 input channels) as the inpainting class, on the same configs (load_unet
-// takes in_channels from the file). SD2 files are refused naming what they are.
+// takes in_channels from the file); SD2.x on SD 2.1's (2-inpainting's for a 9-channel UNet).
 std::optional<SingleFilePipeline> single_file(const std::string& path) {
   const std::shared_ptr<const nn::WeightSource> file = nn::open_weight_file(path);
   bool stability = false;
@@ -33,10 +33,12 @@ std::optional<SingleFilePipeline> single_file(const std::string& path) {
     for (const char* prefix : {"model.diffusion_model.input_blocks.", "cond_stage_model.",
                                "conditioner.embedders.", "first_stage_model."})
       stability = stability || name.rfind(prefix, 0) == 0;
+  // A UNet alone without the prefix (ComfyUI-GGUF's SD1.x / SDXL files).
+  stability = stability || (file->contains("input_blocks.0.0.weight") && file->contains("out.2.weight"));
   if (!stability) return std::nullopt;
   const models::StableDiffusionSingleFile sd = models::read_stable_diffusion_single_file(file);
   return SingleFilePipeline{models::single_file_class(sd.kind, sd.in_channels == 9),
-                            models::default_config(sd.kind)};
+                            models::default_config(sd.kind, sd.in_channels == 9)};
 }
 
 // The fields every class of the family takes: the common ones but CLIP's fixed 77 tokens, prompts as text,
@@ -55,6 +57,9 @@ template <class TextToImage, class ImageToImage, class Inpainting>
 std::vector<PipelineClass> three_classes(const std::vector<std::string>& names,
                                          const std::vector<std::string>& text_to_image,
                                          const std::vector<std::string>& editing = {}) {
+  // The UNet's transformer blocks split over tensor-parallel ranks (attention heads, feed-forward width);
+  // CLIP, the VAE and the UNet's convolutions stay whole on every rank.
+  const std::vector<std::string> splittable = {"unet"};
   const auto others = [&](const std::string& self) {
     std::vector<std::string> out;
     for (const std::string& s : names)
@@ -65,12 +70,14 @@ std::vector<PipelineClass> three_classes(const std::vector<std::string>& names,
       {.name = names[0],
        .task = Task::TextToImage,
        .fields = text_to_image,
+       .splittable_components = splittable,
        .loads_folders_of = others(names[0]),
        .load = load_pipeline<TextToImage>,
        .from_pipe = pipe_from<TextToImage, TextToImage>},
       {.name = names[1],
        .task = Task::ImageToImage,
        .fields = joined_fields({text_to_image, editing, {"image", "strength"}}),
+       .splittable_components = splittable,
        .loads_folders_of = others(names[1]),
        .load = load_pipeline<ImageToImage>,
        .from_pipe = pipe_from<ImageToImage, TextToImage>},
@@ -78,6 +85,7 @@ std::vector<PipelineClass> three_classes(const std::vector<std::string>& names,
        .task = Task::Inpainting,
        .fields =
            joined_fields({text_to_image, editing, {"image", "mask_image", "strength", "padding_mask_crop"}}),
+       .splittable_components = splittable,
        .loads_folders_of = others(names[2]),
        .load = load_pipeline<Inpainting>,
        .from_pipe = pipe_from<Inpainting, TextToImage>},

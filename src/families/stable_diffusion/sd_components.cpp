@@ -15,8 +15,9 @@ std::string joined(const std::vector<int64_t>& v) {
 }  // namespace
 
 std::shared_ptr<UNet2DConditionModel> load_unet(const std::string& folder, DType dtype,
-                                                const StableDiffusionSingleFile* file) {
-  if (file == nullptr) return load_unet_2d_condition(folder, dtype);
+                                                const StableDiffusionSingleFile* file,
+                                                const nn::TensorParallel& tp) {
+  if (file == nullptr) return load_unet_2d_condition(folder, dtype, tp);
   UNet2DConditionConfig config = UNet2DConditionConfig::from_file(folder);
   // An inpainting finetune on its base model's configs: the only difference is the first convolution's input.
   if (file->in_channels == 9 && config.in_channels == 4) config.in_channels = 9;
@@ -29,7 +30,7 @@ std::shared_ptr<UNet2DConditionModel> load_unet(const std::string& folder, DType
                   << folder << "/config.json describes " << config.in_channels << ", "
                   << config.cross_attention_dim << " and " << joined(config.block_out_channels)
                   << ": give the configs of the model it was finetuned from");
-  auto model = std::make_shared<UNet2DConditionModel>(config);
+  auto model = std::make_shared<UNet2DConditionModel>(config, tp);
   nn::LoadOptions options;
   options.dtype = dtype;
   model->load_weights(*file->unet, options);

@@ -14,7 +14,8 @@ namespace kiln::models {
 // The UNet described by `folder`/config.json; from `file` when given, whose shapes must be the config's (an
 // error names both otherwise), but for an inpainting file's 9 input channels on a base model's config of 4:
 // those the file's (diffusers' from_single_file infers an inpainting file and takes the inpainting model's
-// config, the base one but for in_channels).
+// config, the base one but for in_channels). Under `tp` this rank reads its share of the transformer blocks.
 std::shared_ptr<UNet2DConditionModel> load_unet(const std::string& folder, DType dtype,
-                                                const StableDiffusionSingleFile* file);
+                                                const StableDiffusionSingleFile* file,
+                                                const nn::TensorParallel& tp = {});
 }  // namespace kiln::models

@@ -19,7 +19,11 @@ constexpr const char* kXlClip = "conditioner.embedders.0.transformer.";     // S
 constexpr const char* kXlOpenClip = "conditioner.embedders.1.model.";       // SDXL's OpenCLIP bigG
 constexpr const char* kRefinerOpenClip = "conditioner.embedders.0.model.";  // the refiner's bigG, alone
 constexpr const char* kVae = "first_stage_model.";
-// The telltale of the kind refused by name.
+// stable-diffusion.cpp's names (what `sd -M convert` writes, src/name_conversion.cpp): the UNet, the VAE and
+// SD1.x's CLIP-L keep the original names; SDXL's CLIP-L moves to kClip, bigG to this prefix in transformers'
+// names (q/k/v still fused as self_attn.in_proj, text_model.text_projection as OpenCLIP holds it), and the
+// refiner's lone bigG to kClip in those names.
+constexpr const char* kSdcppOpenClip = "cond_stage_model.1.transformer.";
 constexpr const char* kSd2OpenClip = "cond_stage_model.model.";  // SD2.x's OpenCLIP-H
 
 bool starts_with(const std::string& s, const std::string& prefix) {
@@ -173,7 +177,7 @@ UnetLayout unet_layout(const nn::WeightSource& file, const std::vector<std::stri
     }
     KILN_CHECK(file.contains(block + "out_layers.3.weight"),
                where << ": " << block << " is neither a ResNet block (out_layers.3.weight) nor a downsampler "
-                     << "(op.weight): not the UNet of SD1.x or SDXL");
+                     << "(op.weight): not the UNet of SD1.x, SD2.x or SDXL");
     if (layer == 0) u.block_out_channels.push_back(file.shape(block + "out_layers.3.weight")[0]);
     u.inputs[i] = {level, layer++, false};
   }
@@ -368,6 +372,38 @@ bool add_open_clip(const nn::WeightSource& file, const std::string& name, const 
   return false;
 }
 
+// OpenCLIP's text tower in transformers' names under stable-diffusion.cpp's prefix (`rest` without it) ->
+// CLIPTextModelWithProjection: the names are the model's but the fused q/k/v rows, split here, and the
+// projection, held as OpenCLIP's [width, projection]. Adds to `m`; false when `rest` is none of its tensors.
+bool add_sdcpp_open_clip(const nn::WeightSource& file, const std::string& name, const std::string& rest,
+                         ComponentMapping& m) {
+  if (!starts_with(rest, "text_model.")) return false;
+  if (rest == "text_model.text_projection") {
+    KILN_CHECK(file.shape(name).size() == 2,
+               file.description() << ": " << name << " should be 2-d, got " << shape_str(file.shape(name)));
+    m.map.add("text_projection.weight", name);
+    m.fixes["text_projection.weight"] = Fix::Transpose;
+    return true;
+  }
+  for (const char* kind : {"weight", "bias"}) {
+    const std::string fused = std::string(".self_attn.in_proj.") + kind;
+    if (rest.size() <= fused.size() || rest.compare(rest.size() - fused.size(), fused.size(), fused) != 0)
+      continue;
+    const int64_t rows = file.shape(name)[0];
+    KILN_CHECK(rows % 3 == 0, file.description()
+                                  << ": " << name << " has " << rows << " rows, not q, k and v of one width");
+    const std::string layer = rest.substr(0, rest.size() - fused.size()) + ".self_attn.";
+    int64_t row = 0;
+    for (const char* proj : {"q_proj.", "k_proj.", "v_proj."}) {
+      m.map.add(layer + proj + kind, name, row, row + rows / 3);
+      row += rows / 3;
+    }
+    return true;
+  }
+  m.map.add(rest, name);
+  return true;
+}
+
 // What the format carries beside the weights and no model reads.
 bool deliberately_ignored(const std::string& name) {
   // ldm's LatentDiffusion: the EMA copy of the UNet (model_ema.*, with its decay and num_updates) and the
@@ -396,9 +432,18 @@ bool deliberately_ignored(const std::string& name) {
   // CLIP's position_ids buffer; OpenCLIP's contrastive temperature and causal mask.
   if (starts_with(name, kClip) && is_position_ids(name.substr(std::string(kClip).size()))) return true;
   if (starts_with(name, kXlClip) && is_position_ids(name.substr(std::string(kXlClip).size()))) return true;
-  for (const char* open_clip : {kXlOpenClip, kRefinerOpenClip})
+  if (starts_with(name, kSdcppOpenClip) && is_position_ids(name.substr(std::string(kSdcppOpenClip).size())))
+    return true;
+  if (name == "cond_stage_model.1.model.logit_scale") return true;  // stable-diffusion.cpp's bigG
+  for (const char* open_clip : {kXlOpenClip, kRefinerOpenClip, kSd2OpenClip})
     if (name == std::string(open_clip) + "logit_scale" || name == std::string(open_clip) + "attn_mask")
       return true;
+  // SD2 reads OpenCLIP-H's penultimate layer through a CLIPTextModel of 23 layers and no projection:
+  // diffusers' conversion skips the 24th layer (SD_2_TEXT_ENCODER_KEYS_TO_IGNORE) and the text encoder has no
+  // parameter for text_projection.
+  if (starts_with(name, std::string(kSd2OpenClip) + "transformer.resblocks.23.") ||
+      name == std::string(kSd2OpenClip) + "text_projection")
+    return true;
   return false;
 }
 
@@ -438,6 +483,8 @@ int64_t unet_cross_attention_dim(const nn::WeightSource& file, const std::vector
 
 const char* kind_name(StableDiffusionSingleFile::Kind kind) {
   switch (kind) {
+    case StableDiffusionSingleFile::Kind::SD2:
+      return "SD2.x";
     case StableDiffusionSingleFile::Kind::SDXL:
       return "SDXL";
     case StableDiffusionSingleFile::Kind::SDXLRefiner:
@@ -457,13 +504,18 @@ const char* single_file_class(StableDiffusionSingleFile::Kind kind, bool inpaint
       // text-to-image class fails on its 5 time ids); given a mask, callers pick the inpainting sibling.
       return inpainting ? "StableDiffusionXLInpaintPipeline" : "StableDiffusionXLImg2ImgPipeline";
     case StableDiffusionSingleFile::Kind::SD1:
+    case StableDiffusionSingleFile::Kind::SD2:
       break;
   }
   return inpainting ? "StableDiffusionInpaintPipeline" : "StableDiffusionPipeline";
 }
 
-const char* default_config(StableDiffusionSingleFile::Kind kind) {
+const char* default_config(StableDiffusionSingleFile::Kind kind, bool inpainting) {
   switch (kind) {
+    case StableDiffusionSingleFile::Kind::SD2:
+      // diffusers' DIFFUSERS_DEFAULT_PIPELINE_PATHS: "v2" (2.1, v-prediction at 768; a 512 epsilon file such
+      // as 2.1-base needs its own configs) and "inpainting_v2" (512, epsilon, in_channels 9).
+      return inpainting ? "stabilityai/stable-diffusion-2-inpainting" : "stabilityai/stable-diffusion-2-1";
     case StableDiffusionSingleFile::Kind::SDXL:
       return "stabilityai/stable-diffusion-xl-base-1.0";
     case StableDiffusionSingleFile::Kind::SDXLRefiner:
@@ -478,7 +530,20 @@ StableDiffusionSingleFile open_stable_diffusion_single_file(const std::string& p
   return read_stable_diffusion_single_file(nn::open_weight_file(path));
 }
 
+// A UNet alone under the original names without model.diffusion_model. (city96's ComfyUI-GGUF SD1.x / SDXL
+// files, ComfyUI's extracted UNets), seen under that prefix; other files as they are.
+std::shared_ptr<const nn::WeightSource> with_unet_prefix(std::shared_ptr<const nn::WeightSource> file) {
+  if (!file->contains("input_blocks.0.0.weight") || !file->contains("out.2.weight") ||
+      file->contains(std::string(kUnet) + "input_blocks.0.0.weight"))
+    return file;
+  nn::MappingBuilder map;
+  for (const auto& n : file->names()) map.add(kUnet + n, n);
+  return std::make_shared<nn::MappedWeights>(std::move(file), std::move(map.entries), "",
+                                             "Stable Diffusion UNet without model.diffusion_model.");
+}
+
 StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<const nn::WeightSource> file) {
+  file = with_unet_prefix(std::move(file));
   const std::string where = file->description();
   const std::vector<std::string> names = file->names();
   const std::string conv_in = std::string(kUnet) + "input_blocks.0.0.weight";
@@ -486,26 +551,29 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
   const int64_t cross = has_unet ? unet_cross_attention_dim(*file, names) : 0;
   const bool xl_unet = file->contains(std::string(kUnet) + "label_emb.0.0.weight");
 
-  // The kind refused, by its text encoder or, in a UNet-only file, the context width.
-  KILN_CHECK(
-      !any_under(names, kSd2OpenClip) && (xl_unet || cross != 1024),
-      where << ": an SD2 checkpoint (v-prediction at 768): "
-            << (any_under(names, kSd2OpenClip) ? "its text encoder is OpenCLIP-H (cond_stage_model.model.*)"
-                                               : "its UNet takes a 1024-wide context (OpenCLIP-H's)")
-            << "; Kiln reads SD1.x, SDXL base and SDXL refiner single files");
-  KILN_CHECK(has_unet, where << ": neither SD1.x nor SDXL in the original layout (no UNet at " << conv_in
-                             << "); the file's top-level keys: " << top_level_groups(names));
+  KILN_CHECK(has_unet, where << ": neither SD1.x, SD2.x nor SDXL in the original layout (no UNet at "
+                             << conv_in << "); the file's top-level keys: " << top_level_groups(names));
+  // SD2.x by its text encoder, OpenCLIP-H, or, in a UNet-only file, its context width (diffusers'
+  // infer_diffusers_model_type: "v2" for a 1024-wide attn2.to_k).
+  const bool sd2 = !xl_unet && (any_under(names, kSd2OpenClip) || cross == 1024);
 
   // The refiner's sgm conditioner has one embedder, OpenCLIP bigG, at index 0 (diffusers' infer_diffusers_
   // model_type: "xl_refiner" for bigG's layers at conditioner.embedders.0.model with none at embedders.1);
   // its UNet alone is told by its context, bigG's 1280 wide (the base's is CLIP-L + bigG, 2048).
-  const bool refiner_tower = any_under(names, kRefinerOpenClip);
+  const bool sdcpp_xl = any_under(names, kSdcppOpenClip);  // stable-diffusion.cpp's SDXL base names
+  // stable-diffusion.cpp's refiner: bigG (its fused in_proj tells it from CLIP-L) where SD1.x's CLIP-L goes.
+  const bool sdcpp_refiner_tower =
+      xl_unet && !sdcpp_xl && std::any_of(names.begin(), names.end(), [](const std::string& n) {
+        return starts_with(n, kClip) && n.find(".self_attn.in_proj.") != std::string::npos;
+      });
+  const bool refiner_tower = any_under(names, kRefinerOpenClip) || sdcpp_refiner_tower;
   const bool refiner_unet =
-      xl_unet && cross == 1280 && !any_under(names, kXlOpenClip) && !any_under(names, kXlClip);
+      xl_unet && cross == 1280 && !any_under(names, kXlOpenClip) && !any_under(names, kXlClip) && !sdcpp_xl;
   StableDiffusionSingleFile out;
-  out.kind = refiner_tower || refiner_unet              ? StableDiffusionSingleFile::Kind::SDXLRefiner
-             : xl_unet || any_under(names, kXlOpenClip) ? StableDiffusionSingleFile::Kind::SDXL
-                                                        : StableDiffusionSingleFile::Kind::SD1;
+  out.kind = refiner_tower || refiner_unet ? StableDiffusionSingleFile::Kind::SDXLRefiner
+             : xl_unet || any_under(names, kXlOpenClip) || sdcpp_xl ? StableDiffusionSingleFile::Kind::SDXL
+             : sd2                                                  ? StableDiffusionSingleFile::Kind::SD2
+                                                                    : StableDiffusionSingleFile::Kind::SD1;
   const bool refiner = out.kind == StableDiffusionSingleFile::Kind::SDXLRefiner;
   const bool xl = refiner || out.kind == StableDiffusionSingleFile::Kind::SDXL;
   const Shape conv_in_shape = file->shape(conv_in);
@@ -530,10 +598,17 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
   }
 
   ComponentMapping unet, te, te2, vae;
-  // The refiner has no CLIP-L: a file of its kind with one is refused below with the other stray tensors.
-  const bool reads_clip = !refiner;
-  const std::string clip_prefix = xl ? kXlClip : kClip;
-  const std::string open_clip_prefix = refiner ? kRefinerOpenClip : kXlOpenClip;
+  // The refiner and SD2 have no CLIP-L: a file of theirs with one is refused below with the other stray
+  // tensors.
+  const bool reads_clip = !refiner && !sd2;
+  const std::string clip_prefix = xl && !sdcpp_xl ? kXlClip : kClip;
+  // stable-diffusion.cpp puts the refiner's bigG where SD1.x's CLIP-L goes, in transformers' names.
+  const bool sdcpp_refiner = refiner && !any_under(names, kRefinerOpenClip) && any_under(names, kClip);
+  const bool sdcpp_open_clip = sdcpp_xl || sdcpp_refiner;
+  const std::string open_clip_prefix = sdcpp_refiner ? kClip
+                                       : sdcpp_xl    ? kSdcppOpenClip
+                                       : refiner     ? kRefinerOpenClip
+                                                     : kXlOpenClip;
   std::vector<std::string> leftovers;
   for (const auto& n : names) {
     if (deliberately_ignored(n)) continue;
@@ -547,7 +622,10 @@ StableDiffusionSingleFile read_stable_diffusion_single_file(std::shared_ptr<cons
       te.map.add(clip_name(n.substr(clip_prefix.size())), n);
       used = true;
     } else if (xl && starts_with(n, open_clip_prefix)) {
-      used = add_open_clip(*file, n, n.substr(open_clip_prefix.size()), te2);
+      const std::string rest = n.substr(open_clip_prefix.size());
+      used = sdcpp_open_clip ? add_sdcpp_open_clip(*file, n, rest, te2) : add_open_clip(*file, n, rest, te2);
+    } else if (sd2 && starts_with(n, kSd2OpenClip)) {  // SD2's one text encoder, OpenCLIP-H
+      used = add_open_clip(*file, n, n.substr(std::string(kSd2OpenClip).size()), te);
     } else if (starts_with(n, kVae)) {
       bool conv_attention = false;
       if (auto to = vae_name(n.substr(std::string(kVae).size()), up_levels, conv_attention)) {

@@ -34,7 +34,7 @@ Tensor timestep_sinusoid(const Tensor& t, int64_t dim, bool flip_sin_to_cos, int
 
 }  // namespace
 
-UNet2DConditionModel::UNet2DConditionModel(const UNet2DConditionConfig& config)
+UNet2DConditionModel::UNet2DConditionModel(const UNet2DConditionConfig& config, const nn::TensorParallel& tp)
     : config_((config.validate("UNet2DConditionModel config"), config)),
       conv_in_(config.in_channels, config.block_out_channels.front(), 3, 1, 1),
       time_linear_1_(config.block_out_channels.front(), config.time_embed_dim()),
@@ -55,7 +55,8 @@ UNet2DConditionModel::UNet2DConditionModel(const UNet2DConditionConfig& config)
                              .context = c.cross_attention_dim,
                              .groups = c.norm_num_groups,
                              .eps = c.norm_eps,
-                             .linear_projection = c.use_linear_projection};
+                             .linear_projection = c.use_linear_projection,
+                             .tp = tp};
   const size_t levels = c.block_out_channels.size();
   int64_t channels = c.block_out_channels.front();
   for (size_t i = 0; i < levels; ++i) {
@@ -189,8 +190,9 @@ UNet2DConditionModel::Trace UNet2DConditionModel::forward_traced(const Tensor& s
   return trace;
 }
 
-std::unique_ptr<UNet2DConditionModel> load_unet_2d_condition(const std::string& folder, DType dtype) {
-  auto model = std::make_unique<UNet2DConditionModel>(UNet2DConditionConfig::from_file(folder));
+std::unique_ptr<UNet2DConditionModel> load_unet_2d_condition(const std::string& folder, DType dtype,
+                                                             const nn::TensorParallel& tp) {
+  auto model = std::make_unique<UNet2DConditionModel>(UNet2DConditionConfig::from_file(folder), tp);
   nn::LoadOptions options;
   options.dtype = dtype;
   model->load_weights(nn::CheckpointWeights(folder), options);

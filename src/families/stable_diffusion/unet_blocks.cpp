@@ -51,12 +51,13 @@ Tensor UNetResnetBlock::forward_eager(const Tensor& x, const Tensor& temb_act) c
   return add(conv_shortcut_ ? (*conv_shortcut_)(x) : x, h);
 }
 
-UNetAttention::UNetAttention(int64_t dim, int64_t context_dim, int64_t heads)
-    : heads_(heads),
-      to_q_(dim, dim, false),
-      to_k_(context_dim, dim, false),
-      to_v_(context_dim, dim, false),
-      to_out_(dim, dim, true) {
+UNetAttention::UNetAttention(int64_t dim, int64_t context_dim, int64_t heads, const nn::TensorParallel& tp)
+    : heads_(tp.split(heads, "UNet2DConditionModel attention heads at " + std::to_string(dim) + " channels")),
+      head_dim_(dim / heads),
+      to_q_(dim, dim, false, nn::column(tp)),
+      to_k_(context_dim, dim, false, nn::column(tp)),
+      to_v_(context_dim, dim, false, nn::column(tp)),
+      to_out_(dim, dim, true, nn::row(tp)) {
   register_module("to_q", &to_q_);
   register_module("to_k", &to_k_);
   register_module("to_v", &to_v_);
@@ -64,7 +65,8 @@ UNetAttention::UNetAttention(int64_t dim, int64_t context_dim, int64_t heads)
 }
 
 Tensor UNetAttention::forward(const Tensor& x, const Tensor& context) const {
-  const int64_t batch = x.size(0), dim = to_q_.out_features(), head = dim / heads_;
+  // This rank's heads (all of them without tensor parallelism) and their width.
+  const int64_t batch = x.size(0), head = head_dim_, dim = heads_ * head;
   // [B, S, H, D] projections read as [B, H, S, D] in place; the output comes back [B, S, H, D]-ordered.
   const auto heads = [&](const Tensor& t) {
     return t.view({batch, t.size(1), heads_, head}).transpose(1, 2);
@@ -74,14 +76,18 @@ Tensor UNetAttention::forward(const Tensor& x, const Tensor& context) const {
   return to_out_(out.transpose(1, 2).reshape({batch, x.size(1), dim}));
 }
 
-UNetTransformerBlock::UNetTransformerBlock(int64_t dim, int64_t heads, int64_t context_dim)
+UNetTransformerBlock::UNetTransformerBlock(int64_t dim, int64_t heads, int64_t context_dim,
+                                           const nn::TensorParallel& tp)
     : norm1_(dim, kBlockNormEps),
       norm2_(dim, kBlockNormEps),
       norm3_(dim, kBlockNormEps),
-      attn1_(dim, dim, heads),
-      attn2_(dim, context_dim, heads),
-      ff_in_(dim, 2 * kFeedForwardMult * dim),
-      ff_out_(kFeedForwardMult * dim, dim) {
+      attn1_(dim, dim, heads, tp),
+      attn2_(dim, context_dim, heads, tp),
+      // GEGLU's projection writes [value | gate]: each half split on its own, so a rank's value and gate
+      // columns pair up.
+      ff_in_(dim, 2 * kFeedForwardMult * dim, true,
+             nn::column(tp, {kFeedForwardMult * dim, kFeedForwardMult * dim})),
+      ff_out_(kFeedForwardMult * dim, dim, true, nn::row(tp)) {
   register_module("norm1", &norm1_);
   register_module("attn1", &attn1_);
   register_module("norm2", &norm2_);
@@ -109,7 +115,8 @@ Tensor UNetTransformerBlock::forward_eager(const Tensor& x, const Tensor& contex
 }
 
 UNetSpatialTransformer::UNetSpatialTransformer(int64_t channels, int64_t heads, int64_t layers,
-                                               int64_t context_dim, int64_t groups, bool linear_projection)
+                                               int64_t context_dim, int64_t groups, bool linear_projection,
+                                               const nn::TensorParallel& tp)
     : norm_(groups, channels, kTransformerNormEps),
       proj_in_(channels, channels),
       proj_out_(channels, channels) {
@@ -122,7 +129,7 @@ UNetSpatialTransformer::UNetSpatialTransformer(int64_t channels, int64_t heads, 
   register_module("norm", &norm_);
   register_module("proj_in", &proj_in_);
   for (int64_t i = 0; i < layers; ++i) {
-    blocks_.push_back(std::make_unique<UNetTransformerBlock>(channels, heads, context_dim));
+    blocks_.push_back(std::make_unique<UNetTransformerBlock>(channels, heads, context_dim, tp));
     register_module(index("transformer_blocks", static_cast<size_t>(i)), blocks_.back().get());
   }
   register_module("proj_out", &proj_out_);
@@ -144,7 +151,7 @@ UNetDownBlock::UNetDownBlock(const UNetBlockShape& s, int64_t in, int64_t out, i
     register_module(index("resnets", static_cast<size_t>(j)), resnets_.back().get());
     if (heads > 0) {
       attentions_.push_back(std::make_unique<UNetSpatialTransformer>(
-          out, heads, transformer_layers, s.context, s.groups, s.linear_projection));
+          out, heads, transformer_layers, s.context, s.groups, s.linear_projection, s.tp));
       register_module(index("attentions", static_cast<size_t>(j)), attentions_.back().get());
     }
   }
@@ -203,7 +210,7 @@ UNetMidBlock::UNetMidBlock(const UNetBlockShape& s, int64_t channels, int64_t he
                            int64_t transformer_layers)
     : resnet0_(channels, channels, s.temb, s.groups, s.eps),
       resnet1_(channels, channels, s.temb, s.groups, s.eps),
-      attention_(channels, heads, transformer_layers, s.context, s.groups, s.linear_projection) {
+      attention_(channels, heads, transformer_layers, s.context, s.groups, s.linear_projection, s.tp) {
   register_module("resnets.0", &resnet0_);
   register_module("attentions.0", &attention_);
   register_module("resnets.1", &resnet1_);
@@ -224,7 +231,7 @@ UNetUpBlock::UNetUpBlock(const UNetBlockShape& s, int64_t in, int64_t prev_out, 
     register_module(index("resnets", static_cast<size_t>(j)), resnets_.back().get());
     if (heads > 0) {
       attentions_.push_back(std::make_unique<UNetSpatialTransformer>(
-          out, heads, transformer_layers, s.context, s.groups, s.linear_projection));
+          out, heads, transformer_layers, s.context, s.groups, s.linear_projection, s.tp));
       register_module(index("attentions", static_cast<size_t>(j)), attentions_.back().get());
     }
   }

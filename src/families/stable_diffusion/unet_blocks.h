@@ -8,6 +8,7 @@
 
 #include "kiln/nn/layers.h"
 #include "kiln/nn/module.h"
+#include "kiln/nn/tensor_parallel.h"
 
 namespace kiln::models {
 
@@ -31,23 +32,27 @@ class UNetResnetBlock : public nn::Module {
 };
 
 // Attention (attn1: self, attn2: cross) with diffusers' projections: to_q/to_k/to_v without bias, to_out.0
-// with one; heads of width dim / heads, scale 1/sqrt(head width).
+// with one; heads of width dim / heads, scale 1/sqrt(head width). Under tensor parallelism each rank holds
+// heads / size of the heads (to_q/to_k/to_v split by rows, to_out by columns, its partial outputs summed).
 class UNetAttention : public nn::Module {
  public:
-  UNetAttention(int64_t dim, int64_t context_dim, int64_t heads);
+  UNetAttention(int64_t dim, int64_t context_dim, int64_t heads, const nn::TensorParallel& tp);
   // x [B, S, dim], context [B, L, context_dim] (x itself for self-attention) -> [B, S, dim].
   Tensor forward(const Tensor& x, const Tensor& context) const;
 
  private:
-  int64_t heads_;
+  int64_t heads_;     // this rank's
+  int64_t head_dim_;  // dim / heads
   nn::Linear to_q_, to_k_, to_v_, to_out_;
 };
 
 // BasicTransformerBlock (norm_type "layer_norm"): x + attn1(norm1(x)), + attn2(norm2(x), prompt),
-// + ff(norm3(x)) with GEGLU (proj to 2 * 4 * dim, hidden * gelu(gate), back to dim).
+// + ff(norm3(x)) with GEGLU (proj to 2 * 4 * dim, hidden * gelu(gate), back to dim). Under tensor parallelism
+// the attentions split their heads and the feed-forward its inner width (each rank the same slice of the
+// value and gate halves); the norms run whole on every rank.
 class UNetTransformerBlock : public nn::Module {
  public:
-  UNetTransformerBlock(int64_t dim, int64_t heads, int64_t context_dim);
+  UNetTransformerBlock(int64_t dim, int64_t heads, int64_t context_dim, const nn::TensorParallel& tp);
   Tensor forward(const Tensor& x, const Tensor& context) const;
   bool supports_compile() const override { return true; }
 
@@ -61,11 +66,11 @@ class UNetTransformerBlock : public nn::Module {
 
 // Transformer2DModel over a feature map: GroupNorm (eps 1e-6), proj_in on the tokens (a 1x1 conv, stored so,
 // or a Linear with use_linear_projection: the same product), the blocks over the h*w tokens, proj_out, added
-// to the input.
+// to the input. Its blocks split under `tp`; the GroupNorm and the projections run whole on every rank.
 class UNetSpatialTransformer : public nn::Module {
  public:
   UNetSpatialTransformer(int64_t channels, int64_t heads, int64_t layers, int64_t context_dim, int64_t groups,
-                         bool linear_projection);
+                         bool linear_projection, const nn::TensorParallel& tp);
   Tensor forward(const Tensor& x, const Tensor& context) const;
   const std::vector<std::unique_ptr<UNetTransformerBlock>>& blocks() const { return blocks_; }
 
@@ -75,13 +80,15 @@ class UNetSpatialTransformer : public nn::Module {
   std::vector<std::unique_ptr<UNetTransformerBlock>> blocks_;
 };
 
-// What the blocks share: the width of the time embedding, the prompt's, the GroupNorm settings.
+// What the blocks share: the width of the time embedding, the prompt's, the GroupNorm settings, and the
+// tensor-parallel group their transformer blocks split over (the ResNets and samplers stay whole).
 struct UNetBlockShape {
   int64_t temb = 0;
   int64_t context = 0;
   int64_t groups = 32;
   double eps = 1e-5;
   bool linear_projection = false;
+  nn::TensorParallel tp;
 };
 
 // One level of the down path (DownBlock2D, or CrossAttnDownBlock2D when heads > 0): resnets (each followed by

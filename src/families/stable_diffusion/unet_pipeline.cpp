@@ -30,12 +30,8 @@ UNetPipeline::UNetPipeline(const UNetPipeline& pipe, SharingComponents)
 void UNetPipeline::begin_loading(pipelines::PipelineFolder& folder, const std::string& model,
                                  const PipelineLoadOptions& options, const char* pipeline_class,
                                  const char* kind) {
-  // No component of the family is split yet: refused rather than run whole on every rank.
-  KILN_CHECK(
-      options.tensor_parallel <= 1 && options.parallel_config.empty(),
-      pipeline_class << ": tensor parallelism (--tp) splits no component of the UNet family yet (the "
-                        "UNet's attention and feed-forward could be; its convolutions would not): run it "
-                        "with --tp 1");
+  // Only the UNet splits: a request to split anything else is refused before any weights load.
+  options.tensor_parallel_for("unet", {"unet"});
   path_ = folder.path();
   name_ = options.single_file.empty() ? model : options.single_file;  // what the images name
   dtype_ = options.dtype;
@@ -50,7 +46,8 @@ void UNetPipeline::begin_loading(pipelines::PipelineFolder& folder, const std::s
     // (requires_aesthetics_score), and a file on the other's configs would mix their components and time ids.
     const bool file_refiner = found_kind == models::StableDiffusionSingleFile::Kind::SDXLRefiner;
     const bool folder_refiner = std::string(kind) == "SDXL refiner";
-    KILN_CHECK(file_refiner == folder_refiner || found == "SD1.x" || std::string(kind) == "SD1.x",
+    const bool xl_file = found_kind == models::StableDiffusionSingleFile::Kind::SDXL || file_refiner;
+    KILN_CHECK(file_refiner == folder_refiner || !xl_file || std::string(kind) == "SD1.x",
                options.single_file << ": an SDXL " << (file_refiner ? "refiner" : "base")
                                    << " checkpoint, but " << model
                                    << ", whose configs it was given, is an SDXL "
@@ -59,9 +56,11 @@ void UNetPipeline::begin_loading(pipelines::PipelineFolder& folder, const std::s
                                    << (folder_refiner ? "true" : "false") << "): give the "
                                    << (file_refiner ? "refiner" : "base") << "'s configs (--config "
                                    << models::default_config(found_kind) << " or a folder of it)");
-    KILN_CHECK(found == kind, options.single_file << ": an " << found << " checkpoint, which "
-                                                  << models::single_file_class(found_kind, false)
-                                                  << " runs, not " << pipeline_class);
+    // StableDiffusionPipeline and its siblings run SD1.x and SD2.x alike (their folder's configs differ).
+    const bool sd2_as_sd = std::string(kind) == "SD1.x" && found == "SD2.x";
+    KILN_CHECK(found == kind || sd2_as_sd, options.single_file << ": an " << found << " checkpoint, which "
+                                                               << models::single_file_class(found_kind, false)
+                                                               << " runs, not " << pipeline_class);
   }
   samplers_ = std::make_shared<UNetSamplers>(
       folder.need("scheduler", {"EulerDiscreteScheduler", "EulerAncestralDiscreteScheduler",
@@ -77,7 +76,8 @@ const nn::WeightSource* UNetPipeline::single_file_component(const std::string& c
 
 void UNetPipeline::finish_loading_unet(pipelines::PipelineFolder& folder,
                                        const PipelineLoadOptions& options) {
-  unet_ = models::load_unet(folder.need("unet", {"UNet2DConditionModel"}), options.dtype, single_file_.get());
+  unet_ = models::load_unet(folder.need("unet", {"UNet2DConditionModel"}), options.dtype, single_file_.get(),
+                            options.tensor_parallel_for("unet", {"unet"}));
   folder.loaded("unet");
   vae_ = models::load_autoencoder_kl(folder.need("vae", {"AutoencoderKL"}), options.dtype,
                                      single_file_ ? single_file_->vae.get() : nullptr);

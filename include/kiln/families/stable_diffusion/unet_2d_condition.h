@@ -17,6 +17,7 @@
 #include "kiln/io/json_config.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/module.h"
+#include "kiln/nn/tensor_parallel.h"
 
 namespace kiln::models {
 
@@ -77,7 +78,10 @@ class UNetUpBlock;
 
 class UNet2DConditionModel : public nn::Module {
  public:
-  explicit UNet2DConditionModel(const UNet2DConditionConfig& config);
+  // With `tp` (tensor parallelism), this rank holds its share of every transformer block's attention heads
+  // and feed-forward width; the ResNets, samplers, spatial transformers' norms and projections, and the
+  // embeddings run whole on every rank.
+  explicit UNet2DConditionModel(const UNet2DConditionConfig& config, const nn::TensorParallel& tp = {});
   ~UNet2DConditionModel() override;
 
   // One evaluation, as UNet2DConditionModel.forward(sample, timestep, encoder_hidden_states,
@@ -130,6 +134,7 @@ class UNet2DConditionModel : public nn::Module {
 };
 
 // The model of `folder` (a diffusers unet/ component) with its weights in `dtype`.
-std::unique_ptr<UNet2DConditionModel> load_unet_2d_condition(const std::string& folder, DType dtype);
+std::unique_ptr<UNet2DConditionModel> load_unet_2d_condition(const std::string& folder, DType dtype,
+                                                             const nn::TensorParallel& tp = {});
 
 }  // namespace kiln::models
