@@ -7,18 +7,20 @@ loader, proven there on the tiny pipelines), plus a text encoder and a VAE at th
 (seeded; they run once a generation, outside the timed steps): CLIP ViT-L/14's text tower
 (cond_stage_model.transformer.*; SDXL: conditioner.embedders.0.transformer.* and OpenCLIP bigG's at
 conditioner.embedders.1.model.*) and the SD VAE (first_stage_model.*), all bf16. sd.cpp keeps the Linear weights
-in the file's type (bf16: ggml's AVX-512 BF16 dot products, not AMX tiles, which ggml uses for quantized types)
+in the file's type (bf16: AVX-512 BF16 vdpbf16ps in ggml's kernels, not AMX tiles, which ggml uses for quantized types)
 and converts every convolution kernel to f16 when it loads (its Conv2d holds f16 kernels whatever the file has).
 
 run() generates one image with sd-cli at the case's size: euler, cfg-scale 7 with an empty negative prompt (so
 every step calls the UNet twice, prompt and unconditional, batch 1 each; 77 tokens), --steps timed steps plus one
 warm-up. The sampler prints each step's time (ggml_time_us between progress reports); the first is dropped as
-the warm-up (graph allocation), the median of the rest is the step. The VAE decode after the steps is not timed.
+the warm-up (graph allocation), the median of the rest is the step. sd-cli is stopped once the last step's time
+is printed (the VAE decode that follows is not timed, and would add minutes at 1024); no image is written.
 """
 
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -104,26 +106,39 @@ def unet_tensors(file):
 
 
 def run(binary, file, size, steps, threads, flash_attention=True, env=None):
-    """Runs sd-cli in its own process; returns (result dict or None, the log's lines)."""
-    out_png = os.path.join(os.path.dirname(file), f"sdcpp-{size}.png")
+    """Runs sd-cli in its own process; returns (the result or None, its log lines, notes on what went wrong)."""
+    out_png = os.path.join(os.path.dirname(file), f"sdcpp-{size}.png")  # never written: stopped before decoding
     cmd = [binary, "-m", file, "-p", "a photograph of an astronaut riding a horse", "-n", "", "--cfg-scale", "7",
            "--sampling-method", "euler", "--steps", str(steps + 1), "-W", str(size), "-H", str(size),
            "--seed", "42", "-t", str(threads), "-o", out_png, "-v"] + (["--diffusion-fa"] if flash_attention else [])
     print(f"  $ {' '.join(cmd)}", flush=True)
     t0 = time.time()
-    p = subprocess.run(["/usr/bin/time", "-f", "MAXRSS_KB %M"] + cmd, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, env=env)
+    # Read as it runs: once the last step's time is out, what follows (the VAE decode, the PNG) is not measured,
+    # so sd-cli is stopped there; its peak resident memory (ru_maxrss of the child) is then the sampling's.
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    last = re.compile(rf"\|\s*{steps + 1}/{steps + 1} - [0-9.]+(s/it|it/s)".encode())
+    out, stopped = b"", False
+    while True:
+        chunk = os.read(p.stdout.fileno(), 1 << 16)
+        if not chunk:
+            break
+        out += chunk
+        if not stopped and last.search(out, max(0, len(out) - len(chunk) - 256)):
+            p.send_signal(signal.SIGTERM)
+            stopped = True
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = 0 if stopped else os.waitstatus_to_exitcode(status)
     wall = time.time() - t0
+    rss = 1024.0 * usage.ru_maxrss
     # The progress bar rewrites its line with \r; every rewrite is one step's time.
-    lines = [part for line in p.stdout.splitlines() for part in line.split("\r") if part.strip()]
-    times, rss = {}, float("nan")
+    text = out.decode(errors="replace")
+    lines = [part for line in text.splitlines() for part in line.split("\r") if part.strip()]
+    times = {}
     for line in lines:
         m = STEP.search(line)
         if m and int(m.group(2)) == steps + 1:
             value = float(m.group(3))
             times[int(m.group(1))] = value if m.group(4) == "s/it" else 1.0 / value
-        if line.startswith("MAXRSS_KB "):
-            rss = 1024.0 * float(line.split()[1])
     # sd.cpp loads the UNet when the sampler first needs it, every tensor its graph names (a missing one is an
     # error, "not in model metadata"), with a progress bar of the count; that count equal to the file's UNet
     # tensors means every one of them is used (a tensor it does not name would be left out of the count).
@@ -140,5 +155,6 @@ def run(binary, file, size, steps, threads, flash_attention=True, env=None):
     notes = [f"exit status {p.returncode}"] if p.returncode else []
     notes += [f"{len(unknown_unet)} UNet tensors unknown to sd.cpp"] if unknown_unet else []
     notes += [f"{len(missing)} tensors missing"] if missing else []
-    notes += [f"sd.cpp did not load the file's {n_unet} UNet tensors (loaded: {sorted(loaded)})"] if n_unet not in loaded else []
+    if n_unet not in loaded:
+        notes.append(f"sd.cpp did not load the file's {n_unet} UNet tensors (its loading counts: {sorted(loaded)})")
     return result, lines, notes
