@@ -67,10 +67,11 @@ UNet is written once into a single file in the original layout (sdcpp.safetensor
 text encoder, SDXL's two, and VAE at the real shapes, bf16; sdxl-full's is 7 GB); sd-cli samples one image at
 the size (euler, cfg 7, empty negative prompt: two UNet calls of batch 1 a step, 77 tokens, -t --threads), is
 stopped once the last step is out (before the VAE decode), and the row is the median of its sampler's per-step
-times after the first; VmHWM is its peak resident memory (text encoders and UNet). --sdcpp-modes fa,default: with and without
---diffusion-fa (ggml's flash attention, which has a CPU path). sd.cpp keeps Linear weights bf16 (AVX-512 BF16
-vdpbf16ps in ggml's kernels; ggml's AMX code is for quantized types) and converts every conv kernel to f16 on
-loading (bf16 is its faster choice here: --type f16 measured slower at 256).
+times after the first; VmHWM is its peak resident memory (text encoders and UNet). --sdcpp-modes fa,default:
+with and without --diffusion-fa (ggml's flash attention, which has a CPU path; 3x slower than without at sd15
+512 here). sd.cpp keeps Linear weights bf16 (AVX-512 BF16 vdpbf16ps in ggml's kernels; ggml's AMX code is for
+quantized types) and converts every conv kernel to f16 on loading (bf16 is its faster choice here: --type f16
+measured slower at 256). Its step is slow here (sd15 512: ~35 s, ~100 s with fa), hence the run times below.
 Built here from leejet/stable-diffusion.cpp 97d2990807fe6d558e395f8764198d7c7e7b411c (2026-08-19) with its
 submodule ggml-org/ggml at the commit it pins, 8e800cef2948046cc47f9db6090491c6128ca42c, outside the repository:
   git clone https://github.com/leejet/stable-diffusion.cpp /work/sdcpp && cd /work/sdcpp
