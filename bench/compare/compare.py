@@ -71,7 +71,8 @@ times after the first; VmHWM is its peak resident memory (text encoders and UNet
 with and without --diffusion-fa (ggml's flash attention, which has a CPU path; 3x slower than without at sd15
 512 here). sd.cpp keeps Linear weights bf16 (AVX-512 BF16 vdpbf16ps in ggml's kernels; ggml's AMX code is for
 quantized types) and converts every conv kernel to f16 on loading (bf16 is its faster choice here: --type f16
-measured slower at 256). Its step is slow here (sd15 512: ~35 s, ~100 s with fa), hence the run times below.
+measured slower at 256). Its step is slow here (sd15 512: ~35 s, ~100 s with fa; sdxl-full 1024: ~175 s, and
+its first step also loads the UNet), hence the run times below.
 Built here from leejet/stable-diffusion.cpp 97d2990807fe6d558e395f8764198d7c7e7b411c (2026-08-19) with its
 submodule ggml-org/ggml at the commit it pins, 8e800cef2948046cc47f9db6090491c6128ca42c, outside the repository:
   git clone https://github.com/leejet/stable-diffusion.cpp /work/sdcpp && cd /work/sdcpp
@@ -81,10 +82,10 @@ submodule ggml-org/ggml at the commit it pins, 8e800cef2948046cc47f9db6090491c61
 (here from a mirror without the large tokenizer vocabularies of gemma, mistral, qwen, gpt-oss and T5: those
 src/tokenizers/vocab/*.hpp were stubbed with one-byte arrays; SD1.5 and SDXL use only CLIP's, which was there.)
   python3 bench/compare/compare.py --models sd15 --sizes 512 --kiln-modes eager \
-      --sdcpp /work/sdcpp/build/bin/sd-cli --sdcpp-modes fa,default --json sd15-512-sdcpp.json    # ~15 min
+      --sdcpp /work/sdcpp/build/bin/sd-cli --sdcpp-modes fa,default --json sd15-512-sdcpp.json    # ~15-20 min
   python3 bench/compare/compare.py --models sdxl-full --sizes 1024 --steps 2 --torch-modes eager \
       --kiln-modes eager --sdcpp /work/sdcpp/build/bin/sd-cli --sdcpp-modes default \
-      --json sdxl-full-1024-sdcpp.json                                                          # ~20-30 min
+      --json sdxl-full-1024-sdcpp.json                                                          # ~15-20 min
 """
 
 import argparse
