@@ -60,6 +60,32 @@ checkpoint is made the first time:
 --prepare-only makes the checkpoints and inputs first (sd15: 1.7 GB, sdxl: 1.8 GB, sdxl-full: 5.1 GB of disk).
 Check that everything runs and agrees first, in about 5 minutes (torch.compile's first calls most of it):
   python3 bench/compare/compare.py --models sd15,sdxl --tiny --sizes 64 --steps 1
+
+stable-diffusion.cpp beside them (--sdcpp PATH_TO_sd-cli; bench/compare/sdcpp.py): sd15 and sdxl-full only, its
+SDXL UNet having SDXL's fixed depth [1, 2, 10] (it refuses the cut sdxl model's missing blocks). The checkpoint's
+UNet is written once into a single file in the original layout (sdcpp.safetensors beside it, with a random CLIP
+text encoder, SDXL's two, and VAE at the real shapes, bf16; sdxl-full's is 7 GB); sd-cli samples one image at
+the size (euler, cfg 7, empty negative prompt: two UNet calls of batch 1 a step, 77 tokens, -t --threads), is
+stopped once the last step is out (before the VAE decode), and the row is the median of its sampler's per-step
+times after the first; VmHWM is its peak resident memory (text encoders and UNet). --sdcpp-modes fa,default:
+with and without --diffusion-fa (ggml's flash attention, which has a CPU path; 3x slower than without at sd15
+512 here). sd.cpp keeps Linear weights bf16 (AVX-512 BF16 vdpbf16ps in ggml's kernels; ggml's AMX code is for
+quantized types) and converts every conv kernel to f16 on loading (bf16 is its faster choice here: --type f16
+measured slower at 256). Its step is slow here (sd15 512: ~35 s, ~100 s with fa; sdxl-full 1024: ~175 s, and
+its first step also loads the UNet), hence the run times below.
+Built here from leejet/stable-diffusion.cpp 97d2990807fe6d558e395f8764198d7c7e7b411c (2026-08-19) with its
+submodule ggml-org/ggml at the commit it pins, 8e800cef2948046cc47f9db6090491c6128ca42c, outside the repository:
+  git clone https://github.com/leejet/stable-diffusion.cpp /work/sdcpp && cd /work/sdcpp
+  git checkout 97d2990807fe6d558e395f8764198d7c7e7b411c && git submodule update --init ggml
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON      # -march=native: AVX-512 BF16, AMX-INT8
+  cmake --build build -j2 --target sd-cli                              # ~7 min on 2 cores
+(here from a mirror without the large tokenizer vocabularies of gemma, mistral, qwen, gpt-oss and T5: those
+src/tokenizers/vocab/*.hpp were stubbed with one-byte arrays; SD1.5 and SDXL use only CLIP's, which was there.)
+  python3 bench/compare/compare.py --models sd15 --sizes 512 --kiln-modes eager \
+      --sdcpp /work/sdcpp/build/bin/sd-cli --sdcpp-modes fa,default --json sd15-512-sdcpp.json    # ~15-20 min
+  python3 bench/compare/compare.py --models sdxl-full --sizes 1024 --steps 2 --torch-modes eager \
+      --kiln-modes eager --sdcpp /work/sdcpp/build/bin/sd-cli --sdcpp-modes default \
+      --json sdxl-full-1024-sdcpp.json                                                          # ~15-20 min
 """
 
 import argparse
@@ -69,6 +95,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import sdcpp  # noqa: E402 (bench/compare/sdcpp.py, beside this file)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -440,6 +468,20 @@ def print_table(rows, header_note):
         print("| " + " | ".join(r) + " |")
 
 
+def sdcpp_skip(args, model, missing):
+    """Why stable-diffusion.cpp cannot run this case (None: it can)."""
+    if model not in UNETS:
+        return "it is run on the UNets only"
+    if missing:
+        return f"its single file is made with PyTorch: {missing}"
+    if args.tiny:
+        return "not with --tiny"
+    if model != "sd15" and sdxl_layers(args, model) != 10:
+        return ("its SDXL UNet has SDXL's fixed depth [1, 2, 10] and refuses the cut model's missing blocks; "
+                "--models sdxl-full runs it")
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="flux,flux2,sd3,t5")
@@ -462,6 +504,11 @@ def main():
     ap.add_argument("--torch-modes", default="eager,compile")
     ap.add_argument("--torch-freezing", action="store_true", help="inductor freezing (prepacked weights) for torch.compile")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch side")
+    ap.add_argument("--sdcpp", metavar="SD_CLI",
+                    help="sd15, sdxl-full (sdxl: see the docstring): also run stable-diffusion.cpp's sd-cli (this "
+                         "path) on the same UNet weights (a single file it loads, made once) at the same shape")
+    ap.add_argument("--sdcpp-modes", default="fa",
+                    help="fa (--diffusion-fa: ggml's flash attention, which has a CPU path) and/or default")
     ap.add_argument("--matmul-reps", type=int, default=1, help="repetitions of each Linear timed alone (0: skip)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--cache", default="~/.cache/kiln-bench")
@@ -481,6 +528,10 @@ def main():
         return torch_worker(args)
     if args.sdxl_layers < 1:
         sys.exit("compare.py: --sdxl-layers must be at least 1")
+    if args.sdcpp and not args.prepare_only and not os.access(args.sdcpp, os.X_OK):
+        sys.exit(f"compare.py: --sdcpp {args.sdcpp} is not an executable (stable-diffusion.cpp's sd-cli)")
+    if args.sdcpp and any(m not in ("fa", "default") for m in args.sdcpp_modes.split(",")):
+        sys.exit(f"compare.py: --sdcpp-modes takes fa and/or default, not '{args.sdcpp_modes}'")
 
     if not args.prepare_only and not os.access(args.driver, os.X_OK):
         sys.exit(f"compare.py: no Kiln driver at {args.driver} (build bench_compare_driver, or pass --driver)")
@@ -510,7 +561,7 @@ def main():
             sys.exit(f"compare.py: {model} needs sizes that are multiples of 8 (the latent is 1/8 of the image)")
         cases += [(model, size) for size in sizes]
 
-    rows, results, extrapolated = [], [], []
+    rows, results, extrapolated, versus = [], [], [], []
     for model, size in cases:
         label = f"{model} {size}" + ("px" if model != "t5" else " tok")
         if model in UNETS and model != "sd15":
@@ -529,6 +580,7 @@ def main():
             folder = case_dir(args, model)
             make_checkpoint(args, model, folder)
             inputs = make_inputs(args, model, folder, size)
+            sdcpp_file = sdcpp.single_file(model, folder) if args.sdcpp and not sdcpp_skip(args, model, None) else None
             if args.prepare_only:
                 continue
             for mode in args.torch_modes.split(","):
@@ -556,6 +608,19 @@ def main():
                 kiln_res[mode] = r
             elif r is None:
                 failed.append(f"kiln {mode}")
+        sdcpp_res = {}
+        if args.sdcpp and sdcpp_skip(args, model, missing):
+            print(f"  sd.cpp: skipped ({sdcpp_skip(args, model, missing)})")
+        elif args.sdcpp:
+            for mode in args.sdcpp_modes.split(","):
+                r, log, notes = sdcpp.run(args.sdcpp, sdcpp_file, size, args.steps, args.threads, mode == "fa", env)
+                for line in log:  # its INFO, WARN and ERROR lines and the step times (not its DEBUG lines, its
+                    if line.startswith(("[INFO", "[WARN", "[ERROR")) or sdcpp.STEP.search(line):  # settings dump)
+                        print("    " + line)
+                if r:
+                    sdcpp_res[mode] = r
+                else:
+                    failed.append(f"sdcpp {mode} ({'; '.join(notes) or 'no step times in its output'})")
         first = next(iter(kiln_res.values()), None)
         flops = first["flops"] if first else float("nan")
         peak = first["measured_peak_gflops"] if first else float("nan")
@@ -580,12 +645,24 @@ def main():
                          fmt(r["weight_bytes"] / 1e9, ".2f"), fmt(r.get("max_rel_error"), ".2e"),
                          fmt(r["first_call_s"] - r["median_s"], ".1f") if mode.startswith("compile") else ""])
             results.append(dict(r, case=label, host=machine))
+        for mode, r in sdcpp_res.items():
+            gf = flops / r["median_s"] / 1e9
+            ratio = {m: r["median_s"] / t["median_s"] for m, t in torch_res.items()}
+            rows.append([label, f"sd.cpp {mode}", fmt(r["median_s"], ".3f"), f"{r['min_s']:.3f}-{r['max_s']:.3f}",
+                         fmt(ratio.get("eager"), ".2f"), fmt(ratio.get("compile"), ".2f"), fmt(flops / 1e9, ".1f"),
+                         fmt(gf, ".0f"), fmt(100 * gf / peak if peak else None, ".1f", "-") + "%", "",
+                         fmt(r["vmhwm_bytes"] / 1e9, ".2f"), "", "", ""])
+            results.append(dict(r, case=label, flops=flops, host=machine))
+            for kmode, k in kiln_res.items():
+                versus.append(f"{label}: sd.cpp {mode} {r['median_s']:.3f} s / Kiln {kmode} {k['median_s']:.3f} s "
+                              f"= {r['median_s'] / k['median_s']:.2f}")
         for engine in failed:
             rows.append([label, engine, "failed (see the log above)"] + [""] * 11)
         full = first.get("full_depth_flops") if first else None
         if full and full == full:
             est = [f"{e} {m} ~{r['median_s'] * full / flops:.2f} s"
-                   for e, res in (("torch", torch_res), ("kiln", kiln_res)) for m, r in res.items()]
+                   for e, res in (("torch", torch_res), ("kiln", kiln_res), ("sd.cpp", sdcpp_res))
+                   for m, r in res.items()]
             cut = (f"cut to {layers} of Qwen-Image's 60 dual-stream blocks" if model == "qwenimage" else
                    f"cut to {layers} of SDXL's 10 transformer blocks at the deepest level and in the middle")
             extrapolated.append(f"{label}: {cut}; {flops / 1e9:.4g} of the real depth's {full / 1e9:.4g} GFLOP a step. "
@@ -606,8 +683,17 @@ def main():
             f"{', '.join(paths) or '?'} path. Kiln/eager and Kiln/compile: Kiln's step time "
             f"over PyTorch's (< 1: Kiln faster). MFU: model FLOPs per step / step time / bf16 ceiling (the fastest "
             f"instruction a bf16 product can use on this host, measured by the driver in this run). matmul share: "
-            f"the step's Linear shapes timed alone (kiln::linear) / step time. max rel err: max|out - torch eager| / max|torch eager|.")
+            f"the step's Linear shapes timed alone (kiln::linear) / step time. max rel err: max|out - torch eager| / max|torch eager|."
+            + (" sd.cpp rows: stable-diffusion.cpp's guided step (two UNet calls of batch 1) from its sampler's "
+               "per-step times, its ratios to PyTorch in the Kiln/eager and Kiln/compile columns, GFLOP the same "
+               "step's; its output is not compared (its own sampler and text encoder run around the UNet)."
+               if any(r.get("engine") == "sdcpp" for r in results) else ""))
     print_table(rows, note)
+    if versus:
+        print()
+        print("stable-diffusion.cpp over Kiln, step time (> 1: Kiln faster):")
+        for line in versus:
+            print("  " + line)
     if extrapolated:
         print()
         print("Not measured, extrapolated (the ratios above are the cut model's, measured):")
