@@ -507,8 +507,9 @@ def main():
     ap.add_argument("--sdcpp", metavar="SD_CLI",
                     help="sd15, sdxl-full (sdxl: see the docstring): also run stable-diffusion.cpp's sd-cli (this "
                          "path) on the same UNet weights (a single file it loads, made once) at the same shape")
-    ap.add_argument("--sdcpp-modes", default="fa",
-                    help="fa (--diffusion-fa: ggml's flash attention, which has a CPU path) and/or default")
+    ap.add_argument("--sdcpp-modes", default="default",
+                    help="default (its plain attention, its faster path on this CPU) and/or fa (--diffusion-fa: "
+                         "ggml's flash attention, which has a CPU path, 3x slower at SD1.5's 4096 tokens)")
     ap.add_argument("--matmul-reps", type=int, default=1, help="repetitions of each Linear timed alone (0: skip)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--cache", default="~/.cache/kiln-bench")
