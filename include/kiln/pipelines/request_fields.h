@@ -1,13 +1,14 @@
 // Every field of a PipelineRequest, declared once: its diffusers name, its kind, its range, one line of help
-// and the names it goes by in `kiln generate` (a flag) and `kiln serve` (a JSON field). Everything that reads a
-// request from outside derives from this table instead of listing fields itself:
-//   - a pipeline class says which fields it takes (PipelineClass::fields); a field it does not take is refused
-//     by one rule, naming the class, the field and the classes that do take it (check_taken_fields);
+// and the names it goes by in `kiln generate` (a flag) and `kiln serve` (a JSON field). Everything that reads
+// a request from outside derives from this table instead of listing fields itself:
+//   - a pipeline class says which fields it takes (PipelineClass::fields); a field it does not take is
+//     refused by one rule, naming the class, the field and the classes that do take it
+//     (check_taken_fields);
 //   - the ranges are checked once, before anything loads (check_field_ranges);
 //   - kiln generate's flags, kiln serve's JSON, the Python keyword arguments and the web page's form (the
 //     schema the server serves) are made from it, each converting its input by the field's kind;
-//   - the key that orders calls under tensor parallelism hashes every field (request_key), so none can be left
-//     out.
+//   - the key that orders calls under tensor parallelism hashes every field (request_key), so none can be
+//     left out.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,7 @@ enum class FieldKind {
   Integer,        // within [min, max]
   IntegerList,    // each within [min, max]
   Number,         // finite, within [min, max]
-  Boolean,
+  Boolean,        // true or false
   Choice,         // one of `choices`
   Image,          // an image (RGB, gray or RGBA)
   ImageList,      // several images
@@ -66,8 +67,8 @@ struct RequestField {
   // number other than its default).
   std::function<bool(const PipelineRequest&)> is_set;
   std::function<FieldValue(const PipelineRequest&)> get;
-  // Sets the field from a value of its kind, checked against its range: RequestError naming the field when the
-  // value is of another kind or out of range.
+  // Sets the field from a value of its kind, checked against its range: RequestError naming the field when
+  // the value is of another kind or out of range.
   std::function<void(PipelineRequest&, const FieldValue&)> set;
   std::function<void(PipelineRequest&)> reset;
 
