@@ -89,11 +89,7 @@ TEST(TensorParallelStableDiffusion, KohyaLoConLorasGiveDiffusersImage) {
     const GoldenFile g("sd", std::string("lora_locon_sd15_") + kind);
     const std::unique_ptr<DiffusionPipeline> pipe = load_split(g);
     pipe->load_lora_weights(testing::data_path("lora/sd15_locon.safetensors"), {.adapter_name = "sd"});
-    const std::string& script = g.meta("script");
-    if (script.find("set sd=") != std::string::npos)
-      pipe->set_adapters({"sd"}, {std::stod(script.substr(script.find("set sd=") + 7))});
-    if (script.find("fuse ") != std::string::npos)
-      pipe->fuse_lora({.lora_scale = std::stod(script.substr(script.find("fuse ") + 5))});
+    testing::apply_lora_script(*pipe, g);
     PipelineRequest request = g.text_request();
     request.prompt = g.meta("prompt");
     testing::expect_images_match((*pipe)(request), g);

@@ -5,6 +5,7 @@
 // denoising_end; here the base's latents at the other fraction are compared too, so a dropped cutoff fails.
 #include <gtest/gtest.h>
 
+#include "io/io_test_util.h"
 #include "kiln/ops.h"
 #include "kiln/pipelines/pipeline_registry.h"
 #include "support/pipeline_comparison.h"
@@ -14,15 +15,6 @@ namespace kiln {
 namespace {
 
 using testing::GoldenFile;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::unique_ptr<DiffusionPipeline> load(const GoldenFile& g, const char* pipeline, const char* model) {
   return pipeline_class(g.meta(pipeline), g.name).load(testing::data_path("models/" + g.meta(model)), {});
@@ -135,7 +127,7 @@ TEST(SdxlHandOffRefiner, RefusesBadInputByName) {
   const auto refused = [&](const std::function<void(PipelineRequest&)>& change) {
     PipelineRequest r = good;
     change(r);
-    return error_of([&] { (*refiner)(r); });
+    return testing::error_message([&] { (*refiner)(r); });
   };
   std::string e = refused([](PipelineRequest& r) { r.image_latents = Tensor::zeros({1, 3, 24, 20}); });
   EXPECT_NE(e.find("image_latents must be [1 or 1 (the images of the call), 4 (the VAE's latent channels)"),
@@ -164,15 +156,16 @@ TEST(SdxlHandOffRefiner, RefusesBadInputByName) {
   const auto base = load(g, "base_pipeline", "base_model");
   PipelineRequest start = g.text_request();
   start.denoising_start = 0.5;
-  e = error_of([&] { (*base)(start); });
+  e = testing::error_message([&] { (*base)(start); });
   EXPECT_NE(e.find("StableDiffusionXLPipeline takes no denoising_start"), std::string::npos) << e;
   EXPECT_NE(e.find("StableDiffusionXLImg2ImgPipeline"), std::string::npos) << e;
   const auto sd15 =
       pipeline_class("StableDiffusionPipeline", "").load(testing::data_path("models/sd15-tiny"), {});
-  e = error_of([&] { (*sd15)({.prompt = "x", .denoising_end = 0.5, .height = 32, .width = 32}); });
+  e = testing::error_message(
+      [&] { (*sd15)({.prompt = "x", .denoising_end = 0.5, .height = 32, .width = 32}); });
   EXPECT_NE(e.find("StableDiffusionPipeline takes no denoising_end"), std::string::npos) << e;
   PipelineRequest no_step = base_request(g, 0.01);
-  e = error_of([&] { (*base)(no_step); });
+  e = testing::error_message([&] { (*base)(no_step); });
   EXPECT_NE(e.find("denoising_end 0.010000 leaves no step"), std::string::npos) << e;
 }
 
@@ -184,12 +177,12 @@ TEST(SdxlHandOffRefiner, AnInpaintingUNetRefusesTheHandOff) {
   PipelineRequest r{.prompt = "x", .num_inference_steps = 4};
   r.mask_image = Image::load(testing::data_path("goldens/edit/mask_box.png"));
   r.image_latents = Tensor::zeros({1, 4, 16, 16});
-  std::string e = error_of([&] { (*pipe)(r); });
+  std::string e = testing::error_message([&] { (*pipe)(r); });
   EXPECT_NE(e.find("image_latents with an inpainting UNet (9 input channels"), std::string::npos) << e;
   r.image_latents = Tensor();
   r.image = {Image::load(testing::data_path("goldens/flux2/ref_a.png"))};
   r.denoising_start = 0.5;
-  e = error_of([&] { (*pipe)(r); });
+  e = testing::error_message([&] { (*pipe)(r); });
   EXPECT_NE(e.find("denoising_start with an inpainting UNet"), std::string::npos) << e;
 }
 

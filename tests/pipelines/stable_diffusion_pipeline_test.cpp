@@ -21,6 +21,7 @@
 namespace kiln {
 namespace {
 
+using testing::apply_lora_script;
 using testing::expect_images_match;
 using testing::GoldenFile;
 
@@ -123,16 +124,6 @@ TEST(StableDiffusionPipeline, ThePromptChangesTheImage) {
     const PipelineOutput out = (*g.load())(request);
     EXPECT_GT(testing::mean_level_difference(out.images[0].pixels, g["image_u8"].select(0, 0)), 2.0) << name;
   }
-}
-
-// What a LoRA golden's script did after loading: set_adapters at a weight ("set sd=0.7") or fuse_lora at a
-// scale ("fuse 0.8").
-void apply_lora_script(DiffusionPipeline& pipe, const GoldenFile& g) {
-  const std::string& script = g.meta("script");
-  if (script.find("set sd=") != std::string::npos)
-    pipe.set_adapters({"sd"}, {std::stod(script.substr(script.find("set sd=") + 7))});
-  if (script.find("fuse ") != std::string::npos)
-    pipe.fuse_lora({.lora_scale = std::stod(script.substr(script.find("fuse ") + 5))});
 }
 
 PipelineRequest lora_request(const GoldenFile& g) {

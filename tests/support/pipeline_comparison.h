@@ -129,6 +129,17 @@ struct GoldenFile {
   }
 };
 
+// What a LoRA golden's script did after loading (tools/goldens/lora.py, sd_lora.py, sd_kohya_lora.py write
+// it): set_adapters at a weight ("set sd=0.7") or fuse_lora at a scale ("fuse 0.8"), on the adapter named
+// "sd".
+inline void apply_lora_script(DiffusionPipeline& pipe, const GoldenFile& g) {
+  const std::string& script = g.meta("script");
+  if (script.find("set sd=") != std::string::npos)
+    pipe.set_adapters({"sd"}, {std::stod(script.substr(script.find("set sd=") + 7))});
+  if (script.find("fuse ") != std::string::npos)
+    pipe.fuse_lora({.lora_scale = std::stod(script.substr(script.find("fuse ") + 5))});
+}
+
 // Every image of the call within one 8-bit level of the golden's (diffusers') on at least `share` of its
 // values.
 inline void expect_images_match(const PipelineOutput& out, const GoldenFile& g, double share = 0.99) {

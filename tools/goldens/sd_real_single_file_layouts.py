@@ -74,10 +74,15 @@ def meta_clip(config):
         return cls(CLIPTextConfig(**{k: v for k, v in config.items() if k not in ("architectures", "model_type")}))
 
 
-def clip_state(model):
-    """transformers 5 saves CLIPTextModel without its text_model. prefix; the repos' files (and single files) have it."""
+def clip_state_of(tensors):
+    """A text encoder's tensors under the repos' names (text_model.*; transformers 5 saves CLIPTextModel without
+    the prefix, the repos' files and single files have it), without the position_ids buffer."""
     return {(k if k.startswith(("text_model.", "text_projection.")) else "text_model." + k): v
-            for k, v in model.state_dict().items() if not k.endswith("position_ids")}
+            for k, v in tensors.items() if not k.endswith("position_ids")}
+
+
+def clip_state(model):
+    return clip_state_of(model.state_dict())
 
 
 def same_layout(what, got, want):
@@ -90,37 +95,37 @@ def same_layout(what, got, want):
 
 
 def single_file(model):
-    """The original-layout file of `model` ("sd15", "sdxl", "refiner") and its per-component check."""
+    """The original-layout file of `model` ("sd15", "sd21", "sdxl", "refiner"), its kind, the per-component check
+    and the components' configs."""
     unet_cfg = {"sd15": real.SD15_UNET, "sd21": SD21_UNET, "sdxl": real.SDXL_UNET, "refiner": REFINER_UNET}[model]
     vae_cfg = dict(real.VAE, scaling_factor=0.18215) if model in ("sd15", "sd21") else real.SDXL_VAE
     unet, vae = meta_unet(unet_cfg), meta_vae(vae_cfg)
     out = single.prefixed("model.diffusion_model.", single.unet_to_original(unet.state_dict(), unet_cfg))
     out.update(single.prefixed("first_stage_model.", single.vae_to_original(vae.state_dict(), vae_cfg)))
-    towers = {}
-    if model == "refiner":  # bigG alone, at embedder 0
-        towers["text_encoder_2"] = ("conditioner.embedders.0.model.", meta_clip(real.CLIP_G))
-    elif model == "sd21":  # OpenCLIP-H
-        towers["text_encoder"] = ("cond_stage_model.model.", meta_clip(SD21_CLIP))
-    else:
-        towers["text_encoder"] = ("conditioner.embedders.0.transformer." if model == "sdxl"
-                                  else "cond_stage_model.transformer.", meta_clip(real.CLIP_L))
-        if model == "sdxl":
-            towers["text_encoder_2"] = ("conditioner.embedders.1.model.", meta_clip(real.CLIP_G))
-    for name, (prefix, clip) in towers.items():
-        if model == "sd21":  # the whole tower as the file holds it: 24 layers and the projection
-            whole = meta_clip(dict(SD21_CLIP, num_hidden_layers=24))
-            tower = single.open_clip_to_original(clip_state(whole))
-            with torch.device("meta"):
-                tower["text_projection"] = torch.empty(1024, 1024)
-            out.update(single.prefixed(prefix, tower))
-        elif name == "text_encoder":
-            te = single.clip_to_original(clip_state(clip))
+    # Each text encoder: where the file holds it and its config.
+    towers = {
+        "sd15": {"text_encoder": ("cond_stage_model.transformer.", real.CLIP_L)},
+        "sd21": {"text_encoder": ("cond_stage_model.model.", SD21_CLIP)},  # OpenCLIP-H
+        "sdxl": {"text_encoder": ("conditioner.embedders.0.transformer.", real.CLIP_L),
+                 "text_encoder_2": ("conditioner.embedders.1.model.", real.CLIP_G)},
+        "refiner": {"text_encoder_2": ("conditioner.embedders.0.model.", real.CLIP_G)},  # bigG alone
+    }[model]
+    # HF CLIP-L under its wrapper, or OpenCLIP's tower (SD 2.1's whole: 24 layers and the projection).
+    hf_clip = {name for name, (prefix, _) in towers.items() if prefix.endswith(".transformer.")}
+    for name, (prefix, cfg) in towers.items():
+        if name in hf_clip:
+            te = single.clip_to_original(clip_state(meta_clip(cfg)))
             te["text_model.embeddings.position_ids"] = torch.arange(77, dtype=torch.int64)[None]
-            out.update(single.prefixed(prefix, te))
+        elif model == "sd21":
+            te = single.open_clip_to_original(clip_state(meta_clip(dict(cfg, num_hidden_layers=24))))
+            with torch.device("meta"):
+                te["text_projection"] = torch.empty(1024, 1024)
         else:
-            out.update(single.prefixed(prefix, single.open_clip_to_original(clip_state(clip))))
+            te = single.open_clip_to_original(clip_state(meta_clip(cfg)))
+        out.update(single.prefixed(prefix, te))
 
-    # diffusers reads it back: the file's kind, and every component's names and shapes.
+    # diffusers reads it back: the file's kind, and every component's names and shapes (for SD 2.1's text
+    # encoder it skips the 24th layer and the projection: SD_2_TEXT_ENCODER_KEYS_TO_IGNORE).
     kind = sfu.infer_diffusers_model_type(out)
     assert kind == {"sd15": "v1", "sd21": "v2", "sdxl": "xl_base", "refiner": "xl_refiner"}[model], (model, kind)
     counts = {
@@ -129,25 +134,13 @@ def single_file(model):
         "vae": same_layout(f"{model} vae", sfu.convert_ldm_vae_checkpoint(dict(out), diffusers_config(vae_cfg)),
                            vae.state_dict()),
     }
-    for name, (prefix, clip) in towers.items():
-        if model == "sd21":
-            # diffusers skips the 24th layer and the projection (SD_2_TEXT_ENCODER_KEYS_TO_IGNORE).
-            got = sfu.convert_open_clip_checkpoint(clip, dict(out), prefix=prefix)
-        elif name == "text_encoder":
-            got = sfu.convert_ldm_clip_checkpoint(dict(out), remove_prefix=prefix)
-        else:
-            got = sfu.convert_open_clip_checkpoint(clip, dict(out), prefix=prefix)
+    for name, (prefix, cfg) in towers.items():
+        clip = meta_clip(cfg)
+        got = (sfu.convert_ldm_clip_checkpoint(dict(out), remove_prefix=prefix) if name in hf_clip
+               else sfu.convert_open_clip_checkpoint(clip, dict(out), prefix=prefix))
         counts[name] = same_layout(f"{model} {name}", clip_state_of(got), clip_state(clip))
-    configs = {"unet": unet_cfg, "vae": vae_cfg}
-    for name in towers:
-        configs[name] = real.CLIP_G if name == "text_encoder_2" else SD21_CLIP if model == "sd21" else real.CLIP_L
+    configs = {"unet": unet_cfg, "vae": vae_cfg, **{name: cfg for name, (_, cfg) in towers.items()}}
     return kind, {k: list(v.shape) for k, v in out.items()}, counts, configs
-
-
-def clip_state_of(converted):
-    """A converted text encoder's dict under the repos' names (text_model.*), without the position_ids buffer."""
-    return {(k if k.startswith(("text_model.", "text_projection.")) else "text_model." + k): v
-            for k, v in converted.items() if not k.endswith("position_ids")}
 
 
 def main():

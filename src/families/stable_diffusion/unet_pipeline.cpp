@@ -30,8 +30,10 @@ UNetPipeline::UNetPipeline(const UNetPipeline& pipe, SharingComponents)
 void UNetPipeline::begin_loading(pipelines::PipelineFolder& folder, const std::string& model,
                                  const PipelineLoadOptions& options, const char* pipeline_class,
                                  const char* kind) {
-  // Only the UNet splits: a request to split anything else is refused before any weights load.
-  options.tensor_parallel_for("unet", {"unet"});
+  // What the family declares splittable (the UNet), resolved before any weights load: a request to split
+  // anything else is refused here.
+  unet_parallel_ =
+      options.tensor_parallel_for("unet", find_pipeline_class(pipeline_class)->splittable_components);
   path_ = folder.path();
   name_ = options.single_file.empty() ? model : options.single_file;  // what the images name
   dtype_ = options.dtype;
@@ -77,7 +79,7 @@ const nn::WeightSource* UNetPipeline::single_file_component(const std::string& c
 void UNetPipeline::finish_loading_unet(pipelines::PipelineFolder& folder,
                                        const PipelineLoadOptions& options) {
   unet_ = models::load_unet(folder.need("unet", {"UNet2DConditionModel"}), options.dtype, single_file_.get(),
-                            options.tensor_parallel_for("unet", {"unet"}));
+                            unet_parallel_);
   folder.loaded("unet");
   vae_ = models::load_autoencoder_kl(folder.need("vae", {"AutoencoderKL"}), options.dtype,
                                      single_file_ ? single_file_->vae.get() : nullptr);

@@ -94,6 +94,8 @@ class UNetPipeline : public DiffusionPipeline {
 
   // Open while loading from a single file; released once loading ends.
   std::shared_ptr<models::StableDiffusionSingleFile> single_file_;
+  // The UNet's share on this rank (the whole UNet without tensor parallelism), set by begin_loading.
+  nn::TensorParallel unet_parallel_;
 };
 
 }  // namespace kiln
